@@ -1,0 +1,29 @@
+# The README's two commands: `make run` (the default experiment, offline, CPU) and `make test`.
+# Both set up .venv from scratch: torch==2.13.0 first (a CPU wheel here; an unpinned torch would pull CUDA),
+# then kdpipe with its pinned dependencies.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+CORES   ?= 2
+STAMP   := $(VENV)/.installed
+
+.PHONY: run test setup report clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/workstation --cores $(CORES)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/workstation --cores $(CORES) --report results/report/report.html
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,25 @@
+# kdpipe: knowledge distillation of fine-tuned language models as a cached workflow.
+# data -> teachers -> MC-dropout -> dumps -> students -> evaluation -> report (see README.md, DESIGN in docs/).
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/teachers.smk"
+include: "workflow/rules/signals.smk"
+include: "workflow/rules/students.smk"
+include: "workflow/rules/evaluate.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        PLAN.targets(),

@@ -1,0 +1,5 @@
+import sys
+
+from kdpipe.cli import main
+
+sys.exit(main())

@@ -1,0 +1,108 @@
+"""``python -m kdpipe <stage> ...``: one sub-command per workflow stage (the rules call these).
+
+Every stage takes its config slice as ``--params JSON`` (exactly what the rule's ``params`` hold) and explicit
+input/output paths. Stage modules are imported only when their sub-command runs. A :class:`KdpipeError` (bad
+input or configuration) is printed as one clear line and exits with status 2, leaving no output behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kdpipe.store import KdpipeError
+
+
+def _params(text: str) -> dict:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise KdpipeError(f"--params is not valid JSON: {err}") from err
+
+
+def cmd_prepare(a):
+    from kdpipe.data import prepare
+    prepare(a.params, a.out)
+
+
+def cmd_finetune_teacher(a):
+    from kdpipe.teacher import finetune_teacher
+    finetune_teacher(a.params, a.data, a.out)
+
+
+def cmd_mc_dropout(a):
+    from kdpipe.mc_dropout import run
+    run(a.params, a.teacher, a.data, a.out_npy, a.out_parquet)
+
+
+def cmd_dump_teacher(a):
+    from kdpipe.dump import run
+    run(a.params, a.teacher, a.data, a.out_logits)
+
+
+def cmd_dump_feature(a):
+    from kdpipe.dump import run_feature
+    run_feature(a.params, a.teacher, a.data, a.out_npy)
+
+
+def cmd_distill(a):
+    from kdpipe.distill import distill
+    distill(a.params, a.data, a.signals_root, a.out)
+
+
+def cmd_evaluate(a):
+    from kdpipe.evaluate import evaluate
+    evaluate(a.params, a.model, a.data, a.out_json, a.out_predictions)
+
+
+def cmd_report(a):
+    from kdpipe.report import build_report
+    build_report(a.evals, a.out)
+
+
+def cmd_fingerprint(a):
+    from kdpipe.fingerprint import fingerprint, module_closure
+    for path in module_closure(*a.modules):
+        print(path)
+    print(fingerprint(*a.modules))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kdpipe", description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (the rule's {threads})")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def stage(name, fn, *args):
+        s = sub.add_parser(name)
+        s.set_defaults(fn=fn)
+        if name not in ("report", "fingerprint"):
+            s.add_argument("--params", type=_params, required=True, help="the stage's config slice as JSON")
+        for arg in args:
+            s.add_argument(arg, type=Path, required=True)
+        return s
+
+    stage("prepare", cmd_prepare, "--out")
+    stage("finetune-teacher", cmd_finetune_teacher, "--data", "--out")
+    stage("mc-dropout", cmd_mc_dropout, "--teacher", "--data", "--out-npy", "--out-parquet")
+    stage("dump-teacher", cmd_dump_teacher, "--teacher", "--data", "--out-logits")
+    stage("dump-feature", cmd_dump_feature, "--teacher", "--data", "--out-npy")
+    stage("distill", cmd_distill, "--data", "--signals-root", "--out")
+    stage("evaluate", cmd_evaluate, "--model", "--data", "--out-json", "--out-predictions")
+    stage("report", cmd_report, "--out").add_argument("evals", nargs="+", type=Path)
+    stage("fingerprint", cmd_fingerprint).add_argument("modules", nargs="+")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if args.threads:
+        from kdpipe.device import set_threads
+        set_threads(args.threads)
+    try:
+        args.fn(args)
+    except KdpipeError as err:
+        print(f"kdpipe {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return 0

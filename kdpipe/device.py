@@ -1,0 +1,34 @@
+"""Device and precision choices (DESIGN.md, "Compute").
+
+The device is an execution choice, not part of any result's identity, so it is read from the environment
+(``KDPIPE_DEVICE``: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``) rather than from the config: moving a finished
+workflow from a CPU to a GPU machine must not rerun it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    """``auto`` picks CUDA when present, else CPU."""
+    choice = (requested or os.environ.get("KDPIPE_DEVICE") or "auto").strip()
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA where supported; plain fp32 elsewhere (bf16 on these CPUs is 7-23x slower)."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def set_threads(threads: int | None) -> None:
+    """Use the threads Snakemake granted the job, so parallel jobs do not oversubscribe the cores."""
+    if threads:
+        torch.set_num_threads(int(threads))

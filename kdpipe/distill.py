@@ -1,0 +1,74 @@
+"""The ``distill`` stage: train one student from cached teacher signals only (DESIGN.md, "Data flow").
+
+The student never sees a teacher model: it reads the signals its method declares (``kdpipe.methods.registry``)
+from ``{signals_root}/{teacher}/train/``, checked against their manifests and the data split. Signals are keyed by
+row_id, not by token, so the student's tokenizer may differ from the teachers' for logit-level methods.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import torch
+
+from kdpipe.batching import encode_frame
+from kdpipe.data import read_labels, read_split
+from kdpipe.device import pick_device
+from kdpipe.inference import probs_predictor
+from kdpipe.labelspace import teacher_blocks
+from kdpipe.methods.base import DistillContext
+from kdpipe.methods.registry import get_method
+from kdpipe.models import build_student
+from kdpipe.signals import read_logits, read_mc
+from kdpipe.store import make_manifest
+from kdpipe.training import TrainSettings, accuracy_validator, fit, save_trained, work_paths
+
+
+def load_signals(names: tuple[str, ...], signal_dir: Path, row_ids, device: torch.device) -> dict:
+    """The cached signals ``names`` of one teacher on the train split, checked, as tensors on ``device``."""
+    out = {}
+    if "logits" in names:
+        logits, labels = read_logits(signal_dir / "logits.parquet", row_ids)
+        out.update(logits=torch.as_tensor(logits, device=device), labels=labels)
+    if "mc" in names:
+        probs, scores = read_mc(signal_dir / "mc.npy", row_ids, out.get("labels"))
+        out.update(mc=torch.as_tensor(probs, device=device), mc_scores=scores,
+                   certainty=torch.as_tensor(scores["certainty"].to_numpy(), device=device))
+        out.setdefault("labels", json.loads((signal_dir / "mc.json").read_text())["labels"])
+    return out
+
+
+def distill(params: dict, data_dir: Path, signals_root: Path, out_dir: Path) -> dict:
+    method = get_method(params["method"])
+    device = pick_device()
+    labels = read_labels(data_dir)
+    train = read_split(data_dir, "train")
+    valid = read_split(data_dir, "validation")
+    row_ids = train["row_id"].to_numpy()
+    teachers = list(params["teachers"])
+    signals = {t: load_signals(method.signals, Path(signals_root) / t / "train", row_ids, device) for t in teachers}
+    blocks = teacher_blocks({t: signals[t]["labels"] for t in teachers}, labels, policy=method.teacher_classes,
+                            where=f"student with method {method.name}")
+    settings = TrainSettings.from_params(params)
+    model, tokenizer = build_student(params["model"], labels, seed=settings.seed)
+    ctx = DistillContext(labels=labels, teachers=teachers, blocks=blocks, signals=signals, device=device,
+                         student_config=model.config)
+    objective = importlib.import_module(method.module).build(ctx, params.get("method_args") or {})
+
+    enc_train = encode_frame(tokenizer, train, max_length=params["max_length"],
+                             label_ids=train["label_id"].to_numpy())
+    valid_y = valid["label_id"].to_numpy()
+    enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
+    validate = accuracy_validator(
+        probs_predictor(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device), valid_y)
+    resume, log_path = work_paths(Path(out_dir))
+    result = fit(model, train=enc_train, loss_fn=objective.loss, validate=validate, settings=settings,
+                 device=device, log_path=log_path, resume_dir=resume,
+                 resume_key=json.dumps(params, sort_keys=True), extra_modules=objective.extra_modules,
+                 desc=f"student ({method.name})")
+    manifest = make_manifest("student", config=params, labels=labels, method=method.name, teachers=teachers,
+                             tokenizer=params["model"], rows={"train": len(train), "validation": len(valid)})
+    save_trained(out_dir, model, tokenizer, labels, result, manifest)
+    return manifest

@@ -1,0 +1,47 @@
+"""What a method receives (:class:`DistillContext`) and returns (:class:`Objective`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from kdpipe.batching import model_inputs
+
+
+@dataclass
+class DistillContext:
+    """Everything a method may read: cached teacher signals on the train split, never a teacher model.
+
+    ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, row order of the train split),
+    ``"mc"`` (tensor [N, C_k] mean MC-dropout probabilities) and ``"mc_scores"`` (DataFrame).
+    ``blocks[teacher]``: student-label index of each of the teacher's local classes.
+    """
+
+    labels: list[str]
+    teachers: list[str]
+    blocks: dict[str, np.ndarray]
+    signals: dict[str, dict]
+    device: torch.device
+    student_config: object = None
+
+    def signal(self, teacher: str, name: str):
+        return self.signals[teacher][name]
+
+    def block(self, teacher: str) -> torch.Tensor:
+        return torch.as_tensor(self.blocks[teacher], device=self.device)
+
+
+@dataclass
+class Objective:
+    """``loss(model, batch) -> (loss, terms)``; ``extra_modules``: ``{name: (module, lr)}`` trained alongside."""
+
+    loss: Callable
+    extra_modules: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
+
+
+def student_logits(model: nn.Module, batch: dict) -> torch.Tensor:
+    return model(**model_inputs(batch)).logits

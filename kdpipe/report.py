@@ -1,0 +1,354 @@
+"""The report stage: compare every evaluated model in tables (summary.tsv, summary.md) and plots (reliability.png,
+metrics.png), from the per-model evaluation JSONs written by the evaluate stage.
+
+A row of the summary is one base model on one split; the seeds of a base model (``vkd.seed1``, ``vkd.seed2``...)
+are summarised by their mean and sample standard deviation (ddof=1), because seed variation is the yardstick a
+difference between methods has to beat. Reliability diagrams pool the seeds' bins (count-weighted), which is the
+diagram of all their predictions together; their titles show the mean ECE of the table, so numbers agree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kdpipe.store import KdpipeError, atomic_path, read_json
+
+REQUIRED_FIELDS = ("model", "base", "kind", "method", "seed", "split", "params", "train_time_s", "classes", "metrics")
+REQUIRED_METRICS = ("accuracy", "macro_f1", "nll", "ece", "brier", "reliability")
+REQUIRED_BINS = ("bin_edges", "count", "confidence", "accuracy")
+TABLE_METRICS = ("accuracy", "macro_f1", "nll", "ece", "brier")
+# Columns that differ between seeds and so get a mean and a std; params is a property of the architecture.
+AVERAGED = (*TABLE_METRICS, "train_time_s")
+TSV_COLUMNS = (
+    "split", "model", "kind", "method", "classes", "seeds", "params",
+    *(name for column in AVERAGED for name in (column, f"{column}_std")),
+)  # fmt: skip
+SPLIT_ORDER = ("test", "validation")
+KIND_ORDER = ("teacher", "student")
+
+TEACHER_HATCH = "///"
+ACCURACY_BAR_COLOUR, GAP_COLOUR = "#7FA7D6", "#C44E52"
+METRIC_COLOURS = {"accuracy": "#4C72B0", "macro_f1": "#DD8452", "ece": "#55A868", "nll": "#8172B3"}
+
+
+def build_report(eval_paths: list[str | Path], out_dir: str | Path) -> None:
+    """Write summary.tsv, summary.md, reliability.png and metrics.png for ``eval_paths`` into ``out_dir``."""
+    if not eval_paths:
+        raise KdpipeError("report: no evaluation files given")
+    runs = _runs_table([_read_eval(path) for path in eval_paths])
+    summary = _summarise(runs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out_dir / "summary.tsv") as tmp:
+        summary[list(TSV_COLUMNS)].to_csv(tmp, sep="\t", index=False, na_rep="", float_format="%.6g")
+    with atomic_path(out_dir / "summary.md") as tmp:
+        tmp.write_text(_summary_markdown(summary))
+    # Plots show one split (test when there is one): reliability on the validation split says little more.
+    shown = summary[summary["split"] == summary["split"].iloc[0]]
+    _plot_reliability(shown, out_dir / "reliability.png")
+    _plot_metrics(shown, out_dir / "metrics.png")
+
+
+# ---- reading and summarising ---------------------------------------------------------------------------------
+
+
+def _read_eval(path: str | Path) -> dict:
+    """An evaluation JSON, checked for every field the report uses."""
+    record = read_json(path)
+    missing = [f for f in REQUIRED_FIELDS if f not in record]
+    metrics = record.get("metrics") or {}
+    missing += [f"metrics.{f}" for f in REQUIRED_METRICS if metrics.get(f) is None]
+    if isinstance(metrics.get("reliability"), dict):
+        missing += [f"metrics.reliability.{f}" for f in REQUIRED_BINS if f not in metrics["reliability"]]
+    if missing:
+        raise KdpipeError(f"{path}: evaluation lacks field(s) {', '.join(missing)}; re-run its evaluate job")
+    if not record["classes"]:
+        raise KdpipeError(f"{path}: evaluation has an empty 'classes' list")
+    return {**record, "source": str(path)}
+
+
+def _runs_table(records: list[dict]) -> pd.DataFrame:
+    """One row per evaluation file, metrics flattened into columns, in input order."""
+    runs = pd.DataFrame(
+        [
+            {
+                "source": r["source"], "model": r["model"], "base": r["base"], "kind": r["kind"],
+                "method": r["method"], "split": r["split"], "n_classes": len(r["classes"]),
+                "params": r["params"], "train_time_s": r["train_time_s"],
+                **{m: r["metrics"][m] for m in TABLE_METRICS}, "reliability": r["metrics"]["reliability"],
+            }  # fmt: skip
+            for r in records
+        ]
+    )
+    duplicated = runs[runs.duplicated(["model", "split"], keep=False)]
+    if not duplicated.empty:
+        raise KdpipeError(
+            f"report: model '{duplicated['model'].iloc[0]}' on split '{duplicated['split'].iloc[0]}' is given "
+            f"more than once: {', '.join(duplicated['source'])}"
+        )
+    for column in ("params", *AVERAGED):
+        runs[column] = pd.to_numeric(runs[column]).astype(float)
+    return runs
+
+
+def _summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (split, base model): seeds as mean/std, ordered test first, teachers first, then input order."""
+    total_classes = runs["n_classes"].max()
+    rows = []
+    for (split, base), group in runs.groupby(["split", "base"], sort=False):
+        for column in ("kind", "method", "n_classes"):
+            if group[column].nunique(dropna=False) > 1:
+                raise KdpipeError(
+                    f"report: models {', '.join(group['model'])} share the base name '{base}' but differ in "
+                    f"'{column}' ({', '.join(map(str, group[column].unique()))})"
+                )
+        first = group.iloc[0]
+        rows.append(
+            {
+                "split": split, "model": base, "kind": first["kind"], "method": first["method"],
+                "n_classes": first["n_classes"], "classes": f"{first['n_classes']}/{total_classes}",
+                "seeds": len(group), "params": first["params"],
+                **{c: group[c].mean() for c in AVERAGED},
+                **{f"{c}_std": group[c].std(ddof=1) for c in AVERAGED},
+                "reliability": _pool_reliability(group),
+            }  # fmt: skip
+        )
+    summary = pd.DataFrame(rows)
+    summary["params"] = summary["params"].round().astype("Int64")
+    splits = [s for s in SPLIT_ORDER if s in set(summary["split"])]
+    splits += [s for s in summary["split"].unique() if s not in splits]
+    rank = {
+        "split": summary["split"].map(splits.index),
+        "kind": summary["kind"].map(lambda k: KIND_ORDER.index(k) if k in KIND_ORDER else len(KIND_ORDER)),
+    }
+    order = pd.DataFrame(rank).sort_values(["split", "kind"], kind="stable").index
+    return summary.loc[order].reset_index(drop=True)
+
+
+def _pool_reliability(group: pd.DataFrame) -> dict:
+    """The seeds' reliability bins merged: counts add, per-bin confidence/accuracy are count-weighted means."""
+    bins = list(group["reliability"])
+    edges = np.asarray(bins[0]["bin_edges"], dtype=float)
+    if any(not np.allclose(b["bin_edges"], edges) for b in bins[1:]):
+        raise KdpipeError(f"report: {', '.join(group['model'])} were evaluated with different reliability bins")
+    count = np.sum([b["count"] for b in bins], axis=0).astype(float)
+
+    def pooled(key: str) -> np.ndarray:
+        # Empty bins hold None (NaN here) and count 0: they add nothing to the weighted sum.
+        weighted = [np.nan_to_num(np.asarray(b[key], dtype=float)) * np.asarray(b["count"]) for b in bins]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.sum(weighted, axis=0) / count
+
+    return {"bin_edges": edges, "count": count, "confidence": pooled("confidence"), "accuracy": pooled("accuracy")}
+
+
+# ---- Markdown ------------------------------------------------------------------------------------------------
+
+MARKDOWN_HEADER = (
+    "model", "kind", "method", "classes", "seeds", "params",
+    "accuracy (%)", "macro-F1 (%)", "NLL", "ECE", "Brier", "train time",
+)  # fmt: skip
+MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method"}
+
+
+def _summary_markdown(summary: pd.DataFrame) -> str:
+    """The summary as Markdown: a table per split, mean ± sample std over seeds, rounded for reading."""
+    parts = [
+        "# Model comparison\n",
+        "One row per model; with several seeds, mean ± sample standard deviation over seeds. "
+        "Teachers trained on a subset of the classes are evaluated on their own classes only (column *classes*), "
+        "so their scores are not directly comparable with full-label-space models.\n",
+    ]
+    for split, table in summary.groupby("split", sort=False):
+        rows = [_markdown_row(row) for row in table.itertuples(index=False)]
+        parts.append(f"## {split} split\n\n{_markdown_table(rows)}\n")
+    return "\n".join(parts)
+
+
+def _markdown_row(row) -> list[str]:
+    return [
+        str(row.model), str(row.kind), _text(row.method), row.classes,
+        str(row.seeds), _format_params(row.params),
+        _format_mean_std(row.accuracy, row.accuracy_std, 1, scale=100),
+        _format_mean_std(row.macro_f1, row.macro_f1_std, 1, scale=100),
+        _format_mean_std(row.nll, row.nll_std, 3),
+        _format_mean_std(row.ece, row.ece_std, 3),
+        _format_mean_std(row.brier, row.brier_std, 3),
+        _format_duration(row.train_time_s, row.train_time_s_std),
+    ]  # fmt: skip
+
+
+def _markdown_table(rows: list[list[str]]) -> str:
+    align = ["---" if name in MARKDOWN_LEFT_ALIGNED else "---:" for name in MARKDOWN_HEADER]
+    lines = [MARKDOWN_HEADER, align, *rows]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+def _text(value) -> str:
+    """A table cell for a value that may be missing (a teacher's method is null)."""
+    return "—" if pd.isna(value) else str(value)
+
+
+def _format_mean_std(mean: float, std: float, digits: int, scale: float = 1.0, unit: str = "") -> str:
+    if pd.isna(mean):
+        return "—"
+    text = f"{mean * scale:.{digits}f}"
+    if not pd.isna(std):
+        text += f" ± {std * scale:.{digits}f}"
+    return text + unit
+
+
+def _format_duration(seconds: float, std: float) -> str:
+    """Seconds below 100 s, minutes below 100 min, hours beyond; the std in the mean's unit."""
+    if pd.isna(seconds):
+        return "—"
+    scale, unit = (1, " s") if seconds < 100 else (1 / 60, " min") if seconds < 6000 else (1 / 3600, " h")
+    return _format_mean_std(seconds, std, 1, scale=scale, unit=unit)
+
+
+def _format_params(params: float) -> str:
+    if pd.isna(params):
+        return "—"
+    for scale, suffix in ((1e9, "B"), (1e6, "M")):
+        if params >= scale:
+            return f"{params / scale:.1f}{suffix}"
+    return f"{params / 1e3:.0f}K"
+
+
+# ---- plots ---------------------------------------------------------------------------------------------------
+
+
+def _pyplot():
+    """pyplot on the Agg backend: report jobs run on headless nodes, where an interactive backend would fail."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _model_label(row) -> str:
+    """Two-line label: the model, then what it is (teachers: how many classes they cover)."""
+    if row.kind == "teacher":
+        return f"{row.model}\nteacher · {row.classes} classes"
+    seeds = f"{row.seeds} seeds" if row.seeds > 1 else "1 seed"
+    return f"{row.model}\n{_text(row.method)} · {seeds}"
+
+
+def _save(fig, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+
+
+def _plot_reliability(summary: pd.DataFrame, path: Path) -> None:
+    """A grid of reliability diagrams, one per model, each above a histogram of how many examples fall per bin."""
+    plt = _pyplot()
+    n_models = len(summary)
+    ncols = min(n_models, 4)
+    nrows = -(-n_models // ncols)
+    fig = plt.figure(figsize=(max(3.4 * ncols, 5.0), 4.4 * nrows + 0.6), layout="constrained")
+    cells = fig.add_gridspec(nrows, ncols)
+    for i, row in enumerate(summary.itertuples(index=False)):
+        inner = cells[i // ncols, i % ncols].subgridspec(2, 1, height_ratios=(3.2, 1), hspace=0.05)
+        ax, ax_hist = fig.add_subplot(inner[0]), fig.add_subplot(inner[1])
+        _draw_reliability(ax, ax_hist, row, first_column=i % ncols == 0)
+    # One legend below the grid: inside a panel it would hide the bars of some model or other.
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, frameon=False, fontsize=9)
+    split = summary["split"].iloc[0]
+    fig.suptitle(f"Reliability on the {split} split\n(bins pooled over seeds)", fontsize=12)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _draw_reliability(ax, ax_hist, row, first_column: bool) -> None:
+    bins = row.reliability
+    edges, count = bins["bin_edges"], bins["count"]
+    left, width = edges[:-1], np.diff(edges)
+    filled = count > 0
+    accuracy, confidence = bins["accuracy"][filled], bins["confidence"][filled]
+
+    ax.bar(left[filled], accuracy, width[filled], align="edge", color=ACCURACY_BAR_COLOUR, edgecolor="white",
+           linewidth=0.6, label="accuracy")  # fmt: skip
+    # Hatched, not filled: an under-confident bin's gap lies over its accuracy bar and must stay readable there.
+    ax.bar(left[filled], confidence - accuracy, width[filled], bottom=accuracy, align="edge", facecolor="none",
+           edgecolor=GAP_COLOUR, hatch="////", linewidth=0.8, label="gap to mean confidence")  # fmt: skip
+    ax.plot([0, 1], [0, 1], linestyle="--", color="0.3", linewidth=1, label="perfect calibration")
+    ece = _format_mean_std(row.ece, row.ece_std, 3)
+    ax.set_title(f"{_model_label(row)}\nECE = {ece}", fontsize=10)
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    ax.tick_params(labelbottom=False, labelsize=8)
+    ax.grid(alpha=0.3, linewidth=0.5)
+
+    ax_hist.bar(left, 100 * count / count.sum(), width, align="edge", color="0.55", edgecolor="white",
+                linewidth=0.6)  # fmt: skip
+    ax_hist.set(xlim=(0, 1))
+    ax_hist.set_xlabel("confidence (max probability)", fontsize=9)
+    ax_hist.tick_params(labelsize=8)
+    ax_hist.grid(axis="y", alpha=0.3, linewidth=0.5)
+    if first_column:
+        ax.set_ylabel("accuracy", fontsize=9)
+        ax_hist.set_ylabel("% examples", fontsize=9)
+
+
+def _plot_metrics(summary: pd.DataFrame, path: Path) -> None:
+    """Horizontal grouped bars per model: accuracy and macro-F1, ECE, NLL; error bars are the seed std."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    n_models = len(summary)
+    fig, axes = plt.subplots(
+        1, 3, figsize=(14, 1.6 + 0.75 * n_models), sharey=True, layout="constrained",
+        gridspec_kw={"width_ratios": (1.6, 1, 1)},
+    )  # fmt: skip
+    y = np.arange(n_models)
+    teacher = (summary["kind"] == "teacher").to_numpy()
+    panels = (
+        (axes[0], (("accuracy", -0.2), ("macro_f1", 0.2)), 100, "{:.1f}", "accuracy and macro-F1 (%) ↑"),
+        (axes[1], (("ece", 0.0),), 1, "{:.3f}", "ECE ↓"),
+        (axes[2], (("nll", 0.0),), 1, "{:.3f}", "NLL (nats) ↓"),
+    )
+    for ax, metrics, scale, fmt, title in panels:
+        height = 0.8 / len(metrics)
+        for metric, offset in metrics:
+            values = scale * summary[metric].to_numpy()
+            errors = scale * summary[f"{metric}_std"].to_numpy()
+            _hbars(ax, y + offset, values, errors, height * 0.92, METRIC_COLOURS[metric], teacher, fmt)
+        ax.set_title(title, fontsize=11)
+        ax.set_xlim(0, _upper_limit(summary, metrics, scale))
+        ax.grid(axis="x", alpha=0.3, linewidth=0.5)
+        ax.tick_params(labelsize=9)
+    axes[0].set_yticks(y, [_model_label(row) for row in summary.itertuples(index=False)], fontsize=9)
+    axes[0].invert_yaxis()
+
+    handles = [Patch(color=METRIC_COLOURS[m], label=label) for m, label in
+               (("accuracy", "accuracy"), ("macro_f1", "macro-F1"), ("ece", "ECE"), ("nll", "NLL"))]  # fmt: skip
+    handles.append(Patch(facecolor="white", edgecolor="0.3", hatch=TEACHER_HATCH, label="teacher (own classes)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False, fontsize=9)
+    split = summary["split"].iloc[0]
+    fig.suptitle(f"Models on the {split} split (error bars: std over seeds)", fontsize=13)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _hbars(ax, y, values, errors, height, colour, teacher, fmt) -> None:
+    """Bars with teachers hatched, error bars where a std exists, and the value written after each bar."""
+    bars = ax.barh(y, values, height, color=colour, edgecolor="white", linewidth=0.6)
+    for bar, is_teacher in zip(bars, teacher):
+        if is_teacher:
+            bar.set_hatch(TEACHER_HATCH)
+    has_std = ~np.isnan(errors)
+    ax.errorbar(values[has_std], y[has_std], xerr=errors[has_std], fmt="none", ecolor="0.15", capsize=3,
+                linewidth=1)  # fmt: skip
+    for yi, value, error in zip(y, values, np.nan_to_num(errors)):
+        ax.annotate(fmt.format(value), (value + error, yi), xytext=(3, 0), textcoords="offset points",
+                    va="center", fontsize=8)  # fmt: skip
+
+
+def _upper_limit(summary: pd.DataFrame, metrics, scale: float) -> float:
+    """Room to the right of the longest bar (plus its error) for the value written after it."""
+    ends = [scale * (summary[m] + summary[f"{m}_std"].fillna(0)).max() for m, _ in metrics]
+    return max(ends) * 1.18 or 1.0

@@ -1,0 +1,122 @@
+"""Reading and writing artifacts: atomic outputs, JSON, manifests and their checks (DESIGN.md, "Contracts").
+
+Every output is first written under a temporary name beside its final path and renamed into place only when
+complete, so a killed job never leaves a file or directory that looks finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from kdpipe import __version__
+
+
+class KdpipeError(Exception):
+    """An error caused by the user's input or configuration; the CLI prints it without a traceback."""
+
+
+class ArtifactError(KdpipeError):
+    """An artifact on disk does not fit what its reader expects (row count, labels, tokenizer, kind)."""
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; move it onto ``path`` only if the block finishes.
+
+    For ``directory=True`` the temporary path is an (empty) directory; an existing directory at ``path`` is
+    replaced. On an exception the temporary path is removed and nothing at ``path`` changes.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if directory:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    else:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+    try:
+        yield tmp
+        _default_permissions(tmp)
+        if directory:
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+
+
+def _default_permissions(path: Path) -> None:
+    """mkstemp/mkdtemp create private (0600/0700) paths; give outputs the usual umask-based modes, so a shared
+    cache or a lab's results directory stays readable by others."""
+    umask = os.umask(0)
+    os.umask(umask)
+    paths = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for p in paths:
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~umask)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.exists():
+        raise ArtifactError(f"{path}: missing (was the stage that writes it run?)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ArtifactError(f"{path}: not valid JSON ({err})") from err
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def make_manifest(kind: str, *, config: Any = None, **fields: Any) -> dict:
+    """A manifest: what the artifact is, the config slice that made it, plus any checked fields.
+
+    Conventional fields: ``rows`` (row count), ``labels`` (label list in output order), ``tokenizer``,
+    ``inputs`` (paths or fingerprints of what it was made from), ``split``, ``dataset``.
+    """
+    return {"kind": kind, "kdpipe_version": __version__, "config": config, **fields}
+
+
+def check_manifest(manifest: dict, source: str | Path, **expected: Any) -> dict:
+    """Fail with a message naming ``source`` and the field when a manifest field differs from ``expected``."""
+    for key, want in expected.items():
+        have = manifest.get(key)
+        if have != want:
+            raise ArtifactError(
+                f"{source}: manifest field '{key}' is {_short(have)} but the reader expects {_short(want)}; "
+                "the artifact was made for other data or another model: rebuild it"
+            )
+    return manifest
+
+
+def read_manifest(path: str | Path, *, kind: str | None = None, **expected: Any) -> dict:
+    """Read a manifest and check its ``kind`` and any ``expected`` fields."""
+    manifest = read_json(path)
+    if kind is not None:
+        expected = {"kind": kind, **expected}
+    return check_manifest(manifest, path, **expected)
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, default=_json_default)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

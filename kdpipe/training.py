@@ -1,0 +1,267 @@
+"""The one training loop shared by teacher fine-tuning and every distillation method (DESIGN.md, "Style").
+
+AdamW with linear warmup and decay, gradient clipping, length-bucketed batches, bf16 autocast on CUDA,
+evaluation on validation after each epoch keeping the best weights, a tqdm progress bar, a JSONL training log,
+and resume: the full state (model and extra modules, optimiser, scheduler, best weights, history, position in the
+epoch) is checkpointed atomically to a resume directory outside the job's declared outputs (Snakemake deletes
+those before a rerun), after every epoch and every ``checkpoint_every`` steps. A resume directory made by another
+configuration (different ``resume_key``) is discarded, never reused.
+
+A method differs only by its ``loss_fn(model, batch) -> (loss, {name: float})`` and, when it trains modules of its
+own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from kdpipe.batching import Encoded, collate, training_batches
+from kdpipe.device import autocast
+from kdpipe.models import count_parameters, save_model
+from kdpipe.store import atomic_path, read_json, write_json
+
+LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
+
+
+@dataclass
+class TrainSettings:
+    epochs: int
+    lr: float
+    batch_size: int = 16
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 200
+    log_every: int = 10
+
+    @classmethod
+    def from_params(cls, params: dict) -> "TrainSettings":
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in params.items() if k in names})
+
+
+@dataclass
+class FitResult:
+    best_state: dict
+    best_metrics: dict
+    best_epoch: int
+    history: list = field(default_factory=list)
+    train_time_s: float = 0.0
+
+
+def _state_on_cpu(module: nn.Module) -> dict:
+    return {k: v.detach().to("cpu").clone().contiguous() for k, v in module.state_dict().items()}
+
+
+def _save_state(state: dict, path: Path) -> None:
+    # Tied weights share storage; safetensors refuses shared tensors, so store independent copies.
+    save_file({k: v.clone().contiguous() for k, v in state.items()}, str(path))
+
+
+def _param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: float) -> list[dict]:
+    """AdamW groups: no weight decay on biases and LayerNorm weights (the usual BERT recipe)."""
+    groups = []
+    for module, lr in modules.values():
+        decay, no_decay = [], []
+        for name, p in module.named_parameters():
+            if p.requires_grad:
+                (no_decay if p.ndim < 2 else decay).append(p)
+        groups += [{"params": decay, "lr": lr, "weight_decay": weight_decay},
+                   {"params": no_decay, "lr": lr, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+class _Checkpoint:
+    """The resume directory: ``state.json`` + weights, replaced atomically as a whole."""
+
+    def __init__(self, root: Path | None, key: str):
+        self.root, self.key = (Path(root) if root else None), key
+
+    def load(self) -> dict | None:
+        if self.root is None or not (self.root / "state.json").exists():
+            return None
+        state = read_json(self.root / "state.json")
+        if state.get("resume_key") != self.key:
+            shutil.rmtree(self.root)  # made by another configuration: never resume from it
+            return None
+        return state
+
+    def save(self, state: dict, tensors: dict[str, dict], optimizer, scheduler) -> None:
+        if self.root is None:
+            return
+        with atomic_path(self.root, directory=True) as tmp:
+            for name, sd in tensors.items():
+                _save_state(sd, tmp / f"{name}.safetensors")
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "torch_rng": torch.get_rng_state()}, tmp / "optim.pt")
+            write_json(tmp / "state.json", {**state, "resume_key": self.key})
+
+    def tensors(self, name: str) -> dict:
+        return load_file(str(self.root / f"{name}.safetensors"))
+
+    def optim(self) -> dict:
+        return torch.load(self.root / "optim.pt", weights_only=True)
+
+    def clear(self) -> None:
+        if self.root is not None and self.root.exists():
+            shutil.rmtree(self.root)
+
+
+def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable[[nn.Module], dict],
+        settings: TrainSettings, device: torch.device, log_path: Path | None = None,
+        resume_dir: Path | None = None, resume_key: str = "", extra_modules: dict | None = None,
+        desc: str = "train") -> FitResult:
+    """Train ``model`` (plus ``extra_modules``: ``{name: (module, lr)}``) and return the best validation state.
+
+    ``validate(model)`` returns a dict with a ``score`` (higher is better, e.g. accuracy).
+    """
+    torch.manual_seed(settings.seed)
+    modules = {"model": (model, settings.lr), **(extra_modules or {})}
+    for module, _ in modules.values():
+        module.to(device)
+    optimizer = torch.optim.AdamW(_param_groups(modules, settings.weight_decay), lr=settings.lr)
+    steps_per_epoch = math.ceil(len(train) / settings.batch_size)
+    total = steps_per_epoch * settings.epochs
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total), total)
+    lengths = train.lengths
+
+    ckpt = _Checkpoint(resume_dir, resume_key)
+    state = ckpt.load()
+    if state:
+        for name, (module, _) in modules.items():
+            module.load_state_dict(ckpt.tensors(name))
+        optim = ckpt.optim()
+        optimizer.load_state_dict(optim["optimizer"])
+        scheduler.load_state_dict(optim["scheduler"])
+        torch.set_rng_state(optim["torch_rng"])
+        best_state = ckpt.tensors("best") if state["best_epoch"] >= 0 else _state_on_cpu(model)
+        print(f"[kdpipe] resuming {desc} at epoch {state['epoch']} step {state['step_in_epoch']}", file=sys.stderr)
+    else:
+        state = {"epoch": 0, "step_in_epoch": 0, "best_score": -math.inf, "best_metrics": {}, "best_epoch": -1,
+                 "history": [], "train_time_s": 0.0}
+        best_state = _state_on_cpu(model)
+    log = open(log_path, "a") if log_path else None
+
+    def checkpoint():
+        tensors = {name: _state_on_cpu(m) for name, (m, _) in modules.items()}
+        tensors["best"] = best_state
+        ckpt.save(state, tensors, optimizer, scheduler)
+
+    def write_log(record: dict):
+        if log:
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+
+    try:
+        while state["epoch"] < settings.epochs:
+            epoch = state["epoch"]
+            batches = training_batches(lengths, settings.batch_size, seed=settings.seed, epoch=epoch)
+            for module, _ in modules.values():
+                module.train()
+            started = time.perf_counter()
+            bar = tqdm(total=len(batches), initial=state["step_in_epoch"], desc=f"{desc} epoch {epoch + 1}/"
+                       f"{settings.epochs}", file=sys.stderr, dynamic_ncols=True, mininterval=5)
+            for step in range(state["step_in_epoch"], len(batches)):
+                batch = collate(train, batches[step], device)
+                with autocast(device):
+                    loss, terms = loss_fn(model, batch)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"{desc}: loss is {loss.item()} at epoch {epoch + 1} step {step}")
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                params = [p for g in optimizer.param_groups for p in g["params"]]
+                torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
+                state["step_in_epoch"] = step + 1
+                if step % settings.log_every == 0:
+                    write_log({"epoch": epoch + 1, "step": step, "loss": loss.item(),
+                               "lr": scheduler.get_last_lr()[0], **terms})
+                if settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0:
+                    state["train_time_s"] += time.perf_counter() - started
+                    started = time.perf_counter()
+                    checkpoint()
+            bar.close()
+            state["train_time_s"] += time.perf_counter() - started
+            for module, _ in modules.values():
+                module.eval()
+            metrics = validate(model)
+            improved = metrics["score"] > state["best_score"]
+            if improved:
+                state.update(best_score=metrics["score"], best_metrics=metrics, best_epoch=epoch + 1)
+                best_state = _state_on_cpu(model)
+            record = {"epoch": epoch + 1, "validation": metrics, "best": improved,
+                      "train_time_s": round(state["train_time_s"], 2)}
+            state["history"].append(record)
+            write_log(record)
+            print(f"[kdpipe] {desc} epoch {epoch + 1}: validation {metrics}", file=sys.stderr)
+            state.update(epoch=epoch + 1, step_in_epoch=0)
+            checkpoint()
+    finally:
+        if log:
+            log.close()
+    return FitResult(best_state=best_state, best_metrics=state["best_metrics"], best_epoch=state["best_epoch"],
+                     history=state["history"], train_time_s=state["train_time_s"])
+
+
+def work_paths(out_dir: Path) -> tuple[Path, Path]:
+    """The resume directory and the JSONL training log of the job writing ``out_dir``.
+
+    Both live beside the output, outside it (Snakemake deletes declared outputs before a rerun); the log is appended
+    to across resumes and moved into the output by :func:`finish`.
+    """
+    out_dir = Path(out_dir)
+    work = out_dir.parent / ".resume"
+    work.mkdir(parents=True, exist_ok=True)
+    return work / out_dir.name, work / f"{out_dir.name}.train_log.jsonl"
+
+
+def finish(out_tmp: Path, out_dir: Path) -> None:
+    """Move the training log into the (temporary) output dir and drop the resume state."""
+    resume, log = work_paths(out_dir)
+    if log.exists():
+        shutil.move(str(log), out_tmp / "train_log.jsonl")
+    _Checkpoint(resume, "").clear()
+
+
+def accuracy_validator(predict_probs: Callable[[nn.Module], np.ndarray], labels: np.ndarray):
+    """``validate`` for classification: score = accuracy of ``predict_probs(model)`` against ``labels``."""
+    def validate(model: nn.Module) -> dict:
+        probs = predict_probs(model)
+        acc = float((probs.argmax(1) == labels).mean()) if len(labels) else 0.0
+        nll = float(-np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, None)).mean()) if len(labels) else 0.0
+        return {"score": acc, "accuracy": acc, "nll": nll}
+    return validate
+
+
+def save_trained(out_dir: Path, model: nn.Module, tokenizer, labels: list[str], result: FitResult,
+                 manifest: dict) -> None:
+    """Write a trained model's directory atomically: the best weights (safetensors) and tokenizer,
+    ``labels.json`` (output order), ``metrics.json`` (best validation, train time, params, history),
+    ``manifest.json`` and ``train_log.jsonl``; then drop the resume state."""
+    model.load_state_dict(result.best_state)
+    with atomic_path(out_dir, directory=True) as tmp:
+        save_model(model.cpu(), tokenizer, tmp)
+        write_json(tmp / "labels.json", labels)
+        write_json(tmp / "metrics.json", {"best_epoch": result.best_epoch, "validation": result.best_metrics,
+                                          "train_time_s": result.train_time_s, "params": count_parameters(model),
+                                          "history": result.history})
+        write_json(tmp / "manifest.json", manifest)
+        finish(tmp, Path(out_dir))

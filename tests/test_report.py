@@ -1,0 +1,156 @@
+"""kdpipe.report on synthetic evaluation files: table rows, seed mean/std, Markdown, and that the plots render."""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kdpipe.metrics import reliability_bins
+from kdpipe.report import TSV_COLUMNS, _pool_reliability, build_report
+from kdpipe.store import KdpipeError, read_json, write_json
+
+CLASSES = ["business", "entertainment", "politics", "sport", "tech"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# Student "vkd", three seeds, test split: (accuracy, ece, train_time_s).
+VKD_TEST = {1: (0.90, 0.05, 100.0), 2: (0.92, 0.03, 110.0), 3: (0.97, 0.04, 120.0)}
+
+
+def _metrics(accuracy: float, ece: float, n_classes: int, seed: int) -> dict:
+    """Metrics with chosen scalars and real reliability bins from synthetic, fairly confident predictions."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, n_classes, size=400)
+    logits = rng.normal(size=(400, n_classes))
+    logits[np.arange(400), labels] += 3.0
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    return {
+        "n": 400, "accuracy": accuracy, "macro_f1": accuracy - 0.01, "nll": 1 - accuracy, "ece": ece,
+        "brier": (1 - accuracy) / 2, "reliability": reliability_bins(probs, labels),
+    }  # fmt: skip
+
+
+def _eval(model, base, kind, method, seed, split, classes, accuracy, ece, train_time_s, params):
+    return {
+        "model": model, "base": base, "kind": kind, "method": method, "seed": seed, "split": split,
+        "params": params, "train_time_s": train_time_s, "classes": classes,
+        "metrics": _metrics(accuracy, ece, len(classes), seed=zlib.crc32(f"{model}/{split}".encode())),
+    }  # fmt: skip
+
+
+@pytest.fixture
+def eval_paths(tmp_path):
+    """Student evaluations first and validation before test, so the report has to reorder them."""
+    records = []
+    for split, shift in (("validation", 0.01), ("test", 0.0)):
+        for seed, (accuracy, ece, seconds) in VKD_TEST.items():
+            records.append(
+                _eval(f"vkd.seed{seed}", "vkd", "student", "vanilla_kd", seed, split, CLASSES,
+                      accuracy + shift, ece, seconds, 11_200_000)  # fmt: skip
+            )
+        records.append(_eval("bert-a", "bert-a", "teacher", None, None, split, CLASSES[:2], 0.98, 0.02, 900.0,
+                             22_700_000))  # fmt: skip
+        records.append(_eval("bert-b", "bert-b", "teacher", None, 7, split, CLASSES[2:], 0.96, 0.03, 950.0,
+                             22_700_000))  # fmt: skip
+    paths = []
+    for record in records:
+        path = tmp_path / "eval" / record["model"] / f"{record['split']}.json"
+        write_json(path, record)
+        paths.append(path)
+    return paths
+
+
+def test_summary_table(eval_paths, tmp_path):
+    out = tmp_path / "report"
+    build_report(eval_paths, out)
+    table = pd.read_csv(out / "summary.tsv", sep="\t")
+
+    assert list(table.columns) == list(TSV_COLUMNS)
+    assert list(zip(table["split"], table["model"])) == [
+        ("test", "bert-a"), ("test", "bert-b"), ("test", "vkd"),
+        ("validation", "bert-a"), ("validation", "bert-b"), ("validation", "vkd"),
+    ]  # fmt: skip
+    assert list(table["kind"][:3]) == ["teacher", "teacher", "student"]
+    assert list(table["classes"][:3]) == ["2/5", "3/5", "5/5"]
+    assert list(table["seeds"][:3]) == [1, 1, 3]
+    assert table["method"][:2].isna().all() and table["method"][2] == "vanilla_kd"
+    assert table["params"][0] == 22_700_000
+
+    vkd = table.iloc[2]
+    # accuracy 0.90, 0.92, 0.97: mean 0.93; deviations -0.03, -0.01, 0.04 -> std sqrt(0.0026 / 2) = 0.036056.
+    assert vkd["accuracy"] == pytest.approx(0.93, abs=1e-6)
+    assert vkd["accuracy_std"] == pytest.approx(math.sqrt(0.0013), abs=1e-6)
+    # ece 0.05, 0.03, 0.04: mean 0.04, std 0.01. Train time 100, 110, 120 s: mean 110, std 10.
+    assert vkd["ece"] == pytest.approx(0.04, abs=1e-6)
+    assert vkd["ece_std"] == pytest.approx(0.01, abs=1e-6)
+    assert vkd["train_time_s"] == pytest.approx(110.0)
+    assert vkd["train_time_s_std"] == pytest.approx(10.0)
+    assert table.iloc[5]["accuracy"] == pytest.approx(0.94, abs=1e-6)
+    # One seed: no std at all, rather than a misleading 0.
+    assert table["accuracy_std"][:2].isna().all()
+
+
+def test_summary_markdown(eval_paths, tmp_path):
+    build_report(eval_paths, tmp_path / "report")
+    markdown = (tmp_path / "report" / "summary.md").read_text()
+
+    assert markdown.index("## test split") < markdown.index("## validation split")
+    assert "±" in markdown
+    vkd_row = next(line for line in markdown.splitlines() if line.startswith("| vkd |"))
+    assert "93.0 ± 3.6" in vkd_row  # accuracy in %
+    assert "0.040 ± 0.010" in vkd_row  # ECE
+    assert "11.2M" in vkd_row
+    assert "1.8 ± 0.2 min" in vkd_row  # 110 ± 10 s
+    teacher_row = next(line for line in markdown.splitlines() if line.startswith("| bert-a |"))
+    assert "| teacher | — | 2/5 | 1 | 22.7M | 98.0 |" in teacher_row
+    assert "±" not in teacher_row
+
+
+def test_plots_are_written(eval_paths, tmp_path):
+    build_report(eval_paths, tmp_path / "report")
+    for name in ("reliability.png", "metrics.png"):
+        path = tmp_path / "report" / name
+        assert path.read_bytes()[:8] == PNG_SIGNATURE
+        assert path.stat().st_size > 10_000
+    assert not list((tmp_path / "report").glob(".*tmp*")), "temporary files left behind"
+
+
+def test_pooled_reliability_is_count_weighted():
+    seeds = pd.DataFrame(
+        {
+            "model": ["s.seed1", "s.seed2"],
+            "reliability": [
+                {"bin_edges": [0, 0.5, 1], "count": [0, 2], "confidence": [None, 0.8], "accuracy": [None, 1.0]},
+                {"bin_edges": [0, 0.5, 1], "count": [1, 6], "confidence": [0.4, 0.6], "accuracy": [0.0, 0.5]},
+            ],
+        }
+    )
+    pooled = _pool_reliability(seeds)
+    assert pooled["count"].tolist() == [1, 8]
+    # Bin 2: (2 * 0.8 + 6 * 0.6) / 8 = 0.65 confidence, (2 * 1 + 6 * 0.5) / 8 = 0.625 accuracy.
+    assert pooled["confidence"].tolist() == pytest.approx([0.4, 0.65])
+    assert pooled["accuracy"].tolist() == pytest.approx([0.0, 0.625])
+
+
+def test_missing_field_names_the_file(eval_paths, tmp_path):
+    broken = eval_paths[0]
+    record = read_json(broken)
+    del record["metrics"]["brier"]
+    write_json(broken, record)
+    with pytest.raises(KdpipeError, match=rf"{re.escape(str(broken))}.*metrics\.brier"):
+        build_report(eval_paths, tmp_path / "report")
+    assert not (tmp_path / "report" / "summary.tsv").exists()
+
+
+def test_same_model_twice_is_an_error(eval_paths, tmp_path):
+    with pytest.raises(KdpipeError, match="more than once"):
+        build_report([*eval_paths, eval_paths[0]], tmp_path / "report")
+
+
+def test_no_evaluations_is_an_error(tmp_path):
+    with pytest.raises(KdpipeError, match="no evaluation"):
+        build_report([], tmp_path / "report")

@@ -1,0 +1,46 @@
+# Config validation, the experiment plan, per-rule config slices and code fingerprints.
+# All logic lives in kdpipe/ (kdpipe.plan is torch-free, so building the DAG stays fast).
+import json
+import re
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from kdpipe.fingerprint import fingerprint
+from kdpipe.plan import DATA, EVAL, LOGS, REPORT, SIGNALS, STUDENT, TEACHER, Plan
+from kdpipe.store import KdpipeError
+
+import yaml
+
+validate(config, schema="../schemas/config.schema.yaml", set_default=True)
+with open(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml") as fh:
+    SCHEMA = yaml.safe_load(fh)
+try:
+    PLAN = Plan(config, SCHEMA)
+except KdpipeError as err:
+    raise WorkflowError(f"config: {err}")
+
+DATASET = PLAN.dataset
+DATA_DIR = DATA.format(dataset=DATASET)
+KDPIPE = "python -m kdpipe"
+
+
+wildcard_constraints:
+    teacher="|".join(PLAN.teachers) or "NO_TEACHER",
+    student="|".join(map(re.escape, PLAN.students)) or "NO_STUDENT",
+    model="|".join(map(re.escape, PLAN.models())),
+    split="train|validation|test",
+
+
+def as_json(obj):
+    """A config slice as one JSON string: compared by the params trigger, hashed by the output cache."""
+    return json.dumps(obj, sort_keys=True)
+
+
+def code(*modules):
+    """Fingerprint of the kdpipe modules a stage uses, so an edit to them reruns the stage (and only it)."""
+    return fingerprint(*modules)
+
+
+def model_dir(wildcards):
+    return PLAN.model_dir(wildcards.model)

@@ -1,0 +1,43 @@
+rule evaluate:
+    """Accuracy, macro-F1, NLL, ECE, Brier and predictions of one model on one split."""
+    input:
+        model=model_dir,
+        data=DATA_DIR,
+    output:
+        metrics=f"{EVAL}.json",
+        predictions=f"{EVAL}.predictions.parquet",
+    params:
+        cfg=lambda wc: as_json(PLAN.eval_params(wc.model, wc.split)),
+        code=code("kdpipe.evaluate"),
+    log:
+        f"{LOGS}/evaluate/{{model}}.{{split}}.log",
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=30,
+        gpu=1,
+    shell:
+        "{KDPIPE} --threads {threads} evaluate --params {params.cfg:q} --model {input.model} --data {input.data}"
+        " --out-json {output.metrics} --out-predictions {output.predictions} > {log} 2>&1"
+
+
+rule report:
+    """Summary table and plots of every model (rendered by `snakemake --report`)."""
+    input:
+        evals=[f"{EVAL.format(model=m, split=s)}.json" for m in PLAN.models() for s in PLAN.eval_splits()],
+    output:
+        tsv=report(f"{REPORT}/summary.tsv", caption="../report/summary.rst", category="Summary"),
+        md=f"{REPORT}/summary.md",
+        reliability=report(f"{REPORT}/reliability.png", caption="../report/reliability.rst", category="Calibration"),
+        chart=report(f"{REPORT}/metrics.png", caption="../report/metrics.rst", category="Summary"),
+    params:
+        out=REPORT,
+        code=code("kdpipe.report"),
+    log:
+        f"{LOGS}/report.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "{KDPIPE} --threads {threads} report --out {params.out} {input.evals} > {log} 2>&1"

@@ -1,0 +1,19 @@
+rule finetune_teacher:
+    """Fine-tune one teacher (on its class subset) with the shared training loop."""
+    input:
+        data=DATA_DIR,
+    output:
+        model=directory(TEACHER),
+    params:
+        cfg=lambda wc: as_json(PLAN.teacher_params(wc.teacher)),
+        code=code("kdpipe.teacher"),
+    log:
+        f"{LOGS}/finetune_teacher/{{teacher}}.log",
+    cache: True
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=120,
+        gpu=1,
+    shell:
+        "{KDPIPE} --threads {threads} finetune-teacher --params {params.cfg:q} --data {input.data} --out {output.model} > {log} 2>&1"
