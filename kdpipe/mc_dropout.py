@@ -85,7 +85,7 @@ def mc_dropout(model: nn.Module, encoded: Encoded, *, samples: int, seed: int, b
     mean = (open_memmap(out_npy, mode="w+", dtype=np.float32, shape=(n, classes)) if out_npy
             else np.zeros((n, classes), np.float32))
     scores = {k: np.zeros(n, np.float32) for k in ("entropy", "certainty", "max_prob", "variance")}
-    row_ids = torch.from_numpy(encoded.row_ids)
+    row_ids = torch.as_tensor(np.array(encoded.row_ids))
     for batch in iterate(encoded, batch_size, device, desc):
         index = batch["index"].cpu()
         batch["row_ids"] = row_ids[index]
