@@ -5,7 +5,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The default experiment, unless --configfile names another: Snakemake would otherwise deep-merge the two
+# (teachers and students of both).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 report: "workflow/report/workflow.rst"

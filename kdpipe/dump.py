@@ -42,9 +42,9 @@ def bytes_per_example(config, feature: str, layers: list[int], max_length: int) 
 
 def _selected(outputs, feature: str, layers: list[int]) -> torch.Tensor:
     states = outputs.hidden_states if feature == "hidden" else outputs.attentions
-    expected = outputs_needed = max(layers) + 1 if feature == "hidden" else max(layers)
-    if not states or len(states) < outputs_needed:
-        raise ArtifactError(f"the model returned {len(states or ())} {feature} tensors, {expected} needed "
+    needed = max(layers) + 1 if feature == "hidden" else max(layers)
+    if not states or len(states) < needed:
+        raise ArtifactError(f"the model returned {len(states or ())} {feature} tensors, {needed} needed "
                             "(attentions need attn_implementation='eager')")
     pick = [states[l] if feature == "hidden" else states[l - 1] for l in layers]
     return torch.stack(pick, 1)
@@ -61,7 +61,14 @@ def dump_feature(model, encoded, feature: str, layers: list[int], out_npy: Path,
         with autocast(device):
             outputs = model(**model_inputs(batch), output_hidden_states=feature == "hidden",
                             output_attentions=feature == "attentions")
-        values = _selected(outputs, feature, layers).to(torch.float16).cpu().numpy()
+        values = _selected(outputs, feature, layers)
+        # zero every position past a row's own length, so the dump does not depend on its batch's padding
+        mask = batch["attention_mask"].to(values.dtype)
+        if feature == "hidden":
+            values = values * mask[:, None, :, None]
+        else:
+            values = values * mask[:, None, None, :, None] * mask[:, None, None, None, :]
+        values = values.to(torch.float16).cpu().numpy()
         width = values.shape[-2]
         rows = batch["index"].cpu().numpy()
         if feature == "hidden":

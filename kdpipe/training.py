@@ -87,39 +87,65 @@ def _param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: flo
 
 
 class _Checkpoint:
-    """The resume directory: ``state.json`` + weights, replaced atomically as a whole."""
+    """The resume directory: numbered checkpoint folders and a ``LATEST`` pointer.
+
+    A new checkpoint is written to a fresh folder, then ``LATEST`` is atomically switched to it, then older
+    folders are removed; a kill at any moment leaves ``LATEST`` naming a complete checkpoint.
+    """
 
     def __init__(self, root: Path | None, key: str):
         self.root, self.key = (Path(root) if root else None), key
+        self.count = 0
+
+    def current(self) -> Path | None:
+        pointer = self.root / "LATEST" if self.root else None
+        if pointer is None or not pointer.exists():
+            return None
+        return self.root / pointer.read_text().strip()
 
     def load(self) -> dict | None:
-        if self.root is None or not (self.root / "state.json").exists():
+        current = self.current()
+        if current is None:
             return None
-        state = read_json(self.root / "state.json")
+        state = read_json(current / "state.json")
         if state.get("resume_key") != self.key:
-            shutil.rmtree(self.root)  # made by another configuration: never resume from it
+            self.clear()  # made by another configuration: never resume from it
             return None
+        self.count = int(current.name.split("-")[1])
         return state
 
     def save(self, state: dict, tensors: dict[str, dict], optimizer, scheduler) -> None:
         if self.root is None:
             return
-        with atomic_path(self.root, directory=True) as tmp:
+        self.count += 1
+        folder = self.root / f"ckpt-{self.count:06d}"
+        with atomic_path(folder, directory=True) as tmp:
             for name, sd in tensors.items():
                 _save_state(sd, tmp / f"{name}.safetensors")
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                         "torch_rng": torch.get_rng_state()}, tmp / "optim.pt")
             write_json(tmp / "state.json", {**state, "resume_key": self.key})
+        with atomic_path(self.root / "LATEST") as tmp:
+            tmp.write_text(folder.name)
+        for old in self.root.glob("ckpt-*"):
+            if old != folder:
+                shutil.rmtree(old, ignore_errors=True)
 
     def tensors(self, name: str) -> dict:
-        return load_file(str(self.root / f"{name}.safetensors"))
+        return load_file(str(self.current() / f"{name}.safetensors"))
 
     def optim(self) -> dict:
-        return torch.load(self.root / "optim.pt", weights_only=True)
+        return torch.load(self.current() / "optim.pt", weights_only=True)
 
     def clear(self) -> None:
         if self.root is not None and self.root.exists():
             shutil.rmtree(self.root)
+
+
+def read_resume_state(resume_dir: Path) -> dict | None:
+    """The training state of the latest checkpoint in ``resume_dir`` (None when there is none)."""
+    current = _Checkpoint(resume_dir, "").current()
+    return read_json(current / "state.json") if current else None
 
 
 def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable[[nn.Module], dict],

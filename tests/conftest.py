@@ -1,0 +1,34 @@
+"""Shared fixtures: a tiny prepared dataset (a few dozen BBC rows) and tiny random BERT models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kdpipe.data import prepare
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY_DATASET = {
+    "name": "tiny", "source": "builtin:bbc_news", "files": None, "format": "auto", "encoding": "utf-8",
+    "text_column": "text", "text_pair_column": None, "label_column": "label", "domain_column": None,
+    "split": {"validation": 0.2, "test": 0.2, "seed": 1}, "max_rows": None, "max_per_class": 8, "dedup": True,
+}
+
+TINY_TEACHER = {"backbone": "builtin:tiny-bert", "classes": None, "epochs": 1, "lr": 1e-3, "batch_size": 8,
+                "eval_batch_size": 32, "max_length": 32, "warmup_ratio": 0.1, "weight_decay": 0.01,
+                "max_grad_norm": 1.0, "seed": 0, "checkpoint_every": 0}
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "tiny"
+    prepare(TINY_DATASET, out)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _two_threads():
+    torch.set_num_threads(2)

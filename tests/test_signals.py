@@ -1,0 +1,80 @@
+"""Signal artifacts: readers check files against manifests and data; feature dumps have the right shapes."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from kdpipe.batching import encode
+from kdpipe.dump import bytes_per_example, dump_feature
+from kdpipe.models import load_classifier, load_tokenizer
+from kdpipe.signals import read_logits, write_logits
+from kdpipe.store import ArtifactError, make_manifest, write_json
+
+ROWS = np.array([3, 5, 8], dtype=np.int64)
+
+
+def write_signal(path, logits, labels, rows=None, row_ids=ROWS):
+    write_logits(path, row_ids, logits)
+    write_json(path.with_name("logits.json"),
+               make_manifest("logits", split="train", rows=len(logits) if rows is None else rows, labels=labels))
+
+
+def test_logits_round_trip(tmp_path):
+    logits = np.arange(6, dtype=np.float32).reshape(3, 2)
+    write_signal(tmp_path / "logits.parquet", logits, ["a", "b"])
+    got, labels = read_logits(tmp_path / "logits.parquet", ROWS, ["a", "b"])
+    np.testing.assert_array_equal(got, logits)
+    assert labels == ["a", "b"]
+
+
+@pytest.mark.parametrize("case, message", [
+    ("manifest_rows", r"logits\.parquet: holds 3 rows but its manifest .* says 4"),
+    ("data_rows", r"made for 3 rows of split 'train', but the data split has 2 rows"),
+    ("labels", r"has 2 classes per row but its manifest lists 3 labels"),
+    ("expected_labels", r"label list \['a', 'b'\] differs from the expected \['a', 'c'\]"),
+    ("row_ids", r"row_ids are not those of the data split"),
+])
+def test_mismatches_are_reported_with_the_file(tmp_path, case, message):
+    path = tmp_path / "logits.parquet"
+    logits = np.zeros((3, 2), np.float32)
+    write_signal(path, logits, ["a", "b", "c"] if case == "labels" else ["a", "b"],
+                 rows=4 if case == "manifest_rows" else None)
+    row_ids = {"data_rows": ROWS[:2], "row_ids": np.array([3, 5, 9])}.get(case, ROWS)
+    expected = ["a", "c"] if case == "expected_labels" else None
+    with pytest.raises(ArtifactError, match=message):
+        read_logits(path, row_ids, expected)
+
+
+@pytest.fixture(scope="module")
+def encoded():
+    return encode(load_tokenizer("builtin:tiny-bert"), ["a short one", "a somewhat longer text here"],
+                  max_length=16)
+
+
+def test_hidden_dump_shape_and_padding(tmp_path, encoded):
+    model = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0)
+    out = tmp_path / "hidden.npy"
+    width = int(encoded.lengths.max())
+    dump_feature(model, encoded, "hidden", [0, 2], out, batch_size=2, device=torch.device("cpu"), max_length=width)
+    arr = np.load(out, mmap_mode="r")
+    assert arr.shape == (2, 2, width, 32) and arr.dtype == np.float16
+    short = int(encoded.lengths.min())
+    assert np.abs(arr[0, :, :short]).sum() > 0 and np.abs(arr[0, :, short:]).sum() == 0
+    assert bytes_per_example(model.config, "hidden", [0, 2], width) == 2 * 2 * width * 32
+
+
+def test_attention_dump_needs_eager_attention(tmp_path, encoded):
+    width = int(encoded.lengths.max())
+    sdpa = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="sdpa")
+    with pytest.raises(ArtifactError, match="eager"):
+        dump_feature(sdpa, encoded, "attentions", [1], tmp_path / "a.npy", batch_size=2,
+                     device=torch.device("cpu"), max_length=width)
+    eager = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="eager")
+    dump_feature(eager, encoded, "attentions", [1, 2], tmp_path / "b.npy", batch_size=2,
+                 device=torch.device("cpu"), max_length=width)
+    arr = np.load(tmp_path / "b.npy")
+    assert arr.shape == (2, 2, 2, width, width)
+    # post-softmax probabilities: each valid query row sums to 1 over the keys
+    np.testing.assert_allclose(arr[1, 0, 0].astype(np.float32).sum(-1), 1.0, atol=1e-2)

@@ -1,0 +1,83 @@
+"""Bad input through the stage CLI: a clear message naming the key, class or file, exit status 2, no output."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from kdpipe.data import read_labels, read_split
+from kdpipe.signals import write_logits
+from kdpipe.store import make_manifest, write_json
+from tests.conftest import TINY_TEACHER
+
+STUDENT = {"method": "vanilla_kd", "method_args": {}, "model": {"config": {"tokenizer": "builtin:tiny-bert",
+           "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}}, "epochs": 1, "lr": 1e-3,
+           "batch_size": 8, "eval_batch_size": 32, "max_length": 32, "seed": 0, "checkpoint_every": 0}
+
+
+def kdpipe(*args):
+    return subprocess.run([sys.executable, "-m", "kdpipe", *args], capture_output=True, text=True)
+
+
+def fake_signals(root, data, teachers: dict[str, list[str]]):
+    """Cached logits for each teacher on the train split, as dump_teacher would write them."""
+    row_ids = read_split(data, "train")["row_id"].to_numpy()
+    for name, classes in teachers.items():
+        d = root / name / "train"
+        d.mkdir(parents=True)
+        write_logits(d / "logits.parquet", row_ids, np.zeros((len(row_ids), len(classes)), np.float32))
+        write_json(d / "logits.json", make_manifest("logits", split="train", rows=len(row_ids), labels=classes))
+
+
+def test_teacher_class_not_in_the_data(tiny_data, tmp_path):
+    out = tmp_path / "teacher"
+    r = kdpipe("finetune-teacher", "--params", json.dumps({**TINY_TEACHER, "classes": ["sport", "sports"]}),
+               "--data", str(tiny_data), "--out", str(out))
+    assert r.returncode == 2
+    assert "class 'sports' is not in the data" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_label_that_no_teacher_covers(tiny_data, tmp_path):
+    labels = read_labels(tiny_data)
+    fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:2], "t2": labels[2:4]})
+    out = tmp_path / "student"
+    r = kdpipe("distill", "--params", json.dumps({**STUDENT, "teachers": ["t1", "t2"]}), "--data", str(tiny_data),
+               "--signals-root", str(tmp_path / "signals"), "--out", str(out))
+    assert r.returncode == 2
+    assert f"label '{labels[4]}' in the data is covered by no teacher" in r.stderr
+    assert not out.exists()
+
+
+def test_overlapping_teachers_where_the_method_needs_them_disjoint(tiny_data, tmp_path):
+    labels = read_labels(tiny_data)
+    fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:3], "t2": labels[2:]})
+    r = kdpipe("distill", "--params", json.dumps({**STUDENT, "teachers": ["t1", "t2"]}), "--data", str(tiny_data),
+               "--signals-root", str(tmp_path / "signals"), "--out", str(tmp_path / "student"))
+    assert r.returncode == 2
+    assert f"overlap on class '{labels[2]}'" in r.stderr and "disjoint or identical" in r.stderr
+
+
+def test_missing_signal_names_the_file(tiny_data, tmp_path):
+    labels = read_labels(tiny_data)
+    fake_signals(tmp_path / "signals", tiny_data, {"t1": labels})
+    r = kdpipe("distill", "--params", json.dumps({**STUDENT, "teachers": ["t1", "t9"]}), "--data", str(tiny_data),
+               "--signals-root", str(tmp_path / "signals"), "--out", str(tmp_path / "student"))
+    assert r.returncode == 2 and "t9/train/logits.json: missing" in r.stderr
+
+
+def test_distill_reads_only_cached_signals_and_trains(tiny_data, tmp_path, monkeypatch):
+    """A student trains from the cache alone: loading any teacher model would fail the test."""
+    from kdpipe import distill, models
+    labels = read_labels(tiny_data)
+    fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:2], "t2": labels[2:]})
+
+    def no_teacher(*a, **k):
+        raise AssertionError("distill loaded a trained model")
+    monkeypatch.setattr(models, "load_trained", no_teacher)
+    out = tmp_path / "student"
+    manifest = distill.distill({**STUDENT, "teachers": ["t1", "t2"]}, tiny_data, tmp_path / "signals", out)
+    assert manifest["labels"] == labels
+    assert (out / "model.safetensors").exists() and (out / "train_log.jsonl").exists()
+    assert json.loads((out / "labels.json").read_text()) == labels

@@ -1,0 +1,96 @@
+"""The shared training loop: it learns, keeps the best epoch, and resumes exactly after an interruption."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kdpipe.batching import encode, model_inputs
+from kdpipe.models import load_classifier, load_tokenizer
+from kdpipe.training import TrainSettings, fit, read_resume_state
+
+CPU = torch.device("cpu")
+TEXTS = [f"{w} story number {i}" for i in range(24) for w in ("sport", "money")][:32]
+LABELS = [0 if t.startswith("sport") else 1 for t in TEXTS]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return encode(load_tokenizer("builtin:tiny-bert"), TEXTS, max_length=16, labels=LABELS)
+
+
+def ce_loss(model, batch):
+    return F.cross_entropy(model(**model_inputs(batch)).logits, batch["labels"]), {}
+
+
+def validator(data):
+    def validate(model):
+        with torch.no_grad():
+            from kdpipe.batching import collate
+            batch = collate(data, np.arange(len(data)))
+            acc = (model(**model_inputs(batch)).logits.argmax(1) == batch["labels"]).float().mean().item()
+        return {"score": acc, "accuracy": acc}
+    return validate
+
+
+SETTINGS = dict(epochs=4, lr=1e-2, batch_size=8, seed=0, checkpoint_every=3, log_every=1)
+
+
+def test_fit_learns_and_logs(data, tmp_path):
+    model = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
+    log = tmp_path / "log.jsonl"
+    result = fit(model, train=data, loss_fn=ce_loss, validate=validator(data),
+                 settings=TrainSettings(**SETTINGS), device=CPU, log_path=log)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["epoch"] for r in records if "validation" in r] == [1, 2, 3, 4]
+    assert result.best_metrics["accuracy"] > 0.5
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses[-1] < losses[0]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_resume_after_interruption_gives_the_uninterrupted_result(data, tmp_path):
+    settings = TrainSettings(**SETTINGS)
+    straight = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
+    expected = fit(straight, train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU)
+
+    calls = {"n": 0}
+
+    def dying_loss(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 8:           # 4 steps per epoch: the 4th step of epoch 2, after its step-3 checkpoint
+            raise Interrupted
+        return ce_loss(model, batch)
+
+    resume = tmp_path / "resume"
+    first = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
+    with pytest.raises(Interrupted):
+        fit(first, train=data, loss_fn=dying_loss, validate=validator(data), settings=settings, device=CPU,
+            resume_dir=resume, resume_key="k")
+    state = read_resume_state(resume)
+    assert (state["epoch"], state["step_in_epoch"]) == (1, 3)      # 0-based epoch 1, 3 steps done
+
+    second = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=123)   # different init: must be replaced
+    resumed = fit(second, train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU,
+                  resume_dir=resume, resume_key="k")
+    for name, tensor in expected.best_state.items():
+        torch.testing.assert_close(resumed.best_state[name], tensor, rtol=1e-5, atol=1e-6)
+    assert resumed.best_epoch == expected.best_epoch
+
+
+def test_resume_state_of_another_configuration_is_discarded(data, tmp_path):
+    settings = TrainSettings(**{**SETTINGS, "epochs": 1})
+    resume = tmp_path / "resume"
+    model = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
+    fit(model, train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU,
+        resume_dir=resume, resume_key="old")
+    assert read_resume_state(resume)["epoch"] == 1
+    model = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
+    result = fit(model, train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU,
+                 resume_dir=resume, resume_key="new")
+    assert len(result.history) == 1       # trained its epoch from scratch instead of finding a finished run

@@ -1,0 +1,162 @@
+"""End to end: the whole DAG on the tiny config, then Snakemake dry-runs read to check what an edit reruns,
+and the between-workflow cache reused from a second working directory.
+
+The project (Snakefile, workflow/, kdpipe/, configs) is copied to a temporary directory so a test can edit the
+kdpipe sources there; PYTHONPATH points at the copy, so both Snakemake and the jobs import the copy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles", "tests/configs")
+
+
+def copy_project(dest: Path) -> Path:
+    for part in PARTS:
+        src, dst = REPO / part, dest / part
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, dst)
+    return dest
+
+
+def environment(project: Path, cache: Path) -> dict:
+    env = dict(os.environ)
+    env.update(PYTHONPATH=str(project), SNAKEMAKE_OUTPUT_CACHE=str(cache),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
+def snakemake(project: Path, env: dict, *args: str, configfile: str = "tests/configs/tiny.yaml", timeout=900):
+    cmd = [str(Path(sys.executable).parent / "snakemake"), "--configfile", configfile, "--cores", "2",
+           "--resources", "gpu=1", *args]
+    result = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result.stdout + result.stderr
+
+
+def planned_jobs(project: Path, env: dict, configfile: str = "tests/configs/tiny.yaml") -> set[tuple[str, str]]:
+    """The (rule, wildcards) of every job a dry-run would execute (rule `all` left out)."""
+    text = snakemake(project, env, "--dry-run", configfile=configfile)
+    jobs, rule = set(), None
+    for line in text.splitlines():
+        m = re.match(r"^(?:local)?rule (\w+):", line)
+        if m:
+            if rule and rule != "all":
+                jobs.add((rule, ""))
+            rule = m.group(1)
+            continue
+        m = re.match(r"^\s+wildcards: (.*)$", line)
+        if m and rule:
+            jobs.add((rule, m.group(1)))
+            rule = None
+    if rule and rule != "all":
+        jobs.add((rule, ""))
+    return jobs
+
+
+def edited_config(project: Path, edit) -> str:
+    config = yaml.safe_load((project / "tests/configs/tiny.yaml").read_text())
+    edit(config)
+    path = project / "tests/configs/edited.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return "tests/configs/edited.yaml"
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    """The tiny workflow run to completion once, with the between-workflow cache on."""
+    base = tmp_path_factory.mktemp("workflow")
+    project = copy_project(base / "one")
+    env = environment(project, base / "cache")
+    (base / "cache").mkdir()
+    snakemake(project, env, "--cache")
+    return project, env, base
+
+
+def test_full_run_produces_every_artifact(done):
+    project, _, _ = done
+    r = project / "results"
+    for path in ("data/tiny_bbc/train.parquet", "data/tiny_bbc/labels.json", "data/tiny_bbc/manifest.json",
+                 "teachers/ta/model.safetensors", "teachers/ta/labels.json", "teachers/ta/metrics.json",
+                 "teachers/ta/train_log.jsonl", "signals/tb/train/mc.npy", "signals/tb/train/mc.parquet",
+                 "signals/ta/train/logits.parquet", "students/s_vkd/model.safetensors",
+                 "eval/s_vkd/test.json", "eval/ta/validation.predictions.parquet", "report/summary.tsv",
+                 "report/summary.md", "report/reliability.png", "report/metrics.png"):
+        assert (r / path).exists(), path
+    import pandas as pd
+    summary = pd.read_csv(r / "report/summary.tsv", sep="\t")
+    assert set(summary["model"]) == {"ta", "tb", "s_vkd", "s_vkd_ce"}
+    assert set(summary["split"]) == {"test", "validation"}
+
+
+def test_nothing_to_do_when_nothing_changed(done):
+    project, env, _ = done
+    assert planned_jobs(project, env) == set()
+
+
+def test_student_lr_change_reruns_only_that_student(done):
+    project, env, _ = done
+    config = edited_config(project, lambda c: c["students"]["s_vkd"].update(lr=5e-4))
+    assert planned_jobs(project, env, config) == {
+        ("distill", "student=s_vkd"), ("evaluate", "model=s_vkd, split=test"),
+        ("evaluate", "model=s_vkd, split=validation"), ("report", "")}
+
+
+def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
+    project, env, _ = done
+    config = edited_config(project, lambda c: c["teachers"]["ta"].update(epochs=2))
+    jobs = planned_jobs(project, env, config)
+    assert jobs == {
+        ("finetune_teacher", "teacher=ta"), ("mc_dropout", "teacher=ta, split=train"),
+        ("dump_teacher", "teacher=ta, split=train"),
+        ("distill", "student=s_vkd"), ("distill", "student=s_vkd_ce"),
+        ("evaluate", "model=ta, split=test"), ("evaluate", "model=ta, split=validation"),
+        ("evaluate", "model=s_vkd, split=test"), ("evaluate", "model=s_vkd, split=validation"),
+        ("evaluate", "model=s_vkd_ce, split=test"), ("evaluate", "model=s_vkd_ce, split=validation"),
+        ("report", "")}
+    assert not any("tb" in wildcards for _, wildcards in jobs)
+
+
+def test_mc_dropout_source_edit_reruns_mc_dropout_not_teachers(done):
+    project, env, _ = done
+    source = project / "kdpipe/mc_dropout.py"
+    original = source.read_text()
+    source.write_text(original + "\n# an edit\n")
+    try:
+        jobs = planned_jobs(project, env)
+    finally:
+        source.write_text(original)
+    rules = {rule for rule, _ in jobs}
+    assert ("mc_dropout", "teacher=ta, split=train") in jobs and ("mc_dropout", "teacher=tb, split=train") in jobs
+    assert "finetune_teacher" not in rules and "dump_teacher" not in rules and "prepare" not in rules
+
+
+def test_cached_artifacts_are_reused_from_a_second_working_directory(done):
+    _, _, base = done
+    project = copy_project(base / "two")
+    env = environment(project, base / "cache")
+    out = snakemake(project, env, "--cache")
+    weights = project / "results/teachers/ta/model.safetensors"     # a cached directory's files are symlinked
+    assert weights.is_symlink() and Path(os.path.realpath(weights)).is_relative_to(base / "cache")
+    assert (project / "results/signals/tb/train/mc.npy").is_symlink()
+    assert (project / "results/signals/ta/train/logits.parquet").is_symlink()
+    assert not (project / "results/logs/finetune_teacher").exists()     # no teacher trained here
+    assert (project / "results/report/summary.md").exists()
+    assert "Symlinking output file results/teachers/ta" in out
