@@ -11,6 +11,7 @@ import importlib
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from kdpipe.batching import encode_frame
@@ -21,7 +22,7 @@ from kdpipe.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.registry import get_method
 from kdpipe.models import build_student
-from kdpipe.signals import read_logits, read_mc
+from kdpipe.signals import read_features, read_logits, read_mc
 from kdpipe.store import make_manifest
 from kdpipe.training import TrainSettings, accuracy_validator, fit, save_trained, work_paths
 
@@ -31,12 +32,15 @@ def load_signals(names: tuple[str, ...], signal_dir: Path, row_ids, device: torc
     out = {}
     if "logits" in names:
         logits, labels = read_logits(signal_dir / "logits.parquet", row_ids)
-        out.update(logits=torch.as_tensor(logits, device=device), labels=labels)
+        out.update(logits=torch.tensor(logits, device=device), labels=labels)
     if "mc" in names:
         probs, scores = read_mc(signal_dir / "mc.npy", row_ids, out.get("labels"))
-        out.update(mc=torch.as_tensor(probs, device=device), mc_scores=scores,
+        out.update(mc=torch.tensor(np.asarray(probs), device=device), mc_scores=scores,
                    certainty=torch.as_tensor(scores["certainty"].to_numpy(), device=device))
         out.setdefault("labels", json.loads((signal_dir / "mc.json").read_text())["labels"])
+    if "hidden" in names:
+        hidden, manifest = read_features(signal_dir / "hidden.npy", row_ids)
+        out.update(hidden=hidden, hidden_layers=manifest["layers"], hidden_lengths=manifest["lengths"])
     return out
 
 
@@ -53,14 +57,15 @@ def distill(params: dict, data_dir: Path, signals_root: Path, out_dir: Path) -> 
                             where=f"student with method {method.name}")
     settings = TrainSettings.from_params(params)
     model, tokenizer = build_student(params["model"], labels, seed=settings.seed)
-    ctx = DistillContext(labels=labels, teachers=teachers, blocks=blocks, signals=signals, device=device,
-                         student_config=model.config)
-    objective = importlib.import_module(method.module).build(ctx, params.get("method_args") or {})
-
     enc_train = encode_frame(tokenizer, train, max_length=params["max_length"],
                              label_ids=train["label_id"].to_numpy())
     valid_y = valid["label_id"].to_numpy()
     enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
+    ctx = DistillContext(labels=labels, teachers=teachers, blocks=blocks, signals=signals, device=device,
+                         student_config=model.config, train_lengths=enc_train.lengths,
+                         alignment=params.get("alignment"))
+    builder = getattr(importlib.import_module(method.module), method.builder)
+    objective = builder(ctx, params.get("method_args") or {})
     validate = accuracy_validator(
         probs_predictor(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device), valid_y)
     resume, log_path = work_paths(Path(out_dir))

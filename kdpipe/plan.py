@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kdpipe.backbones import num_layers, strided_alignment, student_layers
 from kdpipe.methods.registry import get_method
 from kdpipe.store import KdpipeError
 
@@ -112,7 +113,29 @@ class Plan:
                 files += [f"{root}/logits.parquet", f"{root}/logits.json"]
             if "mc" in method.signals:
                 files += [f"{root}/mc.npy", f"{root}/mc.parquet", f"{root}/mc.json"]
+            if "hidden" in method.signals:
+                files += [f"{root}/hidden.npy", f"{root}/hidden.json"]
         return files
+
+    def alignment(self, student: str) -> dict[str, list[list[int]]] | None:
+        """For methods reading teacher hidden states: per teacher, the (student, teacher) hidden-state index pairs
+        (``method_args.align_number`` pairs from the last layer backwards, METHODS.md §1 DFA)."""
+        config = self.students[student].config
+        if "hidden" not in get_method(config["method"]).signals:
+            return None
+        count = (config.get("method_args") or {}).get("align_number", -1)
+        n_student = student_layers(config["model"])
+        return {t: [list(pair) for pair in strided_alignment(num_layers(self.teachers[t]["backbone"]), n_student, count)]
+                for t in self.student_teachers(student)}
+
+    def feature_layers(self, teacher: str) -> list[int]:
+        """Teacher hidden-state indices any student needs from ``teacher`` (the dump keeps only these)."""
+        layers = set()
+        for name in self.students:
+            for t, pairs in (self.alignment(name) or {}).items():
+                if t == teacher:
+                    layers.update(tl for _, tl in pairs)
+        return sorted(layers)
 
     def method_module(self, student: str) -> str:
         return get_method(self.students[student].config["method"]).module
@@ -147,7 +170,14 @@ class Plan:
         return {**self.config["dump"], "split": split}
 
     def student_params(self, student: str) -> dict:
-        return {**self.students[student].config, "teachers": self.student_teachers(student)}
+        params = {**self.students[student].config, "teachers": self.student_teachers(student)}
+        alignment = self.alignment(student)
+        if alignment:
+            params["alignment"] = alignment
+        return params
+
+    def feature_params(self, teacher: str, split: str, feature: str) -> dict:
+        return {**self.config["dump"], "split": split, "feature": feature, "layers": self.feature_layers(teacher)}
 
     def eval_params(self, model: str, split: str) -> dict:
         student = self.students.get(model)

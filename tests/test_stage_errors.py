@@ -5,6 +5,8 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
+import pytest
 
 from kdpipe.data import read_labels, read_split
 from kdpipe.signals import write_logits
@@ -20,14 +22,22 @@ def kdpipe(*args):
     return subprocess.run([sys.executable, "-m", "kdpipe", *args], capture_output=True, text=True)
 
 
-def fake_signals(root, data, teachers: dict[str, list[str]]):
-    """Cached logits for each teacher on the train split, as dump_teacher would write them."""
+def fake_signals(root, data, teachers: dict[str, list[str]], mc: bool = False):
+    """Cached signals of each teacher on the train split, laid out as dump_teacher and mc_dropout write them."""
     row_ids = read_split(data, "train")["row_id"].to_numpy()
+    rng = np.random.default_rng(0)
     for name, classes in teachers.items():
         d = root / name / "train"
         d.mkdir(parents=True)
-        write_logits(d / "logits.parquet", row_ids, np.zeros((len(row_ids), len(classes)), np.float32))
+        logits = rng.normal(size=(len(row_ids), len(classes))).astype(np.float32)
+        write_logits(d / "logits.parquet", row_ids, logits)
         write_json(d / "logits.json", make_manifest("logits", split="train", rows=len(row_ids), labels=classes))
+        if mc:
+            probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+            np.save(d / "mc.npy", probs)
+            pd.DataFrame({"row_id": row_ids, "entropy": 0.5, "certainty": rng.uniform(size=len(row_ids)),
+                          "max_prob": probs.max(1), "variance": 0.01}).to_parquet(d / "mc.parquet")
+            write_json(d / "mc.json", make_manifest("mc_dropout", split="train", rows=len(row_ids), labels=classes))
 
 
 def test_teacher_class_not_in_the_data(tiny_data, tmp_path):
@@ -67,17 +77,21 @@ def test_missing_signal_names_the_file(tiny_data, tmp_path):
     assert r.returncode == 2 and "t9/train/logits.json: missing" in r.stderr
 
 
-def test_distill_reads_only_cached_signals_and_trains(tiny_data, tmp_path, monkeypatch):
-    """A student trains from the cache alone: loading any teacher model would fail the test."""
-    from kdpipe import distill, models
+@pytest.mark.parametrize("method", ["vanilla_kd", "uhc", "muki", "muki_no_mc"])
+def test_distill_reads_only_cached_signals_and_trains(tiny_data, tmp_path, monkeypatch, method):
+    """A student trains from the cache alone: loading any pretrained model (a teacher) fails the test."""
+    from transformers import PreTrainedModel
+
+    from kdpipe import distill
     labels = read_labels(tiny_data)
-    fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:2], "t2": labels[2:]})
+    fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:2], "t2": labels[2:]}, mc=True)
 
     def no_teacher(*a, **k):
-        raise AssertionError("distill loaded a trained model")
-    monkeypatch.setattr(models, "load_trained", no_teacher)
+        raise AssertionError("distill loaded a pretrained model")
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(no_teacher))
     out = tmp_path / "student"
-    manifest = distill.distill({**STUDENT, "teachers": ["t1", "t2"]}, tiny_data, tmp_path / "signals", out)
-    assert manifest["labels"] == labels
+    params = {**STUDENT, "method": method, "teachers": ["t1", "t2"]}
+    manifest = distill.distill(params, tiny_data, tmp_path / "signals", out)
+    assert manifest["labels"] == labels and manifest["method"] == method
     assert (out / "model.safetensors").exists() and (out / "train_log.jsonl").exists()
     assert json.loads((out / "labels.json").read_text()) == labels

@@ -17,7 +17,8 @@ class DistillContext:
     """Everything a method may read: cached teacher signals on the train split, never a teacher model.
 
     ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, row order of the train split),
-    ``"mc"`` (tensor [N, C_k] mean MC-dropout probabilities) and ``"mc_scores"`` (DataFrame).
+    ``"mc"`` (tensor [N, C_k] mean MC-dropout probabilities), ``"certainty"`` (tensor [N], MUKI's u) and
+    ``"mc_scores"`` (DataFrame); ``"hidden"`` (float16 memmap [N, L_sel, S, H]) with ``"hidden_layers"``.
     ``blocks[teacher]``: student-label index of each of the teacher's local classes.
     """
 
@@ -27,6 +28,8 @@ class DistillContext:
     signals: dict[str, dict]
     device: torch.device
     student_config: object = None
+    train_lengths: np.ndarray | None = None        # student token count per train row
+    alignment: dict | None = None                  # teacher -> [[student_layer, teacher_layer], ...]
 
     def signal(self, teacher: str, name: str):
         return self.signals[teacher][name]

@@ -45,3 +45,27 @@ rule dump_teacher:
     shell:
         "{KDPIPE} --threads {threads} dump-teacher --params {params.cfg:q} --teacher {input.teacher} --data {input.data}"
         " --out-logits {output.logits} > {log} 2>&1"
+
+
+rule dump_hidden:
+    """Teacher hidden states of the layers the students' methods align with (float16 npy, memory flat in N)."""
+    input:
+        teacher=TEACHER,
+        data=DATA_DIR,
+    output:
+        hidden=f"{SIGNALS}/hidden.npy",
+        manifest=f"{SIGNALS}/hidden.json",
+    params:
+        cfg=lambda wc: as_json(PLAN.feature_params(wc.teacher, wc.split, "hidden")),
+        code=code("kdpipe.dump"),
+    log:
+        f"{LOGS}/dump_hidden/{{teacher}}.{{split}}.log",
+    cache: True
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=60,
+        gpu=1,
+    shell:
+        "{KDPIPE} --threads {threads} dump-feature --params {params.cfg:q} --teacher {input.teacher}"
+        " --data {input.data} --out-npy {output.hidden} > {log} 2>&1"

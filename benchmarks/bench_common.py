@@ -1,0 +1,48 @@
+"""What the benchmark scripts share: their common options, BBC training rows, and the JSONL record."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+from datetime import date
+from pathlib import Path
+
+import torch
+
+from kdpipe.data import prepare, read_split
+from kdpipe.device import pick_device, set_threads
+
+BBC = {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}}
+OUT = Path(__file__).parent / "out"
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, cuda:N")
+    return p
+
+
+def setup(args) -> torch.device:
+    set_threads(args.threads)
+    return pick_device(args.device)
+
+
+def bbc_train_rows(rows: int):
+    """The first ``rows`` rows of BBC News' training split (kdpipe's default split)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare(BBC, Path(tmp) / "bbc")
+        return read_split(Path(tmp) / "bbc", "train").head(rows)
+
+
+def record(name: str, device: torch.device, **fields) -> dict:
+    """Append a dated record of the machine and the numbers to ``out/{name}.jsonl`` and return it."""
+    rec = {"date": date.today().isoformat(), "machine": platform.node(), "device": str(device),
+           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "threads": torch.get_num_threads(), **fields}
+    OUT.mkdir(exist_ok=True)
+    with open(OUT / f"{name}.jsonl", "a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+    return rec

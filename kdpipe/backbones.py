@@ -1,0 +1,40 @@
+"""Facts about backbones that the plan needs before anything is loaded (torch-free)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kdpipe.store import KdpipeError
+
+BUILTIN_LAYERS = {"builtin:minilm-l6": 6, "builtin:tiny-bert": 2}
+
+
+def num_layers(backbone: str) -> int:
+    """Transformer layers of a backbone: builtins are known, a local directory's config.json is read."""
+    if backbone in BUILTIN_LAYERS:
+        return BUILTIN_LAYERS[backbone]
+    config = Path(backbone) / "config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text())["num_hidden_layers"])
+    raise KdpipeError(f"cannot tell how many layers '{backbone}' has without loading it: give the layer "
+                      "alignment explicitly (method_args teacher_layers / student_layers)")
+
+
+def student_layers(model_spec: dict) -> int:
+    """Transformer layers of a student built from ``model_spec`` (see ``kdpipe.models.build_student``)."""
+    init = model_spec.get("init")
+    if init:
+        return len(init["layers"]) if init.get("layers") is not None else num_layers(init["from"])
+    return int((model_spec.get("config") or {}).get("num_layers", 2))
+
+
+def strided_alignment(teacher_layers: int, student_layers: int, count: int = -1) -> list[tuple[int, int]]:
+    """(student, teacher) hidden-state indices paired from the last layer backwards with stride L_t / L_s, as in
+    MUKI's DFA (METHODS.md §1): student layer L_s − j with teacher layer L_t − j·stride, j = 0 .. count−1
+    (count −1: every student layer; the embeddings, index 0, are not aligned)."""
+    if student_layers < 1 or teacher_layers < student_layers:
+        raise KdpipeError(f"cannot align a {student_layers}-layer student with a {teacher_layers}-layer teacher")
+    stride = teacher_layers // student_layers
+    count = student_layers if count in (-1, None) else min(int(count), student_layers)
+    return [(student_layers - j, teacher_layers - j * stride) for j in range(count)]

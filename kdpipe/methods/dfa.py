@@ -1,0 +1,101 @@
+"""DFA, MUKI's feature-amalgamation baseline (METHODS.md §1, "Baselines"):
+
+    L = α_kd·L_VKD + α_rec·L_rec + α_amal·L_amal
+
+For each aligned pair (student layer l_s, teacher layer l_t), paired from the last layer backwards with stride
+L_t/L_s (``kdpipe.backbones.strided_alignment``):
+
+- an encoder E: Linear(ΣH_k → H_s) maps the concatenated teacher features to r = E([f_1; …; f_K]);
+- a decoder D: Linear(H_s → ΣH_k) reconstructs each teacher's features: L_rec = Σ_k MSE(D(r)_k, f_k);
+- a student adapter S: Linear(H_s → H_s): L_amal = MSE(S(h_s), sg(r)) (the teacher side is detached).
+
+Teacher features are token-level hidden states read from the cached dumps (float16, only the aligned layers), never
+from a live teacher, so the student must tokenise like the teachers (same tokenizer and max_length); this is
+checked. Differences from the released ``dfa.py``, on purpose: (1) all adapter parameters train at their own
+learning rate ``adapter_lr`` — the release put the adapters' weights in no optimiser group (a ``learning_rate``
+key instead of ``lr``), so only their biases trained; (2) the MSEs average over real tokens only, where the
+release also averaged over padding. Defaults: T = 1 and all α = 1, as in MUKI's scripts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kdpipe.batching import model_inputs
+from kdpipe.methods.base import DistillContext, Objective
+from kdpipe.methods.vanilla_kd import union_logits, vanilla_kd_loss
+from kdpipe.store import KdpipeError
+
+DEFAULTS = {"temperature": 1.0, "kd_weight": 1.0, "rec_weight": 1.0, "amal_weight": 1.0, "adapter_lr": 1e-3,
+            "align_number": -1}
+
+
+class Amalgamator(nn.Module):
+    """One encoder, decoder and student adapter per aligned layer pair."""
+
+    def __init__(self, teacher_widths: list[int], student_width: int, pairs: int):
+        super().__init__()
+        total = sum(teacher_widths)
+        self.widths = list(teacher_widths)
+        self.encoders = nn.ModuleList(nn.Linear(total, student_width) for _ in range(pairs))
+        self.decoders = nn.ModuleList(nn.Linear(student_width, total) for _ in range(pairs))
+        self.adapters = nn.ModuleList(nn.Linear(student_width, student_width) for _ in range(pairs))
+
+
+def masked_mse(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over the real tokens (mask [B, S]) and the feature dimension."""
+    per_token = ((a - b) ** 2).mean(-1)
+    return (per_token * mask).sum() / mask.sum().clamp_min(1)
+
+
+def amalgamation_losses(amalgamator: Amalgamator, pair: int, student_hidden: torch.Tensor,
+                        teacher_features: list[torch.Tensor], mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L_rec, L_amal) of one aligned layer pair; shapes [B, S, H_s] and K × [B, S, H_k]."""
+    r = amalgamator.encoders[pair](torch.cat(teacher_features, -1))
+    decoded = amalgamator.decoders[pair](r).split(amalgamator.widths, -1)
+    rec = sum(masked_mse(d, f, mask) for d, f in zip(decoded, teacher_features))
+    amal = masked_mse(amalgamator.adapters[pair](student_hidden), r.detach(), mask)
+    return rec, amal
+
+
+def build(ctx: DistillContext, args: dict) -> Objective:
+    args = {**DEFAULTS, **args}
+    teachers, temperature = ctx.teachers, float(args["temperature"])
+    if not ctx.alignment:
+        raise KdpipeError("dfa: no layer alignment was planned for this student")
+    for t in teachers:
+        if not np.array_equal(np.asarray(ctx.signal(t, "hidden_lengths")), ctx.train_lengths):
+            raise KdpipeError(f"dfa: teacher '{t}' hidden states were dumped with another tokenisation than the "
+                              "student's; DFA aligns tokens, so give the student the teacher's tokenizer and "
+                              "max_length")
+    pairs = [[(s, ctx.signal(t, "hidden_layers").index(tl)) for s, tl in ctx.alignment[t]] for t in teachers]
+    if any(len(p) != len(pairs[0]) or [s for s, _ in p] != [s for s, _ in pairs[0]] for p in pairs):
+        raise KdpipeError("dfa: teachers are aligned to different student layers")
+    student_layers = [s for s, _ in pairs[0]]
+    widths = [ctx.signal(t, "hidden").shape[-1] for t in teachers]
+    amalgamator = Amalgamator(widths, ctx.student_config.hidden_size, len(student_layers)).to(ctx.device)
+    targets = union_logits([ctx.signal(t, "logits") for t in teachers], [ctx.block(t) for t in teachers],
+                           len(ctx.labels))
+
+    def teacher_features(t: int, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
+        rows = np.asarray(ctx.signal(teachers[t], "hidden")[index, slot, :width], dtype=np.float32)
+        return torch.from_numpy(rows).to(ctx.device, non_blocking=True)
+
+    def loss(model, batch):
+        out = model(**model_inputs(batch), output_hidden_states=True)
+        kd = vanilla_kd_loss(out.logits, targets[batch["index"]], temperature)
+        index = batch["index"].cpu().numpy()
+        mask = batch["attention_mask"].float()
+        width = mask.shape[1]
+        rec_total = amal_total = out.logits.new_zeros(())
+        for p, layer in enumerate(student_layers):
+            feats = [teacher_features(t, pairs[t][p][1], index, width) for t in range(len(teachers))]
+            rec, amal = amalgamation_losses(amalgamator, p, out.hidden_states[layer].float(), feats, mask)
+            rec_total, amal_total = rec_total + rec, amal_total + amal
+        total = args["kd_weight"] * kd + args["rec_weight"] * rec_total + args["amal_weight"] * amal_total
+        return total, {"kd": kd.item(), "rec": rec_total.item(), "amal": amal_total.item()}
+
+    return Objective(loss=loss, extra_modules={"dfa_adapters": (amalgamator, float(args["adapter_lr"]))})
