@@ -6,6 +6,8 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 CORES   ?= 2
 STAMP   := $(VENV)/.installed
+# profiles/workstation on a machine with an NVIDIA GPU, profiles/cpu otherwise
+PROFILE ?= $(if $(shell command -v nvidia-smi 2>/dev/null),profiles/workstation,profiles/cpu)
 
 .PHONY: run test setup report clean
 
@@ -19,8 +21,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/workstation --cores $(CORES)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile profiles/workstation --cores $(CORES) --report results/report/report.html
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile $(PROFILE) --cores $(CORES)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile $(PROFILE) --cores $(CORES) --report results/report/report.html
 
 test: $(STAMP)
 	$(BIN)/pytest -q

@@ -1,0 +1,77 @@
+"""Why MUKI does or does not beat its baselines here: the quality of each method's distillation target.
+
+Reads only the cached artifacts of a finished run (data split, teacher logits, MC-dropout scores) and reports, on
+the training split that the students learn from:
+- how often each method's target q puts its largest mass on the gold class (the student never sees gold labels,
+  so this bounds what a pure-KD student is told);
+- for MUKI, how often the teacher that owns the gold class gets the higher certainty score, and the mean scores of
+  each teacher on rows of its own classes and of the other teacher's classes.
+
+    python experiments/muki_diagnostics.py --results results --dataset bbc_news --teachers minilm_a minilm_b
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kdpipe.data import read_labels, read_split
+from kdpipe.labelspace import teacher_blocks
+from kdpipe.methods.muki import aggregate, padded_probs, teacher_scores_from_logits
+from kdpipe.methods.vanilla_kd import union_logits
+from kdpipe.signals import read_logits, read_mc
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", type=Path, default=Path("results"))
+    p.add_argument("--dataset", default="bbc_news")
+    p.add_argument("--teachers", nargs="+", default=["minilm_a", "minilm_b"])
+    p.add_argument("--tau-s", type=float, default=0.2)
+    args = p.parse_args()
+
+    data = args.results / "data" / args.dataset
+    labels = read_labels(data)
+    train = read_split(data, "train")
+    y, row_ids = train["label_id"].to_numpy(), train["row_id"].to_numpy()
+    logits, certainty, classes = [], [], {}
+    for t in args.teachers:
+        z, classes[t] = read_logits(args.results / "signals" / t / "train" / "logits.parquet", row_ids)
+        _, scores = read_mc(args.results / "signals" / t / "train" / "mc.npy", row_ids)
+        logits.append(torch.tensor(z))
+        certainty.append(torch.tensor(scores["certainty"].to_numpy()))
+    blocks = teacher_blocks(classes, labels, policy="disjoint", where="diagnostics")
+    blocks = [torch.as_tensor(blocks[t]) for t in args.teachers]
+    owner = np.zeros(len(y), dtype=int)
+    for k, block in enumerate(blocks):
+        owner[np.isin(y, block.numpy())] = k
+
+    padded = padded_probs(logits, blocks, len(labels), 1.0)
+    mc_scores = torch.stack(certainty, -1)
+    det_scores = torch.stack([teacher_scores_from_logits(z, 1.0) for z in logits], -1)
+    targets = {
+        "vanilla_kd (softmax of concatenated logits)": union_logits(logits, blocks, len(labels)),
+        "muki soft, MC scores": aggregate(padded, mc_scores, "soft", args.tau_s),
+        "muki hard, MC scores": aggregate(padded, mc_scores, "hard", args.tau_s),
+        "muki soft, deterministic scores (no_mc)": aggregate(padded, det_scores, "soft", args.tau_s),
+        "muki hard, deterministic scores (no_mc)": aggregate(padded, det_scores, "hard", args.tau_s),
+    }
+    print(f"train rows: {len(y)}; teachers: " + "; ".join(f"{t}: {', '.join(classes[t])}" for t in args.teachers))
+    print("\n| target | argmax = gold class |\n| --- | ---: |")
+    for name, q in targets.items():
+        print(f"| {name} | {100 * (q.argmax(-1).numpy() == y).mean():.1f}% |")
+    print("\n| scores | owner teacher scores highest | " +
+          " | ".join(f"{t} on own / other rows" for t in args.teachers) + " |")
+    print("| --- | ---: | " + " | ".join("---:" for _ in args.teachers) + " |")
+    for name, s in (("MC-dropout certainty", mc_scores), ("deterministic certainty", det_scores)):
+        s = s.numpy()
+        right = (s.argmax(-1) == owner).mean()
+        cells = [f"{s[owner == k, k].mean():.3f} / {s[owner != k, k].mean():.3f}" for k in range(len(args.teachers))]
+        print(f"| {name} | {100 * right:.1f}% | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
