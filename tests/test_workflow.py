@@ -44,8 +44,8 @@ def environment(project: Path, cache: Path) -> dict:
 
 
 def snakemake(project: Path, env: dict, *args: str, configfile: str = "tests/configs/tiny.yaml", timeout=900):
-    cmd = [str(Path(sys.executable).parent / "snakemake"), "--configfile", configfile, "--cores", "2",
-           "--resources", "gpu=1", *args]
+    cmd = [str(Path(sys.executable).parent / "snakemake"), "--profile", "profiles/cpu", "--configfile", configfile,
+           "--cores", "2", *args]
     result = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")

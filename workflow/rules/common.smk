@@ -1,6 +1,7 @@
 # Config validation, the experiment plan, per-rule config slices and code fingerprints.
 # All logic lives in kdpipe/ (kdpipe.plan is torch-free, so building the DAG stays fast).
 import json
+import sys
 import re
 from pathlib import Path
 
@@ -22,7 +23,10 @@ except KdpipeError as err:
 
 DATASET = PLAN.dataset
 DATA_DIR = DATA.format(dataset=DATASET)
-KDPIPE = "python -m kdpipe"
+# The Python running Snakemake runs the stages too, so `.venv/bin/snakemake` works without activating the venv.
+# (Only the unformatted shell text counts for the code trigger and the output cache, so this path is not part of
+# any job's identity.)
+KDPIPE = f"{sys.executable} -m kdpipe"
 
 
 wildcard_constraints:
