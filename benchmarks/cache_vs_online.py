@@ -35,7 +35,7 @@ def sync(device):
 
 def teacher_targets(teachers, batch, method: str, samples: int, device):
     """What the online way computes every step: teacher logits, and for MUKI the MC-dropout scores."""
-    with torch.inference_mode():
+    with torch.no_grad():   # not inference_mode: the targets enter the student's autograd graph
         logits = []
         for t in teachers:
             t.eval()

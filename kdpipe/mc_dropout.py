@@ -44,6 +44,9 @@ def enable_dropout(model: nn.Module) -> nn.Module:
     return model
 
 
+MAX_BATCH_TOKENS = 16384
+
+
 def batch_seed(seed: int, first_row_id: int) -> int:
     return (seed * 1_000_003 + int(first_row_id)) % (2**63 - 1)
 
@@ -53,8 +56,10 @@ def mc_dropout_samples(model: nn.Module, batch: dict, *, samples: int, seed: int
                        device: torch.device) -> torch.Tensor:
     """Softmax probabilities of ``samples`` dropout-on passes over one batch: [T, B, C] float32."""
     inputs = model_inputs(batch)
-    rows = inputs["input_ids"].shape[0]
-    per_pass = max(1, max_batch_rows // rows)
+    rows, width = inputs["input_ids"].shape
+    # the enlarged batch is bounded in rows and in tokens: long rows make activations (and attention, quadratic
+    # in the width) large, and on a CPU an oversized batch is slower per row than a smaller one
+    per_pass = max(1, min(max_batch_rows // rows, MAX_BATCH_TOKENS // (rows * width)))
     torch.manual_seed(batch_seed(seed, int(batch["row_ids"].min())))
     chunks = []
     for start in range(0, samples, per_pass):
