@@ -1,7 +1,8 @@
 """The ``mc_dropout`` stage: offline MC-dropout uncertainty of a teacher on a split (METHODS.md §1).
 
 T stochastic passes with dropout on and everything else in eval mode. The T samples of a batch run as one
-enlarged batch of T·B rows (split into chunks of at most ``max_batch_rows`` rows where memory is short), under
+enlarged batch of T·B rows (split into chunks of at most ``max_batch_rows`` rows and ``MAX_BATCH_TOKENS``
+tokens), under
 ``torch.inference_mode()``. The RNG is re-seeded per batch from ``(seed, first row_id of the batch)``, so a fixed
 seed reproduces the samples exactly whatever the order the batches run in.
 
