@@ -36,7 +36,7 @@ def load_signals(names: tuple[str, ...], signal_dir: Path, row_ids, device: torc
     if "mc" in names:
         probs, scores = read_mc(signal_dir / "mc.npy", row_ids, out.get("labels"))
         out.update(mc=torch.tensor(np.asarray(probs), device=device), mc_scores=scores,
-                   certainty=torch.as_tensor(scores["certainty"].to_numpy(), device=device))
+                   certainty=torch.tensor(scores["certainty"].to_numpy(), device=device))
         out.setdefault("labels", json.loads((signal_dir / "mc.json").read_text())["labels"])
     if "hidden" in names:
         hidden, manifest = read_features(signal_dir / "hidden.npy", row_ids)
