@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, BertConfig
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig
 
 from kdpipe.store import KdpipeError
 

@@ -1,7 +1,6 @@
 """DFA (METHODS.md §1): alignment, reconstruction and amalgamation shapes and values, gradients to every adapter."""
 
 import torch
-import torch.nn.functional as F
 
 from kdpipe.backbones import strided_alignment
 from kdpipe.methods.dfa import Amalgamator, amalgamation_losses, masked_mse

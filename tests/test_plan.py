@@ -1,6 +1,5 @@
 """The plan: config slices per rule, seed expansion, and config errors caught before any job runs."""
 
-import copy
 
 import pytest
 import yaml

@@ -1,6 +1,5 @@
 """Signal artifacts: readers check files against manifests and data; feature dumps have the right shapes."""
 
-import json
 
 import numpy as np
 import pytest
