@@ -72,6 +72,7 @@ def distill(params: dict, data_dir: Path, signals_root: Path, out_dir: Path) -> 
     result = fit(model, train=enc_train, loss_fn=objective.loss, validate=validate, settings=settings,
                  device=device, log_path=log_path, resume_dir=resume,
                  resume_key=json.dumps(params, sort_keys=True), extra_modules=objective.extra_modules,
+                 on_epoch=objective.on_epoch,
                  desc=f"student ({method.name})")
     manifest = make_manifest("student", config=params, labels=labels, method=method.name, teachers=teachers,
                              tokenizer=params["model"], rows={"train": len(train), "validation": len(valid)})

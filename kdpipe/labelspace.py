@@ -45,8 +45,8 @@ def teacher_blocks(teacher_classes: dict[str, list[str]], labels: list[str], *, 
     """For each teacher, the student-label index of each of its local classes.
 
     Checks that every label is covered by some teacher and that the subsets relate as ``policy`` demands:
-    ``"disjoint"`` (no class shared), ``"disjoint_or_identical"`` (disjoint, or every teacher covers all labels)
-    or ``"any"``.
+    ``"disjoint"`` (no class shared), ``"disjoint_or_identical"`` (disjoint, or every teacher covers all labels),
+    ``"identical"`` (every teacher covers all labels: ensembles, teachers of different capacity) or ``"any"``.
     """
     position = {name: i for i, name in enumerate(labels)}
     owners: dict[str, list[str]] = {c: [] for c in labels}
@@ -63,6 +63,10 @@ def teacher_blocks(teacher_classes: dict[str, list[str]], labels: list[str], *, 
         cover = "; ".join(f"{t}: {', '.join(cs)}" for t, cs in teacher_classes.items())
         raise KdpipeError(f"{where}: label {uncovered[0]!r} in the data is covered by no teacher ({cover})")
     identical = all(len(cs) == len(labels) for cs in teacher_classes.values())
+    if policy == "identical" and not identical:
+        partial = next(t for t, cs in teacher_classes.items() if len(cs) != len(labels))
+        raise KdpipeError(f"{where}: teacher '{partial}' covers {len(teacher_classes[partial])} of the "
+                          f"{len(labels)} labels, but this method needs teachers that all cover the full label set")
     if policy == "disjoint" or (policy == "disjoint_or_identical" and not identical):
         shared = {c: who for c, who in owners.items() if len(who) > 1}
         if shared:

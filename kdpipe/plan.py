@@ -77,7 +77,7 @@ class Plan:
 
     def _check_explicit_overlap(self, student: Student, policy: str, where: str) -> None:
         """Overlap of explicitly listed classes is visible before any data is read; catch it at once."""
-        if policy == "any":
+        if policy in ("any", "identical"):
             return
         owner: dict[str, str] = {}
         for teacher in self.student_teachers(student.name):

@@ -151,10 +151,12 @@ def read_resume_state(resume_dir: Path) -> dict | None:
 def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable[[nn.Module], dict],
         settings: TrainSettings, device: torch.device, log_path: Path | None = None,
         resume_dir: Path | None = None, resume_key: str = "", extra_modules: dict | None = None,
-        desc: str = "train") -> FitResult:
+        on_epoch: Callable[[int, int], None] | None = None, desc: str = "train") -> FitResult:
     """Train ``model`` (plus ``extra_modules``: ``{name: (module, lr)}``) and return the best validation state.
 
-    ``validate(model)`` returns a dict with a ``score`` (higher is better, e.g. accuracy).
+    ``validate(model)`` returns a dict with a ``score`` (higher is better, e.g. accuracy). ``on_epoch(epoch,
+    epochs)`` (0-based epoch) is called before each epoch's first step, also after a resume, so epoch-level
+    schedules of a loss (e.g. Hydra+'s λ ramp) follow the same epochs.
     """
     torch.manual_seed(settings.seed)
     modules = {"model": (model, settings.lr), **(extra_modules or {})}
@@ -197,6 +199,8 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
         while state["epoch"] < settings.epochs:
             epoch = state["epoch"]
             batches = training_batches(lengths, settings.batch_size, seed=settings.seed, epoch=epoch)
+            if on_epoch is not None:
+                on_epoch(epoch, settings.epochs)
             for module, _ in modules.values():
                 module.train()
             started = time.perf_counter()

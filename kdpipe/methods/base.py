@@ -40,10 +40,12 @@ class DistillContext:
 
 @dataclass
 class Objective:
-    """``loss(model, batch) -> (loss, terms)``; ``extra_modules``: ``{name: (module, lr)}`` trained alongside."""
+    """``loss(model, batch) -> (loss, terms)``; ``extra_modules``: ``{name: (module, lr)}`` trained alongside;
+    ``on_epoch(epoch, epochs)``: called by the training loop before each epoch (0-based), for epoch schedules."""
 
     loss: Callable
     extra_modules: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
+    on_epoch: Callable[[int, int], None] | None = None
 
 
 def student_logits(model: nn.Module, batch: dict) -> torch.Tensor:

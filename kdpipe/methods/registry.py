@@ -17,9 +17,10 @@ class MethodSpec:
     name: str
     module: str
     signals: tuple[str, ...]   # cached per-teacher signals on the train split: "logits", "mc"
-    teacher_classes: str       # "disjoint" | "disjoint_or_identical" | "any": how teachers' class subsets may relate
+    teacher_classes: str       # "disjoint" | "disjoint_or_identical" | "identical" | "any": how teachers' classes relate
     summary: str
     builder: str = "build"     # the function of ``module`` that makes the Objective
+    alignment: str = "strided"  # for "hidden": "strided" (DFA, from the top) | "uniform" (l ↔ l·k, embeddings too)
 
 
 METHODS = {spec.name: spec for spec in (
@@ -34,6 +35,19 @@ METHODS = {spec.name: spec for spec in (
     MethodSpec("muki_no_mc", "kdpipe.methods.muki", ("logits",), "disjoint",
                "MUKI with certainty from one deterministic pass instead of MC-dropout (§1, no_mc)",
                builder="build_no_mc"),
+    MethodSpec("dynamic_teacher", "kdpipe.methods.dynamic_kd", ("logits",), "identical",
+               "Dynamic KD (a): CE + KD from two teachers of different capacity weighted by student entropy (§2a)",
+               builder="build_teacher"),
+    MethodSpec("dynamic_data", "kdpipe.methods.dynamic_kd", ("logits",), "disjoint_or_identical",
+               "Dynamic KD (b): CE on the batch + KD on the top fraction r scored by the student (§2b)",
+               builder="build_data"),
+    MethodSpec("dynamic_objective", "kdpipe.methods.dynamic_kd", ("logits", "hidden"), "identical",
+               "Dynamic KD (c): per-example (1−ĥ)·logit MSE + ĥ·normalised hidden-state MSE (§2c)",
+               builder="build_objective", alignment="uniform"),
+    MethodSpec("hydra_plus", "kdpipe.methods.hydra", ("logits",), "identical",
+               "Hydra+: multi-head student, (1−α)CE + α[(1−β)aggregate KL + β member-to-head KL] + λ·diversity (§3)"),
+    MethodSpec("hydra", "kdpipe.methods.hydra", ("logits",), "identical",
+               "Hydra: multi-head student, member-to-head KL only (α = β = 1, λ = 0) (§3)", builder="build_hydra"),
 )}
 
 
