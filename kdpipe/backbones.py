@@ -38,3 +38,14 @@ def strided_alignment(teacher_layers: int, student_layers: int, count: int = -1)
     stride = teacher_layers // student_layers
     count = student_layers if count in (-1, None) else min(int(count), student_layers)
     return [(student_layers - j, teacher_layers - j * stride) for j in range(count)]
+
+
+def uniform_alignment(teacher_layers: int, student_layers: int) -> list[tuple[int, int]]:
+    """(student, teacher) hidden-state indices l ↔ l·k, k = L_t / L_s, for l = 0..L_s, the embeddings (index 0)
+    included, as in Dynamic KD's objective adjustment (METHODS.md §2c): a 2-layer student pairs with teacher
+    states 0, 3, 6 of a 6-layer teacher. L_t must be a multiple of L_s."""
+    if student_layers < 1 or teacher_layers < student_layers or teacher_layers % student_layers:
+        raise KdpipeError(f"uniform layer alignment needs the teacher's layers ({teacher_layers}) to be a multiple "
+                          f"of the student's ({student_layers})")
+    k = teacher_layers // student_layers
+    return [(layer, layer * k) for layer in range(student_layers + 1)]

@@ -57,6 +57,11 @@ def cmd_evaluate(a):
     evaluate(a.params, a.model, a.data, a.out_json, a.out_predictions)
 
 
+def cmd_evaluate_ensemble(a):
+    from kdpipe.evaluate import evaluate_ensemble
+    evaluate_ensemble(a.params, a.members, a.out_json, a.out_predictions)
+
+
 def cmd_report(a):
     from kdpipe.report import build_report
     build_report(a.evals, a.out)
@@ -90,6 +95,8 @@ def parser() -> argparse.ArgumentParser:
     stage("dump-feature", cmd_dump_feature, "--teacher", "--data", "--out-npy")
     stage("distill", cmd_distill, "--data", "--signals-root", "--out")
     stage("evaluate", cmd_evaluate, "--model", "--data", "--out-json", "--out-predictions")
+    stage("evaluate-ensemble", cmd_evaluate_ensemble, "--out-json", "--out-predictions").add_argument(
+        "--members", nargs="+", type=Path, required=True, help="the members' predictions parquet files")
     stage("report", cmd_report, "--out").add_argument("evals", nargs="+", type=Path)
     stage("fingerprint", cmd_fingerprint).add_argument("modules", nargs="+")
     return p

@@ -21,22 +21,41 @@ def iterate(encoded: Encoded, batch_size: int, device: torch.device, desc: str |
 
 
 @torch.inference_mode()
-def predict_logits(model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device,
-                   desc: str | None = None) -> np.ndarray:
-    """Eval-mode logits [N, C] (float32) in row order."""
+def _predict(model: nn.Module, encoded: Encoded, pick: Callable, *, batch_size: int, device: torch.device,
+             desc: str | None) -> np.ndarray:
+    """``pick(model output)`` -> tensor [..., B, C] for every batch, gathered into [..., N, C] in row order."""
     model.eval()
-    out = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
+    out = None
     for batch in iterate(encoded, batch_size, device, desc):
         with autocast(device):
-            logits = model(**model_inputs(batch)).logits
-        out[batch["index"].cpu().numpy()] = logits.float().cpu().numpy()
+            values = pick(model(**model_inputs(batch))).float().cpu().numpy()
+        if out is None:
+            out = np.zeros((*values.shape[:-2], len(encoded), values.shape[-1]), dtype=np.float32)
+        out[..., batch["index"].cpu().numpy(), :] = values
     return out
 
 
+def predict_logits(model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device,
+                   desc: str | None = None) -> np.ndarray:
+    """Eval-mode logits [N, C] (float32) in row order (a multi-head model: log of its heads' mean probability)."""
+    return _predict(model, encoded, lambda out: out.logits, batch_size=batch_size, device=device, desc=desc)
+
+
+def predict_member_logits(model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device,
+                          desc: str | None = None) -> np.ndarray:
+    """Eval-mode logits of each member [M, N, C]: the heads of a multi-head model (its ``head_logits``), else the
+    one model (M = 1)."""
+    def pick(out):
+        heads = getattr(out, "head_logits", None)
+        return heads if heads is not None else out.logits[None]
+    return _predict(model, encoded, pick, batch_size=batch_size, device=device, desc=desc)
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=1, keepdims=True)
+    """Softmax over the last axis."""
+    z = logits - logits.max(axis=-1, keepdims=True)
     e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def probs_predictor(encoded: Encoded, *, batch_size: int, device: torch.device) -> Callable[[nn.Module], np.ndarray]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kdpipe.backbones import num_layers, strided_alignment, student_layers
+from kdpipe.backbones import num_layers, strided_alignment, student_layers, uniform_alignment
 from kdpipe.methods.registry import get_method
 from kdpipe.store import KdpipeError
 
@@ -39,8 +39,19 @@ class Plan:
         self.config = config
         self.schema = schema
         self.dataset = config["dataset"]["name"]
-        self.teachers = {name: {**config.get("teacher_defaults", {}), **(spec or {})}
-                         for name, spec in (config.get("teachers") or {}).items()}
+        self.teachers: dict[str, dict] = {}
+        self.ensembles: dict[str, list[str]] = {}     # ensemble name -> member teacher names
+        self.teacher_entries = list(config.get("teachers") or {})   # names as written (ensembles unexpanded)
+        for name, spec in (config.get("teachers") or {}).items():
+            merged = {**config.get("teacher_defaults", {}), **(spec or {})}
+            ensemble = merged.pop("ensemble", None)
+            if not ensemble:
+                self.teachers[name] = merged
+                continue
+            seeds = _ensemble_seeds(ensemble, f"teachers.{name}.ensemble")
+            self.ensembles[name] = [f"{name}.seed{seed}" for seed in seeds]
+            for member, seed in zip(self.ensembles[name], seeds):
+                self.teachers[member] = {**merged, "seed": seed}
         if not self.teachers:
             raise KdpipeError("config: 'teachers' is empty; name at least one teacher")
         self.students: dict[str, Student] = {}
@@ -59,11 +70,12 @@ class Plan:
                 for name, entry in entries.items():
                     merged = entry.config if kind == "student" else entry
                     _validate(merged, self.schema["properties"][f"{kind}_defaults"], f"{kind}s.{name}")
-        for kind, names in (("teachers", self.teachers), ("students", {s.base for s in self.students.values()})):
+        bases = (set(self.teacher_entries), {s.base for s in self.students.values()})
+        for kind, names in zip(("teachers", "students"), bases):
             for name in names:
                 if not NAME.match(name):
                     raise KdpipeError(f"config: {kind} name {name!r} may use only letters, digits, '_' and '-'")
-        clash = set(self.teachers) & {s.base for s in self.students.values()}
+        clash = bases[0] & bases[1]
         if clash:
             raise KdpipeError(f"config: {sorted(clash)[0]!r} names both a teacher and a student; names must differ")
         for student in self.students.values():
@@ -74,6 +86,19 @@ class Plan:
                     raise KdpipeError(f"{where}.teachers: unknown teacher {teacher!r}; teachers are "
                                       f"{sorted(self.teachers)}")
             self._check_explicit_overlap(student, method.teacher_classes, where)
+            self._check_heads(student, method, where)
+
+    def _check_heads(self, student: Student, method, where: str) -> None:
+        heads = student.config["model"].get("heads")
+        if method.multihead and not heads:
+            raise KdpipeError(f"{where}: method {method.name!r} trains a multi-head student; set model.heads, "
+                              "e.g. {count: 4, layers: 1}")
+        if heads and not method.multihead:
+            raise KdpipeError(f"{where}.model.heads: method {method.name!r} trains a single-head student")
+        members = len(self.student_teachers(student.name))
+        if heads and int(heads.get("count", 0)) > members:
+            raise KdpipeError(f"{where}.model.heads.count: {heads.get('count')} heads for {members} teachers; "
+                              "Hydra needs at most one head per ensemble member (M <= N)")
 
     def _check_explicit_overlap(self, student: Student, policy: str, where: str) -> None:
         """Overlap of explicitly listed classes is visible before any data is read; catch it at once."""
@@ -93,10 +118,18 @@ class Plan:
 
     # ------------------------------------------------------------------ lookups
     def student_teachers(self, student: str) -> list[str]:
-        return list(self.students[student].config.get("teachers") or self.teachers)
+        """The teachers a student learns from; an ensemble's name stands for all its members."""
+        named = self.students[student].config.get("teachers") or list(self.teachers)
+        return [member for name in named for member in self.ensembles.get(name, [name])]
 
     def models(self) -> list[str]:
-        return [*self.teachers, *self.students]
+        """Everything evaluated: teachers, ensembles (their members' mean prediction) and students."""
+        return [*self.teachers, *self.ensembles, *self.students]
+
+    def teacher_layers(self, teacher: str) -> int:
+        """Transformer layers of a teacher: its ``layers`` subset, else the backbone's."""
+        spec = self.teachers[teacher]
+        return len(spec["layers"]) if spec.get("layers") else num_layers(spec["backbone"])
 
     def model_dir(self, model: str) -> str:
         if model in self.teachers:
@@ -118,14 +151,21 @@ class Plan:
         return files
 
     def alignment(self, student: str) -> dict[str, list[list[int]]] | None:
-        """For methods reading teacher hidden states: per teacher, the (student, teacher) hidden-state index pairs
-        (``method_args.align_number`` pairs from the last layer backwards, METHODS.md §1 DFA)."""
+        """For methods reading teacher hidden states: per teacher, the (student, teacher) hidden-state index pairs.
+
+        ``strided`` (DFA, METHODS.md §1): ``method_args.align_number`` pairs from the last layer backwards;
+        ``uniform`` (Dynamic KD, §2c): student state l with teacher state l·k for l = 0..L_s, embeddings included.
+        """
         config = self.students[student].config
-        if "hidden" not in get_method(config["method"]).signals:
+        method = get_method(config["method"])
+        if "hidden" not in method.signals:
             return None
-        count = (config.get("method_args") or {}).get("align_number", -1)
         n_student = student_layers(config["model"])
-        return {t: [list(pair) for pair in strided_alignment(num_layers(self.teachers[t]["backbone"]), n_student, count)]
+        if method.alignment == "uniform":
+            return {t: [list(pair) for pair in uniform_alignment(self.teacher_layers(t), n_student)]
+                    for t in self.student_teachers(student)}
+        count = (config.get("method_args") or {}).get("align_number", -1)
+        return {t: [list(pair) for pair in strided_alignment(self.teacher_layers(t), n_student, count)]
                 for t in self.student_teachers(student)}
 
     def feature_layers(self, teacher: str) -> list[int]:
@@ -161,7 +201,9 @@ class Plan:
         return dict(self.config["dataset"])
 
     def teacher_params(self, teacher: str) -> dict:
-        return dict(self.teachers[teacher])
+        # ``layers: null`` (all layers) is left out, so teachers configured before the key existed keep their slice
+        # (and their cached artifacts).
+        return {k: v for k, v in self.teachers[teacher].items() if not (k == "layers" and v is None)}
 
     def mc_params(self, split: str) -> dict:
         return {**_without(self.config["mc_dropout"], "splits"), "split": split}
@@ -181,6 +223,9 @@ class Plan:
 
     def eval_params(self, model: str, split: str) -> dict:
         student = self.students.get(model)
+        if model in self.ensembles:
+            return {"model": model, "base": model, "kind": "ensemble", "method": None, "seed": None,
+                    "members": self.ensembles[model], "split": split, **_without(self.config["evaluate"], "splits")}
         return {"model": model, "base": student.base if student else model,
                 "kind": "student" if student else "teacher",
                 "method": student.config["method"] if student else None,
@@ -196,6 +241,18 @@ def _validate(entry: dict, schema: dict, where: str) -> None:
         err = errors[0]
         key = ".".join([where, *map(str, err.path)])
         raise KdpipeError(f"{key}: {err.message}")
+
+
+def _ensemble_seeds(spec: dict, where: str) -> list[int]:
+    """The member seeds of ``ensemble: {size: N}`` (seeds 0..N-1) or ``{seeds: [...]}``."""
+    seeds = spec.get("seeds")
+    if seeds is None:
+        seeds = list(range(int(spec.get("size") or 0)))
+    if spec.get("size") is not None and int(spec["size"]) != len(seeds):
+        raise KdpipeError(f"{where}: size {spec['size']} but {len(seeds)} seeds {seeds}")
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise KdpipeError(f"{where}: an ensemble needs at least 2 distinct seeds, got {seeds}")
+    return [int(s) for s in seeds]
 
 
 def _without(mapping: dict, *keys: str) -> dict:

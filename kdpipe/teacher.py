@@ -1,6 +1,7 @@
 """The ``finetune_teacher`` stage: fine-tune one teacher, possibly on a subset of the classes (METHODS.md §1).
 
-A teacher restricted to ``classes`` trains only on the rows of those classes, with its own local label ids
+A teacher with ``layers`` keeps only those transformer layers of its backbone before fine-tuning (a smaller
+teacher of the same family). A teacher restricted to ``classes`` trains only on the rows of those classes, with its own local label ids
 (dataset order restricted to its classes). Output: a ``save_pretrained`` directory with safetensors weights, the
 tokenizer, ``labels.json`` (its local label order), ``metrics.json`` and ``manifest.json``.
 """
@@ -17,7 +18,7 @@ from kdpipe.data import read_labels, read_split
 from kdpipe.device import pick_device
 from kdpipe.inference import probs_predictor
 from kdpipe.labelspace import resolve_classes
-from kdpipe.models import load_classifier, load_tokenizer
+from kdpipe.models import keep_layers, load_classifier, load_tokenizer
 from kdpipe.store import make_manifest
 from kdpipe.training import TrainSettings, accuracy_validator, fit, save_trained, work_paths
 
@@ -40,6 +41,8 @@ def finetune_teacher(params: dict, data_dir: Path, out_dir: Path) -> dict:
     enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
     settings = TrainSettings.from_params(params)
     model = load_classifier(params["backbone"], classes, seed=settings.seed)
+    if params.get("layers"):
+        keep_layers(model, list(params["layers"]))      # a smaller teacher, e.g. Dynamic KD's (METHODS.md §2)
 
     def loss_fn(model, batch):
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from kdpipe.batching import model_inputs
+from kdpipe.store import KdpipeError
 
 
 @dataclass
@@ -36,6 +37,25 @@ class DistillContext:
 
     def block(self, teacher: str) -> torch.Tensor:
         return torch.as_tensor(self.blocks[teacher], device=self.device)
+
+    def check_token_aligned(self, method: str) -> None:
+        """Token-level hidden states are only comparable when the student tokenised the train split exactly as
+        the teachers' dumps did (same tokenizer and max_length)."""
+        for t in self.teachers:
+            if not np.array_equal(np.asarray(self.signal(t, "hidden_lengths")), self.train_lengths):
+                raise KdpipeError(f"{method}: teacher '{t}' hidden states were dumped with another tokenisation "
+                                  f"than the student's; {method} compares tokens, so give the student the "
+                                  "teacher's tokenizer and max_length")
+
+    def hidden_slot(self, teacher: str, layer: int) -> int:
+        """Position of teacher hidden-state index ``layer`` in the dump (which keeps only the planned layers)."""
+        return self.signal(teacher, "hidden_layers").index(layer)
+
+    def teacher_hidden(self, teacher: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
+        """Cached hidden states [B, width, H] (float32, on the device) of dump slot ``slot`` for train rows
+        ``index``, cut to the batch's padded width."""
+        rows = np.asarray(self.signal(teacher, "hidden")[index, slot, :width], dtype=np.float32)
+        return torch.from_numpy(rows).to(self.device, non_blocking=True)
 
 
 @dataclass

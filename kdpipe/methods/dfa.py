@@ -19,7 +19,6 @@ release also averaged over padding. Defaults: T = 1 and all α = 1, as in MUKI's
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -65,12 +64,8 @@ def build(ctx: DistillContext, args: dict) -> Objective:
     teachers, temperature = ctx.teachers, float(args["temperature"])
     if not ctx.alignment:
         raise KdpipeError("dfa: no layer alignment was planned for this student")
-    for t in teachers:
-        if not np.array_equal(np.asarray(ctx.signal(t, "hidden_lengths")), ctx.train_lengths):
-            raise KdpipeError(f"dfa: teacher '{t}' hidden states were dumped with another tokenisation than the "
-                              "student's; DFA aligns tokens, so give the student the teacher's tokenizer and "
-                              "max_length")
-    pairs = [[(s, ctx.signal(t, "hidden_layers").index(tl)) for s, tl in ctx.alignment[t]] for t in teachers]
+    ctx.check_token_aligned("dfa")
+    pairs = [[(s, ctx.hidden_slot(t, tl)) for s, tl in ctx.alignment[t]] for t in teachers]
     if any(len(p) != len(pairs[0]) or [s for s, _ in p] != [s for s, _ in pairs[0]] for p in pairs):
         raise KdpipeError("dfa: teachers are aligned to different student layers")
     student_layers = [s for s, _ in pairs[0]]
@@ -78,10 +73,6 @@ def build(ctx: DistillContext, args: dict) -> Objective:
     amalgamator = Amalgamator(widths, ctx.student_config.hidden_size, len(student_layers)).to(ctx.device)
     targets = union_logits([ctx.signal(t, "logits") for t in teachers], [ctx.block(t) for t in teachers],
                            len(ctx.labels))
-
-    def teacher_features(t: int, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
-        rows = np.asarray(ctx.signal(teachers[t], "hidden")[index, slot, :width], dtype=np.float32)
-        return torch.from_numpy(rows).to(ctx.device, non_blocking=True)
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True)
@@ -91,7 +82,7 @@ def build(ctx: DistillContext, args: dict) -> Objective:
         width = mask.shape[1]
         rec_total = amal_total = out.logits.new_zeros(())
         for p, layer in enumerate(student_layers):
-            feats = [teacher_features(t, pairs[t][p][1], index, width) for t in range(len(teachers))]
+            feats = [ctx.teacher_hidden(teachers[t], pairs[t][p][1], index, width) for t in range(len(teachers))]
             rec, amal = amalgamation_losses(amalgamator, p, out.hidden_states[layer].float(), feats, mask)
             rec_total, amal_total = rec_total + rec, amal_total + amal
         total = args["kd_weight"] * kd + args["rec_weight"] * rec_total + args["amal_weight"] * amal_total

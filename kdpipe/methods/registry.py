@@ -21,6 +21,7 @@ class MethodSpec:
     summary: str
     builder: str = "build"     # the function of ``module`` that makes the Objective
     alignment: str = "strided"  # for "hidden": "strided" (DFA, from the top) | "uniform" (l ↔ l·k, embeddings too)
+    multihead: bool = False     # needs a multi-head student (model.heads), one head per teacher at most
 
 
 METHODS = {spec.name: spec for spec in (
@@ -45,9 +46,11 @@ METHODS = {spec.name: spec for spec in (
                "Dynamic KD (c): per-example (1−ĥ)·logit MSE + ĥ·normalised hidden-state MSE (§2c)",
                builder="build_objective", alignment="uniform"),
     MethodSpec("hydra_plus", "kdpipe.methods.hydra", ("logits",), "identical",
-               "Hydra+: multi-head student, (1−α)CE + α[(1−β)aggregate KL + β member-to-head KL] + λ·diversity (§3)"),
+               "Hydra+: multi-head student, (1−α)CE + α[(1−β)aggregate KL + β member-to-head KL] + λ·diversity (§3)",
+               multihead=True),
     MethodSpec("hydra", "kdpipe.methods.hydra", ("logits",), "identical",
-               "Hydra: multi-head student, member-to-head KL only (α = β = 1, λ = 0) (§3)", builder="build_hydra"),
+               "Hydra: multi-head student, member-to-head KL only (α = β = 1, λ = 0) (§3)", builder="build_hydra",
+               multihead=True),
 )}
 
 

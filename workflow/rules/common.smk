@@ -30,9 +30,10 @@ KDPIPE = f"{sys.executable} -m kdpipe"
 
 
 wildcard_constraints:
-    teacher="|".join(PLAN.teachers) or "NO_TEACHER",
+    teacher="|".join(map(re.escape, PLAN.teachers)) or "NO_TEACHER",
     student="|".join(map(re.escape, PLAN.students)) or "NO_STUDENT",
-    model="|".join(map(re.escape, PLAN.models())),
+    model="|".join(map(re.escape, [*PLAN.teachers, *PLAN.students])),
+    ensemble="|".join(map(re.escape, PLAN.ensembles)) or "NO_ENSEMBLE",
     split="train|validation|test",
 
 

@@ -21,6 +21,29 @@ rule evaluate:
         " --out-json {output.metrics} --out-predictions {output.predictions} > {log} 2>&1"
 
 
+rule evaluate_ensemble:
+    """An ensemble of teachers: its members' mean probabilities, metrics and uncertainty split (no inference)."""
+    input:
+        members=lambda wc: [f"{EVAL.format(model=m, split=wc.split)}.predictions.parquet"
+                            for m in PLAN.ensembles[wc.ensemble]],
+        evals=lambda wc: [f"{EVAL.format(model=m, split=wc.split)}.json" for m in PLAN.ensembles[wc.ensemble]],
+    output:
+        metrics=EVAL.replace("{model}", "{ensemble}") + ".json",
+        predictions=EVAL.replace("{model}", "{ensemble}") + ".predictions.parquet",
+    params:
+        cfg=lambda wc: as_json(PLAN.eval_params(wc.ensemble, wc.split)),
+        code=code("kdpipe.evaluate"),
+    log:
+        f"{LOGS}/evaluate/{{ensemble}}.{{split}}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "{KDPIPE} --threads {threads} evaluate-ensemble --params {params.cfg:q} --members {input.members}"
+        " --out-json {output.metrics} --out-predictions {output.predictions} > {log} 2>&1"
+
+
 rule report:
     """Summary table and plots of every model (rendered by `snakemake --report`)."""
     input:
@@ -30,6 +53,7 @@ rule report:
         md=f"{REPORT}/summary.md",
         reliability=report(f"{REPORT}/reliability.png", caption="../report/reliability.rst", category="Calibration"),
         chart=report(f"{REPORT}/metrics.png", caption="../report/metrics.rst", category="Summary"),
+        uncertainty=report(f"{REPORT}/uncertainty.png", caption="../report/uncertainty.rst", category="Calibration"),
     params:
         out=REPORT,
         code=code("kdpipe.report"),

@@ -1,0 +1,255 @@
+"""Dynamic KD (Li et al., EMNLP 2021; METHODS.md §2): the student's own uncertainty steers KD.
+
+The student's normalised entropy ĥ_i = H(softmax(z_s,i)) / log C is computed online every step; the teacher side
+is read from the cache (logits, and hidden states for the objective adjustment), never from a live teacher. Every
+loss is  L = α_ce·CE(z_s, y) + (the strategy's KD terms), with the KD distance D either the logit MSE
+D_i = mean_c (z_s − z_t)² (``distance: mse``, the release's default) or T²·KL(softmax(z_t/T) ‖ softmax(z_s/T))
+(``distance: kl``, T = 5).
+
+- ``dynamic_teacher`` (§2a), two teachers of different capacity on the full label set, ``small_teacher`` naming the
+  smaller one. ``hard``: the ⌊B/2⌋ most uncertain examples of the batch learn from the small teacher, the rest from
+  the large one, L = CE + α_kd(mean_{S-half} D_small + mean_{L-half} D_large); ``soft``: batch weights
+  w_S = mean_i ĥ_i, w_L = 1 − w_S; ``soft_instance``: per example, ĥ_i·D_small,i + (1 − ĥ_i)·D_large,i. The
+  direction is the released code's: an uncertain student leans on the **smaller** teacher
+  (``direction: uncertain_to_small``); ``uncertain_to_large`` is the reverse, for the comparison.
+- ``dynamic_data`` (§2b): the student scores the batch (``entropy``: highest first; ``margin``: smallest
+  p(1) − p(2) first; ``confidence``: lowest max p first; ``random``; a ``-r`` suffix reverses the order) and only
+  the top ⌊r·B⌋ examples get the KD term, L = α_ce·CE(all B) + α_kd·mean_{kept} D. With cached teacher logits this
+  saves **no teacher compute**: the paper's speed-up came from running the teacher on the kept rows only, and here
+  the teacher never runs during distillation at all. The student still forwards the whole batch (for CE and the
+  scores), so the selection changes what is learnt, not the cost.
+- ``dynamic_objective`` (§2c), one teacher on the full label set:
+  L = α_ce·CE + α_kl·(1/B)Σ_i (1 − ĥ_i)·D_i + α_rep·(1/B)Σ_i ĥ_i·R_i, with D_i the logit MSE and
+  R_i = Σ_{l=0..L_s} mean_{tokens,dims} (n(h_s^l) − n(h_t^{l·k}))², n = L2-normalisation over the hidden
+  dimension, k = L_t / L_s (embeddings included: ``kdpipe.backbones.uniform_alignment``). Teacher states come from
+  the float16 dumps of only those layers; the mean runs over real tokens (the release also averaged padding).
+  ``strategy: uncertainty-r`` swaps the two weights, ``none`` gives both weight 1 (without the release's
+  sequence-dimension normalisation quirk).
+
+Whether ĥ carries gradient differs (§2): the released teacher and objective code keep it attached, the paper's
+plug-in detaches it. ``entropy_grad: false`` (default) is the plug-in's detached form; ``true`` the release's.
+The selection scores of ``dynamic_data`` never carry gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from kdpipe.batching import model_inputs
+from kdpipe.methods.base import DistillContext, Objective, student_logits
+from kdpipe.methods.losses import soft_kl
+from kdpipe.methods.vanilla_kd import union_logits
+from kdpipe.store import KdpipeError
+
+COMMON = {"ce_weight": 1.0, "kd_weight": 1.0, "distance": "mse", "temperature": 5.0, "entropy_grad": False}
+TEACHER_DEFAULTS = {**COMMON, "mode": "hard", "direction": "uncertain_to_small", "small_teacher": None}
+DATA_DEFAULTS = {**COMMON, "strategy": "margin", "ratio": 0.5}
+OBJECTIVE_DEFAULTS = {**COMMON, "rep_weight": 1.0, "strategy": "uncertainty"}
+
+TEACHER_MODES = ("hard", "soft", "soft_instance")
+DIRECTIONS = ("uncertain_to_small", "uncertain_to_large")
+SELECTIONS = ("entropy", "margin", "confidence", "random")
+OBJECTIVE_STRATEGIES = ("uncertainty", "uncertainty-r", "none")
+
+
+# ---- pure functions ------------------------------------------------------------------------------------------
+
+
+def normalized_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """ĥ_i = H(softmax(z_i)) / log C, in [0, 1]. Shape [B]."""
+    log_p = F.log_softmax(logits.float(), -1)
+    return -(log_p.exp() * log_p).sum(-1) / math.log(logits.shape[-1])
+
+
+def kd_distance(student: torch.Tensor, teacher: torch.Tensor, distance: str, temperature: float) -> torch.Tensor:
+    """Per-example KD distance D_i: ``mse`` mean_c (z_s − z_t)², or ``kl`` T²·KL(softmax(z_t/T) ‖ softmax(z_s/T))."""
+    if distance == "mse":
+        return ((student.float() - teacher.float()) ** 2).mean(-1)
+    if distance == "kl":
+        target = F.softmax(teacher.float() / temperature, -1)
+        return temperature ** 2 * soft_kl(target, student, temperature)
+    raise KdpipeError(f"dynamic KD: distance must be 'mse' or 'kl', not {distance!r}")
+
+
+def teacher_weights(h: torch.Tensor, mode: str, direction: str = "uncertain_to_small") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-example weights (w_small, w_large), shape [B] each, such that the KD term is
+    mean_i(w_small,i·D_small,i + w_large,i·D_large,i) (METHODS.md §2a).
+
+    ``hard``: the ⌊B/2⌋ examples with the highest ĥ go to the small teacher with weight B/⌊B/2⌋, the others to the
+    large one with weight B/(B − ⌊B/2⌋), so each half contributes its own mean, as in the release.
+    """
+    if direction not in DIRECTIONS:
+        raise KdpipeError(f"dynamic_teacher: direction must be one of {DIRECTIONS}, not {direction!r}")
+    if mode == "hard":
+        b = h.shape[0]
+        half = b // 2
+        uncertain = torch.zeros_like(h, dtype=torch.bool)
+        uncertain[torch.argsort(h.detach(), descending=True, stable=True)[:half]] = True
+        to_uncertain = uncertain.float() * (b / half if half else 0.0)
+        to_certain = (~uncertain).float() * (b / (b - half))
+    elif mode == "soft":
+        to_uncertain = h.mean().expand_as(h)
+        to_certain = 1 - to_uncertain
+    elif mode == "soft_instance":
+        to_uncertain, to_certain = h, 1 - h
+    else:
+        raise KdpipeError(f"dynamic_teacher: mode must be one of {TEACHER_MODES}, not {mode!r}")
+    if direction == "uncertain_to_small":
+        return to_uncertain, to_certain
+    return to_certain, to_uncertain
+
+
+def selection_scores(logits: torch.Tensor, strategy: str, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Scores of the examples, highest = most informative = kept first (METHODS.md §2b). Shape [B], no gradient."""
+    base, reverse = strategy.removesuffix("-r"), strategy.endswith("-r")
+    p = F.softmax(logits.detach().float(), -1)
+    if base == "entropy":
+        scores = -(torch.special.xlogy(p, p)).sum(-1)
+    elif base == "margin":
+        top2 = p.topk(2, dim=-1).values
+        scores = -(top2[:, 0] - top2[:, 1])
+    elif base == "confidence":
+        scores = -p.max(-1).values
+    elif base == "random":
+        scores = torch.rand(p.shape[0], generator=generator).to(p.device)
+    else:
+        raise KdpipeError(f"dynamic_data: strategy must be one of {SELECTIONS} (optionally with '-r'), "
+                          f"not {strategy!r}")
+    return -scores if reverse else scores
+
+
+def select_top(scores: torch.Tensor, ratio: float) -> torch.Tensor:
+    """Indices of the ⌊r·B⌋ highest-scoring examples (ties: the earlier example first)."""
+    if not 0 < ratio <= 1:
+        raise KdpipeError(f"dynamic_data: ratio must be in (0, 1], not {ratio}")
+    keep = math.floor(ratio * scores.shape[0] + 1e-9)
+    return torch.argsort(scores, descending=True, stable=True)[:keep]
+
+
+def normalized_hidden_mse(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-example mean over real tokens and dims of (n(h_s) − n(h_t))², n = L2-normalisation over the hidden
+    dimension. Shapes [B, S, H], [B, S, H], mask [B, S]; result [B]."""
+    diff = (F.normalize(student.float(), dim=-1) - F.normalize(teacher.float(), dim=-1)) ** 2
+    per_token = diff.mean(-1) * mask
+    return per_token.sum(-1) / mask.sum(-1).clamp_min(1)
+
+
+def objective_weights(h: torch.Tensor, strategy: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logit weight, hidden weight) per example: (1 − ĥ, ĥ), swapped for ``uncertainty-r``, (1, 1) for ``none``."""
+    if strategy == "uncertainty":
+        return 1 - h, h
+    if strategy == "uncertainty-r":
+        return h, 1 - h
+    if strategy == "none":
+        return torch.ones_like(h), torch.ones_like(h)
+    raise KdpipeError(f"dynamic_objective: strategy must be one of {OBJECTIVE_STRATEGIES}, not {strategy!r}")
+
+
+# ---- builders ------------------------------------------------------------------------------------------------
+
+
+def _args(defaults: dict, args: dict, method: str) -> dict:
+    unknown = sorted(set(args) - set(defaults))
+    if unknown:
+        raise KdpipeError(f"{method}: unknown method_args {unknown}; known: {sorted(defaults)}")
+    out = {**defaults, **args}
+    kd_distance(torch.zeros(1, 2), torch.zeros(1, 2), out["distance"], float(out["temperature"]))  # validates
+    return out
+
+
+def _entropy(z: torch.Tensor, grad: bool) -> torch.Tensor:
+    h = normalized_entropy(z)
+    return h if grad else h.detach()
+
+
+def _full_label_logits(ctx: DistillContext, teacher: str) -> torch.Tensor:
+    """A full-label teacher's cached logits in the student's label order."""
+    return ctx.signal(teacher, "logits")[:, torch.argsort(ctx.block(teacher))]
+
+
+def build_teacher(ctx: DistillContext, args: dict) -> Objective:
+    """``dynamic_teacher``: CE + KD from a small and a large teacher, weighted by the student's ĥ (§2a)."""
+    a = _args(TEACHER_DEFAULTS, args, "dynamic_teacher")
+    if len(ctx.teachers) != 2 or a["small_teacher"] not in ctx.teachers:
+        raise KdpipeError(f"dynamic_teacher: needs exactly two teachers and method_args.small_teacher naming the "
+                          f"smaller one; teachers are {ctx.teachers}, small_teacher is {a['small_teacher']!r}")
+    teacher_weights(torch.zeros(2), a["mode"], a["direction"])                                     # validates
+    large = next(t for t in ctx.teachers if t != a["small_teacher"])
+    small_z, large_z = _full_label_logits(ctx, a["small_teacher"]), _full_label_logits(ctx, large)
+    distance, temperature = a["distance"], float(a["temperature"])
+
+    def loss(model, batch):
+        z = student_logits(model, batch)
+        ce = F.cross_entropy(z.float(), batch["labels"])
+        h = _entropy(z, a["entropy_grad"])
+        w_small, w_large = teacher_weights(h, a["mode"], a["direction"])
+        d_small = kd_distance(z, small_z[batch["index"]], distance, temperature)
+        d_large = kd_distance(z, large_z[batch["index"]], distance, temperature)
+        kd = (w_small * d_small + w_large * d_large).mean()
+        total = a["ce_weight"] * ce + a["kd_weight"] * kd
+        return total, {"ce": ce.item(), "kd": kd.item(), "entropy": h.mean().item(),
+                       "w_small": w_small.mean().item()}
+
+    return Objective(loss=loss)
+
+
+def build_data(ctx: DistillContext, args: dict) -> Objective:
+    """``dynamic_data``: CE on the whole batch + KD on the top fraction r scored by the student (§2b)."""
+    a = _args(DATA_DEFAULTS, args, "dynamic_data")
+    ratio = float(a["ratio"])
+    selection_scores(torch.zeros(1, 2), a["strategy"])                                            # validates
+    select_top(torch.zeros(1), ratio)
+    targets = union_logits([ctx.signal(t, "logits") for t in ctx.teachers], [ctx.block(t) for t in ctx.teachers],
+                           len(ctx.labels))
+    distance, temperature = a["distance"], float(a["temperature"])
+
+    def loss(model, batch):
+        z = student_logits(model, batch)
+        ce = F.cross_entropy(z.float(), batch["labels"])
+        kept = select_top(selection_scores(z, a["strategy"]), ratio)
+        if len(kept):
+            kd = kd_distance(z[kept], targets[batch["index"][kept]], distance, temperature).mean()
+        else:
+            kd = z.new_zeros((), dtype=torch.float32)
+        total = a["ce_weight"] * ce + a["kd_weight"] * kd
+        return total, {"ce": ce.item(), "kd": kd.item(), "kept": float(len(kept))}
+
+    return Objective(loss=loss)
+
+
+def build_objective(ctx: DistillContext, args: dict) -> Objective:
+    """``dynamic_objective``: (1 − ĥ)-weighted logit MSE + ĥ-weighted normalised hidden-state MSE (§2c)."""
+    a = _args(OBJECTIVE_DEFAULTS, args, "dynamic_objective")
+    objective_weights(torch.zeros(1), a["strategy"])                                              # validates
+    if len(ctx.teachers) != 1 or not ctx.alignment:
+        raise KdpipeError(f"dynamic_objective: needs exactly one teacher (got {ctx.teachers}) with a planned "
+                          "layer alignment")
+    teacher = ctx.teachers[0]
+    ctx.check_token_aligned("dynamic_objective")
+    width = ctx.signal(teacher, "hidden").shape[-1]
+    if width != ctx.student_config.hidden_size:
+        raise KdpipeError(f"dynamic_objective: teacher hidden size {width} differs from the student's "
+                          f"{ctx.student_config.hidden_size}; the objective compares hidden states directly")
+    pairs = [(s, ctx.hidden_slot(teacher, tl)) for s, tl in ctx.alignment[teacher]]
+    targets = _full_label_logits(ctx, teacher)
+    distance, temperature = a["distance"], float(a["temperature"])
+
+    def loss(model, batch):
+        out = model(**model_inputs(batch), output_hidden_states=True)
+        z = out.logits
+        ce = F.cross_entropy(z.float(), batch["labels"])
+        h = _entropy(z, a["entropy_grad"])
+        w_logit, w_rep = objective_weights(h, a["strategy"])
+        d = kd_distance(z, targets[batch["index"]], distance, temperature)
+        mask = batch["attention_mask"].float()
+        index = batch["index"].cpu().numpy()
+        r = sum(normalized_hidden_mse(out.hidden_states[s], ctx.teacher_hidden(teacher, slot, index, mask.shape[1]),
+                                      mask) for s, slot in pairs)
+        kl, rep = (w_logit * d).mean(), (w_rep * r).mean()
+        total = a["ce_weight"] * ce + a["kd_weight"] * kl + a["rep_weight"] * rep
+        return total, {"ce": ce.item(), "kd": kl.item(), "rep": rep.item(), "entropy": h.mean().item()}
+
+    return Objective(loss=loss)

@@ -1,0 +1,180 @@
+"""Hydra and Hydra+ (METHODS.md §3): distil an N-member ensemble into a shared core with M heads.
+
+Notation: t_n = logits of ensemble member n (n < N), s_m = logits of head m (m < M), y = gold label.
+
+    L1 correctness    = (1/M) Σ_m CE(s_m, y)
+    L2 aggregation    = T_a² · KL( (1/N) Σ_n softmax(t_n/T_a) ‖ (1/M) Σ_m softmax(s_m/T_a) )
+    L3 individuality  = (T_i² / max(N,M)) Σ_{j<max(N,M)} KL( softmax(t_{j mod N}/T_i) ‖ softmax(s_{j mod M}/T_i) )
+    L4 diversity      = Σ_layers Σ_m Σ_rows (1 + cos(θ̄^l_row, θ^{l,m}_row)) / 2
+    L                 = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4
+
+All KL and CE terms are batch means. When M < N, head m is matched to members m, m+M, m+2M, … (no learned
+assignment). In L4, θ̄^l is the mean over heads of layer l's weight (gradients flow through the mean too), rows are
+the output units of a Linear weight, and a bias (1-D) is compared elementwise: the cosine of two scalars is their
+sign agreement, (1 + sign(a·b))/2, whose gradient is zero, so biases add a constant to L4 but are not pushed apart.
+λ follows :func:`lambda_at` (constant, or a linear ramp over epochs as in the paper's CIFAR-10 setting).
+
+Departures from the release: the KL uses 0·log 0 = 0 (``kdpipe.methods.losses.kl_divergence``) instead of adding
+1e-8 inside the logs, and the explicit wd·½‖θ‖² term is not added: the shared training loop's AdamW
+``weight_decay`` plays that role. The ensemble members are the student's teachers, which must all cover the full
+label set; their cached train logits are placed in the student's label order. The student must be a multi-head
+model (``model.heads`` in the student config, see ``kdpipe.multihead``) with M ≤ N heads.
+
+Plain Hydra (:func:`build_hydra`) is α = 1, β = 1, λ = 0, i.e. L3 only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kdpipe.batching import model_inputs
+from kdpipe.methods.base import DistillContext, Objective
+from kdpipe.methods.losses import kl_divergence
+from kdpipe.multihead import MultiHeadClassifier, mean_probs_log
+from kdpipe.store import KdpipeError
+
+DEFAULTS = {"alpha": 0.9, "beta": 0.5, "temp_aggregate": 1.0, "temp_individual": 3.0, "diversity": 1e-3,
+            "diversity_ramp": None}
+HYDRA_FIXED = {"alpha": 1.0, "beta": 1.0, "diversity": 0.0, "diversity_ramp": None}
+
+COSINE_EPS = 1e-8
+
+
+def correctness_loss(head_logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """L1 = (1/M) Σ_m CE(s_m, y), batch mean. ``head_logits`` [M, B, C], ``y`` [B]."""
+    m, _, c = head_logits.shape
+    return F.cross_entropy(head_logits.float().reshape(-1, c), y.repeat(m))
+
+
+def aggregation_loss(member_logits: torch.Tensor, head_logits: torch.Tensor, temp: float) -> torch.Tensor:
+    """L2 = T_a²·KL(mean_n softmax(t_n/T_a) ‖ mean_m softmax(s_m/T_a)), batch mean. Logits [N|M, B, C]."""
+    target = F.softmax(member_logits.float() / temp, -1).mean(0)
+    return temp ** 2 * kl_divergence(target, mean_probs_log(head_logits.float() / temp)).mean()
+
+
+def individuality_loss(member_logits: torch.Tensor, head_logits: torch.Tensor, temp: float) -> torch.Tensor:
+    """L3 = (T_i²/max(N,M)) Σ_{j<max(N,M)} KL(softmax(t_{j mod N}/T_i) ‖ softmax(s_{j mod M}/T_i)), batch mean."""
+    n, m = member_logits.shape[0], head_logits.shape[0]
+    pairs = torch.arange(max(n, m), device=head_logits.device)
+    targets = F.softmax(member_logits[pairs % n].float() / temp, -1)
+    kl = kl_divergence(targets, F.log_softmax(head_logits[pairs % m].float() / temp, -1))   # [max(N,M), B]
+    return temp ** 2 * kl.sum(0).mean() / len(pairs)
+
+
+def _agreement(mean: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Σ_m Σ_rows (1 + cos(mean_row, w^m_row))/2 for stacked ``weights`` [M, rows, ...]; 1-D parameters ([M, n])
+    elementwise as (1 + sign(mean·w))/2."""
+    if weights.ndim == 2:
+        return ((1 + torch.sign(mean * weights)) / 2).sum()
+    flat, mean = weights.flatten(2), mean.flatten(1)
+    dot = (flat * mean).sum(-1)
+    cos = dot / (flat.norm(dim=-1) * mean.norm(dim=-1)).clamp_min(COSINE_EPS)
+    return ((1 + cos) / 2).sum()
+
+
+def diversity_loss(head_linears: list[list[nn.Linear]]) -> torch.Tensor:
+    """L4 = Σ_layers Σ_m Σ_rows (1 + cos(θ̄^l_row, θ^{l,m}_row))/2 over every Linear weight and bias of the heads;
+    ``head_linears[m]`` lists head m's Linear modules, in the same order for every head."""
+    if len({len(linears) for linears in head_linears}) != 1:
+        raise KdpipeError("diversity loss: the heads have different numbers of Linear layers")
+    total = head_linears[0][0].weight.new_zeros(())
+    for layer in zip(*head_linears):
+        for name in ("weight", "bias"):
+            params = [getattr(linear, name) for linear in layer]
+            if params[0] is not None:
+                stacked = torch.stack([p.float() for p in params])
+                total = total + _agreement(stacked.mean(0), stacked)
+    return total
+
+
+def lambda_at(epoch: int, lam: float, ramp: list | tuple | None) -> float:
+    """λ for 0-based ``epoch``: ``lam`` when ``ramp`` is None, else 0 up to epoch ramp[0], rising linearly to
+    ``lam`` at epoch ramp[1] and constant after (METHODS.md §3, CIFAR-10: 0 → λ over epochs 20 → 150)."""
+    if ramp is None:
+        return float(lam)
+    if len(ramp) != 2 or not 0 <= ramp[0] < ramp[1]:
+        raise KdpipeError(f"hydra_plus: diversity_ramp must be [start, end] epochs with 0 ≤ start < end, got {ramp}")
+    start, end = ramp
+    return float(lam) * min(max((epoch - start) / (end - start), 0.0), 1.0)
+
+
+def _members(ctx: DistillContext) -> torch.Tensor:
+    """The teachers' cached train logits [N, rows, C] in the student's label order."""
+    members = []
+    for t in ctx.teachers:
+        block = ctx.block(t)
+        if len(block) != len(ctx.labels):
+            raise KdpipeError(f"hydra: ensemble member '{t}' covers {len(block)} of the {len(ctx.labels)} labels; "
+                              "every member must cover the full label set")
+        members.append(ctx.signal(t, "logits")[:, torch.argsort(block)])
+    return torch.stack(members)
+
+
+def _checked_args(args: dict) -> dict:
+    unknown = sorted(set(args) - set(DEFAULTS))
+    if unknown:
+        raise KdpipeError(f"hydra_plus: unknown method_args {unknown}; known are {sorted(DEFAULTS)}")
+    args = {**DEFAULTS, **args}
+    for name in ("alpha", "beta"):
+        if not 0 <= float(args[name]) <= 1:
+            raise KdpipeError(f"hydra_plus: {name} must lie in [0, 1], got {args[name]}")
+    for name in ("temp_aggregate", "temp_individual"):
+        if not float(args[name]) > 0:
+            raise KdpipeError(f"hydra_plus: {name} must be positive, got {args[name]}")
+    if not float(args["diversity"]) >= 0:
+        raise KdpipeError(f"hydra_plus: diversity must be non-negative, got {args['diversity']}")
+    lambda_at(0, args["diversity"], args["diversity_ramp"])   # a bad ramp fails before training
+    return args
+
+
+def _check_heads(ctx: DistillContext) -> None:
+    heads = getattr(ctx.student_config, "multihead_heads", None)
+    if heads is None:
+        raise KdpipeError("hydra: the student must be a multi-head model: set model.heads "
+                          "(e.g. {count: 5, layers: 1}) in the student config")
+    if heads > len(ctx.teachers):
+        raise KdpipeError(f"hydra: the student has {heads} heads but the ensemble only {len(ctx.teachers)} members; "
+                          "use at most as many heads as members (M ≤ N)")
+
+
+def build(ctx: DistillContext, args: dict) -> Objective:
+    """Hydra+ (METHODS.md §3): L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4, λ set per epoch by ``on_epoch``."""
+    args = _checked_args(args)
+    _check_heads(ctx)
+    alpha, beta = float(args["alpha"]), float(args["beta"])
+    temp_a, temp_i = float(args["temp_aggregate"]), float(args["temp_individual"])
+    lam, ramp = float(args["diversity"]), args["diversity_ramp"]
+    members = _members(ctx)
+    state = {"lambda": lambda_at(0, lam, ramp)}
+
+    def on_epoch(epoch: int, epochs: int) -> None:
+        state["lambda"] = lambda_at(epoch, lam, ramp)
+
+    def loss(model: nn.Module, batch: dict):
+        if not isinstance(model, MultiHeadClassifier):
+            raise KdpipeError("hydra: the student must be a multi-head model: set model.heads in the student config")
+        heads = model(**model_inputs(batch)).head_logits
+        targets = members[:, batch["index"]]
+        l1 = correctness_loss(heads, batch["labels"])
+        l2 = aggregation_loss(targets, heads, temp_a)
+        l3 = individuality_loss(targets, heads, temp_i)
+        weight = state["lambda"]
+        with torch.set_grad_enabled(weight > 0 and torch.is_grad_enabled()):
+            l4 = diversity_loss(model.head_linears())
+        total = (1 - alpha) * l1 + alpha * ((1 - beta) * l2 + beta * l3) + weight * l4
+        return total, {"ce": l1.item(), "aggregate": l2.item(), "individual": l3.item(), "diversity": l4.item(),
+                       "lambda": weight}
+
+    return Objective(loss=loss, on_epoch=on_epoch)
+
+
+def build_hydra(ctx: DistillContext, args: dict) -> Objective:
+    """Plain Hydra (METHODS.md §3, "Baselines"): α = 1, β = 1, λ = 0, i.e. L3 only; only the temperatures may be
+    set."""
+    fixed = sorted(set(args) & set(HYDRA_FIXED))
+    if fixed:
+        raise KdpipeError(f"hydra: {fixed} are fixed for plain Hydra (α = β = 1, λ = 0); use method hydra_plus to "
+                          "set them")
+    return build(ctx, {**args, **HYDRA_FIXED})
