@@ -14,6 +14,10 @@ Conventions:
 - ``ece`` uses equal-width bins on the top-class probability, [k/M, (k+1)/M), L1 gap weighted by bin counts
   (Guo et al. 2017). The reliability bins below use the same bins, so the diagram shows what the number sums
   up; they differ only in where a confidence of exactly 1.0 goes (see ``reliability_bins``).
+
+Ensembles and multi-head models (METHODS.md §3): ``uncertainty_split`` decomposes the total predictive entropy
+into aleatoric (mean member entropy) and epistemic (mutual information) parts, ``uncertainty_summary`` gives their
+means and histograms, and ``total_variation`` compares two such histograms.
 """
 
 from __future__ import annotations
@@ -120,3 +124,49 @@ def _validated(
     if ece_bins < 1:
         raise KdpipeError(f"ece_bins must be at least 1, got {ece_bins}")
     return probs, labels.astype(np.int64)
+
+
+def _entropy(probs: np.ndarray) -> np.ndarray:
+    """Entropy in nats over the last axis, with 0·log 0 = 0."""
+    return -np.sum(probs * np.log(np.clip(probs, PROB_FLOOR, None)), axis=-1)
+
+
+def uncertainty_split(member_probs: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-row uncertainty of an ensemble (or a multi-head model) from ``member_probs`` [M, N, C] (METHODS.md §3,
+    "Metrics"): ``total`` = H(mean_m p_m), ``aleatoric`` = mean_m H(p_m) and ``epistemic`` = total − aleatoric
+    (the mutual information, clipped at 0 against rounding), all in nats, each of shape [N]. One member
+    (M = 1) has epistemic 0."""
+    probs = np.asarray(member_probs, dtype=np.float64)
+    if probs.ndim != 3 or probs.shape[1] == 0 or probs.shape[2] < 2:
+        raise KdpipeError(f"member probabilities have shape {probs.shape}, expected [M, N, C] with N ≥ 1, C ≥ 2")
+    row_sums = probs.sum(axis=-1)
+    if not np.all(np.isfinite(probs)) or np.any(probs < 0) or np.any(np.abs(row_sums - 1) > ROW_SUM_TOLERANCE):
+        raise KdpipeError("member probabilities must be finite, non-negative and sum to 1 per row; "
+                          "were logits passed instead?")
+    total = _entropy(probs.mean(axis=0))
+    aleatoric = _entropy(probs).mean(axis=0)
+    return {"total": total, "aleatoric": aleatoric, "epistemic": np.clip(total - aleatoric, 0.0, None)}
+
+
+def uncertainty_summary(member_probs: np.ndarray, bins: int = 30) -> dict:
+    """JSON-able means and histograms of :func:`uncertainty_split`: ``members``, ``total``, ``aleatoric``,
+    ``epistemic`` (means, nats), ``bin_edges`` (``bins`` equal bins on [0, log C]) and ``hist`` (counts per kind;
+    a value above the last edge, from rounding, counts in the last bin)."""
+    if bins < 1:
+        raise KdpipeError(f"bins must be at least 1, got {bins}")
+    split = uncertainty_split(member_probs)
+    members, _, classes = np.shape(member_probs)
+    edges = np.linspace(0.0, np.log(classes), bins + 1)
+    hist = {kind: np.histogram(np.clip(values, 0.0, edges[-1]), bins=edges)[0].astype(int).tolist()
+            for kind, values in split.items()}
+    return {"members": int(members), **{kind: float(values.mean()) for kind, values in split.items()},
+            "bin_edges": edges.tolist(), "hist": hist}
+
+
+def total_variation(counts_a, counts_b) -> float:
+    """½ Σ |a/Σa − b/Σb| between two histograms over the same bins (0 = same shape, 1 = disjoint)."""
+    a, b = np.asarray(counts_a, dtype=np.float64), np.asarray(counts_b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or a.sum() <= 0 or b.sum() <= 0:
+        raise KdpipeError(f"total variation needs two non-empty histograms over the same bins, got shapes "
+                          f"{a.shape} and {b.shape} with totals {a.sum()} and {b.sum()}")
+    return float(0.5 * np.abs(a / a.sum() - b / b.sum()).sum())

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig
 
+from kdpipe.multihead import MULTIHEAD_FILE, load_multihead, make_multihead
 from kdpipe.store import KdpipeError
 
 BUILTINS = ("builtin:minilm-l6", "builtin:tiny-bert")
@@ -75,7 +76,10 @@ def load_classifier(backbone: str, labels: list[str], *, seed: int, attn: str | 
 
 
 def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module:
-    """A model saved by kdpipe (``save_pretrained`` dir with safetensors)."""
+    """A model saved by kdpipe (``save_pretrained`` dir with safetensors); a multi-head student (its folder has
+    ``multihead.json``) comes back as a :class:`kdpipe.multihead.MultiHeadClassifier`."""
+    if (Path(model_dir) / MULTIHEAD_FILE).is_file():
+        return load_multihead(model_dir, attn=attn)
     kwargs = {"attn_implementation": attn} if attn else {}
     return _quiet_from_pretrained(AutoModelForSequenceClassification.from_pretrained, str(model_dir), **kwargs)
 
@@ -110,8 +114,19 @@ def build_student(spec: dict, labels: list[str], *, seed: int) -> tuple[nn.Modul
 
     ``spec`` is either ``{"init": {"from": BACKBONE, "layers": [0, 5]}}`` (layer-subset init; all layers when
     ``layers`` is omitted) or ``{"config": {"tokenizer": BACKBONE, "hidden_size": .., "num_layers": ..,
-    "num_heads": .., "intermediate_size": ..}}`` (a smaller BERT from scratch).
+    "num_heads": .., "intermediate_size": ..}}`` (a smaller BERT from scratch). With ``"heads": {"count": M,
+    "layers": k}`` (k defaults to 1) that model becomes a multi-head (Hydra) student whose M heads each own a
+    copy of its top k layers (``kdpipe.multihead.make_multihead``, METHODS.md §3).
     """
+    model, tokenizer = _single_student(spec, labels, seed=seed)
+    heads = spec.get("heads")
+    if heads:
+        model = make_multihead(model, int(heads["count"]), int(heads.get("layers", 1)), seed=seed)
+    return model, tokenizer
+
+
+def _single_student(spec: dict, labels: list[str], *, seed: int) -> tuple[nn.Module, object]:
+    """The one-head student of ``spec`` (see :func:`build_student`)."""
     if spec.get("init"):
         init = spec["init"]
         model = load_classifier(init["from"], labels, seed=seed)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
-from kdpipe.metrics import classification_metrics
+from kdpipe.metrics import classification_metrics, total_variation, uncertainty_split, uncertainty_summary
 from kdpipe.store import KdpipeError
 
 NAMES = ["a", "b", "c"]
@@ -120,3 +121,67 @@ def test_ece_matches_its_reliability_bins():
 def test_invalid_input_raises(probs, labels, message):
     with pytest.raises(KdpipeError, match=message):
         classification_metrics(probs, labels, NAMES)
+
+
+# ---- ensemble uncertainty (METHODS.md §3, "Metrics") ----------------------------------------------------------
+
+LN2 = math.log(2)
+# H(¾, ¼) = −(¾ ln ¾ + ¼ ln ¼) = 0.562335
+H_3_1 = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+# two members over three rows: disagreeing one-hots, agreeing uniforms, (½,½) vs (1,0)
+MEMBERS = np.array([[[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]],
+                    [[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]]])
+
+
+def test_uncertainty_split_by_hand():
+    split = uncertainty_split(MEMBERS)
+    assert H_3_1 == pytest.approx(0.562335, abs=1e-6)
+    # row 0: mean (½,½) -> total ln 2, members certain -> aleatoric 0, epistemic ln 2
+    # row 1: all uniform -> total = aleatoric = ln 2, epistemic 0
+    # row 2: mean (¾,¼) -> total H(¾,¼); aleatoric (ln 2 + 0)/2; epistemic the difference, 0.215762
+    assert split["total"] == pytest.approx([LN2, LN2, H_3_1])
+    assert split["aleatoric"] == pytest.approx([0.0, LN2, LN2 / 2])
+    assert split["epistemic"] == pytest.approx([LN2, 0.0, H_3_1 - LN2 / 2], abs=1e-12)
+    assert H_3_1 - LN2 / 2 == pytest.approx(0.215762, abs=1e-6)
+
+
+def test_single_member_has_no_epistemic_uncertainty():
+    probs = np.array([[[0.5, 0.5], [0.9, 0.1], [1.0, 0.0]]])
+    split = uncertainty_split(probs)
+    assert split["epistemic"].tolist() == [0.0, 0.0, 0.0]
+    assert split["total"] == pytest.approx(split["aleatoric"])
+    assert split["total"][2] == 0.0
+
+
+def test_uncertainty_summary_means_and_histograms():
+    summary = uncertainty_summary(MEMBERS, bins=3)
+    json.dumps(summary)   # JSON-able
+    assert summary["members"] == 2
+    assert summary["total"] == pytest.approx((2 * LN2 + H_3_1) / 3)
+    assert summary["aleatoric"] == pytest.approx((LN2 + LN2 / 2) / 3)
+    assert summary["epistemic"] == pytest.approx((LN2 + H_3_1 - LN2 / 2) / 3)
+    # three bins on [0, ln 2]: [0, 0.231), [0.231, 0.462), [0.462, 0.693]; ln 2 itself is in the last bin
+    assert summary["bin_edges"] == pytest.approx([0.0, LN2 / 3, 2 * LN2 / 3, LN2])
+    assert summary["hist"] == {"total": [0, 0, 3], "aleatoric": [1, 1, 1], "epistemic": [2, 0, 1]}
+    assert all(type(c) is int for counts in summary["hist"].values() for c in counts)
+    assert len(uncertainty_summary(MEMBERS)["bin_edges"]) == 31
+
+
+def test_total_variation_by_hand():
+    # (½, ½, 0) vs (0, ½, ½): ½ (½ + 0 + ½) = ½
+    assert total_variation([1, 1, 0], [0, 3, 3]) == pytest.approx(0.5)
+    assert total_variation([2, 4], [1, 2]) == 0.0
+    assert total_variation([1, 0], [0, 5]) == 1.0
+    with pytest.raises(KdpipeError, match="same bins"):
+        total_variation([1, 2], [1, 2, 3])
+    with pytest.raises(KdpipeError, match="non-empty"):
+        total_variation([0, 0], [1, 2])
+
+
+def test_uncertainty_split_refuses_bad_input():
+    with pytest.raises(KdpipeError, match="shape"):
+        uncertainty_split(np.full((2, 2), 0.5))
+    with pytest.raises(KdpipeError, match="logits"):
+        uncertainty_split(np.array([[[2.0, -1.0]]]))
+    with pytest.raises(KdpipeError, match="bins"):
+        uncertainty_summary(MEMBERS, bins=0)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kdpipe.metrics import reliability_bins
+from kdpipe.metrics import reliability_bins, total_variation
 from kdpipe.report import TSV_COLUMNS, _pool_reliability, build_report
 from kdpipe.store import KdpipeError, read_json, write_json
 
@@ -154,3 +154,154 @@ def test_same_model_twice_is_an_error(eval_paths, tmp_path):
 def test_no_evaluations_is_an_error(tmp_path):
     with pytest.raises(KdpipeError, match="no evaluation"):
         build_report([], tmp_path / "report")
+
+
+# ---- uncertainty split (Hydra+) --------------------------------------------------------------------------------
+
+UNCERTAINTY_EDGES = np.linspace(0, math.log(len(CLASSES)), 4).tolist()  # 3 bins keep the TVs countable by hand
+# Histograms (total, aleatoric, epistemic) and the means (entropy, aleatoric, epistemic) of each run.
+ENSEMBLE_HIST = ([4, 4, 0], [8, 0, 0], [2, 2, 4])
+HYDRA_HISTS = {1: ([8, 0, 0], [8, 0, 0], [2, 2, 4]), 2: ([4, 4, 0], [4, 4, 0], [0, 0, 8])}
+KD_HIST = ([0, 4, 4], [4, 4, 0], [2, 2, 4])
+
+
+def _with_uncertainty(record: dict, hists, means, members: int, **fields) -> dict:
+    """``record`` with the optional Hydra+ fields: top-level members and others, and metrics.uncertainty."""
+    parts = ("total", "aleatoric", "epistemic")
+    record["metrics"]["uncertainty"] = {
+        "members": members, **dict(zip(parts, means)), "bin_edges": UNCERTAINTY_EDGES,
+        "hist": dict(zip(parts, hists)),
+    }  # fmt: skip
+    return {**record, "members": members, **fields}
+
+
+def _write_evals(tmp_path, records: list[dict]) -> list:
+    paths = []
+    for record in records:
+        path = tmp_path / "eval" / record["model"] / f"{record['split']}.json"
+        write_json(path, record)
+        paths.append(path)
+    return paths
+
+
+def _ensemble_records() -> list[dict]:
+    """Students first (hydra with two seeds, kd with one), then the ensemble, then an old-style subset teacher."""
+    records = [
+        _with_uncertainty(
+            _eval(f"hydra.seed{seed}", "hydra", "student", "hydra_plus", seed, "test", CLASSES, 0.9, 0.03, 50.0,
+                  8_000_000),
+            hists, (0.9 + 0.2 * (seed - 1), 0.6, 0.3), members=5, inference_time_s=2.0 * seed,
+        )  # fmt: skip
+        for seed, hists in HYDRA_HISTS.items()
+    ]
+    records.append(
+        _with_uncertainty(_eval("kd", "kd", "student", "vanilla_kd", 1, "test", CLASSES, 0.88, 0.05, 40.0, 4_000_000),
+                          KD_HIST, (0.7, 0.7, 0.0), members=1)  # fmt: skip
+    )
+    records.append(
+        _with_uncertainty(_eval("ens", "ens", "ensemble", None, None, "test", CLASSES, 0.93, 0.02, 500.0,
+                                50_000_000),
+                          ENSEMBLE_HIST, (1.0, 0.6, 0.4), members=5, inference_time_s=10.0)  # fmt: skip
+    )
+    records.append(_eval("bert-a", "bert-a", "teacher", None, None, "test", CLASSES[:2], 0.98, 0.02, 900.0,
+                         22_700_000))  # fmt: skip
+    return records
+
+
+@pytest.fixture
+def ensemble_paths(tmp_path):
+    return _write_evals(tmp_path, _ensemble_records())
+
+
+@pytest.fixture(scope="module")
+def ensemble_report(tmp_path_factory):
+    """The report on the ensemble evaluations, built once: the plots take seconds."""
+    tmp_path = tmp_path_factory.mktemp("ensemble")
+    build_report(_write_evals(tmp_path, _ensemble_records()), tmp_path / "report")
+    return tmp_path / "report"
+
+
+def test_total_variation_by_hand():
+    """The distance the report's tv_* columns use (kdpipe.metrics)."""
+    assert total_variation([2, 0, 0], [1, 1, 0]) == pytest.approx(0.5)  # ½ (|1 - ½| + |0 - ½|)
+    assert total_variation([4, 0, 0], [1, 1, 0]) == pytest.approx(0.5)  # counts are normalised first
+    assert total_variation([1, 2, 3], [2, 4, 6]) == 0.0
+    assert total_variation([1, 0], [0, 3]) == pytest.approx(1.0)
+
+
+def test_uncertainty_columns(ensemble_report):
+    table = pd.read_csv(ensemble_report / "summary.tsv", sep="\t").set_index("model")
+
+    assert list(table.index) == ["bert-a", "ens", "hydra", "kd"]  # teacher, ensemble, student
+    assert table.loc["ens", ["tv_total", "tv_aleatoric", "tv_epistemic"]].tolist() == [0, 0, 0]
+    hydra = table.loc["hydra"]
+    assert hydra["seeds"] == 2 and hydra["members"] == 5
+    # Entropy 0.9, 1.1: mean 1.0, std 0.141421. Inference 2 s, 4 s: mean 3, std 1.414214.
+    assert hydra["entropy"] == pytest.approx(1.0)
+    assert hydra["entropy_std"] == pytest.approx(math.sqrt(0.02), rel=1e-5)
+    assert hydra["aleatoric"] == pytest.approx(0.6) and hydra["epistemic"] == pytest.approx(0.3)
+    assert hydra["inference_time_s"] == pytest.approx(3.0)
+    assert hydra["inference_time_s_std"] == pytest.approx(math.sqrt(2), rel=1e-5)
+    # Total vs the ensemble's [4, 4, 0]: seed 1 [8, 0, 0] -> 0.5, seed 2 identical -> 0; mean 0.25, std 0.353553.
+    assert hydra["tv_total"] == pytest.approx(0.25)
+    assert hydra["tv_total_std"] == pytest.approx(math.sqrt(0.125), rel=1e-5)
+    # Aleatoric vs [8, 0, 0]: 0 and 0.5. Epistemic vs [2, 2, 4]: 0 and ½ (¼ + ¼ + ½) = 0.5.
+    assert hydra["tv_aleatoric"] == pytest.approx(0.25)
+    assert hydra["tv_epistemic"] == pytest.approx(0.25)
+    kd = table.loc["kd"]
+    assert [kd["tv_total"], kd["tv_aleatoric"], kd["tv_epistemic"]] == pytest.approx([0.5, 0.5, 0.0])
+    assert kd["members"] == 1 and pd.isna(kd["tv_total_std"]) and pd.isna(kd["inference_time_s"])
+    # The old-style subset teacher: every new cell blank.
+    new_columns = [c for c in TSV_COLUMNS if c.startswith(("entropy", "aleatoric", "epistemic", "tv_", "inference"))]
+    assert table.loc["bert-a", ["members", *new_columns]].isna().all()
+
+
+def test_uncertainty_outputs(ensemble_report):
+    markdown = (ensemble_report / "summary.md").read_text()
+    assert "| entropy | aleatoric | epistemic | TV total | TV aleatoric | TV epistemic | inference time |" in markdown
+    hydra_row = next(line for line in markdown.splitlines() if line.startswith("| hydra |"))
+    assert hydra_row.endswith("| 5 | 1.000 ± 0.141 | 0.600 ± 0.000 | 0.300 ± 0.000 | 0.250 ± 0.354 "
+                              "| 0.250 ± 0.354 | 0.250 ± 0.354 | 3.0 ± 1.4 s |")  # fmt: skip
+    plot = ensemble_report / "uncertainty.png"
+    assert plot.read_bytes()[:8] == PNG_SIGNATURE
+    assert plot.stat().st_size > 10_000
+
+
+def test_old_evaluations_get_no_uncertainty_output(eval_paths, tmp_path):
+    stale = tmp_path / "report" / "uncertainty.png"
+    stale.parent.mkdir()
+    stale.write_bytes(PNG_SIGNATURE)  # left by an earlier report: it would contradict the new tables
+    build_report(eval_paths, tmp_path / "report")
+    assert not stale.exists()
+    header = next(line for line in (tmp_path / "report" / "summary.md").read_text().splitlines() if "| model" in line)
+    assert header.endswith("| Brier | train time |")
+    table = pd.read_csv(tmp_path / "report" / "summary.tsv", sep="\t")
+    assert table[["members", "entropy", "tv_total", "inference_time_s"]].isna().all().all()
+
+
+def test_reference_picks_the_ensemble(ensemble_paths, tmp_path):
+    second = read_json(ensemble_paths[3])  # "ens", histograms [4, 4, 0] ...; "ens-b" has kd's own histograms
+    second.update(model="ens-b", base="ens-b")
+    second["metrics"]["uncertainty"]["hist"] = dict(zip(("total", "aleatoric", "epistemic"), KD_HIST))
+    paths = [*ensemble_paths, *_write_evals(tmp_path, [second])]
+    with pytest.raises(KdpipeError, match="ens, ens-b.*'reference'"):
+        build_report(paths, tmp_path / "report")
+
+    for path in paths[:3]:  # the students
+        write_json(path, {**read_json(path), "reference": "ens-b"})
+    build_report(paths, tmp_path / "report")
+    table = pd.read_csv(tmp_path / "report" / "summary.tsv", sep="\t").set_index("model")
+    assert table.loc["kd", "tv_total"] == 0.0 and table.loc["ens-b", "tv_total"] == 0.0
+    assert table.loc["ens", "tv_total"] == 0.0  # an ensemble is its own reference
+
+    write_json(paths[2], {**read_json(paths[2]), "reference": "missing"})
+    with pytest.raises(KdpipeError, match="names 'missing' as its reference"):
+        build_report(paths, tmp_path / "report")
+
+
+def test_missing_uncertainty_field_names_it(ensemble_paths, tmp_path):
+    record = read_json(ensemble_paths[0])
+    del record["metrics"]["uncertainty"]["hist"]["epistemic"]
+    write_json(ensemble_paths[0], record)
+    with pytest.raises(KdpipeError, match=r"metrics\.uncertainty\.hist\.epistemic"):
+        build_report(ensemble_paths, tmp_path / "report")

@@ -77,8 +77,8 @@ def student_jobs(*students):
                                               ("evaluate", f"model={s}, split=validation"))}
 
 
-def edited_config(project: Path, edit) -> str:
-    config = yaml.safe_load((project / "tests/configs/tiny.yaml").read_text())
+def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml") -> str:
+    config = yaml.safe_load((project / base).read_text())
     edit(config)
     path = project / "tests/configs/edited.yaml"
     path.write_text(yaml.safe_dump(config))
