@@ -1,8 +1,10 @@
 """``python -m kdpipe <stage> ...``: one sub-command per workflow stage (the rules call these).
 
 Every stage takes its config slice as ``--params JSON`` (exactly what the rule's ``params`` hold) and explicit
-input/output paths. Stage modules are imported only when their sub-command runs. A :class:`KdpipeError` (bad
-input or configuration) is printed as one clear line and exits with status 2, leaving no output behind.
+input/output paths. Stage modules are imported only when their sub-command runs. A stage that runs a model
+first claims a free GPU from the lock-file pool (:mod:`kdpipe.gpus`), before anything imports torch. A
+:class:`KdpipeError` (bad input or configuration) is printed as one clear line and exits with status 2, leaving
+no output behind.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ import json
 import sys
 from pathlib import Path
 
+from kdpipe.gpus import claim_gpu
 from kdpipe.store import KdpipeError
+
+# stages that run no model, so they claim no GPU
+NO_DEVICE = frozenset({"prepare", "evaluate-ensemble", "report", "fingerprint", "gather-mc", "gather-logits",
+                       "gather-feature"})
 
 
 def _params(text: str) -> dict:
@@ -45,6 +52,36 @@ def cmd_dump_teacher(a):
 def cmd_dump_feature(a):
     from kdpipe.dump import run_feature
     run_feature(a.params, a.teacher, a.data, a.out_npy)
+
+
+def cmd_mc_dropout_shard(a):
+    from kdpipe.mc_dropout import run_shard
+    run_shard(a.params, a.teacher, a.data, a.shard, a.out_part)
+
+
+def cmd_dump_teacher_shard(a):
+    from kdpipe.dump import run_shard
+    run_shard(a.params, a.teacher, a.data, a.shard, a.out_part)
+
+
+def cmd_dump_feature_shard(a):
+    from kdpipe.dump import run_feature_shard
+    run_feature_shard(a.params, a.teacher, a.data, a.shard, a.out_part)
+
+
+def cmd_gather_mc(a):
+    from kdpipe.mc_dropout import gather
+    gather(a.params, a.parts, a.out_npy, a.out_parquet)
+
+
+def cmd_gather_logits(a):
+    from kdpipe.dump import gather
+    gather(a.params, a.parts, a.out_logits)
+
+
+def cmd_gather_feature(a):
+    from kdpipe.dump import gather_feature
+    gather_feature(a.params, a.parts, a.out_npy)
 
 
 def cmd_distill(a):
@@ -93,6 +130,15 @@ def parser() -> argparse.ArgumentParser:
     stage("mc-dropout", cmd_mc_dropout, "--teacher", "--data", "--out-npy", "--out-parquet")
     stage("dump-teacher", cmd_dump_teacher, "--teacher", "--data", "--out-logits")
     stage("dump-feature", cmd_dump_feature, "--teacher", "--data", "--out-npy")
+    # sharded signal passes (kdpipe.shards): one shard "k-of-S" as a part folder, then the gather of all parts
+    for name, fn in (("mc-dropout-shard", cmd_mc_dropout_shard), ("dump-teacher-shard", cmd_dump_teacher_shard),
+                     ("dump-feature-shard", cmd_dump_feature_shard)):
+        stage(name, fn, "--teacher", "--data", "--out-part").add_argument("--shard", required=True,
+                                                                          help="k-of-S (Snakemake's scatteritem)")
+    for name, fn, outs in (("gather-mc", cmd_gather_mc, ("--out-npy", "--out-parquet")),
+                           ("gather-logits", cmd_gather_logits, ("--out-logits",)),
+                           ("gather-feature", cmd_gather_feature, ("--out-npy",))):
+        stage(name, fn, *outs).add_argument("--parts", nargs="+", type=Path, required=True)
     stage("distill", cmd_distill, "--data", "--signals-root", "--out")
     stage("evaluate", cmd_evaluate, "--model", "--data", "--out-json", "--out-predictions")
     stage("evaluate-ensemble", cmd_evaluate_ensemble, "--out-json", "--out-predictions").add_argument(
@@ -104,10 +150,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    if args.threads:
-        from kdpipe.device import set_threads
-        set_threads(args.threads)
     try:
+        if args.command not in NO_DEVICE:
+            claim_gpu()
+        if args.threads:
+            from kdpipe.device import set_threads
+            set_threads(args.threads)
         args.fn(args)
     except KdpipeError as err:
         print(f"kdpipe {args.command}: error: {err}", file=sys.stderr)

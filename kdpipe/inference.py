@@ -11,34 +11,46 @@ from tqdm.auto import tqdm
 
 from kdpipe.batching import Encoded, collate, inference_batches, model_inputs
 from kdpipe.device import autocast
+from kdpipe.shards import WHOLE, shard_batches
 
 
-def iterate(encoded: Encoded, batch_size: int, device: torch.device, desc: str | None = None) -> Iterator[dict]:
+def pass_batches(encoded: Encoded, batch_size: int, shard: tuple[int, int] = WHOLE) -> list[np.ndarray]:
+    """The row-index batches of an inference pass, longest first; shard ``(k, S)``: every S-th from the k-th
+    (``kdpipe.shards``: S shards run exactly the batches of one unsharded pass)."""
+    return shard_batches(inference_batches(encoded.lengths, batch_size), shard)
+
+
+def iterate(encoded: Encoded, batch_size: int, device: torch.device, desc: str | None = None,
+            shard: tuple[int, int] = WHOLE) -> Iterator[dict]:
     """Collated batches, longest first, with a progress bar when ``desc`` is given."""
-    batches = inference_batches(encoded.lengths, batch_size)
+    batches = pass_batches(encoded, batch_size, shard)
     for index in tqdm(batches, desc=desc, disable=desc is None, mininterval=5, dynamic_ncols=True):
         yield collate(encoded, index, device)
 
 
 @torch.inference_mode()
 def _predict(model: nn.Module, encoded: Encoded, pick: Callable, *, batch_size: int, device: torch.device,
-             desc: str | None) -> np.ndarray:
-    """``pick(model output)`` -> tensor [..., B, C] for every batch, gathered into [..., N, C] in row order."""
+             desc: str | None, shard: tuple[int, int] = WHOLE) -> np.ndarray:
+    """``pick(model output)`` -> tensor [..., B, C] for every batch, gathered into [..., N, C] in row order (for a
+    shard, only its rows are filled)."""
     model.eval()
     out = None
-    for batch in iterate(encoded, batch_size, device, desc):
+    for batch in iterate(encoded, batch_size, device, desc, shard):
         with autocast(device):
             values = pick(model(**model_inputs(batch))).float().cpu().numpy()
         if out is None:
             out = np.zeros((*values.shape[:-2], len(encoded), values.shape[-1]), dtype=np.float32)
         out[..., batch["index"].cpu().numpy(), :] = values
+    if out is None:                                  # a shard with no batch (more shards than batches)
+        out = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
     return out
 
 
 def predict_logits(model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device,
-                   desc: str | None = None) -> np.ndarray:
+                   desc: str | None = None, shard: tuple[int, int] = WHOLE) -> np.ndarray:
     """Eval-mode logits [N, C] (float32) in row order (a multi-head model: log of its heads' mean probability)."""
-    return _predict(model, encoded, lambda out: out.logits, batch_size=batch_size, device=device, desc=desc)
+    return _predict(model, encoded, lambda out: out.logits, batch_size=batch_size, device=device, desc=desc,
+                    shard=shard)
 
 
 def predict_member_logits(model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device,

@@ -6,10 +6,10 @@ tokens), under
 ``torch.inference_mode()``. The RNG is re-seeded per batch from ``(seed, first row_id of the batch)``, so a fixed
 seed reproduces the samples exactly whatever the order the batches run in.
 
-Outputs: the mean probabilities p̄ (``mc.npy``, float32 [N, C_teacher], row_id order, written through
-``open_memmap`` so memory stays flat in N) and per-row scores (``mc.parquet``): normalised entropy H(p̄)/log C,
-MUKI's certainty score u = 1 − H(p̄)/log C, max p̄, and the variance of the sampled probabilities (mean over
-classes of the per-class variance across the T samples).
+Outputs: the mean probabilities p̄ (``mc.npy``, float32 [N, C_teacher], row_id order) and per-row scores
+(``mc.parquet``): normalised entropy H(p̄)/log C, MUKI's certainty score u = 1 − H(p̄)/log C, max p̄, and the
+variance of the sampled probabilities (mean over classes of the per-class variance across the T samples).
+A large split runs as S shards (:func:`run_shard`, then :func:`gather`; ``kdpipe.shards``) with the same bytes.
 
 Note: MUKI's released ``run_mc.py`` never switched dropout on, so its 16 passes were identical; here dropout is
 enabled explicitly (:func:`enable_dropout`) and a test checks that samples differ.
@@ -18,21 +18,24 @@ enabled explicitly (:func:`enable_dropout`) and a test checks that samples diffe
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from numpy.lib.format import open_memmap
 from torch import nn
 
 from kdpipe.batching import Encoded, model_inputs
 from kdpipe.device import autocast, pick_device
-from kdpipe.inference import iterate
+from kdpipe.inference import iterate, pass_batches
+from kdpipe.shards import WHOLE, gather_array, parse_shard, read_parts, shard_rows, write_part
 from kdpipe.signals import manifest_path
 from kdpipe.store import atomic_path, make_manifest, write_json
 from kdpipe.teacher_inputs import open_teacher
+
+SCORES = ("entropy", "certainty", "max_prob", "variance")
 
 
 def enable_dropout(model: nn.Module) -> nn.Module:
@@ -83,16 +86,16 @@ def summarise(samples: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def mc_dropout(model: nn.Module, encoded: Encoded, *, samples: int, seed: int, batch_size: int,
-               max_batch_rows: int, device: torch.device, out_npy: Path | None = None, desc: str | None = None):
-    """Run MC-dropout over a split; returns (mean probs [N, C] (a memmap when ``out_npy``), score DataFrame)."""
+               max_batch_rows: int, device: torch.device, desc: str | None = None, shard: tuple[int, int] = WHOLE):
+    """Run MC-dropout over a split (or one shard of it: only its rows are filled); returns (mean probs [N, C],
+    score DataFrame)."""
     model.to(device)
     enable_dropout(model)
     n, classes = len(encoded), model.config.num_labels
-    mean = (open_memmap(out_npy, mode="w+", dtype=np.float32, shape=(n, classes)) if out_npy
-            else np.zeros((n, classes), np.float32))
-    scores = {k: np.zeros(n, np.float32) for k in ("entropy", "certainty", "max_prob", "variance")}
+    mean = np.zeros((n, classes), np.float32)
+    scores = {k: np.zeros(n, np.float32) for k in SCORES}
     row_ids = torch.as_tensor(np.array(encoded.row_ids))
-    for batch in iterate(encoded, batch_size, device, desc):
+    for batch in iterate(encoded, batch_size, device, desc, shard):
         index = batch["index"].cpu()
         batch["row_ids"] = row_ids[index]
         summary = summarise(mc_dropout_samples(model, batch, samples=samples, seed=seed,
@@ -100,23 +103,50 @@ def mc_dropout(model: nn.Module, encoded: Encoded, *, samples: int, seed: int, b
         mean[index.numpy()] = summary["mean"].cpu().numpy()
         for key in scores:
             scores[key][index.numpy()] = summary[key].cpu().numpy()
-    if out_npy:
-        mean.flush()
     return mean, pd.DataFrame({"row_id": encoded.row_ids, **scores})
 
 
-def run(params: dict, teacher_dir: Path, data_dir: Path, out_npy: Path, out_parquet: Path) -> dict:
-    """The stage: writes ``mc.npy``, ``mc.parquet`` and ``mc.json`` (manifest), each atomically."""
-    device = pick_device()
+def _compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, int]):
+    """(rows computed, their arrays, metadata for the manifest) of one shard of the pass."""
     teacher = open_teacher(teacher_dir, data_dir, params["split"])
     started = time.perf_counter()
-    with atomic_path(out_npy) as tmp_npy, atomic_path(out_parquet) as tmp_parquet:
-        _, scores = mc_dropout(teacher.model, teacher.encoded, samples=params["samples"], seed=params["seed"],
-                               batch_size=params["batch_size"], max_batch_rows=params["max_batch_rows"],
-                               device=device, out_npy=tmp_npy, desc=f"mc-dropout {params['split']}")
-        scores.to_parquet(tmp_parquet, index=False)
-    manifest = make_manifest("mc_dropout", config=params, split=params["split"], rows=len(scores),
-                             labels=teacher.labels, teacher=teacher.teacher_config,
-                             seconds=round(time.perf_counter() - started, 2))
+    mean, scores = mc_dropout(teacher.model, teacher.encoded, samples=params["samples"], seed=params["seed"],
+                              batch_size=params["batch_size"], max_batch_rows=params["max_batch_rows"],
+                              device=pick_device(), desc=f"mc-dropout {params['split']}", shard=shard)
+    print(f"[kdpipe] mc-dropout shard {shard[0] + 1}/{shard[1]}: {time.perf_counter() - started:.1f} s",
+          file=sys.stderr)
+    rows = shard_rows(pass_batches(teacher.encoded, params["batch_size"], shard))
+    arrays = {"row_id": scores["row_id"].to_numpy()[rows], "mean": mean[rows],
+              **{key: scores[key].to_numpy()[rows] for key in SCORES}}
+    meta = {"rows": len(teacher.encoded), "labels": teacher.labels, "teacher": teacher.teacher_config}
+    return rows, arrays, meta
+
+
+def _write(params: dict, meta: dict, column, out_npy: Path, out_parquet: Path) -> dict:
+    """``mc.npy``, ``mc.parquet`` and ``mc.json`` from whole-split arrays (``column(name)``), each atomically."""
+    with atomic_path(out_npy) as tmp, open(tmp, "wb") as fh:      # a file object: np.save would add ".npy"
+        np.save(fh, column("mean"))
+    with atomic_path(out_parquet) as tmp:
+        pd.DataFrame({"row_id": column("row_id"), **{key: column(key) for key in SCORES}}).to_parquet(tmp, index=False)
+    manifest = make_manifest("mc_dropout", config=params, split=params["split"], rows=meta["rows"],
+                             labels=meta["labels"], teacher=meta["teacher"])
     write_json(manifest_path(out_npy), manifest)
     return manifest
+
+
+def run(params: dict, teacher_dir: Path, data_dir: Path, out_npy: Path, out_parquet: Path) -> dict:
+    """The stage, unsharded: writes ``mc.npy``, ``mc.parquet`` and ``mc.json`` (manifest)."""
+    _, arrays, meta = _compute(params, teacher_dir, data_dir, WHOLE)
+    return _write(params, meta, arrays.__getitem__, out_npy, out_parquet)
+
+
+def run_shard(params: dict, teacher_dir: Path, data_dir: Path, shard: str, out_part: Path) -> None:
+    """One shard (``"k-of-S"``) of the pass, written as a part folder (``kdpipe.shards``)."""
+    rows, arrays, meta = _compute(params, teacher_dir, data_dir, parse_shard(shard))
+    write_part(out_part, rows, arrays, meta)
+
+
+def gather(params: dict, parts: list[Path], out_npy: Path, out_parquet: Path) -> dict:
+    """The artifacts of :func:`run`, byte for byte, from the parts of all shards."""
+    meta, located = read_parts(parts)
+    return _write(params, meta, lambda name: gather_array(located, name, meta["rows"]), out_npy, out_parquet)

@@ -205,11 +205,16 @@ class Plan:
         # (and their cached artifacts).
         return {k: v for k, v in self.teachers[teacher].items() if not (k == "layers" and v is None)}
 
+    def shards(self, section: str) -> int:
+        """S, the shards a signal pass runs as (``mc_dropout`` or ``dump``); not part of any slice: the gathered
+        artifacts are the same bytes for any S."""
+        return int(self.config[section].get("shards", 1))
+
     def mc_params(self, split: str) -> dict:
-        return {**_without(self.config["mc_dropout"], "splits"), "split": split}
+        return {**_without(self.config["mc_dropout"], "splits", "shards"), "split": split}
 
     def dump_params(self, split: str) -> dict:
-        return {**self.config["dump"], "split": split}
+        return {**_without(self.config["dump"], "shards"), "split": split}
 
     def student_params(self, student: str) -> dict:
         params = {**self.students[student].config, "teachers": self.student_teachers(student)}
@@ -219,7 +224,7 @@ class Plan:
         return params
 
     def feature_params(self, teacher: str, split: str, feature: str) -> dict:
-        return {**self.config["dump"], "split": split, "feature": feature, "layers": self.feature_layers(teacher)}
+        return {**self.dump_params(split), "feature": feature, "layers": self.feature_layers(teacher)}
 
     def eval_params(self, model: str, split: str) -> dict:
         student = self.students.get(model)

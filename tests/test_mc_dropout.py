@@ -88,10 +88,3 @@ def test_summary_scores_by_hand():
     assert s["certainty"].item() == pytest.approx(1 - h, rel=1e-5)      # MUKI's u = 1 - H / log C
     assert s["max_prob"].item() == pytest.approx(0.7)
     assert s["variance"].item() == pytest.approx(0.04)                  # per class var 0.04, mean 0.04
-
-
-def test_mc_npy_is_written_through_a_memmap(encoded, tmp_path):
-    out = tmp_path / "mc.npy"
-    run(tiny(), encoded, out_npy=out)
-    loaded = np.load(out)
-    assert loaded.shape == (6, 3) and loaded.dtype == np.float32

@@ -77,6 +77,14 @@ def student_jobs(*students):
                                               ("evaluate", f"model={s}, split=validation"))}
 
 
+def signal_jobs(teacher, *passes, shards=1):
+    """A signal pass of one teacher on train: its shard jobs and the gather job (rule named after the pass)."""
+    return {job for name in passes for job in (
+        (name, f"teacher={teacher}, split=train"),
+        *((f"{name}_shard", f"teacher={teacher}, split=train, scatteritem={k}-of-{shards}")
+          for k in range(1, shards + 1)))}
+
+
 def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml") -> str:
     config = yaml.safe_load((project / base).read_text())
     edit(config)
@@ -132,8 +140,7 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
     config = edited_config(project, lambda c: c["teachers"]["ta"].update(epochs=2))
     jobs = planned_jobs(project, env, config)
     assert jobs == {
-        ("finetune_teacher", "teacher=ta"), ("mc_dropout", "teacher=ta, split=train"),
-        ("dump_teacher", "teacher=ta, split=train"), ("dump_hidden", "teacher=ta, split=train"),
+        ("finetune_teacher", "teacher=ta"), *signal_jobs("ta", "mc_dropout", "dump_teacher", "dump_hidden"),
         ("evaluate", "model=ta, split=test"), ("evaluate", "model=ta, split=validation"), ("report", ""),
         *student_jobs(*STUDENTS)}
     assert not any("tb" in wildcards for _, wildcards in jobs)
@@ -149,8 +156,22 @@ def test_mc_dropout_source_edit_reruns_mc_dropout_not_teachers(done):
     finally:
         source.write_text(original)
     # MC-dropout of both teachers, and the only student that reads it (muki); not muki_no_mc, not the teachers
-    assert jobs == {("mc_dropout", "teacher=ta, split=train"), ("mc_dropout", "teacher=tb, split=train"),
-                    *student_jobs("s_muki"), ("report", "")}
+    assert jobs == {*signal_jobs("ta", "mc_dropout"), *signal_jobs("tb", "mc_dropout"), *student_jobs("s_muki"),
+                    ("report", "")}
+
+
+def test_sharded_signals_are_the_same_bytes_as_unsharded(done):
+    """S = 3 shards per pass (from the command line), in a second directory: the same artifacts, byte for byte."""
+    project, env, base = done
+    other = copy_project(base / "sharded")
+    signals = [f"results/signals/{t}/train/{name}" for t in ("ta", "tb")
+               for name in ("mc.npy", "mc.parquet", "mc.json", "logits.parquet", "logits.json")]
+    signals += ["results/signals/ta/train/hidden.npy", "results/signals/ta/train/hidden.json"]
+    out = snakemake(other, env, "--cache", "--set-scatter", "mc=3", "dump=3", *signals)
+    assert "mc_dropout_shard" in out and "scatteritem=3-of-3" in out
+    for path in signals:
+        assert (other / path).read_bytes() == (project / path).read_bytes(), path
+    assert not list((other / "results/signals/ta/train/shards").glob("*")), "parts are temp files"
 
 
 def test_cached_artifacts_are_reused_from_a_second_working_directory(done):

@@ -8,7 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from tests.test_workflow import copy_project, edited_config, environment, planned_jobs, snakemake, student_jobs
+from tests.test_workflow import (copy_project, edited_config, environment, planned_jobs, signal_jobs, snakemake,
+                                 student_jobs)
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,7 @@ def test_small_teacher_change_reruns_only_what_reads_it(done):
     project, env = done
     config = edited_config(project, lambda c: c["teachers"]["small"].update(epochs=2), base=CONFIG)
     assert planned_jobs(project, env, config) == {
-        ("finetune_teacher", "teacher=small"), ("dump_teacher", "teacher=small, split=train"),
+        ("finetune_teacher", "teacher=small"), *signal_jobs("small", "dump_teacher"),
         ("evaluate", "model=small, split=test"), ("evaluate", "model=small, split=validation"),
         *student_jobs("s_dyn_teacher"), ("report", "")}
 

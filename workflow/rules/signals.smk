@@ -1,8 +1,45 @@
-rule mc_dropout:
-    """Offline MC-dropout uncertainty of one teacher on one split (T dropout-on passes as one enlarged batch)."""
+# Teacher signals on one split, each pass run as S shards (kdpipe/shards.py) and gathered into the artifact:
+# S = mc_dropout.shards / dump.shards in the config, or `--set-scatter mc=4 dump=4`. The gathered artifacts are
+# byte-identical for any S (tested), so S is not part of any job's config slice; the parts are temp files.
+scattergather:
+    mc=PLAN.shards("mc_dropout"),
+    dump=PLAN.shards("dump"),
+
+
+PART = f"{SIGNALS}/shards/{{pass_name}}.{{scatteritem}}"   # one shard's part folder (a temp output)
+
+
+def parts(pass_name, scatter):
+    """The part folders of every shard of one pass; {teacher} and {split} stay wildcards of the gather rule."""
+    pattern = PART.replace("{pass_name}", pass_name).replace("{teacher}", "{{teacher}}").replace("{split}", "{{split}}")
+    return scatter(pattern)
+SHARD_RESOURCES = dict(mem_mb=6000, runtime=120, gpu=1)
+
+
+rule mc_dropout_shard:
+    """One shard of the offline MC-dropout pass (T dropout-on passes as one enlarged batch)."""
     input:
         teacher=TEACHER,
         data=DATA_DIR,
+    output:
+        part=temp(directory(PART.replace("{pass_name}", "mc"))),
+    params:
+        cfg=lambda wc: as_json(PLAN.mc_params(wc.split)),
+        code=code("kdpipe.mc_dropout"),
+    log:
+        f"{LOGS}/mc_dropout/{{teacher}}.{{split}}.{{scatteritem}}.log",
+    threads: 2
+    resources:
+        **SHARD_RESOURCES,
+    shell:
+        "{KDPIPE} --threads {threads} mc-dropout-shard --params {params.cfg:q} --teacher {input.teacher}"
+        " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
+
+
+rule mc_dropout:
+    """MC-dropout mean probabilities and scores of one teacher on one split, gathered from its shards."""
+    input:
+        parts=parts("mc", gather.mc),
     output:
         mean=f"{SIGNALS}/mc.npy",
         scores=f"{SIGNALS}/mc.parquet",
@@ -13,21 +50,39 @@ rule mc_dropout:
     log:
         f"{LOGS}/mc_dropout/{{teacher}}.{{split}}.log",
     cache: True
-    threads: 2
+    threads: 1
     resources:
-        mem_mb=6000,
-        runtime=120,
-        gpu=1,
+        mem_mb=4000,
+        runtime=30,
     shell:
-        "{KDPIPE} --threads {threads} mc-dropout --params {params.cfg:q} --teacher {input.teacher} --data {input.data}"
-        " --out-npy {output.mean} --out-parquet {output.scores} > {log} 2>&1"
+        "{KDPIPE} gather-mc --params {params.cfg:q} --parts {input.parts} --out-npy {output.mean}"
+        " --out-parquet {output.scores} > {log} 2>&1"
 
 
-rule dump_teacher:
-    """Eval-mode teacher logits on one split, for distillation from the cache."""
+rule dump_teacher_shard:
+    """One shard of the eval-mode teacher logits pass."""
     input:
         teacher=TEACHER,
         data=DATA_DIR,
+    output:
+        part=temp(directory(PART.replace("{pass_name}", "logits"))),
+    params:
+        cfg=lambda wc: as_json(PLAN.dump_params(wc.split)),
+        code=code("kdpipe.dump"),
+    log:
+        f"{LOGS}/dump_teacher/{{teacher}}.{{split}}.{{scatteritem}}.log",
+    threads: 2
+    resources:
+        **SHARD_RESOURCES,
+    shell:
+        "{KDPIPE} --threads {threads} dump-teacher-shard --params {params.cfg:q} --teacher {input.teacher}"
+        " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
+
+
+rule dump_teacher:
+    """Eval-mode teacher logits on one split, for distillation from the cache, gathered from its shards."""
+    input:
+        parts=parts("logits", gather.dump),
     output:
         logits=f"{SIGNALS}/logits.parquet",
         manifest=f"{SIGNALS}/logits.json",
@@ -37,21 +92,38 @@ rule dump_teacher:
     log:
         f"{LOGS}/dump_teacher/{{teacher}}.{{split}}.log",
     cache: True
-    threads: 2
+    threads: 1
     resources:
-        mem_mb=6000,
-        runtime=60,
-        gpu=1,
+        mem_mb=4000,
+        runtime=30,
     shell:
-        "{KDPIPE} --threads {threads} dump-teacher --params {params.cfg:q} --teacher {input.teacher} --data {input.data}"
-        " --out-logits {output.logits} > {log} 2>&1"
+        "{KDPIPE} gather-logits --params {params.cfg:q} --parts {input.parts} --out-logits {output.logits} > {log} 2>&1"
 
 
-rule dump_hidden:
-    """Teacher hidden states of the layers the students' methods align with (float16 npy, memory flat in N)."""
+rule dump_hidden_shard:
+    """One shard of the teacher hidden-state dump (only the layers the students' methods align with)."""
     input:
         teacher=TEACHER,
         data=DATA_DIR,
+    output:
+        part=temp(directory(PART.replace("{pass_name}", "hidden"))),
+    params:
+        cfg=lambda wc: as_json(PLAN.feature_params(wc.teacher, wc.split, "hidden")),
+        code=code("kdpipe.dump"),
+    log:
+        f"{LOGS}/dump_hidden/{{teacher}}.{{split}}.{{scatteritem}}.log",
+    threads: 2
+    resources:
+        **SHARD_RESOURCES,
+    shell:
+        "{KDPIPE} --threads {threads} dump-feature-shard --params {params.cfg:q} --teacher {input.teacher}"
+        " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
+
+
+rule dump_hidden:
+    """Teacher hidden states (float16 npy, memory flat in N), gathered from its shards."""
+    input:
+        parts=parts("hidden", gather.dump),
     output:
         hidden=f"{SIGNALS}/hidden.npy",
         manifest=f"{SIGNALS}/hidden.json",
@@ -61,11 +133,9 @@ rule dump_hidden:
     log:
         f"{LOGS}/dump_hidden/{{teacher}}.{{split}}.log",
     cache: True
-    threads: 2
+    threads: 1
     resources:
-        mem_mb=6000,
-        runtime=60,
-        gpu=1,
+        mem_mb=4000,
+        runtime=30,
     shell:
-        "{KDPIPE} --threads {threads} dump-feature --params {params.cfg:q} --teacher {input.teacher}"
-        " --data {input.data} --out-npy {output.hidden} > {log} 2>&1"
+        "{KDPIPE} gather-feature --params {params.cfg:q} --parts {input.parts} --out-npy {output.hidden} > {log} 2>&1"

@@ -1,0 +1,79 @@
+"""Sharded signal passes: S shards gathered give byte-identical artifacts to one unsharded pass (fixed seed)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kdpipe import dump, mc_dropout
+from kdpipe.shards import parse_shard
+from kdpipe.store import ArtifactError, KdpipeError
+from kdpipe.teacher import finetune_teacher
+from tests.conftest import TINY_TEACHER
+
+MC = {"samples": 3, "seed": 7, "batch_size": 4, "max_batch_rows": 64, "split": "train"}
+DUMP = {"batch_size": 4, "split": "train"}
+HIDDEN = {**DUMP, "feature": "hidden", "layers": [0, 2]}
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("teacher") / "t"
+    finetune_teacher(TINY_TEACHER, tiny_data, out)
+    return out
+
+
+def shards(run_shard, count: int, root: Path, *args) -> list[Path]:
+    parts = []
+    for k in range(1, count + 1):
+        part = root / f"part.{k}-of-{count}"
+        run_shard(*args, f"{k}-of-{count}", part)
+        parts.append(part)
+    return parts[::-1]                        # the gather must not depend on the order of its inputs
+
+
+def same_bytes(a: Path, b: Path, names: list[str]) -> None:
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("count", [2, 3, 20])     # 20: more shards than batches, some shards are empty
+def test_mc_dropout_shards_gather_to_the_same_bytes(teacher, tiny_data, tmp_path, count):
+    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+    mc_dropout.run(MC, teacher, tiny_data, whole / "mc.npy", whole / "mc.parquet")
+    parts = shards(mc_dropout.run_shard, count, tmp_path, MC, teacher, tiny_data)
+    mc_dropout.gather(MC, parts, sharded / "mc.npy", sharded / "mc.parquet")
+    same_bytes(whole, sharded, ["mc.npy", "mc.parquet", "mc.json"])
+    mean = np.load(whole / "mc.npy")
+    assert mean.dtype == np.float32 and np.allclose(mean.sum(1), 1, atol=1e-5)
+
+
+def test_logit_and_hidden_dumps_shard_to_the_same_bytes(teacher, tiny_data, tmp_path):
+    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+    dump.run(DUMP, teacher, tiny_data, whole / "logits.parquet")
+    dump.gather(DUMP, shards(dump.run_shard, 3, tmp_path / "l", DUMP, teacher, tiny_data), sharded / "logits.parquet")
+    dump.run_feature(HIDDEN, teacher, tiny_data, whole / "hidden.npy")
+    dump.gather_feature(HIDDEN, shards(dump.run_feature_shard, 3, tmp_path / "h", HIDDEN, teacher, tiny_data),
+                        sharded / "hidden.npy")
+    same_bytes(whole, sharded, ["logits.parquet", "logits.json", "hidden.npy", "hidden.json"])
+
+
+def test_a_missing_or_foreign_shard_is_refused(teacher, tiny_data, tmp_path):
+    parts = shards(dump.run_shard, 3, tmp_path, DUMP, teacher, tiny_data)
+    with pytest.raises(ArtifactError, match="do not cover the .* rows exactly once"):
+        dump.gather(DUMP, parts[:2], tmp_path / "out" / "logits.parquet")
+    other = shards(mc_dropout.run_shard, 3, tmp_path / "mc", MC, teacher, tiny_data)
+    with pytest.raises((ArtifactError, FileNotFoundError)):
+        dump.gather(DUMP, [*parts[:2], other[0]], tmp_path / "out" / "logits.parquet")
+    assert not (tmp_path / "out" / "logits.parquet").exists()
+
+
+@pytest.mark.parametrize("item, expected", [(None, (0, 1)), ("1-of-1", (0, 1)), ("3-of-4", (2, 4))])
+def test_parse_shard(item, expected):
+    assert parse_shard(item) == expected
+
+
+@pytest.mark.parametrize("item", ["0-of-2", "3-of-2", "2of4", "a-of-b"])
+def test_bad_shard_names(item):
+    with pytest.raises(KdpipeError, match="expected 'k-of-S'"):
+        parse_shard(item)
