@@ -167,7 +167,8 @@ def test_sharded_signals_are_the_same_bytes_as_unsharded(done):
     signals = [f"results/signals/{t}/train/{name}" for t in ("ta", "tb")
                for name in ("mc.npy", "mc.parquet", "mc.json", "logits.parquet", "logits.json")]
     signals += ["results/signals/ta/train/hidden.npy", "results/signals/ta/train/hidden.json"]
-    out = snakemake(other, env, "--cache", "--set-scatter", "mc=3", "dump=3", *signals)
+    # targets before --set-scatter: it takes one or more values, so it would swallow targets after it
+    out = snakemake(other, env, "--cache", *signals, "--set-scatter", "mc=3", "dump=3")
     assert "mc_dropout_shard" in out and "scatteritem=3-of-3" in out
     for path in signals:
         assert (other / path).read_bytes() == (project / path).read_bytes(), path

@@ -1,10 +1,12 @@
 # Config validation, the experiment plan, per-rule config slices and code fingerprints.
 # All logic lives in kdpipe/ (kdpipe.plan is torch-free, so building the DAG stays fast).
 import json
-import sys
 import re
+import shlex
+import sys
 from pathlib import Path
 
+from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from kdpipe.fingerprint import fingerprint
@@ -24,9 +26,14 @@ except KdpipeError as err:
 DATASET = PLAN.dataset
 DATA_DIR = DATA.format(dataset=DATASET)
 # The Python running Snakemake runs the stages too, so `.venv/bin/snakemake` works without activating the venv.
-# (Only the unformatted shell text counts for the code trigger and the output cache, so this path is not part of
-# any job's identity.)
-KDPIPE = f"{sys.executable} -m kdpipe"
+# With `--software-deployment-method conda` every rule runs in envs/kdpipe.yaml instead (ENV, relative to the rule
+# files): its `python`, with kdpipe imported from this workflow's directory. (Only the unformatted shell text
+# counts for the code trigger and the output cache, so neither path is part of any job's identity.)
+ENV = "../../envs/kdpipe.yaml"
+if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+    KDPIPE = f"PYTHONPATH={shlex.quote(workflow.basedir)}${{PYTHONPATH:+:$PYTHONPATH}} python -m kdpipe"
+else:
+    KDPIPE = f"{sys.executable} -m kdpipe"
 
 
 wildcard_constraints:

@@ -11,5 +11,7 @@ rule prepare:
     resources:
         mem_mb=2000,
         runtime=10,
+    conda:
+        ENV
     shell:
         "{KDPIPE} --threads {threads} prepare --params {params.cfg:q} --out {output.data} > {log} 2>&1"

@@ -16,6 +16,8 @@ rule evaluate:
         mem_mb=4000,
         runtime=30,
         gpu=1,
+    conda:
+        ENV
     shell:
         "{KDPIPE} --threads {threads} evaluate --params {params.cfg:q} --model {input.model} --data {input.data}"
         " --out-json {output.metrics} --out-predictions {output.predictions} > {log} 2>&1"
@@ -39,6 +41,8 @@ rule evaluate_ensemble:
     resources:
         mem_mb=2000,
         runtime=10,
+    conda:
+        ENV
     shell:
         "{KDPIPE} --threads {threads} evaluate-ensemble --params {params.cfg:q} --members {input.members}"
         " --out-json {output.metrics} --out-predictions {output.predictions} > {log} 2>&1"
@@ -63,5 +67,7 @@ rule report:
     resources:
         mem_mb=2000,
         runtime=10,
+    conda:
+        ENV
     shell:
         "{KDPIPE} --threads {threads} report --out {params.out} {input.evals} > {log} 2>&1"

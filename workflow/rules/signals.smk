@@ -31,6 +31,8 @@ rule mc_dropout_shard:
     threads: 2
     resources:
         **SHARD_RESOURCES,
+    conda:
+        ENV
     shell:
         "{KDPIPE} --threads {threads} mc-dropout-shard --params {params.cfg:q} --teacher {input.teacher}"
         " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
@@ -54,6 +56,8 @@ rule mc_dropout:
     resources:
         mem_mb=4000,
         runtime=30,
+    conda:
+        ENV
     shell:
         "{KDPIPE} gather-mc --params {params.cfg:q} --parts {input.parts} --out-npy {output.mean}"
         " --out-parquet {output.scores} > {log} 2>&1"
@@ -74,6 +78,8 @@ rule dump_teacher_shard:
     threads: 2
     resources:
         **SHARD_RESOURCES,
+    conda:
+        ENV
     shell:
         "{KDPIPE} --threads {threads} dump-teacher-shard --params {params.cfg:q} --teacher {input.teacher}"
         " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
@@ -96,6 +102,8 @@ rule dump_teacher:
     resources:
         mem_mb=4000,
         runtime=30,
+    conda:
+        ENV
     shell:
         "{KDPIPE} gather-logits --params {params.cfg:q} --parts {input.parts} --out-logits {output.logits} > {log} 2>&1"
 
@@ -115,6 +123,8 @@ rule dump_hidden_shard:
     threads: 2
     resources:
         **SHARD_RESOURCES,
+    conda:
+        ENV
     shell:
         "{KDPIPE} --threads {threads} dump-feature-shard --params {params.cfg:q} --teacher {input.teacher}"
         " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
@@ -137,5 +147,7 @@ rule dump_hidden:
     resources:
         mem_mb=4000,
         runtime=30,
+    conda:
+        ENV
     shell:
         "{KDPIPE} gather-feature --params {params.cfg:q} --parts {input.parts} --out-npy {output.hidden} > {log} 2>&1"

@@ -16,6 +16,8 @@ rule distill:
         mem_mb=6000,
         runtime=120,
         gpu=1,
+    conda:
+        ENV
     shell:
         "{KDPIPE} --threads {threads} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
         " --out {output.model} > {log} 2>&1"

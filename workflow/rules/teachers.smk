@@ -15,5 +15,7 @@ rule finetune_teacher:
         mem_mb=6000,
         runtime=120,
         gpu=1,
+    conda:
+        ENV
     shell:
         "{KDPIPE} --threads {threads} finetune-teacher --params {params.cfg:q} --data {input.data} --out {output.model} > {log} 2>&1"
