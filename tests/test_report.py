@@ -56,12 +56,7 @@ def eval_paths(tmp_path):
                              22_700_000))  # fmt: skip
         records.append(_eval("bert-b", "bert-b", "teacher", None, 7, split, CLASSES[2:], 0.96, 0.03, 950.0,
                              22_700_000))  # fmt: skip
-    paths = []
-    for record in records:
-        path = tmp_path / "eval" / record["model"] / f"{record['split']}.json"
-        write_json(path, record)
-        paths.append(path)
-    return paths
+    return _write_evals(tmp_path, records)
 
 
 def test_summary_table(eval_paths, tmp_path):
