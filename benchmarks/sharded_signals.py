@@ -32,7 +32,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).parent / "out"
-PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles")
+PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles", "envs")
 
 
 def config(rows_per_class: int, samples: int, max_length: int) -> dict:

@@ -22,7 +22,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.slow
 
 STUDENTS = ("s_vkd", "s_vkd_ce", "s_uhc", "s_dfa", "s_muki", "s_muki_no_mc")
-PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles", "tests/configs")
+PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles", "envs", "tests/configs")
 
 
 def copy_project(dest: Path) -> Path:
