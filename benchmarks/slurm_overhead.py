@@ -65,7 +65,7 @@ def main() -> None:
              "squeue", "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks",
              str(args.status_interval)]
     print(f"| shape | N | local s | SLURM s | SLURM s per job | overhead per job (s) |\n"
-          f"| --- | ---: | ---: | ---: | ---: | ---: |")
+          "| --- | ---: | ---: | ---: | ---: | ---: |")
     try:
         with tempfile.TemporaryDirectory(prefix="kdpipe-bench-slurm-") as tmp:
             for shape in ("chain", "fan"):

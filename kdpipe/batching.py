@@ -23,30 +23,47 @@ class Encoded:
     row_ids: np.ndarray
     labels: np.ndarray | None
     pad_id: int
+    pair_ids: list[np.ndarray] | None = None   # the second text, tokenised on its own (``separate_pairs``)
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.fromiter((len(ids) for ids in self.input_ids), dtype=np.int64, count=len(self.input_ids))
+        lengths = np.fromiter((len(ids) for ids in self.input_ids), dtype=np.int64, count=len(self.input_ids))
+        if self.pair_ids is not None:
+            lengths += np.fromiter((len(ids) for ids in self.pair_ids), dtype=np.int64, count=len(self.pair_ids))
+        return lengths
 
 
-def encode(tokenizer, texts, text_pairs=None, *, max_length: int, row_ids=None, labels=None) -> Encoded:
-    """Tokenise without padding; pairs are encoded as pairs (``truncation="longest_first"``)."""
+def _ids(out) -> list[np.ndarray]:
+    return [np.asarray(x, dtype=np.int64) for x in out["input_ids"]]
+
+
+def encode(tokenizer, texts, text_pairs=None, *, max_length: int, row_ids=None, labels=None,
+           separate_pairs: bool = False) -> Encoded:
+    """Tokenise without padding. Pairs are encoded as one pair sequence (``truncation="longest_first"``), the
+    transformer way, or with ``separate_pairs`` each side on its own, each cut to ``max_length`` (the BiLSTM's
+    way: it encodes the two sides apart, METHODS.md §5)."""
     texts = list(texts)
     pairs = list(text_pairs) if text_pairs is not None else None
-    out = tokenizer(texts, pairs, truncation=True, max_length=max_length, padding=False,
-                    return_attention_mask=False)
-    ids = [np.asarray(x, dtype=np.int64) for x in out["input_ids"]]
-    types = out.get("token_type_ids")
-    types = [np.asarray(x, dtype=np.int64) for x in types] if types is not None else None
+    options = dict(truncation=True, max_length=max_length, padding=False, return_attention_mask=False)
+    pair_ids = types = None
+    if separate_pairs:
+        ids = _ids(tokenizer(texts, **options))
+        pair_ids = _ids(tokenizer(pairs, **options)) if pairs is not None else None
+    else:
+        out = tokenizer(texts, pairs, **options)
+        ids = _ids(out)
+        types = out.get("token_type_ids")
+        types = [np.asarray(x, dtype=np.int64) for x in types] if types is not None else None
     return Encoded(
         input_ids=ids,
         token_type_ids=types,
         row_ids=np.arange(len(ids), dtype=np.int64) if row_ids is None else np.asarray(row_ids, dtype=np.int64),
         labels=None if labels is None else np.asarray(labels, dtype=np.int64),
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+        pair_ids=pair_ids,
     )
 
 
@@ -69,16 +86,25 @@ def inference_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def collate(encoded: Encoded, index: np.ndarray, device: torch.device | None = None) -> dict:
-    """Pad the rows ``index`` to their longest length; returns model inputs plus ``index`` and ``labels``."""
-    rows = [encoded.input_ids[i] for i in index]
+def _pad(rows: list[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows padded to the longest of them, and their attention mask."""
     width = max(len(r) for r in rows)
-    input_ids = np.full((len(rows), width), encoded.pad_id, dtype=np.int64)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
     for j, r in enumerate(rows):
-        input_ids[j, : len(r)] = r
+        ids[j, : len(r)] = r
         mask[j, : len(r)] = 1
+    return ids, mask
+
+
+def collate(encoded: Encoded, index: np.ndarray, device: torch.device | None = None) -> dict:
+    """Pad the rows ``index`` to their longest length; returns model inputs plus ``index`` and ``labels`` (and
+    ``pair_input_ids`` / ``pair_attention_mask``, padded apart, when the pairs were tokenised separately)."""
+    input_ids, mask = _pad([encoded.input_ids[i] for i in index], encoded.pad_id)
     batch = {"input_ids": input_ids, "attention_mask": mask}
+    if encoded.pair_ids is not None:
+        batch["pair_input_ids"], batch["pair_attention_mask"] = _pad([encoded.pair_ids[i] for i in index],
+                                                                     encoded.pad_id)
     if encoded.token_type_ids is not None:
         types = np.zeros_like(input_ids)
         for j, i in enumerate(index):
@@ -93,7 +119,7 @@ def collate(encoded: Encoded, index: np.ndarray, device: torch.device | None = N
     return tensors
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "pair_input_ids", "pair_attention_mask")
 
 
 def model_inputs(batch: dict) -> dict:
@@ -101,8 +127,8 @@ def model_inputs(batch: dict) -> dict:
     return {k: batch[k] for k in MODEL_INPUTS if k in batch}
 
 
-def encode_frame(tokenizer, frame, *, max_length: int, label_ids=None) -> Encoded:
+def encode_frame(tokenizer, frame, *, max_length: int, label_ids=None, separate_pairs: bool = False) -> Encoded:
     """Tokenise a prepared split (columns ``text``, optional ``text_pair``; see ``kdpipe.data``)."""
     pairs = frame["text_pair"].tolist() if "text_pair" in frame.columns else None
     return encode(tokenizer, frame["text"].tolist(), pairs, max_length=max_length,
-                  row_ids=frame["row_id"].to_numpy(), labels=label_ids)
+                  row_ids=frame["row_id"].to_numpy(), labels=label_ids, separate_pairs=separate_pairs)

@@ -89,6 +89,11 @@ def cmd_distill(a):
     distill(a.params, a.data, a.signals_root, a.out)
 
 
+def cmd_cotrain(a):
+    from kdpipe.cotrain import cotrain
+    cotrain(a.params, a.data, a.out, a.out_teacher)
+
+
 def cmd_evaluate(a):
     from kdpipe.evaluate import evaluate
     evaluate(a.params, a.model, a.data, a.out_json, a.out_predictions)
@@ -140,6 +145,7 @@ def parser() -> argparse.ArgumentParser:
                            ("gather-feature", cmd_gather_feature, ("--out-npy",))):
         stage(name, fn, *outs).add_argument("--parts", nargs="+", type=Path, required=True)
     stage("distill", cmd_distill, "--data", "--signals-root", "--out")
+    stage("cotrain", cmd_cotrain, "--data", "--out", "--out-teacher")
     stage("evaluate", cmd_evaluate, "--model", "--data", "--out-json", "--out-predictions")
     stage("evaluate-ensemble", cmd_evaluate_ensemble, "--out-json", "--out-predictions").add_argument(
         "--members", nargs="+", type=Path, required=True, help="the members' predictions parquet files")

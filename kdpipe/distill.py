@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import importlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
-from kdpipe.batching import encode_frame
+from kdpipe.batching import Encoded, encode_frame
 from kdpipe.data import read_labels, read_split
 from kdpipe.device import pick_device
 from kdpipe.inference import probs_predictor
@@ -44,37 +46,63 @@ def load_signals(names: tuple[str, ...], signal_dir: Path, row_ids, device: torc
     return out
 
 
-def distill(params: dict, data_dir: Path, signals_root: Path, out_dir: Path) -> dict:
-    method = get_method(params["method"])
-    device = pick_device()
+@dataclass
+class StudentData:
+    """A student job's data and fresh model: what ``distill`` and ``cotrain`` (ProKT) both start from."""
+
+    labels: list[str]
+    train: pd.DataFrame
+    valid: pd.DataFrame
+    model: torch.nn.Module
+    tokenizer: object
+    enc_train: Encoded
+    enc_valid: Encoded
+    settings: TrainSettings
+    device: torch.device
+
+    def validator(self, eval_batch_size: int):
+        """``validate`` of the training loop for a model that predicts the dataset's labels."""
+        y = self.enc_valid.labels
+        return accuracy_validator(probs_predictor(self.enc_valid, batch_size=eval_batch_size, device=self.device), y)
+
+
+def student_data(params: dict, data_dir: Path) -> StudentData:
+    """Read the splits, build the student (``params["model"]``) and tokenise train and validation its way (a
+    BiLSTM tokenises the two sides of a pair apart)."""
     labels = read_labels(data_dir)
     train = read_split(data_dir, "train")
     valid = read_split(data_dir, "validation")
-    row_ids = train["row_id"].to_numpy()
+    settings = TrainSettings.from_params(params)
+    model, tokenizer = build_student(params["model"], labels, seed=settings.seed,
+                                     pairs="text_pair" in train.columns)
+    separate = getattr(model, "separate_pairs", False)
+    encoded = [encode_frame(tokenizer, frame, max_length=params["max_length"], separate_pairs=separate,
+                            label_ids=frame["label_id"].to_numpy()) for frame in (train, valid)]
+    return StudentData(labels, train, valid, model, tokenizer, *encoded, settings, pick_device())
+
+
+def distill(params: dict, data_dir: Path, signals_root: Path, out_dir: Path) -> dict:
+    method = get_method(params["method"])
+    data = student_data(params, data_dir)
+    device, labels = data.device, data.labels
+    row_ids = data.train["row_id"].to_numpy()
     teachers = list(params["teachers"])
     signals = {t: load_signals(method.signals, Path(signals_root) / t / "train", row_ids, device) for t in teachers}
     blocks = teacher_blocks({t: signals[t]["labels"] for t in teachers}, labels, policy=method.teacher_classes,
                             where=f"student with method {method.name}")
-    settings = TrainSettings.from_params(params)
-    model, tokenizer = build_student(params["model"], labels, seed=settings.seed)
-    enc_train = encode_frame(tokenizer, train, max_length=params["max_length"],
-                             label_ids=train["label_id"].to_numpy())
-    valid_y = valid["label_id"].to_numpy()
-    enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
     ctx = DistillContext(labels=labels, teachers=teachers, blocks=blocks, signals=signals, device=device,
-                         student_config=model.config, train_lengths=enc_train.lengths,
+                         student_config=data.model.config, train_lengths=data.enc_train.lengths,
                          alignment=params.get("alignment"))
     builder = getattr(importlib.import_module(method.module), method.builder)
     objective = builder(ctx, params.get("method_args") or {})
-    validate = accuracy_validator(
-        probs_predictor(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device), valid_y)
     resume, log_path = work_paths(Path(out_dir))
-    result = fit(model, train=enc_train, loss_fn=objective.loss, validate=validate, settings=settings,
+    result = fit(data.model, train=data.enc_train, loss_fn=objective.loss,
+                 validate=data.validator(params.get("eval_batch_size", 64)), settings=data.settings,
                  device=device, log_path=log_path, resume_dir=resume,
                  resume_key=json.dumps(params, sort_keys=True), extra_modules=objective.extra_modules,
-                 on_epoch=objective.on_epoch,
+                 on_epoch=objective.on_epoch, extra_state=objective.extra_state,
                  desc=f"student ({method.name})")
     manifest = make_manifest("student", config=params, labels=labels, method=method.name, teachers=teachers,
-                             tokenizer=params["model"], rows={"train": len(train), "validation": len(valid)})
-    save_trained(out_dir, model, tokenizer, labels, result, manifest)
+                             tokenizer=params["model"], rows={"train": len(data.train), "validation": len(data.valid)})
+    save_trained(out_dir, data.model, data.tokenizer, labels, result, manifest)
     return manifest

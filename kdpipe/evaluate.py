@@ -44,7 +44,8 @@ def evaluate(params: dict, model_dir: Path, data_dir: Path, out_json: Path, out_
     frame = frame[frame["label"].isin(classes)].reset_index(drop=True)
     local = {c: i for i, c in enumerate(classes)}
     y = frame["label"].map(local).to_numpy(dtype=np.int64)
-    encoded = encode_frame(tokenizer, frame, max_length=manifest["config"]["max_length"], label_ids=y)
+    encoded = encode_frame(tokenizer, frame, max_length=manifest["config"]["max_length"], label_ids=y,
+                           separate_pairs=getattr(model, "separate_pairs", False))
     started = time.perf_counter()
     member_probs = softmax(predict_member_logits(model, encoded, batch_size=params["batch_size"], device=device,
                                                  desc=f"evaluate {params['model']} {params['split']}"))

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig
 
+from kdpipe.bilstm import BILSTM_FILE, load_bilstm, make_bilstm
 from kdpipe.multihead import MULTIHEAD_FILE, load_multihead, make_multihead
 from kdpipe.store import KdpipeError
 
@@ -77,9 +78,12 @@ def load_classifier(backbone: str, labels: list[str], *, seed: int, attn: str | 
 
 def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module:
     """A model saved by kdpipe (``save_pretrained`` dir with safetensors); a multi-head student (its folder has
-    ``multihead.json``) comes back as a :class:`kdpipe.multihead.MultiHeadClassifier`."""
+    ``multihead.json``) comes back as a :class:`kdpipe.multihead.MultiHeadClassifier`, a BiLSTM student
+    (``bilstm.json``) as a :class:`kdpipe.bilstm.BiLSTMClassifier`."""
     if (Path(model_dir) / MULTIHEAD_FILE).is_file():
         return load_multihead(model_dir, attn=attn)
+    if (Path(model_dir) / BILSTM_FILE).is_file():
+        return load_bilstm(model_dir)
     kwargs = {"attn_implementation": attn} if attn else {}
     return _quiet_from_pretrained(AutoModelForSequenceClassification.from_pretrained, str(model_dir), **kwargs)
 
@@ -109,15 +113,20 @@ def keep_layers(model: nn.Module, layers: list[int]) -> nn.Module:
     return model
 
 
-def build_student(spec: dict, labels: list[str], *, seed: int) -> tuple[nn.Module, object]:
+def build_student(spec: dict, labels: list[str], *, seed: int, pairs: bool = False) -> tuple[nn.Module, object]:
     """The student model and its tokenizer.
 
     ``spec`` is either ``{"init": {"from": BACKBONE, "layers": [0, 5]}}`` (layer-subset init; all layers when
     ``layers`` is omitted) or ``{"config": {"tokenizer": BACKBONE, "hidden_size": .., "num_layers": ..,
-    "num_heads": .., "intermediate_size": ..}}`` (a smaller BERT from scratch). With ``"heads": {"count": M,
-    "layers": k}`` (k defaults to 1) that model becomes a multi-head (Hydra) student whose M heads each own a
-    copy of its top k layers (``kdpipe.multihead.make_multihead``, METHODS.md §3).
+    "num_heads": .., "intermediate_size": ..}}`` (a smaller BERT from scratch) or ``{"type": "bilstm",
+    "tokenizer": BACKBONE, ...sizes}`` (ProKT's BiLSTM from scratch, ``kdpipe.bilstm``; ``pairs``: the data has
+    sentence pairs). With ``"heads": {"count": M, "layers": k}`` (k defaults to 1) a transformer becomes a
+    multi-head (Hydra) student whose M heads each own a copy of its top k layers (``kdpipe.multihead``, METHODS.md
+    §3).
     """
+    if spec.get("type") == "bilstm":
+        tokenizer = load_tokenizer(spec.get("tokenizer", "builtin:minilm-l6"))
+        return make_bilstm(spec, tokenizer, labels, pairs=pairs, seed=seed), tokenizer
     model, tokenizer = _single_student(spec, labels, seed=seed)
     heads = spec.get("heads")
     if heads:

@@ -20,6 +20,7 @@ DATA = "results/data/{dataset}"
 TEACHER = "results/teachers/{teacher}"
 SIGNALS = "results/signals/{teacher}/{split}"
 STUDENT = "results/students/{student}"
+COTRAINED = "results/cotrained/{student}"     # ProKT's teacher, trained with the student (evaluated as "<student>.teacher")
 EVAL = "results/eval/{model}/{split}"
 REPORT = "results/report"
 LOGS = "results/logs"
@@ -61,6 +62,9 @@ class Plan:
             for seed in seeds:
                 name = base if len(seeds) == 1 else f"{base}.seed{seed}"
                 self.students[name] = Student(name, base, int(seed), {**merged, "seed": int(seed)})
+        # ProKT students train a teacher of their own; it is evaluated as the model "<student>.teacher"
+        self.cotrained = {f"{name}.teacher": name for name, s in self.students.items()
+                          if get_method(s.config.get("method", "")).stage == "cotrain"}
         self._check()
 
     # ------------------------------------------------------------------ checks
@@ -87,6 +91,17 @@ class Plan:
                                       f"{sorted(self.teachers)}")
             self._check_explicit_overlap(student, method.teacher_classes, where)
             self._check_heads(student, method, where)
+            self._check_stage(student, method, where)
+
+    def _check_stage(self, student: Student, method, where: str) -> None:
+        if method.stage == "cotrain" and student.config.get("teachers"):
+            raise KdpipeError(f"{where}.teachers: method {method.name!r} trains its own teacher from "
+                              "method_args.backbone; remove `teachers`")
+        if student.config["model"].get("type") == "bilstm":
+            if "hidden" in method.signals or method.multihead:
+                raise KdpipeError(f"{where}.model: a BiLSTM student has no transformer layers or heads; method "
+                                  f"{method.name!r} needs them (use a logit-level method: vanilla_kd, uhc, muki, "
+                                  "dynamic_data, dynamic_teacher, prokt)")
 
     def _check_heads(self, student: Student, method, where: str) -> None:
         heads = student.config["model"].get("heads")
@@ -119,12 +134,19 @@ class Plan:
     # ------------------------------------------------------------------ lookups
     def student_teachers(self, student: str) -> list[str]:
         """The teachers a student learns from; an ensemble's name stands for all its members."""
-        named = self.students[student].config.get("teachers") or list(self.teachers)
+        config = self.students[student].config
+        if get_method(config.get("method", "")).stage == "cotrain":
+            return []
+        named = config.get("teachers") or list(self.teachers)
         return [member for name in named for member in self.ensembles.get(name, [name])]
 
     def models(self) -> list[str]:
         """Everything evaluated: teachers, ensembles (their members' mean prediction) and students."""
-        return [*self.teachers, *self.ensembles, *self.students]
+        return [*self.teachers, *self.ensembles, *self.students, *self.cotrained]
+
+    def stage_students(self, stage: str) -> list[str]:
+        """The students trained by rule ``stage`` (``distill`` or ``cotrain``)."""
+        return [name for name, s in self.students.items() if get_method(s.config["method"]).stage == stage]
 
     def teacher_layers(self, teacher: str) -> int:
         """Transformer layers of a teacher: its ``layers`` subset, else the backbone's."""
@@ -134,6 +156,8 @@ class Plan:
     def model_dir(self, model: str) -> str:
         if model in self.teachers:
             return TEACHER.format(teacher=model)
+        if model in self.cotrained:
+            return COTRAINED.format(student=self.cotrained[model])
         return STUDENT.format(student=model)
 
     def signal_files(self, student: str) -> list[str]:
@@ -228,6 +252,10 @@ class Plan:
 
     def eval_params(self, model: str, split: str) -> dict:
         student = self.students.get(model)
+        if model in self.cotrained:
+            student = self.students[self.cotrained[model]]
+            return {"model": model, "base": f"{student.base}.teacher", "kind": "teacher", "method": "prokt",
+                    "seed": student.seed, "split": split, **_without(self.config["evaluate"], "splits")}
         if model in self.ensembles:
             return {"model": model, "base": model, "kind": "ensemble", "method": None, "seed": None,
                     "members": self.ensembles[model], "split": split, **_without(self.config["evaluate"], "splits")}

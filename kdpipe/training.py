@@ -8,7 +8,9 @@ those before a rerun), after every epoch and every ``checkpoint_every`` steps. A
 configuration (different ``resume_key``) is discarded, never reused.
 
 A method differs only by its ``loss_fn(model, batch) -> (loss, {name: float})`` and, when it trains modules of its
-own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates.
+own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates. A loss that carries training state of
+its own across steps (ProKT's co-trained teacher with its optimiser) passes it as ``extra_state``, an object with
+``state_dict()`` / ``load_state_dict()``, so that it is checkpointed and resumed with everything else.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def _save_state(state: dict, path: Path) -> None:
     save_file({k: v.clone().contiguous() for k, v in state.items()}, str(path))
 
 
-def _param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: float) -> list[dict]:
+def param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: float) -> list[dict]:
     """AdamW groups: no weight decay on biases and LayerNorm weights (the usual BERT recipe)."""
     groups = []
     for module, lr in modules.values():
@@ -84,6 +86,18 @@ def _param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: flo
         groups += [{"params": decay, "lr": lr, "weight_decay": weight_decay},
                    {"params": no_decay, "lr": lr, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]
+
+
+def total_steps(rows: int, settings: TrainSettings) -> int:
+    """Optimiser steps of a whole training run over ``rows`` examples."""
+    return math.ceil(rows / settings.batch_size) * settings.epochs
+
+
+def make_optimizer(modules: dict[str, tuple[nn.Module, float]], settings: TrainSettings, steps: int):
+    """AdamW over ``modules`` (``{name: (module, lr)}``) and its linear warmup-then-decay schedule over ``steps``."""
+    optimizer = torch.optim.AdamW(param_groups(modules, settings.weight_decay), lr=settings.lr)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * steps), steps)
+    return optimizer, scheduler
 
 
 class _Checkpoint:
@@ -114,7 +128,7 @@ class _Checkpoint:
         self.count = int(current.name.split("-")[1])
         return state
 
-    def save(self, state: dict, tensors: dict[str, dict], optimizer, scheduler) -> None:
+    def save(self, state: dict, tensors: dict[str, dict], optimizer, scheduler, extra: dict | None = None) -> None:
         if self.root is None:
             return
         self.count += 1
@@ -123,7 +137,7 @@ class _Checkpoint:
             for name, sd in tensors.items():
                 _save_state(sd, tmp / f"{name}.safetensors")
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                        "torch_rng": torch.get_rng_state()}, tmp / "optim.pt")
+                        "torch_rng": torch.get_rng_state(), "extra": extra}, tmp / "optim.pt")
             write_json(tmp / "state.json", {**state, "resume_key": self.key})
         with atomic_path(self.root / "LATEST") as tmp:
             tmp.write_text(folder.name)
@@ -151,7 +165,7 @@ def read_resume_state(resume_dir: Path) -> dict | None:
 def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable[[nn.Module], dict],
         settings: TrainSettings, device: torch.device, log_path: Path | None = None,
         resume_dir: Path | None = None, resume_key: str = "", extra_modules: dict | None = None,
-        on_epoch: Callable[[int, int], None] | None = None, desc: str = "train") -> FitResult:
+        on_epoch: Callable[[int, int], None] | None = None, extra_state=None, desc: str = "train") -> FitResult:
     """Train ``model`` (plus ``extra_modules``: ``{name: (module, lr)}``) and return the best validation state.
 
     ``validate(model)`` returns a dict with a ``score`` (higher is better, e.g. accuracy). ``on_epoch(epoch,
@@ -162,10 +176,7 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
     modules = {"model": (model, settings.lr), **(extra_modules or {})}
     for module, _ in modules.values():
         module.to(device)
-    optimizer = torch.optim.AdamW(_param_groups(modules, settings.weight_decay), lr=settings.lr)
-    steps_per_epoch = math.ceil(len(train) / settings.batch_size)
-    total = steps_per_epoch * settings.epochs
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total), total)
+    optimizer, scheduler = make_optimizer(modules, settings, total_steps(len(train), settings))
     lengths = train.lengths
 
     ckpt = _Checkpoint(resume_dir, resume_key)
@@ -177,6 +188,8 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
         optimizer.load_state_dict(optim["optimizer"])
         scheduler.load_state_dict(optim["scheduler"])
         torch.set_rng_state(optim["torch_rng"])
+        if extra_state is not None:
+            extra_state.load_state_dict(optim["extra"])
         best_state = ckpt.tensors("best") if state["best_epoch"] >= 0 else _state_on_cpu(model)
         print(f"[kdpipe] resuming {desc} at epoch {state['epoch']} step {state['step_in_epoch']}", file=sys.stderr)
     else:
@@ -188,7 +201,8 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
     def checkpoint():
         tensors = {name: _state_on_cpu(m) for name, (m, _) in modules.items()}
         tensors["best"] = best_state
-        ckpt.save(state, tensors, optimizer, scheduler)
+        ckpt.save(state, tensors, optimizer, scheduler,
+                  extra_state.state_dict() if extra_state is not None else None)
 
     def write_log(record: dict):
         if log:

@@ -93,15 +93,25 @@ def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml") ->
     return "tests/configs/edited.yaml"
 
 
+def finished_project(tmp_path_factory, name: str, *args: str, configfile: str = "tests/configs/tiny.yaml",
+                     setup=None) -> tuple[Path, dict, Path]:
+    """A copy of the project in a fresh folder ``base/one`` (``setup(project)`` may add files, e.g. data), its
+    workflow run to completion once on ``configfile``; returns (project, env, base). ``base/cache`` is the
+    between-workflow cache."""
+    base = tmp_path_factory.mktemp(name)
+    project = copy_project(base / "one")
+    if setup is not None:
+        setup(project)
+    env = environment(project, base / "cache")
+    (base / "cache").mkdir()
+    snakemake(project, env, *args, configfile=configfile)
+    return project, env, base
+
+
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
     """The tiny workflow run to completion once, with the between-workflow cache on."""
-    base = tmp_path_factory.mktemp("workflow")
-    project = copy_project(base / "one")
-    env = environment(project, base / "cache")
-    (base / "cache").mkdir()
-    snakemake(project, env, "--cache")
-    return project, env, base
+    return finished_project(tmp_path_factory, "workflow", "--cache")
 
 
 def test_full_run_produces_every_artifact(done):

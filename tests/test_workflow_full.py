@@ -8,8 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.test_workflow import (copy_project, edited_config, environment, planned_jobs, signal_jobs, snakemake,
-                                 student_jobs)
+from tests.test_workflow import edited_config, finished_project, planned_jobs, signal_jobs, student_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -19,11 +18,7 @@ STUDENTS = ("s_vkd", "s_dyn_teacher", "s_dyn_data", "s_dyn_objective", "s_hydra"
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    base = tmp_path_factory.mktemp("workflow_full")
-    project = copy_project(base / "one")
-    env = environment(project, base / "cache")
-    (base / "cache").mkdir()
-    snakemake(project, env, configfile=CONFIG)
+    project, env, _ = finished_project(tmp_path_factory, "workflow_full", configfile=CONFIG)
     return project, env
 
 

@@ -61,11 +61,14 @@ class DistillContext:
 @dataclass
 class Objective:
     """``loss(model, batch) -> (loss, terms)``; ``extra_modules``: ``{name: (module, lr)}`` trained alongside;
-    ``on_epoch(epoch, epochs)``: called by the training loop before each epoch (0-based), for epoch schedules."""
+    ``on_epoch(epoch, epochs)``: called by the training loop before each epoch (0-based), for epoch schedules;
+    ``extra_state``: training state the loss keeps across steps (``state_dict`` / ``load_state_dict``), checkpointed
+    with the student (ProKT's co-trained teacher)."""
 
     loss: Callable
     extra_modules: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
     on_epoch: Callable[[int, int], None] | None = None
+    extra_state: object | None = None
 
 
 def student_logits(model: nn.Module, batch: dict) -> torch.Tensor:

@@ -16,12 +16,13 @@ from kdpipe.store import KdpipeError
 class MethodSpec:
     name: str
     module: str
-    signals: tuple[str, ...]   # cached per-teacher signals on the train split: "logits", "mc"
+    signals: tuple[str, ...]   # cached per-teacher signals on the train split: "logits", "mc", "hidden"
     teacher_classes: str       # "disjoint" | "disjoint_or_identical" | "identical" | "any": how teachers' classes relate
     summary: str
     builder: str = "build"     # the function of ``module`` that makes the Objective
     alignment: str = "strided"  # for "hidden": "strided" (DFA, from the top) | "uniform" (l ↔ l·k, embeddings too)
     multihead: bool = False     # needs a multi-head student (model.heads), one head per teacher at most
+    stage: str = "distill"      # the rule that trains it: "distill" (cached signals) | "cotrain" (ProKT)
 
 
 METHODS = {spec.name: spec for spec in (
@@ -51,6 +52,9 @@ METHODS = {spec.name: spec for spec in (
     MethodSpec("hydra", "kdpipe.methods.hydra", ("logits",), "identical",
                "Hydra: multi-head student, member-to-head KL only (α = β = 1, λ = 0) (§3)", builder="build_hydra",
                multihead=True),
+    MethodSpec("prokt", "kdpipe.methods.prokt", (), "any",
+               "ProKT: a teacher from the pre-trained backbone trained jointly with the student, each step moving "
+               "towards it (§5); no cached signals", stage="cotrain"),
 )}
 
 

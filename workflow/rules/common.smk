@@ -10,7 +10,7 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from kdpipe.fingerprint import fingerprint
-from kdpipe.plan import DATA, EVAL, LOGS, REPORT, SIGNALS, STUDENT, TEACHER, Plan
+from kdpipe.plan import COTRAINED, DATA, EVAL, LOGS, REPORT, SIGNALS, STUDENT, TEACHER, Plan
 from kdpipe.store import KdpipeError
 
 import yaml
@@ -39,7 +39,7 @@ else:
 wildcard_constraints:
     teacher="|".join(map(re.escape, PLAN.teachers)) or "NO_TEACHER",
     student="|".join(map(re.escape, PLAN.students)) or "NO_STUDENT",
-    model="|".join(map(re.escape, [*PLAN.teachers, *PLAN.students])),
+    model="|".join(map(re.escape, [*PLAN.teachers, *PLAN.students, *PLAN.cotrained])),
     ensemble="|".join(map(re.escape, PLAN.ensembles)) or "NO_ENSEMBLE",
     split="train|validation|test",
 
@@ -52,6 +52,11 @@ def as_json(obj):
 def code(*modules):
     """Fingerprint of the kdpipe modules a stage uses, so an edit to them reruns the stage (and only it)."""
     return fingerprint(*modules)
+
+
+def one_of(names):
+    """A wildcard constraint matching exactly these names."""
+    return "|".join(map(re.escape, names)) or "NO_NAME"
 
 
 def model_dir(wildcards):

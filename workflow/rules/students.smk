@@ -5,6 +5,8 @@ rule distill:
         signals=lambda wc: PLAN.signal_files(wc.student),
     output:
         model=directory(STUDENT),
+    wildcard_constraints:
+        student=one_of(PLAN.stage_students("distill")),
     params:
         cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
         code=lambda wc: code("kdpipe.distill", PLAN.method_module(wc.student)),
@@ -21,3 +23,29 @@ rule distill:
     shell:
         "{KDPIPE} --threads {threads} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
         " --out {output.model} > {log} 2>&1"
+
+
+rule cotrain:
+    """ProKT: train a student and a teacher (from the pre-trained backbone) together; nothing is cached."""
+    input:
+        data=DATA_DIR,
+    output:
+        model=directory(STUDENT),
+        teacher=directory(COTRAINED),
+    wildcard_constraints:
+        student=one_of(PLAN.stage_students("cotrain")),
+    params:
+        cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
+        code=code("kdpipe.cotrain"),
+    log:
+        f"{LOGS}/cotrain/{{student}}.log",
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=240,
+        gpu=1,
+    conda:
+        ENV
+    shell:
+        "{KDPIPE} --threads {threads} cotrain --params {params.cfg:q} --data {input.data} --out {output.model}"
+        " --out-teacher {output.teacher} > {log} 2>&1"

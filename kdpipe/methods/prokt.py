@@ -1,0 +1,166 @@
+"""ProKT: a teacher trained jointly with the student (METHODS.md §5, "Per-step algorithm").
+
+The one method whose teacher signals cannot be cached: the teacher starts from the *pre-trained* backbone (not a
+fine-tuned teacher) and changes every step, and its targets depend on the current student. Each training step
+(every softmax at T = 1):
+
+1. p_S = softmax(f_S(x)), the student in eval mode, detached;
+2. one teacher step on L_T = (1 − λ)·CE(f_T(x), y) + λ·KL(p_S ‖ softmax(f_T(x))) (λ = ``move_back_weight``), or in
+   the dual variant L_T = CE + β·(KL − ε) followed by β ← max(0, β + η·(KL − ε));
+3. p_T = softmax(f_T(x)), the *updated* teacher in eval mode, detached;
+4. the student's loss L_S = KL(p_T ‖ softmax(f_S(x))), no CE (the shared training loop takes that step).
+
+Both classifiers start at zero. Each model has its own AdamW, learning rate and linear schedule over the same total
+steps, and gradient clipping. The KL is Σ p_tgt (log p_tgt − log p), averaged over the batch.
+
+The teacher reads the batch through its own tokenisation of the train split (looked up by the batch's row
+positions), so a student with another tokenisation (a BiLSTM encoding the two sides of a pair apart) works too.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kdpipe.batching import Encoded, collate, model_inputs
+from kdpipe.methods.base import Objective, student_logits
+from kdpipe.methods.losses import kl_divergence, soft_kl
+from kdpipe.store import KdpipeError
+from kdpipe.training import TrainSettings, make_optimizer
+
+DEFAULTS = {
+    "backbone": "builtin:minilm-l6",   # the teacher's pre-trained initialisation
+    "teacher_lr": 3.0e-5,              # lr_T (the student's lr is the student's own `lr`)
+    "move_back_weight": 0.4,           # λ
+    "dual": False,                     # the dual-optimisation variant
+    "epsilon": 1.0,                    # ε of the dual variant
+    "eta": 1.0e-3,                     # η, the multiplier's step
+    "beta": 1.0,                       # β₀
+}
+
+
+def teacher_loss(teacher_logits: torch.Tensor, labels: torch.Tensor, student_probs: torch.Tensor,
+                 move_back_weight: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(1 − λ)·CE(z_T, y) + λ·KL(p_S ‖ softmax(z_T)), batch means (§5 step 2); returns (loss, CE, KL)."""
+    ce = F.cross_entropy(teacher_logits.float(), labels)
+    kl = kl_divergence(student_probs, F.log_softmax(teacher_logits.float(), -1)).mean()
+    return (1 - move_back_weight) * ce + move_back_weight * kl, ce, kl
+
+
+def dual_teacher_loss(teacher_logits: torch.Tensor, labels: torch.Tensor, student_probs: torch.Tensor,
+                      beta: float, epsilon: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The dual variant, CE + β·(KL − ε) (§5, ``--dual_optimization``); returns (loss, CE, KL)."""
+    ce = F.cross_entropy(teacher_logits.float(), labels)
+    kl = kl_divergence(student_probs, F.log_softmax(teacher_logits.float(), -1)).mean()
+    return ce + beta * (kl - epsilon), ce, kl
+
+
+def updated_multiplier(beta: float, kl: float, epsilon: float, eta: float) -> float:
+    """β ← max(0, β + η·(KL − ε)), after each teacher step of the dual variant (§5)."""
+    return max(0.0, beta + eta * (kl - epsilon))
+
+
+def student_loss(student_logits_: torch.Tensor, teacher_probs: torch.Tensor) -> torch.Tensor:
+    """KL(p_T ‖ softmax(z_S)), batch mean (§5 step 4)."""
+    return soft_kl(teacher_probs, student_logits_, 1.0).mean()
+
+
+def zero_classifier(model: nn.Module) -> None:
+    """Zero the final classification layer (weight and bias), as ProKT initialises both models' heads."""
+    head = getattr(model, "classifier", None)
+    if not isinstance(head, nn.Linear):
+        raise KdpipeError(f"ProKT: cannot find the classifier layer of {type(model).__name__} to zero it")
+    with torch.no_grad():
+        head.weight.zero_()
+        if head.bias is not None:
+            head.bias.zero_()
+
+
+def checked_args(args: dict) -> dict:
+    unknown = sorted(set(args) - set(DEFAULTS))
+    if unknown:
+        raise KdpipeError(f"prokt: unknown method_args {unknown}; known: {sorted(DEFAULTS)}")
+    out = {**DEFAULTS, **args}
+    if not 0 <= float(out["move_back_weight"]) <= 1:
+        raise KdpipeError(f"prokt: move_back_weight must be in [0, 1], got {out['move_back_weight']}")
+    return out
+
+
+class CoTrainedTeacher:
+    """The teacher side of ProKT: its model, optimiser, schedule and dual multiplier, stepped inside the student's
+    loss, and its best validation state. ``state_dict`` / ``load_state_dict`` let the training loop checkpoint it
+    with the student (``kdpipe.training.fit(extra_state=...)``)."""
+
+    def __init__(self, teacher: nn.Module, encoded: Encoded, args: dict, settings: TrainSettings, steps: int,
+                 device: torch.device):
+        self.model, self.encoded, self.args, self.device = teacher.to(device), encoded, args, device
+        self.settings = TrainSettings(**{**settings.__dict__, "lr": float(args["teacher_lr"])})
+        self.optimizer, self.scheduler = make_optimizer({"teacher": (self.model, self.settings.lr)}, self.settings,
+                                                        steps)
+        self.beta = float(args["beta"])
+        self.best_score, self.best_metrics, self.best_epoch, self.history = -float("inf"), {}, -1, []
+        self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def _inputs(self, batch: dict) -> dict:
+        return model_inputs(collate(self.encoded, batch["index"].cpu().numpy(), self.device))
+
+    def step(self, student: nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
+        """Steps 1-3: the teacher's update towards the current student; returns p_T of the updated teacher."""
+        was_training = student.training
+        student.eval()
+        with torch.no_grad():
+            p_student = torch.softmax(student_logits(student, batch).float(), -1)
+        student.train(was_training)
+        inputs = self._inputs(batch)
+        self.model.train()
+        logits = self.model(**inputs).logits
+        if self.args["dual"]:
+            loss, ce, kl = dual_teacher_loss(logits, batch["labels"], p_student, self.beta,
+                                             float(self.args["epsilon"]))
+        else:
+            loss, ce, kl = teacher_loss(logits, batch["labels"], p_student, float(self.args["move_back_weight"]))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        terms = {"teacher_loss": loss.item(), "teacher_ce": ce.item(), "teacher_kl": kl.item()}
+        if self.args["dual"]:
+            self.beta = updated_multiplier(self.beta, kl.item(), float(self.args["epsilon"]), float(self.args["eta"]))
+            terms["beta"] = self.beta
+        self.model.eval()
+        with torch.no_grad():
+            p_teacher = torch.softmax(self.model(**inputs).logits.float(), -1)
+        return p_teacher, terms
+
+    def observe(self, metrics: dict, epoch: int) -> None:
+        """After each validation: keep the teacher's best state (by its own validation score)."""
+        self.history.append({"epoch": epoch, "validation": metrics})
+        if metrics["score"] > self.best_score:
+            self.best_score, self.best_metrics, self.best_epoch = metrics["score"], metrics, epoch
+            self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "beta": self.beta, "best_score": self.best_score,
+                "best_metrics": self.best_metrics, "best_epoch": self.best_epoch, "history": self.history,
+                "best_state": self.best_state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.beta, self.best_score, self.best_metrics = state["beta"], state["best_score"], state["best_metrics"]
+        self.best_epoch, self.history, self.best_state = state["best_epoch"], state["history"], state["best_state"]
+
+
+def build(cotrained: CoTrainedTeacher) -> Objective:
+    """The student's objective: one teacher step, then KL(p_T ‖ p_S) on the same batch (§5 step 4)."""
+
+    def loss(model, batch):
+        p_teacher, terms = cotrained.step(model, batch)
+        kd = student_loss(student_logits(model, batch), p_teacher)
+        return kd, {"kd": kd.item(), **terms}
+
+    return Objective(loss=loss, extra_state=cotrained)
