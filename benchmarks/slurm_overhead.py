@@ -64,7 +64,7 @@ def main() -> None:
     slurm = ["--executor", "slurm", "--default-resources", "slurm_partition=cpu", "--slurm-status-command",
              "squeue", "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks",
              str(args.status_interval)]
-    print(f"| shape | N | local s | SLURM s | SLURM s per job | overhead per job (s) |\n"
+    print("| shape | N | local s | SLURM s | SLURM s per job | overhead per job (s) |\n"
           "| --- | ---: | ---: | ---: | ---: | ---: |")
     try:
         with tempfile.TemporaryDirectory(prefix="kdpipe-bench-slurm-") as tmp:
