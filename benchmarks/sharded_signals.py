@@ -52,6 +52,8 @@ def snakemake(project: Path, args, *extra: str) -> float:
            "--cores", str(args.cores), *extra]
     if args.gpus:
         cmd += ["--resources", f"gpu={args.gpus}"]
+    if args.shard_threads:
+        cmd += ["--set-threads", f"mc_dropout_shard={args.shard_threads}"]
     env = {**os.environ, "PYTHONPATH": str(project), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     started = time.perf_counter()
     result = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True)
@@ -70,6 +72,8 @@ def main() -> None:
     p.add_argument("--profile", default="profiles/cpu")
     p.add_argument("--cores", type=int, default=os.cpu_count())
     p.add_argument("--gpus", type=int, default=0, help="--resources gpu=N (workstation profile)")
+    p.add_argument("--shard-threads", type=int, default=None,
+                   help="torch threads of each shard job (--set-threads; default: the profile's)")
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kdpipe-bench-shards-") as tmp:
@@ -95,7 +99,8 @@ def main() -> None:
             print(f"| {shards} | {wall:.1f} | {base / wall:.2f}x | {digest} |", flush=True)
             rec = {"date": date.today().isoformat(), "machine": platform.node(), "cores": args.cores,
                    "profile": args.profile, "gpus": args.gpus, "rows": rows, "samples": args.samples,
-                   "max_length": args.max_length, "shards": shards, "wall_s": round(wall, 2),
+                   "max_length": args.max_length, "shards": shards, "shard_threads": args.shard_threads,
+                   "wall_s": round(wall, 2),
                    "speedup": round(base / wall, 3), "sha256": digest}
             OUT.mkdir(exist_ok=True)
             with open(OUT / "sharded_signals.jsonl", "a") as fh:

@@ -42,7 +42,7 @@ def run(workdir: Path, shape: str, jobs: int, slurm_args: list[str]) -> float:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     cmd = ["timeout", "-k", "10", "900", str(Path(sys.executable).parent / "snakemake"), "--snakefile",
-           str(SNAKEFILE), "--directory", str(workdir), "--config", f"n={jobs}", f"shape={shape}", "--jobs",
+           str(SNAKEFILE), "--directory", str(workdir), "--config", f"count={jobs}", f"shape={shape}", "--jobs",
            str(jobs), "--cores", str(jobs), *slurm_args]
     started = time.perf_counter()
     result = subprocess.run(cmd, capture_output=True, text=True)

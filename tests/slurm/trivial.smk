@@ -1,6 +1,6 @@
 # N trivial jobs for benchmarks/slurm_overhead.py: a chain (each job needs the previous one, so the jobs run one after
 # another and the time per job is one job's whole latency) or a fan (N independent jobs at once).
-N = int(config.get("n", 4))
+N = int(config.get("count", 4))
 SHAPE = config.get("shape", "chain")
 
 
