@@ -105,3 +105,20 @@ def test_plan_gives_a_prokt_student_its_cotrained_teacher_and_no_cached_teachers
     config["students"]["p"]["teachers"] = ["ta"]
     with pytest.raises(KdpipeError, match="students.p.teachers: method 'prokt' trains its own teacher"):
         Plan(config)
+
+
+def test_bilstm_learns_a_separable_task_with_the_shared_loop():
+    import torch.nn.functional as F
+
+    from kdpipe.training import TrainSettings, fit
+    from tests.test_training import LABELS as Y, TEXTS, validator
+
+    model, tok = build_student({**SIZES, "dropout": 0.1}, ["sport", "money"], seed=0)
+    data = encode(tok, TEXTS, max_length=16, labels=Y)
+
+    def ce(model, batch):
+        return F.cross_entropy(model(**model_inputs(batch)).logits, batch["labels"]), {}
+
+    result = fit(model, train=data, loss_fn=ce, validate=validator(data),
+                 settings=TrainSettings(epochs=6, lr=1e-2, batch_size=8, seed=0), device=torch.device("cpu"))
+    assert result.best_metrics["accuracy"] == 1.0
