@@ -36,8 +36,8 @@ class Encoded:
         return lengths
 
 
-def _ids(out) -> list[np.ndarray]:
-    return [np.asarray(x, dtype=np.int64) for x in out["input_ids"]]
+def _arrays(rows) -> list[np.ndarray]:
+    return [np.asarray(x, dtype=np.int64) for x in rows]
 
 
 def encode(tokenizer, texts, text_pairs=None, *, max_length: int, row_ids=None, labels=None,
@@ -50,13 +50,12 @@ def encode(tokenizer, texts, text_pairs=None, *, max_length: int, row_ids=None, 
     options = dict(truncation=True, max_length=max_length, padding=False, return_attention_mask=False)
     pair_ids = types = None
     if separate_pairs:
-        ids = _ids(tokenizer(texts, **options))
-        pair_ids = _ids(tokenizer(pairs, **options)) if pairs is not None else None
+        ids = _arrays(tokenizer(texts, **options)["input_ids"])
+        pair_ids = _arrays(tokenizer(pairs, **options)["input_ids"]) if pairs is not None else None
     else:
         out = tokenizer(texts, pairs, **options)
-        ids = _ids(out)
-        types = out.get("token_type_ids")
-        types = [np.asarray(x, dtype=np.int64) for x in types] if types is not None else None
+        ids = _arrays(out["input_ids"])
+        types = _arrays(out["token_type_ids"]) if out.get("token_type_ids") is not None else None
     return Encoded(
         input_ids=ids,
         token_type_ids=types,

@@ -18,11 +18,10 @@ from pathlib import Path
 
 from kdpipe.batching import encode_frame
 from kdpipe.distill import student_data
-from kdpipe.inference import probs_predictor
 from kdpipe.methods import prokt
 from kdpipe.models import load_classifier, load_tokenizer
 from kdpipe.store import make_manifest
-from kdpipe.training import FitResult, accuracy_validator, fit, save_trained, total_steps, work_paths
+from kdpipe.training import FitResult, encoded_validator, fit, save_trained, total_steps, work_paths
 
 
 def cotrain(params: dict, data_dir: Path, out_dir: Path, out_teacher: Path) -> dict:
@@ -43,8 +42,7 @@ def cotrain(params: dict, data_dir: Path, out_dir: Path, out_teacher: Path) -> d
     objective = prokt.build(cotrained)
 
     validate_student = data.validator(eval_batch_size)
-    validate_teacher = accuracy_validator(probs_predictor(teacher_valid, batch_size=eval_batch_size, device=device),
-                                          teacher_valid.labels)
+    validate_teacher = encoded_validator(teacher_valid, batch_size=eval_batch_size, device=device)
 
     def validate(student):
         metrics = validate_student(student)

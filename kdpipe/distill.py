@@ -19,14 +19,13 @@ import torch
 from kdpipe.batching import Encoded, encode_frame
 from kdpipe.data import read_labels, read_split
 from kdpipe.device import pick_device
-from kdpipe.inference import probs_predictor
 from kdpipe.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.registry import get_method
 from kdpipe.models import build_student
 from kdpipe.signals import read_features, read_logits, read_mc
 from kdpipe.store import make_manifest
-from kdpipe.training import TrainSettings, accuracy_validator, fit, save_trained, work_paths
+from kdpipe.training import TrainSettings, encoded_validator, fit, save_trained, work_paths
 
 
 def load_signals(names: tuple[str, ...], signal_dir: Path, row_ids, device: torch.device) -> dict:
@@ -62,8 +61,7 @@ class StudentData:
 
     def validator(self, eval_batch_size: int):
         """``validate`` of the training loop for a model that predicts the dataset's labels."""
-        y = self.enc_valid.labels
-        return accuracy_validator(probs_predictor(self.enc_valid, batch_size=eval_batch_size, device=self.device), y)
+        return encoded_validator(self.enc_valid, batch_size=eval_batch_size, device=self.device)
 
 
 def student_data(params: dict, data_dir: Path) -> StudentData:
@@ -103,6 +101,7 @@ def distill(params: dict, data_dir: Path, signals_root: Path, out_dir: Path) -> 
                  on_epoch=objective.on_epoch, extra_state=objective.extra_state,
                  desc=f"student ({method.name})")
     manifest = make_manifest("student", config=params, labels=labels, method=method.name, teachers=teachers,
-                             tokenizer=params["model"], rows={"train": len(data.train), "validation": len(data.valid)})
+                             tokenizer=params["model"],
+                             rows={"train": len(data.train), "validation": len(data.valid)})
     save_trained(out_dir, data.model, data.tokenizer, labels, result, manifest)
     return manifest

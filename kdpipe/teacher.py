@@ -16,11 +16,10 @@ import numpy as np
 from kdpipe.batching import encode_frame
 from kdpipe.data import read_labels, read_split
 from kdpipe.device import pick_device
-from kdpipe.inference import probs_predictor
 from kdpipe.labelspace import resolve_classes
 from kdpipe.models import keep_layers, load_classifier, load_tokenizer
 from kdpipe.store import make_manifest
-from kdpipe.training import TrainSettings, accuracy_validator, fit, save_trained, work_paths
+from kdpipe.training import TrainSettings, encoded_validator, fit, save_trained, work_paths
 
 
 def rows_of_classes(frame, classes: list[str]):
@@ -49,8 +48,7 @@ def finetune_teacher(params: dict, data_dir: Path, out_dir: Path) -> dict:
                     token_type_ids=batch.get("token_type_ids"), labels=batch["labels"])
         return out.loss, {}
 
-    validate = accuracy_validator(
-        probs_predictor(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device), valid_y)
+    validate = encoded_validator(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device)
     resume, log_path = work_paths(Path(out_dir))
     result = fit(model, train=enc_train, loss_fn=loss_fn, validate=validate, settings=settings, device=device,
                  log_path=log_path, resume_dir=resume, resume_key=json.dumps(params, sort_keys=True),

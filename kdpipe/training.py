@@ -33,6 +33,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from kdpipe.batching import Encoded, collate, training_batches
 from kdpipe.device import autocast
+from kdpipe.inference import probs_predictor
 from kdpipe.models import count_parameters, save_model
 from kdpipe.store import atomic_path, read_json, write_json
 
@@ -66,7 +67,8 @@ class FitResult:
     train_time_s: float = 0.0
 
 
-def _state_on_cpu(module: nn.Module) -> dict:
+def state_on_cpu(module: nn.Module) -> dict:
+    """A detached CPU copy of ``module``'s state dict (a best-weights snapshot)."""
     return {k: v.detach().to("cpu").clone().contiguous() for k, v in module.state_dict().items()}
 
 
@@ -190,16 +192,16 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
         torch.set_rng_state(optim["torch_rng"])
         if extra_state is not None:
             extra_state.load_state_dict(optim["extra"])
-        best_state = ckpt.tensors("best") if state["best_epoch"] >= 0 else _state_on_cpu(model)
+        best_state = ckpt.tensors("best") if state["best_epoch"] >= 0 else state_on_cpu(model)
         print(f"[kdpipe] resuming {desc} at epoch {state['epoch']} step {state['step_in_epoch']}", file=sys.stderr)
     else:
         state = {"epoch": 0, "step_in_epoch": 0, "best_score": -math.inf, "best_metrics": {}, "best_epoch": -1,
                  "history": [], "train_time_s": 0.0}
-        best_state = _state_on_cpu(model)
+        best_state = state_on_cpu(model)
     log = open(log_path, "a") if log_path else None
 
     def checkpoint():
-        tensors = {name: _state_on_cpu(m) for name, (m, _) in modules.items()}
+        tensors = {name: state_on_cpu(m) for name, (m, _) in modules.items()}
         tensors["best"] = best_state
         ckpt.save(state, tensors, optimizer, scheduler,
                   extra_state.state_dict() if extra_state is not None else None)
@@ -250,7 +252,7 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
             improved = metrics["score"] > state["best_score"]
             if improved:
                 state.update(best_score=metrics["score"], best_metrics=metrics, best_epoch=epoch + 1)
-                best_state = _state_on_cpu(model)
+                best_state = state_on_cpu(model)
             record = {"epoch": epoch + 1, "validation": metrics, "best": improved,
                       "train_time_s": round(state["train_time_s"], 2)}
             state["history"].append(record)
@@ -283,6 +285,11 @@ def finish(out_tmp: Path, out_dir: Path) -> None:
     if log.exists():
         shutil.move(str(log), out_tmp / "train_log.jsonl")
     _Checkpoint(resume, "").clear()
+
+
+def encoded_validator(encoded: Encoded, *, batch_size: int, device: torch.device):
+    """``validate`` for a model that predicts ``encoded``'s labels: accuracy of its eval-mode probabilities."""
+    return accuracy_validator(probs_predictor(encoded, batch_size=batch_size, device=device), encoded.labels)
 
 
 def accuracy_validator(predict_probs: Callable[[nn.Module], np.ndarray], labels: np.ndarray):

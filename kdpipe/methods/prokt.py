@@ -27,7 +27,7 @@ from kdpipe.batching import Encoded, collate, model_inputs
 from kdpipe.methods.base import Objective, student_logits
 from kdpipe.methods.losses import kl_divergence, soft_kl
 from kdpipe.store import KdpipeError
-from kdpipe.training import TrainSettings, make_optimizer
+from kdpipe.training import TrainSettings, make_optimizer, state_on_cpu
 
 DEFAULTS = {
     "backbone": "builtin:minilm-l6",   # the teacher's pre-trained initialisation
@@ -40,19 +40,24 @@ DEFAULTS = {
 }
 
 
+def _ce_and_kl(teacher_logits: torch.Tensor, labels: torch.Tensor,
+               student_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """CE(z_T, y) and KL(p_S ‖ softmax(z_T)), batch means: the two terms of both teacher objectives."""
+    ce = F.cross_entropy(teacher_logits.float(), labels)
+    return ce, kl_divergence(student_probs, F.log_softmax(teacher_logits.float(), -1)).mean()
+
+
 def teacher_loss(teacher_logits: torch.Tensor, labels: torch.Tensor, student_probs: torch.Tensor,
                  move_back_weight: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(1 − λ)·CE(z_T, y) + λ·KL(p_S ‖ softmax(z_T)), batch means (§5 step 2); returns (loss, CE, KL)."""
-    ce = F.cross_entropy(teacher_logits.float(), labels)
-    kl = kl_divergence(student_probs, F.log_softmax(teacher_logits.float(), -1)).mean()
+    ce, kl = _ce_and_kl(teacher_logits, labels, student_probs)
     return (1 - move_back_weight) * ce + move_back_weight * kl, ce, kl
 
 
 def dual_teacher_loss(teacher_logits: torch.Tensor, labels: torch.Tensor, student_probs: torch.Tensor,
                       beta: float, epsilon: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The dual variant, CE + β·(KL − ε) (§5, ``--dual_optimization``); returns (loss, CE, KL)."""
-    ce = F.cross_entropy(teacher_logits.float(), labels)
-    kl = kl_divergence(student_probs, F.log_softmax(teacher_logits.float(), -1)).mean()
+    ce, kl = _ce_and_kl(teacher_logits, labels, student_probs)
     return ce + beta * (kl - epsilon), ce, kl
 
 
@@ -100,7 +105,7 @@ class CoTrainedTeacher:
                                                         steps)
         self.beta = float(args["beta"])
         self.best_score, self.best_metrics, self.best_epoch, self.history = -float("inf"), {}, -1, []
-        self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        self.best_state = state_on_cpu(self.model)
 
     def _inputs(self, batch: dict) -> dict:
         return model_inputs(collate(self.encoded, batch["index"].cpu().numpy(), self.device))
@@ -139,7 +144,7 @@ class CoTrainedTeacher:
         self.history.append({"epoch": epoch, "validation": metrics})
         if metrics["score"] > self.best_score:
             self.best_score, self.best_metrics, self.best_epoch = metrics["score"], metrics, epoch
-            self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+            self.best_state = state_on_cpu(self.model)
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
