@@ -7,18 +7,30 @@ from pathlib import Path
 
 from kdpipe.store import KdpipeError
 
-BUILTIN_LAYERS = {"builtin:minilm-l6": 6, "builtin:tiny-bert": 2}
+# (transformer layers, attention heads) of the builtin backbones (kdpipe.models.TINY_BERT for tiny-bert)
+BUILTIN_SHAPES = {"builtin:minilm-l6": (6, 12), "builtin:tiny-bert": (2, 2)}
+
+
+def _shape(backbone: str) -> tuple[int, int]:
+    """(layers, heads) of a backbone: builtins are known, a local directory's config.json is read."""
+    if backbone in BUILTIN_SHAPES:
+        return BUILTIN_SHAPES[backbone]
+    config = Path(backbone) / "config.json"
+    if config.is_file():
+        data = json.loads(config.read_text())
+        return int(data["num_hidden_layers"]), int(data["num_attention_heads"])
+    raise KdpipeError(f"cannot tell how many layers and heads '{backbone}' has without loading it: use a builtin "
+                      "or a local model directory")
 
 
 def num_layers(backbone: str) -> int:
-    """Transformer layers of a backbone: builtins are known, a local directory's config.json is read."""
-    if backbone in BUILTIN_LAYERS:
-        return BUILTIN_LAYERS[backbone]
-    config = Path(backbone) / "config.json"
-    if config.is_file():
-        return int(json.loads(config.read_text())["num_hidden_layers"])
-    raise KdpipeError(f"cannot tell how many layers '{backbone}' has without loading it: give the layer "
-                      "alignment explicitly (method_args teacher_layers / student_layers)")
+    """Transformer layers of a backbone."""
+    return _shape(backbone)[0]
+
+
+def num_heads(backbone: str) -> int:
+    """Attention heads per layer of a backbone."""
+    return _shape(backbone)[1]
 
 
 def student_layers(model_spec: dict) -> int:
@@ -27,6 +39,14 @@ def student_layers(model_spec: dict) -> int:
     if init:
         return len(init["layers"]) if init.get("layers") is not None else num_layers(init["from"])
     return int((model_spec.get("config") or {}).get("num_layers", 2))
+
+
+def student_heads(model_spec: dict) -> int:
+    """Attention heads per layer of a student built from ``model_spec``."""
+    init = model_spec.get("init")
+    if init:
+        return num_heads(init["from"])
+    return int((model_spec.get("config") or {}).get("num_heads", 2))
 
 
 def strided_alignment(teacher_layers: int, student_layers: int, count: int = -1) -> list[tuple[int, int]]:

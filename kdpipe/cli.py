@@ -19,7 +19,7 @@ from kdpipe.store import KdpipeError
 
 # stages that run no model, so they claim no GPU
 NO_DEVICE = frozenset({"prepare", "evaluate-ensemble", "report", "fingerprint", "gather-mc", "gather-logits",
-                       "gather-feature"})
+                       "gather-feature", "gather-domain"})
 
 
 def _params(text: str) -> dict:
@@ -34,9 +34,19 @@ def cmd_prepare(a):
     prepare(a.params, a.out)
 
 
+def _optional_path(paths: list[Path] | None) -> Path | None:
+    """An input the rule passes only when the job needs it (``--prototypes`` followed by nothing otherwise)."""
+    return paths[0] if paths else None
+
+
+def cmd_prepare_prototypes(a):
+    from kdpipe.prototypes import run
+    run(a.params, a.data, a.out)
+
+
 def cmd_finetune_teacher(a):
     from kdpipe.teacher import finetune_teacher
-    finetune_teacher(a.params, a.data, a.out)
+    finetune_teacher(a.params, a.data, a.out, _optional_path(a.prototypes))
 
 
 def cmd_mc_dropout(a):
@@ -69,6 +79,16 @@ def cmd_dump_feature_shard(a):
     run_feature_shard(a.params, a.teacher, a.data, a.shard, a.out_part)
 
 
+def cmd_dump_domain_shard(a):
+    from kdpipe.domain_dump import run_shard
+    run_shard(a.params, a.teacher, a.data, a.shard, a.out_part)
+
+
+def cmd_gather_domain(a):
+    from kdpipe.domain_dump import gather
+    gather(a.params, a.parts, a.out_npy)
+
+
 def cmd_gather_mc(a):
     from kdpipe.mc_dropout import gather
     gather(a.params, a.parts, a.out_npy, a.out_parquet)
@@ -86,7 +106,7 @@ def cmd_gather_feature(a):
 
 def cmd_distill(a):
     from kdpipe.distill import distill
-    distill(a.params, a.data, a.signals_root, a.out)
+    distill(a.params, a.data, a.signals_root, a.out, _optional_path(a.prototypes))
 
 
 def cmd_cotrain(a):
@@ -130,21 +150,24 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument(arg, type=Path, required=True)
         return s
 
+    prototypes = dict(nargs="*", type=Path, default=None, help="Meta-KD's prototype scores (when the job needs them)")
     stage("prepare", cmd_prepare, "--out")
-    stage("finetune-teacher", cmd_finetune_teacher, "--data", "--out")
+    stage("prototypes", cmd_prepare_prototypes, "--data", "--out")
+    stage("finetune-teacher", cmd_finetune_teacher, "--data", "--out").add_argument("--prototypes", **prototypes)
     stage("mc-dropout", cmd_mc_dropout, "--teacher", "--data", "--out-npy", "--out-parquet")
     stage("dump-teacher", cmd_dump_teacher, "--teacher", "--data", "--out-logits")
     stage("dump-feature", cmd_dump_feature, "--teacher", "--data", "--out-npy")
     # sharded signal passes (kdpipe.shards): one shard "k-of-S" as a part folder, then the gather of all parts
     for name, fn in (("mc-dropout-shard", cmd_mc_dropout_shard), ("dump-teacher-shard", cmd_dump_teacher_shard),
-                     ("dump-feature-shard", cmd_dump_feature_shard)):
+                     ("dump-feature-shard", cmd_dump_feature_shard), ("dump-domain-shard", cmd_dump_domain_shard)):
         stage(name, fn, "--teacher", "--data", "--out-part").add_argument("--shard", required=True,
                                                                           help="k-of-S (Snakemake's scatteritem)")
     for name, fn, outs in (("gather-mc", cmd_gather_mc, ("--out-npy", "--out-parquet")),
                            ("gather-logits", cmd_gather_logits, ("--out-logits",)),
-                           ("gather-feature", cmd_gather_feature, ("--out-npy",))):
+                           ("gather-feature", cmd_gather_feature, ("--out-npy",)),
+                           ("gather-domain", cmd_gather_domain, ("--out-npy",))):
         stage(name, fn, *outs).add_argument("--parts", nargs="+", type=Path, required=True)
-    stage("distill", cmd_distill, "--data", "--signals-root", "--out")
+    stage("distill", cmd_distill, "--data", "--signals-root", "--out").add_argument("--prototypes", **prototypes)
     stage("cotrain", cmd_cotrain, "--data", "--out", "--out-teacher")
     stage("evaluate", cmd_evaluate, "--model", "--data", "--out-json", "--out-predictions")
     stage("evaluate-ensemble", cmd_evaluate_ensemble, "--out-json", "--out-predictions").add_argument(

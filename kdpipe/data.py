@@ -12,7 +12,9 @@ Order of operations, all seeded by ``dataset.split.seed`` and deterministic:
 3. assign ``row_id``: the position in the deduplicated order (explicit files: train, then validation, then test);
 4. cap rows per class (``max_per_class``), then subsample to ``max_rows`` stratified by label; with explicit files
    both caps apply to each file on its own;
-5. split stratified by label; the validation and test fractions are of the rows being split.
+5. split stratified by label, and by domain within each label when a domain column is configured (so every domain
+   keeps its classes in every split: Meta-KD's per-domain students are trained, validated and tested on their own
+   domain's rows); the validation and test fractions are of the rows being split.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
     label_ids = {label: i for i, label in enumerate(labels)}
     splits = {split: _finish(parts[split], label_ids) for split in SPLITS}
 
+    domains = sorted(set().union(*(frame["domain"] for frame in splits.values()))) if "domain" in splits["train"] else None
     manifest = make_manifest(
         "dataset",
         config=params,
@@ -85,6 +88,7 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
         duplicates_dropped=duplicates,
         label_renames=label_renames,
         source=source,
+        domains=domains,
     )
     with atomic_path(out_dir, directory=True) as tmp:
         for split, frame in splits.items():
@@ -117,6 +121,33 @@ def read_labels(data_dir: str | Path) -> list[str]:
     labels = read_json(data_dir / "labels.json")
     read_manifest(data_dir / "manifest.json", kind="dataset", labels=labels)
     return labels
+
+
+def read_domains(data_dir: str | Path, where: str) -> list[str]:
+    """The dataset's domain names, sorted (their index is the domain id); an error naming ``where`` when the dataset
+    has no domain column."""
+    domains = read_manifest(Path(data_dir) / "manifest.json", kind="dataset").get("domains")
+    if not domains:
+        raise KdpipeError(f"{where} needs a domain per row, but the dataset has no domain column: set "
+                          "dataset.domain_column")
+    return domains
+
+
+def domain_ids(frame: pd.DataFrame, domains: list[str]) -> np.ndarray:
+    """Each row's domain id (index in ``domains``)."""
+    return frame["domain"].map({d: i for i, d in enumerate(domains)}).to_numpy(dtype=np.int64)
+
+
+def restrict_to_domain(frame: pd.DataFrame, domain: str | None, domains: list[str] | None, where: str) -> pd.DataFrame:
+    """The rows of ``domain`` (all rows for None); ``domains`` is the dataset's list (None: no domain column)."""
+    if domain is None:
+        return frame
+    if not domains:
+        raise KdpipeError(f"{where}: domain {domain!r} asked for, but the dataset has no domain column: set "
+                          "dataset.domain_column")
+    if domain not in domains:
+        raise KdpipeError(f"{where}: unknown domain {domain!r}; the data's domains are {domains}")
+    return frame[frame["domain"] == domain].reset_index(drop=True)
 
 
 def bbc_news_dir() -> Path:
@@ -307,11 +338,12 @@ def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: in
     Every class keeps at least one training row, since a class never seen in training cannot be learnt: a class
     too small for its share of every split fills the splits in ``fractions`` order and keeps the rest for train.
     """
-    counts = _class_counts(table)
+    strata = _strata(table)
+    counts = _class_counts(table, strata)
     quotas = {split: _allocate(counts * fraction, _round_half_up(len(table) * fraction))
               for split, fraction in fractions.items()}
     chosen: dict[str, list[np.ndarray]] = {split: [] for split in ("train", *fractions)}
-    for label, order in _class_orders(table, seed).items():
+    for label, order in _class_orders(table, seed, strata).items():
         start, room = 0, counts[label] - 1
         for split in fractions:
             take = min(quotas[split][label], room)
@@ -327,15 +359,24 @@ def _take(table: pd.DataFrame, quotas: pd.Series, seed: int) -> pd.DataFrame:
     return table.iloc[np.sort(np.concatenate(chosen))]
 
 
-def _class_orders(table: pd.DataFrame, seed: int) -> dict[str, np.ndarray]:
-    """Each class's row positions in a seeded random order; classes are drawn in sorted order for reproducibility."""
+def _strata(table: pd.DataFrame) -> pd.Series:
+    """What a split is stratified by: the label, or (label, domain) when the data has domains."""
+    if "domain" not in table:
+        return table["label"]
+    return table["label"] + "\x1f" + table["domain"]
+
+
+def _class_orders(table: pd.DataFrame, seed: int, strata: pd.Series | None = None) -> dict[str, np.ndarray]:
+    """Each class's (or stratum's) row positions in a seeded random order; drawn in sorted order for
+    reproducibility."""
     rng = np.random.default_rng(seed)
-    positions = table.groupby("label", sort=True).indices
+    keys = table["label"] if strata is None else strata
+    positions = table.groupby(keys.to_numpy(), sort=True).indices
     return {label: rng.permutation(positions[label]) for label in sorted(positions)}
 
 
-def _class_counts(table: pd.DataFrame) -> pd.Series:
-    return table["label"].value_counts().sort_index()
+def _class_counts(table: pd.DataFrame, strata: pd.Series | None = None) -> pd.Series:
+    return (table["label"] if strata is None else strata).value_counts().sort_index()
 
 
 def _allocate(targets: pd.Series, total: int) -> pd.Series:

@@ -4,9 +4,16 @@
 - ``hidden.npy``: hidden states of the chosen layers (0 = embeddings), float16 [N, L_sel, max_length, H],
   zero-padded past each row's length;
 - ``attentions.npy``: post-softmax attention probabilities of the chosen layers (1-based, as layer l's output),
-  float16 [N, L_sel, heads, max_length, max_length].
+  float16 [N, L_sel, heads, max_length, max_length];
+- ``attentions_mean.npy``: the same averaged over the heads, [N, L_sel, max_length, max_length] (for a student
+  with another head count; ``heads`` times smaller).
 
-Dense arrays are written incrementally through ``numpy.lib.format.open_memmap``, so memory stays flat in N.
+Post-softmax probabilities, as EasyNLP's Hugging Face models return them (the original TinyBERT-based Meta-KD code
+matched pre-softmax scores, which transformers does not expose without patching its attention modules); rows and
+columns past a row's length are zero. Bytes per example: hidden 2·L_sel·S·H, attentions 2·L_sel·heads·S²,
+attentions_mean 2·L_sel·S² (S: the split's longest tokenised row). Dense arrays are written incrementally through
+``numpy.lib.format.open_memmap``, so memory stays flat in N, after a check that the disk has room for them (a memmap
+on a full disk would fail half-way through with SIGBUS).
 A large split runs as S shards (``*_shard`` then ``gather_*``; ``kdpipe.shards``) with the same bytes.
 Attentions need ``attn_implementation="eager"``: under the default SDPA implementation transformers returns an
 empty tuple without error, so the shapes are checked here.
@@ -25,15 +32,17 @@ from kdpipe.device import autocast, pick_device
 from kdpipe.inference import iterate, pass_batches, predict_logits
 from kdpipe.shards import WHOLE, finish_part, gather_array, parse_shard, read_parts, shard_rows, write_part
 from kdpipe.signals import manifest_path, write_logits
-from kdpipe.store import ArtifactError, atomic_path, make_manifest, write_json
+from kdpipe.store import ArtifactError, atomic_path, ensure_disk_space, make_manifest, write_json
 from kdpipe.teacher_inputs import open_teacher
 
-FEATURES = ("hidden", "attentions")
+FEATURES = ("hidden", "attentions", "attentions_mean")
 
 
 def feature_shape(config, feature: str, n: int, layers: list[int], max_length: int) -> tuple[int, ...]:
     if feature == "hidden":
         return (n, len(layers), max_length, config.hidden_size)
+    if feature == "attentions_mean":
+        return (n, len(layers), max_length, max_length)
     return (n, len(layers), config.num_attention_heads, max_length, max_length)
 
 
@@ -49,7 +58,8 @@ def _selected(outputs, feature: str, layers: list[int]) -> torch.Tensor:
         raise ArtifactError(f"the model returned {len(states or ())} {feature} tensors, {needed} needed "
                             "(attentions need attn_implementation='eager')")
     pick = [states[l] if feature == "hidden" else states[l - 1] for l in layers]
-    return torch.stack(pick, 1)
+    stacked = torch.stack(pick, 1)
+    return stacked.float().mean(2) if feature == "attentions_mean" else stacked
 
 
 @torch.inference_mode()
@@ -60,27 +70,30 @@ def dump_feature(model, encoded, feature: str, layers: list[int], out_npy: Path,
     rows = shard_rows(pass_batches(encoded, batch_size, shard))
     position = np.full(len(encoded), -1, dtype=np.int64)
     position[rows] = np.arange(len(rows))
-    array = open_memmap(out_npy, mode="w+", dtype=np.float16,
-                        shape=feature_shape(model.config, feature, len(rows), layers, max_length))
+    shape = feature_shape(model.config, feature, len(rows), layers, max_length)
+    ensure_disk_space(out_npy, 2 * int(np.prod(shape)), f"the {feature} dump ({len(rows)} rows x "
+                      f"{bytes_per_example(model.config, feature, layers, max_length):,} bytes)")
+    array = open_memmap(out_npy, mode="w+", dtype=np.float16, shape=shape)
     model.eval()
     for batch in iterate(encoded, batch_size, device, desc=f"dump {feature}", shard=shard):
         with autocast(device):
             outputs = model(**model_inputs(batch), output_hidden_states=feature == "hidden",
-                            output_attentions=feature == "attentions")
+                            output_attentions=feature != "hidden")
         values = _selected(outputs, feature, layers)
         # zero every position past a row's own length, so the dump does not depend on its batch's padding
         mask = batch["attention_mask"].to(values.dtype)
         if feature == "hidden":
             values = values * mask[:, None, :, None]
-        else:
-            values = values * mask[:, None, None, :, None] * mask[:, None, None, None, :]
+        else:                                       # [B, L, (heads,) S, S]: zero rows and columns past the length
+            square = mask[:, :, None] * mask[:, None, :]
+            values = values * square.view(square.shape[0], 1, *(1,) * (values.dim() - 4), *square.shape[1:])
         values = values.to(torch.float16).cpu().numpy()
         width = values.shape[-2]
         local = position[batch["index"].cpu().numpy()]
         if feature == "hidden":
             array[local, :, :width] = values
         else:
-            array[local, :, :, :width, :width] = values
+            array[local, ..., :width, :width] = values
     array.flush()
     return rows
 
@@ -135,7 +148,7 @@ def _feature(params: dict, teacher_dir: Path, data_dir: Path, out_npy: Path, sha
     feature, layers = params["feature"], list(params["layers"])
     device = pick_device()
     teacher = open_teacher(teacher_dir, data_dir, params["split"],
-                           attn="eager" if feature == "attentions" else None)
+                           attn="eager" if feature.startswith("attentions") else None)
     teacher.model.to(device)
     max_length = int(teacher.encoded.lengths.max())
     rows = dump_feature(teacher.model, teacher.encoded, feature, layers, out_npy, batch_size=params["batch_size"],
@@ -169,6 +182,8 @@ def run_feature_shard(params: dict, teacher_dir: Path, data_dir: Path, shard: st
 def gather_feature(params: dict, parts: list[Path], out_npy: Path) -> dict:
     """The artifacts of :func:`run_feature`, byte for byte, from the parts of all shards (memory flat in N)."""
     meta, located = read_parts(parts)
+    ensure_disk_space(out_npy, meta["rows"] * meta["bytes_per_example"],
+                      f"the gathered {params['feature']} dump ({meta['rows']} rows x {meta['bytes_per_example']:,} bytes)")
     with atomic_path(out_npy) as tmp:
         gather_array(located, params["feature"], meta["rows"], out=tmp)
     return _feature_manifest(params, meta, out_npy)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, BertConfig
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertModel
 
 from kdpipe.bilstm import BILSTM_FILE, load_bilstm, make_bilstm
 from kdpipe.multihead import MULTIHEAD_FILE, load_multihead, make_multihead
@@ -76,6 +76,15 @@ def load_classifier(backbone: str, labels: list[str], *, seed: int, attn: str | 
                                   **_label_maps(labels), **kwargs)
 
 
+def load_encoder(backbone: str, *, seed: int = 0) -> nn.Module:
+    """The pre-trained (not fine-tuned) encoder of ``backbone``, without a head; ``builtin:tiny-bert`` is random,
+    seeded."""
+    if backbone == "builtin:tiny-bert":
+        torch.manual_seed(seed)
+        return BertModel(BertConfig(**TINY_BERT))
+    return _quiet_from_pretrained(AutoModel.from_pretrained, _source(backbone))
+
+
 def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module:
     """A model saved by kdpipe (``save_pretrained`` dir with safetensors); a multi-head student (its folder has
     ``multihead.json``) comes back as a :class:`kdpipe.multihead.MultiHeadClassifier`, a BiLSTM student
@@ -113,7 +122,8 @@ def keep_layers(model: nn.Module, layers: list[int]) -> nn.Module:
     return model
 
 
-def build_student(spec: dict, labels: list[str], *, seed: int, pairs: bool = False) -> tuple[nn.Module, object]:
+def build_student(spec: dict, labels: list[str], *, seed: int, pairs: bool = False,
+                  attn: str | None = None) -> tuple[nn.Module, object]:
     """The student model and its tokenizer.
 
     ``spec`` is either ``{"init": {"from": BACKBONE, "layers": [0, 5]}}`` (layer-subset init; all layers when
@@ -122,23 +132,24 @@ def build_student(spec: dict, labels: list[str], *, seed: int, pairs: bool = Fal
     "tokenizer": BACKBONE, ...sizes}`` (ProKT's BiLSTM from scratch, ``kdpipe.bilstm``; ``pairs``: the data has
     sentence pairs). With ``"heads": {"count": M, "layers": k}`` (k defaults to 1) a transformer becomes a
     multi-head (Hydra) student whose M heads each own a copy of its top k layers (``kdpipe.multihead``, METHODS.md
-    §3).
+    §3). ``attn``: the attention implementation of a transformer student (``"eager"`` where a loss reads its
+    attention maps, which SDPA does not return).
     """
     if spec.get("type") == "bilstm":
         tokenizer = load_tokenizer(spec.get("tokenizer", "builtin:minilm-l6"))
         return make_bilstm(spec, tokenizer, labels, pairs=pairs, seed=seed), tokenizer
-    model, tokenizer = _single_student(spec, labels, seed=seed)
+    model, tokenizer = _single_student(spec, labels, seed=seed, attn=attn)
     heads = spec.get("heads")
     if heads:
         model = make_multihead(model, int(heads["count"]), int(heads.get("layers", 1)), seed=seed)
     return model, tokenizer
 
 
-def _single_student(spec: dict, labels: list[str], *, seed: int) -> tuple[nn.Module, object]:
+def _single_student(spec: dict, labels: list[str], *, seed: int, attn: str | None = None) -> tuple[nn.Module, object]:
     """The one-head student of ``spec`` (see :func:`build_student`)."""
     if spec.get("init"):
         init = spec["init"]
-        model = load_classifier(init["from"], labels, seed=seed)
+        model = load_classifier(init["from"], labels, seed=seed, attn=attn)
         if init.get("layers") is not None:
             keep_layers(model, list(init["layers"]))
         return model, load_tokenizer(init["from"])
@@ -150,7 +161,8 @@ def _single_student(spec: dict, labels: list[str], *, seed: int) -> tuple[nn.Mod
         num_hidden_layers=cfg.get("num_layers", 2), num_attention_heads=cfg.get("num_heads", 2),
         intermediate_size=cfg.get("intermediate_size", 512), max_position_embeddings=512, **_label_maps(labels),
     )
-    return AutoModelForSequenceClassification.from_config(config), tokenizer
+    kwargs = {"attn_implementation": attn} if attn else {}
+    return AutoModelForSequenceClassification.from_config(config, **kwargs), tokenizer
 
 
 def count_parameters(model: nn.Module) -> int:

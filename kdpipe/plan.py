@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kdpipe.backbones import num_layers, strided_alignment, student_layers, uniform_alignment
-from kdpipe.methods.registry import get_method
+from kdpipe.backbones import num_heads, num_layers, strided_alignment, student_heads, student_layers, uniform_alignment
+from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
 from kdpipe.store import KdpipeError
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -21,6 +21,7 @@ TEACHER = "results/teachers/{teacher}"
 SIGNALS = "results/signals/{teacher}/{split}"
 STUDENT = "results/students/{student}"
 COTRAINED = "results/cotrained/{student}"     # ProKT's teacher, trained with the student (evaluated as "<student>.teacher")
+PROTOTYPES = "results/prototypes/train.parquet"   # Meta-KD's prototype scores of the train rows (+ train.json)
 EVAL = "results/eval/{model}/{split}"
 REPORT = "results/report"
 LOGS = "results/logs"
@@ -62,6 +63,14 @@ class Plan:
             for seed in seeds:
                 name = base if len(seeds) == 1 else f"{base}.seed{seed}"
                 self.students[name] = Student(name, base, int(seed), {**merged, "seed": int(seed)})
+        # A two-stage method (Meta-KD) runs its first stage as a job of its own, "<student>.stage1", not evaluated
+        self.first_stages: dict[str, str] = {}
+        for name, student in list(self.students.items()):
+            first_stage = get_method(student.config.get("method", "")).first_stage
+            if first_stage:
+                first, second = _split_stages(student, first_stage)
+                self.students[first.name], self.students[name] = first, second
+                self.first_stages[first.name] = name
         # ProKT students train a teacher of their own; it is evaluated as the model "<student>.teacher"
         self.cotrained = {f"{name}.teacher": name for name, s in self.students.items()
                           if get_method(s.config.get("method", "")).stage == "cotrain"}
@@ -94,6 +103,18 @@ class Plan:
             self._check_stage(student, method, where)
 
     def _check_stage(self, student: Student, method, where: str) -> None:
+        if method.internal and student.name not in self.first_stages:
+            raise KdpipeError(f"{where}.method: {method.name!r} is the first stage of another method, run by the "
+                              "plan (e.g. meta_kd); name that method instead")
+        if method.teacher_objective:
+            for teacher in self.student_teachers(student.name):
+                objective = self.teachers[teacher].get("objective", "ce")
+                if objective != method.teacher_objective:
+                    raise KdpipeError(f"{where}: method {student.config['method']!r} distils teachers trained with "
+                                      f"objective: {method.teacher_objective}; teacher {teacher!r} has objective: "
+                                      f"{objective}")
+        if "attentions" in method.signals:
+            self.attention_feature(student.name)                       # checks attention_heads
         if method.stage == "cotrain" and student.config.get("teachers"):
             raise KdpipeError(f"{where}.teachers: method {method.name!r} trains its own teacher from "
                               "method_args.backbone; remove `teachers`")
@@ -141,8 +162,10 @@ class Plan:
         return [member for name in named for member in self.ensembles.get(name, [name])]
 
     def models(self) -> list[str]:
-        """Everything evaluated: teachers, ensembles (their members' mean prediction) and students."""
-        return [*self.teachers, *self.ensembles, *self.students, *self.cotrained]
+        """Everything evaluated: teachers, ensembles (their members' mean prediction) and students (not the first
+        stage of a two-stage student: it trains no classifier)."""
+        students = [name for name in self.students if name not in self.first_stages]
+        return [*self.teachers, *self.ensembles, *students, *self.cotrained]
 
     def stage_students(self, stage: str) -> list[str]:
         """The students trained by rule ``stage`` (``distill`` or ``cotrain``)."""
@@ -172,7 +195,46 @@ class Plan:
                 files += [f"{root}/mc.npy", f"{root}/mc.parquet", f"{root}/mc.json"]
             if "hidden" in method.signals:
                 files += [f"{root}/hidden.npy", f"{root}/hidden.json"]
+            if "attentions" in method.signals:
+                feature = self.attention_feature(student)
+                files += [f"{root}/{feature}.npy", f"{root}/{feature}.json"]
+            if "domain" in method.signals:
+                files += [f"{root}/domain.npy", f"{root}/domain.parquet", f"{root}/domain.json"]
         return files
+
+    def prototype_files(self, student: str) -> list[str]:
+        """Meta-KD's prototype scores, for a student whose method reads them."""
+        return _prototype_files() if get_method(self.students[student].config["method"]).prototypes else []
+
+    def init_dirs(self, student: str) -> list[str]:
+        """The first stage's output, which the second stage of a two-stage student starts from."""
+        return [STUDENT.format(student=first) for first, second in self.first_stages.items() if second == student]
+
+    def teacher_prototype_files(self, teacher: str) -> list[str]:
+        """The prototype scores a meta-teacher weights its examples by (none for a plain teacher)."""
+        spec = self.teachers[teacher]
+        weighted = (spec.get("objective_args") or {}).get("sample_weights", True)
+        return _prototype_files() if spec.get("objective", "ce") == "meta" and weighted else []
+
+    def teacher_modules(self, teacher: str) -> list[str]:
+        """The kdpipe modules of a teacher's objective (imported by name, so fingerprinted here)."""
+        module = TEACHER_OBJECTIVES.get(self.teachers[teacher].get("objective", "ce"))
+        return [module] if module else []
+
+    def attention_feature(self, student: str) -> str:
+        """The attention dump a student reads: ``attentions`` (every head) when it has the teacher's head count,
+        ``attentions_mean`` (averaged over heads) otherwise, or as ``method_args.attention_heads`` says."""
+        config = self.students[student].config
+        mode = (config.get("method_args") or {}).get("attention_heads", "auto")
+        where = f"students.{self.students[student].base}.method_args.stage1.attention_heads"
+        if mode not in ("auto", "per_head", "mean"):
+            raise KdpipeError(f"{where}: {mode!r}; choose auto, per_head or mean")
+        mine = student_heads(config["model"])
+        theirs = {num_heads(self.teachers[t]["backbone"]) for t in self.student_teachers(student)}
+        if mode == "per_head" and theirs != {mine}:
+            raise KdpipeError(f"{where}: per_head, but the student has {mine} heads and its teachers "
+                              f"{sorted(theirs)}; use mean or auto")
+        return "attentions" if mode == "per_head" or (mode == "auto" and theirs == {mine}) else "attentions_mean"
 
     def alignment(self, student: str) -> dict[str, list[list[int]]] | None:
         """For methods reading teacher hidden states: per teacher, the (student, teacher) hidden-state index pairs.
@@ -192,14 +254,20 @@ class Plan:
         return {t: [list(pair) for pair in strided_alignment(self.teacher_layers(t), n_student, count)]
                 for t in self.student_teachers(student)}
 
-    def feature_layers(self, teacher: str) -> list[int]:
-        """Teacher hidden-state indices any student needs from ``teacher`` (the dump keeps only these)."""
+    def feature_layers(self, teacher: str, feature: str = "hidden") -> list[int]:
+        """The layers of ``teacher`` any student needs in a feature dump (which keeps only these): hidden-state
+        indices (0 = embeddings), or for attentions the 1-based layers paired with student layers 1..L_s."""
         layers = set()
         for name in self.students:
+            if feature != "hidden" and (not self._reads(name, "attentions") or self.attention_feature(name) != feature):
+                continue
             for t, pairs in (self.alignment(name) or {}).items():
                 if t == teacher:
-                    layers.update(tl for _, tl in pairs)
+                    layers.update(tl for s, tl in pairs if feature == "hidden" or s >= 1)
         return sorted(layers)
+
+    def _reads(self, student: str, signal: str) -> bool:
+        return signal in get_method(self.students[student].config["method"]).signals
 
     def method_module(self, student: str) -> str:
         return get_method(self.students[student].config["method"]).module
@@ -225,9 +293,12 @@ class Plan:
         return dict(self.config["dataset"])
 
     def teacher_params(self, teacher: str) -> dict:
-        # ``layers: null`` (all layers) is left out, so teachers configured before the key existed keep their slice
-        # (and their cached artifacts).
-        return {k: v for k, v in self.teachers[teacher].items() if not (k == "layers" and v is None)}
+        # Keys at the default they had before they existed (``layers: null``, ``objective: ce``...) are left out, so
+        # teachers configured before keep their slice (and their cached artifacts).
+        return {k: v for k, v in self.teachers[teacher].items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
+
+    def prototype_params(self) -> dict:
+        return dict(self.config["prototypes"])
 
     def shards(self, section: str) -> int:
         """S, the shards a signal pass runs as (``mc_dropout`` or ``dump``); not part of any slice: the gathered
@@ -245,10 +316,15 @@ class Plan:
         alignment = self.alignment(student)
         if alignment:
             params["alignment"] = alignment
+        if self._reads(student, "attentions"):
+            params["attention_feature"] = self.attention_feature(student)
         return params
 
+    def domain_params(self, split: str) -> dict:
+        return {**self.dump_params(split), "feature": "domain"}
+
     def feature_params(self, teacher: str, split: str, feature: str) -> dict:
-        return {**self.dump_params(split), "feature": feature, "layers": self.feature_layers(teacher)}
+        return {**self.dump_params(split), "feature": feature, "layers": self.feature_layers(teacher, feature)}
 
     def eval_params(self, model: str, split: str) -> dict:
         student = self.students.get(model)
@@ -259,11 +335,39 @@ class Plan:
         if model in self.ensembles:
             return {"model": model, "base": model, "kind": "ensemble", "method": None, "seed": None,
                     "members": self.ensembles[model], "split": split, **_without(self.config["evaluate"], "splits")}
+        domain = (student.config if student else self.teachers[model]).get("domain")
         return {"model": model, "base": student.base if student else model,
                 "kind": "student" if student else "teacher",
                 "method": student.config["method"] if student else None,
                 "seed": student.seed if student else self.teachers[model].get("seed"),
-                "split": split, **_without(self.config["evaluate"], "splits")}
+                "split": split, **_without(self.config["evaluate"], "splits"),
+                **({"domain": domain} if domain else {})}
+
+
+# Teacher keys added after the first teachers were cached, with the value that means "as before".
+LATER_KEYS = {"layers": None, "objective": "ce", "objective_args": {}, "domain": None}
+# Training settings that a first stage may set apart from the student's own (``method_args.stage1``).
+STAGE_SETTINGS = ("epochs", "lr", "batch_size", "warmup_ratio", "weight_decay", "max_grad_norm", "checkpoint_every")
+
+
+def _prototype_files() -> list[str]:
+    return [PROTOTYPES]
+
+
+def _split_stages(student: Student, first_stage: str) -> tuple[Student, Student]:
+    """A two-stage student as two jobs: ``<name>.stage1`` (method ``first_stage``, with the training settings and
+    method_args of ``method_args.stage1``) and ``<name>``, which starts from the first stage's weights and keeps the
+    other method_args (so a change to the second stage reruns only it)."""
+    args = dict(student.config.get("method_args") or {})
+    stage1 = dict(args.pop("stage1", None) or {})
+    settings = {k: stage1.pop(k) for k in STAGE_SETTINGS if k in stage1}
+    first_name = f"{student.name}.stage1"
+    first = Student(first_name, student.base, student.seed,
+                    {**student.config, **settings, "method": first_stage, "method_args": stage1})
+    second = Student(student.name, student.base, student.seed,
+                     {**student.config, "method_args": args,
+                      "model": {"init": {"from": STUDENT.format(student=first_name)}}})
+    return first, second
 
 
 def _validate(entry: dict, schema: dict, where: str) -> None:

@@ -36,7 +36,7 @@ UNCERTAINTY_COLUMNS = (*UNCERTAINTY_MEANS.values(), *(f"tv_{part}" for part in U
 # architecture.
 AVERAGED = (*TABLE_METRICS, "train_time_s", *UNCERTAINTY_COLUMNS, "inference_time_s")
 TSV_COLUMNS = (
-    "split", "model", "kind", "method", "classes", "seeds", "params", "members",
+    "split", "model", "kind", "method", "domain", "classes", "seeds", "params", "members",
     *(name for column in AVERAGED for name in (column, f"{column}_std")),
 )  # fmt: skip
 SPLIT_ORDER = ("test", "validation")
@@ -106,7 +106,8 @@ def _runs_table(records: list[dict]) -> pd.DataFrame:
         [
             {
                 "source": r["source"], "model": r["model"], "base": r["base"], "kind": r["kind"],
-                "method": r["method"], "split": r["split"], "n_classes": len(r["classes"]),
+                "method": r["method"], "domain": r.get("domain"), "per_domain": r["metrics"].get("per_domain"),
+                "split": r["split"], "n_classes": len(r["classes"]),
                 "class_names": tuple(r["classes"]), "reference": r.get("reference"),
                 "params": r["params"], "members": r.get("members"), "train_time_s": r["train_time_s"],
                 "inference_time_s": r.get("inference_time_s"),
@@ -192,6 +193,7 @@ def _summarise(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "split": split, "model": base, "kind": first["kind"], "method": first["method"],
+                "domain": first["domain"], "per_domain": _pool_domains(group),
                 "n_classes": first["n_classes"], "classes": f"{first['n_classes']}/{total_classes}",
                 "seeds": len(group), "params": first["params"], "members": first["members"],
                 **{c: group[c].mean() for c in AVERAGED},
@@ -210,6 +212,16 @@ def _summarise(runs: pd.DataFrame) -> pd.DataFrame:
     }
     order = pd.DataFrame(rank).sort_values(["split", "kind"], kind="stable").index
     return summary.loc[order].reset_index(drop=True)
+
+
+def _pool_domains(group: pd.DataFrame) -> dict | None:
+    """{domain: (mean, std) of the seeds' accuracy on that domain's rows}, or None without per-domain metrics."""
+    records = [r for r in group["per_domain"] if r]
+    if not records:
+        return None
+    domains = sorted(set().union(*records))
+    accuracy = {d: pd.Series([r[d]["accuracy"] for r in records if d in r], dtype=float) for d in domains}
+    return {d: (values.mean(), values.std(ddof=1)) for d, values in accuracy.items()}
 
 
 def _pool_reliability(group: pd.DataFrame) -> dict:
@@ -255,7 +267,7 @@ MARKDOWN_HEADER = (
 # Optional column groups: shown only when some model has the fields, so older evaluations keep a narrow table.
 UNCERTAINTY_HEADER = ("members", "entropy", "aleatoric", "epistemic", "TV total", "TV aleatoric", "TV epistemic")
 INFERENCE_HEADER = ("inference time",)
-MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method"}
+MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method", "trained on"}
 
 
 def _summary_markdown(summary: pd.DataFrame) -> str:
@@ -278,7 +290,21 @@ def _summary_markdown(summary: pd.DataFrame) -> str:
     for split, table in summary.groupby("split", sort=False):
         rows = [_markdown_row(row, uncertainty, inference) for row in table.itertuples(index=False)]
         parts.append(f"## {split} split\n\n{_markdown_table(header, rows)}\n")
+        if table["per_domain"].notna().any():
+            parts.append(_domain_markdown(split, table))
     return "\n".join(parts)
+
+
+def _domain_markdown(split: str, table: pd.DataFrame) -> str:
+    """Accuracy on each domain's rows: models of all domains beside the per-domain students (METHODS.md §4)."""
+    table = table[table["per_domain"].notna()]
+    domains = sorted(set().union(*table["per_domain"]))
+    header = ("model", "kind", "method", "trained on", "seeds", *domains)
+    rows = [[str(row.model), str(row.kind), _text(row.method), "all domains" if pd.isna(row.domain) else str(row.domain),
+             str(row.seeds), *(_format_mean_std(*row.per_domain[d], 1, scale=100) if d in row.per_domain else ""
+                               for d in domains)] for row in table.itertuples(index=False)]
+    return (f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain; a per-domain "
+            f"student is evaluated on its own domain only.\n\n{_markdown_table(header, rows)}\n")
 
 
 def _markdown_row(row, uncertainty: bool, inference: bool) -> list[str]:

@@ -8,7 +8,12 @@ Files:
 - ``logits.parquet`` (row_id, logits: list<float32>[C_teacher]) + ``logits.json``: eval-mode logits;
 - ``mc.npy`` (float32 [N, C_teacher], MC-dropout mean probabilities) + ``mc.parquet`` (row_id, entropy,
   certainty, max_prob, variance) + ``mc.json``;
-- ``hidden.npy`` / ``attentions.npy`` (float16, see ``kdpipe.dump``) + ``hidden.json`` / ``attentions.json``.
+- ``hidden.npy`` / ``attentions.npy`` / ``attentions_mean.npy`` (float16, see ``kdpipe.dump``) + their ``.json``;
+- ``domain.npy`` (float16 [N, H], a meta-teacher's domain representation) + ``domain.parquet`` (row_id, p_gold,
+  expertise) + ``domain.json`` (``kdpipe.domain_dump``).
+
+Beside the teachers' signals, the prototype scores of the train split (``kdpipe.prototypes``: row_id, domain,
+label, score) + their ``.json``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -89,3 +95,30 @@ def read_features(npy_path: str | Path, row_ids: np.ndarray, layers: list[int] |
     if layers is not None and any(layer not in manifest["layers"] for layer in layers):
         raise ArtifactError(f"{npy_path}: holds layers {manifest['layers']}, the reader needs {layers}")
     return array, manifest
+
+
+def read_table(path: str | Path, row_ids: np.ndarray, kind: str) -> pd.DataFrame:
+    """A per-row Parquet signal (prototype scores, domain expertise) checked against its manifest and ``row_ids``."""
+    path = Path(path)
+    manifest = read_manifest(manifest_path(path), kind=kind)
+    table = pq.read_table(path).to_pandas()
+    _check_rows(path, manifest, row_ids, len(table))
+    if not np.array_equal(table["row_id"].to_numpy(), row_ids):
+        raise ArtifactError(f"{path}: row_ids are not those of the data split (other data, or another order)")
+    return table
+
+
+def read_prototype_scores(path: str | Path, row_ids: np.ndarray) -> np.ndarray:
+    """Meta-KD's prototype scores t [N] (float32) of the train rows ``row_ids`` (``kdpipe.prototypes``)."""
+    return read_table(path, row_ids, "prototypes")["score"].to_numpy(dtype=np.float32)
+
+
+def read_domain(npy_path: str | Path, row_ids: np.ndarray):
+    """A meta-teacher's domain signals (``kdpipe.domain_dump``): the memory-mapped domain representations [N, H]
+    (float16), the expertise weights [N] (float32) and the manifest, checked."""
+    npy_path = Path(npy_path)
+    manifest = read_manifest(manifest_path(npy_path), kind="domain")
+    rep = np.load(npy_path, mmap_mode="r")
+    _check_rows(npy_path, manifest, row_ids, rep.shape[0])
+    table = read_table(npy_path.with_suffix(".parquet"), row_ids, "domain")
+    return rep, table["expertise"].to_numpy(dtype=np.float32), manifest

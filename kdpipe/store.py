@@ -64,6 +64,23 @@ def _default_permissions(path: Path) -> None:
         p.chmod((0o777 if p.is_dir() else 0o666) & ~umask)
 
 
+# Room left free on a disk after a large dump: other jobs, logs and the gather of shards need some too.
+DISK_RESERVE = 1 << 30
+
+
+def ensure_disk_space(path: str | Path, nbytes: int, what: str) -> None:
+    """Refuse, before writing, an output of ``nbytes`` that would not fit on the disk of ``path`` (keeping
+    ``DISK_RESERVE`` free): a memory-mapped array on a full disk fails half-way through with SIGBUS."""
+    folder = Path(path).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(folder).free
+    if nbytes + DISK_RESERVE > free:
+        raise KdpipeError(f"{what} needs {nbytes / 1e9:.2f} GB at {folder}, but only {free / 1e9:.2f} GB are free "
+                          f"(and {DISK_RESERVE / 1e9:.1f} GB are kept in reserve): dump fewer layers (a student "
+                          "with fewer layers aligns with fewer), a shorter max_length, attentions averaged over heads "
+                          "(method_args.stage1.attention_heads: mean), or free space")
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON, atomically."""
     with atomic_path(path) as tmp:

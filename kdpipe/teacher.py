@@ -1,24 +1,31 @@
 """The ``finetune_teacher`` stage: fine-tune one teacher, possibly on a subset of the classes (METHODS.md §1).
 
 A teacher with ``layers`` keeps only those transformer layers of its backbone before fine-tuning (a smaller
-teacher of the same family). A teacher restricted to ``classes`` trains only on the rows of those classes, with its own local label ids
-(dataset order restricted to its classes). Output: a ``save_pretrained`` directory with safetensors weights, the
-tokenizer, ``labels.json`` (its local label order), ``metrics.json`` and ``manifest.json``.
+teacher of the same family). A teacher restricted to ``classes`` trains only on the rows of those classes, with its
+own local label ids (dataset order restricted to its classes); one restricted to a ``domain`` only on that
+domain's rows. The objective is the plain cross-entropy (``objective: ce``) or Meta-KD's meta-teacher loss
+(``objective: meta``, ``kdpipe.meta_teacher``: prototype-weighted CE plus the domain-corruption loss of a domain
+branch, saved beside the model). Output: a ``save_pretrained`` directory with safetensors weights, the tokenizer,
+``labels.json`` (its local label order), ``metrics.json`` and ``manifest.json``.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from kdpipe.batching import encode_frame
-from kdpipe.data import read_labels, read_split
+from kdpipe.data import read_labels, read_split, restrict_to_domain
 from kdpipe.device import pick_device
 from kdpipe.labelspace import resolve_classes
+from kdpipe.methods.base import Objective
+from kdpipe.methods.registry import TEACHER_OBJECTIVES
 from kdpipe.models import keep_layers, load_classifier, load_tokenizer
-from kdpipe.store import make_manifest
+from kdpipe.store import KdpipeError, make_manifest, read_manifest
 from kdpipe.training import TrainSettings, encoded_validator, fit, save_trained, work_paths
 
 
@@ -29,31 +36,52 @@ def rows_of_classes(frame, classes: list[str]):
     return sub, sub["label"].map(local).to_numpy(dtype=np.int64)
 
 
-def finetune_teacher(params: dict, data_dir: Path, out_dir: Path) -> dict:
+def cross_entropy_loss(model, batch):
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                token_type_ids=batch.get("token_type_ids"), labels=batch["labels"])
+    return out.loss, {}
+
+
+def finetune_teacher(params: dict, data_dir: Path, out_dir: Path, prototypes: Path | None = None) -> dict:
     labels = read_labels(data_dir)
+    domains = read_manifest(Path(data_dir) / "manifest.json", kind="dataset").get("domains")
     classes = resolve_classes(params.get("classes"), labels, "teachers.<name>.classes")
     device = pick_device()
     tokenizer = load_tokenizer(params["backbone"])
-    train, train_y = rows_of_classes(read_split(data_dir, "train"), classes)
-    valid, valid_y = rows_of_classes(read_split(data_dir, "validation"), classes)
+    frames = {split: restrict_to_domain(read_split(data_dir, split), params.get("domain"), domains,
+                                        "teachers.<name>.domain") for split in ("train", "validation")}
+    train, train_y = rows_of_classes(frames["train"], classes)
+    valid, valid_y = rows_of_classes(frames["validation"], classes)
     enc_train = encode_frame(tokenizer, train, max_length=params["max_length"], label_ids=train_y)
     enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
     settings = TrainSettings.from_params(params)
     model = load_classifier(params["backbone"], classes, seed=settings.seed)
     if params.get("layers"):
         keep_layers(model, list(params["layers"]))      # a smaller teacher, e.g. Dynamic KD's (METHODS.md §2)
-
-    def loss_fn(model, batch):
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    token_type_ids=batch.get("token_type_ids"), labels=batch["labels"])
-        return out.loss, {}
+    objective = _objective(params, model, train, data_dir, domains, prototypes, device)
 
     validate = encoded_validator(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device)
     resume, log_path = work_paths(Path(out_dir))
-    result = fit(model, train=enc_train, loss_fn=loss_fn, validate=validate, settings=settings, device=device,
+    result = fit(model, train=enc_train, loss_fn=objective.loss, validate=validate, settings=settings, device=device,
                  log_path=log_path, resume_dir=resume, resume_key=json.dumps(params, sort_keys=True),
-                 desc="teacher")
+                 extra_modules=objective.extra_modules, desc="teacher")
     manifest = make_manifest("teacher", config=params, labels=classes, dataset_labels=labels,
-                             tokenizer=params["backbone"], rows={"train": len(train), "validation": len(valid)})
-    save_trained(out_dir, model, tokenizer, classes, result, manifest)
+                             tokenizer=params["backbone"], rows={"train": len(train), "validation": len(valid)},
+                             domains=domains if params.get("objective", "ce") != "ce" else None)
+    save_trained(out_dir, model, tokenizer, classes, result, manifest, save_extra=objective.save)
     return manifest
+
+
+def _objective(params: dict, model, train: pd.DataFrame, data_dir: Path, domains, prototypes: Path | None,
+               device) -> Objective:
+    """The teacher's loss: plain CE, or the module named in ``TEACHER_OBJECTIVES`` (imported by name)."""
+    name = params.get("objective", "ce")
+    if name not in TEACHER_OBJECTIVES:
+        raise KdpipeError(f"teachers.<name>.objective: unknown {name!r}; known: {sorted(TEACHER_OBJECTIVES)}")
+    if TEACHER_OBJECTIVES[name] is None:
+        return Objective(loss=cross_entropy_loss)
+    if not domains:
+        raise KdpipeError(f"teachers.<name>.objective: {name} needs a domain per row; set dataset.domain_column")
+    module = importlib.import_module(TEACHER_OBJECTIVES[name])
+    return module.build(model, train, data_dir=data_dir, domains=domains, prototypes=prototypes, device=device,
+                        args=params.get("objective_args") or {})

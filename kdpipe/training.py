@@ -8,7 +8,7 @@ those before a rerun), after every epoch and every ``checkpoint_every`` steps. A
 configuration (different ``resume_key``) is discarded, never reused.
 
 A method differs only by its ``loss_fn(model, batch) -> (loss, {name: float})`` and, when it trains modules of its
-own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates. A loss that carries training state of
+own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates (None: the model's). A loss that carries training state of
 its own across steps (ProKT's co-trained teacher with its optimiser) passes it as ``extra_state``, an object with
 ``state_dict()`` / ``load_state_dict()``, so that it is checkpointed and resumed with everything else.
 """
@@ -65,6 +65,7 @@ class FitResult:
     best_epoch: int
     history: list = field(default_factory=list)
     train_time_s: float = 0.0
+    best_modules: dict = field(default_factory=dict)   # extra module name -> its state at the best epoch
 
 
 def state_on_cpu(module: nn.Module) -> dict:
@@ -164,18 +165,23 @@ def read_resume_state(resume_dir: Path) -> dict | None:
     return read_json(current / "state.json") if current else None
 
 
-def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable[[nn.Module], dict],
+def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable[[nn.Module], dict] | None,
         settings: TrainSettings, device: torch.device, log_path: Path | None = None,
         resume_dir: Path | None = None, resume_key: str = "", extra_modules: dict | None = None,
         on_epoch: Callable[[int, int], None] | None = None, extra_state=None, desc: str = "train") -> FitResult:
-    """Train ``model`` (plus ``extra_modules``: ``{name: (module, lr)}``) and return the best validation state.
+    """Train ``model`` (plus ``extra_modules``: ``{name: (module, lr)}``) and return the best validation state of
+    every module (``best_state`` of ``model``, ``best_modules`` of the others).
 
-    ``validate(model)`` returns a dict with a ``score`` (higher is better, e.g. accuracy). ``on_epoch(epoch,
+    ``validate(model)`` returns a dict with a ``score`` (higher is better, e.g. accuracy); ``validate=None`` skips
+    validation and keeps the last epoch's state (Meta-KD's first stage matches teacher features and trains no
+    classifier, so accuracy cannot pick its best epoch). ``on_epoch(epoch,
     epochs)`` (0-based epoch) is called before each epoch's first step, also after a resume, so epoch-level
     schedules of a loss (e.g. Hydra+'s λ ramp) follow the same epochs.
     """
     torch.manual_seed(settings.seed)
-    modules = {"model": (model, settings.lr), **(extra_modules or {})}
+    # an extra module's lr None: the model's own
+    modules = {"model": (model, settings.lr),
+               **{name: (m, settings.lr if lr is None else lr) for name, (m, lr) in (extra_modules or {}).items()}}
     for module, _ in modules.values():
         module.to(device)
     optimizer, scheduler = make_optimizer(modules, settings, total_steps(len(train), settings))
@@ -192,17 +198,18 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
         torch.set_rng_state(optim["torch_rng"])
         if extra_state is not None:
             extra_state.load_state_dict(optim["extra"])
-        best_state = ckpt.tensors("best") if state["best_epoch"] >= 0 else state_on_cpu(model)
+        best = {name: ckpt.tensors(_best(name)) if state["best_epoch"] >= 0 else state_on_cpu(module)
+                for name, (module, _) in modules.items()}
         print(f"[kdpipe] resuming {desc} at epoch {state['epoch']} step {state['step_in_epoch']}", file=sys.stderr)
     else:
         state = {"epoch": 0, "step_in_epoch": 0, "best_score": -math.inf, "best_metrics": {}, "best_epoch": -1,
                  "history": [], "train_time_s": 0.0}
-        best_state = state_on_cpu(model)
+        best = {name: state_on_cpu(module) for name, (module, _) in modules.items()}
     log = open(log_path, "a") if log_path else None
 
     def checkpoint():
         tensors = {name: state_on_cpu(m) for name, (m, _) in modules.items()}
-        tensors["best"] = best_state
+        tensors.update({_best(name): sd for name, sd in best.items()})
         ckpt.save(state, tensors, optimizer, scheduler,
                   extra_state.state_dict() if extra_state is not None else None)
 
@@ -248,23 +255,31 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
             state["train_time_s"] += time.perf_counter() - started
             for module, _ in modules.values():
                 module.eval()
-            metrics = validate(model)
-            improved = metrics["score"] > state["best_score"]
+            metrics = validate(model) if validate is not None else None       # None: keep the last epoch
+            improved = metrics is None or metrics["score"] > state["best_score"]
             if improved:
-                state.update(best_score=metrics["score"], best_metrics=metrics, best_epoch=epoch + 1)
-                best_state = state_on_cpu(model)
+                state.update(best_score=metrics["score"] if metrics else -math.inf, best_metrics=metrics or {},
+                             best_epoch=epoch + 1)
+                best = {name: state_on_cpu(module) for name, (module, _) in modules.items()}
             record = {"epoch": epoch + 1, "validation": metrics, "best": improved,
                       "train_time_s": round(state["train_time_s"], 2)}
             state["history"].append(record)
             write_log(record)
-            print(f"[kdpipe] {desc} epoch {epoch + 1}: validation {metrics}", file=sys.stderr)
+            print(f"[kdpipe] {desc} epoch {epoch + 1}: validation {metrics if metrics else 'skipped'}",
+                  file=sys.stderr)
             state.update(epoch=epoch + 1, step_in_epoch=0)
             checkpoint()
     finally:
         if log:
             log.close()
-    return FitResult(best_state=best_state, best_metrics=state["best_metrics"], best_epoch=state["best_epoch"],
-                     history=state["history"], train_time_s=state["train_time_s"])
+    return FitResult(best_state=best["model"], best_metrics=state["best_metrics"], best_epoch=state["best_epoch"],
+                     history=state["history"], train_time_s=state["train_time_s"],
+                     best_modules={name: sd for name, sd in best.items() if name != "model"})
+
+
+def _best(name: str) -> str:
+    """The checkpoint entry of a module's best state ("best" for the model, as before extra modules had one)."""
+    return "best" if name == "model" else f"best.{name}"
 
 
 def work_paths(out_dir: Path) -> tuple[Path, Path]:
@@ -303,13 +318,16 @@ def accuracy_validator(predict_probs: Callable[[nn.Module], np.ndarray], labels:
 
 
 def save_trained(out_dir: Path, model: nn.Module, tokenizer, labels: list[str], result: FitResult,
-                 manifest: dict) -> None:
+                 manifest: dict, save_extra: Callable[[Path, FitResult], None] | None = None) -> None:
     """Write a trained model's directory atomically: the best weights (safetensors) and tokenizer,
     ``labels.json`` (output order), ``metrics.json`` (best validation, train time, params, history),
-    ``manifest.json`` and ``train_log.jsonl``; then drop the resume state."""
+    ``manifest.json``, ``train_log.jsonl`` and whatever ``save_extra(folder, result)`` adds; then drop the resume
+    state."""
     model.load_state_dict(result.best_state)
     with atomic_path(out_dir, directory=True) as tmp:
         save_model(model.cpu(), tokenizer, tmp)
+        if save_extra is not None:
+            save_extra(tmp, result)
         write_json(tmp / "labels.json", labels)
         write_json(tmp / "metrics.json", {"best_epoch": result.best_epoch, "validation": result.best_metrics,
                                           "train_time_s": result.train_time_s, "params": count_parameters(model),

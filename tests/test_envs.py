@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 
 import yaml
@@ -25,3 +26,25 @@ def test_every_rule_that_runs_kdpipe_names_the_environment():
     for rules in (REPO / "workflow/rules").glob("*.smk"):
         text = rules.read_text()
         assert text.count("{KDPIPE}") == text.count("    conda:\n        ENV\n"), rules.name
+
+
+def gpu_rules() -> set[str]:
+    """The rules that declare ``gpu=1`` (directly or through the shard rules' SHARD_RESOURCES)."""
+    found = set()
+    for rules in (REPO / "workflow/rules").glob("*.smk"):
+        for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", rules.read_text(), re.M | re.S):
+            if "gpu=1" in body or "**SHARD_RESOURCES" in body:
+                found.add(name)
+    return found
+
+
+def test_every_gpu_rule_is_placed_by_the_profiles():
+    """A GPU rule missing from the SLURM profile would ask for a GPU in the CPU partition; one missing from the CPU
+    profile would take every core of a 2-core machine."""
+    rules = gpu_rules()
+    assert {"finetune_teacher", "distill", "dump_feature_shard", "dump_domain_shard", "prototypes"} <= rules
+    slurm = yaml.safe_load((REPO / "profiles/slurm/profile.yaml").read_text())
+    cpu = yaml.safe_load((REPO / "profiles/cpu/profile.yaml").read_text())
+    for rule in rules:
+        assert slurm["set-resources"][rule]["gpu"] == 1, rule
+        assert rule in slurm["set-threads"] and rule in cpu["set-threads"], rule

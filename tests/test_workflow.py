@@ -78,11 +78,15 @@ def student_jobs(*students):
 
 
 def signal_jobs(teacher, *passes, shards=1):
-    """A signal pass of one teacher on train: its shard jobs and the gather job (rule named after the pass)."""
-    return {job for name in passes for job in (
-        (name, f"teacher={teacher}, split=train"),
-        *((f"{name}_shard", f"teacher={teacher}, split=train, scatteritem={k}-of-{shards}")
-          for k in range(1, shards + 1)))}
+    """A signal pass of one teacher on train: its shard jobs and the gather job (rule named after the pass; a
+    feature dump as "dump_feature:<feature>")."""
+    jobs = set()
+    for name in passes:
+        rule, _, feature = name.partition(":")
+        wildcards = f"teacher={teacher}, split=train" + (f", feature={feature}" if feature else "")
+        jobs.add((rule, wildcards))
+        jobs.update((f"{rule}_shard", f"{wildcards}, scatteritem={k}-of-{shards}") for k in range(1, shards + 1))
+    return jobs
 
 
 def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml") -> str:
@@ -150,7 +154,7 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
     config = edited_config(project, lambda c: c["teachers"]["ta"].update(epochs=2))
     jobs = planned_jobs(project, env, config)
     assert jobs == {
-        ("finetune_teacher", "teacher=ta"), *signal_jobs("ta", "mc_dropout", "dump_teacher", "dump_hidden"),
+        ("finetune_teacher", "teacher=ta"), *signal_jobs("ta", "mc_dropout", "dump_teacher", "dump_feature:hidden"),
         ("evaluate", "model=ta, split=test"), ("evaluate", "model=ta, split=validation"), ("report", ""),
         *student_jobs(*STUDENTS)}
     assert not any("tb" in wildcards for _, wildcards in jobs)

@@ -17,10 +17,13 @@ from kdpipe.store import KdpipeError
 class DistillContext:
     """Everything a method may read: cached teacher signals on the train split, never a teacher model.
 
-    ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, row order of the train split),
-    ``"mc"`` (tensor [N, C_k] mean MC-dropout probabilities), ``"certainty"`` (tensor [N], MUKI's u) and
-    ``"mc_scores"`` (DataFrame); ``"hidden"`` (float16 memmap [N, L_sel, S, H]) with ``"hidden_layers"``.
-    ``blocks[teacher]``: student-label index of each of the teacher's local classes.
+    ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, row order of the student's train
+    rows), ``"mc"`` (tensor [N, C_k] mean MC-dropout probabilities), ``"certainty"`` (tensor [N], MUKI's u) and
+    ``"mc_scores"`` (DataFrame); ``"hidden"`` / ``"attentions"`` (float16 memmaps [N, L_sel, S, H] /
+    [N, L_sel, (heads,) S, S]) with ``"<name>_layers"`` and ``"<name>_lengths"``; ``"domain"`` (float16 memmap
+    [N, H], a meta-teacher's domain representations) and ``"expertise"`` (tensor [N]).
+    ``blocks[teacher]``: student-label index of each of the teacher's local classes. Meta-KD also reads
+    ``prototype_scores`` (tensor [N]) and ``domain_ids`` (tensor [N], index into ``domains``).
     """
 
     labels: list[str]
@@ -31,6 +34,9 @@ class DistillContext:
     student_config: object = None
     train_lengths: np.ndarray | None = None        # student token count per train row
     alignment: dict | None = None                  # teacher -> [[student_layer, teacher_layer], ...]
+    domains: list[str] | None = None
+    domain_ids: torch.Tensor | None = None
+    prototype_scores: torch.Tensor | None = None
 
     def signal(self, teacher: str, name: str):
         return self.signals[teacher][name]
@@ -38,24 +44,30 @@ class DistillContext:
     def block(self, teacher: str) -> torch.Tensor:
         return torch.as_tensor(self.blocks[teacher], device=self.device)
 
-    def check_token_aligned(self, method: str) -> None:
-        """Token-level hidden states are only comparable when the student tokenised the train split exactly as
+    def check_token_aligned(self, method: str, feature: str = "hidden") -> None:
+        """Token-level teacher features are only comparable when the student tokenised the train split exactly as
         the teachers' dumps did (same tokenizer and max_length)."""
         for t in self.teachers:
-            if not np.array_equal(np.asarray(self.signal(t, "hidden_lengths")), self.train_lengths):
-                raise KdpipeError(f"{method}: teacher '{t}' hidden states were dumped with another tokenisation "
+            if not np.array_equal(np.asarray(self.signal(t, f"{feature}_lengths")), self.train_lengths):
+                raise KdpipeError(f"{method}: teacher '{t}' {feature} were dumped with another tokenisation "
                                   f"than the student's; {method} compares tokens, so give the student the "
                                   "teacher's tokenizer and max_length")
 
-    def hidden_slot(self, teacher: str, layer: int) -> int:
-        """Position of teacher hidden-state index ``layer`` in the dump (which keeps only the planned layers)."""
-        return self.signal(teacher, "hidden_layers").index(layer)
+    def hidden_slot(self, teacher: str, layer: int, feature: str = "hidden") -> int:
+        """Position of teacher layer ``layer`` in a feature dump (which keeps only the planned layers)."""
+        return self.signal(teacher, f"{feature}_layers").index(layer)
 
     def teacher_hidden(self, teacher: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
         """Cached hidden states [B, width, H] (float32, on the device) of dump slot ``slot`` for train rows
         ``index``, cut to the batch's padded width."""
-        rows = np.asarray(self.signal(teacher, "hidden")[index, slot, :width], dtype=np.float32)
-        return torch.from_numpy(rows).to(self.device, non_blocking=True)
+        return self.teacher_feature(teacher, "hidden", slot, index, width)
+
+    def teacher_feature(self, teacher: str, feature: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
+        """Cached token-level features of dump slot ``slot`` for train rows ``index`` (float32, on the device),
+        cut to the batch's padded width: hidden states [B, width, H], attentions [B, (heads,) width, width]."""
+        array = self.signal(teacher, feature)
+        rows = array[index, slot, :width] if feature == "hidden" else array[index, slot, ..., :width, :width]
+        return torch.from_numpy(np.asarray(rows, dtype=np.float32)).to(self.device, non_blocking=True)
 
 
 @dataclass
@@ -63,12 +75,17 @@ class Objective:
     """``loss(model, batch) -> (loss, terms)``; ``extra_modules``: ``{name: (module, lr)}`` trained alongside;
     ``on_epoch(epoch, epochs)``: called by the training loop before each epoch (0-based), for epoch schedules;
     ``extra_state``: training state the loss keeps across steps (``state_dict`` / ``load_state_dict``), checkpointed
-    with the student (ProKT's co-trained teacher)."""
+    with the student (ProKT's co-trained teacher); ``save(folder, fit_result)``: writes what the objective trained
+    besides the model into the model's output folder (the meta-teacher's domain branch); ``validates``: False when
+    validation accuracy cannot choose the best epoch (Meta-KD's first stage trains no classifier: the last epoch
+    is kept)."""
 
     loss: Callable
     extra_modules: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
     on_epoch: Callable[[int, int], None] | None = None
     extra_state: object | None = None
+    save: Callable | None = None
+    validates: bool = True
 
 
 def student_logits(model: nn.Module, batch: dict) -> torch.Tensor:

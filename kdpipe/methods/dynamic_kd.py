@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from kdpipe.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
-from kdpipe.methods.losses import soft_kl
+from kdpipe.methods.losses import soft_kl, token_mse
 from kdpipe.methods.vanilla_kd import union_logits
 from kdpipe.store import KdpipeError
 
@@ -132,9 +132,7 @@ def select_top(scores: torch.Tensor, ratio: float) -> torch.Tensor:
 def normalized_hidden_mse(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Per-example mean over real tokens and dims of (n(h_s) − n(h_t))², n = L2-normalisation over the hidden
     dimension. Shapes [B, S, H], [B, S, H], mask [B, S]; result [B]."""
-    diff = (F.normalize(student.float(), dim=-1) - F.normalize(teacher.float(), dim=-1)) ** 2
-    per_token = diff.mean(-1) * mask
-    return per_token.sum(-1) / mask.sum(-1).clamp_min(1)
+    return token_mse(F.normalize(student.float(), dim=-1), F.normalize(teacher.float(), dim=-1), mask)
 
 
 def objective_weights(h: torch.Tensor, strategy: str) -> tuple[torch.Tensor, torch.Tensor]:

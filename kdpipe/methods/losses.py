@@ -14,3 +14,10 @@ def kl_divergence(target: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor
 def soft_kl(target: torch.Tensor, student_logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Per-example KL(target ‖ softmax(z_s / T)), with no T² factor. Shape [B]."""
     return kl_divergence(target, F.log_softmax(student_logits.float() / temperature, -1))
+
+
+def token_mse(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-example mean over the real tokens (``mask`` [B, S]) and the feature dimension of (a − b)², for token-level
+    states [B, S, H]. Shape [B]."""
+    per_token = ((a.float() - b.float()) ** 2).mean(-1) * mask
+    return per_token.sum(-1) / mask.sum(-1).clamp_min(1)

@@ -16,13 +16,18 @@ from kdpipe.store import KdpipeError
 class MethodSpec:
     name: str
     module: str
-    signals: tuple[str, ...]   # cached per-teacher signals on the train split: "logits", "mc", "hidden"
+    signals: tuple[str, ...]   # cached per-teacher signals on the train split: "logits", "mc", "hidden",
+                               # "attentions" (all heads or their mean, as the plan decides), "domain"
     teacher_classes: str       # "disjoint" | "disjoint_or_identical" | "identical" | "any": how teachers' classes relate
     summary: str
     builder: str = "build"     # the function of ``module`` that makes the Objective
     alignment: str = "strided"  # for "hidden": "strided" (DFA, from the top) | "uniform" (l ↔ l·k, embeddings too)
     multihead: bool = False     # needs a multi-head student (model.heads), one head per teacher at most
     stage: str = "distill"      # the rule that trains it: "distill" (cached signals) | "cotrain" (ProKT)
+    first_stage: str | None = None   # a method trained first, as its own job "<student>.stage1" (Meta-KD)
+    internal: bool = False      # only the first stage of another method, never named in a config
+    prototypes: bool = False    # reads Meta-KD's prototype scores of the train rows (the prototypes rule)
+    teacher_objective: str | None = None   # the teachers must have been trained with this objective ("meta")
 
 
 METHODS = {spec.name: spec for spec in (
@@ -52,10 +57,22 @@ METHODS = {spec.name: spec for spec in (
     MethodSpec("hydra", "kdpipe.methods.hydra", ("logits",), "identical",
                "Hydra: multi-head student, member-to-head KL only (α = β = 1, λ = 0) (§3)", builder="build_hydra",
                multihead=True),
+    MethodSpec("meta_kd", "kdpipe.methods.meta_kd", ("logits",), "identical",
+               "Meta-KD: from a meta-teacher, stage 1 (its own job, <student>.stage1) matches attentions, hidden "
+               "states and the domain representation weighted per example by (1 + prototype score)·expertise, "
+               "stage 2 the soft labels at T (§4)", first_stage="meta_kd_stage1", teacher_objective="meta"),
+    MethodSpec("meta_kd_stage1", "kdpipe.methods.meta_kd", ("hidden", "attentions", "domain"), "identical",
+               "Meta-KD's first stage (§4), run by the plan for every meta_kd student", builder="build_stage1",
+               alignment="uniform", internal=True, prototypes=True, teacher_objective="meta"),
     MethodSpec("prokt", "kdpipe.methods.prokt", (), "any",
                "ProKT: a teacher from the pre-trained backbone trained jointly with the student, each step moving "
                "towards it (§5); no cached signals", stage="cotrain"),
 )}
+
+
+# Teacher objectives of ``finetune_teacher`` (``teachers.<name>.objective``): the module that builds each, imported
+# by name so that only the teachers using it carry it in their code fingerprint. "ce" is the plain fine-tuning loss.
+TEACHER_OBJECTIVES = {"ce": None, "meta": "kdpipe.meta_teacher"}
 
 
 def get_method(name: str) -> MethodSpec:

@@ -10,7 +10,7 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from kdpipe.fingerprint import fingerprint
-from kdpipe.plan import COTRAINED, DATA, EVAL, LOGS, REPORT, SIGNALS, STUDENT, TEACHER, Plan
+from kdpipe.plan import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, STUDENT, TEACHER, Plan
 from kdpipe.store import KdpipeError
 
 import yaml

@@ -3,6 +3,8 @@ rule distill:
     input:
         data=DATA_DIR,
         signals=lambda wc: PLAN.signal_files(wc.student),
+        prototypes=lambda wc: PLAN.prototype_files(wc.student),
+        init=lambda wc: PLAN.init_dirs(wc.student),     # a second stage starts from its first stage
     output:
         model=directory(STUDENT),
     wildcard_constraints:
@@ -22,7 +24,7 @@ rule distill:
         ENV
     shell:
         "{KDPIPE} --threads {threads} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
-        " --out {output.model} > {log} 2>&1"
+        " --out {output.model} --prototypes {input.prototypes} > {log} 2>&1"
 
 
 rule cotrain:

@@ -2,11 +2,12 @@ rule finetune_teacher:
     """Fine-tune one teacher (on its class subset) with the shared training loop."""
     input:
         data=DATA_DIR,
+        prototypes=lambda wc: PLAN.teacher_prototype_files(wc.teacher),
     output:
         model=directory(TEACHER),
     params:
         cfg=lambda wc: as_json(PLAN.teacher_params(wc.teacher)),
-        code=code("kdpipe.teacher"),
+        code=lambda wc: code("kdpipe.teacher", *PLAN.teacher_modules(wc.teacher)),
     log:
         f"{LOGS}/finetune_teacher/{{teacher}}.log",
     cache: True
@@ -18,4 +19,5 @@ rule finetune_teacher:
     conda:
         ENV
     shell:
-        "{KDPIPE} --threads {threads} finetune-teacher --params {params.cfg:q} --data {input.data} --out {output.model} > {log} 2>&1"
+        "{KDPIPE} --threads {threads} finetune-teacher --params {params.cfg:q} --data {input.data} --out {output.model}"
+        " --prototypes {input.prototypes} > {log} 2>&1"
