@@ -38,3 +38,91 @@ def domain_dataset(per_domain: int = 30) -> pd.DataFrame:
 def write_domains(project):
     (project / "data").mkdir()
     domain_dataset().to_csv(project / "data/domains.csv", index=False)
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    project, env, _ = finished_project(tmp_path_factory, "workflow_meta", configfile=CONFIG, setup=write_domains)
+    return project, env
+
+
+def read(path):
+    return json.loads(path.read_text())
+
+
+def test_meta_kd_runs_end_to_end(done):
+    project, _ = done
+    r = project / "results"
+    train = pd.read_parquet(r / "data/tiny_domains/train.parquet")
+    # prototype scores: one per train row, in row order, of the un-fine-tuned backbone
+    scores = pd.read_parquet(r / "prototypes/train.parquet")
+    assert scores["row_id"].tolist() == train["row_id"].tolist() and scores["score"].between(-1, 1).all()
+    assert read(r / "prototypes/train.json")["config"]["by"] == "domain_class"
+    # the meta-teacher: its domain branch beside it; the plain teacher has none
+    assert read(r / "teachers/meta/domain_branch.json")["domains"] == ["books", "dvd", "kitchen"]
+    assert not (r / "teachers/plain/domain_branch.json").exists()
+    # its dumps keep only the aligned layers: hidden states 0 and 2, attention layer 2 (all heads, and their mean)
+    signals = r / "signals/meta/train"
+    n, width = len(train), read(signals / "hidden.json")["lengths"]
+    hidden, attentions = np.load(signals / "hidden.npy"), np.load(signals / "attentions.npy")
+    assert hidden.shape[:2] == (n, 2) and hidden.shape[-1] == 32 and attentions.shape[:3] == (n, 1, 2)
+    assert attentions.dtype == np.float16 and np.load(signals / "attentions_mean.npy").shape[:2] == (n, 1)
+    assert read(signals / "attentions.json")["bytes_per_example"] == 2 * 2 * attentions.shape[-1] ** 2
+    np.testing.assert_allclose(attentions[0, 0, :, 0, :width[0]].sum(-1), 1, atol=1e-2)   # softmax rows
+    domain = pd.read_parquet(signals / "domain.parquet")
+    assert np.load(signals / "domain.npy").shape == (n, 32) and domain["row_id"].tolist() == train["row_id"].tolist()
+    assert domain["expertise"].between(1 / (1 + np.e) - 1e-6, 0.5 + 1e-6).all()
+    assert not (r / "signals/plain/train/hidden.npy").exists()           # vanilla KD reads logits only
+    # the two stages: stage 2 starts from stage 1's weights; only stage 2 is evaluated, on its domain's rows
+    assert read(r / "students/s_meta/manifest.json")["config"]["model"] == {
+        "init": {"from": "results/students/s_meta.stage1"}}
+    assert read(r / "students/s_meta.stage1/metrics.json")["best_epoch"] == 2     # the last epoch, not validated
+    assert not (r / "eval/s_meta.stage1").exists()
+    test = pd.read_parquet(r / "data/tiny_domains/test.parquet")
+    for student, domain_name in (("s_meta", "books"), ("s_meta_narrow", "dvd"), ("s_vkd", "books")):
+        evaluation = read(r / f"eval/{student}/test.json")
+        assert evaluation["domain"] == domain_name and evaluation["metrics"]["n"] == (test["domain"] == domain_name).sum()
+        assert list(evaluation["metrics"]["per_domain"]) == [domain_name]
+    assert set(read(r / "eval/meta/test.json")["metrics"]["per_domain"]) == {"books", "dvd", "kitchen"}
+    summary = (r / "report/summary.md").read_text()
+    assert "Accuracy (%) per domain, test split" in summary and "| s_meta_narrow | student | meta_kd | dvd |" in summary
+
+
+def evaluations(*models):
+    return {("evaluate", f"model={m}, split={s}") for m in models for s in ("test", "validation")}
+
+
+def test_a_second_stage_change_reruns_only_the_second_stage(done):
+    project, env = done
+    config = edited_config(project, lambda c: c["students"]["s_meta"]["method_args"].update(temperature=4.0),
+                           base=CONFIG)
+    assert planned_jobs(project, env, config) == {("distill", "student=s_meta"), *evaluations("s_meta"),
+                                                  ("report", "")}
+
+
+def test_a_first_stage_change_reruns_both_stages_of_that_student(done):
+    project, env = done
+    config = edited_config(project, lambda c: c["students"]["s_meta"]["method_args"]["stage1"].update(gamma=0.2),
+                           base=CONFIG)
+    assert planned_jobs(project, env, config) == {("distill", "student=s_meta.stage1"), ("distill", "student=s_meta"),
+                                                  *evaluations("s_meta"), ("report", "")}
+
+
+META_DOWNSTREAM = {*signal_jobs("meta", "dump_teacher", "dump_domain", "dump_feature:hidden", "dump_feature:attentions",
+                                "dump_feature:attentions_mean"),
+                   *{("distill", f"student={s}") for s in ("s_meta.stage1", "s_meta", "s_meta_narrow.stage1",
+                                                           "s_meta_narrow")},
+                   *evaluations("meta", "s_meta", "s_meta_narrow"), ("report", "")}
+
+
+def test_a_meta_teacher_change_reruns_its_dumps_and_students_only(done):
+    project, env = done
+    config = edited_config(project, lambda c: c["teachers"]["meta"]["objective_args"].update(gamma=0.2), base=CONFIG)
+    assert planned_jobs(project, env, config) == {("finetune_teacher", "teacher=meta"), *META_DOWNSTREAM}
+
+
+def test_a_prototype_change_reruns_the_meta_teacher_not_the_plain_one(done):
+    project, env = done
+    config = edited_config(project, lambda c: c["prototypes"].update(by="domain"), base=CONFIG)
+    assert planned_jobs(project, env, config) == {("prototypes", ""), ("finetune_teacher", "teacher=meta"),
+                                                  *META_DOWNSTREAM}

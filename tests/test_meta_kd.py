@@ -1,0 +1,318 @@
+"""Meta-KD (METHODS.md §4; issue 6): prototype scores, the expertise weight, the meta-teacher loss and both student
+stages against hand-computed values; the stage-1 objective's wiring; the plan's two-stage split and its checks;
+per-domain data, signals and evaluation; the disk check of large dumps."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from transformers import AutoModelForSequenceClassification, BertConfig
+
+from kdpipe import store
+from kdpipe.batching import encode
+from kdpipe.data import prepare, read_split
+from kdpipe.distill import RowSubset, subset_signals
+from kdpipe.domain_dump import expertise_weight
+from kdpipe.dump import dump_feature
+from kdpipe.evaluate import per_domain_accuracy
+from kdpipe.meta_teacher import corrupted_domains, meta_teacher_loss
+from kdpipe.methods.base import DistillContext
+from kdpipe.methods.meta_kd import attention_mse, build_stage1, example_weights, soft_cross_entropy, stage1_loss
+from kdpipe.models import load_tokenizer
+from kdpipe.prototypes import prototype_scores, prototypes
+from kdpipe.report import build_report
+from kdpipe.store import KdpipeError, write_json
+from tests.conftest import REPO, TINY_DATASET
+from tests.test_plan import load
+from tests.test_workflow_meta import domain_dataset
+
+# ---- prototype scores ------------------------------------------------------------------------------------------
+
+# Five rows of class 0 over three domains, one row of class 1 that only domain 0 has.
+EMB = np.array([[1, 0], [0, 1], [1, 1], [1, -1], [2, 0], [0, 3]], dtype=np.float32)
+DOM = np.array([0, 0, 1, 1, 2, 0])
+CLS = np.array([0, 0, 0, 0, 0, 1])
+
+
+def test_prototype_scores_by_hand():
+    """Class 0's prototypes: domain 0 [0.5, 0.5], domain 1 ([1, 1] and [1, -1]) [1, 0], domain 2 [2, 0]."""
+    protos, counts = prototypes(EMB, DOM, CLS, 3, 2, "domain_class")
+    np.testing.assert_allclose(protos[:, 0], [[0.5, 0.5], [1, 0], [2, 0]])
+    assert counts.tolist() == [[2, 1], [2, 0], [1, 0]]
+    scores, has_other = prototype_scores(EMB, DOM, CLS, protos, counts, "domain_class")
+    # row 0, [1, 0] in domain 0: own cos([1,0], [.5,.5]) = 1/√2; the others' mean [1.5, 0], cos 1
+    assert scores[0] == pytest.approx(0.5 * (1 / math.sqrt(2) + 1))
+    # row 2, [1, 1] in domain 1: own cos([1,1], [1,0]) = 1/√2; the others' mean [1.25, .25], cos 1.5/(√2·√1.625)
+    assert scores[2] == pytest.approx(0.5 * (1 / math.sqrt(2) + 1.5 / (math.sqrt(2) * math.sqrt(1.625))))
+    # row 4, [2, 0] in domain 2: own cos 1; the others' mean [.75, .25], cos .75/√.625
+    assert scores[4] == pytest.approx(0.5 * (1 + 0.75 / math.sqrt(0.625)))
+    # row 5: no other domain has class 1, so its score is the cosine to its own prototype alone ([0, 3]: 1)
+    assert has_other.tolist() == [True] * 5 + [False] and scores[5] == pytest.approx(1.0)
+
+
+def test_prototypes_by_domain_ignore_the_class():
+    """EasyNLP's variant: one prototype per domain, so the class-1 row joins domain 0's prototype."""
+    protos, counts = prototypes(EMB, DOM, CLS, 3, 2, "domain")
+    np.testing.assert_allclose(protos[:, 0], [[1 / 3, 4 / 3], [1, 0], [2, 0]])
+    scores, has_other = prototype_scores(EMB, DOM, CLS, protos, counts, "domain")
+    assert has_other.all()
+    # row 5, [0, 3]: own cos([0,3], [1/3, 4/3]) = 4/√17; the others' mean [1.5, 0], cos 0
+    assert scores[5] == pytest.approx(0.5 * (4 / math.sqrt(17)))
+    with pytest.raises(KdpipeError, match="prototypes.by"):
+        prototypes(EMB, DOM, CLS, 3, 2, "class")
+
+
+# ---- teacher signals and losses --------------------------------------------------------------------------------
+
+
+def test_expertise_weight_by_hand():
+    p = np.array([1.0, 0.0, 0.5])
+    np.testing.assert_allclose(expertise_weight(p), [0.5, 1 / (1 + math.e), 1 / (1 + math.exp(0.25))])
+    assert torch.allclose(expertise_weight(torch.tensor([1.0])), torch.tensor([0.5]))
+
+
+def test_meta_teacher_loss_by_hand():
+    """(1/B) Σ t_i [CE(z_i, y_i) + γ CE(ℓ_i, d_π(i))]: row 1 CE ln 2 and domain CE ln 3 (uniform), row 2 CE
+    −ln .75 and domain CE −ln .5."""
+    logits = torch.tensor([[0.0, 0.0], [math.log(3), 0.0]])
+    domain_logits = torch.tensor([[0.0, 0.0, 0.0], [math.log(2), 0.0, 0.0]])
+    total, ce, dom = meta_teacher_loss(logits, torch.tensor([1, 0]), domain_logits, torch.tensor([2, 0]),
+                                       torch.tensor([1.0, 0.5]), gamma=0.5)
+    expected = (1.0 * (math.log(2) + 0.5 * math.log(3)) + 0.5 * (-math.log(0.75) + 0.5 * math.log(2))) / 2
+    assert total.item() == pytest.approx(expected, rel=1e-6)
+    assert ce.item() == pytest.approx((math.log(2) - math.log(0.75)) / 2, rel=1e-6)
+    assert dom.item() == pytest.approx((math.log(3) + math.log(2)) / 2, rel=1e-6)
+
+
+def test_corrupted_domains_permute_the_batch():
+    torch.manual_seed(0)
+    domains = torch.tensor([0, 0, 1, 2, 2, 2])
+    shuffled = corrupted_domains(domains)
+    assert sorted(shuffled.tolist()) == sorted(domains.tolist()) and not torch.equal(shuffled, domains)
+
+
+def test_attention_mse_counts_only_real_query_key_pairs_and_averages_heads():
+    mask = torch.tensor([[1.0, 0.0]])                      # the second token is padding
+    student = torch.tensor([[[0.6, 0.4], [0.5, 0.5]]])     # head-averaged [B, S, S]
+    teacher = torch.tensor([[[0.2, 0.0], [0.0, 0.0]]])
+    assert attention_mse(student, teacher, mask).item() == pytest.approx(0.16)      # (0.6 − 0.2)² at (0, 0) only
+    heads = torch.stack([student, student - torch.tensor([[[0.2, 0.0], [0.0, 0.0]]])], 1)   # [B, 2, S, S]
+    assert attention_mse(heads, teacher[:, None].expand(1, 2, 2, 2), mask).item() == pytest.approx((0.16 + 0.04) / 2)
+
+
+def test_stage1_loss_keeps_the_weights_per_example():
+    """λ = (1 + t)·w per example: (0.75·(1 + 3 + ½·10) + 0.3·(2 + 4 + ½·20)) / 2, not mean(λ)·mean(terms)."""
+    weights = example_weights(torch.tensor([0.5, 0.0]), torch.tensor([0.5, 0.3]))
+    assert weights.tolist() == pytest.approx([0.75, 0.3])
+    loss = stage1_loss(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]), torch.tensor([10.0, 20.0]), weights, 0.5)
+    assert loss.item() == pytest.approx((0.75 * 9 + 0.3 * 16) / 2)
+    assert loss.item() != pytest.approx(weights.mean().item() * 12.5)                 # EasyNLP's collapsed form
+
+
+def test_stage2_soft_cross_entropy_by_hand():
+    teacher = torch.tensor([[0.0, math.log(3)]])           # softmax [.25, .75]
+    student = torch.tensor([[math.log(3), 0.0]])           # softmax [.75, .25]
+    expected = -(0.25 * math.log(0.75) + 0.75 * math.log(0.25))
+    assert soft_cross_entropy(student, teacher, 1.0).item() == pytest.approx(expected, rel=1e-6)
+    # at T = 2 both sides soften: teacher [1, √3]/(1 + √3), student [√3, 1]/(1 + √3)
+    pt = np.array([1, math.sqrt(3)]) / (1 + math.sqrt(3))
+    ps = pt[::-1]
+    assert soft_cross_entropy(student, teacher, 2.0).item() == pytest.approx(-(pt * np.log(ps)).sum(), rel=1e-6)
+
+
+# ---- the stage-1 objective's wiring ----------------------------------------------------------------------------
+
+
+def _tiny_model(hidden: int = 32, heads: int = 2, layers: int = 2, seed: int = 0):
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        num_labels=2, attn_implementation="eager")
+    return AutoModelForSequenceClassification.from_config(config)
+
+
+def _context(model, encoded, tmp_path, student_config, t, w, domains) -> DistillContext:
+    """A stage-1 context whose cached teacher features are ``model``'s own: hidden states 0..2, attentions 1..2."""
+    device = torch.device("cpu")
+    lengths = encoded.lengths
+    width = int(lengths.max())
+    signals = {"labels": ["neg", "pos"]}
+    for feature, layers in (("hidden", [0, 1, 2]), ("attentions", [1, 2])):
+        dump_feature(model, encoded, feature, layers, tmp_path / f"{feature}.npy", batch_size=4, device=device,
+                     max_length=width)
+        signals.update({feature: np.load(tmp_path / f"{feature}.npy", mmap_mode="r"), f"{feature}_layers": layers,
+                        f"{feature}_lengths": lengths.tolist()})
+    rng = np.random.default_rng(0)
+    signals.update(domain=rng.normal(size=(len(encoded), model.config.hidden_size)).astype(np.float16),
+                   expertise=torch.tensor(w))
+    return DistillContext(labels=["neg", "pos"], teachers=["t"], blocks={"t": np.array([0, 1])},
+                          signals={"t": signals}, device=device, student_config=student_config,
+                          train_lengths=lengths, alignment={"t": [[0, 0], [1, 1], [2, 2]]}, domains=["a", "b"],
+                          domain_ids=torch.tensor(domains), prototype_scores=torch.tensor(t))
+
+
+def test_stage1_objective_pairs_the_layers_and_weights_each_example(tmp_path):
+    """A student identical to the "teacher" whose features were dumped matches its attentions and hidden states
+    exactly (a mis-paired layer, slot or mask would not): only λ_i·γ·MSE_i(g_s, g_t) remains, per example."""
+    tokenizer = load_tokenizer("builtin:tiny-bert")
+    texts = ["a short one", "a somewhat longer sentence here", "mid length text", "x"]
+    encoded = encode(tokenizer, texts, max_length=16)
+    model = _tiny_model()
+    t, w, domains = [0.5, 0.9, 0.1, 0.7], [0.3, 0.5, 0.4, 0.27], [0, 1, 1, 0]
+    ctx = _context(model, encoded, tmp_path, model.config, t, w, domains)
+    objective = build_stage1(ctx, {"gamma": 0.5})
+    adapters = objective.extra_modules["meta_kd_adapters"][0]
+    assert isinstance(adapters.fit_dense, torch.nn.Identity)         # same width: no projection
+    assert objective.validates is False
+    from kdpipe.batching import collate
+    batch = collate(encoded, np.array([1, 3, 0]))
+    loss, terms = objective.loss(model, batch)
+    assert terms["attention"] == pytest.approx(0.0, abs=1e-6) and terms["hidden"] == pytest.approx(0.0, abs=1e-5)
+    with torch.no_grad():
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+        g_s = adapters.branch.representation(out.hidden_states[-1], batch["attention_mask"].float(),
+                                             torch.tensor([1, 0, 0]))
+        g_t = torch.tensor(ctx.signal("t", "domain")[[1, 3, 0]].astype(np.float32))
+        per_example = ((g_s - g_t) ** 2).mean(-1)
+        lam = (1 + torch.tensor([0.9, 0.7, 0.5])) * torch.tensor([0.5, 0.27, 0.3])
+    assert loss.item() == pytest.approx((lam * 0.5 * per_example).mean().item(), rel=1e-4)
+
+
+def test_stage1_objective_projects_a_narrower_student_and_averages_heads(tmp_path):
+    tokenizer = load_tokenizer("builtin:tiny-bert")
+    encoded = encode(tokenizer, ["one two three", "four five"], max_length=16)
+    teacher = _tiny_model()
+    student = _tiny_model(hidden=16, heads=1, layers=1, seed=1)
+    ctx = _context(teacher, encoded, tmp_path, student.config, [0.1, 0.2], [0.4, 0.5], [0, 1])
+    ctx.alignment = {"t": [[0, 0], [1, 2]]}
+    with pytest.raises(KdpipeError, match="heads"):
+        build_stage1(ctx, {})                                            # per-head dump, 1-head student
+    mean = np.asarray(ctx.signal("t", "attentions"), dtype=np.float32).mean(2)
+    ctx.signals["t"]["attentions"] = mean                                # what the attentions_mean dump holds
+    objective = build_stage1(ctx, {})
+    adapters = objective.extra_modules["meta_kd_adapters"][0]
+    assert isinstance(adapters.fit_dense, torch.nn.Linear) and adapters.fit_dense.weight.shape == (32, 16)
+    from kdpipe.batching import collate
+    loss, terms = objective.loss(student, collate(encoded, np.array([0, 1])))
+    loss.backward()
+    assert terms["attention"] > 0 and adapters.fit_dense.weight.grad.abs().sum() > 0
+
+
+# ---- data, signals, evaluation ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def domain_data(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("domains")
+    domain_dataset().to_csv(folder / "domains.csv", index=False)
+    out = folder / "data"
+    prepare({**TINY_DATASET, "name": "domains", "source": str(folder / "domains.csv"), "max_per_class": None,
+             "domain_column": "domain"}, out)
+    return out
+
+
+def test_splits_are_stratified_by_domain_and_label(domain_data):
+    """Every domain keeps each of its classes in every split (per-domain students train, validate and test)."""
+    for split, per_stratum in (("train", 18), ("validation", 6), ("test", 6)):
+        frame = read_split(domain_data, split)
+        counts = frame.groupby(["domain", "label"]).size()
+        assert len(counts) == 6 and (counts == per_stratum // 2).all(), (split, counts)
+    assert store.read_json(domain_data / "manifest.json")["domains"] == ["books", "dvd", "kitchen"]
+
+
+def test_row_subset_reads_the_rows_of_a_domain():
+    array = np.arange(5 * 2 * 3).reshape(5, 2, 3)
+    view = RowSubset(array, np.array([4, 1]))
+    assert view.shape == (2, 2, 3) and view.ndim == 3
+    np.testing.assert_array_equal(view[np.array([1, 0]), 1, :2], array[[1, 4], 1, :2])
+    np.testing.assert_array_equal(view[0], array[4])
+    signals = subset_signals({"logits": torch.arange(10.0).view(5, 2), "hidden": array, "hidden_lengths": [1, 2, 3, 4, 5],
+                              "labels": ["a", "b"], "hidden_layers": [0, 3]}, np.array([4, 1]))
+    assert signals["logits"].tolist() == [[8.0, 9.0], [2.0, 3.0]] and signals["hidden_lengths"] == [5, 2]
+    assert signals["labels"] == ["a", "b"] and signals["hidden_layers"] == [0, 3]
+
+
+def test_per_domain_accuracy_and_report_table(tmp_path):
+    probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7]])
+    assert per_domain_accuracy(probs, np.array([0, 0, 0, 1]), np.array(["a", "a", "b", "b"])) == {
+        "a": {"n": 2, "accuracy": 0.5}, "b": {"n": 2, "accuracy": 1.0}}
+    from tests.test_report import _eval
+    paths = []
+    for model, base, kind, method, seed, domain, per_domain in (
+            ("meta", "meta", "teacher", None, None, None, {"a": 0.9, "b": 0.8}),
+            ("s.seed0", "s", "student", "meta_kd", 0, "a", {"a": 0.7}),
+            ("s.seed1", "s", "student", "meta_kd", 1, "a", {"a": 0.8})):
+        record = _eval(model, base, kind, method, seed, "test", ["neg", "pos"], 0.8, 0.05, 10.0, 1000)
+        record["domain"] = domain
+        record["metrics"]["per_domain"] = {d: {"n": 10, "accuracy": a} for d, a in per_domain.items()}
+        paths.append(tmp_path / f"{model}.json")
+        write_json(paths[-1], record)
+    build_report(paths, tmp_path / "report")
+    text = (tmp_path / "report/summary.md").read_text()
+    assert "| meta | teacher | — | all domains | 1 | 90.0 | 80.0 |" in text
+    assert "| s | student | meta_kd | a | 2 | 75.0 ± 7.1 |  |" in text
+    tsv = pd.read_csv(tmp_path / "report/summary.tsv", sep="\t")
+    assert tsv.set_index("model").loc["s", "domain"] == "a"
+
+
+# ---- the disk check ---------------------------------------------------------------------------------------------
+
+
+def test_a_dump_that_would_not_fit_is_refused_before_writing(tmp_path, monkeypatch):
+    tokenizer = load_tokenizer("builtin:tiny-bert")
+    encoded = encode(tokenizer, ["one two three", "four five"], max_length=16)
+    free = store.DISK_RESERVE + 500      # 500 bytes above the reserve; the dump needs 2 x 2 layers x 2 heads x 6² x 2
+    monkeypatch.setattr(store.shutil, "disk_usage", lambda path: type("Usage", (), {"free": free})())
+    with pytest.raises(KdpipeError, match=r"attentions dump \(2 rows x 288 bytes\) needs .*attention_heads: mean"):
+        dump_feature(_tiny_model(), encoded, "attentions", [1, 2], tmp_path / "attentions.npy", batch_size=2,
+                     device=torch.device("cpu"), max_length=6)
+    assert not (tmp_path / "attentions.npy").exists()
+
+
+# ---- the plan ---------------------------------------------------------------------------------------------------
+
+
+def _meta_config(c):
+    c.update(yaml.safe_load((REPO / "tests/configs/tiny_domains.yaml").read_text()))
+
+
+def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second():
+    plan = load(edit=_meta_config)
+    assert plan.first_stages == {"s_meta.stage1": "s_meta", "s_meta_narrow.stage1": "s_meta_narrow"}
+    first, second = plan.student_params("s_meta.stage1"), plan.student_params("s_meta")
+    assert first["method"] == "meta_kd_stage1" and first["epochs"] == 2 and first["method_args"] == {"gamma": 0.5}
+    assert first["attention_feature"] == "attentions" and first["alignment"] == {"meta": [[0, 0], [1, 2]]}
+    assert second["method"] == "meta_kd" and second["epochs"] == 1 and second["method_args"] == {"temperature": 2.0}
+    assert second["model"] == {"init": {"from": "results/students/s_meta.stage1"}}
+    assert plan.init_dirs("s_meta") == ["results/students/s_meta.stage1"] and plan.init_dirs("s_vkd") == []
+    assert plan.student_params("s_meta_narrow.stage1")["attention_feature"] == "attentions_mean"
+    assert "s_meta.stage1" not in plan.models() and "s_meta" in plan.models()
+    # the dumps keep only the aligned layers: hidden states 0 and 2, attention layer 2
+    assert plan.feature_layers("meta", "hidden") == [0, 2] and plan.feature_layers("meta", "attentions") == [2]
+    assert plan.feature_layers("plain", "hidden") == []
+    assert plan.teacher_prototype_files("meta") == ["results/prototypes/train.parquet"]
+    assert plan.teacher_prototype_files("plain") == [] and plan.teacher_modules("meta") == ["kdpipe.meta_teacher"]
+    assert plan.eval_params("s_meta", "test")["domain"] == "books" and "domain" not in plan.eval_params("meta", "test")
+    # keys at their old defaults stay out of a plain teacher's slice (its cached artifacts stay valid)
+    assert not {"objective", "objective_args", "domain"} & set(plan.teacher_params("plain"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["students"]["s_meta"].update(teachers=["plain"]),
+     r"students\.s_meta: method 'meta_kd' distils teachers trained with objective: meta; teacher 'plain'"),
+    (lambda c: c["students"]["s_vkd"].update(method="meta_kd_stage1"), r"first stage of another method"),
+    (lambda c: c["students"]["s_meta_narrow"].update(method_args={"stage1": {"attention_heads": "per_head"}}),
+     r"per_head, but the student has 1 heads and its teachers \[2\]"),
+])
+def test_meta_kd_config_errors_name_the_key(edit, message):
+    def both(c):
+        _meta_config(c)
+        edit(c)
+    with pytest.raises(KdpipeError, match=message):
+        load(edit=both)
