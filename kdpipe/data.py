@@ -133,6 +133,15 @@ def read_domains(data_dir: str | Path, where: str) -> list[str]:
     return domains
 
 
+def source_domains(params: dict, where: str) -> list[str]:
+    """The sorted domains of the configured source file(s), read without preparing the dataset (for the plan)."""
+    if not params.get("domain_column"):
+        raise KdpipeError(f"{where} needs a domain per row, but the dataset has no domain column: set "
+                          "dataset.domain_column")
+    tables, _, _ = _load_tables(params)
+    return sorted(set().union(*(table["domain"] for table in tables.values())))
+
+
 def domain_ids(frame: pd.DataFrame, domains: list[str]) -> np.ndarray:
     """Each row's domain id (index in ``domains``)."""
     return frame["domain"].map({d: i for i, d in enumerate(domains)}).to_numpy(dtype=np.int64)

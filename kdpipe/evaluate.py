@@ -33,7 +33,7 @@ from kdpipe.metrics import classification_metrics, uncertainty_split, uncertaint
 from kdpipe.models import count_parameters, load_tokenizer, load_trained
 from kdpipe.store import KdpipeError, atomic_path, read_json, write_json
 
-INFO = ("model", "base", "kind", "method", "seed", "split", "domain")
+INFO = ("model", "base", "group", "kind", "method", "seed", "split", "domain")
 
 
 def evaluate(params: dict, model_dir: Path, data_dir: Path, out_json: Path, out_predictions: Path) -> dict:

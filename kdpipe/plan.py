@@ -30,9 +30,10 @@ LOGS = "results/logs"
 @dataclass
 class Student:
     name: str          # job name: the base name, or "<base>.seed<N>" when the student has several seeds
-    base: str
+    base: str          # the entry's name, or "<entry>.<domain>" for one of a per_domain entry's students
     seed: int
-    config: dict       # student_defaults merged with the student's own keys (without "seeds")
+    config: dict       # student_defaults merged with the student's own keys (without "seeds", "per_domain")
+    entry: str = ""    # the name as written under `students`
 
 
 class Plan:
@@ -57,12 +58,15 @@ class Plan:
         if not self.teachers:
             raise KdpipeError("config: 'teachers' is empty; name at least one teacher")
         self.students: dict[str, Student] = {}
-        for base, spec in (config.get("students") or {}).items():
+        self._domains: list[str] | None = None
+        for entry, spec in (config.get("students") or {}).items():
             merged = {**config.get("student_defaults", {}), **(spec or {})}
             seeds = merged.pop("seeds", None) or [merged.get("seed", 0)]
-            for seed in seeds:
-                name = base if len(seeds) == 1 else f"{base}.seed{seed}"
-                self.students[name] = Student(name, base, int(seed), {**merged, "seed": int(seed)})
+            for base, domain in self._per_domain(entry, merged):
+                for seed in seeds:
+                    name = base if len(seeds) == 1 else f"{base}.seed{seed}"
+                    self.students[name] = Student(name, base, int(seed), {**merged, **domain, "seed": int(seed)},
+                                                  entry)
         # A two-stage method (Meta-KD) runs its first stage as a job of its own, "<student>.stage1", not evaluated
         self.first_stages: dict[str, str] = {}
         for name, student in list(self.students.items()):
@@ -76,6 +80,29 @@ class Plan:
                           if get_method(s.config.get("method", "")).stage == "cotrain"}
         self._check()
 
+    def _per_domain(self, entry: str, merged: dict) -> list[tuple[str, dict]]:
+        """(base name, domain key) of each student an entry stands for: itself, or with ``per_domain: true`` one
+        student ``<entry>.<domain>`` per domain of the data (``merged`` loses the key)."""
+        if not merged.pop("per_domain", False):
+            return [(entry, {})]
+        if merged.get("domain"):
+            raise KdpipeError(f"students.{entry}: set domain or per_domain, not both")
+        tags: dict[str, str] = {}
+        for domain in self.data_domains(f"students.{entry}.per_domain"):
+            tag = re.sub(r"[^A-Za-z0-9_-]", "_", domain)
+            if tag in tags:
+                raise KdpipeError(f"students.{entry}.per_domain: domains {tags[tag]!r} and {domain!r} give the same "
+                                  f"job name {entry}.{tag}; rename one")
+            tags[tag] = domain
+        return [(f"{entry}.{tag}", {"domain": domain}) for tag, domain in tags.items()]
+
+    def data_domains(self, where: str) -> list[str]:
+        """The domains of the dataset, read from its source file(s) when the DAG is built (only for per_domain)."""
+        if self._domains is None:
+            from kdpipe.data import source_domains
+            self._domains = source_domains(self.config["dataset"], where)
+        return self._domains
+
     # ------------------------------------------------------------------ checks
     def _check(self) -> None:
         if self.schema is not None:
@@ -83,7 +110,7 @@ class Plan:
                 for name, entry in entries.items():
                     merged = entry.config if kind == "student" else entry
                     _validate(merged, self.schema["properties"][f"{kind}_defaults"], f"{kind}s.{name}")
-        bases = (set(self.teacher_entries), {s.base for s in self.students.values()})
+        bases = (set(self.teacher_entries), {s.entry for s in self.students.values()})
         for kind, names in zip(("teachers", "students"), bases):
             for name in names:
                 if not NAME.match(name):
@@ -92,7 +119,7 @@ class Plan:
         if clash:
             raise KdpipeError(f"config: {sorted(clash)[0]!r} names both a teacher and a student; names must differ")
         for student in self.students.values():
-            where = f"students.{student.base}"
+            where = f"students.{student.entry}"
             method = get_method(student.config.get("method", ""))
             for teacher in self.student_teachers(student.name):
                 if teacher not in self.teachers:
@@ -226,7 +253,7 @@ class Plan:
         ``attentions_mean`` (averaged over heads) otherwise, or as ``method_args.attention_heads`` says."""
         config = self.students[student].config
         mode = (config.get("method_args") or {}).get("attention_heads", "auto")
-        where = f"students.{self.students[student].base}.method_args.stage1.attention_heads"
+        where = f"students.{self.students[student].entry}.method_args.stage1.attention_heads"
         if mode not in ("auto", "per_head", "mean"):
             raise KdpipeError(f"{where}: {mode!r}; choose auto, per_head or mean")
         mine = student_heads(config["model"])
@@ -336,7 +363,8 @@ class Plan:
             return {"model": model, "base": model, "kind": "ensemble", "method": None, "seed": None,
                     "members": self.ensembles[model], "split": split, **_without(self.config["evaluate"], "splits")}
         domain = (student.config if student else self.teachers[model]).get("domain")
-        return {"model": model, "base": student.base if student else model,
+        group = {"group": student.entry} if student and student.base != student.entry else {}
+        return {"model": model, "base": student.base if student else model, **group,
                 "kind": "student" if student else "teacher",
                 "method": student.config["method"] if student else None,
                 "seed": student.seed if student else self.teachers[model].get("seed"),
@@ -363,10 +391,10 @@ def _split_stages(student: Student, first_stage: str) -> tuple[Student, Student]
     settings = {k: stage1.pop(k) for k in STAGE_SETTINGS if k in stage1}
     first_name = f"{student.name}.stage1"
     first = Student(first_name, student.base, student.seed,
-                    {**student.config, **settings, "method": first_stage, "method_args": stage1})
+                    {**student.config, **settings, "method": first_stage, "method_args": stage1}, student.entry)
     second = Student(student.name, student.base, student.seed,
                      {**student.config, "method_args": args,
-                      "model": {"init": {"from": STUDENT.format(student=first_name)}}})
+                      "model": {"init": {"from": STUDENT.format(student=first_name)}}}, student.entry)
     return first, second
 
 

@@ -106,7 +106,8 @@ def _runs_table(records: list[dict]) -> pd.DataFrame:
         [
             {
                 "source": r["source"], "model": r["model"], "base": r["base"], "kind": r["kind"],
-                "method": r["method"], "domain": r.get("domain"), "per_domain": r["metrics"].get("per_domain"),
+                "method": r["method"], "domain": r.get("domain"), "group": r.get("group"),
+                "per_domain": r["metrics"].get("per_domain"),
                 "split": r["split"], "n_classes": len(r["classes"]),
                 "class_names": tuple(r["classes"]), "reference": r.get("reference"),
                 "params": r["params"], "members": r.get("members"), "train_time_s": r["train_time_s"],
@@ -193,7 +194,7 @@ def _summarise(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "split": split, "model": base, "kind": first["kind"], "method": first["method"],
-                "domain": first["domain"], "per_domain": _pool_domains(group),
+                "domain": first["domain"], "group": first["group"], "per_domain": _pool_domains(group),
                 "n_classes": first["n_classes"], "classes": f"{first['n_classes']}/{total_classes}",
                 "seeds": len(group), "params": first["params"], "members": first["members"],
                 **{c: group[c].mean() for c in AVERAGED},
@@ -296,15 +297,23 @@ def _summary_markdown(summary: pd.DataFrame) -> str:
 
 
 def _domain_markdown(split: str, table: pd.DataFrame) -> str:
-    """Accuracy on each domain's rows: models of all domains beside the per-domain students (METHODS.md §4)."""
+    """Accuracy on each domain's rows (METHODS.md §4): models of all domains beside the per-domain students, the
+    students of one ``per_domain`` entry (its ``group``) on one row, each in its own domain's column."""
     table = table[table["per_domain"].notna()]
     domains = sorted(set().union(*table["per_domain"]))
+    rows = {}
+    for row in table.itertuples(index=False):
+        name = row.model if pd.isna(row.group) else row.group
+        trained = "each domain" if not pd.isna(row.group) else "all domains" if pd.isna(row.domain) else row.domain
+        cells = rows.setdefault((name, row.kind, _text(row.method)),
+                                {"trained": trained, "seeds": row.seeds, "accuracy": {}})
+        cells["accuracy"].update(row.per_domain)
     header = ("model", "kind", "method", "trained on", "seeds", *domains)
-    rows = [[str(row.model), str(row.kind), _text(row.method), "all domains" if pd.isna(row.domain) else str(row.domain),
-             str(row.seeds), *(_format_mean_std(*row.per_domain[d], 1, scale=100) if d in row.per_domain else ""
-                               for d in domains)] for row in table.itertuples(index=False)]
+    lines = [[name, kind, method, cells["trained"], str(cells["seeds"]),
+              *(_format_mean_std(*cells["accuracy"][d], 1, scale=100) if d in cells["accuracy"] else "" for d in domains)]
+             for (name, kind, method), cells in rows.items()]
     return (f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain; a per-domain "
-            f"student is evaluated on its own domain only.\n\n{_markdown_table(header, rows)}\n")
+            f"student is evaluated on its own domain only.\n\n{_markdown_table(header, lines)}\n")
 
 
 def _markdown_row(row, uncertainty: bool, inference: bool) -> list[str]:

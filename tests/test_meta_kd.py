@@ -316,3 +316,42 @@ def test_meta_kd_config_errors_name_the_key(edit, message):
         edit(c)
     with pytest.raises(KdpipeError, match=message):
         load(edit=both)
+
+
+def test_per_domain_entries_expand_into_one_student_per_domain_of_the_data(tmp_path, monkeypatch):
+    """``per_domain: true`` reads the domains from the data file when the plan is built: one config fits any data."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    frame = domain_dataset()
+    frame.loc[frame["domain"] == "kitchen", "domain"] = "home & kitchen"        # not a valid job name as it is
+    frame.to_csv(tmp_path / "data/domains.csv", index=False)
+
+    def edit(c):
+        _meta_config(c)
+        c["students"] = {"mk": {"method": "meta_kd", "teachers": ["meta"], "per_domain": True, "seeds": [0, 1]}}
+    plan = load(edit=edit)
+    names = [s for s in plan.students if not s.endswith(".stage1")]
+    assert names == [f"mk.{d}.seed{s}" for d in ("books", "dvd", "home___kitchen") for s in (0, 1)]
+    assert plan.student_params("mk.home___kitchen.seed1")["domain"] == "home & kitchen"
+    assert plan.student_params("mk.dvd.seed0.stage1")["domain"] == "dvd"
+    evaluation = plan.eval_params("mk.dvd.seed0", "test")
+    assert evaluation["base"] == "mk.dvd" and evaluation["group"] == "mk" and evaluation["domain"] == "dvd"
+
+    def both(c):
+        edit(c)
+        c["students"]["mk"]["domain"] = "dvd"
+    with pytest.raises(KdpipeError, match="set domain or per_domain, not both"):
+        load(edit=both)
+
+
+def test_report_puts_a_per_domain_entry_on_one_row(tmp_path):
+    from tests.test_report import _eval
+    paths = []
+    for model, domain, accuracy in (("mk.a", "a", 0.7), ("mk.b", "b", 0.6)):
+        record = _eval(model, model, "student", "meta_kd", 0, "test", ["neg", "pos"], accuracy, 0.05, 10.0, 1000)
+        record.update(domain=domain, group="mk")
+        record["metrics"]["per_domain"] = {domain: {"n": 10, "accuracy": accuracy}}
+        paths.append(tmp_path / f"{model}.json")
+        write_json(paths[-1], record)
+    build_report(paths, tmp_path / "report")
+    assert "| mk | student | meta_kd | each domain | 1 | 70.0 | 60.0 |" in (tmp_path / "report/summary.md").read_text()
