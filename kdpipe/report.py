@@ -308,12 +308,17 @@ def _domain_markdown(split: str, table: pd.DataFrame) -> str:
         cells = rows.setdefault((name, row.kind, _text(row.method)),
                                 {"trained": trained, "seeds": row.seeds, "accuracy": {}})
         cells["accuracy"].update(row.per_domain)
-    header = ("model", "kind", "method", "trained on", "seeds", *domains)
-    lines = [[name, kind, method, cells["trained"], str(cells["seeds"]),
-              *(_format_mean_std(*cells["accuracy"][d], 1, scale=100) if d in cells["accuracy"] else "" for d in domains)]
-             for (name, kind, method), cells in rows.items()]
-    return (f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain; a per-domain "
-            f"student is evaluated on its own domain only.\n\n{_markdown_table(header, lines)}\n")
+    header = ("model", "kind", "method", "trained on", "seeds", *domains, "mean over domains")
+    lines = []
+    for (name, kind, method), cells in rows.items():
+        accuracy = cells["accuracy"]
+        mean = np.mean([accuracy[d][0] for d in domains]) if set(domains) <= set(accuracy) else np.nan
+        lines.append([name, kind, method, cells["trained"], str(cells["seeds"]),
+                      *(_format_mean_std(*accuracy[d], 1, scale=100) if d in accuracy else "" for d in domains),
+                      _format_mean_std(mean, np.nan, 1, scale=100)])
+    return (f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain (mean ± std over "
+            "seeds); a per-domain student is evaluated on its own domain only. The last column is the unweighted "
+            f"mean of the domains' accuracies.\n\n{_markdown_table(header, lines)}\n")
 
 
 def _markdown_row(row, uncertainty: bool, inference: bool) -> list[str]:

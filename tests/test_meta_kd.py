@@ -255,8 +255,8 @@ def test_per_domain_accuracy_and_report_table(tmp_path):
         write_json(paths[-1], record)
     build_report(paths, tmp_path / "report")
     text = (tmp_path / "report/summary.md").read_text()
-    assert "| meta | teacher | — | all domains | 1 | 90.0 | 80.0 |" in text
-    assert "| s | student | meta_kd | a | 2 | 75.0 ± 7.1 |  |" in text
+    assert "| meta | teacher | — | all domains | 1 | 90.0 | 80.0 | 85.0 |" in text
+    assert "| s | student | meta_kd | a | 2 | 75.0 ± 7.1 |  | — |" in text
     tsv = pd.read_csv(tmp_path / "report/summary.tsv", sep="\t")
     assert tsv.set_index("model").loc["s", "domain"] == "a"
 
@@ -354,4 +354,4 @@ def test_report_puts_a_per_domain_entry_on_one_row(tmp_path):
         paths.append(tmp_path / f"{model}.json")
         write_json(paths[-1], record)
     build_report(paths, tmp_path / "report")
-    assert "| mk | student | meta_kd | each domain | 1 | 70.0 | 60.0 |" in (tmp_path / "report/summary.md").read_text()
+    assert "| mk | student | meta_kd | each domain | 1 | 70.0 | 60.0 | 65.0 |" in (tmp_path / "report/summary.md").read_text()

@@ -97,6 +97,14 @@ def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml") ->
     return "tests/configs/edited.yaml"
 
 
+def writes_csv(relative: str, make_frame):
+    """A ``setup`` for :func:`finished_project`: write ``make_frame()`` as a CSV at ``relative`` in the project."""
+    def setup(project: Path) -> None:
+        (project / relative).parent.mkdir(parents=True, exist_ok=True)
+        make_frame().to_csv(project / relative, index=False)
+    return setup
+
+
 def finished_project(tmp_path_factory, name: str, *args: str, configfile: str = "tests/configs/tiny.yaml",
                      setup=None) -> tuple[Path, dict, Path]:
     """A copy of the project in a fresh folder ``base/one`` (``setup(project)`` may add files, e.g. data), its

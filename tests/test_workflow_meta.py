@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.test_workflow import edited_config, finished_project, planned_jobs, signal_jobs
+from tests.test_workflow import edited_config, finished_project, planned_jobs, signal_jobs, writes_csv
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +35,10 @@ def domain_dataset(per_domain: int = 30) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_domains(project):
-    (project / "data").mkdir()
-    domain_dataset().to_csv(project / "data/domains.csv", index=False)
-
-
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    project, env, _ = finished_project(tmp_path_factory, "workflow_meta", configfile=CONFIG, setup=write_domains)
+    project, env, _ = finished_project(tmp_path_factory, "workflow_meta", configfile=CONFIG,
+                                       setup=writes_csv("data/domains.csv", domain_dataset))
     return project, env
 
 

@@ -11,7 +11,7 @@ import pytest
 from safetensors.torch import load_file
 
 from kdpipe.models import load_classifier
-from tests.test_workflow import edited_config, finished_project, planned_jobs, snakemake
+from tests.test_workflow import edited_config, finished_project, planned_jobs, snakemake, writes_csv
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +35,10 @@ def pair_dataset(rows: int = 72) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def write_pairs(project):
-    (project / "data").mkdir()
-    pair_dataset().to_csv(project / "data/pairs.csv", index=False)
-
-
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    project, env, _ = finished_project(tmp_path_factory, "workflow_pairs", configfile=CONFIG, setup=write_pairs)
+    project, env, _ = finished_project(tmp_path_factory, "workflow_pairs", configfile=CONFIG,
+                                       setup=writes_csv("data/pairs.csv", pair_dataset))
     return project, env
 
 
