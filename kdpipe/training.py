@@ -151,6 +151,9 @@ class _Checkpoint:
     def tensors(self, name: str) -> dict:
         return load_file(str(self.current() / f"{name}.safetensors"))
 
+    def holds(self, name: str) -> bool:
+        return (self.current() / f"{name}.safetensors").is_file()
+
     def optim(self) -> dict:
         return torch.load(self.current() / "optim.pt", weights_only=True)
 
@@ -198,8 +201,9 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
         torch.set_rng_state(optim["torch_rng"])
         if extra_state is not None:
             extra_state.load_state_dict(optim["extra"])
-        best = {name: ckpt.tensors(_best(name)) if state["best_epoch"] >= 0 else state_on_cpu(module)
-                for name, (module, _) in modules.items()}
+        # (a checkpoint from before extra modules kept a best state has only the model's: the others keep their own)
+        best = {name: ckpt.tensors(_best(name)) if state["best_epoch"] >= 0 and ckpt.holds(_best(name))
+                else state_on_cpu(module) for name, (module, _) in modules.items()}
         print(f"[kdpipe] resuming {desc} at epoch {state['epoch']} step {state['step_in_epoch']}", file=sys.stderr)
     else:
         state = {"epoch": 0, "step_in_epoch": 0, "best_score": -math.inf, "best_metrics": {}, "best_epoch": -1,

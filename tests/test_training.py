@@ -94,3 +94,34 @@ def test_resume_state_of_another_configuration_is_discarded(data, tmp_path):
     result = fit(model, train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU,
                  resume_dir=resume, resume_key="new")
     assert len(result.history) == 1       # trained its epoch from scratch instead of finding a finished run
+
+
+def test_without_validation_the_last_epoch_is_kept(data):
+    model = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
+    result = fit(model, train=data, loss_fn=ce_loss, validate=None, settings=TrainSettings(**SETTINGS), device=CPU)
+    assert result.best_epoch == 4 and [r["validation"] for r in result.history] == [None] * 4
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(result.best_state[name], tensor)
+
+
+def test_extra_modules_keep_the_state_of_the_best_epoch(data):
+    """Epoch 2 validates best: the extra module's saved state is its state after epoch 2, not after the last one."""
+    model = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
+    extra = torch.nn.Linear(2, 2)
+    scores = iter([0.5, 0.9, 0.1, 0.2])
+    after_epoch = {}
+
+    def loss(model, batch):
+        ce, _ = ce_loss(model, batch)
+        return ce + extra(model(**model_inputs(batch)).logits).pow(2).mean(), {}
+
+    def snapshot(epoch, epochs):
+        after_epoch[epoch] = {k: v.clone() for k, v in extra.state_dict().items()}   # = end of epoch `epoch`
+
+    result = fit(model, train=data, loss_fn=loss, validate=lambda m: {"score": next(scores)},
+                 settings=TrainSettings(**SETTINGS), device=CPU, extra_modules={"extra": (extra, None)},
+                 on_epoch=snapshot)
+    assert result.best_epoch == 2
+    for name, tensor in after_epoch[2].items():
+        torch.testing.assert_close(result.best_modules["extra"][name], tensor)
+    assert not torch.equal(result.best_modules["extra"]["weight"], extra.weight.detach())
