@@ -123,23 +123,30 @@ def read_labels(data_dir: str | Path) -> list[str]:
     return labels
 
 
+def dataset_domains(data_dir: str | Path) -> list[str] | None:
+    """The dataset's domain names, sorted (their index is the domain id), or None without a domain column."""
+    return read_manifest(Path(data_dir) / "manifest.json", kind="dataset").get("domains")
+
+
 def read_domains(data_dir: str | Path, where: str) -> list[str]:
-    """The dataset's domain names, sorted (their index is the domain id); an error naming ``where`` when the dataset
-    has no domain column."""
-    domains = read_manifest(Path(data_dir) / "manifest.json", kind="dataset").get("domains")
+    """:func:`dataset_domains`, where ``where`` needs them: an error naming it when the dataset has none."""
+    domains = dataset_domains(data_dir)
     if not domains:
-        raise KdpipeError(f"{where} needs a domain per row, but the dataset has no domain column: set "
-                          "dataset.domain_column")
+        raise _no_domains(where)
     return domains
 
 
 def source_domains(params: dict, where: str) -> list[str]:
     """The sorted domains of the configured source file(s), read without preparing the dataset (for the plan)."""
     if not params.get("domain_column"):
-        raise KdpipeError(f"{where} needs a domain per row, but the dataset has no domain column: set "
-                          "dataset.domain_column")
+        raise _no_domains(where)
     tables, _, _ = _load_tables(params)
     return sorted(set().union(*(table["domain"] for table in tables.values())))
+
+
+def _no_domains(where: str) -> KdpipeError:
+    return KdpipeError(f"{where} needs a domain per row, but the dataset has no domain column: set "
+                       "dataset.domain_column")
 
 
 def domain_ids(frame: pd.DataFrame, domains: list[str]) -> np.ndarray:
@@ -152,8 +159,7 @@ def restrict_to_domain(frame: pd.DataFrame, domain: str | None, domains: list[st
     if domain is None:
         return frame
     if not domains:
-        raise KdpipeError(f"{where}: domain {domain!r} asked for, but the dataset has no domain column: set "
-                          "dataset.domain_column")
+        raise _no_domains(f"{where}: domain {domain!r}")
     if domain not in domains:
         raise KdpipeError(f"{where}: unknown domain {domain!r}; the data's domains are {domains}")
     return frame[frame["domain"] == domain].reset_index(drop=True)

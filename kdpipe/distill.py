@@ -19,14 +19,14 @@ import pandas as pd
 import torch
 
 from kdpipe.batching import Encoded, encode_frame
-from kdpipe.data import domain_ids, read_labels, read_split, restrict_to_domain
+from kdpipe.data import dataset_domains, domain_ids, read_labels, read_split, restrict_to_domain
 from kdpipe.device import pick_device
 from kdpipe.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.registry import get_method
 from kdpipe.models import build_student
 from kdpipe.signals import read_domain, read_features, read_logits, read_mc, read_prototype_scores
-from kdpipe.store import KdpipeError, make_manifest, read_manifest
+from kdpipe.store import KdpipeError, make_manifest
 from kdpipe.training import TrainSettings, encoded_validator, fit, save_trained, work_paths
 
 
@@ -124,7 +124,7 @@ def student_data(params: dict, data_dir: Path, attn: str | None = None) -> Stude
     """Read the splits (the rows of ``params["domain"]`` only, when set), build the student (``params["model"]``)
     and tokenise train and validation its way (a BiLSTM tokenises the two sides of a pair apart)."""
     labels = read_labels(data_dir)
-    domains = read_manifest(Path(data_dir) / "manifest.json", kind="dataset").get("domains")
+    domains = dataset_domains(data_dir)
     full_train = read_split(data_dir, "train")
     train, valid = (restrict_to_domain(frame, params.get("domain"), domains, "students.<name>.domain")
                     for frame in (full_train, read_split(data_dir, "validation")))

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.batching import encode_frame
-from kdpipe.data import read_split
+from kdpipe.data import dataset_domains, read_split, restrict_to_domain
 from kdpipe.device import pick_device
 from kdpipe.inference import predict_member_logits, softmax
 from kdpipe.metrics import classification_metrics, uncertainty_split, uncertainty_summary
@@ -44,9 +44,8 @@ def evaluate(params: dict, model_dir: Path, data_dir: Path, out_json: Path, out_
     manifest = read_json(model_dir / "manifest.json")
     model = load_trained(model_dir).to(device)
     tokenizer = load_tokenizer(str(model_dir))
-    frame = read_split(data_dir, params["split"])
-    if params.get("domain"):
-        frame = frame[frame["domain"] == params["domain"]]
+    frame = restrict_to_domain(read_split(data_dir, params["split"]), params.get("domain"),
+                               dataset_domains(data_dir), f"evaluate {params['model']}")
     frame = frame[frame["label"].isin(classes)].reset_index(drop=True)
     local = {c: i for i, c in enumerate(classes)}
     y = frame["label"].map(local).to_numpy(dtype=np.int64)

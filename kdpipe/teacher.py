@@ -19,13 +19,13 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.batching import encode_frame
-from kdpipe.data import read_labels, read_split, restrict_to_domain
+from kdpipe.data import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.device import pick_device
 from kdpipe.labelspace import resolve_classes
 from kdpipe.methods.base import Objective
 from kdpipe.methods.registry import TEACHER_OBJECTIVES
 from kdpipe.models import keep_layers, load_classifier, load_tokenizer
-from kdpipe.store import KdpipeError, make_manifest, read_manifest
+from kdpipe.store import KdpipeError, make_manifest
 from kdpipe.training import TrainSettings, encoded_validator, fit, save_trained, work_paths
 
 
@@ -44,7 +44,7 @@ def cross_entropy_loss(model, batch):
 
 def finetune_teacher(params: dict, data_dir: Path, out_dir: Path, prototypes: Path | None = None) -> dict:
     labels = read_labels(data_dir)
-    domains = read_manifest(Path(data_dir) / "manifest.json", kind="dataset").get("domains")
+    domains = dataset_domains(data_dir)
     classes = resolve_classes(params.get("classes"), labels, "teachers.<name>.classes")
     device = pick_device()
     tokenizer = load_tokenizer(params["backbone"])
@@ -80,8 +80,7 @@ def _objective(params: dict, model, train: pd.DataFrame, data_dir: Path, domains
         raise KdpipeError(f"teachers.<name>.objective: unknown {name!r}; known: {sorted(TEACHER_OBJECTIVES)}")
     if TEACHER_OBJECTIVES[name] is None:
         return Objective(loss=cross_entropy_loss)
-    if not domains:
-        raise KdpipeError(f"teachers.<name>.objective: {name} needs a domain per row; set dataset.domain_column")
+    read_domains(data_dir, f"teachers.<name>.objective: {name}")
     module = importlib.import_module(TEACHER_OBJECTIVES[name])
     return module.build(model, train, data_dir=data_dir, domains=domains, prototypes=prototypes, device=device,
                         args=params.get("objective_args") or {})

@@ -355,3 +355,13 @@ def test_report_puts_a_per_domain_entry_on_one_row(tmp_path):
         write_json(paths[-1], record)
     build_report(paths, tmp_path / "report")
     assert "| mk | student | meta_kd | each domain | 1 | 70.0 | 60.0 | 65.0 |" in (tmp_path / "report/summary.md").read_text()
+
+
+def test_a_domain_the_data_lacks_is_named_in_the_error(domain_data):
+    from kdpipe.data import restrict_to_domain
+    frame = read_split(domain_data, "train")
+    assert set(restrict_to_domain(frame, "dvd", ["books", "dvd", "kitchen"], "x")["domain"]) == {"dvd"}
+    with pytest.raises(KdpipeError, match=r"students.s.domain: unknown domain 'music'; the data's domains are"):
+        restrict_to_domain(frame, "music", ["books", "dvd", "kitchen"], "students.s.domain")
+    with pytest.raises(KdpipeError, match=r"domain 'dvd' needs a domain per row.*set dataset.domain_column"):
+        restrict_to_domain(frame, "dvd", None, "students.s.domain")
