@@ -11,8 +11,10 @@ from pathlib import Path
 
 import torch
 
-from kdpipe.data import prepare, read_split
-from kdpipe.device import pick_device, set_threads
+from kdpipe.data.dataset import read_split
+
+from kdpipe.data.prepare import prepare
+from kdpipe.core.device import pick_device, set_threads
 
 BBC = {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}}
 OUT = Path(__file__).parent / "out"

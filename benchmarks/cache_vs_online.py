@@ -16,12 +16,13 @@ import time
 import torch
 from bench_common import bbc_train_rows, parser, record, setup
 
-from kdpipe.batching import collate, encode_frame, model_inputs, training_batches
-from kdpipe.device import autocast
-from kdpipe.mc_dropout import enable_dropout, mc_dropout_samples, summarise
+from kdpipe.data.batching import collate, encode_frame, model_inputs, training_batches
+from kdpipe.core.device import autocast
+from kdpipe.signals.mc_dropout import enable_dropout, mc_dropout_samples, summarise
 from kdpipe.methods.muki import aggregate, margin_weights, muki_loss, padded_probs
-from kdpipe.methods.vanilla_kd import union_logits, vanilla_kd_loss
-from kdpipe.models import build_student, load_classifier, load_tokenizer
+from kdpipe.methods.losses import union_logits, vanilla_kd_loss
+from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.models.students import build_student
 
 TRAIN_ROWS = 1489
 LABELS = ["business", "entertainment", "politics", "sport", "tech"]

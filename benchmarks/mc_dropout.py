@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from bench_common import bbc_train_rows, parser, record, setup
 
-from kdpipe.batching import encode_frame
-from kdpipe.mc_dropout import mc_dropout
-from kdpipe.models import load_classifier, load_tokenizer
+from kdpipe.data.batching import encode_frame
+from kdpipe.signals.mc_dropout import mc_dropout
+from kdpipe.models.loading import load_classifier, load_tokenizer
 
 
 @torch.inference_mode()

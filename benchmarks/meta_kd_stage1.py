@@ -1,10 +1,10 @@
 """Meta-KD's first stage from the cache against the teacher online: what the attention and hidden-state dumps buy.
 
 Cached is kdpipe's way: the teacher's hidden states (0, 3, 6) and attention maps (layers 3, 6, every head) of the
-training rows are dumped once to float16 memory-mapped npy files (``kdpipe.dump``, as the workflow's dump_feature
+training rows are dumped once to float16 memory-mapped npy files (``kdpipe.signals.features``, as the workflow's dump_feature
 job does); each stage-1 step reads its batch's rows from them. Online is the way without a cache: every step first
 runs the 6-layer teacher (eval mode, eager attention, hidden states and attentions returned) on the batch. Both then
-run the same ``kdpipe.methods.meta_kd`` stage-1 objective (the online way copies the teacher's outputs into the
+run the same ``kdpipe.methods.meta_kd.student`` stage-1 objective (the online way copies the teacher's outputs into the
 arrays the objective reads, a negligible cost beside the forward pass) on the same 2-layer student, batches and
 rows. The one-off cost of the dump and its size are reported beside.
 
@@ -21,13 +21,14 @@ import numpy as np
 import torch
 from bench_common import bbc_train_rows, parser, record, setup
 
-from kdpipe.batching import collate, encode_frame, model_inputs, training_batches
-from kdpipe.device import autocast
-from kdpipe.dump import dump_feature
+from kdpipe.data.batching import collate, encode_frame, model_inputs, training_batches
+from kdpipe.core.device import autocast
+from kdpipe.signals.features import dump_feature
 from kdpipe.methods.base import DistillContext
-from kdpipe.methods.meta_kd import build_stage1
-from kdpipe.models import build_student, load_classifier, load_tokenizer
-from kdpipe.training import make_optimizer, TrainSettings
+from kdpipe.methods.meta_kd.student import build_stage1
+from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.models.students import build_student
+from kdpipe.training.loop import make_optimizer, TrainSettings
 
 LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 HIDDEN, ATTENTIONS = [0, 3, 6], [3, 6]

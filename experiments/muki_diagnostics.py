@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kdpipe.data import read_labels, read_split
-from kdpipe.labelspace import teacher_blocks
+from kdpipe.data.dataset import read_labels, read_split
+from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.muki import aggregate, padded_probs, teacher_scores_from_logits
-from kdpipe.methods.vanilla_kd import union_logits
-from kdpipe.signals import read_logits, read_mc
+from kdpipe.methods.losses import union_logits
+from kdpipe.signals.io import read_logits, read_mc
 
 
 def main() -> None:

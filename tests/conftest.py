@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kdpipe.data import prepare
+from kdpipe.data.prepare import prepare
+from kdpipe.methods.registry import get_method, method_args
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,6 +21,15 @@ TINY_DATASET = {
 TINY_TEACHER = {"backbone": "builtin:tiny-bert", "classes": None, "epochs": 1, "lr": 1e-3, "batch_size": 8,
                 "eval_batch_size": 32, "max_length": 32, "warmup_ratio": 0.1, "weight_decay": 0.01,
                 "max_grad_norm": 1.0, "seed": 0, "checkpoint_every": 0}
+
+
+
+def student_job(config: dict) -> dict:
+    """A student's params as the plan passes them to the distill stage: method_args completed with the method's
+    declared defaults and the method's ``method_spec``."""
+    method = config["method"]
+    return {**config, "method_args": method_args(method, config.get("method_args")),
+            "method_spec": get_method(method).job_spec()}
 
 
 @pytest.fixture(scope="session")

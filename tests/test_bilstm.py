@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from kdpipe.batching import collate, encode, model_inputs
-from kdpipe.bilstm import BiLSTMClassifier
-from kdpipe.models import build_student, load_tokenizer, load_trained
+from kdpipe.data.batching import collate, encode, model_inputs
+from kdpipe.models.bilstm import BiLSTMClassifier
+from kdpipe.models.loading import load_tokenizer, load_trained
+from kdpipe.models.students import build_student
 from kdpipe.plan import Plan
-from kdpipe.store import KdpipeError
+from kdpipe.core.store import KdpipeError
 
 LABELS = ["a", "b", "c"]
 SIZES = {"type": "bilstm", "tokenizer": "builtin:tiny-bert", "embedding_dim": 8, "hidden_size": 6, "fc_size": 10,
@@ -110,7 +111,7 @@ def test_plan_gives_a_prokt_student_its_cotrained_teacher_and_no_cached_teachers
 def test_bilstm_learns_a_separable_task_with_the_shared_loop():
     import torch.nn.functional as F
 
-    from kdpipe.training import TrainSettings, fit
+    from kdpipe.training.loop import TrainSettings, fit
     from tests.test_training import LABELS as Y, TEXTS, validator
 
     model, tok = build_student({**SIZES, "dropout": 0.1}, ["sport", "money"], seed=0)

@@ -1,4 +1,4 @@
-"""Tests of the prepare stage and the dataset artifact readers (kdpipe/data.py)."""
+"""Tests of the prepare stage and the dataset artifact readers (kdpipe/data/prepare.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import json
 import pandas as pd
 import pytest
 
-from kdpipe.data import SPLITS, bbc_news_dir, prepare, read_labels, read_split
-from kdpipe.store import ArtifactError, KdpipeError
+from kdpipe.data.dataset import SPLITS, read_labels, read_split
+
+from kdpipe.data.prepare import bbc_news_dir, prepare
+from kdpipe.core.store import ArtifactError, KdpipeError
 
 BBC_LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from kdpipe.backbones import strided_alignment
+from kdpipe.models.backbones import strided_alignment
 from kdpipe.methods.dfa import Amalgamator, amalgamation_losses, masked_mse
 
 

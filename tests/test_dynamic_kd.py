@@ -9,10 +9,11 @@ import torch
 from torch import nn
 
 from kdpipe.methods.base import DistillContext
+from kdpipe.methods.registry import method_args
 from kdpipe.methods.dynamic_kd import (build_data, build_objective, build_teacher, kd_distance, normalized_entropy,
                                        normalized_hidden_mse, objective_weights, select_top, selection_scores,
                                        teacher_weights)
-from kdpipe.store import KdpipeError
+from kdpipe.core.store import KdpipeError
 
 # Student probabilities of a batch of four, from uncertain to confident. ĥ = H(p) / log 3, by hand:
 # row 0: log 3 / log 3 = 1; row 1: (0.5 ln 2 + 0.5 ln 4) / ln 3 = 1.03972 / 1.09861 = 0.94640;
@@ -144,7 +145,7 @@ def batch(n=4, width=2):
 
 def test_dynamic_teacher_loss_is_ce_plus_weighted_kd():
     ctx = context({"large": LARGE, "small": SMALL})
-    objective = build_teacher(ctx, {"mode": "hard", "small_teacher": "small"})
+    objective = build_teacher(ctx, method_args("dynamic_teacher", {"mode": "hard", "small_teacher": "small"}))
     loss, terms = objective.loss(FixedLogits(Z), batch())
     assert terms["kd"] == pytest.approx(4.5, rel=1e-5)
     assert loss.item() == pytest.approx(CE + 4.5, rel=1e-5)
@@ -155,8 +156,8 @@ def test_entropy_gradient_is_an_option():
     grads = {}
     for grad in (False, True):
         model = FixedLogits(Z)
-        loss, _ = build_teacher(ctx, {"mode": "soft_instance", "small_teacher": "small",
-                                      "entropy_grad": grad}).loss(model, batch())
+        loss, _ = build_teacher(ctx, method_args("dynamic_teacher", {"mode": "soft_instance", "small_teacher": "small",
+                                      "entropy_grad": grad})).loss(model, batch())
         loss.backward()
         grads[grad] = model.z.grad.clone()
     # Detached: the gradient of CE + mean(ĥ·D_small + (1 − ĥ)·D_large) with ĥ a constant.
@@ -171,14 +172,14 @@ def test_entropy_gradient_is_an_option():
 
 def test_dynamic_teacher_needs_two_teachers_and_the_small_one_named():
     with pytest.raises(KdpipeError, match="small_teacher naming the smaller one"):
-        build_teacher(context({"large": LARGE, "small": SMALL}), {})
-    with pytest.raises(KdpipeError, match="unknown method_args"):
-        build_teacher(context({"large": LARGE, "small": SMALL}), {"small_teacher": "small", "ratio": 0.5})
+        build_teacher(context({"large": LARGE, "small": SMALL}), method_args("dynamic_teacher", {}))
+    with pytest.raises(KdpipeError, match="unknown key 'ratio'"):
+        build_teacher(context({"large": LARGE, "small": SMALL}), method_args("dynamic_teacher", {"small_teacher": "small", "ratio": 0.5}))
 
 
 def test_dynamic_data_loss_is_ce_on_all_plus_kd_on_kept_rows():
     teacher = Z_SEL + torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None]                 # D = 1, 4, 9, 16
-    objective = build_data(context({"t": teacher}), {"strategy": "margin", "ratio": 0.5})
+    objective = build_data(context({"t": teacher}), method_args("dynamic_data", {"strategy": "margin", "ratio": 0.5}))
     loss, terms = objective.loss(FixedLogits(Z_SEL), batch())
     ce = -np.log(P_SEL[[0, 1, 2, 3], [0, 0, 0, 1]]).mean()
     assert terms["kept"] == 2 and terms["kd"] == pytest.approx((1 + 4) / 2)      # rows A, B
@@ -197,7 +198,7 @@ def test_dynamic_objective_loss_by_hand():
         "logits": teacher, "hidden": t[:, None].numpy().astype(np.float16), "hidden_layers": [0],
         "hidden_lengths": np.array([2, 2, 2, 2])}},
         train_lengths=np.array([2, 2, 2, 2]), alignment={"t": [[0, 0]]}, student_config=SimpleNamespace(hidden_size=2))
-    loss, terms = build_objective(ctx, {}).loss(FixedLogits(Z, hidden=(s,)), batch())
+    loss, terms = build_objective(ctx, method_args("dynamic_objective", {})).loss(FixedLogits(Z, hidden=(s,)), batch())
     assert terms["kd"] == pytest.approx(((1 - H) * D_SMALL).mean(), rel=1e-4)
     assert terms["rep"] == pytest.approx((H * r).mean(), rel=1e-4)
     assert loss.item() == pytest.approx(CE + ((1 - H) * D_SMALL).mean() + (H * r).mean(), rel=1e-4)

@@ -25,7 +25,7 @@ def test_conda_environment_has_the_pins_of_pyproject():
 def test_every_rule_that_runs_kdpipe_names_the_environment():
     for rules in (REPO / "workflow/rules").glob("*.smk"):
         text = rules.read_text()
-        assert text.count("{KDPIPE}") == text.count("    conda:\n        ENV\n"), rules.name
+        assert text.count("{KDPIPE}") == len(re.findall(r"\n +conda:\n +ENV\n", text)), rules.name
 
 
 def gpu_rules() -> set[str]:
@@ -42,7 +42,7 @@ def test_every_gpu_rule_is_placed_by_the_profiles():
     """A GPU rule missing from the SLURM profile would ask for a GPU in the CPU partition; one missing from the CPU
     profile would take every core of a 2-core machine."""
     rules = gpu_rules()
-    assert {"finetune_teacher", "distill", "dump_feature_shard", "dump_domain_shard", "prototypes"} <= rules
+    assert {"finetune_teacher", "distill", "signal_shard", "prototypes"} <= rules
     slurm = yaml.safe_load((REPO / "profiles/slurm/profile.yaml").read_text())
     cpu = yaml.safe_load((REPO / "profiles/cpu/profile.yaml").read_text())
     for rule in rules:

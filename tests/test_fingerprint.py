@@ -1,22 +1,56 @@
-"""Code fingerprints follow each stage's kdpipe imports, so an edit reruns only the stages that use it."""
+"""Code fingerprints follow each stage's kdpipe imports, so an edit reruns only the stages that use it; teacher-side
+stages import nothing of the student side (docs/design.md, "Layers")."""
 
 import shutil
 
-from kdpipe import fingerprint as fp
+import pytest
+
+from kdpipe.core import fingerprint as fp
+from kdpipe.methods.registry import METHODS, TEACHER_OBJECTIVES
+from kdpipe.signals.catalog import SIGNALS
 
 
-def names(*modules):
-    return {p.name for p in fp.module_closure(*modules)}
+def closure(*modules) -> set[str]:
+    """The closure as paths relative to the package, e.g. ``signals/mc_dropout.py``."""
+    return {str(p.relative_to(fp.PACKAGE_ROOT)) for p in fp.module_closure(*modules)}
 
 
-def test_stage_closures_are_separate():
-    teacher = names("kdpipe.teacher")
-    assert {"teacher.py", "training.py", "data.py", "store.py", "__init__.py"} <= teacher
-    assert "mc_dropout.py" not in teacher and "dump.py" not in teacher and "distill.py" not in teacher
-    assert "mc_dropout.py" in names("kdpipe.mc_dropout")
-    assert "teacher.py" not in names("kdpipe.mc_dropout")
-    assert "vanilla_kd.py" in names("kdpipe.distill", "kdpipe.methods.vanilla_kd")
-    assert "vanilla_kd.py" not in names("kdpipe.distill")
+# Student-side code: a teacher-side job must not carry any of it in its fingerprint.
+STUDENT_SIDE = ("methods/", "models/students.py", "models/bilstm.py", "models/multihead.py", "stages/distill.py",
+                "stages/cotrain.py", "signals/load.py", "training/student.py")
+# Meta-KD's teacher-side parts, which the teacher-side stages of a Meta-KD run import (by name or statically).
+META_TEACHER_SIDE = {"methods/__init__.py", "methods/meta_kd/__init__.py", "methods/meta_kd/prototypes.py",
+                     "methods/meta_kd/teacher.py", "methods/meta_kd/branch.py", "methods/meta_kd/domain.py"}
+TEACHER_STAGES = ("prepare", "finetune_teacher", "prototypes", "signal_shard", "signal_gather")
+
+
+def student_side(files: set[str]) -> set[str]:
+    return {f for f in files if f.startswith(STUDENT_SIDE) and f not in META_TEACHER_SIDE}
+
+
+@pytest.mark.parametrize("stage", TEACHER_STAGES)
+def test_teacher_side_stages_import_nothing_of_the_student_side(stage):
+    assert not student_side(closure(f"kdpipe.stages.{stage}"))
+
+
+@pytest.mark.parametrize("module", sorted({s.module for s in SIGNALS.values()}
+                                          | {o.module for o in TEACHER_OBJECTIVES.values()}))
+def test_modules_teacher_side_jobs_import_by_name_stay_teacher_side(module):
+    assert not student_side(closure(module))
+
+
+def module_file(module: str) -> str:
+    return module.removeprefix("kdpipe.").replace(".", "/") + ".py"
+
+
+def test_a_method_module_is_in_its_students_closure_only():
+    distill = closure("kdpipe.stages.distill")
+    assert not any(f.endswith(("uhc.py", "muki.py", "registry.py", "bilstm.py", "multihead.py")) for f in distill)
+    method_files = {module_file(spec.module) for spec in METHODS.values()}
+    for spec in METHODS.values():
+        own = closure(spec.module)
+        assert module_file(spec.module) in own
+        assert own & method_files == {module_file(spec.module)}, f"{spec.module} imports another method's module"
 
 
 def test_an_edit_changes_only_the_fingerprints_that_include_the_file(tmp_path, monkeypatch):
@@ -24,11 +58,13 @@ def test_an_edit_changes_only_the_fingerprints_that_include_the_file(tmp_path, m
     shutil.copytree(fp.PACKAGE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(fp, "PACKAGE_ROOT", copy)
     fp.module_closure.cache_clear()
-    before = {m: fp.fingerprint(m) for m in ("kdpipe.teacher", "kdpipe.mc_dropout")}
-    with open(copy / "mc_dropout.py", "a") as fh:
+    stages = ("kdpipe.stages.finetune_teacher", "kdpipe.signals.mc_dropout", "kdpipe.signals.logits")
+    before = {m: fp.fingerprint(m) for m in stages}
+    with open(copy / "signals" / "mc_dropout.py", "a") as fh:
         fh.write("\n# an edit\n")
     fp.module_closure.cache_clear()
-    after = {m: fp.fingerprint(m) for m in ("kdpipe.teacher", "kdpipe.mc_dropout")}
+    after = {m: fp.fingerprint(m) for m in stages}
     fp.module_closure.cache_clear()
-    assert after["kdpipe.teacher"] == before["kdpipe.teacher"]
-    assert after["kdpipe.mc_dropout"] != before["kdpipe.mc_dropout"]
+    assert after["kdpipe.stages.finetune_teacher"] == before["kdpipe.stages.finetune_teacher"]
+    assert after["kdpipe.signals.logits"] == before["kdpipe.signals.logits"]
+    assert after["kdpipe.signals.mc_dropout"] != before["kdpipe.signals.mc_dropout"]

@@ -1,4 +1,4 @@
-"""The lock-file GPU pool (kdpipe/gpus.py), on CPU: KDPIPE_GPUS fakes the GPU count, a tmp folder holds the locks."""
+"""The lock-file GPU pool (kdpipe/core/gpus.py), on CPU: KDPIPE_GPUS fakes the GPU count, a tmp folder holds the locks."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from kdpipe.gpus import claim_gpu
+from kdpipe.core.gpus import claim_gpu
 
 # claims a GPU, prints its index and CUDA_VISIBLE_DEVICES, then holds it until its stdin closes
 HOLDER = """
 import os, sys
-from kdpipe.gpus import claim_gpu
+from kdpipe.core.gpus import claim_gpu
 print(claim_gpu(), os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
 sys.stdin.read()
 """
@@ -52,7 +52,7 @@ def holders():
 
 def claim(wait_s: float, *cmd: str) -> subprocess.CompletedProcess:
     """Run a claim (or a kdpipe command) in a fresh process that waits at most ``wait_s`` for a GPU."""
-    cmd = cmd or ("-c", "from kdpipe.gpus import claim_gpu; print(claim_gpu())")
+    cmd = cmd or ("-c", "from kdpipe.core.gpus import claim_gpu; print(claim_gpu())")
     return subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=30,
                           env={**os.environ, "KDPIPE_GPU_WAIT_S": str(wait_s)})
 
@@ -81,7 +81,7 @@ def test_a_freed_gpu_is_claimed_again(pool, holders, how):
 
 def test_a_waiting_job_gets_the_gpu_that_frees_up(pool, holders):
     (p0, first), _ = holders(), holders()
-    waiter = subprocess.Popen([sys.executable, "-c", "from kdpipe.gpus import claim_gpu; print(claim_gpu())"],
+    waiter = subprocess.Popen([sys.executable, "-c", "from kdpipe.core.gpus import claim_gpu; print(claim_gpu())"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "KDPIPE_GPU_WAIT_S": "20"})
     assert "waiting up to 20 s" in waiter.stderr.readline()
@@ -108,8 +108,8 @@ def test_the_cli_claims_before_a_model_stage_and_not_for_the_others(pool, holder
               "--signals-root", "x", "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "kdpipe distill: error: no free GPU after 0 s" in r.stderr
-    r = claim(0, "-m", "kdpipe", "fingerprint", "kdpipe.store")
-    assert r.returncode == 0 and "kdpipe/store.py" in r.stdout
+    r = claim(0, "-m", "kdpipe", "report", "--evals", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r"))
+    assert r.returncode == 2 and "no free GPU" not in r.stderr and "missing.json: missing" in r.stderr
 
 
 def test_the_cli_imports_no_torch_before_the_claim():

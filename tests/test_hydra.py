@@ -9,11 +9,12 @@ import torch
 from torch import nn
 
 from kdpipe.methods.base import DistillContext
+from kdpipe.methods.registry import method_args
 from kdpipe.methods.hydra import (aggregation_loss, build, build_hydra, correctness_loss, diversity_loss,
                                   individuality_loss, lambda_at)
-from kdpipe.models import load_classifier
-from kdpipe.multihead import make_multihead
-from kdpipe.store import KdpipeError
+from kdpipe.models.loading import load_classifier
+from kdpipe.models.multihead import make_multihead
+from kdpipe.core.store import KdpipeError
 
 LN2, LN3 = math.log(2), math.log(3)
 
@@ -177,7 +178,7 @@ def placed(teacher, row):
 
 def test_build_loss_matches_the_formula_on_hand_placed_members():
     model = student().eval()
-    objective = build(make_ctx(model), {})
+    objective = build(make_ctx(model), method_args("hydra_plus", {}))
     loss, terms = objective.loss(model, BATCH)
     members = torch.tensor([[placed(t, row) for row in (3, 0, 2)] for t in BLOCKS])
     with torch.no_grad():
@@ -197,7 +198,7 @@ def test_build_loss_matches_the_formula_on_hand_placed_members():
 def test_one_training_step_reaches_every_head():
     torch.manual_seed(0)
     model = student()
-    objective = build(make_ctx(model), {"diversity": 0.1})
+    objective = build(make_ctx(model), method_args("hydra_plus", {"diversity": 0.1}))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.train()
     loss, _ = objective.loss(model, BATCH)
@@ -216,7 +217,7 @@ def test_one_training_step_reaches_every_head():
 
 def test_on_epoch_ramps_lambda():
     model = student().eval()
-    objective = build(make_ctx(model), {"diversity": 0.1, "diversity_ramp": [1, 3]})
+    objective = build(make_ctx(model), method_args("hydra_plus", {"diversity": 0.1, "diversity_ramp": [1, 3]}))
     assert objective.loss(model, BATCH)[1]["lambda"] == 0.0
     objective.on_epoch(2, 5)
     assert objective.loss(model, BATCH)[1]["lambda"] == pytest.approx(0.05)
@@ -226,31 +227,31 @@ def test_on_epoch_ramps_lambda():
 
 def test_plain_hydra_is_the_individuality_loss_only():
     model = student().eval()
-    loss, terms = build_hydra(make_ctx(model), {"temp_individual": 2.0}).loss(model, BATCH)
+    loss, terms = build_hydra(make_ctx(model), method_args("hydra", {"temp_individual": 2.0})).loss(model, BATCH)
     members = torch.tensor([[placed(t, row) for row in (3, 0, 2)] for t in BLOCKS])
     with torch.no_grad():
         heads = model(input_ids=IDS, attention_mask=BATCH["attention_mask"]).head_logits
     assert loss.item() == pytest.approx(individuality_loss(members, heads, 2.0).item(), rel=1e-5)
     assert terms["lambda"] == 0.0 and loss.grad_fn is not None
-    with pytest.raises(KdpipeError, match="fixed for plain Hydra"):
-        build_hydra(make_ctx(model), {"alpha": 0.5})
+    with pytest.raises(KdpipeError, match="unknown key 'alpha'; this method knows temp_individual"):
+        build_hydra(make_ctx(model), method_args("hydra", {"alpha": 0.5}))
 
 
 def test_build_refusals():
     plain = load_classifier("builtin:tiny-bert", LABELS, seed=0)
     with pytest.raises(KdpipeError, match="model.heads"):
-        build(make_ctx(plain), {})
+        build(make_ctx(plain), method_args("hydra_plus", {}))
     model = student(heads=2)
     with pytest.raises(KdpipeError, match="M ≤ N"):
-        build(make_ctx(model, teachers=("A",)), {})
-    with pytest.raises(KdpipeError, match="unknown method_args"):
-        build(make_ctx(model), {"lambda": 0.1})
+        build(make_ctx(model, teachers=("A",)), method_args("hydra_plus", {}))
+    with pytest.raises(KdpipeError, match="unknown key 'lambda'"):
+        build(make_ctx(model), method_args("hydra_plus", {"lambda": 0.1}))
     with pytest.raises(KdpipeError, match="alpha"):
-        build(make_ctx(model), {"alpha": 1.5})
+        build(make_ctx(model), method_args("hydra_plus", {"alpha": 1.5}))
     with pytest.raises(KdpipeError, match="diversity_ramp"):
-        build(make_ctx(model), {"diversity_ramp": [5, 1]})
+        build(make_ctx(model), method_args("hydra_plus", {"diversity_ramp": [5, 1]}))
     partial = {**BLOCKS, "C": [0, 1]}
     with pytest.raises(KdpipeError, match="full label set"):
-        build(make_ctx(model, blocks=partial), {})
+        build(make_ctx(model, blocks=partial), method_args("hydra_plus", {}))
     with pytest.raises(KdpipeError, match="multi-head"):
-        build(make_ctx(model), {}).loss(plain, BATCH)
+        build(make_ctx(model), method_args("hydra_plus", {})).loss(plain, BATCH)

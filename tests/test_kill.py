@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kdpipe.training import read_resume_state
+from kdpipe.training.loop import read_resume_state
 from tests.conftest import TINY_TEACHER
 
 pytestmark = pytest.mark.slow

@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig
 
-from kdpipe.batching import collate, encode
-from kdpipe.inference import predict_logits, softmax
-from kdpipe.mc_dropout import enable_dropout, mc_dropout, mc_dropout_samples, summarise
-from kdpipe.models import TINY_BERT, load_tokenizer
+from kdpipe.data.batching import collate, encode
+from kdpipe.models.inference import predict_logits, softmax
+from kdpipe.signals.mc_dropout import enable_dropout, mc_dropout, mc_dropout_samples, summarise
+from kdpipe.models.loading import TINY_BERT, load_tokenizer
 
 CPU = torch.device("cpu")
 TEXTS = ["markets fell sharply today", "the team won the final", "new phone released", "election results are in",

@@ -14,20 +14,22 @@ import torch
 import yaml
 from transformers import AutoModelForSequenceClassification, BertConfig
 
-from kdpipe import store
-from kdpipe.batching import encode
-from kdpipe.data import prepare, read_split
-from kdpipe.distill import RowSubset, subset_signals
-from kdpipe.domain_dump import expertise_weight
-from kdpipe.dump import dump_feature
-from kdpipe.evaluate import per_domain_accuracy
-from kdpipe.meta_teacher import corrupted_domains, meta_teacher_loss
+from kdpipe.core import store
+from kdpipe.data.batching import encode
+from kdpipe.data.dataset import read_split
+from kdpipe.data.prepare import prepare
+from kdpipe.signals.load import RowSubset, subset_signals
+from kdpipe.methods.meta_kd.domain import expertise_weight
+from kdpipe.methods.registry import method_args
+from kdpipe.signals.features import dump_feature
+from kdpipe.evaluation.results import per_domain_accuracy
+from kdpipe.methods.meta_kd.teacher import corrupted_domains, meta_teacher_loss
 from kdpipe.methods.base import DistillContext
-from kdpipe.methods.meta_kd import attention_mse, build_stage1, example_weights, soft_cross_entropy, stage1_loss
-from kdpipe.models import load_tokenizer
-from kdpipe.prototypes import prototype_scores, prototypes
+from kdpipe.methods.meta_kd.student import attention_mse, build_stage1, example_weights, soft_cross_entropy, stage1_loss
+from kdpipe.models.loading import load_tokenizer
+from kdpipe.methods.meta_kd.prototypes import prototype_scores, prototypes
 from kdpipe.report import build_report
-from kdpipe.store import KdpipeError, write_json
+from kdpipe.core.store import KdpipeError, write_json
 from tests.conftest import REPO, TINY_DATASET
 from tests.test_plan import load
 from tests.test_workflow_meta import domain_dataset
@@ -166,11 +168,11 @@ def test_stage1_objective_pairs_the_layers_and_weights_each_example(tmp_path):
     model = _tiny_model()
     t, w, domains = [0.5, 0.9, 0.1, 0.7], [0.3, 0.5, 0.4, 0.27], [0, 1, 1, 0]
     ctx = _context(model, encoded, tmp_path, model.config, t, w, domains)
-    objective = build_stage1(ctx, {"gamma": 0.5})
+    objective = build_stage1(ctx, method_args("meta_kd_stage1", {"gamma": 0.5}))
     adapters = objective.extra_modules["meta_kd_adapters"][0]
     assert isinstance(adapters.fit_dense, torch.nn.Identity)         # same width: no projection
     assert objective.validates is False
-    from kdpipe.batching import collate
+    from kdpipe.data.batching import collate
     batch = collate(encoded, np.array([1, 3, 0]))
     loss, terms = objective.loss(model, batch)
     assert terms["attention"] == pytest.approx(0.0, abs=1e-6) and terms["hidden"] == pytest.approx(0.0, abs=1e-5)
@@ -192,13 +194,13 @@ def test_stage1_objective_projects_a_narrower_student_and_averages_heads(tmp_pat
     ctx = _context(teacher, encoded, tmp_path, student.config, [0.1, 0.2], [0.4, 0.5], [0, 1])
     ctx.alignment = {"t": [[0, 0], [1, 2]]}
     with pytest.raises(KdpipeError, match="heads"):
-        build_stage1(ctx, {})                                            # per-head dump, 1-head student
+        build_stage1(ctx, method_args("meta_kd_stage1", {}))                                            # per-head dump, 1-head student
     mean = np.asarray(ctx.signal("t", "attentions"), dtype=np.float32).mean(2)
     ctx.signals["t"]["attentions"] = mean                                # what the attentions_mean dump holds
-    objective = build_stage1(ctx, {})
+    objective = build_stage1(ctx, method_args("meta_kd_stage1", {}))
     adapters = objective.extra_modules["meta_kd_adapters"][0]
     assert isinstance(adapters.fit_dense, torch.nn.Linear) and adapters.fit_dense.weight.shape == (32, 16)
-    from kdpipe.batching import collate
+    from kdpipe.data.batching import collate
     loss, terms = objective.loss(student, collate(encoded, np.array([0, 1])))
     loss.backward()
     assert terms["attention"] > 0 and adapters.fit_dense.weight.grad.abs().sum() > 0
@@ -286,7 +288,7 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second():
     plan = load(edit=_meta_config)
     assert plan.first_stages == {"s_meta.stage1": "s_meta", "s_meta_narrow.stage1": "s_meta_narrow"}
     first, second = plan.student_params("s_meta.stage1"), plan.student_params("s_meta")
-    assert first["method"] == "meta_kd_stage1" and first["epochs"] == 2 and first["method_args"] == {"gamma": 0.5}
+    assert first["method"] == "meta_kd_stage1" and first["epochs"] == 2 and first["method_args"] == {"gamma": 0.5, "attention_heads": "auto"}
     assert first["attention_feature"] == "attentions" and first["alignment"] == {"meta": [[0, 0], [1, 2]]}
     assert second["method"] == "meta_kd" and second["epochs"] == 1 and second["method_args"] == {"temperature": 2.0}
     assert second["model"] == {"init": {"from": "results/students/s_meta.stage1"}}
@@ -297,7 +299,7 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second():
     assert plan.feature_layers("meta", "hidden") == [0, 2] and plan.feature_layers("meta", "attentions") == [2]
     assert plan.feature_layers("plain", "hidden") == []
     assert plan.teacher_prototype_files("meta") == ["results/prototypes/train.parquet"]
-    assert plan.teacher_prototype_files("plain") == [] and plan.teacher_modules("meta") == ["kdpipe.meta_teacher"]
+    assert plan.teacher_prototype_files("plain") == [] and plan.teacher_modules("meta") == ["kdpipe.methods.meta_kd.teacher"]
     assert plan.eval_params("s_meta", "test")["domain"] == "books" and "domain" not in plan.eval_params("meta", "test")
     # keys at their old defaults stay out of a plain teacher's slice (its cached artifacts stay valid)
     assert not {"objective", "objective_args", "domain"} & set(plan.teacher_params("plain"))
@@ -358,7 +360,7 @@ def test_report_puts_a_per_domain_entry_on_one_row(tmp_path):
 
 
 def test_a_domain_the_data_lacks_is_named_in_the_error(domain_data):
-    from kdpipe.data import restrict_to_domain
+    from kdpipe.data.dataset import restrict_to_domain
     frame = read_split(domain_data, "train")
     assert set(restrict_to_domain(frame, "dvd", ["books", "dvd", "kitchen"], "x")["domain"]) == {"dvd"}
     with pytest.raises(KdpipeError, match=r"students.s.domain: unknown domain 'music'; the data's domains are"):

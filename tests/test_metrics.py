@@ -1,4 +1,4 @@
-"""kdpipe.metrics against hand-computed values and the conventions its docstring promises."""
+"""kdpipe.evaluation.metrics against hand-computed values and the conventions its docstring promises."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from kdpipe.metrics import classification_metrics, total_variation, uncertainty_split, uncertainty_summary
-from kdpipe.store import KdpipeError
+from kdpipe.evaluation.metrics import classification_metrics, total_variation, uncertainty_split, uncertainty_summary
+from kdpipe.core.store import KdpipeError
 
 NAMES = ["a", "b", "c"]
 

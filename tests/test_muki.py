@@ -9,9 +9,10 @@ import torch
 from torch import nn
 
 from kdpipe.methods.base import DistillContext
+from kdpipe.methods.registry import method_args
 from kdpipe.methods.muki import (aggregate, build, build_no_mc, margin_weights, muki_loss, padded_probs,
                                  teacher_scores_from_logits)
-from kdpipe.store import KdpipeError
+from kdpipe.core.store import KdpipeError
 
 LN2, LN3 = math.log(2), math.log(3)
 BLOCKS = [torch.tensor([0, 1]), torch.tensor([2, 3])]
@@ -150,7 +151,7 @@ def make_ctx(mc: bool) -> DistillContext:
 
 
 def test_build_with_mc_certainty_matches_muki_loss_by_hand():
-    objective = build(make_ctx(mc=True), {})   # defaults: soft, τ_s = 0.2, τ = 1, margin on
+    objective = build(make_ctx(mc=True), method_args("muki", {}))   # defaults: soft, τ_s = 0.2, τ = 1, margin on
     model = LookupStudent(STUDENT)
     loss, terms = objective.loss(model, BATCH)
     # train row 2: scores (0.1, 0.7) -> a_A = softmax([0.5, 3.5])_A; A (¼,¾) on 0,1; B ¾ on class 3, ¼ on class 2
@@ -174,8 +175,8 @@ def test_build_with_mc_certainty_matches_muki_loss_by_hand():
 
 def test_build_without_margin_is_the_plain_batch_mean():
     ctx = make_ctx(mc=True)
-    with_margin, _ = build(ctx, {"aggregation": "hard"}).loss(LookupStudent(STUDENT), BATCH)
-    plain, _ = build(ctx, {"aggregation": "hard", "margin": False}).loss(LookupStudent(STUDENT), BATCH)
+    with_margin, _ = build(ctx, method_args("muki", {"aggregation": "hard"})).loss(LookupStudent(STUDENT), BATCH)
+    plain, _ = build(ctx, method_args("muki", {"aggregation": "hard", "margin": False})).loss(LookupStudent(STUDENT), BATCH)
     # hard: row 2 -> B (¾ on class 3, ¼ on class 2), row 0 -> A (¾, ¼)
     kl_row2 = kl([0, 0, 0.25, 0.75], softmax(STUDENT[1].tolist()))   # = KL2
     kl_row0 = kl([0.75, 0.25, 0, 0], softmax(STUDENT[0].tolist()))   # = KL1
@@ -185,7 +186,7 @@ def test_build_without_margin_is_the_plain_batch_mean():
 
 def test_build_no_mc_scores_from_the_logits_only():
     ctx = make_ctx(mc=False)   # no "mc" / "certainty" signal at all
-    loss, _ = build_no_mc(ctx, {}).loss(LookupStudent(STUDENT), BATCH)
+    loss, _ = build_no_mc(ctx, method_args("muki_no_mc", {})).loss(LookupStudent(STUDENT), BATCH)
     # row 2: A (¼,¾) and B (¾,¼) both have u = 0.18872: equal weights ½, margin 1e-6
     q_row2 = [1 / 8, 3 / 8, 1 / 8, 3 / 8]
     # row 0: A (¾,¼) u = 0.18872, B uniform u = 0: a_A = softmax([0.18872, 0] / 0.2)_A, margin 0.18872 + 1e-6
@@ -198,6 +199,6 @@ def test_build_no_mc_scores_from_the_logits_only():
 
 def test_build_refuses_an_unknown_aggregation():
     with pytest.raises(KdpipeError, match="unknown aggregation"):
-        build(make_ctx(mc=True), {"aggregation": "vote"})
-    with pytest.raises(KdpipeError, match="unknown aggregation"):
-        build_no_mc(make_ctx(mc=False), {"aggregation": "vote"})
+        build(make_ctx(mc=True), {**method_args("muki"), "aggregation": "vote"})
+    with pytest.raises(KdpipeError, match="aggregation: 'vote'; choose one of hard, soft"):
+        method_args("muki_no_mc", {"aggregation": "vote"})

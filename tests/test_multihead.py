@@ -7,9 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from kdpipe.models import build_student, load_classifier, load_trained
-from kdpipe.multihead import MultiHeadClassifier, load_multihead, make_multihead
-from kdpipe.store import KdpipeError
+from kdpipe.models.loading import load_classifier, load_trained
+from kdpipe.models.students import build_student
+from kdpipe.models.multihead import MultiHeadClassifier, load_multihead, make_multihead
+from kdpipe.core.store import KdpipeError
 
 LABELS = ["a", "b", "c"]
 IDS = torch.tensor([[101, 2023, 2003, 1037, 102, 0, 0], [101, 7592, 102, 0, 0, 0, 0],

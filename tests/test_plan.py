@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from kdpipe.plan import Plan
-from kdpipe.store import KdpipeError
+from kdpipe.core.store import KdpipeError
 from tests.conftest import REPO
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
@@ -28,8 +28,9 @@ def test_slices_hold_only_what_the_output_depends_on():
     student = plan.student_params("s_vkd")
     assert student["lr"] == 1e-3 and student["teachers"] == ["ta", "tb"]
     assert "s_vkd_ce" not in str(student)
-    assert "splits" not in plan.mc_params("train")          # which splits run is not part of each job's identity
-    assert plan.mc_params("train")["split"] == "train"
+    mc = plan.signal_params("ta", "train", "mc")
+    assert "splits" not in mc and "shards" not in mc        # which splits run, and how, is not part of a job's identity
+    assert mc["split"] == "train" and mc["signal"] == "mc"
 
 
 def test_default_config_is_valid():
@@ -51,6 +52,16 @@ def test_seeds_expand_into_student_jobs_without_touching_teachers():
     (lambda c: c["students"]["s_vkd"].update(method="nope"), r"unknown method 'nope'"),
     (lambda c: c["teachers"]["ta"].update(epoch=3), r"teachers\.ta: Additional properties .*'epoch'"),
     (lambda c: c["students"].update(ta={"lr": 1e-3}), r"'ta' names both a teacher and a student"),
+    # method_args are declared per method in the registry and checked before any job runs
+    (lambda c: c["students"]["s_vkd"].update(method_args={"temprature": 1}),
+     r"students\.s_vkd\.method_args: unknown key 'temprature' \(did you mean 'temperature'\?\); this method knows "
+     r"temperature, hard_label_weight"),
+    (lambda c: c["students"]["s_uhc"].update(method_args={"temperature": "hot"}),
+     r"students\.s_uhc\.method_args\.temperature: expected float, got 'hot'"),
+    (lambda c: c["students"]["s_muki"].update(method_args={"aggregation": "max"}),
+     r"students\.s_muki\.method_args\.aggregation: 'max'; choose one of hard, soft"),
+    (lambda c: c["students"]["s_dfa"].update(method_args={"margin": True}),
+     r"students\.s_dfa\.method_args: unknown key 'margin'; this method knows temperature, kd_weight"),
     (lambda c: (c["teachers"]["ta"].update(classes=["business", "sport"]),
                 c["teachers"]["tb"].update(classes=["sport", "tech"])),
      r"teachers 'ta' and 'tb' both cover class 'sport'.*disjoint or identical"),

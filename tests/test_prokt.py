@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from kdpipe.batching import encode
+from kdpipe.data.batching import encode
 from kdpipe.methods import prokt
-from kdpipe.models import build_student, load_classifier, load_tokenizer
-from kdpipe.store import KdpipeError
-from kdpipe.training import TrainSettings, fit, read_resume_state, total_steps
+from kdpipe.methods.registry import method_args
+from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.models.students import build_student
+from kdpipe.core.store import KdpipeError
+from kdpipe.training.loop import TrainSettings, fit, read_resume_state, total_steps
 from tests.test_training import TEXTS, LABELS, validator
 
 CPU = torch.device("cpu")
@@ -59,10 +61,10 @@ def test_student_objective_by_hand():
 
 
 def test_unknown_or_bad_arguments_are_refused():
-    with pytest.raises(KdpipeError, match="unknown method_args \\['lambda'\\]"):
-        prokt.checked_args({"lambda": 0.3})
+    with pytest.raises(KdpipeError, match="unknown key 'lambda'"):
+        method_args("prokt", {"lambda": 0.3})
     with pytest.raises(KdpipeError, match="move_back_weight must be in"):
-        prokt.checked_args({"move_back_weight": 1.5})
+        prokt.checked_args(method_args("prokt", {"move_back_weight": 1.5}))
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +78,7 @@ SETTINGS = dict(epochs=3, lr=1e-2, batch_size=8, seed=0, checkpoint_every=3, log
 def cotrainer(data, settings, **args):
     teacher = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=1)
     prokt.zero_classifier(teacher)
-    args = prokt.checked_args({"backbone": "builtin:tiny-bert", "teacher_lr": 1e-2, **args})
+    args = prokt.checked_args(method_args("prokt", {"backbone": "builtin:tiny-bert", "teacher_lr": 1e-2, **args}))
     return prokt.CoTrainedTeacher(teacher, data, args, settings, total_steps(len(data), settings), CPU)
 
 
@@ -88,7 +90,7 @@ def student():
 
 
 def test_zero_classifier_makes_uniform_predictions(data):
-    from kdpipe.batching import collate, model_inputs
+    from kdpipe.data.batching import collate, model_inputs
     model = student()
     logits = model(**model_inputs(collate(data, np.arange(4)))).logits
     assert torch.equal(logits, torch.zeros_like(logits))

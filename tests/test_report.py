@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kdpipe.metrics import reliability_bins, total_variation
-from kdpipe.report import TSV_COLUMNS, _pool_reliability, build_report
-from kdpipe.store import KdpipeError, read_json, write_json
+from kdpipe.evaluation.metrics import reliability_bins, total_variation
+from kdpipe.report import TSV_COLUMNS, build_report
+from kdpipe.report.summary import _pool_reliability
+from kdpipe.core.store import KdpipeError, read_json, write_json
 
 CLASSES = ["business", "entertainment", "politics", "sport", "tech"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -217,7 +218,7 @@ def ensemble_report(tmp_path_factory):
 
 
 def test_total_variation_by_hand():
-    """The distance the report's tv_* columns use (kdpipe.metrics)."""
+    """The distance the report's tv_* columns use (kdpipe.evaluation.metrics)."""
     assert total_variation([2, 0, 0], [1, 1, 0]) == pytest.approx(0.5)  # ½ (|1 - ½| + |0 - ½|)
     assert total_variation([4, 0, 0], [1, 1, 0]) == pytest.approx(0.5)  # counts are normalised first
     assert total_variation([1, 2, 3], [2, 4, 6]) == 0.0

@@ -5,15 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kdpipe import dump, mc_dropout
-from kdpipe.shards import parse_shard
-from kdpipe.store import ArtifactError, KdpipeError
-from kdpipe.teacher import finetune_teacher
+from kdpipe.core.store import ArtifactError, KdpipeError
+from kdpipe.signals.shards import gather, parse_shard, run, run_shard
+from kdpipe.stages.finetune_teacher import run as finetune_teacher
 from tests.conftest import TINY_TEACHER
 
-MC = {"samples": 3, "seed": 7, "batch_size": 4, "max_batch_rows": 64, "split": "train"}
-DUMP = {"batch_size": 4, "split": "train"}
-HIDDEN = {**DUMP, "feature": "hidden", "layers": [0, 2]}
+MC = {"samples": 3, "seed": 7, "batch_size": 4, "max_batch_rows": 64, "split": "train", "signal": "mc"}
+LOGITS = {"batch_size": 4, "split": "train", "signal": "logits"}
+HIDDEN = {"batch_size": 4, "split": "train", "signal": "hidden", "layers": [0, 2]}
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +22,11 @@ def teacher(tiny_data, tmp_path_factory) -> Path:
     return out
 
 
-def shards(run_shard, count: int, root: Path, *args) -> list[Path]:
+def shards(count: int, root: Path, params: dict, teacher: Path, data: Path) -> list[Path]:
     parts = []
     for k in range(1, count + 1):
         part = root / f"part.{k}-of-{count}"
-        run_shard(*args, f"{k}-of-{count}", part)
+        run_shard(params["signal"], params, teacher, data, f"{k}-of-{count}", part)
         parts.append(part)
     return parts[::-1]                        # the gather must not depend on the order of its inputs
 
@@ -40,9 +39,8 @@ def same_bytes(a: Path, b: Path, names: list[str]) -> None:
 @pytest.mark.parametrize("count", [2, 3, 20])     # 20: more shards than batches, some shards are empty
 def test_mc_dropout_shards_gather_to_the_same_bytes(teacher, tiny_data, tmp_path, count):
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
-    mc_dropout.run(MC, teacher, tiny_data, whole / "mc.npy", whole / "mc.parquet")
-    parts = shards(mc_dropout.run_shard, count, tmp_path, MC, teacher, tiny_data)
-    mc_dropout.gather(MC, parts, sharded / "mc.npy", sharded / "mc.parquet")
+    run("mc", MC, teacher, tiny_data, whole)
+    gather("mc", MC, shards(count, tmp_path, MC, teacher, tiny_data), sharded)
     same_bytes(whole, sharded, ["mc.npy", "mc.parquet", "mc.json"])
     mean = np.load(whole / "mc.npy")
     assert mean.dtype == np.float32 and np.allclose(mean.sum(1), 1, atol=1e-5)
@@ -50,21 +48,19 @@ def test_mc_dropout_shards_gather_to_the_same_bytes(teacher, tiny_data, tmp_path
 
 def test_logit_and_hidden_dumps_shard_to_the_same_bytes(teacher, tiny_data, tmp_path):
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
-    dump.run(DUMP, teacher, tiny_data, whole / "logits.parquet")
-    dump.gather(DUMP, shards(dump.run_shard, 3, tmp_path / "l", DUMP, teacher, tiny_data), sharded / "logits.parquet")
-    dump.run_feature(HIDDEN, teacher, tiny_data, whole / "hidden.npy")
-    dump.gather_feature(HIDDEN, shards(dump.run_feature_shard, 3, tmp_path / "h", HIDDEN, teacher, tiny_data),
-                        sharded / "hidden.npy")
+    for params in (LOGITS, HIDDEN):
+        run(params["signal"], params, teacher, tiny_data, whole)
+        gather(params["signal"], params, shards(3, tmp_path / params["signal"], params, teacher, tiny_data), sharded)
     same_bytes(whole, sharded, ["logits.parquet", "logits.json", "hidden.npy", "hidden.json"])
 
 
 def test_a_missing_or_foreign_shard_is_refused(teacher, tiny_data, tmp_path):
-    parts = shards(dump.run_shard, 3, tmp_path, DUMP, teacher, tiny_data)
+    parts = shards(3, tmp_path, LOGITS, teacher, tiny_data)
     with pytest.raises(ArtifactError, match="do not cover the .* rows exactly once"):
-        dump.gather(DUMP, parts[:2], tmp_path / "out" / "logits.parquet")
-    other = shards(mc_dropout.run_shard, 3, tmp_path / "mc", MC, teacher, tiny_data)
+        gather("logits", LOGITS, parts[:2], tmp_path / "out")
+    other = shards(3, tmp_path / "mc", MC, teacher, tiny_data)
     with pytest.raises((ArtifactError, FileNotFoundError)):
-        dump.gather(DUMP, [*parts[:2], other[0]], tmp_path / "out" / "logits.parquet")
+        gather("logits", LOGITS, [*parts[:2], other[0]], tmp_path / "out")
     assert not (tmp_path / "out" / "logits.parquet").exists()
 
 

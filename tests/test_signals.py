@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from kdpipe.batching import encode
-from kdpipe.dump import bytes_per_example, dump_feature
-from kdpipe.models import load_classifier, load_tokenizer
-from kdpipe.signals import read_logits, write_logits
-from kdpipe.store import ArtifactError, make_manifest, write_json
+from kdpipe.data.batching import encode
+from kdpipe.signals.features import bytes_per_example, dump_feature
+from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.signals.io import read_logits, write_logits
+from kdpipe.core.store import ArtifactError, make_manifest, write_json
 
 ROWS = np.array([3, 5, 8], dtype=np.int64)
 

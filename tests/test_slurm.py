@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from kdpipe.training import read_resume_state
+from kdpipe.training.loop import read_resume_state
 from tests.conftest import REPO
 from tests.slurm.cluster import Unavailable, start_cluster
 from tests.test_workflow import copy_project, edited_config, environment

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kdpipe.data import read_labels, read_split
-from kdpipe.signals import write_logits
-from kdpipe.store import make_manifest, write_json
-from tests.conftest import TINY_TEACHER
+from kdpipe.data.dataset import read_labels, read_split
+from kdpipe.signals.io import write_logits
+from kdpipe.core.store import make_manifest, write_json
+from tests.conftest import TINY_TEACHER, student_job
 
 STUDENT = {"method": "vanilla_kd", "method_args": {}, "model": {"config": {"tokenizer": "builtin:tiny-bert",
            "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}}, "epochs": 1, "lr": 1e-3,
@@ -23,7 +23,7 @@ def kdpipe(*args):
 
 
 def fake_signals(root, data, teachers: dict[str, list[str]], mc: bool = False):
-    """Cached signals of each teacher on the train split, laid out as dump_teacher and mc_dropout write them."""
+    """Cached signals of each teacher on the train split, laid out as the logits and mc passes write them."""
     row_ids = read_split(data, "train")["row_id"].to_numpy()
     rng = np.random.default_rng(0)
     for name, classes in teachers.items():
@@ -53,7 +53,7 @@ def test_label_that_no_teacher_covers(tiny_data, tmp_path):
     labels = read_labels(tiny_data)
     fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:2], "t2": labels[2:4]})
     out = tmp_path / "student"
-    r = kdpipe("distill", "--params", json.dumps({**STUDENT, "teachers": ["t1", "t2"]}), "--data", str(tiny_data),
+    r = kdpipe("distill", "--params", json.dumps(student_job({**STUDENT, "teachers": ["t1", "t2"]})), "--data", str(tiny_data),
                "--signals-root", str(tmp_path / "signals"), "--out", str(out))
     assert r.returncode == 2
     assert f"label '{labels[4]}' in the data is covered by no teacher" in r.stderr
@@ -63,7 +63,7 @@ def test_label_that_no_teacher_covers(tiny_data, tmp_path):
 def test_overlapping_teachers_where_the_method_needs_them_disjoint(tiny_data, tmp_path):
     labels = read_labels(tiny_data)
     fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:3], "t2": labels[2:]})
-    r = kdpipe("distill", "--params", json.dumps({**STUDENT, "teachers": ["t1", "t2"]}), "--data", str(tiny_data),
+    r = kdpipe("distill", "--params", json.dumps(student_job({**STUDENT, "teachers": ["t1", "t2"]})), "--data", str(tiny_data),
                "--signals-root", str(tmp_path / "signals"), "--out", str(tmp_path / "student"))
     assert r.returncode == 2
     assert f"overlap on class '{labels[2]}'" in r.stderr and "disjoint or identical" in r.stderr
@@ -72,7 +72,7 @@ def test_overlapping_teachers_where_the_method_needs_them_disjoint(tiny_data, tm
 def test_missing_signal_names_the_file(tiny_data, tmp_path):
     labels = read_labels(tiny_data)
     fake_signals(tmp_path / "signals", tiny_data, {"t1": labels})
-    r = kdpipe("distill", "--params", json.dumps({**STUDENT, "teachers": ["t1", "t9"]}), "--data", str(tiny_data),
+    r = kdpipe("distill", "--params", json.dumps(student_job({**STUDENT, "teachers": ["t1", "t9"]})), "--data", str(tiny_data),
                "--signals-root", str(tmp_path / "signals"), "--out", str(tmp_path / "student"))
     assert r.returncode == 2 and "t9/train/logits.json: missing" in r.stderr
 
@@ -82,7 +82,7 @@ def test_distill_reads_only_cached_signals_and_trains(tiny_data, tmp_path, monke
     """A student trains from the cache alone: loading any pretrained model (a teacher) fails the test."""
     from transformers import PreTrainedModel
 
-    from kdpipe import distill
+    from kdpipe.stages import distill
     labels = read_labels(tiny_data)
     fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:2], "t2": labels[2:]}, mc=True)
 
@@ -90,8 +90,8 @@ def test_distill_reads_only_cached_signals_and_trains(tiny_data, tmp_path, monke
         raise AssertionError("distill loaded a pretrained model")
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(no_teacher))
     out = tmp_path / "student"
-    params = {**STUDENT, "method": method, "teachers": ["t1", "t2"]}
-    manifest = distill.distill(params, tiny_data, tmp_path / "signals", out)
+    params = student_job({**STUDENT, "method": method, "teachers": ["t1", "t2"]})
+    manifest = distill.run(params, tiny_data, tmp_path / "signals", out)
     assert manifest["labels"] == labels and manifest["method"] == method
     assert (out / "model.safetensors").exists() and (out / "train_log.jsonl").exists()
     assert json.loads((out / "labels.json").read_text()) == labels

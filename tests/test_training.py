@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kdpipe.batching import encode, model_inputs
-from kdpipe.models import load_classifier, load_tokenizer
-from kdpipe.training import TrainSettings, fit, read_resume_state
+from kdpipe.data.batching import encode, model_inputs
+from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.training.loop import TrainSettings, fit, read_resume_state
 
 CPU = torch.device("cpu")
 TEXTS = [f"{w} story number {i}" for i in range(24) for w in ("sport", "money")][:32]
@@ -28,7 +28,7 @@ def ce_loss(model, batch):
 def validator(data):
     def validate(model):
         with torch.no_grad():
-            from kdpipe.batching import collate
+            from kdpipe.data.batching import collate
             batch = collate(data, np.arange(len(data)))
             acc = (model(**model_inputs(batch)).logits.argmax(1) == batch["labels"]).float().mean().item()
         return {"score": acc, "accuracy": acc}

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from kdpipe.methods.base import DistillContext
+from kdpipe.methods.registry import method_args
 from kdpipe.methods.uhc import block_renormalised_log_probs, build, uhc_loss
 
 LN2, LN3 = math.log(2), math.log(3)
@@ -109,7 +110,7 @@ def test_build_indexes_train_rows_and_matches_uhc_loss():
     ctx = DistillContext(labels=["a", "b", "c", "d"], teachers=["A", "B"],
                          blocks={"A": np.array([0, 1]), "B": np.array([3, 2])},
                          signals={"A": {"logits": logits_a}, "B": {"logits": logits_b}}, device=torch.device("cpu"))
-    objective = build(ctx, {"temperature": 2.0})
+    objective = build(ctx, method_args("uhc", {"temperature": 2.0}))
     model = LookupStudent(STUDENT)
     batch = {"input_ids": torch.tensor([[1], [0]]), "index": torch.tensor([2, 0])}
     loss, terms = objective.loss(model, batch)

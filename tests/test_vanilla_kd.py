@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kdpipe.methods.losses import kl_divergence
-from kdpipe.methods.vanilla_kd import union_logits, vanilla_kd_loss
-from kdpipe.store import KdpipeError
+from kdpipe.methods.losses import union_logits, vanilla_kd_loss
+from kdpipe.core.store import KdpipeError
 
 
 def softmax(xs):

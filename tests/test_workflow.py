@@ -170,7 +170,7 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
 
 def test_mc_dropout_source_edit_reruns_mc_dropout_not_teachers(done):
     project, env, _ = done
-    source = project / "kdpipe/mc_dropout.py"
+    source = project / "kdpipe/signals/mc_dropout.py"
     original = source.read_text()
     source.write_text(original + "\n# an edit\n")
     try:

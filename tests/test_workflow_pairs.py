@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from kdpipe.models import load_classifier
+from kdpipe.models.loading import load_classifier
 from tests.test_workflow import edited_config, finished_project, planned_jobs, snakemake, writes_csv
 
 pytestmark = pytest.mark.slow

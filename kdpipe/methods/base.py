@@ -1,16 +1,19 @@
-"""What a method receives (:class:`DistillContext`) and returns (:class:`Objective`)."""
+"""What a method receives (:class:`DistillContext`) and returns (:class:`Objective`, shared with teacher
+objectives: :mod:`kdpipe.training.objective`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from kdpipe.batching import model_inputs
-from kdpipe.store import KdpipeError
+from kdpipe.data.batching import model_inputs
+from kdpipe.core.store import KdpipeError
+from kdpipe.training.objective import Objective
+
+__all__ = ["DistillContext", "Objective", "student_logits"]
 
 
 @dataclass
@@ -68,24 +71,6 @@ class DistillContext:
         array = self.signal(teacher, feature)
         rows = array[index, slot, :width] if feature == "hidden" else array[index, slot, ..., :width, :width]
         return torch.from_numpy(np.asarray(rows, dtype=np.float32)).to(self.device, non_blocking=True)
-
-
-@dataclass
-class Objective:
-    """``loss(model, batch) -> (loss, terms)``; ``extra_modules``: ``{name: (module, lr)}`` trained alongside;
-    ``on_epoch(epoch, epochs)``: called by the training loop before each epoch (0-based), for epoch schedules;
-    ``extra_state``: training state the loss keeps across steps (``state_dict`` / ``load_state_dict``), checkpointed
-    with the student (ProKT's co-trained teacher); ``save(folder, fit_result)``: writes what the objective trained
-    besides the model into the model's output folder (the meta-teacher's domain branch); ``validates``: False when
-    validation accuracy cannot choose the best epoch (Meta-KD's first stage trains no classifier: the last epoch
-    is kept)."""
-
-    loss: Callable
-    extra_modules: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
-    on_epoch: Callable[[int, int], None] | None = None
-    extra_state: object | None = None
-    save: Callable | None = None
-    validates: bool = True
 
 
 def student_logits(model: nn.Module, batch: dict) -> torch.Tensor:

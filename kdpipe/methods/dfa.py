@@ -22,13 +22,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kdpipe.batching import model_inputs
+from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective
-from kdpipe.methods.vanilla_kd import union_logits, vanilla_kd_loss
-from kdpipe.store import KdpipeError
+from kdpipe.methods.losses import union_logits, vanilla_kd_loss
+from kdpipe.core.store import KdpipeError
 
-DEFAULTS = {"temperature": 1.0, "kd_weight": 1.0, "rec_weight": 1.0, "amal_weight": 1.0, "adapter_lr": 1e-3,
-            "align_number": -1}
+# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
 
 class Amalgamator(nn.Module):
@@ -60,7 +59,6 @@ def amalgamation_losses(amalgamator: Amalgamator, pair: int, student_hidden: tor
 
 
 def build(ctx: DistillContext, args: dict) -> Objective:
-    args = {**DEFAULTS, **args}
     teachers, temperature = ctx.teachers, float(args["temperature"])
     if not ctx.alignment:
         raise KdpipeError("dfa: no layer alignment was planned for this student")

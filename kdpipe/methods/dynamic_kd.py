@@ -38,16 +38,13 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kdpipe.batching import model_inputs
+from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import soft_kl, token_mse
-from kdpipe.methods.vanilla_kd import union_logits
-from kdpipe.store import KdpipeError
+from kdpipe.methods.losses import union_logits
+from kdpipe.core.store import KdpipeError
 
-COMMON = {"ce_weight": 1.0, "kd_weight": 1.0, "distance": "mse", "temperature": 5.0, "entropy_grad": False}
-TEACHER_DEFAULTS = {**COMMON, "mode": "hard", "direction": "uncertain_to_small", "small_teacher": None}
-DATA_DEFAULTS = {**COMMON, "strategy": "margin", "ratio": 0.5}
-OBJECTIVE_DEFAULTS = {**COMMON, "rep_weight": 1.0, "strategy": "uncertainty"}
+# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
 TEACHER_MODES = ("hard", "soft", "soft_instance")
 DIRECTIONS = ("uncertain_to_small", "uncertain_to_large")
@@ -149,13 +146,9 @@ def objective_weights(h: torch.Tensor, strategy: str) -> tuple[torch.Tensor, tor
 # ---- builders ------------------------------------------------------------------------------------------------
 
 
-def _args(defaults: dict, args: dict, method: str) -> dict:
-    unknown = sorted(set(args) - set(defaults))
-    if unknown:
-        raise KdpipeError(f"{method}: unknown method_args {unknown}; known: {sorted(defaults)}")
-    out = {**defaults, **args}
-    kd_distance(torch.zeros(1, 2), torch.zeros(1, 2), out["distance"], float(out["temperature"]))  # validates
-    return out
+def _args(args: dict) -> dict:
+    kd_distance(torch.zeros(1, 2), torch.zeros(1, 2), args["distance"], float(args["temperature"]))  # validates
+    return args
 
 
 def _entropy(z: torch.Tensor, grad: bool) -> torch.Tensor:
@@ -170,7 +163,7 @@ def _full_label_logits(ctx: DistillContext, teacher: str) -> torch.Tensor:
 
 def build_teacher(ctx: DistillContext, args: dict) -> Objective:
     """``dynamic_teacher``: CE + KD from a small and a large teacher, weighted by the student's ĥ (§2a)."""
-    a = _args(TEACHER_DEFAULTS, args, "dynamic_teacher")
+    a = _args(args)
     if len(ctx.teachers) != 2 or a["small_teacher"] not in ctx.teachers:
         raise KdpipeError(f"dynamic_teacher: needs exactly two teachers and method_args.small_teacher naming the "
                           f"smaller one; teachers are {ctx.teachers}, small_teacher is {a['small_teacher']!r}")
@@ -196,7 +189,7 @@ def build_teacher(ctx: DistillContext, args: dict) -> Objective:
 
 def build_data(ctx: DistillContext, args: dict) -> Objective:
     """``dynamic_data``: CE on the whole batch + KD on the top fraction r scored by the student (§2b)."""
-    a = _args(DATA_DEFAULTS, args, "dynamic_data")
+    a = _args(args)
     ratio = float(a["ratio"])
     selection_scores(torch.zeros(1, 2), a["strategy"])                                            # validates
     select_top(torch.zeros(1), ratio)
@@ -220,7 +213,7 @@ def build_data(ctx: DistillContext, args: dict) -> Objective:
 
 def build_objective(ctx: DistillContext, args: dict) -> Objective:
     """``dynamic_objective``: (1 − ĥ)-weighted logit MSE + ĥ-weighted normalised hidden-state MSE (§2c)."""
-    a = _args(OBJECTIVE_DEFAULTS, args, "dynamic_objective")
+    a = _args(args)
     objective_weights(torch.zeros(1), a["strategy"])                                              # validates
     if len(ctx.teachers) != 1 or not ctx.alignment:
         raise KdpipeError(f"dynamic_objective: needs exactly one teacher (got {ctx.teachers}) with a planned "

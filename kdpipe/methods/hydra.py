@@ -18,7 +18,7 @@ Departures from the release: the KL uses 0·log 0 = 0 (``kdpipe.methods.losses.k
 1e-8 inside the logs, and the explicit wd·½‖θ‖² term is not added: the shared training loop's AdamW
 ``weight_decay`` plays that role. The ensemble members are the student's teachers, which must all cover the full
 label set; their cached train logits are placed in the student's label order. The student must be a multi-head
-model (``model.heads`` in the student config, see ``kdpipe.multihead``) with M ≤ N heads.
+model (``model.heads`` in the student config, see ``kdpipe.models.multihead``) with M ≤ N heads.
 
 Plain Hydra (:func:`build_hydra`) is α = 1, β = 1, λ = 0, i.e. L3 only.
 """
@@ -29,14 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kdpipe.batching import model_inputs
+from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective
 from kdpipe.methods.losses import kl_divergence
-from kdpipe.multihead import MultiHeadClassifier, mean_probs_log
-from kdpipe.store import KdpipeError
+from kdpipe.models.multihead import MultiHeadClassifier, mean_probs_log
+from kdpipe.core.store import KdpipeError
 
-DEFAULTS = {"alpha": 0.9, "beta": 0.5, "temp_aggregate": 1.0, "temp_individual": 3.0, "diversity": 1e-3,
-            "diversity_ramp": None}
+# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 HYDRA_FIXED = {"alpha": 1.0, "beta": 1.0, "diversity": 0.0, "diversity_ramp": None}
 
 COSINE_EPS = 1e-8
@@ -113,10 +112,6 @@ def _members(ctx: DistillContext) -> torch.Tensor:
 
 
 def _checked_args(args: dict) -> dict:
-    unknown = sorted(set(args) - set(DEFAULTS))
-    if unknown:
-        raise KdpipeError(f"hydra_plus: unknown method_args {unknown}; known are {sorted(DEFAULTS)}")
-    args = {**DEFAULTS, **args}
     for name in ("alpha", "beta"):
         if not 0 <= float(args[name]) <= 1:
             raise KdpipeError(f"hydra_plus: {name} must lie in [0, 1], got {args[name]}")
@@ -173,8 +168,4 @@ def build(ctx: DistillContext, args: dict) -> Objective:
 def build_hydra(ctx: DistillContext, args: dict) -> Objective:
     """Plain Hydra (METHODS.md §3, "Baselines"): α = 1, β = 1, λ = 0, i.e. L3 only; only the temperatures may be
     set."""
-    fixed = sorted(set(args) & set(HYDRA_FIXED))
-    if fixed:
-        raise KdpipeError(f"hydra: {fixed} are fixed for plain Hydra (α = β = 1, λ = 0); use method hydra_plus to "
-                          "set them")
-    return build(ctx, {**args, **HYDRA_FIXED})
+    return build(ctx, {"temp_aggregate": 1.0, **args, **HYDRA_FIXED})

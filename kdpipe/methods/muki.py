@@ -28,9 +28,9 @@ import torch.nn.functional as F
 
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import soft_kl
-from kdpipe.store import KdpipeError
+from kdpipe.core.store import KdpipeError
 
-DEFAULTS = {"aggregation": "soft", "tau_s": 0.2, "temperature": 1.0, "margin": True}
+# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 AGGREGATIONS = ("hard", "soft")
 MARGIN_EPS = 1e-6
 
@@ -106,7 +106,6 @@ def _objective(ctx: DistillContext, args: dict, scores: torch.Tensor) -> Objecti
 
 def _settings(args: dict) -> dict:
     # fail on a bad aggregation before any signal is read
-    args = {**DEFAULTS, **args}
     check_aggregation(args["aggregation"])
     return args
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import kl_divergence
 
-DEFAULTS = {"temperature": 1.0}
+# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
 
 def block_renormalised_log_probs(student: torch.Tensor, block: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -38,7 +38,6 @@ def uhc_loss(student: torch.Tensor, teacher_logits: list[torch.Tensor], blocks: 
 
 
 def build(ctx: DistillContext, args: dict) -> Objective:
-    args = {**DEFAULTS, **args}
     temperature = float(args["temperature"])
     logits = [ctx.signal(t, "logits") for t in ctx.teachers]
     blocks = [ctx.block(t) for t in ctx.teachers]

@@ -9,9 +9,10 @@ from pathlib import Path
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from kdpipe.fingerprint import fingerprint
+from kdpipe.core.fingerprint import fingerprint
+from kdpipe.core.store import KdpipeError
 from kdpipe.plan import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, STUDENT, TEACHER, Plan
-from kdpipe.store import KdpipeError
+from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, signal_files, signal_spec
 
 import yaml
 
@@ -24,6 +25,7 @@ except KdpipeError as err:
     raise WorkflowError(f"config: {err}")
 
 DATASET = PLAN.dataset
+SIGNAL_NAMES = list(SIGNAL_CATALOG)
 DATA_DIR = DATA.format(dataset=DATASET)
 # The Python running Snakemake runs the stages too, so `.venv/bin/snakemake` works without activating the venv.
 # With `--software-deployment-method conda` every rule runs in envs/kdpipe.yaml instead (ENV, relative to the rule
@@ -50,7 +52,8 @@ def as_json(obj):
 
 
 def code(*modules):
-    """Fingerprint of the kdpipe modules a stage uses, so an edit to them reruns the stage (and only it)."""
+    """Fingerprint of the kdpipe modules a stage uses, so an edit to them reruns the stage (and only it): the stage's
+    module with every kdpipe module it imports, plus those it imports by name (given by the plan)."""
     return fingerprint(*modules)
 
 

@@ -4,7 +4,7 @@ rule prepare:
         data=directory(DATA_DIR),
     params:
         cfg=as_json(PLAN.prepare_params()),
-        code=code("kdpipe.data"),
+        code=code("kdpipe.stages.prepare"),
     log:
         f"{LOGS}/prepare.log",
     threads: 1

@@ -8,7 +8,7 @@ rule evaluate:
         predictions=f"{EVAL}.predictions.parquet",
     params:
         cfg=lambda wc: as_json(PLAN.eval_params(wc.model, wc.split)),
-        code=code("kdpipe.evaluate"),
+        code=lambda wc: code("kdpipe.stages.evaluate", *PLAN.model_modules(wc.model)),
     log:
         f"{LOGS}/evaluate/{{model}}.{{split}}.log",
     threads: 2
@@ -34,7 +34,7 @@ rule evaluate_ensemble:
         predictions=EVAL.replace("{model}", "{ensemble}") + ".predictions.parquet",
     params:
         cfg=lambda wc: as_json(PLAN.eval_params(wc.ensemble, wc.split)),
-        code=code("kdpipe.evaluate"),
+        code=code("kdpipe.stages.evaluate_ensemble"),
     log:
         f"{LOGS}/evaluate/{{ensemble}}.{{split}}.log",
     threads: 1
@@ -60,7 +60,7 @@ rule report:
         uncertainty=report(f"{REPORT}/uncertainty.png", caption="../report/uncertainty.rst", category="Calibration"),
     params:
         out=REPORT,
-        code=code("kdpipe.report"),
+        code=code("kdpipe.stages.report"),
     log:
         f"{LOGS}/report.log",
     threads: 1
@@ -70,4 +70,4 @@ rule report:
     conda:
         ENV
     shell:
-        "{KDPIPE} --threads {threads} report --out {params.out} {input.evals} > {log} 2>&1"
+        "{KDPIPE} report --out {params.out} --evals {input.evals} > {log} 2>&1"

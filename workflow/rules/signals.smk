@@ -1,214 +1,93 @@
-# Teacher signals on one split, each pass run as S shards (kdpipe/shards.py) and gathered into the artifact:
-# S = mc_dropout.shards / dump.shards in the config, or `--set-scatter mc=4 dump=4`. The gathered artifacts are
-# byte-identical for any S (tested), so S is not part of any job's config slice; the parts are temp files.
+# Teacher signals on one split (kdpipe/signals/catalog.py names each signal's files and pass). Each pass runs as S
+# shard jobs (one generic rule) and one gather job per signal, named after the signal: S = mc_dropout.shards or
+# dump.shards in the config, or `--set-scatter mc_dropout=S dump=S`. The gathered artifacts are byte-identical for
+# any S (tested), so S is in no job's config slice; the parts are temp files. Method-specific prototypes close
+# the file (Meta-KD).
+
+
 scattergather:
-    mc=PLAN.shards("mc_dropout"),
+    mc_dropout=PLAN.shards("mc_dropout"),
     dump=PLAN.shards("dump"),
 
 
-PART = f"{SIGNALS}/shards/{{pass_name}}.{{scatteritem}}"   # one shard's part folder (a temp output)
+PART = f"{SIGNALS}/shards/{{signal}}.{{scatteritem}}"  # one shard's part folder (a temp output)
 
 
-def parts(pass_name, scatter):
-    """The part folders of every shard of one pass; {teacher} and {split} (and a {feature} pass name) stay
-    wildcards of the gather rule."""
-    pattern = PART.replace("{pass_name}", pass_name)
-    for wildcard in ("{teacher}", "{split}", "{feature}"):
-        pattern = pattern.replace(wildcard, "{" + wildcard + "}")
-    return scatter(pattern)
+def signal_params(wildcards, signal=None):
+    """The config slice of one signal of one teacher on one split."""
+    return as_json(
+        PLAN.signal_params(wildcards.teacher, wildcards.split, signal or wildcards.signal)
+    )
 
 
-FEATURES = "hidden|attentions_mean|attentions"     # kdpipe.dump.FEATURES
-SHARD_RESOURCES = dict(mem_mb=6000, runtime=120, gpu=1)
+def signal_code(wildcards, stage, signal=None):
+    """The fingerprint of a signal stage and the pass it imports by name."""
+    return code(stage, *PLAN.signal_modules(signal or wildcards.signal))
 
 
-rule mc_dropout_shard:
-    """One shard of the offline MC-dropout pass (T dropout-on passes as one enlarged batch)."""
+def signal_outputs(signal):
+    """The files of a signal, as the catalog names them, each named by its extension (npy, parquet, json)."""
+    return {Path(file).suffix[1:]: file for file in signal_files(signal, SIGNALS)}
+
+
+def gather_parts(wildcards, signal):
+    """The part folders of every shard of a signal's pass (as many as its config section's shards)."""
+    part = PART.format(signal=signal, teacher=wildcards.teacher, split=wildcards.split, scatteritem="{scatteritem}")
+    return getattr(gather, signal_spec(signal).shards)(part)
+
+
+rule signal_shard:
+    """One shard of a teacher signal pass (logits, MC-dropout, a feature dump, Meta-KD's domain signals)."""
     input:
         teacher=TEACHER,
         data=DATA_DIR,
     output:
-        part=temp(directory(PART.replace("{pass_name}", "mc"))),
-    params:
-        cfg=lambda wc: as_json(PLAN.mc_params(wc.split)),
-        code=code("kdpipe.mc_dropout"),
-    log:
-        f"{LOGS}/mc_dropout/{{teacher}}.{{split}}.{{scatteritem}}.log",
-    threads: 2
-    resources:
-        **SHARD_RESOURCES,
-    conda:
-        ENV
-    shell:
-        "{KDPIPE} --threads {threads} mc-dropout-shard --params {params.cfg:q} --teacher {input.teacher}"
-        " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
-
-
-rule mc_dropout:
-    """MC-dropout mean probabilities and scores of one teacher on one split, gathered from its shards."""
-    input:
-        parts=parts("mc", gather.mc),
-    output:
-        mean=f"{SIGNALS}/mc.npy",
-        scores=f"{SIGNALS}/mc.parquet",
-        manifest=f"{SIGNALS}/mc.json",
-    params:
-        cfg=lambda wc: as_json(PLAN.mc_params(wc.split)),
-        code=code("kdpipe.mc_dropout"),
-    log:
-        f"{LOGS}/mc_dropout/{{teacher}}.{{split}}.log",
-    cache: True
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=30,
-    conda:
-        ENV
-    shell:
-        "{KDPIPE} gather-mc --params {params.cfg:q} --parts {input.parts} --out-npy {output.mean}"
-        " --out-parquet {output.scores} > {log} 2>&1"
-
-
-rule dump_teacher_shard:
-    """One shard of the eval-mode teacher logits pass."""
-    input:
-        teacher=TEACHER,
-        data=DATA_DIR,
-    output:
-        part=temp(directory(PART.replace("{pass_name}", "logits"))),
-    params:
-        cfg=lambda wc: as_json(PLAN.dump_params(wc.split)),
-        code=code("kdpipe.dump"),
-    log:
-        f"{LOGS}/dump_teacher/{{teacher}}.{{split}}.{{scatteritem}}.log",
-    threads: 2
-    resources:
-        **SHARD_RESOURCES,
-    conda:
-        ENV
-    shell:
-        "{KDPIPE} --threads {threads} dump-teacher-shard --params {params.cfg:q} --teacher {input.teacher}"
-        " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
-
-
-rule dump_teacher:
-    """Eval-mode teacher logits on one split, for distillation from the cache, gathered from its shards."""
-    input:
-        parts=parts("logits", gather.dump),
-    output:
-        logits=f"{SIGNALS}/logits.parquet",
-        manifest=f"{SIGNALS}/logits.json",
-    params:
-        cfg=lambda wc: as_json(PLAN.dump_params(wc.split)),
-        code=code("kdpipe.dump"),
-    log:
-        f"{LOGS}/dump_teacher/{{teacher}}.{{split}}.log",
-    cache: True
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=30,
-    conda:
-        ENV
-    shell:
-        "{KDPIPE} gather-logits --params {params.cfg:q} --parts {input.parts} --out-logits {output.logits} > {log} 2>&1"
-
-
-rule dump_feature_shard:
-    """One shard of a teacher feature dump: hidden states or attentions (all heads, or their mean), only the layers
-    the students' methods align with."""
-    input:
-        teacher=TEACHER,
-        data=DATA_DIR,
-    output:
-        part=temp(directory(PART.replace("{pass_name}", "{feature}"))),
+        part=temp(directory(PART)),
     wildcard_constraints:
-        feature=FEATURES,
+        signal=one_of(SIGNAL_NAMES),
     params:
-        cfg=lambda wc: as_json(PLAN.feature_params(wc.teacher, wc.split, wc.feature)),
-        code=code("kdpipe.dump"),
+        cfg=signal_params,
+        code=lambda wc: signal_code(wc, "kdpipe.stages.signal_shard"),
     log:
-        f"{LOGS}/dump_{{feature}}/{{teacher}}.{{split}}.{{scatteritem}}.log",
+        f"{LOGS}/{{signal}}/{{teacher}}.{{split}}.{{scatteritem}}.log",
     threads: 2
     resources:
-        **SHARD_RESOURCES,
+        mem_mb=6000,
+        runtime=120,
+        gpu=1,
     conda:
         ENV
     shell:
-        "{KDPIPE} --threads {threads} dump-feature-shard --params {params.cfg:q} --teacher {input.teacher}"
+        "{KDPIPE} --threads {threads} signal-shard --params {params.cfg:q} --teacher {input.teacher}"
         " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
 
 
-rule dump_feature:
-    """A teacher feature dump (float16 npy, memory flat in N, refused up front when the disk lacks room), gathered
-    from its shards."""
-    input:
-        parts=parts("{feature}", gather.dump),
-    output:
-        array=f"{SIGNALS}/{{feature}}.npy",
-        manifest=f"{SIGNALS}/{{feature}}.json",
-    wildcard_constraints:
-        feature=FEATURES,
-    params:
-        cfg=lambda wc: as_json(PLAN.feature_params(wc.teacher, wc.split, wc.feature)),
-        code=code("kdpipe.dump"),
-    log:
-        f"{LOGS}/dump_{{feature}}/{{teacher}}.{{split}}.log",
-    cache: True
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=30,
-    conda:
-        ENV
-    shell:
-        "{KDPIPE} gather-feature --params {params.cfg:q} --parts {input.parts} --out-npy {output.array} > {log} 2>&1"
+for _signal in SIGNAL_NAMES:
 
-
-rule dump_domain_shard:
-    """One shard of a meta-teacher's Meta-KD signals: domain representations and domain-expertise weights."""
-    input:
-        teacher=TEACHER,
-        data=DATA_DIR,
-    output:
-        part=temp(directory(PART.replace("{pass_name}", "domain"))),
-    params:
-        cfg=lambda wc: as_json(PLAN.domain_params(wc.split)),
-        code=code("kdpipe.domain_dump"),
-    log:
-        f"{LOGS}/dump_domain/{{teacher}}.{{split}}.{{scatteritem}}.log",
-    threads: 2
-    resources:
-        **SHARD_RESOURCES,
-    conda:
-        ENV
-    shell:
-        "{KDPIPE} --threads {threads} dump-domain-shard --params {params.cfg:q} --teacher {input.teacher}"
-        " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
-
-
-rule dump_domain:
-    """A meta-teacher's domain representations (float16 npy) and expertise weights (Parquet), gathered."""
-    input:
-        parts=parts("domain", gather.dump),
-    output:
-        array=f"{SIGNALS}/domain.npy",
-        table=f"{SIGNALS}/domain.parquet",
-        manifest=f"{SIGNALS}/domain.json",
-    params:
-        cfg=lambda wc: as_json(PLAN.domain_params(wc.split)),
-        code=code("kdpipe.domain_dump"),
-    log:
-        f"{LOGS}/dump_domain/{{teacher}}.{{split}}.log",
-    cache: True
-    threads: 1
-    resources:
-        mem_mb=4000,
-        runtime=30,
-    conda:
-        ENV
-    shell:
-        "{KDPIPE} gather-domain --params {params.cfg:q} --parts {input.parts} --out-npy {output.array} > {log} 2>&1"
+    rule:
+        # A signal gathered from the parts of its shards into the files the catalog names (one rule per signal,
+        # named after it: logits, mc, hidden, attentions, attentions_mean, domain).
+        name:
+            _signal
+        input:
+            parts=lambda wc, s=_signal: gather_parts(wc, s),
+        output:
+            **signal_outputs(_signal),
+        params:
+            cfg=lambda wc, s=_signal: signal_params(wc, s),
+            code=lambda wc, s=_signal: signal_code(wc, "kdpipe.stages.signal_gather", s),
+        log:
+            f"{LOGS}/{_signal}/{{teacher}}.{{split}}.log",
+        cache: True
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=30,
+        conda:
+            ENV
+        shell:
+            "{KDPIPE} signal-gather --params {params.cfg:q} --parts {input.parts} --out $(dirname {output.json:q})"
+            " > {log} 2>&1"
 
 
 rule prototypes:
@@ -220,7 +99,7 @@ rule prototypes:
         manifest=PROTOTYPES.replace(".parquet", ".json"),
     params:
         cfg=as_json(PLAN.prototype_params()),
-        code=code("kdpipe.prototypes"),
+        code=code("kdpipe.stages.prototypes"),
     log:
         f"{LOGS}/prototypes.log",
     cache: True

@@ -11,7 +11,7 @@ rule distill:
         student=one_of(PLAN.stage_students("distill")),
     params:
         cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
-        code=lambda wc: code("kdpipe.distill", PLAN.method_module(wc.student)),
+        code=lambda wc: code("kdpipe.stages.distill", *PLAN.student_modules(wc.student)),
         signals_root=SIGNALS.split("/{teacher}")[0],
     log:
         f"{LOGS}/distill/{{student}}.log",
@@ -38,7 +38,7 @@ rule cotrain:
         student=one_of(PLAN.stage_students("cotrain")),
     params:
         cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
-        code=code("kdpipe.cotrain"),
+        code=lambda wc: code("kdpipe.stages.cotrain", *PLAN.student_modules(wc.student)),
     log:
         f"{LOGS}/cotrain/{{student}}.log",
     threads: 2

@@ -7,7 +7,9 @@ rule finetune_teacher:
         model=directory(TEACHER),
     params:
         cfg=lambda wc: as_json(PLAN.teacher_params(wc.teacher)),
-        code=lambda wc: code("kdpipe.teacher", *PLAN.teacher_modules(wc.teacher)),
+        code=lambda wc: code(
+            "kdpipe.stages.finetune_teacher", *PLAN.teacher_modules(wc.teacher)
+        ),
     log:
         f"{LOGS}/finetune_teacher/{{teacher}}.log",
     cache: True

@@ -1,0 +1,73 @@
+"""Code fingerprints: a hash of the kdpipe modules a stage uses (docs/caching-and-reruns.md, "Rerun rules").
+
+Snakemake does not see edits inside an imported package. Each rule passes ``params: code=fingerprint(...)``
+computed from the stage's entry module and every kdpipe module it imports, transitively (found by reading the
+import statements with ``ast``, without importing anything), plus the modules the stage imports by name, which the
+plan names (a method's module, a signal's pass, a teacher objective, a student architecture). An edit to
+``kdpipe/signals/mc_dropout.py`` thus changes the fingerprint of the MC-dropout jobs, not that of teacher
+fine-tuning or of the logits pass.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]   # the kdpipe package
+
+
+def module_file(module: str) -> Path | None:
+    """The source file of a ``kdpipe.*`` module name, or None when it is not part of kdpipe."""
+    if module != "kdpipe" and not module.startswith("kdpipe."):
+        return None
+    if module == "kdpipe":
+        return PACKAGE_ROOT / "__init__.py"
+    rel = Path(*module.split(".")[1:])
+    for candidate in (PACKAGE_ROOT / rel.with_suffix(".py"), PACKAGE_ROOT / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    # importing kdpipe.a.b also runs kdpipe/__init__.py and kdpipe/a/__init__.py
+    parents = {".".join(name.split(".")[:i]) for name in found for i in range(1, name.count(".") + 1)}
+    return {name for name in found | parents if module_file(name)}
+
+
+@lru_cache(maxsize=None)
+def module_closure(*modules: str) -> tuple[Path, ...]:
+    """The source files of ``modules`` and of every kdpipe module they import, transitively, sorted."""
+    seen: dict[str, Path] = {}
+    todo = list(modules)
+    while todo:
+        name = todo.pop()
+        path = module_file(name)
+        if path is None or name in seen:
+            continue
+        seen[name] = path
+        todo.extend(_imports(path, name))
+    return tuple(sorted(set(seen.values())))
+
+
+def fingerprint(*modules: str) -> str:
+    """sha256 (16 hex digits) over the relative paths and contents of :func:`module_closure`."""
+    digest = hashlib.sha256()
+    for path in module_closure(*modules):
+        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]

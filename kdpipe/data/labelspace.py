@@ -1,0 +1,76 @@
+"""Class subsets of teachers and the student's label layout (METHODS.md §1, "Label-space mapping").
+
+Dataset labels are sorted. A teacher covers all of them, an explicit list, or MUKI's sorted contiguous slice
+``{slice: k, of: K}``: teacher k gets ``[k*floor(C/K), (k+1)*floor(C/K))`` and the last teacher also takes the
+remainder. A teacher's local ids follow the dataset's sorted order restricted to its classes.
+
+The student predicts over the dataset's labels in sorted order. MUKI's union layout (teacher blocks concatenated
+in teacher order) is the same set of classes; kdpipe keeps the sorted order and places each teacher's block
+through an index map, so students, teachers and evaluation share one label order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kdpipe.core.store import KdpipeError
+
+
+def muki_slice(labels: list[str], k: int, K: int) -> list[str]:
+    """Teacher k's classes in MUKI's sorted contiguous split of ``labels`` into K teachers."""
+    labels = sorted(labels)
+    if not 0 <= k < K or K > len(labels):
+        raise KdpipeError(f"classes slice {k} of {K}: need 0 <= slice < of <= number of classes ({len(labels)})")
+    width = len(labels) // K
+    end = len(labels) if k == K - 1 else (k + 1) * width
+    return labels[k * width:end]
+
+
+def resolve_classes(spec, labels: list[str], where: str) -> list[str]:
+    """The classes a teacher covers, in dataset order. ``where`` names the config key for errors."""
+    if spec is None or spec == "all":
+        return list(labels)
+    if isinstance(spec, dict):
+        return muki_slice(labels, int(spec["slice"]), int(spec["of"]))
+    unknown = [c for c in spec if c not in labels]
+    if unknown:
+        raise KdpipeError(f"{where}: class {unknown[0]!r} is not in the data; the data's labels are {labels}")
+    if len(set(spec)) != len(spec):
+        raise KdpipeError(f"{where}: a class is listed twice: {spec}")
+    return [c for c in labels if c in spec]
+
+
+def teacher_blocks(teacher_classes: dict[str, list[str]], labels: list[str], *, policy: str = "any",
+                   where: str) -> dict[str, np.ndarray]:
+    """For each teacher, the student-label index of each of its local classes.
+
+    Checks that every label is covered by some teacher and that the subsets relate as ``policy`` demands:
+    ``"disjoint"`` (no class shared), ``"disjoint_or_identical"`` (disjoint, or every teacher covers all labels),
+    ``"identical"`` (every teacher covers all labels: ensembles, teachers of different capacity) or ``"any"``.
+    """
+    position = {name: i for i, name in enumerate(labels)}
+    owners: dict[str, list[str]] = {c: [] for c in labels}
+    blocks = {}
+    for teacher, classes in teacher_classes.items():
+        missing = [c for c in classes if c not in position]
+        if missing:
+            raise KdpipeError(f"{where}: teacher '{teacher}' predicts class {missing[0]!r}, which the data lacks")
+        blocks[teacher] = np.array([position[c] for c in classes], dtype=np.int64)
+        for c in classes:
+            owners[c].append(teacher)
+    uncovered = [c for c, who in owners.items() if not who]
+    if uncovered:
+        cover = "; ".join(f"{t}: {', '.join(cs)}" for t, cs in teacher_classes.items())
+        raise KdpipeError(f"{where}: label {uncovered[0]!r} in the data is covered by no teacher ({cover})")
+    identical = all(len(cs) == len(labels) for cs in teacher_classes.values())
+    if policy == "identical" and not identical:
+        partial = next(t for t, cs in teacher_classes.items() if len(cs) != len(labels))
+        raise KdpipeError(f"{where}: teacher '{partial}' covers {len(teacher_classes[partial])} of the "
+                          f"{len(labels)} labels, but this method needs teachers that all cover the full label set")
+    if policy == "disjoint" or (policy == "disjoint_or_identical" and not identical):
+        shared = {c: who for c, who in owners.items() if len(who) > 1}
+        if shared:
+            c, who = next(iter(shared.items()))
+            raise KdpipeError(f"{where}: teachers {who} overlap on class {c!r}, but this method needs teachers "
+                              f"with {policy.replace('_', ' ')} class subsets")
+    return blocks

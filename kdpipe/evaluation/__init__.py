@@ -1,0 +1,1 @@
+"""Evaluation: metrics, calibration and uncertainty, and the files an evaluation writes."""

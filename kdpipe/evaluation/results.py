@@ -1,0 +1,50 @@
+"""What an evaluation writes: ``{split}.json`` (model info, :func:`kdpipe.evaluation.metrics.classification_metrics`
+and :func:`kdpipe.evaluation.metrics.uncertainty_summary`) and ``{split}.predictions.parquet`` (row_id, label, pred,
+correct, confidence, probs, and the per-row total / aleatoric / epistemic uncertainty)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kdpipe.core.store import atomic_path, write_json
+from kdpipe.evaluation.metrics import classification_metrics, uncertainty_split, uncertainty_summary
+
+INFO = ("model", "base", "group", "kind", "method", "seed", "split", "domain")
+
+
+def sum_or_none(values) -> float | None:
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
+
+
+def per_domain_accuracy(probs: np.ndarray, y: np.ndarray, domains: np.ndarray) -> dict:
+    """{domain: {"n": rows, "accuracy": share predicted right}} over the domains present."""
+    correct = probs.argmax(1) == y
+    return {str(d): {"n": int((domains == d).sum()), "accuracy": float(correct[domains == d].mean())}
+            for d in sorted(set(domains))}
+
+
+def write_evaluation(params: dict, member_probs: np.ndarray, y: np.ndarray, classes: list[str], row_ids: np.ndarray,
+           extra: dict, out_json: Path, out_predictions: Path, domains: np.ndarray | None = None) -> dict:
+    """Metrics of the members' mean prediction plus the uncertainty split (and the accuracy per domain, given each
+    row's domain); the JSON and the predictions table."""
+    probs = member_probs.mean(0)
+    metrics = classification_metrics(probs, y, classes, ece_bins=params["ece_bins"])
+    metrics["uncertainty"] = uncertainty_summary(member_probs)
+    if domains is not None:
+        metrics["per_domain"] = per_domain_accuracy(probs, y, domains)
+    result = {key: params.get(key) for key in INFO}
+    result.update(extra, members=int(member_probs.shape[0]), classes=classes, metrics=metrics)
+    pred = probs.argmax(1)
+    table = pd.DataFrame({"row_id": row_ids, "label": np.asarray(classes)[y], "pred": np.asarray(classes)[pred],
+                          "correct": pred == y, "confidence": probs.max(1), "probs": list(probs.astype(np.float32)),
+                          **uncertainty_split(member_probs)})
+    if domains is not None:
+        table["domain"] = domains
+    with atomic_path(out_predictions) as tmp:
+        table.to_parquet(tmp, index=False)
+    write_json(out_json, result)
+    return result

@@ -1,0 +1,130 @@
+"""The ``prototypes`` stage: Meta-KD's per-example prototype scores (METHODS.md §4, "Prototype score"; issue 6).
+
+How transferable a training example looks, from the **un-fine-tuned** backbone:
+
+- e_i: the token mean of the backbone's last hidden state over the row's real tokens, [CLS] left out. (The
+  published scripts drop [CLS] too but average over the padding of a fixed length-128 batch; kdpipe pads each batch
+  only to its longest row, so padding would make e_i depend on the batch: it is masked out.)
+- prototypes, from the train split: ``by: domain_class`` (the default) gives one per (domain k, class y),
+  c_{k,y} = mean of e_i over the rows of domain k and class y: the paper's description and the OneFlow port's;
+  ``by: domain`` gives one per domain whatever the class, as EasyNLP's code does.
+- t_i = ½·[cos(e_i, c_{d_i,y_i}) + cos(e_i, mean_{k≠d_i} c_{k,y_i})]: the cosine to the row's own domain's prototype
+  and to the mean of the other domains' prototypes (of the same class, with ``domain_class``). Where no other
+  domain has rows of the class, the second cosine is missing and t_i is the first alone (counted in the manifest).
+
+Output: ``train.parquet`` (row_id, domain, label, score; the train split's row order) and ``train.json``. The
+embeddings go through a float32 ``open_memmap`` beside the output, so memory stays flat in N.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from numpy.lib.format import open_memmap
+
+from kdpipe.data.batching import encode_frame, model_inputs
+from kdpipe.data.dataset import domain_ids, read_domains, read_labels, read_split
+from kdpipe.core.device import autocast, pick_device
+from kdpipe.methods.meta_kd.branch import token_mean
+from kdpipe.models.inference import iterate
+from kdpipe.models.loading import load_encoder, load_tokenizer
+from kdpipe.signals.io import manifest_path
+from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
+
+GROUPINGS = ("domain_class", "domain")
+
+
+def prototypes(embeddings: np.ndarray, domains: np.ndarray, classes: np.ndarray, n_domains: int, n_classes: int,
+               by: str) -> tuple[np.ndarray, np.ndarray]:
+    """(prototypes [K, C', H], row counts [K, C']): the mean embedding per (domain, class) (C' = C) or per domain
+    (``by="domain"``, C' = 1). Summed in chunks, so ``embeddings`` may be a memmap larger than memory."""
+    if by not in GROUPINGS:
+        raise KdpipeError(f"prototypes.by must be one of {GROUPINGS}, not {by!r}")
+    groups = classes if by == "domain_class" else np.zeros_like(classes)
+    width = n_classes if by == "domain_class" else 1
+    sums = np.zeros((n_domains, width, embeddings.shape[1]), dtype=np.float64)
+    counts = np.zeros((n_domains, width), dtype=np.int64)
+    for start in range(0, len(embeddings), 4096):
+        chunk = slice(start, start + 4096)
+        np.add.at(sums, (domains[chunk], groups[chunk]), np.asarray(embeddings[chunk], dtype=np.float64))
+        np.add.at(counts, (domains[chunk], groups[chunk]), 1)
+    return sums / np.maximum(counts, 1)[..., None], counts
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+    return (a * b).sum(-1) / np.maximum(norms, 1e-12)
+
+
+def prototype_scores(embeddings: np.ndarray, domains: np.ndarray, classes: np.ndarray, protos: np.ndarray,
+                     counts: np.ndarray, by: str) -> tuple[np.ndarray, np.ndarray]:
+    """(t [N], has_other [N]): t_i = ½[cos(e_i, c_own) + cos(e_i, mean of the other domains' prototypes)], or the
+    first cosine alone where no other domain has a prototype for the row's group (``has_other`` False)."""
+    groups = classes if by == "domain_class" else np.zeros_like(classes)
+    present = counts > 0                                                  # [K, C']
+    # sum and number of the prototypes of each group over all domains; a row's "others" leave its own domain out
+    total = (protos * present[..., None]).sum(0)                          # [C', H]
+    number = present.sum(0)                                               # [C']
+    scores = np.empty(len(embeddings), dtype=np.float64)
+    has_other = np.empty(len(embeddings), dtype=bool)
+    for start in range(0, len(embeddings), 4096):
+        chunk = slice(start, start + 4096)
+        e = np.asarray(embeddings[chunk], dtype=np.float64)
+        d, g = domains[chunk], groups[chunk]
+        own = protos[d, g]
+        others = number[g] - 1
+        other_mean = (total[g] - own) / np.maximum(others, 1)[:, None]
+        own_cos = _cosine(e, own)
+        scores[chunk] = np.where(others > 0, 0.5 * (own_cos + _cosine(e, other_mean)), own_cos)
+        has_other[chunk] = others > 0
+    return scores, has_other
+
+
+@torch.inference_mode()
+def _embed(params: dict, frame: pd.DataFrame, out: Path) -> np.ndarray:
+    """e_i of every row of ``frame`` into a float32 memmap at ``out``."""
+    device = pick_device()
+    model = load_encoder(params["backbone"]).to(device).eval()
+    encoded = encode_frame(load_tokenizer(params["backbone"]), frame, max_length=params["max_length"])
+    emb = open_memmap(out, mode="w+", dtype=np.float32, shape=(len(frame), model.config.hidden_size))
+    for batch in iterate(encoded, params["batch_size"], device, desc="prototype embeddings"):
+        with autocast(device):
+            hidden = model(**model_inputs(batch)).last_hidden_state
+        mask = batch["attention_mask"].clone()
+        mask[:, 0] = 0                                                    # [CLS] is left out
+        emb[batch["index"].cpu().numpy()] = token_mean(hidden.float(), mask).cpu().numpy()
+    emb.flush()
+    return emb
+
+
+def write_prototype_scores(params: dict, data_dir: Path, out_parquet: Path) -> dict:
+    """Write ``train.parquet`` (row_id, domain, label, score) and its manifest ``train.json``."""
+    by = params.get("by", "domain_class")
+    if by not in GROUPINGS:
+        raise KdpipeError(f"prototypes.by must be one of {GROUPINGS}, not {by!r}")
+    domains = read_domains(data_dir, "prototypes (Meta-KD)")
+    if len(domains) < 2:
+        raise KdpipeError(f"prototypes (Meta-KD) need at least 2 domains; the data has {domains}")
+    labels = read_labels(data_dir)
+    frame = read_split(data_dir, "train")
+    d, y = domain_ids(frame, domains), frame["label_id"].to_numpy()
+    out_parquet = Path(out_parquet)
+    out_parquet.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_parquet.parent, prefix=".embeddings-") as tmp:
+        emb = _embed(params, frame, Path(tmp) / "embeddings.npy")
+        protos, counts = prototypes(emb, d, y, len(domains), len(labels), by)
+        scores, has_other = prototype_scores(emb, d, y, protos, counts, by)
+        del emb
+    table = pd.DataFrame({"row_id": frame["row_id"].to_numpy(), "domain": frame["domain"].to_numpy(),
+                          "label": frame["label"].to_numpy(), "score": scores.astype(np.float32)})
+    with atomic_path(out_parquet) as tmp:
+        table.to_parquet(tmp, index=False)
+    manifest = make_manifest("prototypes", config=params, split="train", rows=len(frame), domains=domains,
+                             labels=labels, rows_without_other_domain=int((~has_other).sum()),
+                             score_mean=float(scores.mean()), score_std=float(scores.std()))
+    write_json(manifest_path(out_parquet), manifest)
+    return manifest

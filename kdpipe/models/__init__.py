@@ -1,0 +1,1 @@
+"""Models: backbones and their loading (shared by teachers and students), student architectures, inference."""

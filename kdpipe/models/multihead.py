@@ -1,0 +1,174 @@
+"""A multi-head (Hydra) student on a BERT-like sequence classifier (METHODS.md §3, "Idea").
+
+Hydra distils an N-member ensemble into one network: a shared core plus M heads. Here the core is the
+embeddings and the lower L − k transformer layers of a Hugging Face BERT-family sequence classifier
+(``BertForSequenceClassification``: ``bert.embeddings``, ``bert.encoder.layer``, ``bert.pooler``, ``dropout``,
+``classifier``); each head is its own copy of the top k layers, the pooler, the dropout and a classifier Linear.
+The core runs once per batch and every head runs on its output. The prediction is the mean over heads of their
+softmax probabilities (METHODS.md §3, "Metrics"), returned as its log in ``.logits`` so that code which takes
+``softmax(logits)`` gets the Hydra prediction.
+
+Saved layout (``save_pretrained``): ``config.json`` (the Hugging Face config of the full-depth base, plus
+``multihead_heads`` / ``multihead_head_layers``), ``multihead.json`` (``{"heads": M, "head_layers": k}``) and
+``model.safetensors`` (this module's state dict). :func:`load_multihead` rebuilds the base from the config and
+loads the weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoConfig, AutoModelForSequenceClassification
+from transformers.masking_utils import create_bidirectional_mask
+
+from kdpipe.core.store import KdpipeError
+
+MULTIHEAD_FILE = "multihead.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass
+class MultiHeadOutput:
+    """``logits`` [B, C]: log of the heads' mean probability; ``head_logits`` [M, B, C]: each head's raw logits."""
+
+    logits: torch.Tensor
+    head_logits: torch.Tensor
+
+
+class Head(nn.Module):
+    """One Hydra head: the top transformer layers, the pooler (first token), dropout and a classifier Linear."""
+
+    def __init__(self, layers: nn.ModuleList, pooler: nn.Module, dropout: nn.Module, classifier: nn.Linear):
+        super().__init__()
+        self.layers = layers
+        self.pooler = pooler
+        self.dropout = dropout
+        self.classifier = classifier
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        for layer in self.layers:
+            hidden = layer(hidden, mask)
+        return self.classifier(self.dropout(self.pooler(hidden)))
+
+
+class MultiHeadClassifier(nn.Module):
+    """Shared core (embeddings + lower layers) and M heads (METHODS.md §3). Build it with :func:`make_multihead`.
+
+    The heads' copied top layers and poolers start identical (copies of the base's); only their classifiers
+    differ at the start (see :func:`make_multihead`). Since the diversity term's gradient vanishes where all heads
+    are equal, the heads first drift apart through their classifiers, dropout and the individuality loss.
+    """
+
+    def __init__(self, config, embeddings: nn.Module, core: nn.ModuleList, heads: list[Head]):
+        super().__init__()
+        self.config = config
+        self.embeddings = embeddings
+        self.core = core
+        self.heads = nn.ModuleList(heads)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, **ignored) -> MultiHeadOutput:
+        """Other keyword arguments (e.g. ``labels``) are ignored: the losses live in the method."""
+        hidden = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        # the mask BertModel builds: additive float for eager attention, boolean or None (no padding) for sdpa
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
+        for layer in self.core:
+            hidden = layer(hidden, mask)
+        head_logits = torch.stack([head(hidden, mask) for head in self.heads])
+        return MultiHeadOutput(logits=mean_probs_log(head_logits), head_logits=head_logits)
+
+    def head_linears(self) -> list[list[nn.Linear]]:
+        """For each head, all its Linear modules (layers, pooler, classifier) in the same order."""
+        return [[m for m in head.modules() if isinstance(m, nn.Linear)] for head in self.heads]
+
+    def save_pretrained(self, out_dir: str | Path, safe_serialization: bool = True) -> None:
+        """Write ``config.json``, ``multihead.json`` and ``model.safetensors`` into ``out_dir``."""
+        if not safe_serialization:
+            raise KdpipeError("multi-head models are saved as safetensors only")
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.config.save_pretrained(out)
+        (out / MULTIHEAD_FILE).write_text(json.dumps({"heads": len(self.heads),
+                                                      "head_layers": len(self.heads[0].layers)}))
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out / WEIGHTS_FILE))
+
+
+def mean_probs_log(head_logits: torch.Tensor) -> torch.Tensor:
+    """log((1/M) Σ_m softmax(s_m)) over the head axis 0, in float32. Shape [B, C]."""
+    return torch.logsumexp(F.log_softmax(head_logits.float(), -1), 0) - math.log(head_logits.shape[0])
+
+
+def _parts(model: nn.Module) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Module, nn.Linear]:
+    """Embeddings, layer list, pooler, dropout and classifier of a BERT-family classifier, or a KdpipeError."""
+    try:
+        base = model.base_model
+        parts = (base.embeddings, base.encoder.layer, base.pooler, model.dropout, model.classifier)
+    except AttributeError:
+        parts = (None,) * 5
+    if any(part is None for part in parts) or not isinstance(parts[4], nn.Linear):
+        raise KdpipeError(f"a multi-head student needs a BERT-like sequence classifier (embeddings, "
+                          f"encoder.layer, pooler, dropout, Linear classifier); got {type(model).__name__}")
+    return parts
+
+
+def _reinit_linear(linear: nn.Linear, std: float, seed: int, head: int) -> None:
+    """BERT's Linear init (normal(0, std) weight, zero bias) from a generator seeded by (seed, head)."""
+    state = int(np.random.SeedSequence([seed, head]).generate_state(1)[0])
+    generator = torch.Generator().manual_seed(state)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * std)
+        linear.bias.zero_()
+
+
+def make_multihead(model: nn.Module, heads: int, head_layers: int, seed: int) -> MultiHeadClassifier:
+    """A Hydra student from a BERT-like classifier with L layers: core = embeddings + layers 0..L−k−1, M heads.
+
+    The wrapper takes over ``model``'s modules (do not use ``model`` afterwards). Every head gets deep copies of
+    the top ``head_layers`` layers, the pooler and the dropout, so these start identical across heads. Head 0
+    keeps the base's classifier (so one head reproduces the base model exactly); head m ≥ 1 gets a copy
+    re-initialised with BERT's init from a generator seeded by (``seed``, m). The core keeps at least one
+    transformer layer: ``head_layers`` must lie in 1..L−1.
+    """
+    embeddings, layers, pooler, dropout, classifier = _parts(model)
+    n = len(layers)
+    if heads < 1:
+        raise KdpipeError(f"model.heads.count must be at least 1, got {heads}")
+    if not 1 <= head_layers < n:
+        raise KdpipeError(f"model.heads.layers must lie in 1..{n - 1} for a {n}-layer model (the shared core "
+                          f"keeps at least one layer), got {head_layers}")
+    config = model.config
+    keep = {id(config): config}   # the copies share the config object (attention implementation) with the core
+    std = getattr(config, "initializer_range", 0.02)
+    top = nn.ModuleList(layers[n - head_layers:])
+    made = []
+    for m in range(heads):
+        head = Head(copy.deepcopy(top, dict(keep)), copy.deepcopy(pooler, dict(keep)), copy.deepcopy(dropout),
+                    copy.deepcopy(classifier))
+        if m:
+            _reinit_linear(head.classifier, std, seed, m)
+        made.append(head)
+    config.multihead_heads, config.multihead_head_layers = heads, head_layers
+    return MultiHeadClassifier(config, embeddings, nn.ModuleList(layers[:n - head_layers]), made)
+
+
+def load_multihead(model_dir: str | Path, *, attn: str | None = None) -> MultiHeadClassifier:
+    """A multi-head model written by :meth:`MultiHeadClassifier.save_pretrained`, in eval mode like
+    ``from_pretrained`` (``attn``: attention implementation, e.g. ``"eager"`` or ``"sdpa"``; the Transformers
+    default when None)."""
+    model_dir = Path(model_dir)
+    spec = json.loads((model_dir / MULTIHEAD_FILE).read_text())
+    config = AutoConfig.from_pretrained(str(model_dir))
+    kwargs = {"attn_implementation": attn} if attn else {}
+    base = AutoModelForSequenceClassification.from_config(config, **kwargs)
+    model = make_multihead(base, int(spec["heads"]), int(spec["head_layers"]), seed=0)
+    model.load_state_dict(load_file(str(model_dir / WEIGHTS_FILE)))
+    return model.eval()

@@ -1,0 +1,61 @@
+"""Students: a smaller transformer, a layer subset of a backbone, a BiLSTM, each optionally with several heads.
+
+The architecture modules (:mod:`kdpipe.models.bilstm`, :mod:`kdpipe.models.multihead`) are imported by name, and
+the plan adds them to the code fingerprint of exactly the students that use them
+(:func:`kdpipe.models.backbones.architecture_modules`).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch import nn
+from transformers import AutoModelForSequenceClassification, BertConfig
+
+from kdpipe.models.loading import keep_layers, label_maps, load_classifier, load_tokenizer
+
+
+def build_student(spec: dict, labels: list[str], *, seed: int, pairs: bool = False,
+                  attn: str | None = None) -> tuple[nn.Module, object]:
+    """The student model and its tokenizer.
+
+    ``spec`` is either ``{"init": {"from": BACKBONE, "layers": [0, 5]}}`` (layer-subset init; all layers when
+    ``layers`` is omitted) or ``{"config": {"tokenizer": BACKBONE, "hidden_size": .., "num_layers": ..,
+    "num_heads": .., "intermediate_size": ..}}`` (a smaller BERT from scratch) or ``{"type": "bilstm",
+    "tokenizer": BACKBONE, ...sizes}`` (ProKT's BiLSTM from scratch, ``kdpipe.models.bilstm``; ``pairs``: the data has
+    sentence pairs). With ``"heads": {"count": M, "layers": k}`` (k defaults to 1) a transformer becomes a
+    multi-head (Hydra) student whose M heads each own a copy of its top k layers (``kdpipe.models.multihead``, docs/methods.md
+    §3). ``attn``: the attention implementation of a transformer student (``"eager"`` where a loss reads its
+    attention maps, which SDPA does not return).
+    """
+    if spec.get("type") == "bilstm":
+        tokenizer = load_tokenizer(spec.get("tokenizer", "builtin:minilm-l6"))
+        bilstm = importlib.import_module("kdpipe.models.bilstm")
+        return bilstm.make_bilstm(spec, tokenizer, labels, pairs=pairs, seed=seed), tokenizer
+    model, tokenizer = _single_student(spec, labels, seed=seed, attn=attn)
+    heads = spec.get("heads")
+    if heads:
+        multihead = importlib.import_module("kdpipe.models.multihead")
+        model = multihead.make_multihead(model, int(heads["count"]), int(heads.get("layers", 1)), seed=seed)
+    return model, tokenizer
+
+
+def _single_student(spec: dict, labels: list[str], *, seed: int, attn: str | None = None) -> tuple[nn.Module, object]:
+    """The one-head student of ``spec`` (see :func:`build_student`)."""
+    if spec.get("init"):
+        init = spec["init"]
+        model = load_classifier(init["from"], labels, seed=seed, attn=attn)
+        if init.get("layers") is not None:
+            keep_layers(model, list(init["layers"]))
+        return model, load_tokenizer(init["from"])
+    cfg = spec.get("config") or {}
+    tokenizer = load_tokenizer(cfg.get("tokenizer", "builtin:minilm-l6"))
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg.get("hidden_size", 128),
+        num_hidden_layers=cfg.get("num_layers", 2), num_attention_heads=cfg.get("num_heads", 2),
+        intermediate_size=cfg.get("intermediate_size", 512), max_position_embeddings=512, **label_maps(labels),
+    )
+    kwargs = {"attn_implementation": attn} if attn else {}
+    return AutoModelForSequenceClassification.from_config(config, **kwargs), tokenizer

@@ -1,0 +1,174 @@
+"""The experiment plan: from a validated config to jobs, their config slices and the artifact paths.
+
+Imported by the workflow (``workflow/rules/common.smk``) when Snakemake builds the DAG, so it stays free of torch
+and transformers. By concern: :mod:`~kdpipe.plan.paths` (where artifacts live), :mod:`~kdpipe.plan.entries`
+(config entries to jobs), :mod:`~kdpipe.plan.checks` (what the schema cannot check), :mod:`~kdpipe.plan.layers`
+(layer alignment), :mod:`~kdpipe.plan.slices` (each job's config slice and code modules).
+"""
+
+from __future__ import annotations
+
+import re
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.methods.registry import TEACHER_OBJECTIVES, complete_args, get_method
+from kdpipe.plan.checks import Checks
+from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
+from kdpipe.plan.layers import Layers
+from kdpipe.plan.paths import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, STUDENT, TEACHER
+from kdpipe.plan.slices import Slices
+from kdpipe.signals.catalog import signal_files
+
+__all__ = ["COTRAINED", "DATA", "EVAL", "LOGS", "PROTOTYPES", "REPORT", "SIGNALS", "STUDENT", "TEACHER", "Plan",
+           "Student"]
+
+
+class Plan(Checks, Layers, Slices):
+    def __init__(self, config: dict, schema: dict | None = None):
+        """``config`` with its defaults filled in; ``schema`` (the config schema) validates merged entries."""
+        self.config = config
+        self.schema = schema
+        self.dataset = config["dataset"]["name"]
+        self.teachers: dict[str, dict] = {}
+        self.ensembles: dict[str, list[str]] = {}     # ensemble name -> member teacher names
+        self.teacher_entries = list(config.get("teachers") or {})   # names as written (ensembles unexpanded)
+        for name, spec in (config.get("teachers") or {}).items():
+            merged = {**config.get("teacher_defaults", {}), **(spec or {})}
+            _complete_objective_args(merged, f"teachers.{name}")
+            ensemble = merged.pop("ensemble", None)
+            if not ensemble:
+                self.teachers[name] = merged
+                continue
+            seeds = ensemble_seeds(ensemble, f"teachers.{name}.ensemble")
+            self.ensembles[name] = [f"{name}.seed{seed}" for seed in seeds]
+            for member, seed in zip(self.ensembles[name], seeds):
+                self.teachers[member] = {**merged, "seed": seed}
+        if not self.teachers:
+            raise KdpipeError("config: 'teachers' is empty; name at least one teacher")
+        self.students: dict[str, Student] = {}
+        self._domains: list[str] | None = None
+        for entry, spec in (config.get("students") or {}).items():
+            merged = {**config.get("student_defaults", {}), **(spec or {})}
+            seeds = merged.pop("seeds", None) or [merged.get("seed", 0)]
+            for base, domain in self._per_domain(entry, merged):
+                for seed in seeds:
+                    name = base if len(seeds) == 1 else f"{base}.seed{seed}"
+                    self.students[name] = Student(name, base, int(seed), {**merged, **domain, "seed": int(seed)},
+                                                  entry)
+        # A two-stage method (Meta-KD) runs its first stage as a job of its own, "<student>.stage1", not evaluated
+        self.first_stages: dict[str, str] = {}
+        for name, student in list(self.students.items()):
+            first_stage = get_method(student.config.get("method", "")).first_stage
+            if first_stage:
+                first, second = split_stages(student, first_stage)
+                self.students[first.name], self.students[name] = first, second
+                self.first_stages[first.name] = name
+        # ProKT students train a teacher of their own; it is evaluated as the model "<student>.teacher"
+        self.cotrained = {f"{name}.teacher": name for name, s in self.students.items()
+                          if get_method(s.config.get("method", "")).stage == "cotrain"}
+        self._check()
+        # method_args: checked against the method's declaration and completed with its defaults
+        for name, student in self.students.items():
+            where = f"students.{student.entry}.method_args" + (".stage1" if name in self.first_stages else "")
+            method = get_method(student.config.get("method", ""))
+            declared = tuple(arg for arg in method.args if not (method.first_stage and arg.name == "stage1"))
+            student.config["method_args"] = complete_args(declared, student.config.get("method_args"), where)
+
+    def _per_domain(self, entry: str, merged: dict) -> list[tuple[str, dict]]:
+        """(base name, domain key) of each student an entry stands for: itself, or with ``per_domain: true`` one
+        student ``<entry>.<domain>`` per domain of the data (``merged`` loses the key)."""
+        if not merged.pop("per_domain", False):
+            return [(entry, {})]
+        if merged.get("domain"):
+            raise KdpipeError(f"students.{entry}: set domain or per_domain, not both")
+        tags: dict[str, str] = {}
+        for domain in self.data_domains(f"students.{entry}.per_domain"):
+            tag = re.sub(r"[^A-Za-z0-9_-]", "_", domain)
+            if tag in tags:
+                raise KdpipeError(f"students.{entry}.per_domain: domains {tags[tag]!r} and {domain!r} give the same "
+                                  f"job name {entry}.{tag}; rename one")
+            tags[tag] = domain
+        return [(f"{entry}.{tag}", {"domain": domain}) for tag, domain in tags.items()]
+
+    def data_domains(self, where: str) -> list[str]:
+        """The domains of the dataset, read from its source file(s) when the DAG is built (only for per_domain)."""
+        if self._domains is None:
+            from kdpipe.data.prepare import source_domains
+            self._domains = source_domains(self.config["dataset"], where)
+        return self._domains
+
+    # ---- lookups
+    def student_teachers(self, student: str) -> list[str]:
+        """The teachers a student learns from; an ensemble's name stands for all its members."""
+        config = self.students[student].config
+        if get_method(config.get("method", "")).stage == "cotrain":
+            return []
+        named = config.get("teachers") or list(self.teachers)
+        return [member for name in named for member in self.ensembles.get(name, [name])]
+
+    def models(self) -> list[str]:
+        """Everything evaluated: teachers, ensembles (their members' mean prediction) and students (not the first
+        stage of a two-stage student: it trains no classifier)."""
+        students = [name for name in self.students if name not in self.first_stages]
+        return [*self.teachers, *self.ensembles, *students, *self.cotrained]
+
+    def stage_students(self, stage: str) -> list[str]:
+        """The students trained by rule ``stage`` (``distill`` or ``cotrain``)."""
+        return [name for name, s in self.students.items() if get_method(s.config["method"]).stage == stage]
+
+    def model_dir(self, model: str) -> str:
+        if model in self.teachers:
+            return TEACHER.format(teacher=model)
+        if model in self.cotrained:
+            return COTRAINED.format(student=self.cotrained[model])
+        return STUDENT.format(student=model)
+
+    def student_signals(self, student: str) -> list[str]:
+        """The signals a student reads from the cache (an attention dump as the plan chooses it)."""
+        signals = get_method(self.students[student].config["method"]).signals
+        return [self.attention_feature(student) if s == "attentions" else s for s in signals]
+
+    def signal_files(self, student: str) -> list[str]:
+        """The cached signal files a student's method reads (train split), for each of its teachers."""
+        return [path for teacher in self.student_teachers(student) for signal in self.student_signals(student)
+                for path in signal_files(signal, SIGNALS.format(teacher=teacher, split="train"))]
+
+    def prototype_files(self, student: str) -> list[str]:
+        """Meta-KD's prototype scores, for a student whose method reads them."""
+        return [PROTOTYPES] if get_method(self.students[student].config["method"]).prototypes else []
+
+    def init_dirs(self, student: str) -> list[str]:
+        """The first stage's output, which the second stage of a two-stage student starts from."""
+        return [STUDENT.format(student=first) for first, second in self.first_stages.items() if second == student]
+
+    def teacher_prototype_files(self, teacher: str) -> list[str]:
+        """The prototype scores a meta-teacher weights its examples by (none for a plain teacher)."""
+        spec = self.teachers[teacher]
+        weighted = (spec.get("objective_args") or {}).get("sample_weights", True)
+        return [PROTOTYPES] if spec.get("objective", "ce") == "meta" and weighted else []
+
+    def _reads(self, student: str, signal: str) -> bool:
+        return signal in get_method(self.students[student].config["method"]).signals
+
+    def mc_splits(self) -> list[str]:
+        return list(self.config["mc_dropout"].get("splits") or [])
+
+    def eval_splits(self) -> list[str]:
+        return list(self.config["evaluate"]["splits"])
+
+    def targets(self) -> list[str]:
+        """What ``rule all`` asks for: every evaluation, the report, and the configured MC-dropout signals."""
+        out = [f"{REPORT}/summary.md"]
+        for model in self.models():
+            out += [f"{EVAL.format(model=model, split=split)}.json" for split in self.eval_splits()]
+        for teacher in self.teachers:
+            for split in self.mc_splits():
+                out += signal_files("mc", SIGNALS.format(teacher=teacher, split=split))[:1]
+        return out
+
+
+def _complete_objective_args(merged: dict, where: str) -> None:
+    """A teacher objective's arguments checked and completed with their declared defaults (in place)."""
+    objective = TEACHER_OBJECTIVES.get(merged.get("objective", "ce"))
+    if objective:
+        merged["objective_args"] = complete_args(objective.args, merged.get("objective_args"), f"{where}.objective_args")

@@ -1,0 +1,86 @@
+"""Checks of a plan that need more than the schema: names, teachers of each student, heads, stages, class overlap."""
+
+from __future__ import annotations
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.methods.registry import get_method
+from kdpipe.plan.entries import NAME, Student, validate_entry
+
+
+class Checks:
+    """Mixed into :class:`kdpipe.plan.Plan`: run once when the plan is built, before any job."""
+
+    def _check(self) -> None:
+        if self.schema is not None:
+            for kind, entries in (("teacher", self.teachers), ("student", self.students)):
+                for name, entry in entries.items():
+                    merged = entry.config if kind == "student" else entry
+                    validate_entry(merged, self.schema["properties"][f"{kind}_defaults"], f"{kind}s.{name}")
+        bases = (set(self.teacher_entries), {s.entry for s in self.students.values()})
+        for kind, names in zip(("teachers", "students"), bases):
+            for name in names:
+                if not NAME.match(name):
+                    raise KdpipeError(f"config: {kind} name {name!r} may use only letters, digits, '_' and '-'")
+        clash = bases[0] & bases[1]
+        if clash:
+            raise KdpipeError(f"config: {sorted(clash)[0]!r} names both a teacher and a student; names must differ")
+        for student in self.students.values():
+            where = f"students.{student.entry}"
+            method = get_method(student.config.get("method", ""))
+            for teacher in self.student_teachers(student.name):
+                if teacher not in self.teachers:
+                    raise KdpipeError(f"{where}.teachers: unknown teacher {teacher!r}; teachers are "
+                                      f"{sorted(self.teachers)}")
+            self._check_explicit_overlap(student, method.teacher_classes, where)
+            self._check_heads(student, method, where)
+            self._check_stage(student, method, where)
+
+    def _check_stage(self, student: Student, method, where: str) -> None:
+        if method.internal and student.name not in self.first_stages:
+            raise KdpipeError(f"{where}.method: {method.name!r} is the first stage of another method, run by the "
+                              "plan (e.g. meta_kd); name that method instead")
+        if method.teacher_objective:
+            for teacher in self.student_teachers(student.name):
+                objective = self.teachers[teacher].get("objective", "ce")
+                if objective != method.teacher_objective:
+                    raise KdpipeError(f"{where}: method {student.config['method']!r} distils teachers trained with "
+                                      f"objective: {method.teacher_objective}; teacher {teacher!r} has objective: "
+                                      f"{objective}")
+        if "attentions" in method.signals:
+            self.attention_feature(student.name)                       # checks attention_heads
+        if method.stage == "cotrain" and student.config.get("teachers"):
+            raise KdpipeError(f"{where}.teachers: method {method.name!r} trains its own teacher from "
+                              "method_args.backbone; remove `teachers`")
+        if student.config["model"].get("type") == "bilstm":
+            if "hidden" in method.signals or method.multihead:
+                raise KdpipeError(f"{where}.model: a BiLSTM student has no transformer layers or heads; method "
+                                  f"{method.name!r} needs them (use a logit-level method: vanilla_kd, uhc, muki, "
+                                  "dynamic_data, dynamic_teacher, prokt)")
+
+    def _check_heads(self, student: Student, method, where: str) -> None:
+        heads = student.config["model"].get("heads")
+        if method.multihead and not heads:
+            raise KdpipeError(f"{where}: method {method.name!r} trains a multi-head student; set model.heads, "
+                              "e.g. {count: 4, layers: 1}")
+        if heads and not method.multihead:
+            raise KdpipeError(f"{where}.model.heads: method {method.name!r} trains a single-head student")
+        members = len(self.student_teachers(student.name))
+        if heads and int(heads.get("count", 0)) > members:
+            raise KdpipeError(f"{where}.model.heads.count: {heads.get('count')} heads for {members} teachers; "
+                              "Hydra needs at most one head per ensemble member (M <= N)")
+
+    def _check_explicit_overlap(self, student: Student, policy: str, where: str) -> None:
+        """Overlap of explicitly listed classes is visible before any data is read; catch it at once."""
+        if policy in ("any", "identical"):
+            return
+        owner: dict[str, str] = {}
+        for teacher in self.student_teachers(student.name):
+            classes = self.teachers[teacher].get("classes")
+            if not isinstance(classes, list):
+                continue
+            for c in classes:
+                if c in owner:
+                    raise KdpipeError(f"{where}: teachers {owner[c]!r} and {teacher!r} both cover class {c!r}, but "
+                                      f"method {student.config['method']!r} needs {policy.replace('_', ' ')} "
+                                      "class subsets")
+                owner[c] = teacher

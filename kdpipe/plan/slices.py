@@ -1,0 +1,98 @@
+"""Each job's config slice: exactly the part of the config its output depends on (docs/caching-and-reruns.md).
+
+Plain JSON-able values, never the whole config: the slice is the job's ``params.cfg``, compared by Snakemake's
+params trigger and hashed by the between-workflow output cache.
+"""
+
+from __future__ import annotations
+
+from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
+from kdpipe.models.backbones import architecture_modules
+from kdpipe.plan.entries import LATER_KEYS, without
+from kdpipe.signals.catalog import FEATURES, signal_spec
+
+
+class Slices:
+    """Mixed into :class:`kdpipe.plan.Plan`."""
+
+    def prepare_params(self) -> dict:
+        return dict(self.config["dataset"])
+
+    def teacher_params(self, teacher: str) -> dict:
+        """The teacher's settings, plus the module of its objective when it is not plain cross-entropy (imported by
+        name by the stage). Keys at their "as before" value (:data:`LATER_KEYS`) are left out, so adding such a
+        key to kdpipe does not change the slice of teachers that do not use it."""
+        spec = self.teachers[teacher]
+        params = {k: v for k, v in spec.items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
+        objective = TEACHER_OBJECTIVES.get(spec.get("objective", "ce"))
+        if objective:
+            params["objective_module"] = objective.module
+        return params
+
+    def prototype_params(self) -> dict:
+        return dict(self.config["prototypes"])
+
+    def shards(self, section: str) -> int:
+        """S, the shard jobs a signal pass runs as (config section ``mc_dropout`` or ``dump``); not part of any slice:
+        the gathered artifacts are the same bytes for any S."""
+        return int(self.config[section].get("shards", 1))
+
+    def signal_params(self, teacher: str, split: str, signal: str) -> dict:
+        """The slice of one teacher signal on one split: its pass's settings (the config section that also sets its
+        shards), plus for a feature dump the layers the students need."""
+        section = signal_spec(signal).shards
+        params = {**without(self.config[section], "splits", "shards"), "signal": signal, "split": split}
+        if signal in FEATURES:
+            params["layers"] = self.feature_layers(teacher, signal)
+        return params
+
+    def student_params(self, student: str) -> dict:
+        """The student's settings with its complete method_args, its teachers, what the registry says of its method
+        (so the distill stage need not import the registry), and the layer alignment a feature method needs."""
+        method = get_method(self.students[student].config["method"])
+        params = {**self.students[student].config, "teachers": self.student_teachers(student),
+                  "method_spec": method.job_spec()}
+        alignment = self.alignment(student)
+        if alignment:
+            params["alignment"] = alignment
+        if self._reads(student, "attentions"):
+            params["attention_feature"] = self.attention_feature(student)
+        return params
+
+    def eval_params(self, model: str, split: str) -> dict:
+        student = self.students.get(model)
+        if model in self.cotrained:
+            student = self.students[self.cotrained[model]]
+            return {"model": model, "base": f"{student.base}.teacher", "kind": "teacher", "method": "prokt",
+                    "seed": student.seed, "split": split, **without(self.config["evaluate"], "splits")}
+        if model in self.ensembles:
+            return {"model": model, "base": model, "kind": "ensemble", "method": None, "seed": None,
+                    "members": self.ensembles[model], "split": split, **without(self.config["evaluate"], "splits")}
+        domain = (student.config if student else self.teachers[model]).get("domain")
+        group = {"group": student.entry} if student and student.base != student.entry else {}
+        return {"model": model, "base": student.base if student else model, **group,
+                "kind": "student" if student else "teacher",
+                "method": student.config["method"] if student else None,
+                "seed": student.seed if student else self.teachers[model].get("seed"),
+                "split": split, **without(self.config["evaluate"], "splits"),
+                **({"domain": domain} if domain else {})}
+
+    # ---- the kdpipe modules a job imports by name, added to its code fingerprint (docs/caching-and-reruns.md)
+    def teacher_modules(self, teacher: str) -> list[str]:
+        """The module of a teacher's objective, when it has one besides cross-entropy."""
+        objective = TEACHER_OBJECTIVES.get(self.teachers[teacher].get("objective", "ce"))
+        return [objective.module] if objective else []
+
+    def signal_modules(self, signal: str) -> list[str]:
+        """The pass that computes a signal."""
+        return [signal_spec(signal).module]
+
+    def student_modules(self, student: str) -> list[str]:
+        """A student's method module and its architecture's (BiLSTM, multi-head) modules."""
+        config = self.students[student].config
+        return [get_method(config["method"]).module, *architecture_modules(config["model"])]
+
+    def model_modules(self, model: str) -> list[str]:
+        """What loading a trained model imports by name: a student's architecture modules (none for a teacher)."""
+        student = self.students.get(model)
+        return architecture_modules(student.config["model"]) if student else []

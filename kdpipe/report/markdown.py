@@ -1,0 +1,127 @@
+"""``summary.md``: the report's tables as Markdown (results, uncertainty when present, accuracy per domain)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kdpipe.report.summary import UNCERTAINTY_COLUMNS
+
+
+MARKDOWN_HEADER = (
+    "model", "kind", "method", "classes", "seeds", "params",
+    "accuracy (%)", "macro-F1 (%)", "NLL", "ECE", "Brier", "train time",
+)  # fmt: skip
+# Optional column groups: shown only when some model has the fields, so older evaluations keep a narrow table.
+UNCERTAINTY_HEADER = ("members", "entropy", "aleatoric", "epistemic", "TV total", "TV aleatoric", "TV epistemic")
+INFERENCE_HEADER = ("inference time",)
+MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method", "trained on"}
+
+
+def summary_markdown(summary: pd.DataFrame) -> str:
+    """The summary as Markdown: a table per split, mean ± sample std over seeds, rounded for reading."""
+    parts = [
+        "# Model comparison\n",
+        "One row per model; with several seeds, mean ± sample standard deviation over seeds. "
+        "Teachers trained on a subset of the classes are evaluated on their own classes only (column *classes*), "
+        "so their scores are not directly comparable with full-label-space models.\n",
+    ]
+    uncertainty = bool(summary["entropy"].notna().any())
+    inference = bool(summary["inference_time_s"].notna().any())
+    if uncertainty:
+        parts.append(
+            "Entropy, aleatoric and epistemic: mean per-example uncertainty (nats) over the model's members or heads. "
+            "TV: total variation distance between the model's histogram of that uncertainty and its reference "
+            "ensemble's (0 = same distribution, 1 = disjoint).\n"
+        )
+    header = (*MARKDOWN_HEADER, *(UNCERTAINTY_HEADER if uncertainty else ()), *(INFERENCE_HEADER if inference else ()))
+    for split, table in summary.groupby("split", sort=False):
+        rows = [_markdown_row(row, uncertainty, inference) for row in table.itertuples(index=False)]
+        parts.append(f"## {split} split\n\n{_markdown_table(header, rows)}\n")
+        if table["per_domain"].notna().any():
+            parts.append(_domain_markdown(split, table))
+    return "\n".join(parts)
+
+
+def _domain_markdown(split: str, table: pd.DataFrame) -> str:
+    """Accuracy on each domain's rows (METHODS.md §4): models of all domains beside the per-domain students, the
+    students of one ``per_domain`` entry (its ``group``) on one row, each in its own domain's column."""
+    table = table[table["per_domain"].notna()]
+    domains = sorted(set().union(*table["per_domain"]))
+    rows = {}
+    for row in table.itertuples(index=False):
+        name = row.model if pd.isna(row.group) else row.group
+        trained = "each domain" if not pd.isna(row.group) else "all domains" if pd.isna(row.domain) else row.domain
+        cells = rows.setdefault((name, row.kind, text(row.method)),
+                                {"trained": trained, "seeds": row.seeds, "accuracy": {}})
+        cells["accuracy"].update(row.per_domain)
+    header = ("model", "kind", "method", "trained on", "seeds", *domains, "mean over domains")
+    lines = []
+    for (name, kind, method), cells in rows.items():
+        accuracy = cells["accuracy"]
+        mean = np.mean([accuracy[d][0] for d in domains]) if set(domains) <= set(accuracy) else np.nan
+        lines.append([name, kind, method, cells["trained"], str(cells["seeds"]),
+                      *(format_mean_std(*accuracy[d], 1, scale=100) if d in accuracy else "" for d in domains),
+                      format_mean_std(mean, np.nan, 1, scale=100)])
+    return (f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain (mean ± std over "
+            "seeds); a per-domain student is evaluated on its own domain only. The last column is the unweighted "
+            f"mean of the domains' accuracies.\n\n{_markdown_table(header, lines)}\n")
+
+
+def _markdown_row(row, uncertainty: bool, inference: bool) -> list[str]:
+    """The cells of one model, with the optional column groups that the table shows."""
+    cells = [
+        str(row.model), str(row.kind), text(row.method), row.classes,
+        str(row.seeds), _format_params(row.params),
+        format_mean_std(row.accuracy, row.accuracy_std, 1, scale=100),
+        format_mean_std(row.macro_f1, row.macro_f1_std, 1, scale=100),
+        format_mean_std(row.nll, row.nll_std, 3),
+        format_mean_std(row.ece, row.ece_std, 3),
+        format_mean_std(row.brier, row.brier_std, 3),
+        _format_duration(row.train_time_s, row.train_time_s_std),
+    ]  # fmt: skip
+    if uncertainty:
+        cells.append(text(row.members))
+        cells += [format_mean_std(getattr(row, c), getattr(row, f"{c}_std"), 3) for c in UNCERTAINTY_COLUMNS]
+    if inference:
+        cells.append(_format_duration(row.inference_time_s, row.inference_time_s_std))
+    return cells
+
+
+def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
+    align = ["---" if name in MARKDOWN_LEFT_ALIGNED else "---:" for name in header]
+    lines = [header, align, *rows]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+def text(value) -> str:
+    """A table cell for a value that may be missing (a teacher's method is null)."""
+    return "—" if pd.isna(value) else str(value)
+
+
+def format_mean_std(mean: float, std: float, digits: int, scale: float = 1.0, unit: str = "") -> str:
+    if pd.isna(mean):
+        return "—"
+    text = f"{mean * scale:.{digits}f}"
+    if not pd.isna(std):
+        text += f" ± {std * scale:.{digits}f}"
+    return text + unit
+
+
+def _format_duration(seconds: float, std: float) -> str:
+    """Seconds below 100 s, minutes below 100 min, hours beyond; the std in the mean's unit."""
+    if pd.isna(seconds):
+        return "—"
+    scale, unit = (1, " s") if seconds < 100 else (1 / 60, " min") if seconds < 6000 else (1 / 3600, " h")
+    return format_mean_std(seconds, std, 1, scale=scale, unit=unit)
+
+
+def _format_params(params: float) -> str:
+    if pd.isna(params):
+        return "—"
+    for scale, suffix in ((1e9, "B"), (1e6, "M")):
+        if params >= scale:
+            return f"{params / scale:.1f}{suffix}"
+    return f"{params / 1e3:.0f}K"

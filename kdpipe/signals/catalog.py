@@ -1,0 +1,58 @@
+"""Every cached teacher signal, named once: its files, the pass that computes it and how it is sharded.
+
+Torch-free: the plan and the workflow read it when the DAG is built. A signal of teacher ``t`` on split ``s`` lives
+in ``results/signals/<t>/<s>/`` as the files listed here, the JSON manifest last (docs/design.md, "Artifacts").
+The pass module implements the protocol of :mod:`kdpipe.signals.shards` (``compute`` one shard's part, ``write``
+the artifact from all parts); it is imported by name, so only the jobs of that signal carry it in their code
+fingerprint. To add a signal, add one line here and write its pass (docs/adding-a-method.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdpipe.core.store import KdpipeError
+
+
+@dataclass(frozen=True)
+class Signal:
+    name: str                 # the signal's name everywhere: rule wildcard, CLI --signal, file stem
+    files: tuple[str, ...]    # its files in the signal folder, the manifest last
+    module: str               # the pass that computes it
+    shards: str               # the config section whose `shards` sets how many shard jobs it runs as
+    summary: str
+
+    @property
+    def manifest(self) -> str:
+        return self.files[-1]
+
+
+SIGNALS = {signal.name: signal for signal in (
+    Signal("logits", ("logits.parquet", "logits.json"), "kdpipe.signals.logits", "dump",
+           "eval-mode logits [N, C_teacher]"),
+    Signal("mc", ("mc.npy", "mc.parquet", "mc.json"), "kdpipe.signals.mc_dropout", "mc_dropout",
+           "MC-dropout mean probabilities [N, C_teacher] and per-row uncertainty scores"),
+    Signal("hidden", ("hidden.npy", "hidden.json"), "kdpipe.signals.features", "dump",
+           "hidden states of the aligned layers, float16 [N, L_sel, S, H]"),
+    Signal("attentions", ("attentions.npy", "attentions.json"), "kdpipe.signals.features", "dump",
+           "attention probabilities of the aligned layers, float16 [N, L_sel, heads, S, S]"),
+    Signal("attentions_mean", ("attentions_mean.npy", "attentions_mean.json"), "kdpipe.signals.features", "dump",
+           "attention probabilities averaged over heads, float16 [N, L_sel, S, S]"),
+    Signal("domain", ("domain.npy", "domain.parquet", "domain.json"), "kdpipe.methods.meta_kd.domain", "dump",
+           "a meta-teacher's domain representations [N, H] and domain-expertise weights (Meta-KD)"),
+)}
+
+# The signals a feature dump writes: the layers they keep depend on the students that read them.
+FEATURES = ("hidden", "attentions", "attentions_mean")
+
+
+def signal_spec(name: str) -> Signal:
+    try:
+        return SIGNALS[name]
+    except KeyError:
+        raise KdpipeError(f"unknown signal {name!r}; signals are {', '.join(SIGNALS)}") from None
+
+
+def signal_files(name: str, folder: str) -> list[str]:
+    """The paths of signal ``name`` in ``folder`` (a teacher's signal folder for one split)."""
+    return [f"{folder}/{file}" for file in signal_spec(name).files]

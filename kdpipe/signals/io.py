@@ -1,0 +1,124 @@
+"""Teacher signal artifacts under ``results/signals/{teacher}/{split}/``: writers' layout and checked readers.
+
+Every per-example signal is stored in the row_id order of its split with a JSON manifest beside it
+(``<signal>.json``) that records the row count, the teacher's label list and the split. Readers check the file
+against its manifest and the manifest against what the reader expects, and name the file when they differ.
+
+Files:
+- ``logits.parquet`` (row_id, logits: list<float32>[C_teacher]) + ``logits.json``: eval-mode logits;
+- ``mc.npy`` (float32 [N, C_teacher], MC-dropout mean probabilities) + ``mc.parquet`` (row_id, entropy,
+  certainty, max_prob, variance) + ``mc.json``;
+- ``hidden.npy`` / ``attentions.npy`` / ``attentions_mean.npy`` (float16, see ``kdpipe.signals.features``) + their ``.json``;
+- ``domain.npy`` (float16 [N, H], a meta-teacher's domain representation) + ``domain.parquet`` (row_id, p_gold,
+  expertise) + ``domain.json`` (``kdpipe.methods.meta_kd.domain``).
+
+Beside the teachers' signals, the prototype scores of the train split (``kdpipe.methods.meta_kd.prototypes``: row_id, domain,
+label, score) + their ``.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kdpipe.core.store import ArtifactError, read_manifest
+
+
+def manifest_path(signal_file: str | Path) -> Path:
+    """``.../logits.parquet`` -> ``.../logits.json``; ``mc.npy`` and ``mc.parquet`` share ``mc.json``."""
+    p = Path(signal_file)
+    return p.with_name(p.name.split(".")[0] + ".json")
+
+
+def write_logits(path: Path, row_ids: np.ndarray, logits: np.ndarray) -> None:
+    width = logits.shape[1]
+    column = pa.FixedSizeListArray.from_arrays(pa.array(logits.astype(np.float32).ravel()), width)
+    pq.write_table(pa.table({"row_id": pa.array(row_ids, pa.int64()), "logits": column}), path)
+
+
+def _check_rows(path: Path, manifest: dict, row_ids: np.ndarray, file_rows: int) -> None:
+    if file_rows != manifest["rows"]:
+        raise ArtifactError(f"{path}: holds {file_rows} rows but its manifest {manifest_path(path)} says "
+                            f"{manifest['rows']}: the file is truncated or was replaced; rebuild it")
+    if manifest["rows"] != len(row_ids):
+        raise ArtifactError(f"{path}: made for {manifest['rows']} rows of split '{manifest.get('split')}', but the "
+                            f"data split has {len(row_ids)} rows: rebuild the teacher's signals")
+
+
+def _check_labels(path: Path, manifest: dict, width: int, labels: list[str] | None) -> None:
+    if len(manifest["labels"]) != width:
+        raise ArtifactError(f"{path}: has {width} classes per row but its manifest lists {len(manifest['labels'])} "
+                            f"labels {manifest['labels']}")
+    if labels is not None and manifest["labels"] != list(labels):
+        raise ArtifactError(f"{path}: label list {manifest['labels']} differs from the expected {list(labels)}")
+
+
+def read_logits(path: str | Path, row_ids: np.ndarray, labels: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """Logits [N, C] aligned with ``row_ids`` (the split's row order), and the teacher's label list."""
+    path = Path(path)
+    manifest = read_manifest(manifest_path(path), kind="logits")
+    table = pq.read_table(path)
+    _check_rows(path, manifest, row_ids, table.num_rows)
+    if not np.array_equal(table.column("row_id").to_numpy(), row_ids):
+        raise ArtifactError(f"{path}: row_ids are not those of the data split (other data, or another order)")
+    column = table.column("logits").combine_chunks()
+    width = column.type.list_size
+    logits = column.flatten().to_numpy().reshape(-1, width)
+    _check_labels(path, manifest, width, labels)
+    return logits, manifest["labels"]
+
+
+def read_mc(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None = None):
+    """MC-dropout mean probabilities [N, C] (memory-mapped) and the score table, both checked."""
+    npy_path = Path(npy_path)
+    manifest = read_manifest(manifest_path(npy_path), kind="mc_dropout")
+    probs = np.load(npy_path, mmap_mode="r")
+    _check_rows(npy_path, manifest, row_ids, probs.shape[0])
+    _check_labels(npy_path, manifest, probs.shape[1], labels)
+    scores = pq.read_table(npy_path.with_suffix(".parquet")).to_pandas()
+    _check_rows(npy_path.with_suffix(".parquet"), manifest, row_ids, len(scores))
+    if not np.array_equal(scores["row_id"].to_numpy(), row_ids):
+        raise ArtifactError(f"{npy_path.with_suffix('.parquet')}: row_ids are not those of the data split")
+    return probs, scores
+
+
+def read_features(npy_path: str | Path, row_ids: np.ndarray, layers: list[int] | None = None):
+    """A memory-mapped float16 feature dump and its manifest (layers, lengths), checked."""
+    npy_path = Path(npy_path)
+    manifest = read_manifest(manifest_path(npy_path))
+    array = np.load(npy_path, mmap_mode="r")
+    _check_rows(npy_path, manifest, row_ids, array.shape[0])
+    if layers is not None and any(layer not in manifest["layers"] for layer in layers):
+        raise ArtifactError(f"{npy_path}: holds layers {manifest['layers']}, the reader needs {layers}")
+    return array, manifest
+
+
+def read_table(path: str | Path, row_ids: np.ndarray, kind: str) -> pd.DataFrame:
+    """A per-row Parquet signal (prototype scores, domain expertise) checked against its manifest and ``row_ids``."""
+    path = Path(path)
+    manifest = read_manifest(manifest_path(path), kind=kind)
+    table = pq.read_table(path).to_pandas()
+    _check_rows(path, manifest, row_ids, len(table))
+    if not np.array_equal(table["row_id"].to_numpy(), row_ids):
+        raise ArtifactError(f"{path}: row_ids are not those of the data split (other data, or another order)")
+    return table
+
+
+def read_prototype_scores(path: str | Path, row_ids: np.ndarray) -> np.ndarray:
+    """Meta-KD's prototype scores t [N] (float32) of the train rows ``row_ids`` (``kdpipe.methods.meta_kd.prototypes``)."""
+    return read_table(path, row_ids, "prototypes")["score"].to_numpy(dtype=np.float32)
+
+
+def read_domain(npy_path: str | Path, row_ids: np.ndarray):
+    """A meta-teacher's domain signals (``kdpipe.methods.meta_kd.domain``): the memory-mapped domain representations [N, H]
+    (float16), the expertise weights [N] (float32) and the manifest, checked."""
+    npy_path = Path(npy_path)
+    manifest = read_manifest(manifest_path(npy_path), kind="domain")
+    rep = np.load(npy_path, mmap_mode="r")
+    _check_rows(npy_path, manifest, row_ids, rep.shape[0])
+    table = read_table(npy_path.with_suffix(".parquet"), row_ids, "domain")
+    return rep, table["expertise"].to_numpy(dtype=np.float32), manifest

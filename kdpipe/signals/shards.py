@@ -1,0 +1,111 @@
+"""The one shard-and-gather protocol of every teacher signal pass (docs/design.md, "Signals"): a pass over one
+split runs as S shard jobs, each on its own GPU or node, and a gather job assembles the same artifacts as one
+unsharded pass.
+
+A pass cuts the split into one fixed list of inference batches (rows sorted by length, ``inference_batches``);
+shard k of S runs batches k, k+S, k+2S, ... of that list. Every batch is therefore the same in a sharded and an
+unsharded pass (same rows, same padding, same per-batch MC-dropout seed), so the gathered artifacts are
+byte-identical to the unsharded ones for a fixed seed, on the same device and thread count.
+
+A shard writes a *part*: a folder with ``rows.npy`` (the row positions it computed, in split order), one ``.npy``
+per array (values of those rows) and ``part.json`` (what the whole artifact's manifest needs: rows, labels...).
+Parts are Snakemake ``temp`` outputs, deleted once gathered.
+
+A pass is a module named in :data:`kdpipe.signals.catalog.SIGNALS` with two functions:
+``compute(params, teacher_dir, data_dir, shard, part) -> (rows, meta)`` fills the part folder ``part`` with the
+shard's arrays, and ``write(params, meta, parts, out_dir) -> manifest`` writes the artifact from every part.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from numpy.lib.format import open_memmap
+
+from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path
+from kdpipe.data.batching import WHOLE
+from kdpipe.signals.catalog import signal_spec
+
+
+def parse_shard(item: str | None) -> tuple[int, int]:
+    """Snakemake's scatter item ``"k-of-S"`` (1-based k) -> ``(k - 1, S)``; None -> the whole split."""
+    if item is None:
+        return WHOLE
+    match = re.fullmatch(r"(\d+)-of-(\d+)", item)
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise KdpipeError(f"shard {item!r}: expected 'k-of-S' with 1 <= k <= S")
+    return int(match[1]) - 1, int(match[2])
+
+
+def shard_rows(batches: list[np.ndarray]) -> np.ndarray:
+    """The row positions a shard's batches cover, in split order."""
+    return np.sort(np.concatenate(batches)) if batches else np.zeros(0, np.int64)
+
+
+def finish_part(folder: Path, rows: np.ndarray, meta: dict) -> None:
+    """Add rows.npy and part.json to a part folder whose arrays are written (large ones straight into it)."""
+    np.save(folder / "rows.npy", np.asarray(rows, dtype=np.int64))
+    (folder / "part.json").write_text(json.dumps(meta))
+
+
+def read_parts(part_dirs: list[Path]) -> tuple[dict, list[tuple[np.ndarray, Path]]]:
+    """The parts' shared metadata and (rows, folder) of each; checks that they agree and cover every row once."""
+    metas, parts = [], []
+    for part in map(Path, part_dirs):
+        metas.append(json.loads((part / "part.json").read_text()))
+        parts.append((np.load(part / "rows.npy"), part))
+    meta = metas[0]
+    for part, other in zip(part_dirs, metas):
+        if other != meta:
+            raise ArtifactError(f"{part}: shard made with other settings than {part_dirs[0]}; rerun the shards")
+    covered = np.zeros(meta["rows"], dtype=np.int64)
+    for rows, _ in parts:
+        np.add.at(covered, rows, 1)
+    if not (covered == 1).all():
+        raise ArtifactError(f"shards {[str(p) for p in part_dirs]} do not cover the {meta['rows']} rows exactly "
+                            "once; rerun them with one shard count")
+    return meta, parts
+
+
+def gather_array(parts: list[tuple[np.ndarray, Path]], name: str, rows: int, out: Path | None = None) -> np.ndarray:
+    """Array ``name`` of every part placed at its rows: in memory, or written through ``open_memmap`` to ``out``
+    (memory flat in N, for the large feature dumps)."""
+    first = np.load(parts[0][1] / f"{name}.npy", mmap_mode="r")
+    shape = (rows, *first.shape[1:])
+    full = (open_memmap(out, mode="w+", dtype=first.dtype, shape=shape) if out is not None
+            else np.zeros(shape, dtype=first.dtype))
+    for part_rows, folder in parts:
+        full[part_rows] = np.load(folder / f"{name}.npy", mmap_mode="r")
+    if out is not None:
+        full.flush()
+    return full
+
+
+def run_shard(signal: str, params: dict, teacher_dir: Path, data_dir: Path, shard: str, out_part: Path) -> None:
+    """One shard (``"k-of-S"``) of the pass of ``signal``, written atomically as a part folder."""
+    module = importlib.import_module(signal_spec(signal).module)
+    with atomic_path(out_part, directory=True) as tmp:
+        rows, meta = module.compute(params, Path(teacher_dir), Path(data_dir), parse_shard(shard), tmp)
+        finish_part(tmp, rows, meta)
+
+
+def gather(signal: str, params: dict, part_dirs: list[Path], out_dir: Path) -> dict:
+    """The artifact of ``signal`` in ``out_dir`` from the parts of all its shards; returns its manifest."""
+    module = importlib.import_module(signal_spec(signal).module)
+    meta, parts = read_parts(part_dirs)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return module.write(params, meta, parts, Path(out_dir))
+
+
+def run(signal: str, params: dict, teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict:
+    """The whole split in one pass (one shard, gathered): the same bytes as any number of shards."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        part = Path(tmp) / "part"
+        run_shard(signal, params, teacher_dir, data_dir, "1-of-1", part)
+        return gather(signal, params, [part], out_dir)

@@ -1,0 +1,70 @@
+"""The ``cotrain`` stage: ProKT, a student and its teacher trained together (docs/methods.md §5).
+
+Nothing is read from the signal cache: the teacher starts from the pre-trained backbone (``method_args.backbone``)
+and is updated every step towards the current student (``kdpipe.methods.prokt``). The student is trained by the
+shared training loop; the teacher's step runs inside the student's loss and its state (weights, optimiser,
+schedule, dual multiplier, best weights) is checkpointed with the student's, so a killed job resumes both.
+
+After each epoch both models are evaluated on validation; each keeps its own best state. Outputs: the student
+(``results/students/{student}``, as from ``distill``) and the co-trained teacher as an artifact of its own
+(``results/cotrained/{student}``, the layout of a fine-tuned teacher over the dataset's labels), so it can be
+evaluated and reused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kdpipe.core.store import make_manifest
+from kdpipe.data.batching import encode_frame
+from kdpipe.methods import prokt
+from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.training.loop import FitResult, encoded_validator, fit, save_trained, total_steps, work_paths
+from kdpipe.training.student import student_data
+
+
+def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
+    """Train the ProKT student of ``params`` (to ``out``) and its teacher (to ``out_teacher``) together."""
+    data_dir, out_dir = data, out
+    args = prokt.checked_args(params["method_args"])
+    data = student_data(params, data_dir)
+    device, labels, settings = data.device, data.labels, data.settings
+    eval_batch_size = params.get("eval_batch_size", 64)
+
+    teacher_tokenizer = load_tokenizer(args["backbone"])
+    teacher_train, teacher_valid = (encode_frame(teacher_tokenizer, frame, max_length=params["max_length"],
+                                                 label_ids=frame["label_id"].to_numpy())
+                                    for frame in (data.train, data.valid))
+    teacher = load_classifier(args["backbone"], labels, seed=settings.seed)
+    prokt.zero_classifier(teacher)
+    prokt.zero_classifier(data.model)
+    cotrained = prokt.CoTrainedTeacher(teacher, teacher_train, args, settings,
+                                       total_steps(len(data.enc_train), settings), device)
+    objective = prokt.build(cotrained)
+
+    validate_student = data.validator(eval_batch_size)
+    validate_teacher = encoded_validator(teacher_valid, batch_size=eval_batch_size, device=device)
+
+    def validate(student):
+        metrics = validate_student(student)
+        teacher_metrics = validate_teacher(cotrained.model)
+        cotrained.observe(teacher_metrics, epoch=len(cotrained.history) + 1)
+        return {**metrics, "teacher_accuracy": teacher_metrics["accuracy"]}
+
+    resume, log_path = work_paths(Path(out_dir))
+    result = fit(data.model, train=data.enc_train, loss_fn=objective.loss, validate=validate, settings=settings,
+                 device=device, log_path=log_path, resume_dir=resume,
+                 resume_key=json.dumps(params, sort_keys=True), extra_state=objective.extra_state,
+                 desc="student (prokt)")
+    rows = {"train": len(data.train), "validation": len(data.valid)}
+    teacher_result = FitResult(best_state=cotrained.best_state, best_metrics=cotrained.best_metrics,
+                               best_epoch=cotrained.best_epoch, history=cotrained.history,
+                               train_time_s=result.train_time_s)
+    save_trained(out_teacher, cotrained.model, teacher_tokenizer, labels, teacher_result,
+                 make_manifest("teacher", config=params, labels=labels, method="prokt", cotrained_with=str(out_dir),
+                               tokenizer=args["backbone"], rows=rows))
+    manifest = make_manifest("student", config=params, labels=labels, method="prokt", teachers=[],
+                             tokenizer=params["model"], rows=rows)
+    save_trained(out_dir, data.model, data.tokenizer, labels, result, manifest)
+    return manifest

@@ -1,0 +1,15 @@
+"""The ``signal_shard`` stage: one shard of a teacher signal pass over one split, as a part folder.
+
+Which signal is ``params["signal"]`` (:mod:`kdpipe.signals.catalog`); the protocol is :mod:`kdpipe.signals.shards`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdpipe.signals.shards import run_shard
+
+
+def run(params: dict, teacher: Path, data: Path, shard: str, out_part: Path) -> None:
+    """Compute shard ``shard`` (``"k-of-S"``) of the signal for the teacher in ``teacher`` into ``out_part``."""
+    run_shard(params["signal"], params, teacher, data, shard, out_part)

@@ -1,0 +1,1 @@
+"""The one shared training loop (teachers, students, co-training) and what it optimises."""
