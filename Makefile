@@ -1,4 +1,5 @@
-# The README's two commands: `make run` (the default experiment, offline, CPU) and `make test`.
+# The README's two commands: `make run` (the default experiment, offline, CPU) and `make test`; `make lint` is
+# what CI runs before the tests.
 # Both set up .venv from scratch: torch==2.13.0 first (a CPU wheel here; an unpinned torch would pull CUDA),
 # then kdpipe with its pinned dependencies.
 PY      ?= python3
@@ -9,7 +10,7 @@ STAMP   := $(VENV)/.installed
 # profiles/workstation on a machine with an NVIDIA GPU, profiles/cpu otherwise
 PROFILE ?= $(if $(shell command -v nvidia-smi 2>/dev/null),profiles/workstation,profiles/cpu)
 
-.PHONY: run test setup report clean
+.PHONY: run test lint setup report clean
 
 setup: $(STAMP)
 
@@ -26,6 +27,13 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -q
+
+# ruff (lint and format), snakefmt and Snakemake's own linter; each fails on any finding
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile workflow
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint
 
 clean:
 	rm -rf results .snakemake

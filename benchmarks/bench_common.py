@@ -11,10 +11,9 @@ from pathlib import Path
 
 import torch
 
-from kdpipe.data.dataset import read_split
-
-from kdpipe.data.prepare import prepare
 from kdpipe.core.device import pick_device, set_threads
+from kdpipe.data.dataset import read_split
+from kdpipe.data.prepare import prepare
 
 BBC = {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}}
 OUT = Path(__file__).parent / "out"
@@ -41,9 +40,14 @@ def bbc_train_rows(rows: int):
 
 def record(name: str, device: torch.device, **fields) -> dict:
     """Append a dated record of the machine and the numbers to ``out/{name}.jsonl`` and return it."""
-    rec = {"date": date.today().isoformat(), "machine": platform.node(), "device": str(device),
-           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "threads": torch.get_num_threads(), **fields}
+    rec = {
+        "date": date.today().isoformat(),
+        "machine": platform.node(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        **fields,
+    }
     OUT.mkdir(exist_ok=True)
     with open(OUT / f"{name}.jsonl", "a") as fh:
         fh.write(json.dumps(rec) + "\n")

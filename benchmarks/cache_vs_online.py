@@ -16,13 +16,13 @@ import time
 import torch
 from bench_common import bbc_train_rows, parser, record, setup
 
-from kdpipe.data.batching import collate, encode_frame, model_inputs, training_batches
 from kdpipe.core.device import autocast
-from kdpipe.signals.mc_dropout import enable_dropout, mc_dropout_samples, summarise
-from kdpipe.methods.muki import aggregate, margin_weights, muki_loss, padded_probs
+from kdpipe.data.batching import collate, encode_frame, model_inputs, training_batches
 from kdpipe.methods.losses import union_logits, vanilla_kd_loss
+from kdpipe.methods.muki import aggregate, margin_weights, muki_loss, padded_probs
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.models.students import build_student
+from kdpipe.signals.mc_dropout import enable_dropout, mc_dropout_samples, summarise
 
 TRAIN_ROWS = 1489
 LABELS = ["business", "entertainment", "politics", "sport", "tech"]
@@ -36,7 +36,7 @@ def sync(device):
 
 def teacher_targets(teachers, batch, method: str, samples: int, device):
     """What the online way computes every step: teacher logits, and for MUKI the MC-dropout scores."""
-    with torch.no_grad():   # not inference_mode: the targets enter the student's autograd graph
+    with torch.no_grad():  # not inference_mode: the targets enter the student's autograd graph
         logits = []
         for t in teachers:
             t.eval()
@@ -69,7 +69,7 @@ def epoch_seconds(method: str, online: bool, teachers, encoded, args, device) ->
     optimizer = torch.optim.AdamW(student.parameters(), lr=1e-4)
     batches = training_batches(encoded.lengths, 16, seed=0, epoch=0)
     cached = {}
-    if not online:   # the cache: built once, before training (not timed: it is the MC-dropout/dump jobs' work)
+    if not online:  # the cache: built once, before training (not timed: it is the MC-dropout/dump jobs' work)
         for index in batches:
             batch = collate(encoded, index, device)
             batch["row_ids"] = torch.as_tensor(index)
@@ -79,8 +79,9 @@ def epoch_seconds(method: str, online: bool, teachers, encoded, args, device) ->
     for index in batches:
         batch = collate(encoded, index, device)
         batch["row_ids"] = torch.as_tensor(index)
-        target, weight = (teacher_targets(teachers, batch, method, args.samples, device) if online
-                          else cached[tuple(index)])
+        target, weight = (
+            teacher_targets(teachers, batch, method, args.samples, device) if online else cached[tuple(index)]
+        )
         student_step(student, optimizer, batch, target, weight, method, device)
     sync(device)
     return (time.perf_counter() - start) * TRAIN_ROWS / len(encoded)
@@ -95,23 +96,33 @@ def main() -> None:
     device = setup(args)
     frame = bbc_train_rows(args.rows)
     encoded = encode_frame(load_tokenizer("builtin:minilm-l6"), frame, max_length=args.max_length)
-    teachers = [load_classifier("builtin:minilm-l6", LABELS[:2], seed=1).to(device),
-                load_classifier("builtin:minilm-l6", LABELS[2:], seed=2).to(device)]
+    teachers = [
+        load_classifier("builtin:minilm-l6", LABELS[:2], seed=1).to(device),
+        load_classifier("builtin:minilm-l6", LABELS[2:], seed=2).to(device),
+    ]
     rows = []
     for method in ("vanilla_kd", "muki"):
         if device.type == "cuda":
-            epoch_seconds(method, True, teachers, encoded, args, device)   # warm-up
+            epoch_seconds(method, True, teachers, encoded, args, device)  # warm-up
         cached = epoch_seconds(method, False, teachers, encoded, args, device)
         online = epoch_seconds(method, True, teachers, encoded, args, device)
         rows.append({"method": method, "cached_s": cached, "online_s": online, "ratio": online / cached})
-    rec = record("cache_vs_online", device, rows_measured=args.rows, samples=args.samples,
-                 max_length=args.max_length, results=rows)
+    rec = record(
+        "cache_vs_online",
+        device,
+        rows_measured=args.rows,
+        samples=args.samples,
+        max_length=args.max_length,
+        results=rows,
+    )
     print("| device | method | teachers online per step | cached s/epoch | online s/epoch | online / cached |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     for r in rows:
         what = "2 eval passes" if r["method"] == "vanilla_kd" else f"2 eval + 2x{args.samples} dropout passes"
-        print(f"| {device} ({rec['threads']} threads) | {r['method']} | {what} | {r['cached_s']:.0f} | "
-              f"{r['online_s']:.0f} | {r['ratio']:.1f}x |")
+        print(
+            f"| {device} ({rec['threads']} threads) | {r['method']} | {what} | {r['cached_s']:.0f} | "
+            f"{r['online_s']:.0f} | {r['ratio']:.1f}x |"
+        )
 
 
 if __name__ == "__main__":

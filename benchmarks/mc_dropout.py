@@ -20,8 +20,8 @@ import torch
 from bench_common import bbc_train_rows, parser, record, setup
 
 from kdpipe.data.batching import encode_frame
-from kdpipe.signals.mc_dropout import mc_dropout
 from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.signals.mc_dropout import mc_dropout
 
 
 @torch.inference_mode()
@@ -32,8 +32,13 @@ def naive_mc(model, tokenizer, texts, *, samples: int, max_length: int, device, 
     for _ in range(samples):
         probs = []
         for start in range(0, len(texts), batch_size):
-            enc = tokenizer(texts[start:start + batch_size], padding="max_length", truncation=True,
-                            max_length=max_length, return_tensors="pt").to(device)
+            enc = tokenizer(
+                texts[start : start + batch_size],
+                padding="max_length",
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+            ).to(device)
             probs.append(torch.softmax(model(**enc).logits.float(), -1).cpu())
         stacked = torch.cat(probs)
         total = stacked if total is None else total + stacked
@@ -67,25 +72,46 @@ def main() -> None:
     encoded = encode_frame(tokenizer, frame, max_length=args.max_length)
     texts = frame["text"].tolist()
 
-    naive_model = load_classifier("builtin:minilm-l6", list("abcde"), seed=0).to(device)   # SDPA, fp32
+    naive_model = load_classifier("builtin:minilm-l6", list("abcde"), seed=0).to(device)  # SDPA, fp32
     ours_model = load_classifier("builtin:minilm-l6", list("abcde"), seed=0).to(device)
-    run_naive = lambda: naive_mc(naive_model, tokenizer, texts, samples=args.samples,
-                                 max_length=args.max_length, device=device)
-    run_ours = lambda: mc_dropout(ours_model, encoded, samples=args.samples, seed=0, batch_size=args.batch_size,
-                                  max_batch_rows=args.max_batch_rows, device=device)
-    if device.type == "cuda":      # warm up kernels and the allocator before timing
+
+    def run_naive():
+        return naive_mc(naive_model, tokenizer, texts, samples=args.samples, max_length=args.max_length, device=device)
+
+    def run_ours():
+        return mc_dropout(
+            ours_model,
+            encoded,
+            samples=args.samples,
+            seed=0,
+            batch_size=args.batch_size,
+            max_batch_rows=args.max_batch_rows,
+            device=device,
+        )
+
+    if device.type == "cuda":  # warm up kernels and the allocator before timing
         run_naive(), run_ours()
     t_naive = timed(run_naive, device)
     t_ours = timed(run_ours, device)
-    rec = record("mc_dropout", device, rows=len(texts), samples=args.samples, max_length=args.max_length,
-                 titles=args.titles, mean_tokens=float(encoded.lengths.mean()),
-                 naive_seq_per_s=len(texts) / t_naive, kdpipe_seq_per_s=len(texts) / t_ours,
-                 speedup=t_naive / t_ours)
+    rec = record(
+        "mc_dropout",
+        device,
+        rows=len(texts),
+        samples=args.samples,
+        max_length=args.max_length,
+        titles=args.titles,
+        mean_tokens=float(encoded.lengths.mean()),
+        naive_seq_per_s=len(texts) / t_naive,
+        kdpipe_seq_per_s=len(texts) / t_ours,
+        speedup=t_naive / t_ours,
+    )
     print("| device | texts | max_length | mean tokens | T | rows | naive seq/s | kdpipe seq/s | speed-up |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| {rec['device_name']} ({rec['threads']} threads) | {'titles' if args.titles else 'articles'} | "
-          f"{args.max_length} | {rec['mean_tokens']:.0f} | {args.samples} | {len(texts)} | "
-          f"{rec['naive_seq_per_s']:.2f} | {rec['kdpipe_seq_per_s']:.2f} | {rec['speedup']:.2f}x |")
+    print(
+        f"| {rec['device_name']} ({rec['threads']} threads) | {'titles' if args.titles else 'articles'} | "
+        f"{args.max_length} | {rec['mean_tokens']:.0f} | {args.samples} | {len(texts)} | "
+        f"{rec['naive_seq_per_s']:.2f} | {rec['kdpipe_seq_per_s']:.2f} | {rec['speedup']:.2f}x |"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Meta-KD's first stage from the cache against the teacher online: what the attention and hidden-state dumps buy.
 
 Cached is kdpipe's way: the teacher's hidden states (0, 3, 6) and attention maps (layers 3, 6, every head) of the
-training rows are dumped once to float16 memory-mapped npy files (``kdpipe.signals.features``, as the workflow's dump_feature
+training rows are dumped once to float16 memory-mapped npy files (``kdpipe.signals.features``, as the workflow's
+dump_feature
 job does); each stage-1 step reads its batch's rows from them. Online is the way without a cache: every step first
 runs the 6-layer teacher (eval mode, eager attention, hidden states and attentions returned) on the batch. Both then
 run the same ``kdpipe.methods.meta_kd.student`` stage-1 objective (the online way copies the teacher's outputs into the
@@ -21,14 +22,14 @@ import numpy as np
 import torch
 from bench_common import bbc_train_rows, parser, record, setup
 
-from kdpipe.data.batching import collate, encode_frame, model_inputs, training_batches
 from kdpipe.core.device import autocast
-from kdpipe.signals.features import dump_feature
+from kdpipe.data.batching import collate, encode_frame, model_inputs, training_batches
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.meta_kd.student import build_stage1
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.models.students import build_student
-from kdpipe.training.loop import make_optimizer, TrainSettings
+from kdpipe.signals.features import dump_feature
+from kdpipe.training.loop import TrainSettings, make_optimizer
 
 LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 HIDDEN, ATTENTIONS = [0, 3, 6], [3, 6]
@@ -42,16 +43,29 @@ def sync(device):
 def context(encoded, features: dict, student, device) -> DistillContext:
     n = len(encoded)
     rng = np.random.default_rng(0)
-    signals = {"labels": LABELS, "hidden_layers": HIDDEN, "attentions_layers": ATTENTIONS,
-               "hidden_lengths": encoded.lengths.tolist(), "attentions_lengths": encoded.lengths.tolist(),
-               "domain": rng.normal(size=(n, 384)).astype(np.float16),
-               "expertise": torch.full((n,), 0.4, device=device), **features}
-    return DistillContext(labels=LABELS, teachers=["t"], blocks={"t": np.arange(5)}, signals={"t": signals},
-                          device=device, student_config=student.config, train_lengths=encoded.lengths,
-                          alignment={"t": [[0, 0], [1, 3], [2, 6]]}, domains=["a", "b"],
-                          domain_ids=torch.as_tensor(np.arange(n) % 2, device=device),
-                          prototype_scores=torch.as_tensor(rng.uniform(0.5, 1.0, n), dtype=torch.float32,
-                                                           device=device))
+    signals = {
+        "labels": LABELS,
+        "hidden_layers": HIDDEN,
+        "attentions_layers": ATTENTIONS,
+        "hidden_lengths": encoded.lengths.tolist(),
+        "attentions_lengths": encoded.lengths.tolist(),
+        "domain": rng.normal(size=(n, 384)).astype(np.float16),
+        "expertise": torch.full((n,), 0.4, device=device),
+        **features,
+    }
+    return DistillContext(
+        labels=LABELS,
+        teachers=["t"],
+        blocks={"t": np.arange(5)},
+        signals={"t": signals},
+        device=device,
+        student_config=student.config,
+        train_lengths=encoded.lengths,
+        alignment={"t": [[0, 0], [1, 3], [2, 6]]},
+        domains=["a", "b"],
+        domain_ids=torch.as_tensor(np.arange(n) % 2, device=device),
+        prototype_scores=torch.as_tensor(rng.uniform(0.5, 1.0, n), dtype=torch.float32, device=device),
+    )
 
 
 @torch.no_grad()
@@ -61,13 +75,13 @@ def teacher_features(teacher, batch, features: dict, device) -> None:
         out = teacher(**model_inputs(batch), output_hidden_states=True, output_attentions=True)
     rows, width = batch["index"].cpu().numpy(), batch["input_ids"].shape[1]
     features["hidden"][rows, :, :width] = torch.stack([out.hidden_states[l] for l in HIDDEN], 1).float().cpu().numpy()
-    features["attentions"][rows, :, :, :width, :width] = torch.stack(
-        [out.attentions[l - 1] for l in ATTENTIONS], 1).float().cpu().numpy()
+    features["attentions"][rows, :, :, :width, :width] = (
+        torch.stack([out.attentions[l - 1] for l in ATTENTIONS], 1).float().cpu().numpy()
+    )
 
 
 def epoch_seconds(online: bool, teacher, encoded, features: dict, device) -> float:
-    student, _ = build_student({"init": {"from": "builtin:minilm-l6", "layers": [0, 5]}}, LABELS, seed=0,
-                               attn="eager")
+    student, _ = build_student({"init": {"from": "builtin:minilm-l6", "layers": [0, 5]}}, LABELS, seed=0, attn="eager")
     student.to(device).train()
     objective = build_stage1(context(encoded, features, student, device), {})
     adapters = objective.extra_modules["meta_kd_adapters"][0]
@@ -101,21 +115,40 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         for feature, layers in (("hidden", HIDDEN), ("attentions", ATTENTIONS)):
-            dump_feature(teacher, encoded, feature, layers, Path(tmp) / f"{feature}.npy", batch_size=32,
-                         device=device, max_length=width)
+            dump_feature(
+                teacher,
+                encoded,
+                feature,
+                layers,
+                Path(tmp) / f"{feature}.npy",
+                batch_size=32,
+                device=device,
+                max_length=width,
+            )
         dump_s = time.perf_counter() - started
         dump_bytes = sum(f.stat().st_size for f in Path(tmp).glob("*.npy"))
         cached_features = {f: np.load(Path(tmp) / f"{f}.npy", mmap_mode="r") for f in ("hidden", "attentions")}
         live = {f: np.zeros(a.shape, dtype=np.float32) for f, a in cached_features.items()}
-        epoch_seconds(True, teacher, encoded, live, device)            # warm-up: first-call costs, page cache
+        epoch_seconds(True, teacher, encoded, live, device)  # warm-up: first-call costs, page cache
         cached = epoch_seconds(False, teacher, encoded, cached_features, device)
         online = epoch_seconds(True, teacher, encoded, live, device)
-    rec = record("meta_kd_stage1", device, rows=args.rows, max_length=args.max_length, dump_s=dump_s,
-                 dump_bytes=dump_bytes, cached_s=cached, online_s=online, ratio=online / cached)
+    rec = record(
+        "meta_kd_stage1",
+        device,
+        rows=args.rows,
+        max_length=args.max_length,
+        dump_s=dump_s,
+        dump_bytes=dump_bytes,
+        cached_s=cached,
+        online_s=online,
+        ratio=online / cached,
+    )
     print("| device | rows | S | dump (one-off) | cached s/epoch | online s/epoch | online / cached |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| {device} ({rec['threads']} threads) | {args.rows} | {width} | {dump_s:.1f} s, "
-          f"{dump_bytes / args.rows / 1e3:.0f} KB/row | {cached:.1f} | {online:.1f} | {online / cached:.2f}x |")
+    print(
+        f"| {device} ({rec['threads']} threads) | {args.rows} | {width} | {dump_s:.1f} s, "
+        f"{dump_bytes / args.rows / 1e3:.0f} KB/row | {cached:.1f} | {online:.1f} | {online / cached:.2f}x |"
+    )
 
 
 if __name__ == "__main__":

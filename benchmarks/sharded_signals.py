@@ -37,10 +37,13 @@ PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles", "envs")
 
 def config(rows_per_class: int, samples: int, max_length: int) -> dict:
     return {
-        "dataset": {"name": "bbc", "source": "builtin:bbc_news", "max_per_class": rows_per_class,
-                    "split": {"validation": 0.1, "test": 0.2, "seed": 13}},
-        "teacher_defaults": {"backbone": "builtin:minilm-l6", "max_length": max_length, "batch_size": 16,
-                             "lr": 1.0e-4},
+        "dataset": {
+            "name": "bbc",
+            "source": "builtin:bbc_news",
+            "max_per_class": rows_per_class,
+            "split": {"validation": 0.1, "test": 0.2, "seed": 13},
+        },
+        "teacher_defaults": {"backbone": "builtin:minilm-l6", "max_length": max_length, "batch_size": 16, "lr": 1.0e-4},
         "teachers": {"t": {"epochs": 1}},
         "mc_dropout": {"samples": samples, "splits": ["train"]},
         "students": {},
@@ -48,8 +51,16 @@ def config(rows_per_class: int, samples: int, max_length: int) -> dict:
 
 
 def snakemake(project: Path, args, *extra: str) -> float:
-    cmd = [str(Path(sys.executable).parent / "snakemake"), "--profile", args.profile, "--configfile", "bench.yaml",
-           "--cores", str(args.cores), *extra]
+    cmd = [
+        str(Path(sys.executable).parent / "snakemake"),
+        "--profile",
+        args.profile,
+        "--configfile",
+        "bench.yaml",
+        "--cores",
+        str(args.cores),
+        *extra,
+    ]
     if args.gpus:
         cmd += ["--resources", f"gpu={args.gpus}"]
     if args.shard_threads:
@@ -72,8 +83,12 @@ def main() -> None:
     p.add_argument("--profile", default="profiles/cpu")
     p.add_argument("--cores", type=int, default=os.cpu_count())
     p.add_argument("--gpus", type=int, default=0, help="--resources gpu=N (workstation profile)")
-    p.add_argument("--shard-threads", type=int, default=None,
-                   help="torch threads of each shard job (--set-threads; default: the profile's)")
+    p.add_argument(
+        "--shard-threads",
+        type=int,
+        default=None,
+        help="torch threads of each shard job (--set-threads; default: the profile's)",
+    )
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kdpipe-bench-shards-") as tmp:
@@ -81,13 +96,14 @@ def main() -> None:
         for part in PARTS:
             src = REPO / part
             (shutil.copytree if src.is_dir() else shutil.copy)(src, project / part)
-        (project / "bench.yaml").write_text(yaml.safe_dump(config(args.rows_per_class, args.samples,
-                                                                  args.max_length)))
+        (project / "bench.yaml").write_text(yaml.safe_dump(config(args.rows_per_class, args.samples, args.max_length)))
         target = "results/signals/t/train/mc.npy"
         teacher_s = snakemake(project, args, "results/teachers/t")
         rows = len(pd.read_parquet(project / "results/data/bbc/train.parquet"))
-        print(f"teacher fine-tuned in {teacher_s:.0f} s; {rows} train rows, T = {args.samples}, "
-              f"max_length {args.max_length}, {args.profile}, --cores {args.cores}\n")
+        print(
+            f"teacher fine-tuned in {teacher_s:.0f} s; {rows} train rows, T = {args.samples}, "
+            f"max_length {args.max_length}, {args.profile}, --cores {args.cores}\n"
+        )
         print("| S | wall s | speed-up vs S = 1 | mc.npy sha256 |\n| ---: | ---: | ---: | --- |")
         base, digests = None, set()
         for shards in args.shards:
@@ -97,11 +113,21 @@ def main() -> None:
             digests.add(digest)
             base = base or wall
             print(f"| {shards} | {wall:.1f} | {base / wall:.2f}x | {digest} |", flush=True)
-            rec = {"date": date.today().isoformat(), "machine": platform.node(), "cores": args.cores,
-                   "profile": args.profile, "gpus": args.gpus, "rows": rows, "samples": args.samples,
-                   "max_length": args.max_length, "shards": shards, "shard_threads": args.shard_threads,
-                   "wall_s": round(wall, 2),
-                   "speedup": round(base / wall, 3), "sha256": digest}
+            rec = {
+                "date": date.today().isoformat(),
+                "machine": platform.node(),
+                "cores": args.cores,
+                "profile": args.profile,
+                "gpus": args.gpus,
+                "rows": rows,
+                "samples": args.samples,
+                "max_length": args.max_length,
+                "shards": shards,
+                "shard_threads": args.shard_threads,
+                "wall_s": round(wall, 2),
+                "speedup": round(base / wall, 3),
+                "sha256": digest,
+            }
             OUT.mkdir(exist_ok=True)
             with open(OUT / "sharded_signals.jsonl", "a") as fh:
                 fh.write(json.dumps(rec) + "\n")

@@ -41,9 +41,25 @@ SNAKEFILE = REPO / "tests/slurm/trivial.smk"
 def run(workdir: Path, shape: str, jobs: int, slurm_args: list[str]) -> float:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    cmd = ["timeout", "-k", "10", "900", str(Path(sys.executable).parent / "snakemake"), "--snakefile",
-           str(SNAKEFILE), "--directory", str(workdir), "--config", f"count={jobs}", f"shape={shape}", "--jobs",
-           str(jobs), "--cores", str(jobs), *slurm_args]
+    cmd = [
+        "timeout",
+        "-k",
+        "10",
+        "900",
+        str(Path(sys.executable).parent / "snakemake"),
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        "--config",
+        f"count={jobs}",
+        f"shape={shape}",
+        "--jobs",
+        str(jobs),
+        "--cores",
+        str(jobs),
+        *slurm_args,
+    ]
     started = time.perf_counter()
     result = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -61,25 +77,50 @@ def main() -> None:
         cluster = start_cluster(("cpu",), cpus=max(2, os.cpu_count() or 2), gpus=1)
     except Unavailable as err:
         sys.exit(f"no SLURM cluster: {err}")
-    slurm = ["--executor", "slurm", "--default-resources", "slurm_partition=cpu", "--slurm-status-command",
-             "squeue", "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks",
-             str(args.status_interval)]
-    print("| shape | N | local s | SLURM s | SLURM s per job | overhead per job (s) |\n"
-          "| --- | ---: | ---: | ---: | ---: | ---: |")
+    slurm = [
+        "--executor",
+        "slurm",
+        "--default-resources",
+        "slurm_partition=cpu",
+        "--slurm-status-command",
+        "squeue",
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+        "--seconds-between-status-checks",
+        str(args.status_interval),
+    ]
+    print(
+        "| shape | N | local s | SLURM s | SLURM s per job | overhead per job (s) |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: |"
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="kdpipe-bench-slurm-") as tmp:
             for shape in ("chain", "fan"):
                 local = run(Path(tmp) / f"local-{shape}", shape, args.jobs, [])
                 on_slurm = run(Path(tmp) / f"slurm-{shape}", shape, args.jobs, slurm)
                 overhead = (on_slurm - local) / args.jobs
-                print(f"| {shape} | {args.jobs} | {local:.1f} | {on_slurm:.1f} | {on_slurm / args.jobs:.1f} | "
-                      f"{overhead:.1f} |", flush=True)
+                print(
+                    f"| {shape} | {args.jobs} | {local:.1f} | {on_slurm:.1f} | {on_slurm / args.jobs:.1f} | "
+                    f"{overhead:.1f} |",
+                    flush=True,
+                )
                 OUT.mkdir(exist_ok=True)
                 with open(OUT / "slurm_overhead.jsonl", "a") as fh:
-                    fh.write(json.dumps({"date": date.today().isoformat(), "machine": platform.node(),
-                                         "shape": shape, "jobs": args.jobs, "local_s": round(local, 2),
-                                         "slurm_s": round(on_slurm, 2), "overhead_per_job_s": round(overhead, 2),
-                                         "status_interval_s": args.status_interval}) + "\n")
+                    fh.write(
+                        json.dumps(
+                            {
+                                "date": date.today().isoformat(),
+                                "machine": platform.node(),
+                                "shape": shape,
+                                "jobs": args.jobs,
+                                "local_s": round(local, 2),
+                                "slurm_s": round(on_slurm, 2),
+                                "overhead_per_job_s": round(overhead, 2),
+                                "status_interval_s": args.status_interval,
+                            }
+                        )
+                        + "\n"
+                    )
     finally:
         cluster.stop()
 

@@ -101,8 +101,9 @@ def _types(node: dict) -> list[str]:
         if "enum" in node:
             kinds = []
             for value in node["enum"]:
-                name = {bool: "boolean", int: "integer", float: "number", str: "string",
-                        type(None): "null"}.get(type(value), "value")
+                name = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}.get(
+                    type(value), "value"
+                )
                 if name not in kinds:
                     kinds.append(name)
             return kinds
@@ -136,7 +137,7 @@ def flow(value) -> str:
         text = repr(value)
         return text.replace("e", ".0e", 1) if "e" in text and "." not in text else text
     if isinstance(value, str):
-        plain = (value and value == value.strip() and not re.search(r"[{}\[\],#&*!|>'\"%@`]|: |^[-?:]", value))
+        plain = value and value == value.strip() and not re.search(r"[{}\[\],#&*!|>'\"%@`]|: |^[-?:]", value)
         if plain:
             try:
                 plain = yaml.safe_load(value) == value
@@ -232,15 +233,21 @@ class Row:
 
     def cells(self) -> list[str]:
         description = prose(self.description) if self.description else NO_DESCRIPTION
-        return [code(self.path), self.kind, self.default or NO_DESCRIPTION, self.allowed or NO_DESCRIPTION,
-                description]
+        return [code(self.path), self.kind, self.default or NO_DESCRIPTION, self.allowed or NO_DESCRIPTION, description]
 
 
 def walk(node: dict, path: str, root: dict, required: bool = False) -> list[Row]:
     """Rows for ``node`` (at dotted ``path``) and every key below it, depth first in schema order."""
     node = resolve(node, root)
-    rows = [Row(path, render_type(node, root), render_default(node), render_allowed(node, root, required),
-                node.get("description"))]
+    rows = [
+        Row(
+            path,
+            render_type(node, root),
+            render_default(node),
+            render_allowed(node, root, required),
+            node.get("description"),
+        )
+    ]
     rows += walk_children(node, path, root)
     return rows
 
@@ -264,12 +271,19 @@ def entry_rows(section: str, defaults_section: str, schema: dict) -> list[Row]:
     extra = node.get("additionalProperties")
     extra = resolve(extra, schema) if isinstance(extra, dict) else {}
     prefix = f"{section}.<name>"
-    rows = [Row(prefix, render_type(extra, schema) if extra else "object", "",
-                render_allowed(extra, schema, False) if extra else "",
-                extra.get("description") or f"One entry. Its keys are those of `{defaults_section}`, each "
-                f"defaulting to the `{defaults_section}` value; an empty entry (`null`) takes all of them.")]
+    rows = [
+        Row(
+            prefix,
+            render_type(extra, schema) if extra else "object",
+            "",
+            render_allowed(extra, schema, False) if extra else "",
+            extra.get("description")
+            or f"One entry. Its keys are those of `{defaults_section}`, each "
+            f"defaulting to the `{defaults_section}` value; an empty entry (`null`) takes all of them.",
+        )
+    ]
     for row in walk_children(defaults, prefix, schema):
-        default_path = defaults_section + row.path[len(prefix):]
+        default_path = defaults_section + row.path[len(prefix) :]
         is_top = row.path.count(".") == prefix.count(".") + 1
         row.default = f"`{default_path}`" if is_top else row.default
         rows.append(row)
@@ -290,8 +304,11 @@ def missing_descriptions(schema: dict) -> list[str]:
         node = resolve(node, schema)
         if not node.get("description"):
             missing.append(key)
-        missing += [row.path for row in walk_children(node, key, schema)
-                    if not row.description and not row.path.endswith("<name>")]
+        missing += [
+            row.path
+            for row in walk_children(node, key, schema)
+            if not row.description and not row.path.endswith("<name>")
+        ]
     return missing
 
 
@@ -340,8 +357,14 @@ def check(expected: str, path: Path = OUTPUT) -> str | None:
     if current == expected:
         return None
     name = _display(path)
-    diff = "".join(difflib.unified_diff(current.splitlines(keepends=True), expected.splitlines(keepends=True),
-                                        f"{name} (current)", f"{name} (from the schema)"))
+    diff = "".join(
+        difflib.unified_diff(
+            current.splitlines(keepends=True),
+            expected.splitlines(keepends=True),
+            f"{name} (current)",
+            f"{name} (from the schema)",
+        )
+    )
     what = "is missing" if not path.exists() else "is out of date with workflow/schemas/config.schema.yaml"
     return f"{name} {what}; run `{REGENERATE}` to regenerate it.\n{diff}"
 

@@ -29,9 +29,15 @@ def family_table(results: Path, families: list[str]) -> pd.DataFrame:
         domains = {len(v) for v in per_seed.values()}
         accuracy = [np.mean([m["accuracy"] for m in v]) for v in per_seed.values()]
         nll = [np.mean([m["nll"] for m in v]) for v in per_seed.values()]
-        rows.append({"family": family, "seeds": len(per_seed), "domains": domains.pop() if len(domains) == 1 else domains,
-                     "accuracy %": f"{100 * np.mean(accuracy):.1f} ± {100 * np.std(accuracy, ddof=1):.1f}",
-                     "NLL": f"{np.mean(nll):.3f} ± {np.std(nll, ddof=1):.3f}"})
+        rows.append(
+            {
+                "family": family,
+                "seeds": len(per_seed),
+                "domains": domains.pop() if len(domains) == 1 else domains,
+                "accuracy %": f"{100 * np.mean(accuracy):.1f} ± {100 * np.std(accuracy, ddof=1):.1f}",
+                "NLL": f"{np.mean(nll):.3f} ± {np.std(nll, ddof=1):.3f}",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -40,8 +46,10 @@ def mcnemar(results: Path, a: str, b: str) -> str:
     two = pd.read_parquet(results / f"eval/{b}/test.predictions.parquet").set_index("row_id").loc[one.index]
     only_a, only_b = int((one["correct"] & ~two["correct"]).sum()), int((~one["correct"] & two["correct"]).sum())
     p = binomtest(only_a, only_a + only_b).pvalue
-    return (f"{a} {100 * one['correct'].mean():.1f}% vs {b} {100 * two['correct'].mean():.1f}% on {len(one)} test rows: "
-            f"{only_a} rows only {a} gets right, {only_b} only {b}; exact McNemar p = {p:.3f}")
+    return (
+        f"{a} {100 * one['correct'].mean():.1f}% vs {b} {100 * two['correct'].mean():.1f}% on {len(one)} test rows: "
+        f"{only_a} rows only {a} gets right, {only_b} only {b}; exact McNemar p = {p:.3f}"
+    )
 
 
 def main() -> None:

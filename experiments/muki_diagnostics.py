@@ -20,8 +20,8 @@ import torch
 
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.data.labelspace import teacher_blocks
-from kdpipe.methods.muki import aggregate, padded_probs, teacher_scores_from_logits
 from kdpipe.methods.losses import union_logits
+from kdpipe.methods.muki import aggregate, padded_probs, teacher_scores_from_logits
 from kdpipe.signals.io import read_logits, read_mc
 
 
@@ -63,8 +63,11 @@ def main() -> None:
     print("\n| target | argmax = gold class |\n| --- | ---: |")
     for name, q in targets.items():
         print(f"| {name} | {100 * (q.argmax(-1).numpy() == y).mean():.1f}% |")
-    print("\n| scores | owner teacher scores highest | " +
-          " | ".join(f"{t} on own / other rows" for t in args.teachers) + " |")
+    print(
+        "\n| scores | owner teacher scores highest | "
+        + " | ".join(f"{t} on own / other rows" for t in args.teachers)
+        + " |"
+    )
     print("| --- | ---: | " + " | ".join("---:" for _ in args.teachers) + " |")
     for name, s in (("MC-dropout certainty", mc_scores), ("deterministic certainty", det_scores)):
         s = s.numpy()

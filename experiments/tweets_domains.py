@@ -48,11 +48,12 @@ def corpus_path() -> Path:
 
 def build(per_class: int, seed: int = 0) -> pd.DataFrame:
     tweets = pd.read_csv(corpus_path(), encoding="latin-1")
-    tweets = tweets.assign(text=tweets["text"].str.replace(r"\s+", " ", regex=True).str.strip())   # \r inside tweets
+    tweets = tweets.assign(text=tweets["text"].str.replace(r"\s+", " ", regex=True).str.strip())  # \r inside tweets
     tweets = tweets[tweets["sentiment"].isin(["positive", "negative"])].drop_duplicates("text")
     text = tweets["text"].str.lower()
-    hits = pd.DataFrame({domain: text.str.contains(pattern, flags=re.I, regex=True)
-                         for domain, pattern in DOMAINS.items()})
+    hits = pd.DataFrame(
+        {domain: text.str.contains(pattern, flags=re.I, regex=True) for domain, pattern in DOMAINS.items()}
+    )
     tweets = tweets[hits.sum(axis=1) == 1].assign(domain=hits[hits.sum(axis=1) == 1].idxmax(axis=1))
     parts = []
     for (domain, label), group in tweets.groupby(["domain", "sentiment"], sort=True):

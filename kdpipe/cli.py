@@ -34,7 +34,7 @@ def _add_argument(sub: argparse.ArgumentParser, spec: str) -> None:
     flag = "--" + name.replace("_", "-")
     if kind == "str":
         sub.add_argument(flag, dest=name, required=True)
-    elif many == "?":       # the rule writes the flag always, followed by the path only when the job needs one
+    elif many == "?":  # the rule writes the flag always, followed by the path only when the job needs one
         sub.add_argument(flag, dest=name, nargs="*", type=Path, default=[])
     else:
         sub.add_argument(flag, dest=name, nargs="+" if many else None, type=Path, required=True)
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     args = vars(parser().parse_args(argv))
     command, threads, params = args.pop("command"), args.pop("threads"), args.pop("params")
     stage = STAGES[command]
-    for spec in stage.arguments:                       # an optional path not given is None
+    for spec in stage.arguments:  # an optional path not given is None
         name = spec.split(":")[0]
         if name.endswith("?"):
             given = args[name[:-1]]
@@ -66,6 +66,7 @@ def main(argv=None) -> int:
             claim_gpu()
         if threads:
             from kdpipe.core.device import set_threads
+
             set_threads(threads)
         importlib.import_module(stage.module).run(params, **args)
     except KdpipeError as err:

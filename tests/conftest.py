@@ -13,23 +13,46 @@ from kdpipe.methods.registry import get_method, method_args
 REPO = Path(__file__).resolve().parents[1]
 
 TINY_DATASET = {
-    "name": "tiny", "source": "builtin:bbc_news", "files": None, "format": "auto", "encoding": "utf-8",
-    "text_column": "text", "text_pair_column": None, "label_column": "label", "domain_column": None,
-    "split": {"validation": 0.2, "test": 0.2, "seed": 1}, "max_rows": None, "max_per_class": 8, "dedup": True,
+    "name": "tiny",
+    "source": "builtin:bbc_news",
+    "files": None,
+    "format": "auto",
+    "encoding": "utf-8",
+    "text_column": "text",
+    "text_pair_column": None,
+    "label_column": "label",
+    "domain_column": None,
+    "split": {"validation": 0.2, "test": 0.2, "seed": 1},
+    "max_rows": None,
+    "max_per_class": 8,
+    "dedup": True,
 }
 
-TINY_TEACHER = {"backbone": "builtin:tiny-bert", "classes": None, "epochs": 1, "lr": 1e-3, "batch_size": 8,
-                "eval_batch_size": 32, "max_length": 32, "warmup_ratio": 0.1, "weight_decay": 0.01,
-                "max_grad_norm": 1.0, "seed": 0, "checkpoint_every": 0}
-
+TINY_TEACHER = {
+    "backbone": "builtin:tiny-bert",
+    "classes": None,
+    "epochs": 1,
+    "lr": 1e-3,
+    "batch_size": 8,
+    "eval_batch_size": 32,
+    "max_length": 32,
+    "warmup_ratio": 0.1,
+    "weight_decay": 0.01,
+    "max_grad_norm": 1.0,
+    "seed": 0,
+    "checkpoint_every": 0,
+}
 
 
 def student_job(config: dict) -> dict:
     """A student's params as the plan passes them to the distill stage: method_args completed with the method's
     declared defaults and the method's ``method_spec``."""
     method = config["method"]
-    return {**config, "method_args": method_args(method, config.get("method_args")),
-            "method_spec": get_method(method).job_spec()}
+    return {
+        **config,
+        "method_args": method_args(method, config.get("method_args")),
+        "method_spec": get_method(method).job_spec(),
+    }
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The BiLSTM student (ProKT's, METHODS.md §5) and the separate tokenisation of sentence pairs it reads."""
+"""The BiLSTM student (ProKT's, docs/methods.md §5) and the separate tokenisation of sentence pairs it reads."""
 
 from __future__ import annotations
 
@@ -6,16 +6,22 @@ import numpy as np
 import pytest
 import torch
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import collate, encode, model_inputs
 from kdpipe.models.bilstm import BiLSTMClassifier
 from kdpipe.models.loading import load_tokenizer, load_trained
 from kdpipe.models.students import build_student
 from kdpipe.plan import Plan
-from kdpipe.core.store import KdpipeError
 
 LABELS = ["a", "b", "c"]
-SIZES = {"type": "bilstm", "tokenizer": "builtin:tiny-bert", "embedding_dim": 8, "hidden_size": 6, "fc_size": 10,
-         "dropout": 0.0}
+SIZES = {
+    "type": "bilstm",
+    "tokenizer": "builtin:tiny-bert",
+    "embedding_dim": 8,
+    "hidden_size": 6,
+    "fc_size": 10,
+    "dropout": 0.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +33,13 @@ def test_single_texts_shapes_and_defaults(tokenizer):
     model, tok = build_student({"type": "bilstm", "tokenizer": "builtin:tiny-bert"}, LABELS, seed=0)
     assert isinstance(model, BiLSTMClassifier) and len(tok) == len(tokenizer)
     # ProKT's sizes: embeddings 300, 300 units per direction, dropout 0.4, fc 600 on u (2 x 300)
-    assert (model.embeddings.embedding_dim, model.lstm.hidden_size, model.fc.in_features, model.fc.out_features,
-            model.dropout.p) == (300, 300, 600, 600, 0.4)
+    assert (
+        model.embeddings.embedding_dim,
+        model.lstm.hidden_size,
+        model.fc.in_features,
+        model.fc.out_features,
+        model.dropout.p,
+    ) == (300, 300, 600, 600, 0.4)
     enc = encode(tokenizer, ["one two three", "four"], max_length=16)
     assert model(**model_inputs(collate(enc, np.arange(2)))).logits.shape == (2, 3)
 
@@ -58,7 +69,7 @@ def test_pairs_are_encoded_apart_and_combined(tokenizer):
 
     model, _ = build_student(SIZES, LABELS, seed=0, pairs=True)
     model.eval()
-    assert model.fc.in_features == 4 * 2 * 6                    # [u; v; |u - v|; u * v], u, v in R^(2h)
+    assert model.fc.in_features == 4 * 2 * 6  # [u; v; |u - v|; u * v], u, v in R^(2h)
     inputs = model_inputs(batch)
     u = model.encode(inputs["input_ids"], inputs["attention_mask"])
     v = model.encode(inputs["pair_input_ids"], inputs["pair_attention_mask"])
@@ -68,7 +79,7 @@ def test_pairs_are_encoded_apart_and_combined(tokenizer):
     with pytest.raises(ValueError, match="pair_input_ids"):
         model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
 
-    transformer_way = encode(tokenizer, texts, pairs, max_length=16)        # one sequence [CLS] a [SEP] b [SEP]
+    transformer_way = encode(tokenizer, texts, pairs, max_length=16)  # one sequence [CLS] a [SEP] b [SEP]
     assert transformer_way.pair_ids is None and transformer_way.token_type_ids[0].max() == 1
 
 
@@ -83,9 +94,15 @@ def test_save_and_load_round_trip(tokenizer, tmp_path):
 
 
 def test_plan_refuses_a_bilstm_for_methods_that_need_transformer_layers():
-    config = {"dataset": {"name": "d"}, "teachers": {"ta": {"backbone": "builtin:tiny-bert"}},
-              "student_defaults": {}, "mc_dropout": {}, "dump": {}, "evaluate": {"splits": ["test"]},
-              "students": {"s": {"method": "dynamic_objective", "model": {"type": "bilstm"}, "teachers": ["ta"]}}}
+    config = {
+        "dataset": {"name": "d"},
+        "teachers": {"ta": {"backbone": "builtin:tiny-bert"}},
+        "student_defaults": {},
+        "mc_dropout": {},
+        "dump": {},
+        "evaluate": {"splits": ["test"]},
+        "students": {"s": {"method": "dynamic_objective", "model": {"type": "bilstm"}, "teachers": ["ta"]}},
+    }
     with pytest.raises(KdpipeError, match="students.s.model: a BiLSTM student has no transformer layers"):
         Plan(config)
     config["students"]["s"]["method"] = "vanilla_kd"
@@ -93,10 +110,18 @@ def test_plan_refuses_a_bilstm_for_methods_that_need_transformer_layers():
 
 
 def test_plan_gives_a_prokt_student_its_cotrained_teacher_and_no_cached_teachers():
-    config = {"dataset": {"name": "d"}, "teachers": {"ta": {"backbone": "builtin:tiny-bert"}},
-              "student_defaults": {}, "mc_dropout": {}, "dump": {}, "evaluate": {"splits": ["test"]},
-              "students": {"p": {"method": "prokt", "model": {"type": "bilstm"}, "seeds": [0, 1]},
-                           "v": {"method": "vanilla_kd", "model": {"type": "bilstm"}}}}
+    config = {
+        "dataset": {"name": "d"},
+        "teachers": {"ta": {"backbone": "builtin:tiny-bert"}},
+        "student_defaults": {},
+        "mc_dropout": {},
+        "dump": {},
+        "evaluate": {"splits": ["test"]},
+        "students": {
+            "p": {"method": "prokt", "model": {"type": "bilstm"}, "seeds": [0, 1]},
+            "v": {"method": "vanilla_kd", "model": {"type": "bilstm"}},
+        },
+    }
     plan = Plan(config)
     assert plan.stage_students("cotrain") == ["p.seed0", "p.seed1"] and plan.stage_students("distill") == ["v"]
     assert plan.student_teachers("p.seed1") == [] and plan.signal_files("p.seed1") == []
@@ -112,7 +137,8 @@ def test_bilstm_learns_a_separable_task_with_the_shared_loop():
     import torch.nn.functional as F
 
     from kdpipe.training.loop import TrainSettings, fit
-    from tests.test_training import LABELS as Y, TEXTS, validator
+    from tests.test_training import LABELS as Y
+    from tests.test_training import TEXTS, validator
 
     model, tok = build_student({**SIZES, "dropout": 0.1}, ["sport", "money"], seed=0)
     data = encode(tok, TEXTS, max_length=16, labels=Y)
@@ -120,6 +146,12 @@ def test_bilstm_learns_a_separable_task_with_the_shared_loop():
     def ce(model, batch):
         return F.cross_entropy(model(**model_inputs(batch)).logits, batch["labels"]), {}
 
-    result = fit(model, train=data, loss_fn=ce, validate=validator(data),
-                 settings=TrainSettings(epochs=6, lr=1e-2, batch_size=8, seed=0), device=torch.device("cpu"))
+    result = fit(
+        model,
+        train=data,
+        loss_fn=ce,
+        validate=validator(data),
+        settings=TrainSettings(epochs=6, lr=1e-2, batch_size=8, seed=0),
+        device=torch.device("cpu"),
+    )
     assert result.best_metrics["accuracy"] == 1.0

@@ -7,10 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from kdpipe.data.dataset import SPLITS, read_labels, read_split
-
-from kdpipe.data.prepare import bbc_news_dir, prepare
 from kdpipe.core.store import ArtifactError, KdpipeError
+from kdpipe.data.dataset import SPLITS, read_labels, read_split
+from kdpipe.data.prepare import bbc_news_dir, prepare
 
 BBC_LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 
@@ -18,9 +17,18 @@ BBC_LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 def dataset_params(**overrides) -> dict:
     """The dataset config slice with the schema defaults, as the workflow passes it."""
     params = {
-        "name": "tiny", "source": "builtin:bbc_news", "files": None, "format": "auto", "encoding": "utf-8",
-        "text_column": "text", "text_pair_column": None, "label_column": "label", "domain_column": None,
-        "split": {"validation": 0.1, "test": 0.2, "seed": 13}, "max_rows": None, "max_per_class": None,
+        "name": "tiny",
+        "source": "builtin:bbc_news",
+        "files": None,
+        "format": "auto",
+        "encoding": "utf-8",
+        "text_column": "text",
+        "text_pair_column": None,
+        "label_column": "label",
+        "domain_column": None,
+        "split": {"validation": 0.1, "test": 0.2, "seed": 13},
+        "max_rows": None,
+        "max_per_class": None,
         "dedup": True,
     }
     return params | overrides
@@ -28,8 +36,9 @@ def dataset_params(**overrides) -> dict:
 
 def tiny_frame(n: int = 40, labels=("neg", "pos"), pair: bool = False, domain: bool = False) -> pd.DataFrame:
     """``n`` distinct rows cycling through ``labels``, with optional text_pair/domain columns."""
-    frame = pd.DataFrame({"text": [f"sentence number {i}" for i in range(n)],
-                          "label": [labels[i % len(labels)] for i in range(n)]})
+    frame = pd.DataFrame(
+        {"text": [f"sentence number {i}" for i in range(n)], "label": [labels[i % len(labels)] for i in range(n)]}
+    )
     if pair:
         frame["hypothesis"] = [f"hypothesis {i}" for i in range(n)]
     if domain:
@@ -65,9 +74,15 @@ def bbc(tmp_path_factory):
 
 # ---- built-in BBC News ---------------------------------------------------------------------------------------
 
+
 def test_bbc_news_dir_holds_the_five_topic_folders():
     assert sorted(path.name for path in bbc_news_dir().iterdir()) == [
-        "business", "entertainment", "politics", "sports", "tech"]
+        "business",
+        "entertainment",
+        "politics",
+        "sports",
+        "tech",
+    ]
 
 
 def test_bbc_rows_duplicates_and_labels(bbc):
@@ -136,6 +151,7 @@ def test_unknown_builtin_lists_the_builtins(tmp_path):
 
 # ---- local files ----------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet"])
 def test_local_file_formats(tmp_path, suffix):
     source = write_table(tiny_frame(50), tmp_path / f"data{suffix}")
@@ -152,8 +168,7 @@ def test_local_file_formats(tmp_path, suffix):
 @pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet"])
 def test_text_pair_and_domain_columns(tmp_path, suffix):
     source = write_table(tiny_frame(30, pair=True, domain=True), tmp_path / f"data{suffix}")
-    prepare(dataset_params(source=source, text_pair_column="hypothesis", domain_column="source"),
-            tmp_path / "out")
+    prepare(dataset_params(source=source, text_pair_column="hypothesis", domain_column="source"), tmp_path / "out")
     frame = read_split(tmp_path / "out", "train")
     assert list(frame.columns) == ["row_id", "text", "text_pair", "label", "label_id", "domain"]
     assert (frame["text_pair"] == "hypothesis " + frame["row_id"].astype(str)).all()
@@ -168,9 +183,13 @@ def test_numeric_labels_become_strings(tmp_path):
 
 
 def test_text_pair_is_part_of_the_duplicate_key(tmp_path):
-    frame = pd.DataFrame({"text": ["same"] * 4 + [f"t{i}" for i in range(16)],
-                          "pair": ["a", "b", "a", "c"] + [f"p{i}" for i in range(16)],
-                          "label": ["x", "y"] * 10})
+    frame = pd.DataFrame(
+        {
+            "text": ["same"] * 4 + [f"t{i}" for i in range(16)],
+            "pair": ["a", "b", "a", "c"] + [f"p{i}" for i in range(16)],
+            "label": ["x", "y"] * 10,
+        }
+    )
     source = write_table(frame, tmp_path / "data.csv")
     manifest = prepare(dataset_params(source=source, text_pair_column="pair"), tmp_path / "out")
     assert manifest["duplicates_dropped"] == 1
@@ -208,12 +227,14 @@ def test_explicit_format_overrides_the_extension(tmp_path):
 
 # ---- explicit per-split files ---------------------------------------------------------------------------------
 
+
 def test_explicit_train_validation_test_files(tmp_path):
     train = write_table(tiny_frame(30), tmp_path / "train.csv")
     validation = write_table(tiny_frame(6).assign(text=lambda f: "val " + f["text"]), tmp_path / "val.csv")
     test = write_table(tiny_frame(8).assign(text=lambda f: "test " + f["text"]), tmp_path / "test.jsonl")
-    manifest = prepare(dataset_params(source=None, files={"train": train, "validation": validation, "test": test}),
-                       tmp_path / "out")
+    manifest = prepare(
+        dataset_params(source=None, files={"train": train, "validation": validation, "test": test}), tmp_path / "out"
+    )
     splits = all_splits(tmp_path / "out")
     assert manifest["rows"] == {"train": 30, "validation": 6, "test": 8}
     assert splits["train"]["row_id"].tolist() == list(range(30))
@@ -246,6 +267,7 @@ def test_duplicates_across_files_stay_in_test(tmp_path):
 
 # ---- subsampling ----------------------------------------------------------------------------------------------
 
+
 def test_max_rows_keeps_class_proportions(tmp_path):
     source = write_table(tiny_frame(400, labels=("a", "a", "a", "b")), tmp_path / "data.parquet")
     manifest = prepare(dataset_params(source=source, max_rows=100), tmp_path / "out")
@@ -271,6 +293,7 @@ def test_small_class_keeps_a_training_row(tmp_path):
 
 # ---- errors: nothing is left behind ---------------------------------------------------------------------------
 
+
 def expect_error(params: dict, out, pattern: str) -> None:
     """prepare fails with a message matching ``pattern`` and leaves no output directory."""
     with pytest.raises(KdpipeError, match=pattern):
@@ -280,19 +303,28 @@ def expect_error(params: dict, out, pattern: str) -> None:
 
 
 def test_missing_source_file(tmp_path):
-    expect_error(dataset_params(source=str(tmp_path / "nope.csv")), tmp_path / "out",
-                 r"nope\.csv: file not found.*dataset\.source")
+    expect_error(
+        dataset_params(source=str(tmp_path / "nope.csv")),
+        tmp_path / "out",
+        r"nope\.csv: file not found.*dataset\.source",
+    )
 
 
 def test_missing_train_file(tmp_path):
-    expect_error(dataset_params(files={"train": str(tmp_path / "train.csv")}), tmp_path / "out",
-                 r"train\.csv: file not found.*dataset\.files\.train")
+    expect_error(
+        dataset_params(files={"train": str(tmp_path / "train.csv")}),
+        tmp_path / "out",
+        r"train\.csv: file not found.*dataset\.files\.train",
+    )
 
 
 def test_missing_validation_file(tmp_path):
     train = write_table(tiny_frame(), tmp_path / "train.csv")
-    expect_error(dataset_params(files={"train": train, "validation": str(tmp_path / "dev.csv")}),
-                 tmp_path / "out", r"dev\.csv: file not found.*dataset\.files\.validation")
+    expect_error(
+        dataset_params(files={"train": train, "validation": str(tmp_path / "dev.csv")}),
+        tmp_path / "out",
+        r"dev\.csv: file not found.*dataset\.files\.validation",
+    )
 
 
 def test_zero_byte_file(tmp_path):
@@ -308,25 +340,32 @@ def test_header_only_file(tmp_path):
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_undecodable_file_names_the_byte_offset(tmp_path, suffix):
     path = tmp_path / f"data{suffix}"
-    text = {".csv": 'text,label\nok,a\ncosts £5,b\n',
-            ".jsonl": '{"text": "ok", "label": "a"}\n{"text": "£5", "label": "b"}\n'}
+    text = {
+        ".csv": "text,label\nok,a\ncosts £5,b\n",
+        ".jsonl": '{"text": "ok", "label": "a"}\n{"text": "£5", "label": "b"}\n',
+    }
     path.write_bytes(text[suffix].encode("latin-1"))
     offset = text[suffix].index("£")
-    expect_error(dataset_params(source=str(path)), tmp_path / "out",
-                 rf"data{suffix}: not valid utf-8 at byte offset {offset}.*dataset\.encoding: latin-1")
+    expect_error(
+        dataset_params(source=str(path)),
+        tmp_path / "out",
+        rf"data{suffix}: not valid utf-8 at byte offset {offset}.*dataset\.encoding: latin-1",
+    )
 
 
 def test_unknown_encoding(tmp_path):
     source = write_table(tiny_frame(), tmp_path / "data.csv")
-    expect_error(dataset_params(source=source, encoding="klingon"), tmp_path / "out",
-                 r"dataset\.encoding 'klingon'")
+    expect_error(dataset_params(source=source, encoding="klingon"), tmp_path / "out", r"dataset\.encoding 'klingon'")
 
 
 def test_misspelt_label_column_suggests_a_match(tmp_path):
     source = write_table(tiny_frame(), tmp_path / "data.tsv")
-    expect_error(dataset_params(source=source, label_column="lable"), tmp_path / "out",
-                 r"data\.tsv: no column 'lable' \(dataset\.label_column\); the columns are \['text', 'label'\]; "
-                 r"did you mean 'label'\?")
+    expect_error(
+        dataset_params(source=source, label_column="lable"),
+        tmp_path / "out",
+        r"data\.tsv: no column 'lable' \(dataset\.label_column\); the columns are \['text', 'label'\]; "
+        r"did you mean 'label'\?",
+    )
 
 
 def test_missing_text_pair_column_without_close_match(tmp_path):
@@ -340,8 +379,9 @@ def test_missing_text_pair_column_without_close_match(tmp_path):
 def test_empty_label_names_the_row(tmp_path):
     path = tmp_path / "data.csv"
     path.write_text("text,label\nfine,a\nalso fine,b\nno label here,\n")
-    expect_error(dataset_params(source=str(path)), tmp_path / "out",
-                 r"data\.csv: data row 3 .* empty label in column 'label'")
+    expect_error(
+        dataset_params(source=str(path)), tmp_path / "out", r"data\.csv: data row 3 .* empty label in column 'label'"
+    )
 
 
 def test_null_label_in_jsonl_names_the_row(tmp_path):
@@ -358,8 +398,11 @@ def test_blank_text_names_the_row(tmp_path):
 
 def test_unknown_extension(tmp_path):
     (tmp_path / "data.xlsx").write_bytes(b"not really")
-    expect_error(dataset_params(source=str(tmp_path / "data.xlsx")), tmp_path / "out",
-                 r"data\.xlsx: cannot tell the format from the extension '\.xlsx'.*dataset\.format")
+    expect_error(
+        dataset_params(source=str(tmp_path / "data.xlsx")),
+        tmp_path / "out",
+        r"data\.xlsx: cannot tell the format from the extension '\.xlsx'.*dataset\.format",
+    )
 
 
 def test_unknown_format(tmp_path):
@@ -369,8 +412,11 @@ def test_unknown_format(tmp_path):
 
 def test_corrupt_parquet(tmp_path):
     (tmp_path / "data.parquet").write_bytes(b"this is no parquet file")
-    expect_error(dataset_params(source=str(tmp_path / "data.parquet")), tmp_path / "out",
-                 r"data\.parquet: cannot be read as parquet")
+    expect_error(
+        dataset_params(source=str(tmp_path / "data.parquet")),
+        tmp_path / "out",
+        r"data\.parquet: cannot be read as parquet",
+    )
 
 
 def test_single_class(tmp_path):
@@ -378,13 +424,16 @@ def test_single_class(tmp_path):
     expect_error(dataset_params(source=source), tmp_path / "out", r"data\.csv: column 'label'.*at least 2")
 
 
-@pytest.mark.parametrize(("overrides", "pattern"), [
-    ({"split": {"validation": 0.5, "test": 0.5, "seed": 1}}, r"dataset\.split\.validation \+ dataset\.split\.test"),
-    ({"split": {"validation": -0.1, "test": 0.2, "seed": 1}}, r"dataset\.split\.validation is -0\.1"),
-    ({"max_rows": 0}, r"dataset\.max_rows is 0"),
-    ({"max_per_class": "10"}, r"dataset\.max_per_class is '10'"),
-    ({"files": {"train": "a.csv", "dev": "b.csv"}}, r"dataset\.files has unknown key\(s\) \['dev'\]"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "pattern"),
+    [
+        ({"split": {"validation": 0.5, "test": 0.5, "seed": 1}}, r"dataset\.split\.validation \+ dataset\.split\.test"),
+        ({"split": {"validation": -0.1, "test": 0.2, "seed": 1}}, r"dataset\.split\.validation is -0\.1"),
+        ({"max_rows": 0}, r"dataset\.max_rows is 0"),
+        ({"max_per_class": "10"}, r"dataset\.max_per_class is '10'"),
+        ({"files": {"train": "a.csv", "dev": "b.csv"}}, r"dataset\.files has unknown key\(s\) \['dev'\]"),
+    ],
+)
 def test_bad_settings_name_the_key(tmp_path, overrides, pattern):
     expect_error(dataset_params(**overrides), tmp_path / "out", pattern)
 
@@ -399,6 +448,7 @@ def test_failed_prepare_keeps_a_previous_artifact(tmp_path):
 
 
 # ---- readers --------------------------------------------------------------------------------------------------
+
 
 def test_read_split_detects_a_row_count_mismatch(tmp_path):
     out = tmp_path / "out"

@@ -63,6 +63,7 @@ def test_check_reports_a_stale_file(gen, schema, tmp_path):
 
 
 def test_cli_check_passes():
-    result = subprocess.run([sys.executable, str(SCRIPT), "--check"], cwd=REPO, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, f"{FIX}.\n{result.stderr}"

@@ -1,4 +1,5 @@
-"""Dynamic KD (METHODS.md §2): each weighting and selection rule on a batch of four, against hand-computed values."""
+"""Dynamic KD (docs/methods.md §2): each weighting and selection rule on a batch of four, against hand-computed
+values."""
 
 import math
 from types import SimpleNamespace
@@ -8,12 +9,21 @@ import pytest
 import torch
 from torch import nn
 
-from kdpipe.methods.base import DistillContext
-from kdpipe.methods.registry import method_args
-from kdpipe.methods.dynamic_kd import (build_data, build_objective, build_teacher, kd_distance, normalized_entropy,
-                                       normalized_hidden_mse, objective_weights, select_top, selection_scores,
-                                       teacher_weights)
 from kdpipe.core.store import KdpipeError
+from kdpipe.methods.base import DistillContext
+from kdpipe.methods.dynamic_kd import (
+    build_data,
+    build_objective,
+    build_teacher,
+    kd_distance,
+    normalized_entropy,
+    normalized_hidden_mse,
+    objective_weights,
+    select_top,
+    selection_scores,
+    teacher_weights,
+)
+from kdpipe.methods.registry import method_args
 
 # Student probabilities of a batch of four, from uncertain to confident. ĥ = H(p) / log 3, by hand:
 # row 0: log 3 / log 3 = 1; row 1: (0.5 ln 2 + 0.5 ln 4) / ln 3 = 1.03972 / 1.09861 = 0.94640;
@@ -23,8 +33,8 @@ P = np.array([[1 / 3, 1 / 3, 1 / 3], [0.5, 0.25, 0.25], [0.8, 0.1, 0.1], [0.98, 
 H = np.array([1.0, 0.94640, 0.58167, 0.10185])
 Z = torch.tensor(np.log(P), dtype=torch.float32)
 # Teachers: the student's logits shifted by a per-row constant c, so the logit MSE is exactly c².
-D_SMALL = np.array([1.0, 4.0, 9.0, 16.0])           # shifts 1, 2, 3, 4
-D_LARGE = np.array([0.0, 1.0, 0.0, 4.0])            # shifts 0, 1, 0, 2
+D_SMALL = np.array([1.0, 4.0, 9.0, 16.0])  # shifts 1, 2, 3, 4
+D_LARGE = np.array([0.0, 1.0, 0.0, 4.0])  # shifts 0, 1, 0, 2
 SMALL = Z + torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None]
 LARGE = Z + torch.tensor([0.0, 1.0, 0.0, 2.0])[:, None]
 Y = torch.tensor([0, 0, 0, 1])
@@ -44,15 +54,18 @@ def test_mse_distance_is_the_mean_squared_logit_gap():
     assert kl.item() == pytest.approx(4 * 0.130812, rel=1e-4)
 
 
-@pytest.mark.parametrize("mode, direction, expected", [
-    # hard: rows 0, 1 (most uncertain) -> small teacher, rows 2, 3 -> large; each half contributes its own mean.
-    ("hard", "uncertain_to_small", (1 + 4) / 2 + (0 + 4) / 2),
-    ("hard", "uncertain_to_large", (0 + 1) / 2 + (9 + 16) / 2),
-    # soft: w_S = mean ĥ over the batch.
-    ("soft", "uncertain_to_small", H.mean() * D_SMALL.mean() + (1 - H.mean()) * D_LARGE.mean()),
-    ("soft_instance", "uncertain_to_small", (H * D_SMALL + (1 - H) * D_LARGE).mean()),
-    ("soft_instance", "uncertain_to_large", ((1 - H) * D_SMALL + H * D_LARGE).mean()),
-])
+@pytest.mark.parametrize(
+    "mode, direction, expected",
+    [
+        # hard: rows 0, 1 (most uncertain) -> small teacher, rows 2, 3 -> large; each half contributes its own mean.
+        ("hard", "uncertain_to_small", (1 + 4) / 2 + (0 + 4) / 2),
+        ("hard", "uncertain_to_large", (0 + 1) / 2 + (9 + 16) / 2),
+        # soft: w_S = mean ĥ over the batch.
+        ("soft", "uncertain_to_small", H.mean() * D_SMALL.mean() + (1 - H.mean()) * D_LARGE.mean()),
+        ("soft_instance", "uncertain_to_small", (H * D_SMALL + (1 - H) * D_LARGE).mean()),
+        ("soft_instance", "uncertain_to_large", ((1 - H) * D_SMALL + H * D_LARGE).mean()),
+    ],
+)
 def test_teacher_weighting_rules(mode, direction, expected):
     w_small, w_large = teacher_weights(normalized_entropy(Z), mode, direction)
     kd = (w_small * torch.tensor(D_SMALL) + w_large * torch.tensor(D_LARGE)).mean().item()
@@ -70,12 +83,21 @@ P_SEL = np.array([[0.45, 0.45, 0.10], [0.40, 0.30, 0.30], [0.80, 0.10, 0.10], [0
 Z_SEL = torch.tensor(np.log(P_SEL), dtype=torch.float32)
 
 
-@pytest.mark.parametrize("strategy, ratio, kept", [
-    ("entropy", 0.25, [1]), ("margin", 0.25, [0]), ("confidence", 0.25, [1]),
-    ("entropy", 0.5, [1, 0]), ("margin", 0.5, [0, 1]),
-    ("entropy-r", 0.25, [3]), ("margin-r", 0.5, [3, 2]), ("confidence-r", 0.75, [3, 2, 0]),
-    ("entropy", 1.0, [1, 0, 2, 3]), ("entropy", 0.1, []),
-])
+@pytest.mark.parametrize(
+    "strategy, ratio, kept",
+    [
+        ("entropy", 0.25, [1]),
+        ("margin", 0.25, [0]),
+        ("confidence", 0.25, [1]),
+        ("entropy", 0.5, [1, 0]),
+        ("margin", 0.5, [0, 1]),
+        ("entropy-r", 0.25, [3]),
+        ("margin-r", 0.5, [3, 2]),
+        ("confidence-r", 0.75, [3, 2, 0]),
+        ("entropy", 1.0, [1, 0, 2, 3]),
+        ("entropy", 0.1, []),
+    ],
+)
 def test_selection_rules(strategy, ratio, kept):
     assert select_top(selection_scores(Z_SEL, strategy), ratio).tolist() == kept
 
@@ -134,13 +156,23 @@ def context(teachers: dict, **kw) -> DistillContext:
     labels = ["a", "b", "c"]
     signals = {t: {"logits": z} for t, z in teachers.items()}
     signals.update(kw.pop("extra_signals", {}))
-    return DistillContext(labels=labels, teachers=list(teachers), blocks={t: np.arange(3) for t in teachers},
-                          signals=signals, device=torch.device("cpu"), **kw)
+    return DistillContext(
+        labels=labels,
+        teachers=list(teachers),
+        blocks={t: np.arange(3) for t in teachers},
+        signals=signals,
+        device=torch.device("cpu"),
+        **kw,
+    )
 
 
 def batch(n=4, width=2):
-    return {"input_ids": torch.zeros(n, width, dtype=torch.long), "attention_mask": torch.ones(n, width,
-            dtype=torch.long), "index": torch.arange(n), "labels": Y[:n]}
+    return {
+        "input_ids": torch.zeros(n, width, dtype=torch.long),
+        "attention_mask": torch.ones(n, width, dtype=torch.long),
+        "index": torch.arange(n),
+        "labels": Y[:n],
+    }
 
 
 def test_dynamic_teacher_loss_is_ce_plus_weighted_kd():
@@ -156,15 +188,19 @@ def test_entropy_gradient_is_an_option():
     grads = {}
     for grad in (False, True):
         model = FixedLogits(Z)
-        loss, _ = build_teacher(ctx, method_args("dynamic_teacher", {"mode": "soft_instance", "small_teacher": "small",
-                                      "entropy_grad": grad})).loss(model, batch())
+        loss, _ = build_teacher(
+            ctx,
+            method_args("dynamic_teacher", {"mode": "soft_instance", "small_teacher": "small", "entropy_grad": grad}),
+        ).loss(model, batch())
         loss.backward()
         grads[grad] = model.z.grad.clone()
     # Detached: the gradient of CE + mean(ĥ·D_small + (1 − ĥ)·D_large) with ĥ a constant.
     z = Z.clone().requires_grad_(True)
     h = torch.tensor(H, dtype=torch.float32)
-    manual = (torch.nn.functional.cross_entropy(z, Y)
-              + (h * ((z - SMALL) ** 2).mean(-1) + (1 - h) * ((z - LARGE) ** 2).mean(-1)).mean())
+    manual = (
+        torch.nn.functional.cross_entropy(z, Y)
+        + (h * ((z - SMALL) ** 2).mean(-1) + (1 - h) * ((z - LARGE) ** 2).mean(-1)).mean()
+    )
     manual.backward()
     assert torch.allclose(grads[False], z.grad, atol=1e-3)
     assert not torch.allclose(grads[False], grads[True], atol=1e-3)
@@ -174,15 +210,18 @@ def test_dynamic_teacher_needs_two_teachers_and_the_small_one_named():
     with pytest.raises(KdpipeError, match="small_teacher naming the smaller one"):
         build_teacher(context({"large": LARGE, "small": SMALL}), method_args("dynamic_teacher", {}))
     with pytest.raises(KdpipeError, match="unknown key 'ratio'"):
-        build_teacher(context({"large": LARGE, "small": SMALL}), method_args("dynamic_teacher", {"small_teacher": "small", "ratio": 0.5}))
+        build_teacher(
+            context({"large": LARGE, "small": SMALL}),
+            method_args("dynamic_teacher", {"small_teacher": "small", "ratio": 0.5}),
+        )
 
 
 def test_dynamic_data_loss_is_ce_on_all_plus_kd_on_kept_rows():
-    teacher = Z_SEL + torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None]                 # D = 1, 4, 9, 16
+    teacher = Z_SEL + torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None]  # D = 1, 4, 9, 16
     objective = build_data(context({"t": teacher}), method_args("dynamic_data", {"strategy": "margin", "ratio": 0.5}))
     loss, terms = objective.loss(FixedLogits(Z_SEL), batch())
     ce = -np.log(P_SEL[[0, 1, 2, 3], [0, 0, 0, 1]]).mean()
-    assert terms["kept"] == 2 and terms["kd"] == pytest.approx((1 + 4) / 2)      # rows A, B
+    assert terms["kept"] == 2 and terms["kd"] == pytest.approx((1 + 4) / 2)  # rows A, B
     assert loss.item() == pytest.approx(ce + 2.5, rel=1e-5)
 
 
@@ -193,11 +232,21 @@ def test_dynamic_objective_loss_by_hand():
     t = s.clone()
     t[[0, 2], 0] = torch.tensor([0.0, 1.0])
     r = np.array([0.5, 0.0, 0.5, 0.0])
-    teacher = Z + torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None]                     # D = 1, 4, 9, 16
-    ctx = context({"t": teacher}, extra_signals={"t": {
-        "logits": teacher, "hidden": t[:, None].numpy().astype(np.float16), "hidden_layers": [0],
-        "hidden_lengths": np.array([2, 2, 2, 2])}},
-        train_lengths=np.array([2, 2, 2, 2]), alignment={"t": [[0, 0]]}, student_config=SimpleNamespace(hidden_size=2))
+    teacher = Z + torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None]  # D = 1, 4, 9, 16
+    ctx = context(
+        {"t": teacher},
+        extra_signals={
+            "t": {
+                "logits": teacher,
+                "hidden": t[:, None].numpy().astype(np.float16),
+                "hidden_layers": [0],
+                "hidden_lengths": np.array([2, 2, 2, 2]),
+            }
+        },
+        train_lengths=np.array([2, 2, 2, 2]),
+        alignment={"t": [[0, 0]]},
+        student_config=SimpleNamespace(hidden_size=2),
+    )
     loss, terms = build_objective(ctx, method_args("dynamic_objective", {})).loss(FixedLogits(Z, hidden=(s,)), batch())
     assert terms["kd"] == pytest.approx(((1 - H) * D_SMALL).mean(), rel=1e-4)
     assert terms["rep"] == pytest.approx((H * r).mean(), rel=1e-4)

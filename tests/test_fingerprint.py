@@ -16,11 +16,25 @@ def closure(*modules) -> set[str]:
 
 
 # Student-side code: a teacher-side job must not carry any of it in its fingerprint.
-STUDENT_SIDE = ("methods/", "models/students.py", "models/bilstm.py", "models/multihead.py", "stages/distill.py",
-                "stages/cotrain.py", "signals/load.py", "training/student.py")
+STUDENT_SIDE = (
+    "methods/",
+    "models/students.py",
+    "models/bilstm.py",
+    "models/multihead.py",
+    "stages/distill.py",
+    "stages/cotrain.py",
+    "signals/load.py",
+    "training/student.py",
+)
 # Meta-KD's teacher-side parts, which the teacher-side stages of a Meta-KD run import (by name or statically).
-META_TEACHER_SIDE = {"methods/__init__.py", "methods/meta_kd/__init__.py", "methods/meta_kd/prototypes.py",
-                     "methods/meta_kd/teacher.py", "methods/meta_kd/branch.py", "methods/meta_kd/domain.py"}
+META_TEACHER_SIDE = {
+    "methods/__init__.py",
+    "methods/meta_kd/__init__.py",
+    "methods/meta_kd/prototypes.py",
+    "methods/meta_kd/teacher.py",
+    "methods/meta_kd/branch.py",
+    "methods/meta_kd/domain.py",
+}
 TEACHER_STAGES = ("prepare", "finetune_teacher", "prototypes", "signal_shard", "signal_gather")
 
 
@@ -33,8 +47,9 @@ def test_teacher_side_stages_import_nothing_of_the_student_side(stage):
     assert not student_side(closure(f"kdpipe.stages.{stage}"))
 
 
-@pytest.mark.parametrize("module", sorted({s.module for s in SIGNALS.values()}
-                                          | {o.module for o in TEACHER_OBJECTIVES.values()}))
+@pytest.mark.parametrize(
+    "module", sorted({s.module for s in SIGNALS.values()} | {o.module for o in TEACHER_OBJECTIVES.values()})
+)
 def test_modules_teacher_side_jobs_import_by_name_stay_teacher_side(module):
     assert not student_side(closure(module))
 

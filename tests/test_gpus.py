@@ -1,4 +1,5 @@
-"""The lock-file GPU pool (kdpipe/core/gpus.py), on CPU: KDPIPE_GPUS fakes the GPU count, a tmp folder holds the locks."""
+"""The lock-file GPU pool (kdpipe/core/gpus.py), on CPU: KDPIPE_GPUS fakes the GPU count, a tmp folder holds the
+locks."""
 
 from __future__ import annotations
 
@@ -35,8 +36,7 @@ def holders():
     procs: list[subprocess.Popen] = []
 
     def start() -> tuple[subprocess.Popen, str]:
-        p = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True)
+        p = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         procs.append(p)
         index, visible = p.stdout.readline().split()
         assert index == visible
@@ -53,8 +53,13 @@ def holders():
 def claim(wait_s: float, *cmd: str) -> subprocess.CompletedProcess:
     """Run a claim (or a kdpipe command) in a fresh process that waits at most ``wait_s`` for a GPU."""
     cmd = cmd or ("-c", "from kdpipe.core.gpus import claim_gpu; print(claim_gpu())")
-    return subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=30,
-                          env={**os.environ, "KDPIPE_GPU_WAIT_S": str(wait_s)})
+    return subprocess.run(
+        [sys.executable, *cmd],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "KDPIPE_GPU_WAIT_S": str(wait_s)},
+    )
 
 
 def test_concurrent_jobs_get_different_gpus_and_a_third_fails_clearly(pool, holders):
@@ -81,18 +86,30 @@ def test_a_freed_gpu_is_claimed_again(pool, holders, how):
 
 def test_a_waiting_job_gets_the_gpu_that_frees_up(pool, holders):
     (p0, first), _ = holders(), holders()
-    waiter = subprocess.Popen([sys.executable, "-c", "from kdpipe.core.gpus import claim_gpu; print(claim_gpu())"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "KDPIPE_GPU_WAIT_S": "20"})
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", "from kdpipe.core.gpus import claim_gpu; print(claim_gpu())"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KDPIPE_GPU_WAIT_S": "20"},
+    )
     assert "waiting up to 20 s" in waiter.stderr.readline()
     p0.stdin.close()
     out, _ = waiter.communicate(timeout=20)
     assert waiter.returncode == 0 and out.split() == [first]
 
 
-@pytest.mark.parametrize("env", [{"CUDA_VISIBLE_DEVICES": "3"}, {"CUDA_VISIBLE_DEVICES": ""},
-                                 {"KDPIPE_DEVICE": "cpu"}, {"KDPIPE_DEVICE": "cuda:1"}, {"KDPIPE_GPUS": "1"},
-                                 {"KDPIPE_GPUS": "0"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"CUDA_VISIBLE_DEVICES": "3"},
+        {"CUDA_VISIBLE_DEVICES": ""},
+        {"KDPIPE_DEVICE": "cpu"},
+        {"KDPIPE_DEVICE": "cuda:1"},
+        {"KDPIPE_GPUS": "1"},
+        {"KDPIPE_GPUS": "0"},
+    ],
+)
 def test_nothing_to_choose_takes_no_lock(pool, monkeypatch, env):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -104,8 +121,22 @@ def test_nothing_to_choose_takes_no_lock(pool, monkeypatch, env):
 
 def test_the_cli_claims_before_a_model_stage_and_not_for_the_others(pool, holders, tmp_path):
     holders(), holders()
-    r = claim(0, "-m", "kdpipe", "--threads", "1", "distill", "--params", "{}", "--data", "x",
-              "--signals-root", "x", "--out", str(tmp_path / "out"))
+    r = claim(
+        0,
+        "-m",
+        "kdpipe",
+        "--threads",
+        "1",
+        "distill",
+        "--params",
+        "{}",
+        "--data",
+        "x",
+        "--signals-root",
+        "x",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "kdpipe distill: error: no free GPU after 0 s" in r.stderr
     r = claim(0, "-m", "kdpipe", "report", "--evals", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r"))
@@ -113,6 +144,10 @@ def test_the_cli_claims_before_a_model_stage_and_not_for_the_others(pool, holder
 
 
 def test_the_cli_imports_no_torch_before_the_claim():
-    r = subprocess.run([sys.executable, "-c", "import sys, kdpipe.cli; print('torch' in sys.modules)"],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys, kdpipe.cli; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert r.stdout.strip() == "False"

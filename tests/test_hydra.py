@@ -1,4 +1,5 @@
-"""Hydra / Hydra+ (METHODS.md §3) losses against hand-computed values, and the objective on a tiny multi-head BERT."""
+"""Hydra / Hydra+ (docs/methods.md §3) losses against hand-computed values, and the objective on a tiny multi-head
+BERT."""
 
 import copy
 import math
@@ -8,13 +9,20 @@ import pytest
 import torch
 from torch import nn
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.methods.base import DistillContext
+from kdpipe.methods.hydra import (
+    aggregation_loss,
+    build,
+    build_hydra,
+    correctness_loss,
+    diversity_loss,
+    individuality_loss,
+    lambda_at,
+)
 from kdpipe.methods.registry import method_args
-from kdpipe.methods.hydra import (aggregation_loss, build, build_hydra, correctness_loss, diversity_loss,
-                                  individuality_loss, lambda_at)
 from kdpipe.models.loading import load_classifier
 from kdpipe.models.multihead import make_multihead
-from kdpipe.core.store import KdpipeError
 
 LN2, LN3 = math.log(2), math.log(3)
 
@@ -30,8 +38,7 @@ def kl(a, b):
 
 def test_correctness_loss_by_hand():
     # head 0: uniform (y=0: ln 3), (½,¼,¼) (y=1: ln 4); head 1: (⅗,⅕,⅕) (y=0: ln 5/3), (⅕,⅖,⅖) (y=1: ln 5/2)
-    heads = torch.tensor([[[0.0, 0.0, 0.0], [LN2, 0.0, 0.0]],
-                          [[LN3, 0.0, 0.0], [0.0, LN2, LN2]]])
+    heads = torch.tensor([[[0.0, 0.0, 0.0], [LN2, 0.0, 0.0]], [[LN3, 0.0, 0.0], [0.0, LN2, LN2]]])
     got = correctness_loss(heads, torch.tensor([0, 1]))
     # (1/M) Σ_m batch-mean CE = (ln 3 + ln 4 + ln 5/3 + ln 5/2) / 4 = ln 50 / 4
     assert got.item() == pytest.approx(math.log(50) / 4, rel=1e-6)
@@ -46,12 +53,16 @@ def test_aggregation_loss_closed_form_at_t1():
     assert aggregation_loss(members, heads, 1.0).item() == pytest.approx(expected, abs=1e-7)
 
 
-MEMBERS = [[[1.0, 0.0, -1.0], [0.5, 2.0, 0.0]],     # member 0: rows 0, 1
-           [[0.0, 3.0, 0.0], [1.0, 1.0, 1.0]],      # member 1
-           [[-2.0, 0.0, 2.0], [0.0, 0.0, 4.0]],     # member 2
-           [[0.3, 0.1, 0.2], [2.0, -1.0, 0.0]]]     # member 3
-HEADS = [[[0.5, 0.0, 0.0], [0.0, 1.0, 0.0]],        # head 0
-         [[0.0, 0.0, 1.5], [1.0, 0.0, -1.0]]]       # head 1
+MEMBERS = [
+    [[1.0, 0.0, -1.0], [0.5, 2.0, 0.0]],  # member 0: rows 0, 1
+    [[0.0, 3.0, 0.0], [1.0, 1.0, 1.0]],  # member 1
+    [[-2.0, 0.0, 2.0], [0.0, 0.0, 4.0]],  # member 2
+    [[0.3, 0.1, 0.2], [2.0, -1.0, 0.0]],
+]  # member 3
+HEADS = [
+    [[0.5, 0.0, 0.0], [0.0, 1.0, 0.0]],  # head 0
+    [[0.0, 0.0, 1.5], [1.0, 0.0, -1.0]],
+]  # head 1
 
 
 def test_aggregation_loss_four_members_two_heads_at_t2():
@@ -61,7 +72,7 @@ def test_aggregation_loss_four_members_two_heads_at_t2():
         q = np.mean([softmax(MEMBERS[n][row], temp) for n in range(4)], axis=0)
         p = np.mean([softmax(HEADS[m][row], temp) for m in range(2)], axis=0)
         expected += kl(q, p)
-    expected = temp ** 2 * expected / 2
+    expected = temp**2 * expected / 2
     got = aggregation_loss(torch.tensor(MEMBERS), torch.tensor(HEADS), temp)
     assert got.item() == pytest.approx(expected, rel=1e-6)
 
@@ -70,14 +81,23 @@ def test_individuality_loss_matches_head_m_with_members_m_plus_k_times_m():
     temp = 3.0
     # N = 4, M = 2: head 0 <- members 0 and 2, head 1 <- members 1 and 3
     pairs = [(0, 0), (1, 1), (2, 0), (3, 1)]
-    expected = sum(kl(softmax(MEMBERS[n][row], temp), softmax(HEADS[m][row], temp))
-                   for n, m in pairs for row in range(2)) / 2
-    expected *= temp ** 2 / 4
+    expected = (
+        sum(kl(softmax(MEMBERS[n][row], temp), softmax(HEADS[m][row], temp)) for n, m in pairs for row in range(2)) / 2
+    )
+    expected *= temp**2 / 4
     got = individuality_loss(torch.tensor(MEMBERS), torch.tensor(HEADS), temp)
     assert got.item() == pytest.approx(expected, rel=1e-6)
     # a blockwise matching (head 0 <- members 0, 1) gives another value
-    wrong = sum(kl(softmax(MEMBERS[n][row], temp), softmax(HEADS[m][row], temp))
-                for n, m in [(0, 0), (1, 0), (2, 1), (3, 1)] for row in range(2)) / 2 * temp ** 2 / 4
+    wrong = (
+        sum(
+            kl(softmax(MEMBERS[n][row], temp), softmax(HEADS[m][row], temp))
+            for n, m in [(0, 0), (1, 0), (2, 1), (3, 1)]
+            for row in range(2)
+        )
+        / 2
+        * temp**2
+        / 4
+    )
     assert abs(wrong - expected) > 1e-3
 
 
@@ -93,7 +113,7 @@ def two_layer_head(seed):
     head = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 4))
     with torch.no_grad():
         for linear in head:
-            linear.bias.uniform_(0.5, 1.0)   # non-zero biases
+            linear.bias.uniform_(0.5, 1.0)  # non-zero biases
     return [m for m in head if isinstance(m, nn.Linear)]
 
 
@@ -150,11 +170,16 @@ def test_lambda_schedule():
 LABELS = ["a", "b", "c"]
 # three members over four train rows, each in its own local class order (block = student class of local class i)
 BLOCKS = {"A": [0, 1, 2], "B": [2, 0, 1], "C": [1, 2, 0]}
-LOCAL = {t: torch.tensor(np.random.default_rng(i).normal(size=(4, 3)), dtype=torch.float32)
-         for i, t in enumerate(BLOCKS)}
+LOCAL = {
+    t: torch.tensor(np.random.default_rng(i).normal(size=(4, 3)), dtype=torch.float32) for i, t in enumerate(BLOCKS)
+}
 IDS = torch.tensor([[101, 2023, 2003, 102, 0], [101, 7592, 102, 0, 0], [101, 2307, 2154, 2000, 102]])
-BATCH = {"input_ids": IDS, "attention_mask": (IDS > 0).long(), "index": torch.tensor([3, 0, 2]),
-         "labels": torch.tensor([0, 1, 2])}
+BATCH = {
+    "input_ids": IDS,
+    "attention_mask": (IDS > 0).long(),
+    "index": torch.tensor([3, 0, 2]),
+    "labels": torch.tensor([0, 1, 2]),
+}
 
 
 def student(heads=2):
@@ -163,9 +188,14 @@ def student(heads=2):
 
 def make_ctx(model, teachers=("A", "B", "C"), blocks=None):
     blocks = blocks or BLOCKS
-    return DistillContext(labels=LABELS, teachers=list(teachers), blocks={t: np.array(blocks[t]) for t in teachers},
-                          signals={t: {"logits": LOCAL[t]} for t in teachers}, device=torch.device("cpu"),
-                          student_config=getattr(model, "config", None))
+    return DistillContext(
+        labels=LABELS,
+        teachers=list(teachers),
+        blocks={t: np.array(blocks[t]) for t in teachers},
+        signals={t: {"logits": LOCAL[t]} for t in teachers},
+        device=torch.device("cpu"),
+        student_config=getattr(model, "config", None),
+    )
 
 
 def placed(teacher, row):
@@ -189,9 +219,13 @@ def test_build_loss_matches_the_formula_on_hand_placed_members():
         l4 = diversity_loss(model.head_linears())
     expected = 0.1 * l1 + 0.9 * (0.5 * l2 + 0.5 * l3) + 1e-3 * l4
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
-    assert terms == {"ce": pytest.approx(l1.item(), rel=1e-5), "aggregate": pytest.approx(l2.item(), rel=1e-5),
-                     "individual": pytest.approx(l3.item(), rel=1e-5), "diversity": pytest.approx(l4.item()),
-                     "lambda": 1e-3}
+    assert terms == {
+        "ce": pytest.approx(l1.item(), rel=1e-5),
+        "aggregate": pytest.approx(l2.item(), rel=1e-5),
+        "individual": pytest.approx(l3.item(), rel=1e-5),
+        "diversity": pytest.approx(l4.item()),
+        "lambda": 1e-3,
+    }
     assert all(type(v) is float for v in terms.values())
 
 

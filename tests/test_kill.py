@@ -17,8 +17,18 @@ pytestmark = pytest.mark.slow
 def test_sigkill_during_teacher_training_then_resume(tiny_data, tmp_path):
     out = tmp_path / "teachers" / "t"
     params = json.dumps({**TINY_TEACHER, "epochs": 40, "batch_size": 4, "checkpoint_every": 2})
-    cmd = [sys.executable, "-m", "kdpipe", "finetune-teacher", "--params", params, "--data", str(tiny_data),
-           "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kdpipe",
+        "finetune-teacher",
+        "--params",
+        params,
+        "--data",
+        str(tiny_data),
+        "--out",
+        str(out),
+    ]
     resume = tmp_path / "teachers" / ".resume" / "t"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120

@@ -9,18 +9,26 @@ from transformers import AutoModelForSequenceClassification, BertConfig
 
 from kdpipe.data.batching import collate, encode
 from kdpipe.models.inference import predict_logits, softmax
-from kdpipe.signals.mc_dropout import enable_dropout, mc_dropout, mc_dropout_samples, summarise
 from kdpipe.models.loading import TINY_BERT, load_tokenizer
+from kdpipe.signals.mc_dropout import enable_dropout, mc_dropout, mc_dropout_samples, summarise
 
 CPU = torch.device("cpu")
-TEXTS = ["markets fell sharply today", "the team won the final", "new phone released", "election results are in",
-         "film festival opens", "shares rose after the report"]
+TEXTS = [
+    "markets fell sharply today",
+    "the team won the final",
+    "new phone released",
+    "election results are in",
+    "film festival opens",
+    "shares rose after the report",
+]
 
 
 def tiny(hidden_dropout=0.1, attention_dropout=0.1, seed=0):
     torch.manual_seed(seed)
-    config = BertConfig(**{**TINY_BERT, "hidden_dropout_prob": hidden_dropout,
-                           "attention_probs_dropout_prob": attention_dropout}, num_labels=3)
+    config = BertConfig(
+        **{**TINY_BERT, "hidden_dropout_prob": hidden_dropout, "attention_probs_dropout_prob": attention_dropout},
+        num_labels=3,
+    )
     return AutoModelForSequenceClassification.from_config(config)
 
 
@@ -74,7 +82,7 @@ def test_without_dropout_mc_equals_the_eval_pass(encoded):
 
 
 def test_enlarged_batch_is_cut_into_chunks_when_rows_are_limited(encoded):
-    mean, _ = run(tiny(), encoded, samples=5, max_batch_rows=4)   # one sample per forward pass
+    mean, _ = run(tiny(), encoded, samples=5, max_batch_rows=4)  # one sample per forward pass
     assert mean.shape == (6, 3)
     np.testing.assert_allclose(mean.sum(1), 1.0, atol=1e-5)
 
@@ -85,6 +93,6 @@ def test_summary_scores_by_hand():
     s = summarise(samples)
     h = -(0.7 * math.log(0.7) + 0.3 * math.log(0.3)) / math.log(2)
     assert s["entropy"].item() == pytest.approx(h, rel=1e-5)
-    assert s["certainty"].item() == pytest.approx(1 - h, rel=1e-5)      # MUKI's u = 1 - H / log C
+    assert s["certainty"].item() == pytest.approx(1 - h, rel=1e-5)  # MUKI's u = 1 - H / log C
     assert s["max_prob"].item() == pytest.approx(0.7)
-    assert s["variance"].item() == pytest.approx(0.04)                  # per class var 0.04, mean 0.04
+    assert s["variance"].item() == pytest.approx(0.04)  # per class var 0.04, mean 0.04

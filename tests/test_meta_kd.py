@@ -1,4 +1,4 @@
-"""Meta-KD (METHODS.md §4; issue 6): prototype scores, the expertise weight, the meta-teacher loss and both student
+"""Meta-KD (docs/methods.md §4): prototype scores, the expertise weight, the meta-teacher loss and both student
 stages against hand-computed values; the stage-1 objective's wiring; the plan's two-stage split and its checks;
 per-domain data, signals and evaluation; the disk check of large dumps."""
 
@@ -15,21 +15,21 @@ import yaml
 from transformers import AutoModelForSequenceClassification, BertConfig
 
 from kdpipe.core import store
+from kdpipe.core.store import KdpipeError, write_json
 from kdpipe.data.batching import encode
 from kdpipe.data.dataset import read_split
 from kdpipe.data.prepare import prepare
-from kdpipe.signals.load import RowSubset, subset_signals
-from kdpipe.methods.meta_kd.domain import expertise_weight
-from kdpipe.methods.registry import method_args
-from kdpipe.signals.features import dump_feature
 from kdpipe.evaluation.results import per_domain_accuracy
-from kdpipe.methods.meta_kd.teacher import corrupted_domains, meta_teacher_loss
 from kdpipe.methods.base import DistillContext
-from kdpipe.methods.meta_kd.student import attention_mse, build_stage1, example_weights, soft_cross_entropy, stage1_loss
-from kdpipe.models.loading import load_tokenizer
+from kdpipe.methods.meta_kd.domain import expertise_weight
 from kdpipe.methods.meta_kd.prototypes import prototype_scores, prototypes
+from kdpipe.methods.meta_kd.student import attention_mse, build_stage1, example_weights, soft_cross_entropy, stage1_loss
+from kdpipe.methods.meta_kd.teacher import corrupted_domains, meta_teacher_loss
+from kdpipe.methods.registry import method_args
+from kdpipe.models.loading import load_tokenizer
 from kdpipe.report import build_report
-from kdpipe.core.store import KdpipeError, write_json
+from kdpipe.signals.features import dump_feature
+from kdpipe.signals.load import RowSubset, subset_signals
 from tests.conftest import REPO, TINY_DATASET
 from tests.test_plan import load
 from tests.test_workflow_meta import domain_dataset
@@ -84,8 +84,9 @@ def test_meta_teacher_loss_by_hand():
     −ln .75 and domain CE −ln .5."""
     logits = torch.tensor([[0.0, 0.0], [math.log(3), 0.0]])
     domain_logits = torch.tensor([[0.0, 0.0, 0.0], [math.log(2), 0.0, 0.0]])
-    total, ce, dom = meta_teacher_loss(logits, torch.tensor([1, 0]), domain_logits, torch.tensor([2, 0]),
-                                       torch.tensor([1.0, 0.5]), gamma=0.5)
+    total, ce, dom = meta_teacher_loss(
+        logits, torch.tensor([1, 0]), domain_logits, torch.tensor([2, 0]), torch.tensor([1.0, 0.5]), gamma=0.5
+    )
     expected = (1.0 * (math.log(2) + 0.5 * math.log(3)) + 0.5 * (-math.log(0.75) + 0.5 * math.log(2))) / 2
     assert total.item() == pytest.approx(expected, rel=1e-6)
     assert ce.item() == pytest.approx((math.log(2) - math.log(0.75)) / 2, rel=1e-6)
@@ -100,11 +101,11 @@ def test_corrupted_domains_permute_the_batch():
 
 
 def test_attention_mse_counts_only_real_query_key_pairs_and_averages_heads():
-    mask = torch.tensor([[1.0, 0.0]])                      # the second token is padding
-    student = torch.tensor([[[0.6, 0.4], [0.5, 0.5]]])     # head-averaged [B, S, S]
+    mask = torch.tensor([[1.0, 0.0]])  # the second token is padding
+    student = torch.tensor([[[0.6, 0.4], [0.5, 0.5]]])  # head-averaged [B, S, S]
     teacher = torch.tensor([[[0.2, 0.0], [0.0, 0.0]]])
-    assert attention_mse(student, teacher, mask).item() == pytest.approx(0.16)      # (0.6 − 0.2)² at (0, 0) only
-    heads = torch.stack([student, student - torch.tensor([[[0.2, 0.0], [0.0, 0.0]]])], 1)   # [B, 2, S, S]
+    assert attention_mse(student, teacher, mask).item() == pytest.approx(0.16)  # (0.6 − 0.2)² at (0, 0) only
+    heads = torch.stack([student, student - torch.tensor([[[0.2, 0.0], [0.0, 0.0]]])], 1)  # [B, 2, S, S]
     assert attention_mse(heads, teacher[:, None].expand(1, 2, 2, 2), mask).item() == pytest.approx((0.16 + 0.04) / 2)
 
 
@@ -114,12 +115,12 @@ def test_stage1_loss_keeps_the_weights_per_example():
     assert weights.tolist() == pytest.approx([0.75, 0.3])
     loss = stage1_loss(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]), torch.tensor([10.0, 20.0]), weights, 0.5)
     assert loss.item() == pytest.approx((0.75 * 9 + 0.3 * 16) / 2)
-    assert loss.item() != pytest.approx(weights.mean().item() * 12.5)                 # EasyNLP's collapsed form
+    assert loss.item() != pytest.approx(weights.mean().item() * 12.5)  # EasyNLP's collapsed form
 
 
 def test_stage2_soft_cross_entropy_by_hand():
-    teacher = torch.tensor([[0.0, math.log(3)]])           # softmax [.25, .75]
-    student = torch.tensor([[math.log(3), 0.0]])           # softmax [.75, .25]
+    teacher = torch.tensor([[0.0, math.log(3)]])  # softmax [.25, .75]
+    student = torch.tensor([[math.log(3), 0.0]])  # softmax [.75, .25]
     expected = -(0.25 * math.log(0.75) + 0.75 * math.log(0.25))
     assert soft_cross_entropy(student, teacher, 1.0).item() == pytest.approx(expected, rel=1e-6)
     # at T = 2 both sides soften: teacher [1, √3]/(1 + √3), student [√3, 1]/(1 + √3)
@@ -133,9 +134,17 @@ def test_stage2_soft_cross_entropy_by_hand():
 
 def _tiny_model(hidden: int = 32, heads: int = 2, layers: int = 2, seed: int = 0):
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        num_labels=2, attn_implementation="eager")
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=2,
+        attn_implementation="eager",
+    )
     return AutoModelForSequenceClassification.from_config(config)
 
 
@@ -146,17 +155,33 @@ def _context(model, encoded, tmp_path, student_config, t, w, domains) -> Distill
     width = int(lengths.max())
     signals = {"labels": ["neg", "pos"]}
     for feature, layers in (("hidden", [0, 1, 2]), ("attentions", [1, 2])):
-        dump_feature(model, encoded, feature, layers, tmp_path / f"{feature}.npy", batch_size=4, device=device,
-                     max_length=width)
-        signals.update({feature: np.load(tmp_path / f"{feature}.npy", mmap_mode="r"), f"{feature}_layers": layers,
-                        f"{feature}_lengths": lengths.tolist()})
+        dump_feature(
+            model, encoded, feature, layers, tmp_path / f"{feature}.npy", batch_size=4, device=device, max_length=width
+        )
+        signals.update(
+            {
+                feature: np.load(tmp_path / f"{feature}.npy", mmap_mode="r"),
+                f"{feature}_layers": layers,
+                f"{feature}_lengths": lengths.tolist(),
+            }
+        )
     rng = np.random.default_rng(0)
-    signals.update(domain=rng.normal(size=(len(encoded), model.config.hidden_size)).astype(np.float16),
-                   expertise=torch.tensor(w))
-    return DistillContext(labels=["neg", "pos"], teachers=["t"], blocks={"t": np.array([0, 1])},
-                          signals={"t": signals}, device=device, student_config=student_config,
-                          train_lengths=lengths, alignment={"t": [[0, 0], [1, 1], [2, 2]]}, domains=["a", "b"],
-                          domain_ids=torch.tensor(domains), prototype_scores=torch.tensor(t))
+    signals.update(
+        domain=rng.normal(size=(len(encoded), model.config.hidden_size)).astype(np.float16), expertise=torch.tensor(w)
+    )
+    return DistillContext(
+        labels=["neg", "pos"],
+        teachers=["t"],
+        blocks={"t": np.array([0, 1])},
+        signals={"t": signals},
+        device=device,
+        student_config=student_config,
+        train_lengths=lengths,
+        alignment={"t": [[0, 0], [1, 1], [2, 2]]},
+        domains=["a", "b"],
+        domain_ids=torch.tensor(domains),
+        prototype_scores=torch.tensor(t),
+    )
 
 
 def test_stage1_objective_pairs_the_layers_and_weights_each_example(tmp_path):
@@ -170,16 +195,18 @@ def test_stage1_objective_pairs_the_layers_and_weights_each_example(tmp_path):
     ctx = _context(model, encoded, tmp_path, model.config, t, w, domains)
     objective = build_stage1(ctx, method_args("meta_kd_stage1", {"gamma": 0.5}))
     adapters = objective.extra_modules["meta_kd_adapters"][0]
-    assert isinstance(adapters.fit_dense, torch.nn.Identity)         # same width: no projection
+    assert isinstance(adapters.fit_dense, torch.nn.Identity)  # same width: no projection
     assert objective.validates is False
     from kdpipe.data.batching import collate
+
     batch = collate(encoded, np.array([1, 3, 0]))
     loss, terms = objective.loss(model, batch)
     assert terms["attention"] == pytest.approx(0.0, abs=1e-6) and terms["hidden"] == pytest.approx(0.0, abs=1e-5)
     with torch.no_grad():
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
-        g_s = adapters.branch.representation(out.hidden_states[-1], batch["attention_mask"].float(),
-                                             torch.tensor([1, 0, 0]))
+        g_s = adapters.branch.representation(
+            out.hidden_states[-1], batch["attention_mask"].float(), torch.tensor([1, 0, 0])
+        )
         g_t = torch.tensor(ctx.signal("t", "domain")[[1, 3, 0]].astype(np.float32))
         per_example = ((g_s - g_t) ** 2).mean(-1)
         lam = (1 + torch.tensor([0.9, 0.7, 0.5])) * torch.tensor([0.5, 0.27, 0.3])
@@ -194,13 +221,14 @@ def test_stage1_objective_projects_a_narrower_student_and_averages_heads(tmp_pat
     ctx = _context(teacher, encoded, tmp_path, student.config, [0.1, 0.2], [0.4, 0.5], [0, 1])
     ctx.alignment = {"t": [[0, 0], [1, 2]]}
     with pytest.raises(KdpipeError, match="heads"):
-        build_stage1(ctx, method_args("meta_kd_stage1", {}))                                            # per-head dump, 1-head student
+        build_stage1(ctx, method_args("meta_kd_stage1", {}))  # per-head dump, 1-head student
     mean = np.asarray(ctx.signal("t", "attentions"), dtype=np.float32).mean(2)
-    ctx.signals["t"]["attentions"] = mean                                # what the attentions_mean dump holds
+    ctx.signals["t"]["attentions"] = mean  # what the attentions_mean dump holds
     objective = build_stage1(ctx, method_args("meta_kd_stage1", {}))
     adapters = objective.extra_modules["meta_kd_adapters"][0]
     assert isinstance(adapters.fit_dense, torch.nn.Linear) and adapters.fit_dense.weight.shape == (32, 16)
     from kdpipe.data.batching import collate
+
     loss, terms = objective.loss(student, collate(encoded, np.array([0, 1])))
     loss.backward()
     assert terms["attention"] > 0 and adapters.fit_dense.weight.grad.abs().sum() > 0
@@ -214,8 +242,16 @@ def domain_data(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("domains")
     domain_dataset().to_csv(folder / "domains.csv", index=False)
     out = folder / "data"
-    prepare({**TINY_DATASET, "name": "domains", "source": str(folder / "domains.csv"), "max_per_class": None,
-             "domain_column": "domain"}, out)
+    prepare(
+        {
+            **TINY_DATASET,
+            "name": "domains",
+            "source": str(folder / "domains.csv"),
+            "max_per_class": None,
+            "domain_column": "domain",
+        },
+        out,
+    )
     return out
 
 
@@ -234,8 +270,16 @@ def test_row_subset_reads_the_rows_of_a_domain():
     assert view.shape == (2, 2, 3) and view.ndim == 3
     np.testing.assert_array_equal(view[np.array([1, 0]), 1, :2], array[[1, 4], 1, :2])
     np.testing.assert_array_equal(view[0], array[4])
-    signals = subset_signals({"logits": torch.arange(10.0).view(5, 2), "hidden": array, "hidden_lengths": [1, 2, 3, 4, 5],
-                              "labels": ["a", "b"], "hidden_layers": [0, 3]}, np.array([4, 1]))
+    signals = subset_signals(
+        {
+            "logits": torch.arange(10.0).view(5, 2),
+            "hidden": array,
+            "hidden_lengths": [1, 2, 3, 4, 5],
+            "labels": ["a", "b"],
+            "hidden_layers": [0, 3],
+        },
+        np.array([4, 1]),
+    )
     assert signals["logits"].tolist() == [[8.0, 9.0], [2.0, 3.0]] and signals["hidden_lengths"] == [5, 2]
     assert signals["labels"] == ["a", "b"] and signals["hidden_layers"] == [0, 3]
 
@@ -243,13 +287,17 @@ def test_row_subset_reads_the_rows_of_a_domain():
 def test_per_domain_accuracy_and_report_table(tmp_path):
     probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7]])
     assert per_domain_accuracy(probs, np.array([0, 0, 0, 1]), np.array(["a", "a", "b", "b"])) == {
-        "a": {"n": 2, "accuracy": 0.5}, "b": {"n": 2, "accuracy": 1.0}}
+        "a": {"n": 2, "accuracy": 0.5},
+        "b": {"n": 2, "accuracy": 1.0},
+    }
     from tests.test_report import _eval
+
     paths = []
     for model, base, kind, method, seed, domain, per_domain in (
-            ("meta", "meta", "teacher", None, None, None, {"a": 0.9, "b": 0.8}),
-            ("s.seed0", "s", "student", "meta_kd", 0, "a", {"a": 0.7}),
-            ("s.seed1", "s", "student", "meta_kd", 1, "a", {"a": 0.8})):
+        ("meta", "meta", "teacher", None, None, None, {"a": 0.9, "b": 0.8}),
+        ("s.seed0", "s", "student", "meta_kd", 0, "a", {"a": 0.7}),
+        ("s.seed1", "s", "student", "meta_kd", 1, "a", {"a": 0.8}),
+    ):
         record = _eval(model, base, kind, method, seed, "test", ["neg", "pos"], 0.8, 0.05, 10.0, 1000)
         record["domain"] = domain
         record["metrics"]["per_domain"] = {d: {"n": 10, "accuracy": a} for d, a in per_domain.items()}
@@ -269,11 +317,19 @@ def test_per_domain_accuracy_and_report_table(tmp_path):
 def test_a_dump_that_would_not_fit_is_refused_before_writing(tmp_path, monkeypatch):
     tokenizer = load_tokenizer("builtin:tiny-bert")
     encoded = encode(tokenizer, ["one two three", "four five"], max_length=16)
-    free = store.DISK_RESERVE + 500      # 500 bytes above the reserve; the dump needs 2 x 2 layers x 2 heads x 6² x 2
+    free = store.DISK_RESERVE + 500  # 500 bytes above the reserve; the dump needs 2 x 2 layers x 2 heads x 6² x 2
     monkeypatch.setattr(store.shutil, "disk_usage", lambda path: type("Usage", (), {"free": free})())
     with pytest.raises(KdpipeError, match=r"attentions dump \(2 rows x 288 bytes\) needs .*attention_heads: mean"):
-        dump_feature(_tiny_model(), encoded, "attentions", [1, 2], tmp_path / "attentions.npy", batch_size=2,
-                     device=torch.device("cpu"), max_length=6)
+        dump_feature(
+            _tiny_model(),
+            encoded,
+            "attentions",
+            [1, 2],
+            tmp_path / "attentions.npy",
+            batch_size=2,
+            device=torch.device("cpu"),
+            max_length=6,
+        )
     assert not (tmp_path / "attentions.npy").exists()
 
 
@@ -288,7 +344,11 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second():
     plan = load(edit=_meta_config)
     assert plan.first_stages == {"s_meta.stage1": "s_meta", "s_meta_narrow.stage1": "s_meta_narrow"}
     first, second = plan.student_params("s_meta.stage1"), plan.student_params("s_meta")
-    assert first["method"] == "meta_kd_stage1" and first["epochs"] == 2 and first["method_args"] == {"gamma": 0.5, "attention_heads": "auto"}
+    assert (
+        first["method"] == "meta_kd_stage1"
+        and first["epochs"] == 2
+        and first["method_args"] == {"gamma": 0.5, "attention_heads": "auto"}
+    )
     assert first["attention_feature"] == "attentions" and first["alignment"] == {"meta": [[0, 0], [1, 2]]}
     assert second["method"] == "meta_kd" and second["epochs"] == 1 and second["method_args"] == {"temperature": 2.0}
     assert second["model"] == {"init": {"from": "results/students/s_meta.stage1"}}
@@ -299,23 +359,33 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second():
     assert plan.feature_layers("meta", "hidden") == [0, 2] and plan.feature_layers("meta", "attentions") == [2]
     assert plan.feature_layers("plain", "hidden") == []
     assert plan.teacher_prototype_files("meta") == ["results/prototypes/train.parquet"]
-    assert plan.teacher_prototype_files("plain") == [] and plan.teacher_modules("meta") == ["kdpipe.methods.meta_kd.teacher"]
+    assert plan.teacher_prototype_files("plain") == [] and plan.teacher_modules("meta") == [
+        "kdpipe.methods.meta_kd.teacher"
+    ]
     assert plan.eval_params("s_meta", "test")["domain"] == "books" and "domain" not in plan.eval_params("meta", "test")
     # keys at their old defaults stay out of a plain teacher's slice (its cached artifacts stay valid)
     assert not {"objective", "objective_args", "domain"} & set(plan.teacher_params("plain"))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda c: c["students"]["s_meta"].update(teachers=["plain"]),
-     r"students\.s_meta: method 'meta_kd' distils teachers trained with objective: meta; teacher 'plain'"),
-    (lambda c: c["students"]["s_vkd"].update(method="meta_kd_stage1"), r"first stage of another method"),
-    (lambda c: c["students"]["s_meta_narrow"].update(method_args={"stage1": {"attention_heads": "per_head"}}),
-     r"per_head, but the student has 1 heads and its teachers \[2\]"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda c: c["students"]["s_meta"].update(teachers=["plain"]),
+            r"students\.s_meta: method 'meta_kd' distils teachers trained with objective: meta; teacher 'plain'",
+        ),
+        (lambda c: c["students"]["s_vkd"].update(method="meta_kd_stage1"), r"first stage of another method"),
+        (
+            lambda c: c["students"]["s_meta_narrow"].update(method_args={"stage1": {"attention_heads": "per_head"}}),
+            r"per_head, but the student has 1 heads and its teachers \[2\]",
+        ),
+    ],
+)
 def test_meta_kd_config_errors_name_the_key(edit, message):
     def both(c):
         _meta_config(c)
         edit(c)
+
     with pytest.raises(KdpipeError, match=message):
         load(edit=both)
 
@@ -325,12 +395,13 @@ def test_per_domain_entries_expand_into_one_student_per_domain_of_the_data(tmp_p
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
     frame = domain_dataset()
-    frame.loc[frame["domain"] == "kitchen", "domain"] = "home & kitchen"        # not a valid job name as it is
+    frame.loc[frame["domain"] == "kitchen", "domain"] = "home & kitchen"  # not a valid job name as it is
     frame.to_csv(tmp_path / "data/domains.csv", index=False)
 
     def edit(c):
         _meta_config(c)
         c["students"] = {"mk": {"method": "meta_kd", "teachers": ["meta"], "per_domain": True, "seeds": [0, 1]}}
+
     plan = load(edit=edit)
     names = [s for s in plan.students if not s.endswith(".stage1")]
     assert names == [f"mk.{d}.seed{s}" for d in ("books", "dvd", "home___kitchen") for s in (0, 1)]
@@ -342,12 +413,14 @@ def test_per_domain_entries_expand_into_one_student_per_domain_of_the_data(tmp_p
     def both(c):
         edit(c)
         c["students"]["mk"]["domain"] = "dvd"
+
     with pytest.raises(KdpipeError, match="set domain or per_domain, not both"):
         load(edit=both)
 
 
 def test_report_puts_a_per_domain_entry_on_one_row(tmp_path):
     from tests.test_report import _eval
+
     paths = []
     for model, domain, accuracy in (("mk.a", "a", 0.7), ("mk.b", "b", 0.6)):
         record = _eval(model, model, "student", "meta_kd", 0, "test", ["neg", "pos"], accuracy, 0.05, 10.0, 1000)
@@ -356,11 +429,15 @@ def test_report_puts_a_per_domain_entry_on_one_row(tmp_path):
         paths.append(tmp_path / f"{model}.json")
         write_json(paths[-1], record)
     build_report(paths, tmp_path / "report")
-    assert "| mk | student | meta_kd | each domain | 1 | 70.0 | 60.0 | 65.0 |" in (tmp_path / "report/summary.md").read_text()
+    assert (
+        "| mk | student | meta_kd | each domain | 1 | 70.0 | 60.0 | 65.0 |"
+        in (tmp_path / "report/summary.md").read_text()
+    )
 
 
 def test_a_domain_the_data_lacks_is_named_in_the_error(domain_data):
     from kdpipe.data.dataset import restrict_to_domain
+
     frame = read_split(domain_data, "train")
     assert set(restrict_to_domain(frame, "dvd", ["books", "dvd", "kitchen"], "x")["domain"]) == {"dvd"}
     with pytest.raises(KdpipeError, match=r"students.s.domain: unknown domain 'music'; the data's domains are"):

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from kdpipe.evaluation.metrics import classification_metrics, total_variation, uncertainty_split, uncertainty_summary
 from kdpipe.core.store import KdpipeError
+from kdpipe.evaluation.metrics import classification_metrics, total_variation, uncertainty_split, uncertainty_summary
 
 NAMES = ["a", "b", "c"]
 
@@ -123,26 +123,25 @@ def test_invalid_input_raises(probs, labels, message):
         classification_metrics(probs, labels, NAMES)
 
 
-# ---- ensemble uncertainty (METHODS.md §3, "Metrics") ----------------------------------------------------------
+# ---- ensemble uncertainty (docs/methods.md §3) ----------------------------------------------------------
 
 LN2 = math.log(2)
 # H(¾, ¼) = −(¾ ln ¾ + ¼ ln ¼) = 0.562335
 H_3_1 = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
 # two members over three rows: disagreeing one-hots, agreeing uniforms, (½,½) vs (1,0)
-MEMBERS = np.array([[[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]],
-                    [[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]]])
+MEMBERS = np.array([[[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]], [[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]]])
 
 
 def test_uncertainty_split_by_hand():
     split = uncertainty_split(MEMBERS)
-    assert H_3_1 == pytest.approx(0.562335, abs=1e-6)
+    assert pytest.approx(0.562335, abs=1e-6) == H_3_1
     # row 0: mean (½,½) -> total ln 2, members certain -> aleatoric 0, epistemic ln 2
     # row 1: all uniform -> total = aleatoric = ln 2, epistemic 0
     # row 2: mean (¾,¼) -> total H(¾,¼); aleatoric (ln 2 + 0)/2; epistemic the difference, 0.215762
     assert split["total"] == pytest.approx([LN2, LN2, H_3_1])
     assert split["aleatoric"] == pytest.approx([0.0, LN2, LN2 / 2])
     assert split["epistemic"] == pytest.approx([LN2, 0.0, H_3_1 - LN2 / 2], abs=1e-12)
-    assert H_3_1 - LN2 / 2 == pytest.approx(0.215762, abs=1e-6)
+    assert pytest.approx(0.215762, abs=1e-6) == H_3_1 - LN2 / 2
 
 
 def test_single_member_has_no_epistemic_uncertainty():
@@ -155,7 +154,7 @@ def test_single_member_has_no_epistemic_uncertainty():
 
 def test_uncertainty_summary_means_and_histograms():
     summary = uncertainty_summary(MEMBERS, bins=3)
-    json.dumps(summary)   # JSON-able
+    json.dumps(summary)  # JSON-able
     assert summary["members"] == 2
     assert summary["total"] == pytest.approx((2 * LN2 + H_3_1) / 3)
     assert summary["aleatoric"] == pytest.approx((LN2 + LN2 / 2) / 3)

@@ -1,4 +1,4 @@
-"""MUKI (METHODS.md §1: teacher scores, hard/soft aggregation, margin, loss) against hand-computed values."""
+"""MUKI (docs/methods.md §1: teacher scores, hard/soft aggregation, margin, loss) against hand-computed values."""
 
 import math
 from types import SimpleNamespace
@@ -8,19 +8,25 @@ import pytest
 import torch
 from torch import nn
 
-from kdpipe.methods.base import DistillContext
-from kdpipe.methods.registry import method_args
-from kdpipe.methods.muki import (aggregate, build, build_no_mc, margin_weights, muki_loss, padded_probs,
-                                 teacher_scores_from_logits)
 from kdpipe.core.store import KdpipeError
+from kdpipe.methods.base import DistillContext
+from kdpipe.methods.muki import (
+    aggregate,
+    build,
+    build_no_mc,
+    margin_weights,
+    muki_loss,
+    padded_probs,
+    teacher_scores_from_logits,
+)
+from kdpipe.methods.registry import method_args
 
 LN2, LN3 = math.log(2), math.log(3)
 BLOCKS = [torch.tensor([0, 1]), torch.tensor([2, 3])]
 # batch of two, four student classes; teacher A covers classes 0,1 and teacher B classes 2,3
-TEACHER_A = torch.tensor([[LN3, 0.0], [0.0, 0.0]])   # (3/4, 1/4) and (1/2, 1/2)
-TEACHER_B = torch.tensor([[0.0, 0.0], [0.0, LN3]])   # (1/2, 1/2) and (1/4, 3/4)
-PADDED = [[[3 / 4, 1 / 4, 0, 0], [0, 0, 1 / 2, 1 / 2]],
-          [[1 / 2, 1 / 2, 0, 0], [0, 0, 1 / 4, 3 / 4]]]
+TEACHER_A = torch.tensor([[LN3, 0.0], [0.0, 0.0]])  # (3/4, 1/4) and (1/2, 1/2)
+TEACHER_B = torch.tensor([[0.0, 0.0], [0.0, LN3]])  # (1/2, 1/2) and (1/4, 3/4)
+PADDED = [[[3 / 4, 1 / 4, 0, 0], [0, 0, 1 / 2, 1 / 2]], [[1 / 2, 1 / 2, 0, 0], [0, 0, 1 / 4, 3 / 4]]]
 SCORES = torch.tensor([[0.6, 0.2], [0.1, 0.7]])
 # u of a two-class (3/4, 1/4): 1 − H/ln2 with H = −(¾ln¾ + ¼ln¼) = 0.56234, so u = 0.18872
 U_3_1 = 1 - -(0.75 * math.log(0.75) + 0.25 * math.log(0.25)) / LN2
@@ -36,7 +42,7 @@ def softmax(xs):
 
 
 def test_teacher_scores_from_logits_by_hand():
-    assert U_3_1 == pytest.approx(0.18872, abs=1e-5)
+    assert pytest.approx(0.18872, abs=1e-5) == U_3_1
     # uniform has maximal entropy: u = 0
     assert teacher_scores_from_logits(TEACHER_A, 1.0).tolist() == pytest.approx([U_3_1, 0.0], abs=1e-6)
     # at τ = 2 the logits (2ln3, 0) give the same (3/4, 1/4)
@@ -102,8 +108,8 @@ def test_margin_weights_are_the_gap_between_the_top_two_scores():
 # student: row 1 uniform, row 2 logits (ln2, 0, 0, ln2) -> (1/3, 1/6, 1/6, 1/3)
 STUDENT = torch.tensor([[0.0, 0.0, 0.0, 0.0], [LN2, 0.0, 0.0, LN2]])
 # hard targets: row 1 (3/4, 1/4, 0, 0), row 2 (0, 0, 1/4, 3/4)
-KL1 = 0.75 * LN3                                               # ¾ln(¾/¼) + ¼ln(¼/¼)
-KL2 = 0.25 * math.log(3 / 2) + 0.75 * math.log(9 / 4)          # ¼ln(¼/⅙) + ¾ln(¾/⅓)
+KL1 = 0.75 * LN3  # ¾ln(¾/¼) + ¼ln(¼/¼)
+KL2 = 0.25 * math.log(3 / 2) + 0.75 * math.log(9 / 4)  # ¼ln(¼/⅙) + ¾ln(¾/⅓)
 M1, M2 = 0.4 + 1e-6, 0.6 + 1e-6
 
 
@@ -132,8 +138,8 @@ class LookupStudent(nn.Module):
 
 
 # three train rows; teacher B's local classes are student classes (3, 2) in that order
-LOGITS_A = torch.tensor([[LN3, 0.0], [0.0, 0.0], [0.0, LN3]])    # (¾,¼), (½,½), (¼,¾)
-LOGITS_B = torch.tensor([[0.0, 0.0], [1.0, 0.0], [LN3, 0.0]])    # on classes (3,2): (½,½), ·, (¾,¼)
+LOGITS_A = torch.tensor([[LN3, 0.0], [0.0, 0.0], [0.0, LN3]])  # (¾,¼), (½,½), (¼,¾)
+LOGITS_B = torch.tensor([[0.0, 0.0], [1.0, 0.0], [LN3, 0.0]])  # on classes (3,2): (½,½), ·, (¾,¼)
 CERTAINTY_A = torch.tensor([0.6, 0.5, 0.1])
 CERTAINTY_B = torch.tensor([0.2, 0.5, 0.7])
 BATCH = {"input_ids": torch.tensor([[1], [0]]), "index": torch.tensor([2, 0])}
@@ -145,13 +151,17 @@ def make_ctx(mc: bool) -> DistillContext:
         # the mean MC probabilities are not read by MUKI's loss, only the certainty score
         signals["A"].update(mc=torch.softmax(LOGITS_A, -1), certainty=CERTAINTY_A)
         signals["B"].update(mc=torch.softmax(LOGITS_B, -1), certainty=CERTAINTY_B)
-    return DistillContext(labels=["a", "b", "c", "d"], teachers=["A", "B"],
-                          blocks={"A": np.array([0, 1]), "B": np.array([3, 2])}, signals=signals,
-                          device=torch.device("cpu"))
+    return DistillContext(
+        labels=["a", "b", "c", "d"],
+        teachers=["A", "B"],
+        blocks={"A": np.array([0, 1]), "B": np.array([3, 2])},
+        signals=signals,
+        device=torch.device("cpu"),
+    )
 
 
 def test_build_with_mc_certainty_matches_muki_loss_by_hand():
-    objective = build(make_ctx(mc=True), method_args("muki", {}))   # defaults: soft, τ_s = 0.2, τ = 1, margin on
+    objective = build(make_ctx(mc=True), method_args("muki", {}))  # defaults: soft, τ_s = 0.2, τ = 1, margin on
     model = LookupStudent(STUDENT)
     loss, terms = objective.loss(model, BATCH)
     # train row 2: scores (0.1, 0.7) -> a_A = softmax([0.5, 3.5])_A; A (¼,¾) on 0,1; B ¾ on class 3, ¼ on class 2
@@ -162,11 +172,13 @@ def test_build_with_mc_certainty_matches_muki_loss_by_hand():
     q_row0 = [3 * a0 / 4, a0 / 4, (1 - a0) / 2, (1 - a0) / 2]
     q = torch.tensor([q_row2, q_row0])
     m = torch.tensor([0.6 + 1e-6, 0.4 + 1e-6])
-    z = STUDENT[[1, 0]]   # the stub's rows for input_ids (1, 0)
+    z = STUDENT[[1, 0]]  # the stub's rows for input_ids (1, 0)
     expected = muki_loss(z, q, m, 1.0).item()
     assert loss.item() == pytest.approx(expected, rel=1e-5)
-    hand = ((0.6 + 1e-6) * kl(q_row2, softmax(STUDENT[1].tolist()))
-            + (0.4 + 1e-6) * kl(q_row0, softmax(STUDENT[0].tolist()))) / 2
+    hand = (
+        (0.6 + 1e-6) * kl(q_row2, softmax(STUDENT[1].tolist()))
+        + (0.4 + 1e-6) * kl(q_row0, softmax(STUDENT[0].tolist()))
+    ) / 2
     assert loss.item() == pytest.approx(hand, rel=1e-5)
     assert terms == {"kd": pytest.approx(expected, rel=1e-5)}
     loss.backward()
@@ -176,24 +188,27 @@ def test_build_with_mc_certainty_matches_muki_loss_by_hand():
 def test_build_without_margin_is_the_plain_batch_mean():
     ctx = make_ctx(mc=True)
     with_margin, _ = build(ctx, method_args("muki", {"aggregation": "hard"})).loss(LookupStudent(STUDENT), BATCH)
-    plain, _ = build(ctx, method_args("muki", {"aggregation": "hard", "margin": False})).loss(LookupStudent(STUDENT), BATCH)
+    plain, _ = build(ctx, method_args("muki", {"aggregation": "hard", "margin": False})).loss(
+        LookupStudent(STUDENT), BATCH
+    )
     # hard: row 2 -> B (¾ on class 3, ¼ on class 2), row 0 -> A (¾, ¼)
-    kl_row2 = kl([0, 0, 0.25, 0.75], softmax(STUDENT[1].tolist()))   # = KL2
-    kl_row0 = kl([0.75, 0.25, 0, 0], softmax(STUDENT[0].tolist()))   # = KL1
+    kl_row2 = kl([0, 0, 0.25, 0.75], softmax(STUDENT[1].tolist()))  # = KL2
+    kl_row0 = kl([0.75, 0.25, 0, 0], softmax(STUDENT[0].tolist()))  # = KL1
     assert plain.item() == pytest.approx((kl_row2 + kl_row0) / 2, rel=1e-5)
     assert with_margin.item() == pytest.approx((M2 * kl_row2 + M1 * kl_row0) / 2, rel=1e-5)
 
 
 def test_build_no_mc_scores_from_the_logits_only():
-    ctx = make_ctx(mc=False)   # no "mc" / "certainty" signal at all
+    ctx = make_ctx(mc=False)  # no "mc" / "certainty" signal at all
     loss, _ = build_no_mc(ctx, method_args("muki_no_mc", {})).loss(LookupStudent(STUDENT), BATCH)
     # row 2: A (¼,¾) and B (¾,¼) both have u = 0.18872: equal weights ½, margin 1e-6
     q_row2 = [1 / 8, 3 / 8, 1 / 8, 3 / 8]
     # row 0: A (¾,¼) u = 0.18872, B uniform u = 0: a_A = softmax([0.18872, 0] / 0.2)_A, margin 0.18872 + 1e-6
     a0 = 1 / (1 + math.exp(-U_3_1 / 0.2))
     q_row0 = [3 * a0 / 4, a0 / 4, (1 - a0) / 2, (1 - a0) / 2]
-    hand = (1e-6 * kl(q_row2, softmax(STUDENT[1].tolist()))
-            + (U_3_1 + 1e-6) * kl(q_row0, softmax(STUDENT[0].tolist()))) / 2
+    hand = (
+        1e-6 * kl(q_row2, softmax(STUDENT[1].tolist())) + (U_3_1 + 1e-6) * kl(q_row0, softmax(STUDENT[0].tolist()))
+    ) / 2
     assert loss.item() == pytest.approx(hand, rel=1e-4)
 
 

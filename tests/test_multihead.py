@@ -1,4 +1,5 @@
-"""The multi-head (Hydra) student of METHODS.md §3 on a tiny random BERT: equivalence, outputs, saving, gradients."""
+"""The multi-head (Hydra) student of docs/methods.md §3 on a tiny random BERT: equivalence, outputs, saving,
+gradients."""
 
 import copy
 import json
@@ -7,14 +8,15 @@ import pytest
 import torch
 from torch import nn
 
-from kdpipe.models.loading import load_classifier, load_trained
-from kdpipe.models.students import build_student
-from kdpipe.models.multihead import MultiHeadClassifier, load_multihead, make_multihead
 from kdpipe.core.store import KdpipeError
+from kdpipe.models.loading import load_classifier, load_trained
+from kdpipe.models.multihead import MultiHeadClassifier, load_multihead, make_multihead
+from kdpipe.models.students import build_student
 
 LABELS = ["a", "b", "c"]
-IDS = torch.tensor([[101, 2023, 2003, 1037, 102, 0, 0], [101, 7592, 102, 0, 0, 0, 0],
-                    [101, 2307, 2154, 2000, 2175, 2188, 102]])
+IDS = torch.tensor(
+    [[101, 2023, 2003, 1037, 102, 0, 0], [101, 7592, 102, 0, 0, 0, 0], [101, 2307, 2154, 2000, 2175, 2188, 102]]
+)
 MASK = (torch.arange(7)[None] < torch.tensor([[5], [3], [7]])).long()
 TYPES = torch.tensor([[0, 0, 0, 1, 1, 0, 0], [0] * 7, [0, 0, 0, 0, 1, 1, 1]])
 
@@ -117,8 +119,7 @@ def test_gradients_reach_the_core_and_every_head():
         assert reached(head.layers[0]) and reached(head.pooler) and reached(head.classifier)
 
 
-@pytest.mark.parametrize(("heads", "layers", "message"),
-                         [(2, 0, "1..1"), (2, 2, "1..1"), (0, 1, "at least 1")])
+@pytest.mark.parametrize(("heads", "layers", "message"), [(2, 0, "1..1"), (2, 2, "1..1"), (0, 1, "at least 1")])
 def test_bad_head_settings_are_refused(heads, layers, message):
     with pytest.raises(KdpipeError, match=message):
         make_multihead(tiny(), heads=heads, head_layers=layers, seed=0)

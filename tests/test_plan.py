@@ -1,11 +1,10 @@
 """The plan: config slices per rule, seed expansion, and config errors caught before any job runs."""
 
-
 import pytest
 import yaml
 
-from kdpipe.plan import Plan
 from kdpipe.core.store import KdpipeError
+from kdpipe.plan import Plan
 from tests.conftest import REPO
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
@@ -13,6 +12,7 @@ SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text
 
 def load(path="tests/configs/tiny.yaml", edit=None):
     from snakemake.utils import validate
+
     config = yaml.safe_load((REPO / path).read_text())
     if edit:
         edit(config)
@@ -24,12 +24,12 @@ def test_slices_hold_only_what_the_output_depends_on():
     plan = load()
     teacher = plan.teacher_params("ta")
     assert teacher["epochs"] == 1 and teacher["classes"] == {"slice": 0, "of": 2}
-    assert teacher["backbone"] == "builtin:tiny-bert"                      # from teacher_defaults
+    assert teacher["backbone"] == "builtin:tiny-bert"  # from teacher_defaults
     student = plan.student_params("s_vkd")
     assert student["lr"] == 1e-3 and student["teachers"] == ["ta", "tb"]
     assert "s_vkd_ce" not in str(student)
     mc = plan.signal_params("ta", "train", "mc")
-    assert "splits" not in mc and "shards" not in mc        # which splits run, and how, is not part of a job's identity
+    assert "splits" not in mc and "shards" not in mc  # which splits run, and how, is not part of a job's identity
     assert mc["split"] == "train" and mc["signal"] == "mc"
 
 
@@ -41,31 +41,50 @@ def test_default_config_is_valid():
 def test_seeds_expand_into_student_jobs_without_touching_teachers():
     def edit(c):
         c["students"]["s_vkd"]["seeds"] = [1, 2, 3]
+
     plan = load(edit=edit)
     assert [s for s in plan.students if s.startswith("s_vkd.")] == ["s_vkd.seed1", "s_vkd.seed2", "s_vkd.seed3"]
     assert plan.student_params("s_vkd.seed2")["seed"] == 2
     assert plan.eval_params("s_vkd.seed2", "test")["base"] == "s_vkd"
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda c: c["students"]["s_vkd"].update(teachers=["ta", "tz"]), r"students\.s_vkd\.teachers: unknown teacher 'tz'"),
-    (lambda c: c["students"]["s_vkd"].update(method="nope"), r"unknown method 'nope'"),
-    (lambda c: c["teachers"]["ta"].update(epoch=3), r"teachers\.ta: Additional properties .*'epoch'"),
-    (lambda c: c["students"].update(ta={"lr": 1e-3}), r"'ta' names both a teacher and a student"),
-    # method_args are declared per method in the registry and checked before any job runs
-    (lambda c: c["students"]["s_vkd"].update(method_args={"temprature": 1}),
-     r"students\.s_vkd\.method_args: unknown key 'temprature' \(did you mean 'temperature'\?\); this method knows "
-     r"temperature, hard_label_weight"),
-    (lambda c: c["students"]["s_uhc"].update(method_args={"temperature": "hot"}),
-     r"students\.s_uhc\.method_args\.temperature: expected float, got 'hot'"),
-    (lambda c: c["students"]["s_muki"].update(method_args={"aggregation": "max"}),
-     r"students\.s_muki\.method_args\.aggregation: 'max'; choose one of hard, soft"),
-    (lambda c: c["students"]["s_dfa"].update(method_args={"margin": True}),
-     r"students\.s_dfa\.method_args: unknown key 'margin'; this method knows temperature, kd_weight"),
-    (lambda c: (c["teachers"]["ta"].update(classes=["business", "sport"]),
-                c["teachers"]["tb"].update(classes=["sport", "tech"])),
-     r"teachers 'ta' and 'tb' both cover class 'sport'.*disjoint or identical"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda c: c["students"]["s_vkd"].update(teachers=["ta", "tz"]),
+            r"students\.s_vkd\.teachers: unknown teacher 'tz'",
+        ),
+        (lambda c: c["students"]["s_vkd"].update(method="nope"), r"unknown method 'nope'"),
+        (lambda c: c["teachers"]["ta"].update(epoch=3), r"teachers\.ta: Additional properties .*'epoch'"),
+        (lambda c: c["students"].update(ta={"lr": 1e-3}), r"'ta' names both a teacher and a student"),
+        # method_args are declared per method in the registry and checked before any job runs
+        (
+            lambda c: c["students"]["s_vkd"].update(method_args={"temprature": 1}),
+            r"students\.s_vkd\.method_args: unknown key 'temprature' \(did you mean 'temperature'\?\); "
+            r"this method knows temperature, hard_label_weight",
+        ),
+        (
+            lambda c: c["students"]["s_uhc"].update(method_args={"temperature": "hot"}),
+            r"students\.s_uhc\.method_args\.temperature: expected float, got 'hot'",
+        ),
+        (
+            lambda c: c["students"]["s_muki"].update(method_args={"aggregation": "max"}),
+            r"students\.s_muki\.method_args\.aggregation: 'max'; choose one of hard, soft",
+        ),
+        (
+            lambda c: c["students"]["s_dfa"].update(method_args={"margin": True}),
+            r"students\.s_dfa\.method_args: unknown key 'margin'; this method knows temperature, kd_weight",
+        ),
+        (
+            lambda c: (
+                c["teachers"]["ta"].update(classes=["business", "sport"]),
+                c["teachers"]["tb"].update(classes=["sport", "tech"]),
+            ),
+            r"teachers 'ta' and 'tb' both cover class 'sport'.*disjoint or identical",
+        ),
+    ],
+)
 def test_config_errors_name_the_key(edit, message):
     with pytest.raises(KdpipeError, match=message):
         load(edit=edit)

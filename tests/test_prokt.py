@@ -1,4 +1,4 @@
-"""ProKT (METHODS.md §5): both update objectives against hand-computed values, the co-trained teacher really
+"""ProKT (docs/methods.md §5): both update objectives against hand-computed values, the co-trained teacher really
 moves (a frozen teacher's cached logits do not), and a resumed co-training equals an uninterrupted one."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 import torch
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import encode
 from kdpipe.methods import prokt
 from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.models.students import build_student
-from kdpipe.core.store import KdpipeError
 from kdpipe.training.loop import TrainSettings, fit, read_resume_state, total_steps
-from tests.test_training import TEXTS, LABELS, validator
+from tests.test_training import LABELS, TEXTS, validator
 
 CPU = torch.device("cpu")
 
 # A fixed batch of two examples, two classes.
-Z_T = torch.tensor([[0.0, math.log(3.0)], [0.0, 0.0]])       # softmax: [1/4, 3/4], [1/2, 1/2]
+Z_T = torch.tensor([[0.0, math.log(3.0)], [0.0, 0.0]])  # softmax: [1/4, 3/4], [1/2, 1/2]
 Y = torch.tensor([1, 0])
 P_S = torch.tensor([[0.5, 0.5], [0.8, 0.2]])
 
@@ -49,11 +49,11 @@ def test_dual_objective_and_multiplier_update_by_hand():
     loss, _, got_kl = prokt.dual_teacher_loss(Z_T, Y, P_S, beta=2.0, epsilon=0.1)
     assert loss.item() == pytest.approx(ce + 2.0 * (kl - 0.1), abs=1e-6)
     assert prokt.updated_multiplier(2.0, got_kl.item(), 0.1, 0.5) == pytest.approx(2.0 + 0.5 * (kl - 0.1))
-    assert prokt.updated_multiplier(0.01, 0.0, 1.0, 1.0) == 0.0          # clipped at zero
+    assert prokt.updated_multiplier(0.01, 0.0, 1.0, 1.0) == 0.0  # clipped at zero
 
 
 def test_student_objective_by_hand():
-    z_s = torch.tensor([[0.0, 0.0], [math.log(4.0), 0.0]])      # softmax: [1/2, 1/2], [4/5, 1/5]
+    z_s = torch.tensor([[0.0, 0.0], [math.log(4.0), 0.0]])  # softmax: [1/2, 1/2], [4/5, 1/5]
     p_t = torch.tensor([[0.25, 0.75], [0.5, 0.5]])
     kl_0 = 0.25 * math.log(0.25 / 0.5) + 0.75 * math.log(0.75 / 0.5)
     kl_1 = 0.5 * math.log(0.5 / 0.8) + 0.5 * math.log(0.5 / 0.2)
@@ -83,14 +83,26 @@ def cotrainer(data, settings, **args):
 
 
 def student():
-    model, _ = build_student({"config": {"tokenizer": "builtin:tiny-bert", "hidden_size": 32, "num_layers": 1,
-                                         "num_heads": 2, "intermediate_size": 64}}, ["sport", "money"], seed=0)
+    model, _ = build_student(
+        {
+            "config": {
+                "tokenizer": "builtin:tiny-bert",
+                "hidden_size": 32,
+                "num_layers": 1,
+                "num_heads": 2,
+                "intermediate_size": 64,
+            }
+        },
+        ["sport", "money"],
+        seed=0,
+    )
     prokt.zero_classifier(model)
     return model
 
 
 def test_zero_classifier_makes_uniform_predictions(data):
     from kdpipe.data.batching import collate, model_inputs
+
     model = student()
     logits = model(**model_inputs(collate(data, np.arange(4)))).logits
     assert torch.equal(logits, torch.zeros_like(logits))
@@ -102,8 +114,15 @@ def test_cotraining_moves_the_teacher_and_the_student_learns(data, dual):
     cotrained = cotrainer(data, settings, dual=dual)
     before = {k: v.clone() for k, v in cotrained.model.state_dict().items()}
     model = student()
-    result = fit(model, train=data, loss_fn=prokt.build(cotrained).loss, validate=validator(data),
-                 settings=settings, device=CPU, extra_state=cotrained)
+    result = fit(
+        model,
+        train=data,
+        loss_fn=prokt.build(cotrained).loss,
+        validate=validator(data),
+        settings=settings,
+        device=CPU,
+        extra_state=cotrained,
+    )
     after = cotrained.model.state_dict()
     moved = [k for k in before if not torch.equal(before[k], after[k])]
     assert "classifier.weight" in moved and any("encoder.layer.0" in k for k in moved)
@@ -111,15 +130,22 @@ def test_cotraining_moves_the_teacher_and_the_student_learns(data, dual):
     assert validator(data)(cotrained.model)["accuracy"] == 1.0
     assert result.best_metrics["accuracy"] == 1.0
     if dual:
-        assert cotrained.beta != 1.0            # the multiplier was updated
+        assert cotrained.beta != 1.0  # the multiplier was updated
 
 
 def test_cotraining_resumes_teacher_and_student_exactly(data, tmp_path):
     settings = TrainSettings(**SETTINGS)
     straight_teacher = cotrainer(data, settings, dual=True)
     straight = student()
-    fit(straight, train=data, loss_fn=prokt.build(straight_teacher).loss, validate=validator(data),
-        settings=settings, device=CPU, extra_state=straight_teacher)
+    fit(
+        straight,
+        train=data,
+        loss_fn=prokt.build(straight_teacher).loss,
+        validate=validator(data),
+        settings=settings,
+        device=CPU,
+        extra_state=straight_teacher,
+    )
 
     calls = {"n": 0}
     interrupted_teacher = cotrainer(data, settings, dual=True)
@@ -132,13 +158,29 @@ def test_cotraining_resumes_teacher_and_student_exactly(data, tmp_path):
         return objective.loss(model, batch)
 
     with pytest.raises(KeyboardInterrupt):
-        fit(student(), train=data, loss_fn=dies_at_step_7, validate=validator(data), settings=settings,
-            device=CPU, resume_dir=tmp_path / "resume", extra_state=interrupted_teacher)
+        fit(
+            student(),
+            train=data,
+            loss_fn=dies_at_step_7,
+            validate=validator(data),
+            settings=settings,
+            device=CPU,
+            resume_dir=tmp_path / "resume",
+            extra_state=interrupted_teacher,
+        )
     assert read_resume_state(tmp_path / "resume")["epoch"] == 1
-    resumed_teacher = cotrainer(data, settings, dual=True)      # a fresh process: new objects, state from disk
+    resumed_teacher = cotrainer(data, settings, dual=True)  # a fresh process: new objects, state from disk
     resumed = student()
-    fit(resumed, train=data, loss_fn=prokt.build(resumed_teacher).loss, validate=validator(data),
-        settings=settings, device=CPU, resume_dir=tmp_path / "resume", extra_state=resumed_teacher)
+    fit(
+        resumed,
+        train=data,
+        loss_fn=prokt.build(resumed_teacher).loss,
+        validate=validator(data),
+        settings=settings,
+        device=CPU,
+        resume_dir=tmp_path / "resume",
+        extra_state=resumed_teacher,
+    )
     for a, b in ((straight, resumed), (straight_teacher.model, resumed_teacher.model)):
         for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
             assert torch.allclose(x, y, atol=1e-6), name

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kdpipe.core.store import KdpipeError, read_json, write_json
 from kdpipe.evaluation.metrics import reliability_bins, total_variation
 from kdpipe.report import TSV_COLUMNS, build_report
 from kdpipe.report.summary import _pool_reliability
-from kdpipe.core.store import KdpipeError, read_json, write_json
 
 CLASSES = ["business", "entertainment", "politics", "sport", "tech"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -50,8 +50,19 @@ def eval_paths(tmp_path):
     for split, shift in (("validation", 0.01), ("test", 0.0)):
         for seed, (accuracy, ece, seconds) in VKD_TEST.items():
             records.append(
-                _eval(f"vkd.seed{seed}", "vkd", "student", "vanilla_kd", seed, split, CLASSES,
-                      accuracy + shift, ece, seconds, 11_200_000)  # fmt: skip
+                _eval(
+                    f"vkd.seed{seed}",
+                    "vkd",
+                    "student",
+                    "vanilla_kd",
+                    seed,
+                    split,
+                    CLASSES,
+                    accuracy + shift,
+                    ece,
+                    seconds,
+                    11_200_000,
+                )  # fmt: skip
             )
         records.append(_eval("bert-a", "bert-a", "teacher", None, None, split, CLASSES[:2], 0.98, 0.02, 900.0,
                              22_700_000))  # fmt: skip
@@ -184,20 +195,32 @@ def _ensemble_records() -> list[dict]:
     """Students first (hydra with two seeds, kd with one), then the ensemble, then an old-style subset teacher."""
     records = [
         _with_uncertainty(
-            _eval(f"hydra.seed{seed}", "hydra", "student", "hydra_plus", seed, "test", CLASSES, 0.9, 0.03, 50.0,
-                  8_000_000),
-            hists, (0.9 + 0.2 * (seed - 1), 0.6, 0.3), members=5, inference_time_s=2.0 * seed,
+            _eval(
+                f"hydra.seed{seed}", "hydra", "student", "hydra_plus", seed, "test", CLASSES, 0.9, 0.03, 50.0, 8_000_000
+            ),
+            hists,
+            (0.9 + 0.2 * (seed - 1), 0.6, 0.3),
+            members=5,
+            inference_time_s=2.0 * seed,
         )  # fmt: skip
         for seed, hists in HYDRA_HISTS.items()
     ]
     records.append(
-        _with_uncertainty(_eval("kd", "kd", "student", "vanilla_kd", 1, "test", CLASSES, 0.88, 0.05, 40.0, 4_000_000),
-                          KD_HIST, (0.7, 0.7, 0.0), members=1)  # fmt: skip
+        _with_uncertainty(
+            _eval("kd", "kd", "student", "vanilla_kd", 1, "test", CLASSES, 0.88, 0.05, 40.0, 4_000_000),
+            KD_HIST,
+            (0.7, 0.7, 0.0),
+            members=1,
+        )  # fmt: skip
     )
     records.append(
-        _with_uncertainty(_eval("ens", "ens", "ensemble", None, None, "test", CLASSES, 0.93, 0.02, 500.0,
-                                50_000_000),
-                          ENSEMBLE_HIST, (1.0, 0.6, 0.4), members=5, inference_time_s=10.0)  # fmt: skip
+        _with_uncertainty(
+            _eval("ens", "ens", "ensemble", None, None, "test", CLASSES, 0.93, 0.02, 500.0, 50_000_000),
+            ENSEMBLE_HIST,
+            (1.0, 0.6, 0.4),
+            members=5,
+            inference_time_s=10.0,
+        )  # fmt: skip
     )
     records.append(_eval("bert-a", "bert-a", "teacher", None, None, "test", CLASSES[:2], 0.98, 0.02, 900.0,
                          22_700_000))  # fmt: skip

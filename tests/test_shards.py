@@ -28,7 +28,7 @@ def shards(count: int, root: Path, params: dict, teacher: Path, data: Path) -> l
         part = root / f"part.{k}-of-{count}"
         run_shard(params["signal"], params, teacher, data, f"{k}-of-{count}", part)
         parts.append(part)
-    return parts[::-1]                        # the gather must not depend on the order of its inputs
+    return parts[::-1]  # the gather must not depend on the order of its inputs
 
 
 def same_bytes(a: Path, b: Path, names: list[str]) -> None:
@@ -36,7 +36,7 @@ def same_bytes(a: Path, b: Path, names: list[str]) -> None:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("count", [2, 3, 20])     # 20: more shards than batches, some shards are empty
+@pytest.mark.parametrize("count", [2, 3, 20])  # 20: more shards than batches, some shards are empty
 def test_mc_dropout_shards_gather_to_the_same_bytes(teacher, tiny_data, tmp_path, count):
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
     run("mc", MC, teacher, tiny_data, whole)

@@ -1,23 +1,24 @@
 """Signal artifacts: readers check files against manifests and data; feature dumps have the right shapes."""
 
-
 import numpy as np
 import pytest
 import torch
 
-from kdpipe.data.batching import encode
-from kdpipe.signals.features import bytes_per_example, dump_feature
-from kdpipe.models.loading import load_classifier, load_tokenizer
-from kdpipe.signals.io import read_logits, write_logits
 from kdpipe.core.store import ArtifactError, make_manifest, write_json
+from kdpipe.data.batching import encode
+from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.signals.features import bytes_per_example, dump_feature
+from kdpipe.signals.io import read_logits, write_logits
 
 ROWS = np.array([3, 5, 8], dtype=np.int64)
 
 
 def write_signal(path, logits, labels, rows=None, row_ids=ROWS):
     write_logits(path, row_ids, logits)
-    write_json(path.with_name("logits.json"),
-               make_manifest("logits", split="train", rows=len(logits) if rows is None else rows, labels=labels))
+    write_json(
+        path.with_name("logits.json"),
+        make_manifest("logits", split="train", rows=len(logits) if rows is None else rows, labels=labels),
+    )
 
 
 def test_logits_round_trip(tmp_path):
@@ -28,18 +29,22 @@ def test_logits_round_trip(tmp_path):
     assert labels == ["a", "b"]
 
 
-@pytest.mark.parametrize("case, message", [
-    ("manifest_rows", r"logits\.parquet: holds 3 rows but its manifest .* says 4"),
-    ("data_rows", r"made for 3 rows of split 'train', but the data split has 2 rows"),
-    ("labels", r"has 2 classes per row but its manifest lists 3 labels"),
-    ("expected_labels", r"label list \['a', 'b'\] differs from the expected \['a', 'c'\]"),
-    ("row_ids", r"row_ids are not those of the data split"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("manifest_rows", r"logits\.parquet: holds 3 rows but its manifest .* says 4"),
+        ("data_rows", r"made for 3 rows of split 'train', but the data split has 2 rows"),
+        ("labels", r"has 2 classes per row but its manifest lists 3 labels"),
+        ("expected_labels", r"label list \['a', 'b'\] differs from the expected \['a', 'c'\]"),
+        ("row_ids", r"row_ids are not those of the data split"),
+    ],
+)
 def test_mismatches_are_reported_with_the_file(tmp_path, case, message):
     path = tmp_path / "logits.parquet"
     logits = np.zeros((3, 2), np.float32)
-    write_signal(path, logits, ["a", "b", "c"] if case == "labels" else ["a", "b"],
-                 rows=4 if case == "manifest_rows" else None)
+    write_signal(
+        path, logits, ["a", "b", "c"] if case == "labels" else ["a", "b"], rows=4 if case == "manifest_rows" else None
+    )
     row_ids = {"data_rows": ROWS[:2], "row_ids": np.array([3, 5, 9])}.get(case, ROWS)
     expected = ["a", "c"] if case == "expected_labels" else None
     with pytest.raises(ArtifactError, match=message):
@@ -48,8 +53,7 @@ def test_mismatches_are_reported_with_the_file(tmp_path, case, message):
 
 @pytest.fixture(scope="module")
 def encoded():
-    return encode(load_tokenizer("builtin:tiny-bert"), ["a short one", "a somewhat longer text here"],
-                  max_length=16)
+    return encode(load_tokenizer("builtin:tiny-bert"), ["a short one", "a somewhat longer text here"], max_length=16)
 
 
 def test_hidden_dump_shape_and_padding(tmp_path, encoded):
@@ -68,11 +72,27 @@ def test_attention_dump_needs_eager_attention(tmp_path, encoded):
     width = int(encoded.lengths.max())
     sdpa = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="sdpa")
     with pytest.raises(ArtifactError, match="eager"):
-        dump_feature(sdpa, encoded, "attentions", [1], tmp_path / "a.npy", batch_size=2,
-                     device=torch.device("cpu"), max_length=width)
+        dump_feature(
+            sdpa,
+            encoded,
+            "attentions",
+            [1],
+            tmp_path / "a.npy",
+            batch_size=2,
+            device=torch.device("cpu"),
+            max_length=width,
+        )
     eager = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="eager")
-    dump_feature(eager, encoded, "attentions", [1, 2], tmp_path / "b.npy", batch_size=2,
-                 device=torch.device("cpu"), max_length=width)
+    dump_feature(
+        eager,
+        encoded,
+        "attentions",
+        [1, 2],
+        tmp_path / "b.npy",
+        batch_size=2,
+        device=torch.device("cpu"),
+        max_length=width,
+    )
     arr = np.load(tmp_path / "b.npy")
     assert arr.shape == (2, 2, 2, width, width)
     # post-softmax probabilities: each valid query row sums to 1 over the keys

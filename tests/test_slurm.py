@@ -1,4 +1,4 @@
-"""The workflow on a real SLURM (issue 8), through `--profile profiles/slurm` as a user runs it.
+"""The workflow on a real SLURM, through `--profile profiles/slurm` as a user runs it.
 
 A one-node SLURM 22.05 cluster comes up on localhost from Debian's slurm-wlm and munge (tests/slurm/cluster.py:
 installed with apt-get when missing and we are root; the tests skip, saying why, when it cannot be installed or
@@ -36,7 +36,7 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 PROFILE = yaml.safe_load((REPO / "profiles/slurm/profile.yaml").read_text())
 DEFAULT_PARTITION = PROFILE["default-resources"]["slurm_partition"]
 GPU_RULES = {rule: res for rule, res in PROFILE["set-resources"].items() if res.get("gpu")}
-GPUS = 2                                            # fake GPUs on the node: two GPU jobs at a time
+GPUS = 2  # fake GPUs on the node: two GPU jobs at a time
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
 FINISHED = re.compile(r"Finished jobid: (\d+) \(Rule: (\w+)\)")
 
@@ -53,13 +53,28 @@ def cluster():
     cluster.stop()
 
 
-def slurm_snakemake(project: Path, env: dict, *args: str, configfile="tests/configs/tiny.yaml", timeout=1200,
-                    background=False):
-    cmd = ["timeout", "-k", "10", str(timeout), SNAKEMAKE, "--profile", "profiles/slurm", "--configfile", configfile,
-           "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
-           "--slurm-keep-successful-logs", *args]
+def slurm_snakemake(
+    project: Path, env: dict, *args: str, configfile="tests/configs/tiny.yaml", timeout=1200, background=False
+):
+    cmd = [
+        "timeout",
+        "-k",
+        "10",
+        str(timeout),
+        SNAKEMAKE,
+        "--profile",
+        "profiles/slurm",
+        "--configfile",
+        configfile,
+        "--slurm-status-command",
+        "squeue",
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+        "--slurm-keep-successful-logs",
+        *args,
+    ]
     if background:
-        log = open(project / "snakemake.out", "w")
+        log = open(project / "snakemake.out", "w")  # noqa: SIM115 (Snakemake in the background writes it)
         return subprocess.Popen(cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     result = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout + 30)
     return result.returncode, result.stdout + result.stderr
@@ -79,7 +94,7 @@ def most_at_once(jobs: list[dict]) -> int:
     """The largest number of these jobs that ran at the same time."""
     events = sorted([(when(j["StartTime"]), 1) for j in jobs] + [(when(j["EndTime"]), -1) for j in jobs])
     running = peak = 0
-    for _, step in events:                          # at equal times, ends (-1) sort before starts
+    for _, step in events:  # at equal times, ends (-1) sort before starts
         running += step
         peak = max(peak, running)
     return peak
@@ -131,19 +146,21 @@ def test_tiny_config_runs_every_job_as_a_slurm_job(cluster, tiny_run):
 
 def test_failing_job_is_reported_as_a_failed_slurm_job(cluster, tiny_run):
     project, env, _ = tiny_run
-    config = edited_config(project, lambda c: c["students"]["s_muki_no_mc"]["method_args"].update(
-        aggregation="no_such_aggregation"))
+    config = edited_config(
+        project, lambda c: c["students"]["s_muki_no_mc"]["method_args"].update(aggregation="no_such_aggregation")
+    )
     rc, output = slurm_snakemake(project, env, configfile=config, timeout=600)
     assert rc != 0
     jobs = run_jobs(cluster, output)
     # the profile's retries: 1 resubmits once, with the runtime of attempt 2 ("attempt * 120" minutes)
     assert [(j["Comment"], j["JobState"], j["TimeLimit"]) for j in jobs] == [
         ("rule_distill_wildcards_s_muki_no_mc", "FAILED", "02:00:00"),
-        ("rule_distill_wildcards_s_muki_no_mc", "FAILED", "04:00:00")], jobs
+        ("rule_distill_wildcards_s_muki_no_mc", "FAILED", "04:00:00"),
+    ], jobs
     for job in jobs:
         assert f"SLURM-job '{job['JobId']}' failed, SLURM status is: 'FAILED'" in output
     assert "Error in rule distill" in output
-    assert "muki: unknown aggregation 'no_such_aggregation'" in output      # the stage's own message (its log)
+    assert "muki: unknown aggregation 'no_such_aggregation'" in output  # the stage's own message (its log)
     assert not (project / "results/students/s_muki_no_mc").exists()
 
 
@@ -159,8 +176,11 @@ def test_rerun_after_a_cancelled_job_resumes_and_completes(cluster, tiny_run):
         while time.time() < deadline and (read_resume_state(resume) or {}).get("epoch", 0) < 2:
             assert proc.poll() is None, (project / "snakemake.out").read_text()[-4000:]
             time.sleep(0.2)
-        running = [j for j in cluster.jobs() if j["Comment"] == "rule_finetune_teacher_wildcards_ta"
-                   and j["JobState"] == "RUNNING"]
+        running = [
+            j
+            for j in cluster.jobs()
+            if j["Comment"] == "rule_finetune_teacher_wildcards_ta" and j["JobState"] == "RUNNING"
+        ]
         assert len(running) == 1, running
         killed = running[0]["JobId"]
         cluster.run("scancel", killed)

@@ -8,14 +8,31 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kdpipe.core.store import make_manifest, write_json
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.signals.io import write_logits
-from kdpipe.core.store import make_manifest, write_json
 from tests.conftest import TINY_TEACHER, student_job
 
-STUDENT = {"method": "vanilla_kd", "method_args": {}, "model": {"config": {"tokenizer": "builtin:tiny-bert",
-           "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}}, "epochs": 1, "lr": 1e-3,
-           "batch_size": 8, "eval_batch_size": 32, "max_length": 32, "seed": 0, "checkpoint_every": 0}
+STUDENT = {
+    "method": "vanilla_kd",
+    "method_args": {},
+    "model": {
+        "config": {
+            "tokenizer": "builtin:tiny-bert",
+            "hidden_size": 32,
+            "num_layers": 1,
+            "num_heads": 2,
+            "intermediate_size": 64,
+        }
+    },
+    "epochs": 1,
+    "lr": 1e-3,
+    "batch_size": 8,
+    "eval_batch_size": 32,
+    "max_length": 32,
+    "seed": 0,
+    "checkpoint_every": 0,
+}
 
 
 def kdpipe(*args):
@@ -35,15 +52,29 @@ def fake_signals(root, data, teachers: dict[str, list[str]], mc: bool = False):
         if mc:
             probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
             np.save(d / "mc.npy", probs)
-            pd.DataFrame({"row_id": row_ids, "entropy": 0.5, "certainty": rng.uniform(size=len(row_ids)),
-                          "max_prob": probs.max(1), "variance": 0.01}).to_parquet(d / "mc.parquet")
+            pd.DataFrame(
+                {
+                    "row_id": row_ids,
+                    "entropy": 0.5,
+                    "certainty": rng.uniform(size=len(row_ids)),
+                    "max_prob": probs.max(1),
+                    "variance": 0.01,
+                }
+            ).to_parquet(d / "mc.parquet")
             write_json(d / "mc.json", make_manifest("mc_dropout", split="train", rows=len(row_ids), labels=classes))
 
 
 def test_teacher_class_not_in_the_data(tiny_data, tmp_path):
     out = tmp_path / "teacher"
-    r = kdpipe("finetune-teacher", "--params", json.dumps({**TINY_TEACHER, "classes": ["sport", "sports"]}),
-               "--data", str(tiny_data), "--out", str(out))
+    r = kdpipe(
+        "finetune-teacher",
+        "--params",
+        json.dumps({**TINY_TEACHER, "classes": ["sport", "sports"]}),
+        "--data",
+        str(tiny_data),
+        "--out",
+        str(out),
+    )
     assert r.returncode == 2
     assert "class 'sports' is not in the data" in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
@@ -53,8 +84,17 @@ def test_label_that_no_teacher_covers(tiny_data, tmp_path):
     labels = read_labels(tiny_data)
     fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:2], "t2": labels[2:4]})
     out = tmp_path / "student"
-    r = kdpipe("distill", "--params", json.dumps(student_job({**STUDENT, "teachers": ["t1", "t2"]})), "--data", str(tiny_data),
-               "--signals-root", str(tmp_path / "signals"), "--out", str(out))
+    r = kdpipe(
+        "distill",
+        "--params",
+        json.dumps(student_job({**STUDENT, "teachers": ["t1", "t2"]})),
+        "--data",
+        str(tiny_data),
+        "--signals-root",
+        str(tmp_path / "signals"),
+        "--out",
+        str(out),
+    )
     assert r.returncode == 2
     assert f"label '{labels[4]}' in the data is covered by no teacher" in r.stderr
     assert not out.exists()
@@ -63,8 +103,17 @@ def test_label_that_no_teacher_covers(tiny_data, tmp_path):
 def test_overlapping_teachers_where_the_method_needs_them_disjoint(tiny_data, tmp_path):
     labels = read_labels(tiny_data)
     fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:3], "t2": labels[2:]})
-    r = kdpipe("distill", "--params", json.dumps(student_job({**STUDENT, "teachers": ["t1", "t2"]})), "--data", str(tiny_data),
-               "--signals-root", str(tmp_path / "signals"), "--out", str(tmp_path / "student"))
+    r = kdpipe(
+        "distill",
+        "--params",
+        json.dumps(student_job({**STUDENT, "teachers": ["t1", "t2"]})),
+        "--data",
+        str(tiny_data),
+        "--signals-root",
+        str(tmp_path / "signals"),
+        "--out",
+        str(tmp_path / "student"),
+    )
     assert r.returncode == 2
     assert f"overlap on class '{labels[2]}'" in r.stderr and "disjoint or identical" in r.stderr
 
@@ -72,8 +121,17 @@ def test_overlapping_teachers_where_the_method_needs_them_disjoint(tiny_data, tm
 def test_missing_signal_names_the_file(tiny_data, tmp_path):
     labels = read_labels(tiny_data)
     fake_signals(tmp_path / "signals", tiny_data, {"t1": labels})
-    r = kdpipe("distill", "--params", json.dumps(student_job({**STUDENT, "teachers": ["t1", "t9"]})), "--data", str(tiny_data),
-               "--signals-root", str(tmp_path / "signals"), "--out", str(tmp_path / "student"))
+    r = kdpipe(
+        "distill",
+        "--params",
+        json.dumps(student_job({**STUDENT, "teachers": ["t1", "t9"]})),
+        "--data",
+        str(tiny_data),
+        "--signals-root",
+        str(tmp_path / "signals"),
+        "--out",
+        str(tmp_path / "student"),
+    )
     assert r.returncode == 2 and "t9/train/logits.json: missing" in r.stderr
 
 
@@ -83,11 +141,13 @@ def test_distill_reads_only_cached_signals_and_trains(tiny_data, tmp_path, monke
     from transformers import PreTrainedModel
 
     from kdpipe.stages import distill
+
     labels = read_labels(tiny_data)
     fake_signals(tmp_path / "signals", tiny_data, {"t1": labels[:2], "t2": labels[2:]}, mc=True)
 
     def no_teacher(*a, **k):
         raise AssertionError("distill loaded a pretrained model")
+
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(no_teacher))
     out = tmp_path / "student"
     params = student_job({**STUDENT, "method": method, "teachers": ["t1", "t2"]})

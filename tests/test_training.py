@@ -29,9 +29,11 @@ def validator(data):
     def validate(model):
         with torch.no_grad():
             from kdpipe.data.batching import collate
+
             batch = collate(data, np.arange(len(data)))
             acc = (model(**model_inputs(batch)).logits.argmax(1) == batch["labels"]).float().mean().item()
         return {"score": acc, "accuracy": acc}
+
     return validate
 
 
@@ -41,8 +43,15 @@ SETTINGS = dict(epochs=4, lr=1e-2, batch_size=8, seed=0, checkpoint_every=3, log
 def test_fit_learns_and_logs(data, tmp_path):
     model = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
     log = tmp_path / "log.jsonl"
-    result = fit(model, train=data, loss_fn=ce_loss, validate=validator(data),
-                 settings=TrainSettings(**SETTINGS), device=CPU, log_path=log)
+    result = fit(
+        model,
+        train=data,
+        loss_fn=ce_loss,
+        validate=validator(data),
+        settings=TrainSettings(**SETTINGS),
+        device=CPU,
+        log_path=log,
+    )
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["epoch"] for r in records if "validation" in r] == [1, 2, 3, 4]
     assert result.best_metrics["accuracy"] > 0.5
@@ -63,21 +72,37 @@ def test_resume_after_interruption_gives_the_uninterrupted_result(data, tmp_path
 
     def dying_loss(model, batch):
         calls["n"] += 1
-        if calls["n"] == 8:           # 4 steps per epoch: the 4th step of epoch 2, after its step-3 checkpoint
+        if calls["n"] == 8:  # 4 steps per epoch: the 4th step of epoch 2, after its step-3 checkpoint
             raise Interrupted
         return ce_loss(model, batch)
 
     resume = tmp_path / "resume"
     first = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
     with pytest.raises(Interrupted):
-        fit(first, train=data, loss_fn=dying_loss, validate=validator(data), settings=settings, device=CPU,
-            resume_dir=resume, resume_key="k")
+        fit(
+            first,
+            train=data,
+            loss_fn=dying_loss,
+            validate=validator(data),
+            settings=settings,
+            device=CPU,
+            resume_dir=resume,
+            resume_key="k",
+        )
     state = read_resume_state(resume)
-    assert (state["epoch"], state["step_in_epoch"]) == (1, 3)      # 0-based epoch 1, 3 steps done
+    assert (state["epoch"], state["step_in_epoch"]) == (1, 3)  # 0-based epoch 1, 3 steps done
 
-    second = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=123)   # different init: must be replaced
-    resumed = fit(second, train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU,
-                  resume_dir=resume, resume_key="k")
+    second = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=123)  # different init: must be replaced
+    resumed = fit(
+        second,
+        train=data,
+        loss_fn=ce_loss,
+        validate=validator(data),
+        settings=settings,
+        device=CPU,
+        resume_dir=resume,
+        resume_key="k",
+    )
     for name, tensor in expected.best_state.items():
         torch.testing.assert_close(resumed.best_state[name], tensor, rtol=1e-5, atol=1e-6)
     assert resumed.best_epoch == expected.best_epoch
@@ -87,13 +112,29 @@ def test_resume_state_of_another_configuration_is_discarded(data, tmp_path):
     settings = TrainSettings(**{**SETTINGS, "epochs": 1})
     resume = tmp_path / "resume"
     model = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
-    fit(model, train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU,
-        resume_dir=resume, resume_key="old")
+    fit(
+        model,
+        train=data,
+        loss_fn=ce_loss,
+        validate=validator(data),
+        settings=settings,
+        device=CPU,
+        resume_dir=resume,
+        resume_key="old",
+    )
     assert read_resume_state(resume)["epoch"] == 1
     model = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
-    result = fit(model, train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU,
-                 resume_dir=resume, resume_key="new")
-    assert len(result.history) == 1       # trained its epoch from scratch instead of finding a finished run
+    result = fit(
+        model,
+        train=data,
+        loss_fn=ce_loss,
+        validate=validator(data),
+        settings=settings,
+        device=CPU,
+        resume_dir=resume,
+        resume_key="new",
+    )
+    assert len(result.history) == 1  # trained its epoch from scratch instead of finding a finished run
 
 
 def test_without_validation_the_last_epoch_is_kept(data):
@@ -116,11 +157,18 @@ def test_extra_modules_keep_the_state_of_the_best_epoch(data):
         return ce + extra(model(**model_inputs(batch)).logits).pow(2).mean(), {}
 
     def snapshot(epoch, epochs):
-        after_epoch[epoch] = {k: v.clone() for k, v in extra.state_dict().items()}   # = end of epoch `epoch`
+        after_epoch[epoch] = {k: v.clone() for k, v in extra.state_dict().items()}  # = end of epoch `epoch`
 
-    result = fit(model, train=data, loss_fn=loss, validate=lambda m: {"score": next(scores)},
-                 settings=TrainSettings(**SETTINGS), device=CPU, extra_modules={"extra": (extra, None)},
-                 on_epoch=snapshot)
+    result = fit(
+        model,
+        train=data,
+        loss_fn=loss,
+        validate=lambda m: {"score": next(scores)},
+        settings=TrainSettings(**SETTINGS),
+        device=CPU,
+        extra_modules={"extra": (extra, None)},
+        on_epoch=snapshot,
+    )
     assert result.best_epoch == 2
     for name, tensor in after_epoch[2].items():
         torch.testing.assert_close(result.best_modules["extra"][name], tensor)

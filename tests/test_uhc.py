@@ -1,4 +1,4 @@
-"""UHC (MUKI's block-renormalised baseline, METHODS.md §1) against hand-computed values."""
+"""UHC (MUKI's block-renormalised baseline, docs/methods.md §1) against hand-computed values."""
 
 import math
 from types import SimpleNamespace
@@ -107,9 +107,13 @@ def test_build_indexes_train_rows_and_matches_uhc_loss():
     # three train rows; teacher B covers classes (3, 2) in that local order
     logits_a = torch.tensor([[0.0, 1.0], [LN3, 0.0], [2.0, -1.0]])
     logits_b = torch.tensor([[0.5, 0.0], [0.0, LN2], [1.0, 1.0]])
-    ctx = DistillContext(labels=["a", "b", "c", "d"], teachers=["A", "B"],
-                         blocks={"A": np.array([0, 1]), "B": np.array([3, 2])},
-                         signals={"A": {"logits": logits_a}, "B": {"logits": logits_b}}, device=torch.device("cpu"))
+    ctx = DistillContext(
+        labels=["a", "b", "c", "d"],
+        teachers=["A", "B"],
+        blocks={"A": np.array([0, 1]), "B": np.array([3, 2])},
+        signals={"A": {"logits": logits_a}, "B": {"logits": logits_b}},
+        device=torch.device("cpu"),
+    )
     objective = build(ctx, method_args("uhc", {"temperature": 2.0}))
     model = LookupStudent(STUDENT)
     batch = {"input_ids": torch.tensor([[1], [0]]), "index": torch.tensor([2, 0])}

@@ -1,13 +1,12 @@
-"""Vanilla KD (MUKI's VKD, METHODS.md §1) against hand-computed values."""
+"""Vanilla KD (MUKI's VKD, docs/methods.md §1) against hand-computed values."""
 
 import math
 
 import pytest
 import torch
 
-from kdpipe.methods.losses import kl_divergence
-from kdpipe.methods.losses import union_logits, vanilla_kd_loss
 from kdpipe.core.store import KdpipeError
+from kdpipe.methods.losses import kl_divergence, union_logits, vanilla_kd_loss
 
 
 def softmax(xs):
@@ -44,7 +43,7 @@ def test_vanilla_kd_loss_matches_hand_computation(temperature):
         q = softmax([z / temperature for z in zt])
         p = softmax([z / temperature for z in zs])
         expected += sum(qi * (math.log(qi) - math.log(pi)) for qi, pi in zip(q, p))
-    expected = temperature ** 2 * expected / 2
+    expected = temperature**2 * expected / 2
     got = vanilla_kd_loss(torch.tensor(student), torch.tensor(teacher), temperature)
     assert got.item() == pytest.approx(expected, rel=1e-6)
     # first row at T=1 by hand: q = (e, 1, 1)/(e+2), p uniform: KL = sum q log q + log 3 = 0.12335

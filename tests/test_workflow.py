@@ -38,14 +38,25 @@ def copy_project(dest: Path) -> Path:
 
 def environment(project: Path, cache: Path) -> dict:
     env = dict(os.environ)
-    env.update(PYTHONPATH=str(project), SNAKEMAKE_OUTPUT_CACHE=str(cache),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    env.update(
+        PYTHONPATH=str(project),
+        SNAKEMAKE_OUTPUT_CACHE=str(cache),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    )
     return env
 
 
 def snakemake(project: Path, env: dict, *args: str, configfile: str = "tests/configs/tiny.yaml", timeout=900):
-    cmd = [str(Path(sys.executable).parent / "snakemake"), "--profile", "profiles/cpu", "--configfile", configfile,
-           "--cores", "2", *args]
+    cmd = [
+        str(Path(sys.executable).parent / "snakemake"),
+        "--profile",
+        "profiles/cpu",
+        "--configfile",
+        configfile,
+        "--cores",
+        "2",
+        *args,
+    ]
     result = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
@@ -73,19 +84,27 @@ def planned_jobs(project: Path, env: dict, configfile: str = "tests/configs/tiny
 
 
 def student_jobs(*students):
-    return {job for s in students for job in (("distill", f"student={s}"), ("evaluate", f"model={s}, split=test"),
-                                              ("evaluate", f"model={s}, split=validation"))}
+    return {
+        job
+        for s in students
+        for job in (
+            ("distill", f"student={s}"),
+            ("evaluate", f"model={s}, split=test"),
+            ("evaluate", f"model={s}, split=validation"),
+        )
+    }
 
 
-def signal_jobs(teacher, *passes, shards=1):
-    """A signal pass of one teacher on train: its shard jobs and the gather job (rule named after the pass; a
-    feature dump as "dump_feature:<feature>")."""
+def signal_jobs(teacher, *signals, shards=1):
+    """Signals of one teacher on train: the shard jobs (rule signal_shard) and the gather job (the rule named after
+    the signal) of each."""
     jobs = set()
-    for name in passes:
-        rule, _, feature = name.partition(":")
-        wildcards = f"teacher={teacher}, split=train" + (f", feature={feature}" if feature else "")
-        jobs.add((rule, wildcards))
-        jobs.update((f"{rule}_shard", f"{wildcards}, scatteritem={k}-of-{shards}") for k in range(1, shards + 1))
+    for signal in signals:
+        wildcards = f"teacher={teacher}, split=train"
+        jobs.add((signal, wildcards))
+        jobs.update(
+            ("signal_shard", f"{wildcards}, signal={signal}, scatteritem={k}-of-{shards}") for k in range(1, shards + 1)
+        )
     return jobs
 
 
@@ -99,14 +118,17 @@ def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml") ->
 
 def writes_csv(relative: str, make_frame):
     """A ``setup`` for :func:`finished_project`: write ``make_frame()`` as a CSV at ``relative`` in the project."""
+
     def setup(project: Path) -> None:
         (project / relative).parent.mkdir(parents=True, exist_ok=True)
         make_frame().to_csv(project / relative, index=False)
+
     return setup
 
 
-def finished_project(tmp_path_factory, name: str, *args: str, configfile: str = "tests/configs/tiny.yaml",
-                     setup=None) -> tuple[Path, dict, Path]:
+def finished_project(
+    tmp_path_factory, name: str, *args: str, configfile: str = "tests/configs/tiny.yaml", setup=None
+) -> tuple[Path, dict, Path]:
     """A copy of the project in a fresh folder ``base/one`` (``setup(project)`` may add files, e.g. data), its
     workflow run to completion once on ``configfile``; returns (project, env, base). ``base/cache`` is the
     between-workflow cache."""
@@ -129,18 +151,37 @@ def done(tmp_path_factory):
 def test_full_run_produces_every_artifact(done):
     project, _, _ = done
     r = project / "results"
-    for path in ("data/tiny_bbc/train.parquet", "data/tiny_bbc/labels.json", "data/tiny_bbc/manifest.json",
-                 "teachers/ta/model.safetensors", "teachers/ta/labels.json", "teachers/ta/metrics.json",
-                 "teachers/ta/train_log.jsonl", "signals/tb/train/mc.npy", "signals/tb/train/mc.parquet",
-                 "signals/ta/train/logits.parquet", "students/s_vkd/model.safetensors",
-                 "eval/s_vkd/test.json", "eval/ta/validation.predictions.parquet", "report/summary.tsv",
-                 "report/summary.md", "report/reliability.png", "report/metrics.png"):
+    for path in (
+        "data/tiny_bbc/train.parquet",
+        "data/tiny_bbc/labels.json",
+        "data/tiny_bbc/manifest.json",
+        "teachers/ta/model.safetensors",
+        "teachers/ta/labels.json",
+        "teachers/ta/metrics.json",
+        "teachers/ta/train_log.jsonl",
+        "signals/tb/train/mc.npy",
+        "signals/tb/train/mc.parquet",
+        "signals/ta/train/logits.parquet",
+        "students/s_vkd/model.safetensors",
+        "eval/s_vkd/test.json",
+        "eval/ta/validation.predictions.parquet",
+        "report/summary.tsv",
+        "report/summary.md",
+        "report/reliability.png",
+        "report/metrics.png",
+    ):
         assert (r / path).exists(), path
     import pandas as pd
+
     summary = pd.read_csv(r / "report/summary.tsv", sep="\t")
     assert set(summary["model"]) == {"ta", "tb", *STUDENTS}
-    assert set(summary.loc[summary["kind"] == "student", "method"]) == {"vanilla_kd", "uhc", "dfa", "muki",
-                                                                        "muki_no_mc"}
+    assert set(summary.loc[summary["kind"] == "student", "method"]) == {
+        "vanilla_kd",
+        "uhc",
+        "dfa",
+        "muki",
+        "muki_no_mc",
+    }
     assert set(summary["split"]) == {"test", "validation"}
 
 
@@ -153,8 +194,11 @@ def test_student_lr_change_reruns_only_that_student(done):
     project, env, _ = done
     config = edited_config(project, lambda c: c["students"]["s_vkd"].update(lr=5e-4))
     assert planned_jobs(project, env, config) == {
-        ("distill", "student=s_vkd"), ("evaluate", "model=s_vkd, split=test"),
-        ("evaluate", "model=s_vkd, split=validation"), ("report", "")}
+        ("distill", "student=s_vkd"),
+        ("evaluate", "model=s_vkd, split=test"),
+        ("evaluate", "model=s_vkd, split=validation"),
+        ("report", ""),
+    }
 
 
 def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
@@ -162,9 +206,13 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
     config = edited_config(project, lambda c: c["teachers"]["ta"].update(epochs=2))
     jobs = planned_jobs(project, env, config)
     assert jobs == {
-        ("finetune_teacher", "teacher=ta"), *signal_jobs("ta", "mc_dropout", "dump_teacher", "dump_feature:hidden"),
-        ("evaluate", "model=ta, split=test"), ("evaluate", "model=ta, split=validation"), ("report", ""),
-        *student_jobs(*STUDENTS)}
+        ("finetune_teacher", "teacher=ta"),
+        *signal_jobs("ta", "mc", "logits", "hidden"),
+        ("evaluate", "model=ta, split=test"),
+        ("evaluate", "model=ta, split=validation"),
+        ("report", ""),
+        *student_jobs(*STUDENTS),
+    }
     assert not any("tb" in wildcards for _, wildcards in jobs)
 
 
@@ -178,20 +226,78 @@ def test_mc_dropout_source_edit_reruns_mc_dropout_not_teachers(done):
     finally:
         source.write_text(original)
     # MC-dropout of both teachers, and the only student that reads it (muki); not muki_no_mc, not the teachers
-    assert jobs == {*signal_jobs("ta", "mc_dropout"), *signal_jobs("tb", "mc_dropout"), *student_jobs("s_muki"),
-                    ("report", "")}
+    assert jobs == {*signal_jobs("ta", "mc"), *signal_jobs("tb", "mc"), *student_jobs("s_muki"), ("report", "")}
+
+
+def edited_sources(project: Path, files: list[Path]):
+    """Append a comment to each file; returns a function that restores them."""
+    originals = {path: path.read_text() for path in files}
+    for path, text in originals.items():
+        path.write_text(text + "\n# an edit\n")
+    return lambda: [path.write_text(text) for path, text in originals.items()]
+
+
+def test_student_side_edits_leave_every_teacher_side_job_up_to_date(done):
+    """Every file of kdpipe/methods/ and the student architectures edited: only students, their evaluations and
+    the report rerun; no data, teacher, signal or teacher-evaluation job."""
+    project, env, _ = done
+    kdpipe = project / "kdpipe"
+    restore = edited_sources(
+        project,
+        [*sorted((kdpipe / "methods").rglob("*.py")), kdpipe / "models/bilstm.py", kdpipe / "models/multihead.py"],
+    )
+    try:
+        jobs = planned_jobs(project, env)
+    finally:
+        restore()
+    assert jobs == {*student_jobs(*STUDENTS), ("report", "")}
+
+
+def test_one_method_edit_reruns_only_that_methods_students(done):
+    project, env, _ = done
+    restore = edited_sources(project, [project / "kdpipe/methods/uhc.py"])
+    try:
+        jobs = planned_jobs(project, env)
+    finally:
+        restore()
+    assert jobs == {*student_jobs("s_uhc"), ("report", "")}
+
+
+def test_a_misspelt_method_arg_stops_the_run_before_any_job(done):
+    project, env, _ = done
+    config = edited_config(project, lambda c: c["students"]["s_vkd"].update(method_args={"temprature": 1}))
+    cmd = [
+        str(Path(sys.executable).parent / "snakemake"),
+        "--profile",
+        "profiles/cpu",
+        "--configfile",
+        config,
+        "--cores",
+        "2",
+        "--dry-run",
+    ]
+    result = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert (
+        "students.s_vkd.method_args: unknown key 'temprature' (did you mean 'temperature'?); this method knows "
+        "temperature, hard_label_weight"
+    ) in result.stdout + result.stderr
+    assert "rule distill" not in result.stdout
 
 
 def test_sharded_signals_are_the_same_bytes_as_unsharded(done):
     """S = 3 shards per pass (from the command line), in a second directory: the same artifacts, byte for byte."""
     project, env, base = done
     other = copy_project(base / "sharded")
-    signals = [f"results/signals/{t}/train/{name}" for t in ("ta", "tb")
-               for name in ("mc.npy", "mc.parquet", "mc.json", "logits.parquet", "logits.json")]
+    signals = [
+        f"results/signals/{t}/train/{name}"
+        for t in ("ta", "tb")
+        for name in ("mc.npy", "mc.parquet", "mc.json", "logits.parquet", "logits.json")
+    ]
     signals += ["results/signals/ta/train/hidden.npy", "results/signals/ta/train/hidden.json"]
     # targets before --set-scatter: it takes one or more values, so it would swallow targets after it
-    out = snakemake(other, env, "--cache", *signals, "--set-scatter", "mc=3", "dump=3")
-    assert "mc_dropout_shard" in out and "scatteritem=3-of-3" in out
+    out = snakemake(other, env, "--cache", *signals, "--set-scatter", "mc_dropout=3", "dump=3")
+    assert "signal_shard" in out and "scatteritem=3-of-3" in out
     for path in signals:
         assert (other / path).read_bytes() == (project / path).read_bytes(), path
     assert not list((other / "results/signals/ta/train/shards").glob("*")), "parts are temp files"
@@ -202,7 +308,7 @@ def test_cached_artifacts_are_reused_from_a_second_working_directory(done):
     project = copy_project(base / "two")
     env = environment(project, base / "cache")
     out = snakemake(project, env, "--cache")
-    weights = project / "results/teachers/ta/model.safetensors"     # a cached directory's files are symlinked
+    weights = project / "results/teachers/ta/model.safetensors"  # a cached directory's files are symlinked
     assert weights.is_symlink() and Path(os.path.realpath(weights)).is_relative_to(base / "cache")
     assert (project / "results/signals/tb/train/mc.npy").is_symlink()
     assert (project / "results/signals/ta/train/logits.parquet").is_symlink()

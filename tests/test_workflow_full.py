@@ -28,7 +28,13 @@ def test_full_label_methods_run_end_to_end(done):
     summary = pd.read_csv(r / "report/summary.tsv", sep="\t")
     assert set(summary["model"]) == {"ens.seed0", "ens.seed1", "small", "ens", *STUDENTS}
     assert set(summary.loc[summary["kind"] == "student", "method"]) == {
-        "vanilla_kd", "dynamic_teacher", "dynamic_data", "dynamic_objective", "hydra", "hydra_plus"}
+        "vanilla_kd",
+        "dynamic_teacher",
+        "dynamic_data",
+        "dynamic_objective",
+        "hydra",
+        "hydra_plus",
+    }
     ensemble = json.loads((r / "eval/ens/test.json").read_text())
     members = [json.loads((r / f"eval/ens.seed{i}/test.json").read_text()) for i in (0, 1)]
     assert ensemble["kind"] == "ensemble" and ensemble["members"] == 2
@@ -45,9 +51,13 @@ def test_small_teacher_change_reruns_only_what_reads_it(done):
     project, env = done
     config = edited_config(project, lambda c: c["teachers"]["small"].update(epochs=2), base=CONFIG)
     assert planned_jobs(project, env, config) == {
-        ("finetune_teacher", "teacher=small"), *signal_jobs("small", "dump_teacher"),
-        ("evaluate", "model=small, split=test"), ("evaluate", "model=small, split=validation"),
-        *student_jobs("s_dyn_teacher"), ("report", "")}
+        ("finetune_teacher", "teacher=small"),
+        *signal_jobs("small", "logits"),
+        ("evaluate", "model=small, split=test"),
+        ("evaluate", "model=small, split=validation"),
+        *student_jobs("s_dyn_teacher"),
+        ("report", ""),
+    }
 
 
 def test_ensemble_member_change_reruns_the_ensemble_and_its_students(done):
@@ -63,6 +73,7 @@ def test_ensemble_member_change_reruns_the_ensemble_and_its_students(done):
 
 def test_hydra_student_change_reruns_only_that_student(done):
     project, env = done
-    config = edited_config(project, lambda c: c["students"]["s_hydra_plus"]["method_args"].update(beta=0.7),
-                           base=CONFIG)
+    config = edited_config(
+        project, lambda c: c["students"]["s_hydra_plus"]["method_args"].update(beta=0.7), base=CONFIG
+    )
     assert planned_jobs(project, env, config) == {*student_jobs("s_hydra_plus"), ("report", "")}

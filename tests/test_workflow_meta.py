@@ -1,4 +1,4 @@
-"""End to end: Meta-KD (issue 6) on a generated multi-domain dataset: prototype scores, a meta-teacher beside a plain
+"""End to end: Meta-KD on a generated multi-domain dataset: prototype scores, a meta-teacher beside a plain
 teacher, the meta-teacher's attention / hidden-state / domain dumps, two-stage per-domain students (one reading
 every attention head, one narrower reading head-averaged attentions through a projection) and a per-domain
 vanilla-KD baseline; then what an edit reruns, read from Snakemake's dry-run job lists."""
@@ -16,9 +16,11 @@ from tests.test_workflow import edited_config, finished_project, planned_jobs, s
 pytestmark = pytest.mark.slow
 
 CONFIG = "tests/configs/tiny_domains.yaml"
-ITEMS = {"books": ["novel", "story", "author", "chapter", "plot"],
-         "dvd": ["movie", "film", "actor", "scene", "director"],
-         "kitchen": ["blender", "kettle", "pan", "knife", "toaster"]}
+ITEMS = {
+    "books": ["novel", "story", "author", "chapter", "plot"],
+    "dvd": ["movie", "film", "actor", "scene", "director"],
+    "kitchen": ["blender", "kettle", "pan", "knife", "toaster"],
+}
 WORDS = {"pos": ["great", "wonderful", "excellent", "lovely"], "neg": ["awful", "boring", "terrible", "poor"]}
 
 
@@ -29,16 +31,19 @@ def domain_dataset(per_domain: int = 30) -> pd.DataFrame:
         for i in range(per_domain):
             label = ("pos", "neg")[i % 2]
             words = WORDS[label]
-            text = (f"review {i} of {domain}: the {items[i % 5]} was {words[i % 4]} and the {items[(i + 2) % 5]} "
-                    f"felt {words[(i + 1) % 4]}")
+            text = (
+                f"review {i} of {domain}: the {items[i % 5]} was {words[i % 4]} and the {items[(i + 2) % 5]} "
+                f"felt {words[(i + 1) % 4]}"
+            )
             rows.append({"text": text, "label": label, "domain": domain})
     return pd.DataFrame(rows)
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    project, env, _ = finished_project(tmp_path_factory, "workflow_meta", configfile=CONFIG,
-                                       setup=writes_csv("data/domains.csv", domain_dataset))
+    project, env, _ = finished_project(
+        tmp_path_factory, "workflow_meta", configfile=CONFIG, setup=writes_csv("data/domains.csv", domain_dataset)
+    )
     return project, env
 
 
@@ -64,20 +69,23 @@ def test_meta_kd_runs_end_to_end(done):
     assert hidden.shape[:2] == (n, 2) and hidden.shape[-1] == 32 and attentions.shape[:3] == (n, 1, 2)
     assert attentions.dtype == np.float16 and np.load(signals / "attentions_mean.npy").shape[:2] == (n, 1)
     assert read(signals / "attentions.json")["bytes_per_example"] == 2 * 2 * attentions.shape[-1] ** 2
-    np.testing.assert_allclose(attentions[0, 0, :, 0, :width[0]].sum(-1), 1, atol=1e-2)   # softmax rows
+    np.testing.assert_allclose(attentions[0, 0, :, 0, : width[0]].sum(-1), 1, atol=1e-2)  # softmax rows
     domain = pd.read_parquet(signals / "domain.parquet")
     assert np.load(signals / "domain.npy").shape == (n, 32) and domain["row_id"].tolist() == train["row_id"].tolist()
     assert domain["expertise"].between(1 / (1 + np.e) - 1e-6, 0.5 + 1e-6).all()
-    assert not (r / "signals/plain/train/hidden.npy").exists()           # vanilla KD reads logits only
+    assert not (r / "signals/plain/train/hidden.npy").exists()  # vanilla KD reads logits only
     # the two stages: stage 2 starts from stage 1's weights; only stage 2 is evaluated, on its domain's rows
     assert read(r / "students/s_meta/manifest.json")["config"]["model"] == {
-        "init": {"from": "results/students/s_meta.stage1"}}
-    assert read(r / "students/s_meta.stage1/metrics.json")["best_epoch"] == 2     # the last epoch, not validated
+        "init": {"from": "results/students/s_meta.stage1"}
+    }
+    assert read(r / "students/s_meta.stage1/metrics.json")["best_epoch"] == 2  # the last epoch, not validated
     assert not (r / "eval/s_meta.stage1").exists()
     test = pd.read_parquet(r / "data/tiny_domains/test.parquet")
     for student, domain_name in (("s_meta", "books"), ("s_meta_narrow", "dvd"), ("s_vkd", "books")):
         evaluation = read(r / f"eval/{student}/test.json")
-        assert evaluation["domain"] == domain_name and evaluation["metrics"]["n"] == (test["domain"] == domain_name).sum()
+        assert (
+            evaluation["domain"] == domain_name and evaluation["metrics"]["n"] == (test["domain"] == domain_name).sum()
+        )
         assert list(evaluation["metrics"]["per_domain"]) == [domain_name]
     assert set(read(r / "eval/meta/test.json")["metrics"]["per_domain"]) == {"books", "dvd", "kitchen"}
     summary = (r / "report/summary.md").read_text()
@@ -90,25 +98,31 @@ def evaluations(*models):
 
 def test_a_second_stage_change_reruns_only_the_second_stage(done):
     project, env = done
-    config = edited_config(project, lambda c: c["students"]["s_meta"]["method_args"].update(temperature=4.0),
-                           base=CONFIG)
-    assert planned_jobs(project, env, config) == {("distill", "student=s_meta"), *evaluations("s_meta"),
-                                                  ("report", "")}
+    config = edited_config(
+        project, lambda c: c["students"]["s_meta"]["method_args"].update(temperature=4.0), base=CONFIG
+    )
+    assert planned_jobs(project, env, config) == {("distill", "student=s_meta"), *evaluations("s_meta"), ("report", "")}
 
 
 def test_a_first_stage_change_reruns_both_stages_of_that_student(done):
     project, env = done
-    config = edited_config(project, lambda c: c["students"]["s_meta"]["method_args"]["stage1"].update(gamma=0.2),
-                           base=CONFIG)
-    assert planned_jobs(project, env, config) == {("distill", "student=s_meta.stage1"), ("distill", "student=s_meta"),
-                                                  *evaluations("s_meta"), ("report", "")}
+    config = edited_config(
+        project, lambda c: c["students"]["s_meta"]["method_args"]["stage1"].update(gamma=0.2), base=CONFIG
+    )
+    assert planned_jobs(project, env, config) == {
+        ("distill", "student=s_meta.stage1"),
+        ("distill", "student=s_meta"),
+        *evaluations("s_meta"),
+        ("report", ""),
+    }
 
 
-META_DOWNSTREAM = {*signal_jobs("meta", "dump_teacher", "dump_domain", "dump_feature:hidden", "dump_feature:attentions",
-                                "dump_feature:attentions_mean"),
-                   *{("distill", f"student={s}") for s in ("s_meta.stage1", "s_meta", "s_meta_narrow.stage1",
-                                                           "s_meta_narrow")},
-                   *evaluations("meta", "s_meta", "s_meta_narrow"), ("report", "")}
+META_DOWNSTREAM = {
+    *signal_jobs("meta", "logits", "domain", "hidden", "attentions", "attentions_mean"),
+    *{("distill", f"student={s}") for s in ("s_meta.stage1", "s_meta", "s_meta_narrow.stage1", "s_meta_narrow")},
+    *evaluations("meta", "s_meta", "s_meta_narrow"),
+    ("report", ""),
+}
 
 
 def test_a_meta_teacher_change_reruns_its_dumps_and_students_only(done):
@@ -120,5 +134,8 @@ def test_a_meta_teacher_change_reruns_its_dumps_and_students_only(done):
 def test_a_prototype_change_reruns_the_meta_teacher_not_the_plain_one(done):
     project, env = done
     config = edited_config(project, lambda c: c["prototypes"].update(by="domain"), base=CONFIG)
-    assert planned_jobs(project, env, config) == {("prototypes", ""), ("finetune_teacher", "teacher=meta"),
-                                                  *META_DOWNSTREAM}
+    assert planned_jobs(project, env, config) == {
+        ("prototypes", ""),
+        ("finetune_teacher", "teacher=meta"),
+        *META_DOWNSTREAM,
+    }

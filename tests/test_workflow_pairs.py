@@ -28,17 +28,23 @@ def pair_dataset(rows: int = 72) -> pd.DataFrame:
     for i in range(rows):
         word, other = WORDS[i % len(WORDS)], WORDS[(i * 3 + 1) % len(WORDS)]
         label = ("same", "other", "negated", "question")[i % 4]
-        hypothesis = {"same": f"it is about the {word}", "other": f"it is about the {other}",
-                      "negated": f"it is not about the {word}", "question": f"is it about the {word}"}[label]
-        out.append({"premise": f"example {i} tells a story of the {word} near town", "hypothesis": hypothesis,
-                    "label": label})
+        hypothesis = {
+            "same": f"it is about the {word}",
+            "other": f"it is about the {other}",
+            "negated": f"it is not about the {word}",
+            "question": f"is it about the {word}",
+        }[label]
+        out.append(
+            {"premise": f"example {i} tells a story of the {word} near town", "hypothesis": hypothesis, "label": label}
+        )
     return pd.DataFrame(out)
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    project, env, _ = finished_project(tmp_path_factory, "workflow_pairs", configfile=CONFIG,
-                                       setup=writes_csv("data/pairs.csv", pair_dataset))
+    project, env, _ = finished_project(
+        tmp_path_factory, "workflow_pairs", configfile=CONFIG, setup=writes_csv("data/pairs.csv", pair_dataset)
+    )
     return project, env
 
 
@@ -67,17 +73,22 @@ def test_cotrained_teacher_moved_from_its_pretrained_start(done):
     trained = load_file(str(project / "results/cotrained/s_prokt/model.safetensors"))
     key = "bert.encoder.layer.0.attention.self.query.weight"
     assert not pd.Series(start[key].flatten().numpy()).equals(pd.Series(trained[key].flatten().numpy()))
-    assert trained["classifier.weight"].abs().sum() > 0        # started at zero, learnt
+    assert trained["classifier.weight"].abs().sum() > 0  # started at zero, learnt
 
 
 def test_prokt_change_reruns_only_that_student_and_its_teacher(done):
     project, env = done
-    config = edited_config(project, lambda c: c["students"]["s_prokt"]["method_args"].update(move_back_weight=0.5),
-                           base=CONFIG)
+    config = edited_config(
+        project, lambda c: c["students"]["s_prokt"]["method_args"].update(move_back_weight=0.5), base=CONFIG
+    )
     assert planned_jobs(project, env, config) == {
-        ("cotrain", "student=s_prokt"), ("evaluate", "model=s_prokt, split=test"),
-        ("evaluate", "model=s_prokt, split=validation"), ("evaluate", "model=s_prokt.teacher, split=test"),
-        ("evaluate", "model=s_prokt.teacher, split=validation"), ("report", "")}
+        ("cotrain", "student=s_prokt"),
+        ("evaluate", "model=s_prokt, split=test"),
+        ("evaluate", "model=s_prokt, split=validation"),
+        ("evaluate", "model=s_prokt.teacher, split=test"),
+        ("evaluate", "model=s_prokt.teacher, split=validation"),
+        ("report", ""),
+    }
 
 
 def test_a_frozen_teacher_is_never_written_by_distillation(done):

@@ -1,4 +1,4 @@
-"""Device and precision choices (DESIGN.md, "Compute").
+"""Device and precision choices (docs/design.md, "Compute").
 
 The device is an execution choice, not part of any result's identity, so it is read from the environment
 (``KDPIPE_DEVICE``: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``) rather than from the config: moving a finished

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]   # the kdpipe package
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the kdpipe package
 
 
 def module_file(module: str) -> Path | None:
@@ -50,7 +50,7 @@ def _imports(path: Path, module: str) -> set[str]:
     return {name for name in found | parents if module_file(name)}
 
 
-@lru_cache(maxsize=None)
+@cache
 def module_closure(*modules: str) -> tuple[Path, ...]:
     """The source files of ``modules`` and of every kdpipe module they import, transitively, sorted."""
     seen: dict[str, Path] = {}

@@ -1,4 +1,4 @@
-"""A lock-file GPU pool: each stage process claims one free GPU for its whole life (issue 8).
+"""A lock-file GPU pool: each stage process claims one free GPU for its whole life.
 
 Why: on a workstation, ``snakemake --profile profiles/workstation --resources gpu=N`` only *counts* GPU jobs
 (each GPU rule declares ``gpu=1``); Snakemake does not set ``CUDA_VISIBLE_DEVICES``, so without this every job
@@ -115,8 +115,12 @@ def claim_gpu() -> int | None:
     deadline = time.monotonic() + wait_s
     index = _try_lock(pool, count)
     if index is None:
-        print(f"kdpipe: all {count} GPUs are taken by other kdpipe jobs (locks in {pool}); "
-              f"waiting up to {wait_s:g} s for one", file=sys.stderr, flush=True)
+        print(
+            f"kdpipe: all {count} GPUs are taken by other kdpipe jobs (locks in {pool}); "
+            f"waiting up to {wait_s:g} s for one",
+            file=sys.stderr,
+            flush=True,
+        )
     while index is None and time.monotonic() < deadline:
         time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0)))
         index = _try_lock(pool, count)
@@ -124,6 +128,7 @@ def claim_gpu() -> int | None:
         raise KdpipeError(
             f"no free GPU after {wait_s:g} s: all {count} GPUs are held by other kdpipe jobs (lock files in "
             f"{pool} hold their pids); run snakemake with --resources gpu=N, N at most {count}, or raise "
-            f"KDPIPE_GPU_WAIT_S")
+            f"KDPIPE_GPU_WAIT_S"
+        )
     os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
     return index

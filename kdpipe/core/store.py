@@ -1,4 +1,4 @@
-"""Reading and writing artifacts: atomic outputs, JSON, manifests and their checks (DESIGN.md, "Contracts").
+"""Reading and writing artifacts: atomic outputs, JSON, manifests and their checks (docs/design.md, "Contracts").
 
 Every output is first written under a temporary name beside its final path and renamed into place only when
 complete, so a killed job never leaves a file or directory that looks finished.
@@ -11,8 +11,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from kdpipe import __version__
 
@@ -75,10 +76,12 @@ def ensure_disk_space(path: str | Path, nbytes: int, what: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free
     if nbytes + DISK_RESERVE > free:
-        raise KdpipeError(f"{what} needs {nbytes / 1e9:.2f} GB at {folder}, but only {free / 1e9:.2f} GB are free "
-                          f"(and {DISK_RESERVE / 1e9:.1f} GB are kept in reserve): dump fewer layers (a student "
-                          "with fewer layers aligns with fewer), a shorter max_length, attentions averaged over heads "
-                          "(method_args.stage1.attention_heads: mean), or free space")
+        raise KdpipeError(
+            f"{what} needs {nbytes / 1e9:.2f} GB at {folder}, but only {free / 1e9:.2f} GB are free "
+            f"(and {DISK_RESERVE / 1e9:.1f} GB are kept in reserve): dump fewer layers (a student "
+            "with fewer layers aligns with fewer), a shorter max_length, attentions averaged over heads "
+            "(method_args.stage1.attention_heads: mean), or free space"
+        )
 
 
 def write_json(path: str | Path, obj: Any) -> None:

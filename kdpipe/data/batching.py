@@ -1,4 +1,4 @@
-"""Tokenisation and length-bucketed batching (DESIGN.md, "Compute": no padding to max_length).
+"""Tokenisation and length-bucketed batching (docs/design.md, "Compute": no padding to max_length).
 
 A split is tokenised once into variable-length id arrays (:class:`Encoded`). Batches are index arrays into it:
 for training, indices are shuffled, cut into windows of ``window`` batches, sorted by length inside each window
@@ -23,7 +23,7 @@ class Encoded:
     row_ids: np.ndarray
     labels: np.ndarray | None
     pad_id: int
-    pair_ids: list[np.ndarray] | None = None   # the second text, tokenised on its own (``separate_pairs``)
+    pair_ids: list[np.ndarray] | None = None  # the second text, tokenised on its own (``separate_pairs``)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -40,11 +40,12 @@ def _arrays(rows) -> list[np.ndarray]:
     return [np.asarray(x, dtype=np.int64) for x in rows]
 
 
-def encode(tokenizer, texts, text_pairs=None, *, max_length: int, row_ids=None, labels=None,
-           separate_pairs: bool = False) -> Encoded:
+def encode(
+    tokenizer, texts, text_pairs=None, *, max_length: int, row_ids=None, labels=None, separate_pairs: bool = False
+) -> Encoded:
     """Tokenise without padding. Pairs are encoded as one pair sequence (``truncation="longest_first"``), the
     transformer way, or with ``separate_pairs`` each side on its own, each cut to ``max_length`` (the BiLSTM's
-    way: it encodes the two sides apart, METHODS.md §5)."""
+    way: it encodes the two sides apart, docs/methods.md §5)."""
     texts = list(texts)
     pairs = list(text_pairs) if text_pairs is not None else None
     options = dict(truncation=True, max_length=max_length, padding=False, return_attention_mask=False)
@@ -66,23 +67,25 @@ def encode(tokenizer, texts, text_pairs=None, *, max_length: int, row_ids=None, 
     )
 
 
-def training_batches(lengths: np.ndarray, batch_size: int, *, seed: int, epoch: int, window: int = 50) -> list[np.ndarray]:
+def training_batches(
+    lengths: np.ndarray, batch_size: int, *, seed: int, epoch: int, window: int = 50
+) -> list[np.ndarray]:
     """Shuffled, length-bucketed batches; the same (seed, epoch) always gives the same batches (for resume)."""
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(lengths))
     span = batch_size * window
     batches = []
     for start in range(0, len(order), span):
-        chunk = order[start:start + span]
+        chunk = order[start : start + span]
         chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
 def inference_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """All rows sorted by length (longest first, so running out of memory shows at once), in fixed batches."""
     order = np.argsort(-lengths, kind="stable")
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 # A shard of a pass: (k, S) runs every S-th batch from the k-th (0-based k); WHOLE is the unsharded pass
@@ -113,8 +116,9 @@ def collate(encoded: Encoded, index: np.ndarray, device: torch.device | None = N
     input_ids, mask = _pad([encoded.input_ids[i] for i in index], encoded.pad_id)
     batch = {"input_ids": input_ids, "attention_mask": mask}
     if encoded.pair_ids is not None:
-        batch["pair_input_ids"], batch["pair_attention_mask"] = _pad([encoded.pair_ids[i] for i in index],
-                                                                     encoded.pad_id)
+        batch["pair_input_ids"], batch["pair_attention_mask"] = _pad(
+            [encoded.pair_ids[i] for i in index], encoded.pad_id
+        )
     if encoded.token_type_ids is not None:
         types = np.zeros_like(input_ids)
         for j, i in enumerate(index):
@@ -140,5 +144,12 @@ def model_inputs(batch: dict) -> dict:
 def encode_frame(tokenizer, frame, *, max_length: int, label_ids=None, separate_pairs: bool = False) -> Encoded:
     """Tokenise a prepared split (columns ``text``, optional ``text_pair``; see ``kdpipe.data.prepare``)."""
     pairs = frame["text_pair"].tolist() if "text_pair" in frame.columns else None
-    return encode(tokenizer, frame["text"].tolist(), pairs, max_length=max_length,
-                  row_ids=frame["row_id"].to_numpy(), labels=label_ids, separate_pairs=separate_pairs)
+    return encode(
+        tokenizer,
+        frame["text"].tolist(),
+        pairs,
+        max_length=max_length,
+        row_ids=frame["row_id"].to_numpy(),
+        labels=label_ids,
+        separate_pairs=separate_pairs,
+    )

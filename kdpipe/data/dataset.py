@@ -27,8 +27,10 @@ def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:
     frame = pd.read_parquet(path)
     expected = manifest["rows"][split]
     if len(frame) != expected:
-        raise ArtifactError(f"{path}: {len(frame)} rows but {data_dir / 'manifest.json'} says {expected}; "
-                            "the dataset artifact is damaged or mixed from two runs: rerun the prepare stage")
+        raise ArtifactError(
+            f"{path}: {len(frame)} rows but {data_dir / 'manifest.json'} says {expected}; "
+            "the dataset artifact is damaged or mixed from two runs: rerun the prepare stage"
+        )
     return frame
 
 
@@ -54,8 +56,9 @@ def read_domains(data_dir: str | Path, where: str) -> list[str]:
 
 
 def no_domains(where: str) -> KdpipeError:
-    return KdpipeError(f"{where} needs a domain per row, but the dataset has no domain column: set "
-                       "dataset.domain_column")
+    return KdpipeError(
+        f"{where} needs a domain per row, but the dataset has no domain column: set dataset.domain_column"
+    )
 
 
 def domain_ids(frame: pd.DataFrame, domains: list[str]) -> np.ndarray:

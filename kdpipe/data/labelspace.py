@@ -1,4 +1,4 @@
-"""Class subsets of teachers and the student's label layout (METHODS.md §1, "Label-space mapping").
+"""Class subsets of teachers and the student's label layout (docs/methods.md §1).
 
 Dataset labels are sorted. A teacher covers all of them, an explicit list, or MUKI's sorted contiguous slice
 ``{slice: k, of: K}``: teacher k gets ``[k*floor(C/K), (k+1)*floor(C/K))`` and the last teacher also takes the
@@ -19,11 +19,11 @@ from kdpipe.core.store import KdpipeError
 def muki_slice(labels: list[str], k: int, K: int) -> list[str]:
     """Teacher k's classes in MUKI's sorted contiguous split of ``labels`` into K teachers."""
     labels = sorted(labels)
-    if not 0 <= k < K or K > len(labels):
+    if not 0 <= k < K or len(labels) < K:
         raise KdpipeError(f"classes slice {k} of {K}: need 0 <= slice < of <= number of classes ({len(labels)})")
     width = len(labels) // K
     end = len(labels) if k == K - 1 else (k + 1) * width
-    return labels[k * width:end]
+    return labels[k * width : end]
 
 
 def resolve_classes(spec, labels: list[str], where: str) -> list[str]:
@@ -40,8 +40,9 @@ def resolve_classes(spec, labels: list[str], where: str) -> list[str]:
     return [c for c in labels if c in spec]
 
 
-def teacher_blocks(teacher_classes: dict[str, list[str]], labels: list[str], *, policy: str = "any",
-                   where: str) -> dict[str, np.ndarray]:
+def teacher_blocks(
+    teacher_classes: dict[str, list[str]], labels: list[str], *, policy: str = "any", where: str
+) -> dict[str, np.ndarray]:
     """For each teacher, the student-label index of each of its local classes.
 
     Checks that every label is covered by some teacher and that the subsets relate as ``policy`` demands:
@@ -65,12 +66,16 @@ def teacher_blocks(teacher_classes: dict[str, list[str]], labels: list[str], *, 
     identical = all(len(cs) == len(labels) for cs in teacher_classes.values())
     if policy == "identical" and not identical:
         partial = next(t for t, cs in teacher_classes.items() if len(cs) != len(labels))
-        raise KdpipeError(f"{where}: teacher '{partial}' covers {len(teacher_classes[partial])} of the "
-                          f"{len(labels)} labels, but this method needs teachers that all cover the full label set")
+        raise KdpipeError(
+            f"{where}: teacher '{partial}' covers {len(teacher_classes[partial])} of the "
+            f"{len(labels)} labels, but this method needs teachers that all cover the full label set"
+        )
     if policy == "disjoint" or (policy == "disjoint_or_identical" and not identical):
         shared = {c: who for c, who in owners.items() if len(who) > 1}
         if shared:
             c, who = next(iter(shared.items()))
-            raise KdpipeError(f"{where}: teachers {who} overlap on class {c!r}, but this method needs teachers "
-                              f"with {policy.replace('_', ' ')} class subsets")
+            raise KdpipeError(
+                f"{where}: teachers {who} overlap on class {c!r}, but this method needs teachers "
+                f"with {policy.replace('_', ' ')} class subsets"
+            )
     return blocks

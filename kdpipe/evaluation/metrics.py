@@ -15,7 +15,7 @@ Conventions:
   (Guo et al. 2017). The reliability bins below use the same bins, so the diagram shows what the number sums
   up; they differ only in where a confidence of exactly 1.0 goes (see ``reliability_bins``).
 
-Ensembles and multi-head models (METHODS.md §3): ``uncertainty_split`` decomposes the total predictive entropy
+Ensembles and multi-head models (docs/methods.md §3): ``uncertainty_split`` decomposes the total predictive entropy
 into aleatoric (mean member entropy) and epistemic (mutual information) parts, ``uncertainty_summary`` gives their
 means and histograms, and ``total_variation`` compares two such histograms.
 """
@@ -36,9 +36,7 @@ PROB_FLOOR = 1e-12
 ROW_SUM_TOLERANCE = 1e-2
 
 
-def classification_metrics(
-    probs: np.ndarray, labels: np.ndarray, label_names: list[str], ece_bins: int = 15
-) -> dict:
+def classification_metrics(probs: np.ndarray, labels: np.ndarray, label_names: list[str], ece_bins: int = 15) -> dict:
     """Metrics of ``probs`` [N, C] (rows sum to 1) against integer ``labels`` [N] in 0..C-1, as a JSON-able dict.
 
     Keys: ``n``, ``accuracy``, ``macro_f1``, ``nll``, ``ece``, ``brier``, ``mean_confidence``, ``mean_entropy``
@@ -132,7 +130,7 @@ def _entropy(probs: np.ndarray) -> np.ndarray:
 
 
 def uncertainty_split(member_probs: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-row uncertainty of an ensemble (or a multi-head model) from ``member_probs`` [M, N, C] (METHODS.md §3,
+    """Per-row uncertainty of an ensemble (or a multi-head model) from ``member_probs`` [M, N, C] (docs/methods.md §3,
     "Metrics"): ``total`` = H(mean_m p_m), ``aleatoric`` = mean_m H(p_m) and ``epistemic`` = total − aleatoric
     (the mutual information, clipped at 0 against rounding), all in nats, each of shape [N]. One member
     (M = 1) has epistemic 0."""
@@ -141,8 +139,9 @@ def uncertainty_split(member_probs: np.ndarray) -> dict[str, np.ndarray]:
         raise KdpipeError(f"member probabilities have shape {probs.shape}, expected [M, N, C] with N ≥ 1, C ≥ 2")
     row_sums = probs.sum(axis=-1)
     if not np.all(np.isfinite(probs)) or np.any(probs < 0) or np.any(np.abs(row_sums - 1) > ROW_SUM_TOLERANCE):
-        raise KdpipeError("member probabilities must be finite, non-negative and sum to 1 per row; "
-                          "were logits passed instead?")
+        raise KdpipeError(
+            "member probabilities must be finite, non-negative and sum to 1 per row; were logits passed instead?"
+        )
     total = _entropy(probs.mean(axis=0))
     aleatoric = _entropy(probs).mean(axis=0)
     return {"total": total, "aleatoric": aleatoric, "epistemic": np.clip(total - aleatoric, 0.0, None)}
@@ -157,16 +156,24 @@ def uncertainty_summary(member_probs: np.ndarray, bins: int = 30) -> dict:
     split = uncertainty_split(member_probs)
     members, _, classes = np.shape(member_probs)
     edges = np.linspace(0.0, np.log(classes), bins + 1)
-    hist = {kind: np.histogram(np.clip(values, 0.0, edges[-1]), bins=edges)[0].astype(int).tolist()
-            for kind, values in split.items()}
-    return {"members": int(members), **{kind: float(values.mean()) for kind, values in split.items()},
-            "bin_edges": edges.tolist(), "hist": hist}
+    hist = {
+        kind: np.histogram(np.clip(values, 0.0, edges[-1]), bins=edges)[0].astype(int).tolist()
+        for kind, values in split.items()
+    }
+    return {
+        "members": int(members),
+        **{kind: float(values.mean()) for kind, values in split.items()},
+        "bin_edges": edges.tolist(),
+        "hist": hist,
+    }
 
 
 def total_variation(counts_a, counts_b) -> float:
     """½ Σ |a/Σa − b/Σb| between two histograms over the same bins (0 = same shape, 1 = disjoint)."""
     a, b = np.asarray(counts_a, dtype=np.float64), np.asarray(counts_b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or a.sum() <= 0 or b.sum() <= 0:
-        raise KdpipeError(f"total variation needs two non-empty histograms over the same bins, got shapes "
-                          f"{a.shape} and {b.shape} with totals {a.sum()} and {b.sum()}")
+        raise KdpipeError(
+            f"total variation needs two non-empty histograms over the same bins, got shapes "
+            f"{a.shape} and {b.shape} with totals {a.sum()} and {b.sum()}"
+        )
     return float(0.5 * np.abs(a / a.sum() - b / b.sum()).sum())

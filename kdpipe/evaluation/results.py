@@ -23,12 +23,23 @@ def sum_or_none(values) -> float | None:
 def per_domain_accuracy(probs: np.ndarray, y: np.ndarray, domains: np.ndarray) -> dict:
     """{domain: {"n": rows, "accuracy": share predicted right}} over the domains present."""
     correct = probs.argmax(1) == y
-    return {str(d): {"n": int((domains == d).sum()), "accuracy": float(correct[domains == d].mean())}
-            for d in sorted(set(domains))}
+    return {
+        str(d): {"n": int((domains == d).sum()), "accuracy": float(correct[domains == d].mean())}
+        for d in sorted(set(domains))
+    }
 
 
-def write_evaluation(params: dict, member_probs: np.ndarray, y: np.ndarray, classes: list[str], row_ids: np.ndarray,
-           extra: dict, out_json: Path, out_predictions: Path, domains: np.ndarray | None = None) -> dict:
+def write_evaluation(
+    params: dict,
+    member_probs: np.ndarray,
+    y: np.ndarray,
+    classes: list[str],
+    row_ids: np.ndarray,
+    extra: dict,
+    out_json: Path,
+    out_predictions: Path,
+    domains: np.ndarray | None = None,
+) -> dict:
     """Metrics of the members' mean prediction plus the uncertainty split (and the accuracy per domain, given each
     row's domain); the JSON and the predictions table."""
     probs = member_probs.mean(0)
@@ -39,9 +50,17 @@ def write_evaluation(params: dict, member_probs: np.ndarray, y: np.ndarray, clas
     result = {key: params.get(key) for key in INFO}
     result.update(extra, members=int(member_probs.shape[0]), classes=classes, metrics=metrics)
     pred = probs.argmax(1)
-    table = pd.DataFrame({"row_id": row_ids, "label": np.asarray(classes)[y], "pred": np.asarray(classes)[pred],
-                          "correct": pred == y, "confidence": probs.max(1), "probs": list(probs.astype(np.float32)),
-                          **uncertainty_split(member_probs)})
+    table = pd.DataFrame(
+        {
+            "row_id": row_ids,
+            "label": np.asarray(classes)[y],
+            "pred": np.asarray(classes)[pred],
+            "correct": pred == y,
+            "confidence": probs.max(1),
+            "probs": list(probs.astype(np.float32)),
+            **uncertainty_split(member_probs),
+        }
+    )
     if domains is not None:
         table["domain"] = domains
     with atomic_path(out_predictions) as tmp:

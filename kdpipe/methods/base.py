@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from kdpipe.data.batching import model_inputs
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.batching import model_inputs
 from kdpipe.training.objective import Objective
 
 __all__ = ["DistillContext", "Objective", "student_logits"]
@@ -35,8 +35,8 @@ class DistillContext:
     signals: dict[str, dict]
     device: torch.device
     student_config: object = None
-    train_lengths: np.ndarray | None = None        # student token count per train row
-    alignment: dict | None = None                  # teacher -> [[student_layer, teacher_layer], ...]
+    train_lengths: np.ndarray | None = None  # student token count per train row
+    alignment: dict | None = None  # teacher -> [[student_layer, teacher_layer], ...]
     domains: list[str] | None = None
     domain_ids: torch.Tensor | None = None
     prototype_scores: torch.Tensor | None = None
@@ -52,9 +52,11 @@ class DistillContext:
         the teachers' dumps did (same tokenizer and max_length)."""
         for t in self.teachers:
             if not np.array_equal(np.asarray(self.signal(t, f"{feature}_lengths")), self.train_lengths):
-                raise KdpipeError(f"{method}: teacher '{t}' {feature} were dumped with another tokenisation "
-                                  f"than the student's; {method} compares tokens, so give the student the "
-                                  "teacher's tokenizer and max_length")
+                raise KdpipeError(
+                    f"{method}: teacher '{t}' {feature} were dumped with another tokenisation "
+                    f"than the student's; {method} compares tokens, so give the student the "
+                    "teacher's tokenizer and max_length"
+                )
 
     def hidden_slot(self, teacher: str, layer: int, feature: str = "hidden") -> int:
         """Position of teacher layer ``layer`` in a feature dump (which keeps only the planned layers)."""

@@ -1,4 +1,4 @@
-"""DFA, MUKI's feature-amalgamation baseline (METHODS.md §1, "Baselines"):
+"""DFA, MUKI's feature-amalgamation baseline (docs/methods.md §1):
 
     L = α_kd·L_VKD + α_rec·L_rec + α_amal·L_amal
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective
 from kdpipe.methods.losses import union_logits, vanilla_kd_loss
-from kdpipe.core.store import KdpipeError
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
@@ -48,8 +48,13 @@ def masked_mse(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> torch.Te
     return (per_token * mask).sum() / mask.sum().clamp_min(1)
 
 
-def amalgamation_losses(amalgamator: Amalgamator, pair: int, student_hidden: torch.Tensor,
-                        teacher_features: list[torch.Tensor], mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def amalgamation_losses(
+    amalgamator: Amalgamator,
+    pair: int,
+    student_hidden: torch.Tensor,
+    teacher_features: list[torch.Tensor],
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(L_rec, L_amal) of one aligned layer pair; shapes [B, S, H_s] and K × [B, S, H_k]."""
     r = amalgamator.encoders[pair](torch.cat(teacher_features, -1))
     decoded = amalgamator.decoders[pair](r).split(amalgamator.widths, -1)
@@ -69,8 +74,9 @@ def build(ctx: DistillContext, args: dict) -> Objective:
     student_layers = [s for s, _ in pairs[0]]
     widths = [ctx.signal(t, "hidden").shape[-1] for t in teachers]
     amalgamator = Amalgamator(widths, ctx.student_config.hidden_size, len(student_layers)).to(ctx.device)
-    targets = union_logits([ctx.signal(t, "logits") for t in teachers], [ctx.block(t) for t in teachers],
-                           len(ctx.labels))
+    targets = union_logits(
+        [ctx.signal(t, "logits") for t in teachers], [ctx.block(t) for t in teachers], len(ctx.labels)
+    )
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True)

@@ -1,4 +1,4 @@
-"""Dynamic KD (Li et al., EMNLP 2021; METHODS.md §2): the student's own uncertainty steers KD.
+"""Dynamic KD (Li et al., EMNLP 2021; docs/methods.md §2): the student's own uncertainty steers KD.
 
 The student's normalised entropy ĥ_i = H(softmax(z_s,i)) / log C is computed online every step; the teacher side
 is read from the cache (logits, and hidden states for the objective adjustment), never from a live teacher. Every
@@ -38,11 +38,10 @@ import math
 import torch
 import torch.nn.functional as F
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
-from kdpipe.methods.losses import soft_kl, token_mse
-from kdpipe.methods.losses import union_logits
-from kdpipe.core.store import KdpipeError
+from kdpipe.methods.losses import soft_kl, token_mse, union_logits
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
@@ -67,13 +66,15 @@ def kd_distance(student: torch.Tensor, teacher: torch.Tensor, distance: str, tem
         return ((student.float() - teacher.float()) ** 2).mean(-1)
     if distance == "kl":
         target = F.softmax(teacher.float() / temperature, -1)
-        return temperature ** 2 * soft_kl(target, student, temperature)
+        return temperature**2 * soft_kl(target, student, temperature)
     raise KdpipeError(f"dynamic KD: distance must be 'mse' or 'kl', not {distance!r}")
 
 
-def teacher_weights(h: torch.Tensor, mode: str, direction: str = "uncertain_to_small") -> tuple[torch.Tensor, torch.Tensor]:
+def teacher_weights(
+    h: torch.Tensor, mode: str, direction: str = "uncertain_to_small"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-example weights (w_small, w_large), shape [B] each, such that the KD term is
-    mean_i(w_small,i·D_small,i + w_large,i·D_large,i) (METHODS.md §2a).
+    mean_i(w_small,i·D_small,i + w_large,i·D_large,i) (docs/methods.md §2a).
 
     ``hard``: the ⌊B/2⌋ examples with the highest ĥ go to the small teacher with weight B/⌊B/2⌋, the others to the
     large one with weight B/(B − ⌊B/2⌋), so each half contributes its own mean, as in the release.
@@ -100,7 +101,7 @@ def teacher_weights(h: torch.Tensor, mode: str, direction: str = "uncertain_to_s
 
 
 def selection_scores(logits: torch.Tensor, strategy: str, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Scores of the examples, highest = most informative = kept first (METHODS.md §2b). Shape [B], no gradient."""
+    """Scores of the examples, highest = most informative = kept first (docs/methods.md §2b). Shape [B], no gradient."""
     base, reverse = strategy.removesuffix("-r"), strategy.endswith("-r")
     p = F.softmax(logits.detach().float(), -1)
     if base == "entropy":
@@ -113,8 +114,9 @@ def selection_scores(logits: torch.Tensor, strategy: str, generator: torch.Gener
     elif base == "random":
         scores = torch.rand(p.shape[0], generator=generator).to(p.device)
     else:
-        raise KdpipeError(f"dynamic_data: strategy must be one of {SELECTIONS} (optionally with '-r'), "
-                          f"not {strategy!r}")
+        raise KdpipeError(
+            f"dynamic_data: strategy must be one of {SELECTIONS} (optionally with '-r'), not {strategy!r}"
+        )
     return -scores if reverse else scores
 
 
@@ -165,9 +167,11 @@ def build_teacher(ctx: DistillContext, args: dict) -> Objective:
     """``dynamic_teacher``: CE + KD from a small and a large teacher, weighted by the student's ĥ (§2a)."""
     a = _args(args)
     if len(ctx.teachers) != 2 or a["small_teacher"] not in ctx.teachers:
-        raise KdpipeError(f"dynamic_teacher: needs exactly two teachers and method_args.small_teacher naming the "
-                          f"smaller one; teachers are {ctx.teachers}, small_teacher is {a['small_teacher']!r}")
-    teacher_weights(torch.zeros(2), a["mode"], a["direction"])                                     # validates
+        raise KdpipeError(
+            f"dynamic_teacher: needs exactly two teachers and method_args.small_teacher naming the "
+            f"smaller one; teachers are {ctx.teachers}, small_teacher is {a['small_teacher']!r}"
+        )
+    teacher_weights(torch.zeros(2), a["mode"], a["direction"])  # validates
     large = next(t for t in ctx.teachers if t != a["small_teacher"])
     small_z, large_z = _full_label_logits(ctx, a["small_teacher"]), _full_label_logits(ctx, large)
     distance, temperature = a["distance"], float(a["temperature"])
@@ -181,8 +185,7 @@ def build_teacher(ctx: DistillContext, args: dict) -> Objective:
         d_large = kd_distance(z, large_z[batch["index"]], distance, temperature)
         kd = (w_small * d_small + w_large * d_large).mean()
         total = a["ce_weight"] * ce + a["kd_weight"] * kd
-        return total, {"ce": ce.item(), "kd": kd.item(), "entropy": h.mean().item(),
-                       "w_small": w_small.mean().item()}
+        return total, {"ce": ce.item(), "kd": kd.item(), "entropy": h.mean().item(), "w_small": w_small.mean().item()}
 
     return Objective(loss=loss)
 
@@ -191,10 +194,11 @@ def build_data(ctx: DistillContext, args: dict) -> Objective:
     """``dynamic_data``: CE on the whole batch + KD on the top fraction r scored by the student (§2b)."""
     a = _args(args)
     ratio = float(a["ratio"])
-    selection_scores(torch.zeros(1, 2), a["strategy"])                                            # validates
+    selection_scores(torch.zeros(1, 2), a["strategy"])  # validates
     select_top(torch.zeros(1), ratio)
-    targets = union_logits([ctx.signal(t, "logits") for t in ctx.teachers], [ctx.block(t) for t in ctx.teachers],
-                           len(ctx.labels))
+    targets = union_logits(
+        [ctx.signal(t, "logits") for t in ctx.teachers], [ctx.block(t) for t in ctx.teachers], len(ctx.labels)
+    )
     distance, temperature = a["distance"], float(a["temperature"])
 
     def loss(model, batch):
@@ -214,16 +218,19 @@ def build_data(ctx: DistillContext, args: dict) -> Objective:
 def build_objective(ctx: DistillContext, args: dict) -> Objective:
     """``dynamic_objective``: (1 − ĥ)-weighted logit MSE + ĥ-weighted normalised hidden-state MSE (§2c)."""
     a = _args(args)
-    objective_weights(torch.zeros(1), a["strategy"])                                              # validates
+    objective_weights(torch.zeros(1), a["strategy"])  # validates
     if len(ctx.teachers) != 1 or not ctx.alignment:
-        raise KdpipeError(f"dynamic_objective: needs exactly one teacher (got {ctx.teachers}) with a planned "
-                          "layer alignment")
+        raise KdpipeError(
+            f"dynamic_objective: needs exactly one teacher (got {ctx.teachers}) with a planned layer alignment"
+        )
     teacher = ctx.teachers[0]
     ctx.check_token_aligned("dynamic_objective")
     width = ctx.signal(teacher, "hidden").shape[-1]
     if width != ctx.student_config.hidden_size:
-        raise KdpipeError(f"dynamic_objective: teacher hidden size {width} differs from the student's "
-                          f"{ctx.student_config.hidden_size}; the objective compares hidden states directly")
+        raise KdpipeError(
+            f"dynamic_objective: teacher hidden size {width} differs from the student's "
+            f"{ctx.student_config.hidden_size}; the objective compares hidden states directly"
+        )
     pairs = [(s, ctx.hidden_slot(teacher, tl)) for s, tl in ctx.alignment[teacher]]
     targets = _full_label_logits(ctx, teacher)
     distance, temperature = a["distance"], float(a["temperature"])
@@ -237,8 +244,10 @@ def build_objective(ctx: DistillContext, args: dict) -> Objective:
         d = kd_distance(z, targets[batch["index"]], distance, temperature)
         mask = batch["attention_mask"].float()
         index = batch["index"].cpu().numpy()
-        r = sum(normalized_hidden_mse(out.hidden_states[s], ctx.teacher_hidden(teacher, slot, index, mask.shape[1]),
-                                      mask) for s, slot in pairs)
+        r = sum(
+            normalized_hidden_mse(out.hidden_states[s], ctx.teacher_hidden(teacher, slot, index, mask.shape[1]), mask)
+            for s, slot in pairs
+        )
         kl, rep = (w_logit * d).mean(), (w_rep * r).mean()
         total = a["ce_weight"] * ce + a["kd_weight"] * kl + a["rep_weight"] * rep
         return total, {"ce": ce.item(), "kd": kl.item(), "rep": rep.item(), "entropy": h.mean().item()}

@@ -1,4 +1,4 @@
-"""Hydra and Hydra+ (METHODS.md §3): distil an N-member ensemble into a shared core with M heads.
+"""Hydra and Hydra+ (docs/methods.md §3): distil an N-member ensemble into a shared core with M heads.
 
 Notation: t_n = logits of ensemble member n (n < N), s_m = logits of head m (m < M), y = gold label.
 
@@ -29,11 +29,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective
 from kdpipe.methods.losses import kl_divergence
 from kdpipe.models.multihead import MultiHeadClassifier, mean_probs_log
-from kdpipe.core.store import KdpipeError
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 HYDRA_FIXED = {"alpha": 1.0, "beta": 1.0, "diversity": 0.0, "diversity_ramp": None}
@@ -50,7 +50,7 @@ def correctness_loss(head_logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor
 def aggregation_loss(member_logits: torch.Tensor, head_logits: torch.Tensor, temp: float) -> torch.Tensor:
     """L2 = T_a²·KL(mean_n softmax(t_n/T_a) ‖ mean_m softmax(s_m/T_a)), batch mean. Logits [N|M, B, C]."""
     target = F.softmax(member_logits.float() / temp, -1).mean(0)
-    return temp ** 2 * kl_divergence(target, mean_probs_log(head_logits.float() / temp)).mean()
+    return temp**2 * kl_divergence(target, mean_probs_log(head_logits.float() / temp)).mean()
 
 
 def individuality_loss(member_logits: torch.Tensor, head_logits: torch.Tensor, temp: float) -> torch.Tensor:
@@ -58,8 +58,8 @@ def individuality_loss(member_logits: torch.Tensor, head_logits: torch.Tensor, t
     n, m = member_logits.shape[0], head_logits.shape[0]
     pairs = torch.arange(max(n, m), device=head_logits.device)
     targets = F.softmax(member_logits[pairs % n].float() / temp, -1)
-    kl = kl_divergence(targets, F.log_softmax(head_logits[pairs % m].float() / temp, -1))   # [max(N,M), B]
-    return temp ** 2 * kl.sum(0).mean() / len(pairs)
+    kl = kl_divergence(targets, F.log_softmax(head_logits[pairs % m].float() / temp, -1))  # [max(N,M), B]
+    return temp**2 * kl.sum(0).mean() / len(pairs)
 
 
 def _agreement(mean: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -90,7 +90,7 @@ def diversity_loss(head_linears: list[list[nn.Linear]]) -> torch.Tensor:
 
 def lambda_at(epoch: int, lam: float, ramp: list | tuple | None) -> float:
     """λ for 0-based ``epoch``: ``lam`` when ``ramp`` is None, else 0 up to epoch ramp[0], rising linearly to
-    ``lam`` at epoch ramp[1] and constant after (METHODS.md §3, CIFAR-10: 0 → λ over epochs 20 → 150)."""
+    ``lam`` at epoch ramp[1] and constant after (docs/methods.md §3, CIFAR-10: 0 → λ over epochs 20 → 150)."""
     if ramp is None:
         return float(lam)
     if len(ramp) != 2 or not 0 <= ramp[0] < ramp[1]:
@@ -105,8 +105,10 @@ def _members(ctx: DistillContext) -> torch.Tensor:
     for t in ctx.teachers:
         block = ctx.block(t)
         if len(block) != len(ctx.labels):
-            raise KdpipeError(f"hydra: ensemble member '{t}' covers {len(block)} of the {len(ctx.labels)} labels; "
-                              "every member must cover the full label set")
+            raise KdpipeError(
+                f"hydra: ensemble member '{t}' covers {len(block)} of the {len(ctx.labels)} labels; "
+                "every member must cover the full label set"
+            )
         members.append(ctx.signal(t, "logits")[:, torch.argsort(block)])
     return torch.stack(members)
 
@@ -120,22 +122,26 @@ def _checked_args(args: dict) -> dict:
             raise KdpipeError(f"hydra_plus: {name} must be positive, got {args[name]}")
     if not float(args["diversity"]) >= 0:
         raise KdpipeError(f"hydra_plus: diversity must be non-negative, got {args['diversity']}")
-    lambda_at(0, args["diversity"], args["diversity_ramp"])   # a bad ramp fails before training
+    lambda_at(0, args["diversity"], args["diversity_ramp"])  # a bad ramp fails before training
     return args
 
 
 def _check_heads(ctx: DistillContext) -> None:
     heads = getattr(ctx.student_config, "multihead_heads", None)
     if heads is None:
-        raise KdpipeError("hydra: the student must be a multi-head model: set model.heads "
-                          "(e.g. {count: 5, layers: 1}) in the student config")
+        raise KdpipeError(
+            "hydra: the student must be a multi-head model: set model.heads "
+            "(e.g. {count: 5, layers: 1}) in the student config"
+        )
     if heads > len(ctx.teachers):
-        raise KdpipeError(f"hydra: the student has {heads} heads but the ensemble only {len(ctx.teachers)} members; "
-                          "use at most as many heads as members (M ≤ N)")
+        raise KdpipeError(
+            f"hydra: the student has {heads} heads but the ensemble only {len(ctx.teachers)} members; "
+            "use at most as many heads as members (M ≤ N)"
+        )
 
 
 def build(ctx: DistillContext, args: dict) -> Objective:
-    """Hydra+ (METHODS.md §3): L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4, λ set per epoch by ``on_epoch``."""
+    """Hydra+ (docs/methods.md §3): L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4, λ set per epoch by ``on_epoch``."""
     args = _checked_args(args)
     _check_heads(ctx)
     alpha, beta = float(args["alpha"]), float(args["beta"])
@@ -159,13 +165,18 @@ def build(ctx: DistillContext, args: dict) -> Objective:
         with torch.set_grad_enabled(weight > 0 and torch.is_grad_enabled()):
             l4 = diversity_loss(model.head_linears())
         total = (1 - alpha) * l1 + alpha * ((1 - beta) * l2 + beta * l3) + weight * l4
-        return total, {"ce": l1.item(), "aggregate": l2.item(), "individual": l3.item(), "diversity": l4.item(),
-                       "lambda": weight}
+        return total, {
+            "ce": l1.item(),
+            "aggregate": l2.item(),
+            "individual": l3.item(),
+            "diversity": l4.item(),
+            "lambda": weight,
+        }
 
     return Objective(loss=loss, on_epoch=on_epoch)
 
 
 def build_hydra(ctx: DistillContext, args: dict) -> Objective:
-    """Plain Hydra (METHODS.md §3, "Baselines"): α = 1, β = 1, λ = 0, i.e. L3 only; only the temperatures may be
+    """Plain Hydra (docs/methods.md §3): α = 1, β = 1, λ = 0, i.e. L3 only; only the temperatures may be
     set."""
     return build(ctx, {"temp_aggregate": 1.0, **args, **HYDRA_FIXED})

@@ -1,4 +1,4 @@
-"""Loss building blocks shared by the methods (pure tensor functions, METHODS.md notation)."""
+"""Loss building blocks shared by the methods (pure tensor functions, docs/methods.md notation)."""
 
 from __future__ import annotations
 
@@ -35,11 +35,13 @@ def union_logits(teacher_logits: list[torch.Tensor], blocks: list[torch.Tensor],
         return out
     if all(size == num_labels for size in sizes):
         return torch.stack([z[:, torch.argsort(b)] for z, b in zip(teacher_logits, blocks)]).mean(0)
-    raise KdpipeError("vanilla_kd: teachers must have disjoint class subsets or all cover the full label set "
-                      f"(class counts {sizes} for {num_labels} labels)")
+    raise KdpipeError(
+        "vanilla_kd: teachers must have disjoint class subsets or all cover the full label set "
+        f"(class counts {sizes} for {num_labels} labels)"
+    )
 
 
 def vanilla_kd_loss(student: torch.Tensor, teacher_union: torch.Tensor, temperature: float) -> torch.Tensor:
     """T²·KL(softmax(z_t/T) ‖ softmax(z_s/T)), batch mean."""
     target = F.softmax(teacher_union.float() / temperature, -1)
-    return temperature ** 2 * soft_kl(target, student, temperature).mean()
+    return temperature**2 * soft_kl(target, student, temperature).mean()

@@ -1,4 +1,4 @@
-"""MUKI, Model Uncertainty-aware Knowledge Integration (METHODS.md §1):
+"""MUKI, Model Uncertainty-aware Knowledge Integration (docs/methods.md §1):
 
     u_k = 1 − H(p̄_k) / log C_k                          teacher k's certainty on an example
     q   = p̃_{argmax_k u_k}            (hard)  or  Σ_k softmax(u / τ_s)_k · p̃_k   (soft)
@@ -11,7 +11,7 @@ signal (``certainty``, the mean of M dropout-on passes at T = 1); ``build_no_mc`
 deterministic pass at τ, MUKI's ``no_mc=1``. With ``margin`` off the loss is a plain batch-mean KL.
 
 q and m depend only on the teachers, so both are computed once for every train row when the objective is built
-(METHODS.md §6: MUKI is fully precomputable) and each batch only indexes them.
+(docs/methods.md §6: MUKI is fully precomputable) and each batch only indexes them.
 
 Divergences from the released code, where kdpipe implements the intended behaviour: MUKI's ``run_mc.py`` loads the
 teachers in eval mode and never enables dropout, so its 16 "MC" passes are identical; kdpipe's ``mc_dropout`` stage
@@ -26,9 +26,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import soft_kl
-from kdpipe.core.store import KdpipeError
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 AGGREGATIONS = ("hard", "soft")
@@ -36,7 +36,7 @@ MARGIN_EPS = 1e-6
 
 
 def teacher_scores_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """u = 1 − H(softmax(z/τ)) / log C per row, shape [N] (METHODS.md §1, ``no_mc``).
+    """u = 1 − H(softmax(z/τ)) / log C per row, shape [N] (docs/methods.md §1, ``no_mc``).
 
     A one-class teacher has no uncertainty to normalise (log 1 = 0), so it is taken as fully certain.
     """
@@ -47,8 +47,9 @@ def teacher_scores_from_logits(logits: torch.Tensor, temperature: float) -> torc
     return 1.0 - entropy / math.log(classes)
 
 
-def padded_probs(teacher_logits: list[torch.Tensor], blocks: list[torch.Tensor], num_labels: int,
-                 temperature: float) -> torch.Tensor:
+def padded_probs(
+    teacher_logits: list[torch.Tensor], blocks: list[torch.Tensor], num_labels: int, temperature: float
+) -> torch.Tensor:
     """p̃_k = softmax(z_k/τ) scattered to the teacher's block of the student's labels, zero elsewhere: [N, K, C]."""
     first = teacher_logits[0]
     out = first.new_zeros(first.shape[0], len(teacher_logits), num_labels, dtype=torch.float32)
@@ -64,7 +65,7 @@ def check_aggregation(mode: str) -> str:
 
 
 def aggregate(padded: torch.Tensor, scores: torch.Tensor, mode: str, tau_s: float) -> torch.Tensor:
-    """The target q [N, C] from padded teacher distributions [N, K, C] and scores [N, K] (METHODS.md §1)."""
+    """The target q [N, C] from padded teacher distributions [N, K, C] and scores [N, K] (docs/methods.md §1)."""
     if check_aggregation(mode) == "hard":
         # ties go to the first teacher (torch.argmax returns the first maximum)
         best = scores.argmax(-1)
@@ -91,8 +92,12 @@ def _objective(ctx: DistillContext, args: dict, scores: torch.Tensor) -> Objecti
     """The MUKI objective from per-teacher scores [N, K]: q and m precomputed for all train rows."""
     mode, tau_s = args["aggregation"], float(args["tau_s"])
     temperature = float(args["temperature"])
-    padded = padded_probs([ctx.signal(t, "logits") for t in ctx.teachers], [ctx.block(t) for t in ctx.teachers],
-                          len(ctx.labels), temperature)
+    padded = padded_probs(
+        [ctx.signal(t, "logits") for t in ctx.teachers],
+        [ctx.block(t) for t in ctx.teachers],
+        len(ctx.labels),
+        temperature,
+    )
     q = aggregate(padded, scores.to(padded.device), mode, tau_s)
     m = margin_weights(scores).to(q.device) if bool(args["margin"]) else None
 
@@ -121,6 +126,5 @@ def build_no_mc(ctx: DistillContext, args: dict) -> Objective:
     """MUKI ``no_mc``: scores from one deterministic pass (the cached logits) at the KD temperature τ."""
     args = _settings(args)
     temperature = float(args["temperature"])
-    scores = torch.stack([teacher_scores_from_logits(ctx.signal(t, "logits"), temperature)
-                          for t in ctx.teachers], -1)
+    scores = torch.stack([teacher_scores_from_logits(ctx.signal(t, "logits"), temperature) for t in ctx.teachers], -1)
     return _objective(ctx, args, scores)

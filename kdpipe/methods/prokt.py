@@ -1,4 +1,4 @@
-"""ProKT: a teacher trained jointly with the student (METHODS.md §5, "Per-step algorithm").
+"""ProKT: a teacher trained jointly with the student (docs/methods.md §5).
 
 The one method whose teacher signals cannot be cached: the teacher starts from the *pre-trained* backbone (not a
 fine-tuned teacher) and changes every step, and its targets depend on the current student. Each training step
@@ -23,31 +23,34 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import Encoded, collate, model_inputs
 from kdpipe.methods.base import Objective, student_logits
 from kdpipe.methods.losses import kl_divergence, soft_kl
-from kdpipe.core.store import KdpipeError
 from kdpipe.training.loop import TrainSettings, make_optimizer, state_on_cpu
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
 
-def _ce_and_kl(teacher_logits: torch.Tensor, labels: torch.Tensor,
-               student_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _ce_and_kl(
+    teacher_logits: torch.Tensor, labels: torch.Tensor, student_probs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """CE(z_T, y) and KL(p_S ‖ softmax(z_T)), batch means: the two terms of both teacher objectives."""
     ce = F.cross_entropy(teacher_logits.float(), labels)
     return ce, kl_divergence(student_probs, F.log_softmax(teacher_logits.float(), -1)).mean()
 
 
-def teacher_loss(teacher_logits: torch.Tensor, labels: torch.Tensor, student_probs: torch.Tensor,
-                 move_back_weight: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def teacher_loss(
+    teacher_logits: torch.Tensor, labels: torch.Tensor, student_probs: torch.Tensor, move_back_weight: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(1 − λ)·CE(z_T, y) + λ·KL(p_S ‖ softmax(z_T)), batch means (§5 step 2); returns (loss, CE, KL)."""
     ce, kl = _ce_and_kl(teacher_logits, labels, student_probs)
     return (1 - move_back_weight) * ce + move_back_weight * kl, ce, kl
 
 
-def dual_teacher_loss(teacher_logits: torch.Tensor, labels: torch.Tensor, student_probs: torch.Tensor,
-                      beta: float, epsilon: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def dual_teacher_loss(
+    teacher_logits: torch.Tensor, labels: torch.Tensor, student_probs: torch.Tensor, beta: float, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The dual variant, CE + β·(KL − ε) (§5, ``--dual_optimization``); returns (loss, CE, KL)."""
     ce, kl = _ce_and_kl(teacher_logits, labels, student_probs)
     return ce + beta * (kl - epsilon), ce, kl
@@ -86,12 +89,20 @@ class CoTrainedTeacher:
     loss, and its best validation state. ``state_dict`` / ``load_state_dict`` let the training loop checkpoint it
     with the student (``kdpipe.training.fit(extra_state=...)``)."""
 
-    def __init__(self, teacher: nn.Module, encoded: Encoded, args: dict, settings: TrainSettings, steps: int,
-                 device: torch.device):
+    def __init__(
+        self,
+        teacher: nn.Module,
+        encoded: Encoded,
+        args: dict,
+        settings: TrainSettings,
+        steps: int,
+        device: torch.device,
+    ):
         self.model, self.encoded, self.args, self.device = teacher.to(device), encoded, args, device
         self.settings = TrainSettings(**{**settings.__dict__, "lr": float(args["teacher_lr"])})
-        self.optimizer, self.scheduler = make_optimizer({"teacher": (self.model, self.settings.lr)}, self.settings,
-                                                        steps)
+        self.optimizer, self.scheduler = make_optimizer(
+            {"teacher": (self.model, self.settings.lr)}, self.settings, steps
+        )
         self.beta = float(args["beta"])
         self.best_score, self.best_metrics, self.best_epoch, self.history = -float("inf"), {}, -1, []
         self.best_state = state_on_cpu(self.model)
@@ -110,8 +121,7 @@ class CoTrainedTeacher:
         self.model.train()
         logits = self.model(**inputs).logits
         if self.args["dual"]:
-            loss, ce, kl = dual_teacher_loss(logits, batch["labels"], p_student, self.beta,
-                                             float(self.args["epsilon"]))
+            loss, ce, kl = dual_teacher_loss(logits, batch["labels"], p_student, self.beta, float(self.args["epsilon"]))
         else:
             loss, ce, kl = teacher_loss(logits, batch["labels"], p_student, float(self.args["move_back_weight"]))
         self.optimizer.zero_grad(set_to_none=True)
@@ -136,10 +146,17 @@ class CoTrainedTeacher:
             self.best_state = state_on_cpu(self.model)
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "beta": self.beta, "best_score": self.best_score,
-                "best_metrics": self.best_metrics, "best_epoch": self.best_epoch, "history": self.history,
-                "best_state": self.best_state}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "beta": self.beta,
+            "best_score": self.best_score,
+            "best_metrics": self.best_metrics,
+            "best_epoch": self.best_epoch,
+            "history": self.history,
+            "best_state": self.best_state,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])

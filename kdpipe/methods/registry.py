@@ -22,19 +22,21 @@ TYPES = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,), "
 @dataclass(frozen=True)
 class Arg:
     name: str
-    type: str                  # a key of TYPES
+    type: str  # a key of TYPES
     default: object
     help: str
-    choices: tuple = ()        # allowed values of a "str" argument (empty: any)
-    nullable: bool = False     # null (None) is allowed
+    choices: tuple = ()  # allowed values of a "str" argument (empty: any)
+    nullable: bool = False  # null (None) is allowed
 
     def check(self, value, where: str) -> None:
         if value is None and (self.nullable or self.default is None):
             return
         kinds = TYPES[self.type]
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            raise KdpipeError(f"{where}.{self.name}: expected {self.type}{' or null' if self.nullable else ''}, "
-                              f"got {value!r} ({type(value).__name__})")
+            raise KdpipeError(
+                f"{where}.{self.name}: expected {self.type}{' or null' if self.nullable else ''}, "
+                f"got {value!r} ({type(value).__name__})"
+            )
         if self.choices and value not in self.choices:
             raise KdpipeError(f"{where}.{self.name}: {value!r}; choose one of {', '.join(map(str, self.choices))}")
 
@@ -43,32 +45,38 @@ class Arg:
 class MethodSpec:
     name: str
     module: str
-    signals: tuple[str, ...]   # cached per-teacher signals on the train split (kdpipe.signals.catalog): "logits",
-                               # "mc", "hidden", "attentions" (all heads or their mean, as the plan decides), "domain"
-    teacher_classes: str       # "disjoint" | "disjoint_or_identical" | "identical" | "any": how teachers' classes relate
+    signals: tuple[str, ...]  # cached per-teacher signals on the train split (kdpipe.signals.catalog): "logits",
+    # "mc", "hidden", "attentions" (all heads or their mean, as the plan decides), "domain"
+    teacher_classes: str  # "disjoint" | "disjoint_or_identical" | "identical" | "any": how teachers' classes relate
     summary: str
     args: tuple[Arg, ...] = ()
-    builder: str = "build"     # the function of ``module`` that makes the Objective
+    builder: str = "build"  # the function of ``module`` that makes the Objective
     alignment: str = "strided"  # for "hidden": "strided" (DFA, from the top) | "uniform" (l ↔ l·k, embeddings too)
-    multihead: bool = False     # needs a multi-head student (model.heads), one head per teacher at most
-    stage: str = "distill"      # the rule that trains it: "distill" (cached signals) | "cotrain" (ProKT)
-    first_stage: str | None = None   # a method trained first, as its own job "<student>.stage1" (Meta-KD)
-    internal: bool = False      # only the first stage of another method, never named in a config
-    prototypes: bool = False    # reads Meta-KD's prototype scores of the train rows (the prototypes rule)
-    teacher_objective: str | None = None   # the teachers must have been trained with this objective ("meta")
+    multihead: bool = False  # needs a multi-head student (model.heads), one head per teacher at most
+    stage: str = "distill"  # the rule that trains it: "distill" (cached signals) | "cotrain" (ProKT)
+    first_stage: str | None = None  # a method trained first, as its own job "<student>.stage1" (Meta-KD)
+    internal: bool = False  # only the first stage of another method, never named in a config
+    prototypes: bool = False  # reads Meta-KD's prototype scores of the train rows (the prototypes rule)
+    teacher_objective: str | None = None  # the teachers must have been trained with this objective ("meta")
 
     def job_spec(self) -> dict:
         """What the distill stage needs to know of the method, passed in its params (``method_spec``) so that the
         stage imports the method's module alone, not this registry."""
-        return {"module": self.module, "builder": self.builder, "signals": list(self.signals),
-                "teacher_classes": self.teacher_classes, "prototypes": self.prototypes}
+        return {
+            "module": self.module,
+            "builder": self.builder,
+            "signals": list(self.signals),
+            "teacher_classes": self.teacher_classes,
+            "prototypes": self.prototypes,
+        }
 
 
 @dataclass(frozen=True)
 class TeacherObjective:
     """A teacher's training objective (``teachers.<name>.objective``) other than plain cross-entropy."""
+
     name: str
-    module: str                # builds the Objective; imported by name by the finetune_teacher stage
+    module: str  # builds the Objective; imported by name by the finetune_teacher stage
     args: tuple[Arg, ...] = ()
 
 
@@ -84,104 +92,250 @@ _DYNAMIC = (
     Arg("entropy_grad", "bool", False, "let gradients flow through the student's entropy weights"),
 )
 
-METHODS = {spec.name: spec for spec in (
-    MethodSpec("vanilla_kd", "kdpipe.methods.vanilla_kd", ("logits",), "disjoint_or_identical",
-               "MUKI's VKD baseline: T²·KL to the softmax of the concatenated teacher logits (docs/methods.md §1)",
-               args=(_temperature(5.0), Arg("hard_label_weight", "float", 0.0, "weight of the gold-label CE"))),
-    MethodSpec("uhc", "kdpipe.methods.uhc", ("logits",), "disjoint",
-               "UHC: per-teacher KL to the student's distribution renormalised in the teacher's block (§1)",
-               args=(_temperature(1.0),)),
-    MethodSpec("dfa", "kdpipe.methods.dfa", ("logits", "hidden"), "disjoint",
-               "DFA: VKD + feature amalgamation of aligned teacher hidden states through trained adapters (§1)",
-               args=(_temperature(1.0), Arg("kd_weight", "float", 1.0, "weight of the KD term"),
-                     Arg("rec_weight", "float", 1.0, "weight of the adapters' reconstruction loss"),
-                     Arg("amal_weight", "float", 1.0, "weight of the amalgamation loss"),
-                     Arg("adapter_lr", "float", 1e-3, "learning rate of the adapters"),
-                     Arg("align_number", "int", -1, "student layers aligned from the top (-1: all)"))),
-    MethodSpec("muki", "kdpipe.methods.muki", ("logits", "mc"), "disjoint",
-               "MUKI: teachers weighted per example by MC-dropout certainty, hard or soft, margin-weighted KL (§1)",
-               args=(Arg("aggregation", "str", "soft", "pick the most certain teacher, or weight them",
-                         choices=("hard", "soft")),
-                     Arg("tau_s", "float", 0.2, "temperature of the soft aggregation over certainty scores"),
-                     _temperature(1.0),
-                     Arg("margin", "bool", True, "weight each example by the margin between teacher scores"))),
-    MethodSpec("muki_no_mc", "kdpipe.methods.muki", ("logits",), "disjoint",
-               "MUKI with certainty from one deterministic pass instead of MC-dropout (§1, no_mc)",
-               builder="build_no_mc",
-               args=(Arg("aggregation", "str", "soft", "pick the most certain teacher, or weight them",
-                         choices=("hard", "soft")),
-                     Arg("tau_s", "float", 0.2, "temperature of the soft aggregation over certainty scores"),
-                     _temperature(1.0),
-                     Arg("margin", "bool", True, "weight each example by the margin between teacher scores"))),
-    MethodSpec("dynamic_teacher", "kdpipe.methods.dynamic_kd", ("logits",), "identical",
-               "Dynamic KD (a): CE + KD from two teachers of different capacity weighted by student entropy (§2a)",
-               builder="build_teacher",
-               args=(*_DYNAMIC,
-                     Arg("mode", "str", "hard", "how student entropy picks the teacher",
-                         choices=("hard", "soft", "soft_instance")),
-                     Arg("direction", "str", "uncertain_to_small", "which teacher uncertain examples go to",
-                         choices=("uncertain_to_small", "uncertain_to_large")),
-                     Arg("small_teacher", "str", None, "the smaller of the two teachers (required)", nullable=True))),
-    MethodSpec("dynamic_data", "kdpipe.methods.dynamic_kd", ("logits",), "disjoint_or_identical",
-               "Dynamic KD (b): CE on the batch + KD on the top fraction r scored by the student (§2b)",
-               builder="build_data",
-               args=(*_DYNAMIC,
-                     Arg("strategy", "str", "margin", "how the student scores examples",
-                         choices=("entropy", "margin", "random")),
-                     Arg("ratio", "float", 0.5, "fraction r of each batch that gets the KD term"))),
-    MethodSpec("dynamic_objective", "kdpipe.methods.dynamic_kd", ("logits", "hidden"), "identical",
-               "Dynamic KD (c): per-example (1−ĥ)·logit MSE + ĥ·normalised hidden-state MSE (§2c)",
-               builder="build_objective", alignment="uniform",
-               args=(*_DYNAMIC, Arg("rep_weight", "float", 1.0, "weight of the hidden-state term"),
-                     Arg("strategy", "str", "uncertainty", "how entropy splits the two terms",
-                         choices=("uncertainty", "uncertainty-r", "none")))),
-    MethodSpec("hydra_plus", "kdpipe.methods.hydra", ("logits",), "identical",
-               "Hydra+: multi-head student, (1−α)CE + α[(1−β)aggregate KL + β member-to-head KL] + λ·diversity (§3)",
-               multihead=True,
-               args=(Arg("alpha", "float", 0.9, "α: weight of distillation against the gold CE"),
-                     Arg("beta", "float", 0.5, "β: weight of member-to-head against aggregate KL"),
-                     Arg("temp_aggregate", "float", 1.0, "temperature of the aggregate KL"),
-                     Arg("temp_individual", "float", 3.0, "temperature of the member-to-head KL"),
-                     Arg("diversity", "float", 1e-3, "λ: weight of the head-diversity term"),
-                     Arg("diversity_ramp", "list", None, "[start, end] epochs over which λ rises from 0",
-                         nullable=True))),
-    MethodSpec("hydra", "kdpipe.methods.hydra", ("logits",), "identical",
-               "Hydra: multi-head student, member-to-head KL only (α = β = 1, λ = 0) (§3)", builder="build_hydra",
-               multihead=True, args=(Arg("temp_individual", "float", 3.0, "temperature of the member-to-head KL"),)),
-    MethodSpec("meta_kd", "kdpipe.methods.meta_kd.student", ("logits",), "identical",
-               "Meta-KD: from a meta-teacher, stage 1 (its own job, <student>.stage1) matches attentions, hidden "
-               "states and the domain representation weighted per example by (1 + prototype score)·expertise, "
-               "stage 2 the soft labels at T (§4)", first_stage="meta_kd_stage1", teacher_objective="meta",
-               args=(_temperature(2.0, "temperature of the second stage's soft cross-entropy"),
-                     Arg("stage1", "dict", {}, "the first stage's method_args and its own training settings "
-                                               "(epochs, lr, batch_size, ...)"))),
-    MethodSpec("meta_kd_stage1", "kdpipe.methods.meta_kd.student", ("hidden", "attentions", "domain"), "identical",
-               "Meta-KD's first stage (§4), run by the plan for every meta_kd student", builder="build_stage1",
-               alignment="uniform", internal=True, prototypes=True, teacher_objective="meta",
-               args=(Arg("gamma", "float", 0.5, "γ: weight of the domain-representation MSE"),
-                     Arg("attention_heads", "str", "auto", "match attentions per head, averaged over heads, or "
-                         "per head when the head counts agree", choices=("auto", "per_head", "mean")))),
-    MethodSpec("prokt", "kdpipe.methods.prokt", (), "any",
-               "ProKT: a teacher from the pre-trained backbone trained jointly with the student, each step moving "
-               "towards it (§5); no cached signals", stage="cotrain",
-               args=(Arg("backbone", "str", "builtin:minilm-l6", "the co-trained teacher's pre-trained backbone"),
-                     Arg("teacher_lr", "float", 3.0e-5, "lr_T, the teacher's learning rate"),
-                     Arg("move_back_weight", "float", 0.4, "λ: weight of the teacher's KL towards the student"),
-                     Arg("dual", "bool", False, "the dual-optimisation variant"),
-                     Arg("epsilon", "float", 1.0, "ε of the dual variant"),
-                     Arg("eta", "float", 1.0e-3, "η, the multiplier's step"),
-                     Arg("beta", "float", 1.0, "β₀, the initial multiplier"))),
-)}
+METHODS = {
+    spec.name: spec
+    for spec in (
+        MethodSpec(
+            "vanilla_kd",
+            "kdpipe.methods.vanilla_kd",
+            ("logits",),
+            "disjoint_or_identical",
+            "MUKI's VKD baseline: T²·KL to the softmax of the concatenated teacher logits (docs/methods.md §1)",
+            args=(_temperature(5.0), Arg("hard_label_weight", "float", 0.0, "weight of the gold-label CE")),
+        ),
+        MethodSpec(
+            "uhc",
+            "kdpipe.methods.uhc",
+            ("logits",),
+            "disjoint",
+            "UHC: per-teacher KL to the student's distribution renormalised in the teacher's block (§1)",
+            args=(_temperature(1.0),),
+        ),
+        MethodSpec(
+            "dfa",
+            "kdpipe.methods.dfa",
+            ("logits", "hidden"),
+            "disjoint",
+            "DFA: VKD + feature amalgamation of aligned teacher hidden states through trained adapters (§1)",
+            args=(
+                _temperature(1.0),
+                Arg("kd_weight", "float", 1.0, "weight of the KD term"),
+                Arg("rec_weight", "float", 1.0, "weight of the adapters' reconstruction loss"),
+                Arg("amal_weight", "float", 1.0, "weight of the amalgamation loss"),
+                Arg("adapter_lr", "float", 1e-3, "learning rate of the adapters"),
+                Arg("align_number", "int", -1, "student layers aligned from the top (-1: all)"),
+            ),
+        ),
+        MethodSpec(
+            "muki",
+            "kdpipe.methods.muki",
+            ("logits", "mc"),
+            "disjoint",
+            "MUKI: teachers weighted per example by MC-dropout certainty, hard or soft, margin-weighted KL (§1)",
+            args=(
+                Arg(
+                    "aggregation",
+                    "str",
+                    "soft",
+                    "pick the most certain teacher, or weight them",
+                    choices=("hard", "soft"),
+                ),
+                Arg("tau_s", "float", 0.2, "temperature of the soft aggregation over certainty scores"),
+                _temperature(1.0),
+                Arg("margin", "bool", True, "weight each example by the margin between teacher scores"),
+            ),
+        ),
+        MethodSpec(
+            "muki_no_mc",
+            "kdpipe.methods.muki",
+            ("logits",),
+            "disjoint",
+            "MUKI with certainty from one deterministic pass instead of MC-dropout (§1, no_mc)",
+            builder="build_no_mc",
+            args=(
+                Arg(
+                    "aggregation",
+                    "str",
+                    "soft",
+                    "pick the most certain teacher, or weight them",
+                    choices=("hard", "soft"),
+                ),
+                Arg("tau_s", "float", 0.2, "temperature of the soft aggregation over certainty scores"),
+                _temperature(1.0),
+                Arg("margin", "bool", True, "weight each example by the margin between teacher scores"),
+            ),
+        ),
+        MethodSpec(
+            "dynamic_teacher",
+            "kdpipe.methods.dynamic_kd",
+            ("logits",),
+            "identical",
+            "Dynamic KD (a): CE + KD from two teachers of different capacity weighted by student entropy (§2a)",
+            builder="build_teacher",
+            args=(
+                *_DYNAMIC,
+                Arg(
+                    "mode",
+                    "str",
+                    "hard",
+                    "how student entropy picks the teacher",
+                    choices=("hard", "soft", "soft_instance"),
+                ),
+                Arg(
+                    "direction",
+                    "str",
+                    "uncertain_to_small",
+                    "which teacher uncertain examples go to",
+                    choices=("uncertain_to_small", "uncertain_to_large"),
+                ),
+                Arg("small_teacher", "str", None, "the smaller of the two teachers (required)", nullable=True),
+            ),
+        ),
+        MethodSpec(
+            "dynamic_data",
+            "kdpipe.methods.dynamic_kd",
+            ("logits",),
+            "disjoint_or_identical",
+            "Dynamic KD (b): CE on the batch + KD on the top fraction r scored by the student (§2b)",
+            builder="build_data",
+            args=(
+                *_DYNAMIC,
+                Arg(
+                    "strategy",
+                    "str",
+                    "margin",
+                    "how the student scores examples",
+                    choices=("entropy", "margin", "random"),
+                ),
+                Arg("ratio", "float", 0.5, "fraction r of each batch that gets the KD term"),
+            ),
+        ),
+        MethodSpec(
+            "dynamic_objective",
+            "kdpipe.methods.dynamic_kd",
+            ("logits", "hidden"),
+            "identical",
+            "Dynamic KD (c): per-example (1−ĥ)·logit MSE + ĥ·normalised hidden-state MSE (§2c)",
+            builder="build_objective",
+            alignment="uniform",
+            args=(
+                *_DYNAMIC,
+                Arg("rep_weight", "float", 1.0, "weight of the hidden-state term"),
+                Arg(
+                    "strategy",
+                    "str",
+                    "uncertainty",
+                    "how entropy splits the two terms",
+                    choices=("uncertainty", "uncertainty-r", "none"),
+                ),
+            ),
+        ),
+        MethodSpec(
+            "hydra_plus",
+            "kdpipe.methods.hydra",
+            ("logits",),
+            "identical",
+            "Hydra+: multi-head student, (1−α)CE + α[(1−β)aggregate KL + β member-to-head KL] + λ·diversity (§3)",
+            multihead=True,
+            args=(
+                Arg("alpha", "float", 0.9, "α: weight of distillation against the gold CE"),
+                Arg("beta", "float", 0.5, "β: weight of member-to-head against aggregate KL"),
+                Arg("temp_aggregate", "float", 1.0, "temperature of the aggregate KL"),
+                Arg("temp_individual", "float", 3.0, "temperature of the member-to-head KL"),
+                Arg("diversity", "float", 1e-3, "λ: weight of the head-diversity term"),
+                Arg("diversity_ramp", "list", None, "[start, end] epochs over which λ rises from 0", nullable=True),
+            ),
+        ),
+        MethodSpec(
+            "hydra",
+            "kdpipe.methods.hydra",
+            ("logits",),
+            "identical",
+            "Hydra: multi-head student, member-to-head KL only (α = β = 1, λ = 0) (§3)",
+            builder="build_hydra",
+            multihead=True,
+            args=(Arg("temp_individual", "float", 3.0, "temperature of the member-to-head KL"),),
+        ),
+        MethodSpec(
+            "meta_kd",
+            "kdpipe.methods.meta_kd.student",
+            ("logits",),
+            "identical",
+            "Meta-KD: from a meta-teacher, stage 1 (its own job, <student>.stage1) matches attentions, hidden "
+            "states and the domain representation weighted per example by (1 + prototype score)·expertise, "
+            "stage 2 the soft labels at T (§4)",
+            first_stage="meta_kd_stage1",
+            teacher_objective="meta",
+            args=(
+                _temperature(2.0, "temperature of the second stage's soft cross-entropy"),
+                Arg(
+                    "stage1",
+                    "dict",
+                    {},
+                    "the first stage's method_args and its own training settings (epochs, lr, batch_size, ...)",
+                ),
+            ),
+        ),
+        MethodSpec(
+            "meta_kd_stage1",
+            "kdpipe.methods.meta_kd.student",
+            ("hidden", "attentions", "domain"),
+            "identical",
+            "Meta-KD's first stage (§4), run by the plan for every meta_kd student",
+            builder="build_stage1",
+            alignment="uniform",
+            internal=True,
+            prototypes=True,
+            teacher_objective="meta",
+            args=(
+                Arg("gamma", "float", 0.5, "γ: weight of the domain-representation MSE"),
+                Arg(
+                    "attention_heads",
+                    "str",
+                    "auto",
+                    "match attentions per head, averaged over heads, or per head when the head counts agree",
+                    choices=("auto", "per_head", "mean"),
+                ),
+            ),
+        ),
+        MethodSpec(
+            "prokt",
+            "kdpipe.methods.prokt",
+            (),
+            "any",
+            "ProKT: a teacher from the pre-trained backbone trained jointly with the student, each step moving "
+            "towards it (§5); no cached signals",
+            stage="cotrain",
+            args=(
+                Arg("backbone", "str", "builtin:minilm-l6", "the co-trained teacher's pre-trained backbone"),
+                Arg("teacher_lr", "float", 3.0e-5, "lr_T, the teacher's learning rate"),
+                Arg("move_back_weight", "float", 0.4, "λ: weight of the teacher's KL towards the student"),
+                Arg("dual", "bool", False, "the dual-optimisation variant"),
+                Arg("epsilon", "float", 1.0, "ε of the dual variant"),
+                Arg("eta", "float", 1.0e-3, "η, the multiplier's step"),
+                Arg("beta", "float", 1.0, "β₀, the initial multiplier"),
+            ),
+        ),
+    )
+}
 
 # Teacher objectives of ``finetune_teacher`` besides plain cross-entropy ("ce"): the module is imported by name,
 # so that only the teachers using it carry it in their code fingerprint.
-TEACHER_OBJECTIVES = {spec.name: spec for spec in (
-    TeacherObjective("meta", "kdpipe.methods.meta_kd.teacher",
-                     args=(Arg("gamma", "float", 0.5, "γ: weight of the domain-corruption loss"),
-                           Arg("sample_weights", "bool", True, "weight examples by their prototype scores"),
-                           Arg("domain_loss", "bool", True, "train the domain branch (the domain-corruption loss)"),
-                           Arg("dropout", "float", 0.1, "dropout of the domain branch"))),
-)}
+TEACHER_OBJECTIVES = {
+    spec.name: spec
+    for spec in (
+        TeacherObjective(
+            "meta",
+            "kdpipe.methods.meta_kd.teacher",
+            args=(
+                Arg("gamma", "float", 0.5, "γ: weight of the domain-corruption loss"),
+                Arg("sample_weights", "bool", True, "weight examples by their prototype scores"),
+                Arg("domain_loss", "bool", True, "train the domain branch (the domain-corruption loss)"),
+                Arg("dropout", "float", 0.1, "dropout of the domain branch"),
+            ),
+        ),
+    )
+}
 
 
 def get_method(name: str) -> MethodSpec:
@@ -202,8 +356,9 @@ def complete_args(declared: tuple[Arg, ...], given: dict | None, where: str) -> 
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise KdpipeError(f"{where}: unknown key {key!r}{hint}; this method knows "
-                              f"{', '.join(known) or 'no method_args'}")
+            raise KdpipeError(
+                f"{where}: unknown key {key!r}{hint}; this method knows {', '.join(known) or 'no method_args'}"
+            )
     for key, value in given.items():
         known[key].check(value, where)
     return {arg.name: given.get(arg.name, arg.default) for arg in declared}

@@ -1,4 +1,4 @@
-"""UHC, MUKI's block-renormalised baseline (METHODS.md §1, "Baselines"):
+"""UHC, MUKI's block-renormalised baseline (docs/methods.md §1):
 
     L = T² · Σ_k KL(softmax(z_k / T) ‖ q_s[block k] / Σ q_s[block k]),   q_s = softmax(z_s / T)
 
@@ -27,14 +27,15 @@ def block_renormalised_log_probs(student: torch.Tensor, block: torch.Tensor, tem
     return F.log_softmax(student[:, block].float() / temperature, -1)
 
 
-def uhc_loss(student: torch.Tensor, teacher_logits: list[torch.Tensor], blocks: list[torch.Tensor],
-             temperature: float) -> torch.Tensor:
-    """T² · Σ_k KL(softmax(z_k/T) ‖ renormalised student block k), batch mean (METHODS.md §1, UHC)."""
+def uhc_loss(
+    student: torch.Tensor, teacher_logits: list[torch.Tensor], blocks: list[torch.Tensor], temperature: float
+) -> torch.Tensor:
+    """T² · Σ_k KL(softmax(z_k/T) ‖ renormalised student block k), batch mean (docs/methods.md §1, UHC)."""
     total = student.new_zeros((), dtype=torch.float32)
     for z_k, block in zip(teacher_logits, blocks):
         target = F.softmax(z_k.float() / temperature, -1)
         total = total + kl_divergence(target, block_renormalised_log_probs(student, block, temperature)).mean()
-    return temperature ** 2 * total
+    return temperature**2 * total
 
 
 def build(ctx: DistillContext, args: dict) -> Objective:

@@ -1,4 +1,4 @@
-"""Vanilla KD, MUKI's VKD baseline (METHODS.md §1, "Baselines"):
+"""Vanilla KD, MUKI's VKD baseline (docs/methods.md §1):
 
     L = T² · KL(softmax([z_1; …; z_K] / T) ‖ softmax(z_s / T)) + w_hl · CE(z_s, y)
 
@@ -11,7 +11,6 @@ CE; the MUKI default temperature is 5.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from kdpipe.methods.base import DistillContext, Objective, student_logits
@@ -22,8 +21,9 @@ from kdpipe.methods.losses import union_logits, vanilla_kd_loss
 
 def build(ctx: DistillContext, args: dict) -> Objective:
     temperature, w_hl = float(args["temperature"]), float(args["hard_label_weight"])
-    targets = union_logits([ctx.signal(t, "logits") for t in ctx.teachers],
-                           [ctx.block(t) for t in ctx.teachers], len(ctx.labels))
+    targets = union_logits(
+        [ctx.signal(t, "logits") for t in ctx.teachers], [ctx.block(t) for t in ctx.teachers], len(ctx.labels)
+    )
 
     def loss(model, batch):
         z = student_logits(model, batch)

@@ -19,8 +19,10 @@ def _shape(backbone: str) -> tuple[int, int]:
     if config.is_file():
         data = json.loads(config.read_text())
         return int(data["num_hidden_layers"]), int(data["num_attention_heads"])
-    raise KdpipeError(f"cannot tell how many layers and heads '{backbone}' has without loading it: use a builtin "
-                      "or a local model directory")
+    raise KdpipeError(
+        f"cannot tell how many layers and heads '{backbone}' has without loading it: use a builtin "
+        "or a local model directory"
+    )
 
 
 def num_layers(backbone: str) -> int:
@@ -51,7 +53,7 @@ def student_heads(model_spec: dict) -> int:
 
 def strided_alignment(teacher_layers: int, student_layers: int, count: int = -1) -> list[tuple[int, int]]:
     """(student, teacher) hidden-state indices paired from the last layer backwards with stride L_t / L_s, as in
-    MUKI's DFA (METHODS.md §1): student layer L_s − j with teacher layer L_t − j·stride, j = 0 .. count−1
+    MUKI's DFA (docs/methods.md §1): student layer L_s − j with teacher layer L_t − j·stride, j = 0 .. count−1
     (count −1: every student layer; the embeddings, index 0, are not aligned)."""
     if student_layers < 1 or teacher_layers < student_layers:
         raise KdpipeError(f"cannot align a {student_layers}-layer student with a {teacher_layers}-layer teacher")
@@ -62,11 +64,13 @@ def strided_alignment(teacher_layers: int, student_layers: int, count: int = -1)
 
 def uniform_alignment(teacher_layers: int, student_layers: int) -> list[tuple[int, int]]:
     """(student, teacher) hidden-state indices l ↔ l·k, k = L_t / L_s, for l = 0..L_s, the embeddings (index 0)
-    included, as in Dynamic KD's objective adjustment (METHODS.md §2c): a 2-layer student pairs with teacher
+    included, as in Dynamic KD's objective adjustment (docs/methods.md §2c): a 2-layer student pairs with teacher
     states 0, 3, 6 of a 6-layer teacher. L_t must be a multiple of L_s."""
     if student_layers < 1 or teacher_layers < student_layers or teacher_layers % student_layers:
-        raise KdpipeError(f"uniform layer alignment needs the teacher's layers ({teacher_layers}) to be a multiple "
-                          f"of the student's ({student_layers})")
+        raise KdpipeError(
+            f"uniform layer alignment needs the teacher's layers ({teacher_layers}) to be a multiple "
+            f"of the student's ({student_layers})"
+        )
     k = teacher_layers // student_layers
     return [(layer, layer * k) for layer in range(student_layers + 1)]
 

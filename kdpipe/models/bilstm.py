@@ -1,4 +1,4 @@
-"""The BiLSTM student of ProKT's text experiments (METHODS.md §5, "biLSTM student"), trained from scratch.
+"""The BiLSTM student of ProKT's text experiments (docs/methods.md §5), trained from scratch.
 
 Embedding → dropout → one bidirectional LSTM layer → max-pooling over the real tokens (padding never wins the
 max) gives u ∈ ℝ^{2h}. For sentence pairs the two sides are encoded separately by the same encoder and combined as
@@ -36,10 +36,10 @@ class BiLSTMConfig:
     num_labels: int
     pad_token_id: int = 0
     embedding_dim: int = 300
-    hidden_size: int = 300          # per direction
+    hidden_size: int = 300  # per direction
     fc_size: int = 600
     dropout: float = 0.4
-    pairs: bool = False             # sentence pairs, each side encoded separately
+    pairs: bool = False  # sentence pairs, each side encoded separately
     id2label: dict = field(default_factory=dict)
 
     @property
@@ -48,7 +48,7 @@ class BiLSTMConfig:
 
 
 class BiLSTMClassifier(nn.Module):
-    separate_pairs = True           # the two sides of a pair are tokenised apart (kdpipe.batching.encode)
+    separate_pairs = True  # the two sides of a pair are tokenised apart (kdpipe.batching.encode)
 
     def __init__(self, config: BiLSTMConfig):
         super().__init__()
@@ -69,8 +69,9 @@ class BiLSTMClassifier(nn.Module):
         real = attention_mask[:, :, None].bool()
         return states.masked_fill(~real, torch.finfo(states.dtype).min).max(1).values
 
-    def forward(self, input_ids, attention_mask, pair_input_ids=None, pair_attention_mask=None,
-                **_ignored) -> SequenceClassifierOutput:
+    def forward(
+        self, input_ids, attention_mask, pair_input_ids=None, pair_attention_mask=None, **_ignored
+    ) -> SequenceClassifierOutput:
         u = self.encode(input_ids, attention_mask)
         if self.config.pairs:
             if pair_input_ids is None:
@@ -92,8 +93,14 @@ def make_bilstm(spec: dict, tokenizer, labels: list[str], *, pairs: bool, seed: 
     dropout (the student's ``model`` entry)."""
     torch.manual_seed(seed)
     sizes = {k: spec[k] for k in ("embedding_dim", "hidden_size", "fc_size", "dropout") if k in spec}
-    config = BiLSTMConfig(vocab_size=len(tokenizer), num_labels=len(labels), pairs=pairs,
-                          pad_token_id=tokenizer.pad_token_id or 0, id2label=dict(enumerate(labels)), **sizes)
+    config = BiLSTMConfig(
+        vocab_size=len(tokenizer),
+        num_labels=len(labels),
+        pairs=pairs,
+        pad_token_id=tokenizer.pad_token_id or 0,
+        id2label=dict(enumerate(labels)),
+        **sizes,
+    )
     return BiLSTMClassifier(config)
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from kdpipe.data.batching import WHOLE, Encoded, collate, inference_batches, model_inputs, shard_batches
 from kdpipe.core.device import autocast
+from kdpipe.data.batching import WHOLE, Encoded, collate, inference_batches, model_inputs, shard_batches
 
 
 def pass_batches(encoded: Encoded, batch_size: int, shard: tuple[int, int] = WHOLE) -> list[np.ndarray]:
@@ -19,8 +19,9 @@ def pass_batches(encoded: Encoded, batch_size: int, shard: tuple[int, int] = WHO
     return shard_batches(inference_batches(encoded.lengths, batch_size), shard)
 
 
-def iterate(encoded: Encoded, batch_size: int, device: torch.device, desc: str | None = None,
-            shard: tuple[int, int] = WHOLE) -> Iterator[dict]:
+def iterate(
+    encoded: Encoded, batch_size: int, device: torch.device, desc: str | None = None, shard: tuple[int, int] = WHOLE
+) -> Iterator[dict]:
     """Collated batches, longest first, with a progress bar when ``desc`` is given."""
     batches = pass_batches(encoded, batch_size, shard)
     for index in tqdm(batches, desc=desc, disable=desc is None, mininterval=5, dynamic_ncols=True):
@@ -28,8 +29,16 @@ def iterate(encoded: Encoded, batch_size: int, device: torch.device, desc: str |
 
 
 @torch.inference_mode()
-def _predict(model: nn.Module, encoded: Encoded, pick: Callable, *, batch_size: int, device: torch.device,
-             desc: str | None, shard: tuple[int, int] = WHOLE) -> np.ndarray:
+def _predict(
+    model: nn.Module,
+    encoded: Encoded,
+    pick: Callable,
+    *,
+    batch_size: int,
+    device: torch.device,
+    desc: str | None,
+    shard: tuple[int, int] = WHOLE,
+) -> np.ndarray:
     """``pick(model output)`` -> tensor [..., B, C] for every batch, gathered into [..., N, C] in row order (for a
     shard, only its rows are filled)."""
     model.eval()
@@ -40,25 +49,36 @@ def _predict(model: nn.Module, encoded: Encoded, pick: Callable, *, batch_size: 
         if out is None:
             out = np.zeros((*values.shape[:-2], len(encoded), values.shape[-1]), dtype=np.float32)
         out[..., batch["index"].cpu().numpy(), :] = values
-    if out is None:                                  # a shard with no batch (more shards than batches)
+    if out is None:  # a shard with no batch (more shards than batches)
         out = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
     return out
 
 
-def predict_logits(model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device,
-                   desc: str | None = None, shard: tuple[int, int] = WHOLE) -> np.ndarray:
+def predict_logits(
+    model: nn.Module,
+    encoded: Encoded,
+    *,
+    batch_size: int,
+    device: torch.device,
+    desc: str | None = None,
+    shard: tuple[int, int] = WHOLE,
+) -> np.ndarray:
     """Eval-mode logits [N, C] (float32) in row order (a multi-head model: log of its heads' mean probability)."""
-    return _predict(model, encoded, lambda out: out.logits, batch_size=batch_size, device=device, desc=desc,
-                    shard=shard)
+    return _predict(
+        model, encoded, lambda out: out.logits, batch_size=batch_size, device=device, desc=desc, shard=shard
+    )
 
 
-def predict_member_logits(model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device,
-                          desc: str | None = None) -> np.ndarray:
+def predict_member_logits(
+    model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device, desc: str | None = None
+) -> np.ndarray:
     """Eval-mode logits of each member [M, N, C]: the heads of a multi-head model (its ``head_logits``), else the
     one model (M = 1)."""
+
     def pick(out):
         heads = getattr(out, "head_logits", None)
         return heads if heads is not None else out.logits[None]
+
     return _predict(model, encoded, pick, batch_size=batch_size, device=device, desc=desc)
 
 

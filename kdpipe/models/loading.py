@@ -27,8 +27,15 @@ from kdpipe.core.store import KdpipeError
 
 BUILTINS = ("builtin:minilm-l6", "builtin:tiny-bert")
 
-TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                 max_position_embeddings=512, vocab_size=30522, type_vocab_size=2)
+TINY_BERT = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=512,
+    vocab_size=30522,
+    type_vocab_size=2,
+)
 
 
 def minilm_dir() -> Path:
@@ -64,8 +71,11 @@ def load_tokenizer(backbone: str):
 
 
 def label_maps(labels: list[str]) -> dict:
-    return {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-            "label2id": {name: i for i, name in enumerate(labels)}}
+    return {
+        "num_labels": len(labels),
+        "id2label": dict(enumerate(labels)),
+        "label2id": {name: i for i, name in enumerate(labels)},
+    }
 
 
 def load_classifier(backbone: str, labels: list[str], *, seed: int, attn: str | None = None) -> nn.Module:
@@ -75,8 +85,9 @@ def load_classifier(backbone: str, labels: list[str], *, seed: int, attn: str | 
     if backbone == "builtin:tiny-bert":
         config = BertConfig(**TINY_BERT, **label_maps(labels), **kwargs)
         return AutoModelForSequenceClassification.from_config(config)
-    return _quiet_from_pretrained(AutoModelForSequenceClassification.from_pretrained, _source(backbone),
-                                  **label_maps(labels), **kwargs)
+    return _quiet_from_pretrained(
+        AutoModelForSequenceClassification.from_pretrained, _source(backbone), **label_maps(labels), **kwargs
+    )
 
 
 def load_encoder(backbone: str, *, seed: int = 0) -> nn.Module:
@@ -90,8 +101,10 @@ def load_encoder(backbone: str, *, seed: int = 0) -> nn.Module:
 
 # A saved student of another architecture than a Hugging Face classifier leaves a marker file in its folder; the
 # module that loads it is imported by name (see the module docstring).
-ARCHITECTURE_FILES = {"multihead.json": ("kdpipe.models.multihead", "load_multihead"),
-                      "bilstm.json": ("kdpipe.models.bilstm", "load_bilstm")}
+ARCHITECTURE_FILES = {
+    "multihead.json": ("kdpipe.models.multihead", "load_multihead"),
+    "bilstm.json": ("kdpipe.models.bilstm", "load_bilstm"),
+}
 
 
 def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module:

@@ -1,11 +1,11 @@
-"""A multi-head (Hydra) student on a BERT-like sequence classifier (METHODS.md §3, "Idea").
+"""A multi-head (Hydra) student on a BERT-like sequence classifier (docs/methods.md §3).
 
 Hydra distils an N-member ensemble into one network: a shared core plus M heads. Here the core is the
 embeddings and the lower L − k transformer layers of a Hugging Face BERT-family sequence classifier
 (``BertForSequenceClassification``: ``bert.embeddings``, ``bert.encoder.layer``, ``bert.pooler``, ``dropout``,
 ``classifier``); each head is its own copy of the top k layers, the pooler, the dropout and a classifier Linear.
 The core runs once per batch and every head runs on its output. The prediction is the mean over heads of their
-softmax probabilities (METHODS.md §3, "Metrics"), returned as its log in ``.logits`` so that code which takes
+softmax probabilities (docs/methods.md §3), returned as its log in ``.logits`` so that code which takes
 ``softmax(logits)`` gets the Hydra prediction.
 
 Saved layout (``save_pretrained``): ``config.json`` (the Hugging Face config of the full-depth base, plus
@@ -61,7 +61,7 @@ class Head(nn.Module):
 
 
 class MultiHeadClassifier(nn.Module):
-    """Shared core (embeddings + lower layers) and M heads (METHODS.md §3). Build it with :func:`make_multihead`.
+    """Shared core (embeddings + lower layers) and M heads (docs/methods.md §3). Build it with :func:`make_multihead`.
 
     The heads' copied top layers and poolers start identical (copies of the base's); only their classifiers
     differ at the start (see :func:`make_multihead`). Since the diversity term's gradient vanishes where all heads
@@ -75,8 +75,13 @@ class MultiHeadClassifier(nn.Module):
         self.core = core
         self.heads = nn.ModuleList(heads)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, **ignored) -> MultiHeadOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        **ignored,
+    ) -> MultiHeadOutput:
         """Other keyword arguments (e.g. ``labels``) are ignored: the losses live in the method."""
         hidden = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
         # the mask BertModel builds: additive float for eager attention, boolean or None (no padding) for sdpa
@@ -97,8 +102,9 @@ class MultiHeadClassifier(nn.Module):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.config.save_pretrained(out)
-        (out / MULTIHEAD_FILE).write_text(json.dumps({"heads": len(self.heads),
-                                                      "head_layers": len(self.heads[0].layers)}))
+        (out / MULTIHEAD_FILE).write_text(
+            json.dumps({"heads": len(self.heads), "head_layers": len(self.heads[0].layers)})
+        )
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out / WEIGHTS_FILE))
 
 
@@ -115,8 +121,10 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Mo
     except AttributeError:
         parts = (None,) * 5
     if any(part is None for part in parts) or not isinstance(parts[4], nn.Linear):
-        raise KdpipeError(f"a multi-head student needs a BERT-like sequence classifier (embeddings, "
-                          f"encoder.layer, pooler, dropout, Linear classifier); got {type(model).__name__}")
+        raise KdpipeError(
+            f"a multi-head student needs a BERT-like sequence classifier (embeddings, "
+            f"encoder.layer, pooler, dropout, Linear classifier); got {type(model).__name__}"
+        )
     return parts
 
 
@@ -143,21 +151,27 @@ def make_multihead(model: nn.Module, heads: int, head_layers: int, seed: int) ->
     if heads < 1:
         raise KdpipeError(f"model.heads.count must be at least 1, got {heads}")
     if not 1 <= head_layers < n:
-        raise KdpipeError(f"model.heads.layers must lie in 1..{n - 1} for a {n}-layer model (the shared core "
-                          f"keeps at least one layer), got {head_layers}")
+        raise KdpipeError(
+            f"model.heads.layers must lie in 1..{n - 1} for a {n}-layer model (the shared core "
+            f"keeps at least one layer), got {head_layers}"
+        )
     config = model.config
-    keep = {id(config): config}   # the copies share the config object (attention implementation) with the core
+    keep = {id(config): config}  # the copies share the config object (attention implementation) with the core
     std = getattr(config, "initializer_range", 0.02)
-    top = nn.ModuleList(layers[n - head_layers:])
+    top = nn.ModuleList(layers[n - head_layers :])
     made = []
     for m in range(heads):
-        head = Head(copy.deepcopy(top, dict(keep)), copy.deepcopy(pooler, dict(keep)), copy.deepcopy(dropout),
-                    copy.deepcopy(classifier))
+        head = Head(
+            copy.deepcopy(top, dict(keep)),
+            copy.deepcopy(pooler, dict(keep)),
+            copy.deepcopy(dropout),
+            copy.deepcopy(classifier),
+        )
         if m:
             _reinit_linear(head.classifier, std, seed, m)
         made.append(head)
     config.multihead_heads, config.multihead_head_layers = heads, head_layers
-    return MultiHeadClassifier(config, embeddings, nn.ModuleList(layers[:n - head_layers]), made)
+    return MultiHeadClassifier(config, embeddings, nn.ModuleList(layers[: n - head_layers]), made)
 
 
 def load_multihead(model_dir: str | Path, *, attn: str | None = None) -> MultiHeadClassifier:

@@ -16,8 +16,9 @@ from transformers import AutoModelForSequenceClassification, BertConfig
 from kdpipe.models.loading import keep_layers, label_maps, load_classifier, load_tokenizer
 
 
-def build_student(spec: dict, labels: list[str], *, seed: int, pairs: bool = False,
-                  attn: str | None = None) -> tuple[nn.Module, object]:
+def build_student(
+    spec: dict, labels: list[str], *, seed: int, pairs: bool = False, attn: str | None = None
+) -> tuple[nn.Module, object]:
     """The student model and its tokenizer.
 
     ``spec`` is either ``{"init": {"from": BACKBONE, "layers": [0, 5]}}`` (layer-subset init; all layers when
@@ -25,7 +26,8 @@ def build_student(spec: dict, labels: list[str], *, seed: int, pairs: bool = Fal
     "num_heads": .., "intermediate_size": ..}}`` (a smaller BERT from scratch) or ``{"type": "bilstm",
     "tokenizer": BACKBONE, ...sizes}`` (ProKT's BiLSTM from scratch, ``kdpipe.models.bilstm``; ``pairs``: the data has
     sentence pairs). With ``"heads": {"count": M, "layers": k}`` (k defaults to 1) a transformer becomes a
-    multi-head (Hydra) student whose M heads each own a copy of its top k layers (``kdpipe.models.multihead``, docs/methods.md
+    multi-head (Hydra) student whose M heads each own a copy of its top k layers (``kdpipe.models.multihead``,
+    docs/methods.md
     §3). ``attn``: the attention implementation of a transformer student (``"eager"`` where a loss reads its
     attention maps, which SDPA does not return).
     """
@@ -53,9 +55,13 @@ def _single_student(spec: dict, labels: list[str], *, seed: int, attn: str | Non
     tokenizer = load_tokenizer(cfg.get("tokenizer", "builtin:minilm-l6"))
     torch.manual_seed(seed)
     config = BertConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg.get("hidden_size", 128),
-        num_hidden_layers=cfg.get("num_layers", 2), num_attention_heads=cfg.get("num_heads", 2),
-        intermediate_size=cfg.get("intermediate_size", 512), max_position_embeddings=512, **label_maps(labels),
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.get("hidden_size", 128),
+        num_hidden_layers=cfg.get("num_layers", 2),
+        num_attention_heads=cfg.get("num_heads", 2),
+        intermediate_size=cfg.get("intermediate_size", 512),
+        max_position_embeddings=512,
+        **label_maps(labels),
     )
     kwargs = {"attn_implementation": attn} if attn else {}
     return AutoModelForSequenceClassification.from_config(config, **kwargs), tokenizer

@@ -15,12 +15,24 @@ from kdpipe.methods.registry import TEACHER_OBJECTIVES, complete_args, get_metho
 from kdpipe.plan.checks import Checks
 from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
 from kdpipe.plan.layers import Layers
-from kdpipe.plan.paths import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, STUDENT, TEACHER
+from kdpipe.plan.paths import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, SIGNALS_ROOT, STUDENT, TEACHER
 from kdpipe.plan.slices import Slices
 from kdpipe.signals.catalog import signal_files
 
-__all__ = ["COTRAINED", "DATA", "EVAL", "LOGS", "PROTOTYPES", "REPORT", "SIGNALS", "STUDENT", "TEACHER", "Plan",
-           "Student"]
+__all__ = [
+    "COTRAINED",
+    "DATA",
+    "EVAL",
+    "LOGS",
+    "PROTOTYPES",
+    "REPORT",
+    "SIGNALS",
+    "SIGNALS_ROOT",
+    "STUDENT",
+    "TEACHER",
+    "Plan",
+    "Student",
+]
 
 
 class Plan(Checks, Layers, Slices):
@@ -30,8 +42,8 @@ class Plan(Checks, Layers, Slices):
         self.schema = schema
         self.dataset = config["dataset"]["name"]
         self.teachers: dict[str, dict] = {}
-        self.ensembles: dict[str, list[str]] = {}     # ensemble name -> member teacher names
-        self.teacher_entries = list(config.get("teachers") or {})   # names as written (ensembles unexpanded)
+        self.ensembles: dict[str, list[str]] = {}  # ensemble name -> member teacher names
+        self.teacher_entries = list(config.get("teachers") or {})  # names as written (ensembles unexpanded)
         for name, spec in (config.get("teachers") or {}).items():
             merged = {**config.get("teacher_defaults", {}), **(spec or {})}
             _complete_objective_args(merged, f"teachers.{name}")
@@ -53,8 +65,7 @@ class Plan(Checks, Layers, Slices):
             for base, domain in self._per_domain(entry, merged):
                 for seed in seeds:
                     name = base if len(seeds) == 1 else f"{base}.seed{seed}"
-                    self.students[name] = Student(name, base, int(seed), {**merged, **domain, "seed": int(seed)},
-                                                  entry)
+                    self.students[name] = Student(name, base, int(seed), {**merged, **domain, "seed": int(seed)}, entry)
         # A two-stage method (Meta-KD) runs its first stage as a job of its own, "<student>.stage1", not evaluated
         self.first_stages: dict[str, str] = {}
         for name, student in list(self.students.items()):
@@ -64,8 +75,11 @@ class Plan(Checks, Layers, Slices):
                 self.students[first.name], self.students[name] = first, second
                 self.first_stages[first.name] = name
         # ProKT students train a teacher of their own; it is evaluated as the model "<student>.teacher"
-        self.cotrained = {f"{name}.teacher": name for name, s in self.students.items()
-                          if get_method(s.config.get("method", "")).stage == "cotrain"}
+        self.cotrained = {
+            f"{name}.teacher": name
+            for name, s in self.students.items()
+            if get_method(s.config.get("method", "")).stage == "cotrain"
+        }
         self._check()
         # method_args: checked against the method's declaration and completed with its defaults
         for name, student in self.students.items():
@@ -85,8 +99,10 @@ class Plan(Checks, Layers, Slices):
         for domain in self.data_domains(f"students.{entry}.per_domain"):
             tag = re.sub(r"[^A-Za-z0-9_-]", "_", domain)
             if tag in tags:
-                raise KdpipeError(f"students.{entry}.per_domain: domains {tags[tag]!r} and {domain!r} give the same "
-                                  f"job name {entry}.{tag}; rename one")
+                raise KdpipeError(
+                    f"students.{entry}.per_domain: domains {tags[tag]!r} and {domain!r} give the same "
+                    f"job name {entry}.{tag}; rename one"
+                )
             tags[tag] = domain
         return [(f"{entry}.{tag}", {"domain": domain}) for tag, domain in tags.items()]
 
@@ -94,6 +110,7 @@ class Plan(Checks, Layers, Slices):
         """The domains of the dataset, read from its source file(s) when the DAG is built (only for per_domain)."""
         if self._domains is None:
             from kdpipe.data.prepare import source_domains
+
             self._domains = source_domains(self.config["dataset"], where)
         return self._domains
 
@@ -130,8 +147,12 @@ class Plan(Checks, Layers, Slices):
 
     def signal_files(self, student: str) -> list[str]:
         """The cached signal files a student's method reads (train split), for each of its teachers."""
-        return [path for teacher in self.student_teachers(student) for signal in self.student_signals(student)
-                for path in signal_files(signal, SIGNALS.format(teacher=teacher, split="train"))]
+        return [
+            path
+            for teacher in self.student_teachers(student)
+            for signal in self.student_signals(student)
+            for path in signal_files(signal, SIGNALS.format(teacher=teacher, split="train"))
+        ]
 
     def prototype_files(self, student: str) -> list[str]:
         """Meta-KD's prototype scores, for a student whose method reads them."""
@@ -171,4 +192,6 @@ def _complete_objective_args(merged: dict, where: str) -> None:
     """A teacher objective's arguments checked and completed with their declared defaults (in place)."""
     objective = TEACHER_OBJECTIVES.get(merged.get("objective", "ce"))
     if objective:
-        merged["objective_args"] = complete_args(objective.args, merged.get("objective_args"), f"{where}.objective_args")
+        merged["objective_args"] = complete_args(
+            objective.args, merged.get("objective_args"), f"{where}.objective_args"
+        )

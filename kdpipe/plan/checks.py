@@ -29,45 +29,57 @@ class Checks:
             method = get_method(student.config.get("method", ""))
             for teacher in self.student_teachers(student.name):
                 if teacher not in self.teachers:
-                    raise KdpipeError(f"{where}.teachers: unknown teacher {teacher!r}; teachers are "
-                                      f"{sorted(self.teachers)}")
+                    raise KdpipeError(
+                        f"{where}.teachers: unknown teacher {teacher!r}; teachers are {sorted(self.teachers)}"
+                    )
             self._check_explicit_overlap(student, method.teacher_classes, where)
             self._check_heads(student, method, where)
             self._check_stage(student, method, where)
 
     def _check_stage(self, student: Student, method, where: str) -> None:
         if method.internal and student.name not in self.first_stages:
-            raise KdpipeError(f"{where}.method: {method.name!r} is the first stage of another method, run by the "
-                              "plan (e.g. meta_kd); name that method instead")
+            raise KdpipeError(
+                f"{where}.method: {method.name!r} is the first stage of another method, run by the "
+                "plan (e.g. meta_kd); name that method instead"
+            )
         if method.teacher_objective:
             for teacher in self.student_teachers(student.name):
                 objective = self.teachers[teacher].get("objective", "ce")
                 if objective != method.teacher_objective:
-                    raise KdpipeError(f"{where}: method {student.config['method']!r} distils teachers trained with "
-                                      f"objective: {method.teacher_objective}; teacher {teacher!r} has objective: "
-                                      f"{objective}")
+                    raise KdpipeError(
+                        f"{where}: method {student.config['method']!r} distils teachers trained with "
+                        f"objective: {method.teacher_objective}; teacher {teacher!r} has objective: "
+                        f"{objective}"
+                    )
         if "attentions" in method.signals:
-            self.attention_feature(student.name)                       # checks attention_heads
+            self.attention_feature(student.name)  # checks attention_heads
         if method.stage == "cotrain" and student.config.get("teachers"):
-            raise KdpipeError(f"{where}.teachers: method {method.name!r} trains its own teacher from "
-                              "method_args.backbone; remove `teachers`")
-        if student.config["model"].get("type") == "bilstm":
-            if "hidden" in method.signals or method.multihead:
-                raise KdpipeError(f"{where}.model: a BiLSTM student has no transformer layers or heads; method "
-                                  f"{method.name!r} needs them (use a logit-level method: vanilla_kd, uhc, muki, "
-                                  "dynamic_data, dynamic_teacher, prokt)")
+            raise KdpipeError(
+                f"{where}.teachers: method {method.name!r} trains its own teacher from "
+                "method_args.backbone; remove `teachers`"
+            )
+        if student.config["model"].get("type") == "bilstm" and ("hidden" in method.signals or method.multihead):
+            raise KdpipeError(
+                f"{where}.model: a BiLSTM student has no transformer layers or heads; method "
+                f"{method.name!r} needs them (use a logit-level method: vanilla_kd, uhc, muki, "
+                "dynamic_data, dynamic_teacher, prokt)"
+            )
 
     def _check_heads(self, student: Student, method, where: str) -> None:
         heads = student.config["model"].get("heads")
         if method.multihead and not heads:
-            raise KdpipeError(f"{where}: method {method.name!r} trains a multi-head student; set model.heads, "
-                              "e.g. {count: 4, layers: 1}")
+            raise KdpipeError(
+                f"{where}: method {method.name!r} trains a multi-head student; set model.heads, "
+                "e.g. {count: 4, layers: 1}"
+            )
         if heads and not method.multihead:
             raise KdpipeError(f"{where}.model.heads: method {method.name!r} trains a single-head student")
         members = len(self.student_teachers(student.name))
         if heads and int(heads.get("count", 0)) > members:
-            raise KdpipeError(f"{where}.model.heads.count: {heads.get('count')} heads for {members} teachers; "
-                              "Hydra needs at most one head per ensemble member (M <= N)")
+            raise KdpipeError(
+                f"{where}.model.heads.count: {heads.get('count')} heads for {members} teachers; "
+                "Hydra needs at most one head per ensemble member (M <= N)"
+            )
 
     def _check_explicit_overlap(self, student: Student, policy: str, where: str) -> None:
         """Overlap of explicitly listed classes is visible before any data is read; catch it at once."""
@@ -80,7 +92,9 @@ class Checks:
                 continue
             for c in classes:
                 if c in owner:
-                    raise KdpipeError(f"{where}: teachers {owner[c]!r} and {teacher!r} both cover class {c!r}, but "
-                                      f"method {student.config['method']!r} needs {policy.replace('_', ' ')} "
-                                      "class subsets")
+                    raise KdpipeError(
+                        f"{where}: teachers {owner[c]!r} and {teacher!r} both cover class {c!r}, but "
+                        f"method {student.config['method']!r} needs {policy.replace('_', ' ')} "
+                        "class subsets"
+                    )
                 owner[c] = teacher

@@ -6,19 +6,18 @@ import re
 from dataclasses import dataclass
 
 from kdpipe.core.store import KdpipeError
-
 from kdpipe.plan.paths import STUDENT
 
-NAME = re.compile(r"^[A-Za-z0-9_-]+$")   # teacher and student names (they become file and job names)
+NAME = re.compile(r"^[A-Za-z0-9_-]+$")  # teacher and student names (they become file and job names)
 
 
 @dataclass
 class Student:
-    name: str          # job name: the base name, or "<base>.seed<N>" when the student has several seeds
-    base: str          # the entry's name, or "<entry>.<domain>" for one of a per_domain entry's students
+    name: str  # job name: the base name, or "<base>.seed<N>" when the student has several seeds
+    base: str  # the entry's name, or "<entry>.<domain>" for one of a per_domain entry's students
     seed: int
-    config: dict       # student_defaults merged with the student's own keys (without "seeds", "per_domain")
-    entry: str = ""    # the name as written under `students`
+    config: dict  # student_defaults merged with the student's own keys (without "seeds", "per_domain")
+    entry: str = ""  # the name as written under `students`
 
 
 # Teacher keys added after the first teachers were cached, with the value that means "as before".
@@ -35,11 +34,20 @@ def split_stages(student: Student, first_stage: str) -> tuple[Student, Student]:
     stage1 = dict(args.pop("stage1", None) or {})
     settings = {k: stage1.pop(k) for k in STAGE_SETTINGS if k in stage1}
     first_name = f"{student.name}.stage1"
-    first = Student(first_name, student.base, student.seed,
-                    {**student.config, **settings, "method": first_stage, "method_args": stage1}, student.entry)
-    second = Student(student.name, student.base, student.seed,
-                     {**student.config, "method_args": args,
-                      "model": {"init": {"from": STUDENT.format(student=first_name)}}}, student.entry)
+    first = Student(
+        first_name,
+        student.base,
+        student.seed,
+        {**student.config, **settings, "method": first_stage, "method_args": stage1},
+        student.entry,
+    )
+    second = Student(
+        student.name,
+        student.base,
+        student.seed,
+        {**student.config, "method_args": args, "model": {"init": {"from": STUDENT.format(student=first_name)}}},
+        student.entry,
+    )
     return first, second
 
 

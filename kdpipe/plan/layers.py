@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.registry import get_method
-from kdpipe.models.backbones import num_heads, num_layers, strided_alignment, student_heads, student_layers, uniform_alignment
+from kdpipe.models.backbones import (
+    num_heads,
+    num_layers,
+    strided_alignment,
+    student_heads,
+    student_layers,
+    uniform_alignment,
+)
 
 
 class Layers:
@@ -26,14 +33,16 @@ class Layers:
         mine = student_heads(config["model"])
         theirs = {num_heads(self.teachers[t]["backbone"]) for t in self.student_teachers(student)}
         if mode == "per_head" and theirs != {mine}:
-            raise KdpipeError(f"{where}: per_head, but the student has {mine} heads and its teachers "
-                              f"{sorted(theirs)}; use mean or auto")
+            raise KdpipeError(
+                f"{where}: per_head, but the student has {mine} heads and its teachers "
+                f"{sorted(theirs)}; use mean or auto"
+            )
         return "attentions" if mode == "per_head" or (mode == "auto" and theirs == {mine}) else "attentions_mean"
 
     def alignment(self, student: str) -> dict[str, list[list[int]]] | None:
         """For methods reading teacher hidden states: per teacher, the (student, teacher) hidden-state index pairs.
 
-        ``strided`` (DFA, METHODS.md §1): ``method_args.align_number`` pairs from the last layer backwards;
+        ``strided`` (DFA, docs/methods.md §1): ``method_args.align_number`` pairs from the last layer backwards;
         ``uniform`` (Dynamic KD, §2c): student state l with teacher state l·k for l = 0..L_s, embeddings included.
         """
         config = self.students[student].config
@@ -42,11 +51,15 @@ class Layers:
             return None
         n_student = student_layers(config["model"])
         if method.alignment == "uniform":
-            return {t: [list(pair) for pair in uniform_alignment(self.teacher_layers(t), n_student)]
-                    for t in self.student_teachers(student)}
+            return {
+                t: [list(pair) for pair in uniform_alignment(self.teacher_layers(t), n_student)]
+                for t in self.student_teachers(student)
+            }
         count = (config.get("method_args") or {}).get("align_number", -1)
-        return {t: [list(pair) for pair in strided_alignment(self.teacher_layers(t), n_student, count)]
-                for t in self.student_teachers(student)}
+        return {
+            t: [list(pair) for pair in strided_alignment(self.teacher_layers(t), n_student, count)]
+            for t in self.student_teachers(student)
+        }
 
     def feature_layers(self, teacher: str, feature: str = "hidden") -> list[int]:
         """The layers of ``teacher`` any student needs in a feature dump (which keeps only these): hidden-state

@@ -2,10 +2,13 @@
 
 DATA = "results/data/{dataset}"
 TEACHER = "results/teachers/{teacher}"
-SIGNALS = "results/signals/{teacher}/{split}"
+SIGNALS_ROOT = "results/signals"
+SIGNALS = SIGNALS_ROOT + "/{teacher}/{split}"
 STUDENT = "results/students/{student}"
-COTRAINED = "results/cotrained/{student}"     # ProKT's teacher, trained with the student (evaluated as "<student>.teacher")
-PROTOTYPES = "results/prototypes/train.parquet"   # Meta-KD's prototype scores of the train rows (+ train.json)
+COTRAINED = (
+    "results/cotrained/{student}"  # ProKT's teacher, trained with the student (evaluated as "<student>.teacher")
+)
+PROTOTYPES = "results/prototypes/train.parquet"  # Meta-KD's prototype scores of the train rows (+ train.json)
 EVAL = "results/eval/{model}/{split}"
 REPORT = "results/report"
 LOGS = "results/logs"

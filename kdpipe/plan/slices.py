@@ -50,8 +50,11 @@ class Slices:
         """The student's settings with its complete method_args, its teachers, what the registry says of its method
         (so the distill stage need not import the registry), and the layer alignment a feature method needs."""
         method = get_method(self.students[student].config["method"])
-        params = {**self.students[student].config, "teachers": self.student_teachers(student),
-                  "method_spec": method.job_spec()}
+        params = {
+            **self.students[student].config,
+            "teachers": self.student_teachers(student),
+            "method_spec": method.job_spec(),
+        }
         alignment = self.alignment(student)
         if alignment:
             params["alignment"] = alignment
@@ -63,19 +66,39 @@ class Slices:
         student = self.students.get(model)
         if model in self.cotrained:
             student = self.students[self.cotrained[model]]
-            return {"model": model, "base": f"{student.base}.teacher", "kind": "teacher", "method": "prokt",
-                    "seed": student.seed, "split": split, **without(self.config["evaluate"], "splits")}
+            return {
+                "model": model,
+                "base": f"{student.base}.teacher",
+                "kind": "teacher",
+                "method": "prokt",
+                "seed": student.seed,
+                "split": split,
+                **without(self.config["evaluate"], "splits"),
+            }
         if model in self.ensembles:
-            return {"model": model, "base": model, "kind": "ensemble", "method": None, "seed": None,
-                    "members": self.ensembles[model], "split": split, **without(self.config["evaluate"], "splits")}
+            return {
+                "model": model,
+                "base": model,
+                "kind": "ensemble",
+                "method": None,
+                "seed": None,
+                "members": self.ensembles[model],
+                "split": split,
+                **without(self.config["evaluate"], "splits"),
+            }
         domain = (student.config if student else self.teachers[model]).get("domain")
         group = {"group": student.entry} if student and student.base != student.entry else {}
-        return {"model": model, "base": student.base if student else model, **group,
-                "kind": "student" if student else "teacher",
-                "method": student.config["method"] if student else None,
-                "seed": student.seed if student else self.teachers[model].get("seed"),
-                "split": split, **without(self.config["evaluate"], "splits"),
-                **({"domain": domain} if domain else {})}
+        return {
+            "model": model,
+            "base": student.base if student else model,
+            **group,
+            "kind": "student" if student else "teacher",
+            "method": student.config["method"] if student else None,
+            "seed": student.seed if student else self.teachers[model].get("seed"),
+            "split": split,
+            **without(self.config["evaluate"], "splits"),
+            **({"domain": domain} if domain else {}),
+        }
 
     # ---- the kdpipe modules a job imports by name, added to its code fingerprint (docs/caching-and-reruns.md)
     def teacher_modules(self, teacher: str) -> list[str]:

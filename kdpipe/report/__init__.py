@@ -6,13 +6,12 @@ are summarised by their mean and sample standard deviation (ddof=1), because see
 difference between methods has to beat. Reliability diagrams pool the seeds' bins (count-weighted), which is the
 diagram of all their predictions together; their titles show the mean ECE of the table, so numbers agree.
 
-Evaluations may carry an uncertainty split (METHODS.md §3): mean total, aleatoric and epistemic uncertainty and
+Evaluations may carry an uncertainty split (docs/methods.md §3): mean total, aleatoric and epistemic uncertainty and
 histograms of their per-example values. Each run's histograms are compared with those of its reference ensemble
 (kind "ensemble", same split and classes) by total variation distance; the seeds' distances are then averaged like
 any metric, and uncertainty.png draws the seeds' pooled histograms. Older evaluations without these fields get blank
 cells.
 """
-
 
 from __future__ import annotations
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
 from kdpipe.report.summary import UNCERTAINTY_COLUMNS
-
 
 MARKDOWN_HEADER = (
     "model", "kind", "method", "classes", "seeds", "params",
@@ -46,7 +43,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
 
 
 def _domain_markdown(split: str, table: pd.DataFrame) -> str:
-    """Accuracy on each domain's rows (METHODS.md §4): models of all domains beside the per-domain students, the
+    """Accuracy on each domain's rows (docs/methods.md §4): models of all domains beside the per-domain students, the
     students of one ``per_domain`` entry (its ``group``) on one row, each in its own domain's column."""
     table = table[table["per_domain"].notna()]
     domains = sorted(set().union(*table["per_domain"]))
@@ -54,20 +51,31 @@ def _domain_markdown(split: str, table: pd.DataFrame) -> str:
     for row in table.itertuples(index=False):
         name = row.model if pd.isna(row.group) else row.group
         trained = "each domain" if not pd.isna(row.group) else "all domains" if pd.isna(row.domain) else row.domain
-        cells = rows.setdefault((name, row.kind, text(row.method)),
-                                {"trained": trained, "seeds": row.seeds, "accuracy": {}})
+        cells = rows.setdefault(
+            (name, row.kind, text(row.method)), {"trained": trained, "seeds": row.seeds, "accuracy": {}}
+        )
         cells["accuracy"].update(row.per_domain)
     header = ("model", "kind", "method", "trained on", "seeds", *domains, "mean over domains")
     lines = []
     for (name, kind, method), cells in rows.items():
         accuracy = cells["accuracy"]
         mean = np.mean([accuracy[d][0] for d in domains]) if set(domains) <= set(accuracy) else np.nan
-        lines.append([name, kind, method, cells["trained"], str(cells["seeds"]),
-                      *(format_mean_std(*accuracy[d], 1, scale=100) if d in accuracy else "" for d in domains),
-                      format_mean_std(mean, np.nan, 1, scale=100)])
-    return (f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain (mean ± std over "
-            "seeds); a per-domain student is evaluated on its own domain only. The last column is the unweighted "
-            f"mean of the domains' accuracies.\n\n{_markdown_table(header, lines)}\n")
+        lines.append(
+            [
+                name,
+                kind,
+                method,
+                cells["trained"],
+                str(cells["seeds"]),
+                *(format_mean_std(*accuracy[d], 1, scale=100) if d in accuracy else "" for d in domains),
+                format_mean_std(mean, np.nan, 1, scale=100),
+            ]
+        )
+    return (
+        f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain (mean ± std over "
+        "seeds); a per-domain student is evaluated on its own domain only. The last column is the unweighted "
+        f"mean of the domains' accuracies.\n\n{_markdown_table(header, lines)}\n"
+    )
 
 
 def _markdown_row(row, uncertainty: bool, inference: bool) -> list[str]:

@@ -11,7 +11,6 @@ from kdpipe.core.store import atomic_path
 from kdpipe.report.markdown import format_mean_std, text
 from kdpipe.report.summary import UNCERTAINTY_PARTS
 
-
 TEACHER_HATCH = "///"
 ACCURACY_BAR_COLOUR, GAP_COLOUR = "#7FA7D6", "#C44E52"
 METRIC_COLOURS = {"accuracy": "#4C72B0", "macro_f1": "#DD8452", "ece": "#55A868", "nll": "#8172B3"}

@@ -11,7 +11,6 @@ import pandas as pd
 from kdpipe.core.store import KdpipeError, read_json
 from kdpipe.evaluation.metrics import total_variation
 
-
 REQUIRED_FIELDS = ("model", "base", "kind", "method", "seed", "split", "params", "train_time_s", "classes", "metrics")
 REQUIRED_METRICS = ("accuracy", "macro_f1", "nll", "ece", "brier", "reliability")
 REQUIRED_BINS = ("bin_edges", "count", "confidence", "accuracy")
@@ -60,15 +59,26 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
     runs = pd.DataFrame(
         [
             {
-                "source": r["source"], "model": r["model"], "base": r["base"], "kind": r["kind"],
-                "method": r["method"], "domain": r.get("domain"), "group": r.get("group"),
+                "source": r["source"],
+                "model": r["model"],
+                "base": r["base"],
+                "kind": r["kind"],
+                "method": r["method"],
+                "domain": r.get("domain"),
+                "group": r.get("group"),
                 "per_domain": r["metrics"].get("per_domain"),
-                "split": r["split"], "n_classes": len(r["classes"]),
-                "class_names": tuple(r["classes"]), "reference": r.get("reference"),
-                "params": r["params"], "members": r.get("members"), "train_time_s": r["train_time_s"],
+                "split": r["split"],
+                "n_classes": len(r["classes"]),
+                "class_names": tuple(r["classes"]),
+                "reference": r.get("reference"),
+                "params": r["params"],
+                "members": r.get("members"),
+                "train_time_s": r["train_time_s"],
                 "inference_time_s": r.get("inference_time_s"),
-                **{m: r["metrics"][m] for m in TABLE_METRICS}, "reliability": r["metrics"]["reliability"],
-                **_uncertainty_means(r["metrics"].get("uncertainty")), "uncertainty": r["metrics"].get("uncertainty"),
+                **{m: r["metrics"][m] for m in TABLE_METRICS},
+                "reliability": r["metrics"]["reliability"],
+                **_uncertainty_means(r["metrics"].get("uncertainty")),
+                "uncertainty": r["metrics"].get("uncertainty"),
             }  # fmt: skip
             for r in records
         ]
@@ -148,13 +158,22 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
         first = group.iloc[0]
         rows.append(
             {
-                "split": split, "model": base, "kind": first["kind"], "method": first["method"],
-                "domain": first["domain"], "group": first["group"], "per_domain": _pool_domains(group),
-                "n_classes": first["n_classes"], "classes": f"{first['n_classes']}/{total_classes}",
-                "seeds": len(group), "params": first["params"], "members": first["members"],
+                "split": split,
+                "model": base,
+                "kind": first["kind"],
+                "method": first["method"],
+                "domain": first["domain"],
+                "group": first["group"],
+                "per_domain": _pool_domains(group),
+                "n_classes": first["n_classes"],
+                "classes": f"{first['n_classes']}/{total_classes}",
+                "seeds": len(group),
+                "params": first["params"],
+                "members": first["members"],
                 **{c: group[c].mean() for c in AVERAGED},
                 **{f"{c}_std": group[c].std(ddof=1) for c in AVERAGED},
-                "reliability": _pool_reliability(group), "uncertainty": _pool_uncertainty(group),
+                "reliability": _pool_reliability(group),
+                "uncertainty": _pool_uncertainty(group),
             }  # fmt: skip
         )
     summary = pd.DataFrame(rows)

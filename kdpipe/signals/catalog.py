@@ -16,10 +16,10 @@ from kdpipe.core.store import KdpipeError
 
 @dataclass(frozen=True)
 class Signal:
-    name: str                 # the signal's name everywhere: rule wildcard, CLI --signal, file stem
-    files: tuple[str, ...]    # its files in the signal folder, the manifest last
-    module: str               # the pass that computes it
-    shards: str               # the config section whose `shards` sets how many shard jobs it runs as
+    name: str  # the signal's name everywhere: rule wildcard, CLI --signal, file stem
+    files: tuple[str, ...]  # its files in the signal folder, the manifest last
+    module: str  # the pass that computes it
+    shards: str  # the config section whose `shards` sets how many shard jobs it runs as
     summary: str
 
     @property
@@ -27,20 +27,53 @@ class Signal:
         return self.files[-1]
 
 
-SIGNALS = {signal.name: signal for signal in (
-    Signal("logits", ("logits.parquet", "logits.json"), "kdpipe.signals.logits", "dump",
-           "eval-mode logits [N, C_teacher]"),
-    Signal("mc", ("mc.npy", "mc.parquet", "mc.json"), "kdpipe.signals.mc_dropout", "mc_dropout",
-           "MC-dropout mean probabilities [N, C_teacher] and per-row uncertainty scores"),
-    Signal("hidden", ("hidden.npy", "hidden.json"), "kdpipe.signals.features", "dump",
-           "hidden states of the aligned layers, float16 [N, L_sel, S, H]"),
-    Signal("attentions", ("attentions.npy", "attentions.json"), "kdpipe.signals.features", "dump",
-           "attention probabilities of the aligned layers, float16 [N, L_sel, heads, S, S]"),
-    Signal("attentions_mean", ("attentions_mean.npy", "attentions_mean.json"), "kdpipe.signals.features", "dump",
-           "attention probabilities averaged over heads, float16 [N, L_sel, S, S]"),
-    Signal("domain", ("domain.npy", "domain.parquet", "domain.json"), "kdpipe.methods.meta_kd.domain", "dump",
-           "a meta-teacher's domain representations [N, H] and domain-expertise weights (Meta-KD)"),
-)}
+SIGNALS = {
+    signal.name: signal
+    for signal in (
+        Signal(
+            "logits",
+            ("logits.parquet", "logits.json"),
+            "kdpipe.signals.logits",
+            "dump",
+            "eval-mode logits [N, C_teacher]",
+        ),
+        Signal(
+            "mc",
+            ("mc.npy", "mc.parquet", "mc.json"),
+            "kdpipe.signals.mc_dropout",
+            "mc_dropout",
+            "MC-dropout mean probabilities [N, C_teacher] and per-row uncertainty scores",
+        ),
+        Signal(
+            "hidden",
+            ("hidden.npy", "hidden.json"),
+            "kdpipe.signals.features",
+            "dump",
+            "hidden states of the aligned layers, float16 [N, L_sel, S, H]",
+        ),
+        Signal(
+            "attentions",
+            ("attentions.npy", "attentions.json"),
+            "kdpipe.signals.features",
+            "dump",
+            "attention probabilities of the aligned layers, float16 [N, L_sel, heads, S, S]",
+        ),
+        Signal(
+            "attentions_mean",
+            ("attentions_mean.npy", "attentions_mean.json"),
+            "kdpipe.signals.features",
+            "dump",
+            "attention probabilities averaged over heads, float16 [N, L_sel, S, S]",
+        ),
+        Signal(
+            "domain",
+            ("domain.npy", "domain.parquet", "domain.json"),
+            "kdpipe.methods.meta_kd.domain",
+            "dump",
+            "a meta-teacher's domain representations [N, H] and domain-expertise weights (Meta-KD)",
+        ),
+    )
+}
 
 # The signals a feature dump writes: the layers they keep depend on the students that read them.
 FEATURES = ("hidden", "attentions", "attentions_mean")

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 from numpy.lib.format import open_memmap
 
-from kdpipe.data.batching import WHOLE, model_inputs
 from kdpipe.core.device import autocast, pick_device
 from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, make_manifest, write_json
+from kdpipe.data.batching import WHOLE, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.shards import gather_array, shard_rows
@@ -52,36 +52,53 @@ def _selected(outputs, feature: str, layers: list[int]) -> torch.Tensor:
     states = outputs.hidden_states if feature == "hidden" else outputs.attentions
     needed = max(layers) + 1 if feature == "hidden" else max(layers)
     if not states or len(states) < needed:
-        raise ArtifactError(f"the model returned {len(states or ())} {feature} tensors, {needed} needed "
-                            "(attentions need attn_implementation='eager')")
+        raise ArtifactError(
+            f"the model returned {len(states or ())} {feature} tensors, {needed} needed "
+            "(attentions need attn_implementation='eager')"
+        )
     pick = [states[l] if feature == "hidden" else states[l - 1] for l in layers]
     stacked = torch.stack(pick, 1)
     return stacked.float().mean(2) if feature == "attentions_mean" else stacked
 
 
 @torch.inference_mode()
-def dump_feature(model, encoded, feature: str, layers: list[int], out_npy: Path, *, batch_size: int,
-                 device: torch.device, max_length: int, shard: tuple[int, int] = WHOLE) -> np.ndarray:
+def dump_feature(
+    model,
+    encoded,
+    feature: str,
+    layers: list[int],
+    out_npy: Path,
+    *,
+    batch_size: int,
+    device: torch.device,
+    max_length: int,
+    shard: tuple[int, int] = WHOLE,
+) -> np.ndarray:
     """Write the feature of the shard's rows (all rows by default), in split order, to ``out_npy``; returns those
     row positions."""
     rows = shard_rows(pass_batches(encoded, batch_size, shard))
     position = np.full(len(encoded), -1, dtype=np.int64)
     position[rows] = np.arange(len(rows))
     shape = feature_shape(model.config, feature, len(rows), layers, max_length)
-    ensure_disk_space(out_npy, 2 * int(np.prod(shape)), f"the {feature} dump ({len(rows)} rows x "
-                      f"{bytes_per_example(model.config, feature, layers, max_length):,} bytes)")
+    ensure_disk_space(
+        out_npy,
+        2 * int(np.prod(shape)),
+        f"the {feature} dump ({len(rows)} rows x "
+        f"{bytes_per_example(model.config, feature, layers, max_length):,} bytes)",
+    )
     array = open_memmap(out_npy, mode="w+", dtype=np.float16, shape=shape)
     model.eval()
     for batch in iterate(encoded, batch_size, device, desc=f"dump {feature}", shard=shard):
         with autocast(device):
-            outputs = model(**model_inputs(batch), output_hidden_states=feature == "hidden",
-                            output_attentions=feature != "hidden")
+            outputs = model(
+                **model_inputs(batch), output_hidden_states=feature == "hidden", output_attentions=feature != "hidden"
+            )
         values = _selected(outputs, feature, layers)
         # zero every position past a row's own length, so the dump does not depend on its batch's padding
         mask = batch["attention_mask"].to(values.dtype)
         if feature == "hidden":
             values = values * mask[:, None, :, None]
-        else:                                       # [B, L, (heads,) S, S]: zero rows and columns past the length
+        else:  # [B, L, (heads,) S, S]: zero rows and columns past the length
             square = mask[:, :, None] * mask[:, None, :]
             values = values * square.view(square.shape[0], 1, *(1,) * (values.dim() - 4), *square.shape[1:])
         values = values.to(torch.float16).cpu().numpy()
@@ -100,15 +117,29 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
     (rows, manifest fields)."""
     feature, layers = params["signal"], list(params["layers"])
     device = pick_device()
-    teacher = open_teacher(teacher_dir, data_dir, params["split"],
-                           attn="eager" if feature.startswith("attentions") else None)
+    teacher = open_teacher(
+        teacher_dir, data_dir, params["split"], attn="eager" if feature.startswith("attentions") else None
+    )
     teacher.model.to(device)
     max_length = int(teacher.encoded.lengths.max())
-    rows = dump_feature(teacher.model, teacher.encoded, feature, layers, part / f"{feature}.npy",
-                        batch_size=params["batch_size"], device=device, max_length=max_length, shard=shard)
-    meta = {"rows": len(teacher.encoded), "labels": teacher.labels, "layers": layers,
-            "lengths": teacher.encoded.lengths.tolist(),
-            "bytes_per_example": bytes_per_example(teacher.model.config, feature, layers, max_length)}
+    rows = dump_feature(
+        teacher.model,
+        teacher.encoded,
+        feature,
+        layers,
+        part / f"{feature}.npy",
+        batch_size=params["batch_size"],
+        device=device,
+        max_length=max_length,
+        shard=shard,
+    )
+    meta = {
+        "rows": len(teacher.encoded),
+        "labels": teacher.labels,
+        "layers": layers,
+        "lengths": teacher.encoded.lengths.tolist(),
+        "bytes_per_example": bytes_per_example(teacher.model.config, feature, layers, max_length),
+    }
     return rows, meta
 
 
@@ -116,8 +147,11 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     """``<feature>.npy`` + its manifest in ``out_dir`` from the parts of every shard (memory flat in N)."""
     feature = params["signal"]
     data_file, manifest_file = (out_dir / name for name in SIGNALS[feature].files)
-    ensure_disk_space(data_file, meta["rows"] * meta["bytes_per_example"],
-                      f"the gathered {feature} dump ({meta['rows']} rows x {meta['bytes_per_example']:,} bytes)")
+    ensure_disk_space(
+        data_file,
+        meta["rows"] * meta["bytes_per_example"],
+        f"the gathered {feature} dump ({meta['rows']} rows x {meta['bytes_per_example']:,} bytes)",
+    )
     with atomic_path(data_file) as tmp:
         gather_array(parts, feature, meta["rows"], out=tmp)
     manifest = make_manifest(feature, config=params, split=params["split"], **meta)

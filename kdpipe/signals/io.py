@@ -8,11 +8,13 @@ Files:
 - ``logits.parquet`` (row_id, logits: list<float32>[C_teacher]) + ``logits.json``: eval-mode logits;
 - ``mc.npy`` (float32 [N, C_teacher], MC-dropout mean probabilities) + ``mc.parquet`` (row_id, entropy,
   certainty, max_prob, variance) + ``mc.json``;
-- ``hidden.npy`` / ``attentions.npy`` / ``attentions_mean.npy`` (float16, see ``kdpipe.signals.features``) + their ``.json``;
+- ``hidden.npy`` / ``attentions.npy`` / ``attentions_mean.npy`` (float16, see ``kdpipe.signals.features``) + their
+``.json``;
 - ``domain.npy`` (float16 [N, H], a meta-teacher's domain representation) + ``domain.parquet`` (row_id, p_gold,
   expertise) + ``domain.json`` (``kdpipe.methods.meta_kd.domain``).
 
-Beside the teachers' signals, the prototype scores of the train split (``kdpipe.methods.meta_kd.prototypes``: row_id, domain,
+Beside the teachers' signals, the prototype scores of the train split (``kdpipe.methods.meta_kd.prototypes``:
+row_id, domain,
 label, score) + their ``.json``.
 """
 
@@ -42,17 +44,23 @@ def write_logits(path: Path, row_ids: np.ndarray, logits: np.ndarray) -> None:
 
 def _check_rows(path: Path, manifest: dict, row_ids: np.ndarray, file_rows: int) -> None:
     if file_rows != manifest["rows"]:
-        raise ArtifactError(f"{path}: holds {file_rows} rows but its manifest {manifest_path(path)} says "
-                            f"{manifest['rows']}: the file is truncated or was replaced; rebuild it")
+        raise ArtifactError(
+            f"{path}: holds {file_rows} rows but its manifest {manifest_path(path)} says "
+            f"{manifest['rows']}: the file is truncated or was replaced; rebuild it"
+        )
     if manifest["rows"] != len(row_ids):
-        raise ArtifactError(f"{path}: made for {manifest['rows']} rows of split '{manifest.get('split')}', but the "
-                            f"data split has {len(row_ids)} rows: rebuild the teacher's signals")
+        raise ArtifactError(
+            f"{path}: made for {manifest['rows']} rows of split '{manifest.get('split')}', but the "
+            f"data split has {len(row_ids)} rows: rebuild the teacher's signals"
+        )
 
 
 def _check_labels(path: Path, manifest: dict, width: int, labels: list[str] | None) -> None:
     if len(manifest["labels"]) != width:
-        raise ArtifactError(f"{path}: has {width} classes per row but its manifest lists {len(manifest['labels'])} "
-                            f"labels {manifest['labels']}")
+        raise ArtifactError(
+            f"{path}: has {width} classes per row but its manifest lists {len(manifest['labels'])} "
+            f"labels {manifest['labels']}"
+        )
     if labels is not None and manifest["labels"] != list(labels):
         raise ArtifactError(f"{path}: label list {manifest['labels']} differs from the expected {list(labels)}")
 
@@ -109,12 +117,14 @@ def read_table(path: str | Path, row_ids: np.ndarray, kind: str) -> pd.DataFrame
 
 
 def read_prototype_scores(path: str | Path, row_ids: np.ndarray) -> np.ndarray:
-    """Meta-KD's prototype scores t [N] (float32) of the train rows ``row_ids`` (``kdpipe.methods.meta_kd.prototypes``)."""
+    """Meta-KD's prototype scores t [N] (float32) of the train rows ``row_ids``
+    (``kdpipe.methods.meta_kd.prototypes``)."""
     return read_table(path, row_ids, "prototypes")["score"].to_numpy(dtype=np.float32)
 
 
 def read_domain(npy_path: str | Path, row_ids: np.ndarray):
-    """A meta-teacher's domain signals (``kdpipe.methods.meta_kd.domain``): the memory-mapped domain representations [N, H]
+    """A meta-teacher's domain signals (``kdpipe.methods.meta_kd.domain``): the memory-mapped domain
+    representations [N, H]
     (float16), the expertise weights [N] (float32) and the manifest, checked."""
     npy_path = Path(npy_path)
     manifest = read_manifest(manifest_path(npy_path), kind="domain")

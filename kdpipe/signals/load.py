@@ -17,8 +17,9 @@ from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.io import read_domain, read_features, read_logits, read_mc
 
 
-def load_signals(names: tuple[str, ...], signal_dir: Path, row_ids, device: torch.device,
-                 attention_feature: str = "attentions") -> dict:
+def load_signals(
+    names: tuple[str, ...], signal_dir: Path, row_ids, device: torch.device, attention_feature: str = "attentions"
+) -> dict:
     """The cached signals ``names`` of one teacher on the train split, checked, as tensors on ``device`` (the large
     token-level dumps stay memory-mapped)."""
     out = {}
@@ -27,8 +28,11 @@ def load_signals(names: tuple[str, ...], signal_dir: Path, row_ids, device: torc
         out.update(logits=torch.tensor(logits, device=device), labels=labels)
     if "mc" in names:
         probs, scores = read_mc(signal_dir / SIGNALS["mc"].files[0], row_ids, out.get("labels"))
-        out.update(mc=torch.tensor(np.asarray(probs), device=device), mc_scores=scores,
-                   certainty=torch.tensor(scores["certainty"].to_numpy(), device=device))
+        out.update(
+            mc=torch.tensor(np.asarray(probs), device=device),
+            mc_scores=scores,
+            certainty=torch.tensor(scores["certainty"].to_numpy(), device=device),
+        )
         out.setdefault("labels", json.loads((signal_dir / SIGNALS["mc"].manifest).read_text())["labels"])
     for name, file in (("hidden", "hidden"), ("attentions", attention_feature)):
         if name in names:
@@ -56,7 +60,7 @@ def subset_signals(signals: dict, positions: np.ndarray) -> dict:
         elif name.endswith("_lengths"):
             out[name] = np.asarray(value)[positions].tolist()
         else:
-            out[name] = value                                   # labels, layer lists
+            out[name] = value  # labels, layer lists
     return out
 
 

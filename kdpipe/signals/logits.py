@@ -24,8 +24,14 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
     device = pick_device()
     teacher = open_teacher(teacher_dir, data_dir, params["split"])
     teacher.model.to(device)
-    logits = predict_logits(teacher.model, teacher.encoded, batch_size=params["batch_size"], device=device,
-                            desc=f"logits {params['split']}", shard=shard)
+    logits = predict_logits(
+        teacher.model,
+        teacher.encoded,
+        batch_size=params["batch_size"],
+        device=device,
+        desc=f"logits {params['split']}",
+        shard=shard,
+    )
     rows = shard_rows(pass_batches(teacher.encoded, params["batch_size"], shard))
     np.save(part / "row_id.npy", teacher.encoded.row_ids[rows])
     np.save(part / "logits.npy", logits[rows])

@@ -27,12 +27,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.core.device import autocast, pick_device
+from kdpipe.core.store import atomic_path, make_manifest, write_json
+from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.shards import gather_array, shard_rows
-from kdpipe.core.store import atomic_path, make_manifest, write_json
 from kdpipe.signals.teacher import open_teacher
 
 SCORES = ("entropy", "certainty", "max_prob", "variance")
@@ -56,8 +56,9 @@ def batch_seed(seed: int, first_row_id: int) -> int:
 
 
 @torch.inference_mode()
-def mc_dropout_samples(model: nn.Module, batch: dict, *, samples: int, seed: int, max_batch_rows: int,
-                       device: torch.device) -> torch.Tensor:
+def mc_dropout_samples(
+    model: nn.Module, batch: dict, *, samples: int, seed: int, max_batch_rows: int, device: torch.device
+) -> torch.Tensor:
     """Softmax probabilities of ``samples`` dropout-on passes over one batch: [T, B, C] float32."""
     inputs = model_inputs(batch)
     rows, width = inputs["input_ids"].shape
@@ -81,12 +82,27 @@ def summarise(samples: torch.Tensor) -> dict[str, torch.Tensor]:
     classes = mean.shape[-1]
     entropy = -(mean * torch.log(mean.clamp_min(1e-12))).sum(-1)
     norm_entropy = entropy / math.log(classes) if classes > 1 else torch.zeros_like(entropy)
-    return {"mean": mean, "entropy": norm_entropy, "certainty": 1.0 - norm_entropy,
-            "max_prob": mean.max(-1).values, "variance": samples.var(0, unbiased=False).mean(-1)}
+    return {
+        "mean": mean,
+        "entropy": norm_entropy,
+        "certainty": 1.0 - norm_entropy,
+        "max_prob": mean.max(-1).values,
+        "variance": samples.var(0, unbiased=False).mean(-1),
+    }
 
 
-def mc_dropout(model: nn.Module, encoded: Encoded, *, samples: int, seed: int, batch_size: int,
-               max_batch_rows: int, device: torch.device, desc: str | None = None, shard: tuple[int, int] = WHOLE):
+def mc_dropout(
+    model: nn.Module,
+    encoded: Encoded,
+    *,
+    samples: int,
+    seed: int,
+    batch_size: int,
+    max_batch_rows: int,
+    device: torch.device,
+    desc: str | None = None,
+    shard: tuple[int, int] = WHOLE,
+):
     """Run MC-dropout over a split (or one shard of it: only its rows are filled); returns (mean probs [N, C],
     score DataFrame)."""
     model.to(device)
@@ -98,8 +114,9 @@ def mc_dropout(model: nn.Module, encoded: Encoded, *, samples: int, seed: int, b
     for batch in iterate(encoded, batch_size, device, desc, shard):
         index = batch["index"].cpu()
         batch["row_ids"] = row_ids[index]
-        summary = summarise(mc_dropout_samples(model, batch, samples=samples, seed=seed,
-                                               max_batch_rows=max_batch_rows, device=device))
+        summary = summarise(
+            mc_dropout_samples(model, batch, samples=samples, seed=seed, max_batch_rows=max_batch_rows, device=device)
+        )
         mean[index.numpy()] = summary["mean"].cpu().numpy()
         for key in scores:
             scores[key][index.numpy()] = summary[key].cpu().numpy()
@@ -110,14 +127,26 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
     """Write the shard's mean probabilities and scores into the part folder; return (rows, manifest fields)."""
     teacher = open_teacher(teacher_dir, data_dir, params["split"])
     started = time.perf_counter()
-    mean, scores = mc_dropout(teacher.model, teacher.encoded, samples=params["samples"], seed=params["seed"],
-                              batch_size=params["batch_size"], max_batch_rows=params["max_batch_rows"],
-                              device=pick_device(), desc=f"mc-dropout {params['split']}", shard=shard)
-    print(f"[kdpipe] mc-dropout shard {shard[0] + 1}/{shard[1]}: {time.perf_counter() - started:.1f} s",
-          file=sys.stderr)
+    mean, scores = mc_dropout(
+        teacher.model,
+        teacher.encoded,
+        samples=params["samples"],
+        seed=params["seed"],
+        batch_size=params["batch_size"],
+        max_batch_rows=params["max_batch_rows"],
+        device=pick_device(),
+        desc=f"mc-dropout {params['split']}",
+        shard=shard,
+    )
+    print(
+        f"[kdpipe] mc-dropout shard {shard[0] + 1}/{shard[1]}: {time.perf_counter() - started:.1f} s", file=sys.stderr
+    )
     rows = shard_rows(pass_batches(teacher.encoded, params["batch_size"], shard))
-    arrays = {"row_id": scores["row_id"].to_numpy()[rows], "mean": mean[rows],
-              **{key: scores[key].to_numpy()[rows] for key in SCORES}}
+    arrays = {
+        "row_id": scores["row_id"].to_numpy()[rows],
+        "mean": mean[rows],
+        **{key: scores[key].to_numpy()[rows] for key in SCORES},
+    }
     for name, values in arrays.items():
         np.save(part / f"{name}.npy", values)
     return rows, {"rows": len(teacher.encoded), "labels": teacher.labels, "teacher": teacher.teacher_config}
@@ -130,7 +159,7 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     def column(name):
         return gather_array(parts, name, meta["rows"])
 
-    with atomic_path(npy) as tmp, open(tmp, "wb") as fh:      # a file object: np.save would add ".npy"
+    with atomic_path(npy) as tmp, open(tmp, "wb") as fh:  # a file object: np.save would add ".npy"
         np.save(fh, column("mean"))
     with atomic_path(parquet) as tmp:
         pd.DataFrame({"row_id": column("row_id"), **{key: column(key) for key in SCORES}}).to_parquet(tmp, index=False)

@@ -67,8 +67,10 @@ def read_parts(part_dirs: list[Path]) -> tuple[dict, list[tuple[np.ndarray, Path
     for rows, _ in parts:
         np.add.at(covered, rows, 1)
     if not (covered == 1).all():
-        raise ArtifactError(f"shards {[str(p) for p in part_dirs]} do not cover the {meta['rows']} rows exactly "
-                            "once; rerun them with one shard count")
+        raise ArtifactError(
+            f"shards {[str(p) for p in part_dirs]} do not cover the {meta['rows']} rows exactly "
+            "once; rerun them with one shard count"
+        )
     return meta, parts
 
 
@@ -77,8 +79,11 @@ def gather_array(parts: list[tuple[np.ndarray, Path]], name: str, rows: int, out
     (memory flat in N, for the large feature dumps)."""
     first = np.load(parts[0][1] / f"{name}.npy", mmap_mode="r")
     shape = (rows, *first.shape[1:])
-    full = (open_memmap(out, mode="w+", dtype=first.dtype, shape=shape) if out is not None
-            else np.zeros(shape, dtype=first.dtype))
+    full = (
+        open_memmap(out, mode="w+", dtype=first.dtype, shape=shape)
+        if out is not None
+        else np.zeros(shape, dtype=first.dtype)
+    )
     for part_rows, folder in parts:
         full[part_rows] = np.load(folder / f"{name}.npy", mmap_mode="r")
     if out is not None:

@@ -5,18 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdpipe.core.store import read_json, read_manifest
 from kdpipe.data.batching import Encoded, encode_frame
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.models.loading import load_tokenizer, load_trained
-from kdpipe.core.store import read_json, read_manifest
 
 
 @dataclass
 class TeacherPass:
     model: object
     encoded: Encoded
-    labels: list[str]          # the teacher's classes, in its output order
-    teacher_config: dict       # the config slice the teacher was trained with (from its manifest)
+    labels: list[str]  # the teacher's classes, in its output order
+    teacher_config: dict  # the config slice the teacher was trained with (from its manifest)
 
 
 def open_teacher(teacher_dir: Path, data_dir: Path, split: str, *, attn: str | None = None) -> TeacherPass:

@@ -33,14 +33,16 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
     eval_batch_size = params.get("eval_batch_size", 64)
 
     teacher_tokenizer = load_tokenizer(args["backbone"])
-    teacher_train, teacher_valid = (encode_frame(teacher_tokenizer, frame, max_length=params["max_length"],
-                                                 label_ids=frame["label_id"].to_numpy())
-                                    for frame in (data.train, data.valid))
+    teacher_train, teacher_valid = (
+        encode_frame(teacher_tokenizer, frame, max_length=params["max_length"], label_ids=frame["label_id"].to_numpy())
+        for frame in (data.train, data.valid)
+    )
     teacher = load_classifier(args["backbone"], labels, seed=settings.seed)
     prokt.zero_classifier(teacher)
     prokt.zero_classifier(data.model)
-    cotrained = prokt.CoTrainedTeacher(teacher, teacher_train, args, settings,
-                                       total_steps(len(data.enc_train), settings), device)
+    cotrained = prokt.CoTrainedTeacher(
+        teacher, teacher_train, args, settings, total_steps(len(data.enc_train), settings), device
+    )
     objective = prokt.build(cotrained)
 
     validate_student = data.validator(eval_batch_size)
@@ -53,18 +55,45 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
         return {**metrics, "teacher_accuracy": teacher_metrics["accuracy"]}
 
     resume, log_path = work_paths(Path(out_dir))
-    result = fit(data.model, train=data.enc_train, loss_fn=objective.loss, validate=validate, settings=settings,
-                 device=device, log_path=log_path, resume_dir=resume,
-                 resume_key=json.dumps(params, sort_keys=True), extra_state=objective.extra_state,
-                 desc="student (prokt)")
+    result = fit(
+        data.model,
+        train=data.enc_train,
+        loss_fn=objective.loss,
+        validate=validate,
+        settings=settings,
+        device=device,
+        log_path=log_path,
+        resume_dir=resume,
+        resume_key=json.dumps(params, sort_keys=True),
+        extra_state=objective.extra_state,
+        desc="student (prokt)",
+    )
     rows = {"train": len(data.train), "validation": len(data.valid)}
-    teacher_result = FitResult(best_state=cotrained.best_state, best_metrics=cotrained.best_metrics,
-                               best_epoch=cotrained.best_epoch, history=cotrained.history,
-                               train_time_s=result.train_time_s)
-    save_trained(out_teacher, cotrained.model, teacher_tokenizer, labels, teacher_result,
-                 make_manifest("teacher", config=params, labels=labels, method="prokt", cotrained_with=str(out_dir),
-                               tokenizer=args["backbone"], rows=rows))
-    manifest = make_manifest("student", config=params, labels=labels, method="prokt", teachers=[],
-                             tokenizer=params["model"], rows=rows)
+    teacher_result = FitResult(
+        best_state=cotrained.best_state,
+        best_metrics=cotrained.best_metrics,
+        best_epoch=cotrained.best_epoch,
+        history=cotrained.history,
+        train_time_s=result.train_time_s,
+    )
+    save_trained(
+        out_teacher,
+        cotrained.model,
+        teacher_tokenizer,
+        labels,
+        teacher_result,
+        make_manifest(
+            "teacher",
+            config=params,
+            labels=labels,
+            method="prokt",
+            cotrained_with=str(out_dir),
+            tokenizer=args["backbone"],
+            rows=rows,
+        ),
+    )
+    manifest = make_manifest(
+        "student", config=params, labels=labels, method="prokt", teachers=[], tokenizer=params["model"], rows=rows
+    )
     save_trained(out_dir, data.model, data.tokenizer, labels, result, manifest)
     return manifest

@@ -38,14 +38,36 @@ def run(params: dict, data: Path, signals_root: Path, out: Path, prototypes: Pat
     device, labels = data.device, data.labels
     teachers = list(params["teachers"])
     positions = data.train_positions
-    signals = {t: subset_signals(load_signals(method.signals, Path(signals_root) / t / "train", data.split_row_ids,
-                                              device, params.get("attention_feature", "attentions")), positions)
-               for t in teachers}
-    blocks = teacher_blocks({t: signals[t]["labels"] for t in teachers}, labels, policy=method.teacher_classes,
-                            where=f"student with method {method.name}")
-    ctx = DistillContext(labels=labels, teachers=teachers, blocks=blocks, signals=signals, device=device,
-                         student_config=data.model.config, train_lengths=data.enc_train.lengths,
-                         alignment=params.get("alignment"), domains=data.domains)
+    signals = {
+        t: subset_signals(
+            load_signals(
+                method.signals,
+                Path(signals_root) / t / "train",
+                data.split_row_ids,
+                device,
+                params.get("attention_feature", "attentions"),
+            ),
+            positions,
+        )
+        for t in teachers
+    }
+    blocks = teacher_blocks(
+        {t: signals[t]["labels"] for t in teachers},
+        labels,
+        policy=method.teacher_classes,
+        where=f"student with method {method.name}",
+    )
+    ctx = DistillContext(
+        labels=labels,
+        teachers=teachers,
+        blocks=blocks,
+        signals=signals,
+        device=device,
+        student_config=data.model.config,
+        train_lengths=data.enc_train.lengths,
+        alignment=params.get("alignment"),
+        domains=data.domains,
+    )
     if data.domains:
         ctx.domain_ids = torch.as_tensor(domain_ids(data.train, data.domains), device=device)
     if method.prototypes:
@@ -56,14 +78,30 @@ def run(params: dict, data: Path, signals_root: Path, out: Path, prototypes: Pat
     builder = getattr(importlib.import_module(method.module), method.builder)
     objective = builder(ctx, params["method_args"])
     resume, log_path = work_paths(Path(out_dir))
-    result = fit(data.model, train=data.enc_train, loss_fn=objective.loss,
-                 validate=data.validator(params.get("eval_batch_size", 64)) if objective.validates else None,
-                 settings=data.settings, device=device, log_path=log_path, resume_dir=resume,
-                 resume_key=json.dumps(params, sort_keys=True), extra_modules=objective.extra_modules,
-                 on_epoch=objective.on_epoch, extra_state=objective.extra_state,
-                 desc=f"student ({method.name})")
-    manifest = make_manifest("student", config=params, labels=labels, method=method.name, teachers=teachers,
-                             tokenizer=params["model"], domain=params.get("domain"),
-                             rows={"train": len(data.train), "validation": len(data.valid)})
+    result = fit(
+        data.model,
+        train=data.enc_train,
+        loss_fn=objective.loss,
+        validate=data.validator(params.get("eval_batch_size", 64)) if objective.validates else None,
+        settings=data.settings,
+        device=device,
+        log_path=log_path,
+        resume_dir=resume,
+        resume_key=json.dumps(params, sort_keys=True),
+        extra_modules=objective.extra_modules,
+        on_epoch=objective.on_epoch,
+        extra_state=objective.extra_state,
+        desc=f"student ({method.name})",
+    )
+    manifest = make_manifest(
+        "student",
+        config=params,
+        labels=labels,
+        method=method.name,
+        teachers=teachers,
+        tokenizer=params["model"],
+        domain=params.get("domain"),
+        rows={"train": len(data.train), "validation": len(data.valid)},
+    )
     save_trained(out_dir, data.model, data.tokenizer, labels, result, manifest)
     return manifest

@@ -9,7 +9,8 @@ Every model gets the uncertainty split of docs/methods.md §3 (total = entropy o
 member entropy, epistemic = their difference, the mutual information) over its members: the heads of a multi-head
 student, the members of an ensemble, or the model itself (M = 1, epistemic 0).
 
-Outputs (:mod:`kdpipe.evaluation.results`): ``{split}.json`` and ``{split}.predictions.parquet`` (row_id, label, pred, correct,
+Outputs (:mod:`kdpipe.evaluation.results`): ``{split}.json`` and ``{split}.predictions.parquet`` (row_id, label,
+pred, correct,
 confidence, probs, and the per-row total / aleatoric / epistemic uncertainty).
 """
 
@@ -19,15 +20,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from kdpipe.core.device import pick_device
+from kdpipe.core.store import read_json
 from kdpipe.data.batching import encode_frame
 from kdpipe.data.dataset import dataset_domains, read_split, restrict_to_domain
-from kdpipe.core.device import pick_device
-from kdpipe.models.inference import predict_member_logits, softmax
 from kdpipe.evaluation.results import write_evaluation
+from kdpipe.models.inference import predict_member_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
-from kdpipe.core.store import read_json
+
 
 def run(params: dict, model: Path, data: Path, out_json: Path, out_predictions: Path) -> dict:
     """``params``: model (name), base, kind, method, seed, split, batch_size, ece_bins."""
@@ -37,19 +38,47 @@ def run(params: dict, model: Path, data: Path, out_json: Path, out_predictions: 
     manifest = read_json(model_dir / "manifest.json")
     model = load_trained(model_dir).to(device)
     tokenizer = load_tokenizer(str(model_dir))
-    frame = restrict_to_domain(read_split(data_dir, params["split"]), params.get("domain"),
-                               dataset_domains(data_dir), f"evaluate {params['model']}")
+    frame = restrict_to_domain(
+        read_split(data_dir, params["split"]),
+        params.get("domain"),
+        dataset_domains(data_dir),
+        f"evaluate {params['model']}",
+    )
     frame = frame[frame["label"].isin(classes)].reset_index(drop=True)
     local = {c: i for i, c in enumerate(classes)}
     y = frame["label"].map(local).to_numpy(dtype=np.int64)
-    encoded = encode_frame(tokenizer, frame, max_length=manifest["config"]["max_length"], label_ids=y,
-                           separate_pairs=getattr(model, "separate_pairs", False))
+    encoded = encode_frame(
+        tokenizer,
+        frame,
+        max_length=manifest["config"]["max_length"],
+        label_ids=y,
+        separate_pairs=getattr(model, "separate_pairs", False),
+    )
     started = time.perf_counter()
-    member_probs = softmax(predict_member_logits(model, encoded, batch_size=params["batch_size"], device=device,
-                                                 desc=f"evaluate {params['model']} {params['split']}"))
+    member_probs = softmax(
+        predict_member_logits(
+            model,
+            encoded,
+            batch_size=params["batch_size"],
+            device=device,
+            desc=f"evaluate {params['model']} {params['split']}",
+        )
+    )
     inference_time = time.perf_counter() - started
     trained = read_json(model_dir / "metrics.json")
-    extra = {"params": count_parameters(model), "train_time_s": trained.get("train_time_s"),
-             "inference_time_s": inference_time}
-    return write_evaluation(params, member_probs, y, classes, frame["row_id"].to_numpy(), extra, out_json, out_predictions,
-                  frame["domain"].to_numpy() if "domain" in frame else None)
+    extra = {
+        "params": count_parameters(model),
+        "train_time_s": trained.get("train_time_s"),
+        "inference_time_s": inference_time,
+    }
+    return write_evaluation(
+        params,
+        member_probs,
+        y,
+        classes,
+        frame["row_id"].to_numpy(),
+        extra,
+        out_json,
+        out_predictions,
+        frame["domain"].to_numpy() if "domain" in frame else None,
+    )

@@ -1,6 +1,7 @@
 """The ``evaluate_ensemble`` stage: an ensemble of teachers, from its members' saved predictions (no inference).
 
-Its prediction is the mean of its members' probabilities; the outputs are those of every evaluation (:mod:`kdpipe.evaluation.results`).
+Its prediction is the mean of its members' probabilities; the outputs are those of every evaluation
+(:mod:`kdpipe.evaluation.results`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ def run(params: dict, members: list[Path], out_json: Path, out_predictions: Path
     classes = records[0]["classes"]
     for path, table, record in zip(members, tables, records):
         if record["classes"] != classes or not np.array_equal(table["row_id"], tables[0]["row_id"]):
-            raise KdpipeError(f"ensemble {params['model']}: member predictions {path} cover other classes or rows "
-                              "than the first member's; ensemble members must share one label set")
+            raise KdpipeError(
+                f"ensemble {params['model']}: member predictions {path} cover other classes or rows "
+                "than the first member's; ensemble members must share one label set"
+            )
     member_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in tables]).astype(np.float64)
     local = {c: i for i, c in enumerate(classes)}
     y = tables[0]["label"].map(local).to_numpy(dtype=np.int64)
     extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
     domains = tables[0]["domain"].to_numpy() if "domain" in tables[0] else None
-    return write_evaluation(params, member_probs, y, classes, tables[0]["row_id"].to_numpy(), extra, out_json,
-                            out_predictions, domains)
+    return write_evaluation(
+        params, member_probs, y, classes, tables[0]["row_id"].to_numpy(), extra, out_json, out_predictions, domains
+    )

@@ -1,10 +1,11 @@
-"""The ``finetune_teacher`` stage: fine-tune one teacher, possibly on a subset of the classes (METHODS.md §1).
+"""The ``finetune_teacher`` stage: fine-tune one teacher, possibly on a subset of the classes (docs/methods.md §1).
 
 A teacher with ``layers`` keeps only those transformer layers of its backbone before fine-tuning (a smaller
 teacher of the same family). A teacher restricted to ``classes`` trains only on the rows of those classes, with its
 own local label ids (dataset order restricted to its classes); one restricted to a ``domain`` only on that
 domain's rows. The objective is the plain cross-entropy (``objective: ce``) or Meta-KD's meta-teacher loss
-(``objective: meta``, ``kdpipe.methods.meta_kd.teacher``: prototype-weighted CE plus the domain-corruption loss of a domain
+(``objective: meta``, ``kdpipe.methods.meta_kd.teacher``: prototype-weighted CE plus the domain-corruption loss of
+a domain
 branch, saved beside the model). Output: a ``save_pretrained`` directory with safetensors weights, the tokenizer,
 ``labels.json`` (its local label order), ``metrics.json`` and ``manifest.json``.
 """
@@ -18,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kdpipe.core.device import pick_device
+from kdpipe.core.store import KdpipeError, make_manifest
 from kdpipe.data.batching import encode_frame
 from kdpipe.data.dataset import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
-from kdpipe.core.device import pick_device
 from kdpipe.data.labelspace import resolve_classes
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer
-from kdpipe.core.store import KdpipeError, make_manifest
 from kdpipe.training.loop import TrainSettings, encoded_validator, fit, save_trained, work_paths
 from kdpipe.training.objective import Objective
 
@@ -36,8 +37,12 @@ def rows_of_classes(frame, classes: list[str]):
 
 
 def cross_entropy_loss(model, batch):
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                token_type_ids=batch.get("token_type_ids"), labels=batch["labels"])
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        token_type_ids=batch.get("token_type_ids"),
+        labels=batch["labels"],
+    )
     return out.loss, {}
 
 
@@ -49,8 +54,10 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
     classes = resolve_classes(params.get("classes"), labels, "teachers.<name>.classes")
     device = pick_device()
     tokenizer = load_tokenizer(params["backbone"])
-    frames = {split: restrict_to_domain(read_split(data_dir, split), params.get("domain"), domains,
-                                        "teachers.<name>.domain") for split in ("train", "validation")}
+    frames = {
+        split: restrict_to_domain(read_split(data_dir, split), params.get("domain"), domains, "teachers.<name>.domain")
+        for split in ("train", "validation")
+    }
     train, train_y = rows_of_classes(frames["train"], classes)
     valid, valid_y = rows_of_classes(frames["validation"], classes)
     enc_train = encode_frame(tokenizer, train, max_length=params["max_length"], label_ids=train_y)
@@ -58,23 +65,40 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
     settings = TrainSettings.from_params(params)
     model = load_classifier(params["backbone"], classes, seed=settings.seed)
     if params.get("layers"):
-        keep_layers(model, list(params["layers"]))      # a smaller teacher, e.g. Dynamic KD's (METHODS.md §2)
+        keep_layers(model, list(params["layers"]))  # a smaller teacher, e.g. Dynamic KD's (docs/methods.md §2)
     objective = _objective(params, model, train, data_dir, domains, prototypes, device)
 
     validate = encoded_validator(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device)
     resume, log_path = work_paths(Path(out_dir))
-    result = fit(model, train=enc_train, loss_fn=objective.loss, validate=validate, settings=settings, device=device,
-                 log_path=log_path, resume_dir=resume, resume_key=json.dumps(params, sort_keys=True),
-                 extra_modules=objective.extra_modules, desc="teacher")
-    manifest = make_manifest("teacher", config=params, labels=classes, dataset_labels=labels,
-                             tokenizer=params["backbone"], rows={"train": len(train), "validation": len(valid)},
-                             domains=domains if params.get("objective", "ce") != "ce" else None)
+    result = fit(
+        model,
+        train=enc_train,
+        loss_fn=objective.loss,
+        validate=validate,
+        settings=settings,
+        device=device,
+        log_path=log_path,
+        resume_dir=resume,
+        resume_key=json.dumps(params, sort_keys=True),
+        extra_modules=objective.extra_modules,
+        desc="teacher",
+    )
+    manifest = make_manifest(
+        "teacher",
+        config=params,
+        labels=classes,
+        dataset_labels=labels,
+        tokenizer=params["backbone"],
+        rows={"train": len(train), "validation": len(valid)},
+        domains=domains if params.get("objective", "ce") != "ce" else None,
+    )
     save_trained(out_dir, model, tokenizer, classes, result, manifest, save_extra=objective.save)
     return manifest
 
 
-def _objective(params: dict, model, train: pd.DataFrame, data_dir: Path, domains, prototypes: Path | None,
-               device) -> Objective:
+def _objective(
+    params: dict, model, train: pd.DataFrame, data_dir: Path, domains, prototypes: Path | None, device
+) -> Objective:
     """The teacher's loss: plain CE, or the objective module the plan names in ``params["objective_module"]``
     (registered in ``kdpipe.methods.registry.TEACHER_OBJECTIVES`` and imported by name, so that only the teachers
     using it carry it in their code fingerprint)."""
@@ -86,5 +110,12 @@ def _objective(params: dict, model, train: pd.DataFrame, data_dir: Path, domains
         raise KdpipeError(f"teachers.<name>.objective: {name!r} needs its objective module in the stage's params")
     read_domains(data_dir, f"teachers.<name>.objective: {name}")
     module = importlib.import_module(module_name)
-    return module.build(model, train, data_dir=data_dir, domains=domains, prototypes=prototypes, device=device,
-                        args=params.get("objective_args") or {})
+    return module.build(
+        model,
+        train,
+        data_dir=data_dir,
+        domains=domains,
+        prototypes=prototypes,
+        device=device,
+        args=params.get("objective_args") or {},
+    )

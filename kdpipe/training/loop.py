@@ -1,4 +1,4 @@
-"""The one training loop shared by teacher fine-tuning and every distillation method (DESIGN.md, "Style").
+"""The one training loop shared by teacher fine-tuning and every distillation method (docs/design.md, "Style").
 
 AdamW with linear warmup and decay, gradient clipping, length-bucketed batches, bf16 autocast on CUDA,
 evaluation on validation after each epoch keeping the best weights, a tqdm progress bar, a JSONL training log,
@@ -8,7 +8,8 @@ those before a rerun), after every epoch and every ``checkpoint_every`` steps. A
 configuration (different ``resume_key``) is discarded, never reused.
 
 A method differs only by its ``loss_fn(model, batch) -> (loss, {name: float})`` and, when it trains modules of its
-own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates (None: the model's). A loss that carries training state of
+own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates (None: the model's). A loss that
+carries training state of
 its own across steps (ProKT's co-trained teacher with its optimiser) passes it as ``extra_state``, an object with
 ``state_dict()`` / ``load_state_dict()``, so that it is checkpointed and resumed with everything else.
 """
@@ -20,9 +21,9 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -31,11 +32,11 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from kdpipe.data.batching import Encoded, collate, training_batches
 from kdpipe.core.device import autocast
+from kdpipe.core.store import atomic_path, read_json, write_json
+from kdpipe.data.batching import Encoded, collate, training_batches
 from kdpipe.models.inference import probs_predictor
 from kdpipe.models.loading import count_parameters, save_model
-from kdpipe.core.store import atomic_path, read_json, write_json
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
 
@@ -53,7 +54,7 @@ class TrainSettings:
     log_every: int = 10
 
     @classmethod
-    def from_params(cls, params: dict) -> "TrainSettings":
+    def from_params(cls, params: dict) -> TrainSettings:
         names = cls.__dataclass_fields__
         return cls(**{k: v for k, v in params.items() if k in names})
 
@@ -65,7 +66,7 @@ class FitResult:
     best_epoch: int
     history: list = field(default_factory=list)
     train_time_s: float = 0.0
-    best_modules: dict = field(default_factory=dict)   # extra module name -> its state at the best epoch
+    best_modules: dict = field(default_factory=dict)  # extra module name -> its state at the best epoch
 
 
 def state_on_cpu(module: nn.Module) -> dict:
@@ -83,11 +84,13 @@ def param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: floa
     groups = []
     for module, lr in modules.values():
         decay, no_decay = [], []
-        for name, p in module.named_parameters():
+        for _name, p in module.named_parameters():
             if p.requires_grad:
                 (no_decay if p.ndim < 2 else decay).append(p)
-        groups += [{"params": decay, "lr": lr, "weight_decay": weight_decay},
-                   {"params": no_decay, "lr": lr, "weight_decay": 0.0}]
+        groups += [
+            {"params": decay, "lr": lr, "weight_decay": weight_decay},
+            {"params": no_decay, "lr": lr, "weight_decay": 0.0},
+        ]
     return [g for g in groups if g["params"]]
 
 
@@ -139,8 +142,15 @@ class _Checkpoint:
         with atomic_path(folder, directory=True) as tmp:
             for name, sd in tensors.items():
                 _save_state(sd, tmp / f"{name}.safetensors")
-            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                        "torch_rng": torch.get_rng_state(), "extra": extra}, tmp / "optim.pt")
+            torch.save(
+                {
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                    "extra": extra,
+                },
+                tmp / "optim.pt",
+            )
             write_json(tmp / "state.json", {**state, "resume_key": self.key})
         with atomic_path(self.root / "LATEST") as tmp:
             tmp.write_text(folder.name)
@@ -168,10 +178,22 @@ def read_resume_state(resume_dir: Path) -> dict | None:
     return read_json(current / "state.json") if current else None
 
 
-def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable[[nn.Module], dict] | None,
-        settings: TrainSettings, device: torch.device, log_path: Path | None = None,
-        resume_dir: Path | None = None, resume_key: str = "", extra_modules: dict | None = None,
-        on_epoch: Callable[[int, int], None] | None = None, extra_state=None, desc: str = "train") -> FitResult:
+def fit(
+    model: nn.Module,
+    *,
+    train: Encoded,
+    loss_fn: LossFn,
+    validate: Callable[[nn.Module], dict] | None,
+    settings: TrainSettings,
+    device: torch.device,
+    log_path: Path | None = None,
+    resume_dir: Path | None = None,
+    resume_key: str = "",
+    extra_modules: dict | None = None,
+    on_epoch: Callable[[int, int], None] | None = None,
+    extra_state=None,
+    desc: str = "train",
+) -> FitResult:
     """Train ``model`` (plus ``extra_modules``: ``{name: (module, lr)}``) and return the best validation state of
     every module (``best_state`` of ``model``, ``best_modules`` of the others).
 
@@ -183,8 +205,10 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
     """
     torch.manual_seed(settings.seed)
     # an extra module's lr None: the model's own
-    modules = {"model": (model, settings.lr),
-               **{name: (m, settings.lr if lr is None else lr) for name, (m, lr) in (extra_modules or {}).items()}}
+    modules = {
+        "model": (model, settings.lr),
+        **{name: (m, settings.lr if lr is None else lr) for name, (m, lr) in (extra_modules or {}).items()},
+    }
     for module, _ in modules.values():
         module.to(device)
     optimizer, scheduler = make_optimizer(modules, settings, total_steps(len(train), settings))
@@ -202,20 +226,30 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
         if extra_state is not None:
             extra_state.load_state_dict(optim["extra"])
         # (a checkpoint from before extra modules kept a best state has only the model's: the others keep their own)
-        best = {name: ckpt.tensors(_best(name)) if state["best_epoch"] >= 0 and ckpt.holds(_best(name))
-                else state_on_cpu(module) for name, (module, _) in modules.items()}
+        best = {
+            name: ckpt.tensors(_best(name))
+            if state["best_epoch"] >= 0 and ckpt.holds(_best(name))
+            else state_on_cpu(module)
+            for name, (module, _) in modules.items()
+        }
         print(f"[kdpipe] resuming {desc} at epoch {state['epoch']} step {state['step_in_epoch']}", file=sys.stderr)
     else:
-        state = {"epoch": 0, "step_in_epoch": 0, "best_score": -math.inf, "best_metrics": {}, "best_epoch": -1,
-                 "history": [], "train_time_s": 0.0}
+        state = {
+            "epoch": 0,
+            "step_in_epoch": 0,
+            "best_score": -math.inf,
+            "best_metrics": {},
+            "best_epoch": -1,
+            "history": [],
+            "train_time_s": 0.0,
+        }
         best = {name: state_on_cpu(module) for name, (module, _) in modules.items()}
-    log = open(log_path, "a") if log_path else None
+    log = open(log_path, "a") if log_path else None  # noqa: SIM115 (closed in the finally below)
 
     def checkpoint():
         tensors = {name: state_on_cpu(m) for name, (m, _) in modules.items()}
         tensors.update({_best(name): sd for name, sd in best.items()})
-        ckpt.save(state, tensors, optimizer, scheduler,
-                  extra_state.state_dict() if extra_state is not None else None)
+        ckpt.save(state, tensors, optimizer, scheduler, extra_state.state_dict() if extra_state is not None else None)
 
     def write_log(record: dict):
         if log:
@@ -231,8 +265,14 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
             for module, _ in modules.values():
                 module.train()
             started = time.perf_counter()
-            bar = tqdm(total=len(batches), initial=state["step_in_epoch"], desc=f"{desc} epoch {epoch + 1}/"
-                       f"{settings.epochs}", file=sys.stderr, dynamic_ncols=True, mininterval=5)
+            bar = tqdm(
+                total=len(batches),
+                initial=state["step_in_epoch"],
+                desc=f"{desc} epoch {epoch + 1}/{settings.epochs}",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                mininterval=5,
+            )
             for step in range(state["step_in_epoch"], len(batches)):
                 batch = collate(train, batches[step], device)
                 with autocast(device):
@@ -249,8 +289,15 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
                 bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
                 state["step_in_epoch"] = step + 1
                 if step % settings.log_every == 0:
-                    write_log({"epoch": epoch + 1, "step": step, "loss": loss.item(),
-                               "lr": scheduler.get_last_lr()[0], **terms})
+                    write_log(
+                        {
+                            "epoch": epoch + 1,
+                            "step": step,
+                            "loss": loss.item(),
+                            "lr": scheduler.get_last_lr()[0],
+                            **terms,
+                        }
+                    )
                 if settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0:
                     state["train_time_s"] += time.perf_counter() - started
                     started = time.perf_counter()
@@ -259,26 +306,37 @@ def fit(model: nn.Module, *, train: Encoded, loss_fn: LossFn, validate: Callable
             state["train_time_s"] += time.perf_counter() - started
             for module, _ in modules.values():
                 module.eval()
-            metrics = validate(model) if validate is not None else None       # None: keep the last epoch
+            metrics = validate(model) if validate is not None else None  # None: keep the last epoch
             improved = metrics is None or metrics["score"] > state["best_score"]
             if improved:
-                state.update(best_score=metrics["score"] if metrics else -math.inf, best_metrics=metrics or {},
-                             best_epoch=epoch + 1)
+                state.update(
+                    best_score=metrics["score"] if metrics else -math.inf,
+                    best_metrics=metrics or {},
+                    best_epoch=epoch + 1,
+                )
                 best = {name: state_on_cpu(module) for name, (module, _) in modules.items()}
-            record = {"epoch": epoch + 1, "validation": metrics, "best": improved,
-                      "train_time_s": round(state["train_time_s"], 2)}
+            record = {
+                "epoch": epoch + 1,
+                "validation": metrics,
+                "best": improved,
+                "train_time_s": round(state["train_time_s"], 2),
+            }
             state["history"].append(record)
             write_log(record)
-            print(f"[kdpipe] {desc} epoch {epoch + 1}: validation {metrics if metrics else 'skipped'}",
-                  file=sys.stderr)
+            print(f"[kdpipe] {desc} epoch {epoch + 1}: validation {metrics if metrics else 'skipped'}", file=sys.stderr)
             state.update(epoch=epoch + 1, step_in_epoch=0)
             checkpoint()
     finally:
         if log:
             log.close()
-    return FitResult(best_state=best["model"], best_metrics=state["best_metrics"], best_epoch=state["best_epoch"],
-                     history=state["history"], train_time_s=state["train_time_s"],
-                     best_modules={name: sd for name, sd in best.items() if name != "model"})
+    return FitResult(
+        best_state=best["model"],
+        best_metrics=state["best_metrics"],
+        best_epoch=state["best_epoch"],
+        history=state["history"],
+        train_time_s=state["train_time_s"],
+        best_modules={name: sd for name, sd in best.items() if name != "model"},
+    )
 
 
 def _best(name: str) -> str:
@@ -313,16 +371,25 @@ def encoded_validator(encoded: Encoded, *, batch_size: int, device: torch.device
 
 def accuracy_validator(predict_probs: Callable[[nn.Module], np.ndarray], labels: np.ndarray):
     """``validate`` for classification: score = accuracy of ``predict_probs(model)`` against ``labels``."""
+
     def validate(model: nn.Module) -> dict:
         probs = predict_probs(model)
         acc = float((probs.argmax(1) == labels).mean()) if len(labels) else 0.0
         nll = float(-np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, None)).mean()) if len(labels) else 0.0
         return {"score": acc, "accuracy": acc, "nll": nll}
+
     return validate
 
 
-def save_trained(out_dir: Path, model: nn.Module, tokenizer, labels: list[str], result: FitResult,
-                 manifest: dict, save_extra: Callable[[Path, FitResult], None] | None = None) -> None:
+def save_trained(
+    out_dir: Path,
+    model: nn.Module,
+    tokenizer,
+    labels: list[str],
+    result: FitResult,
+    manifest: dict,
+    save_extra: Callable[[Path, FitResult], None] | None = None,
+) -> None:
     """Write a trained model's directory atomically: the best weights (safetensors) and tokenizer,
     ``labels.json`` (output order), ``metrics.json`` (best validation, train time, params, history),
     ``manifest.json``, ``train_log.jsonl`` and whatever ``save_extra(folder, result)`` adds; then drop the resume
@@ -333,8 +400,15 @@ def save_trained(out_dir: Path, model: nn.Module, tokenizer, labels: list[str], 
         if save_extra is not None:
             save_extra(tmp, result)
         write_json(tmp / "labels.json", labels)
-        write_json(tmp / "metrics.json", {"best_epoch": result.best_epoch, "validation": result.best_metrics,
-                                          "train_time_s": result.train_time_s, "params": count_parameters(model),
-                                          "history": result.history})
+        write_json(
+            tmp / "metrics.json",
+            {
+                "best_epoch": result.best_epoch,
+                "validation": result.best_metrics,
+                "train_time_s": result.train_time_s,
+                "params": count_parameters(model),
+                "history": result.history,
+            },
+        )
         write_json(tmp / "manifest.json", manifest)
         finish(tmp, Path(out_dir))

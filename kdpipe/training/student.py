@@ -19,7 +19,7 @@ from kdpipe.training.loop import TrainSettings, encoded_validator
 @dataclass
 class StudentData:
     labels: list[str]
-    train: pd.DataFrame            # the student's train rows (a domain's, for a per-domain student)
+    train: pd.DataFrame  # the student's train rows (a domain's, for a per-domain student)
     valid: pd.DataFrame
     model: torch.nn.Module
     tokenizer: object
@@ -27,8 +27,8 @@ class StudentData:
     enc_valid: Encoded
     settings: TrainSettings
     device: torch.device
-    split_row_ids: np.ndarray      # row_ids of the whole train split, the order every cached signal is in
-    domains: list[str] | None      # the dataset's domains (None without a domain column)
+    split_row_ids: np.ndarray  # row_ids of the whole train split, the order every cached signal is in
+    domains: list[str] | None  # the dataset's domains (None without a domain column)
 
     @property
     def train_positions(self) -> np.ndarray:
@@ -46,13 +46,34 @@ def student_data(params: dict, data_dir: Path, attn: str | None = None) -> Stude
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
     full_train = read_split(data_dir, "train")
-    train, valid = (restrict_to_domain(frame, params.get("domain"), domains, "students.<name>.domain")
-                    for frame in (full_train, read_split(data_dir, "validation")))
+    train, valid = (
+        restrict_to_domain(frame, params.get("domain"), domains, "students.<name>.domain")
+        for frame in (full_train, read_split(data_dir, "validation"))
+    )
     settings = TrainSettings.from_params(params)
-    model, tokenizer = build_student(params["model"], labels, seed=settings.seed,
-                                     pairs="text_pair" in train.columns, attn=attn)
+    model, tokenizer = build_student(
+        params["model"], labels, seed=settings.seed, pairs="text_pair" in train.columns, attn=attn
+    )
     separate = getattr(model, "separate_pairs", False)
-    encoded = [encode_frame(tokenizer, frame, max_length=params["max_length"], separate_pairs=separate,
-                            label_ids=frame["label_id"].to_numpy()) for frame in (train, valid)]
-    return StudentData(labels, train, valid, model, tokenizer, *encoded, settings, pick_device(),
-                       full_train["row_id"].to_numpy(), domains)
+    encoded = [
+        encode_frame(
+            tokenizer,
+            frame,
+            max_length=params["max_length"],
+            separate_pairs=separate,
+            label_ids=frame["label_id"].to_numpy(),
+        )
+        for frame in (train, valid)
+    ]
+    return StudentData(
+        labels,
+        train,
+        valid,
+        model,
+        tokenizer,
+        *encoded,
+        settings,
+        pick_device(),
+        full_train["row_id"].to_numpy(),
+        domains,
+    )

@@ -1,4 +1,4 @@
-"""A one-node SLURM cluster on localhost, from Debian's slurm-wlm and munge, for the tests of issue 8.
+"""A one-node SLURM cluster on localhost, from Debian's slurm-wlm and munge, for the tests of the workflow on SLURM.
 
 `start_cluster` writes a slurm.conf into a fresh temporary folder (state, spool, logs and pid files there too),
 links it to /etc/slurm/slurm.conf (the executor plugin removes SLURM_CONF from a job's environment before the job's
@@ -45,8 +45,7 @@ class Unavailable(Exception):
 
 
 def _which(name: str) -> str | None:
-    return shutil.which(name) or next((str(p) for d in ("/usr/sbin", "/sbin") if (p := Path(d) / name).exists()),
-                                      None)
+    return shutil.which(name) or next((str(p) for d in ("/usr/sbin", "/sbin") if (p := Path(d) / name).exists()), None)
 
 
 def ensure_installed() -> None:
@@ -55,8 +54,10 @@ def ensure_installed() -> None:
     if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise Unavailable(f"SLURM is not installed ({', '.join(missing)} missing) and cannot be installed here "
-                          f"(needs root and apt-get): apt-get install {' '.join(PACKAGES)}")
+        raise Unavailable(
+            f"SLURM is not installed ({', '.join(missing)} missing) and cannot be installed here "
+            f"(needs root and apt-get): apt-get install {' '.join(PACKAGES)}"
+        )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *PACKAGES]):
         try:
@@ -90,7 +91,8 @@ def _fake_gpu_devices(folder: Path, count: int) -> str:
         try:
             os.mknod(folder / f"gpu{i}", 0o666 | 0o020000, os.makedev(1, 3))
         except OSError as err:
-            raise Unavailable(f"cannot make the fake GPU devices (mknod: {err}); a GPU GRES needs device files")
+            message = f"cannot make the fake GPU devices (mknod: {err}); a GPU GRES needs device files"
+            raise Unavailable(message) from err
     return f"{folder}/gpu[0-{count - 1}]" if count > 1 else f"{folder}/gpu0"
 
 
@@ -100,8 +102,8 @@ class Cluster:
     partitions: tuple[str, ...]
     cpus: int
     gpus: int
-    env: dict                                       # environment for SLURM clients (SLURM_CONF set)
-    _procs: dict = field(default_factory=dict)      # name -> Popen of the daemons started here
+    env: dict  # environment for SLURM clients (SLURM_CONF set)
+    _procs: dict = field(default_factory=dict)  # name -> Popen of the daemons started here
     _conf_backup: Path | None = None
 
     def run(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -130,8 +132,9 @@ class Cluster:
             if "slurmctld" in self._procs and self._procs["slurmctld"].poll() is None:
                 self.run("scancel", "--full", "--user", "root", timeout=15)
                 deadline = time.time() + 20
-                while time.time() < deadline and any(s in ("RUNNING", "COMPLETING", "PENDING")
-                                                     for s in self.queue().values()):
+                while time.time() < deadline and any(
+                    s in ("RUNNING", "COMPLETING", "PENDING") for s in self.queue().values()
+                ):
                     time.sleep(0.5)
         except (subprocess.SubprocessError, OSError, ValueError):
             pass
@@ -156,8 +159,17 @@ class Cluster:
             self._conf_backup = None
 
 
-def slurm_conf(root: Path, *, partitions: tuple[str, ...], cpus: int, gpus: int, memory_mb: int,
-               munge_socket: Path, ports: tuple[int, int], min_job_age: int) -> str:
+def slurm_conf(
+    root: Path,
+    *,
+    partitions: tuple[str, ...],
+    cpus: int,
+    gpus: int,
+    memory_mb: int,
+    munge_socket: Path,
+    ports: tuple[int, int],
+    min_job_age: int,
+) -> str:
     default, *others = partitions
     lines = [
         "ClusterName=kdpipe-test",
@@ -195,8 +207,15 @@ def slurm_conf(root: Path, *, partitions: tuple[str, ...], cpus: int, gpus: int,
     return "\n".join(lines) + "\n"
 
 
-def start_cluster(partitions: tuple[str, ...], *, cpus: int, gpus: int = 2, min_job_age: int = 3600,
-                  memory_mb: int | None = None, timeout: float = 60) -> Cluster:
+def start_cluster(
+    partitions: tuple[str, ...],
+    *,
+    cpus: int,
+    gpus: int = 2,
+    min_job_age: int = 3600,
+    memory_mb: int | None = None,
+    timeout: float = 60,
+) -> Cluster:
     """Bring up the cluster (see the module docstring); raise Unavailable, with the reason, when it cannot."""
     ensure_installed()
     if os.geteuid() != 0:
@@ -208,19 +227,28 @@ def start_cluster(partitions: tuple[str, ...], *, cpus: int, gpus: int = 2, min_
         raise Unavailable(f"{key} is missing (munge's package creates it; try `mungekey --create`)")
 
     root = Path(tempfile.mkdtemp(prefix="kdpipe-slurm-"))
-    root.chmod(0o755)                                   # munged runs as user munge and needs to reach its folder
+    root.chmod(0o755)  # munged runs as user munge and needs to reach its folder
     for sub in ("state", "spool", "log", "run"):
         (root / sub).mkdir()
     munge_dir = root / "munge"
-    munge_dir.mkdir(mode=0o755)      # munged wants its socket folder searchable by all
+    munge_dir.mkdir(mode=0o755)  # munged wants its socket folder searchable by all
     shutil.chown(munge_dir, "munge", "munge")
     munge_socket = munge_dir / "munge.socket"
     gres_file = _fake_gpu_devices(root / "dev", gpus)
     (root / "gres.conf").write_text(f"Name=gpu File={gres_file}\n")
-    memory = memory_mb or max(_memory_mb(), 16000)     # not consumable (CR_Core), only the per-job ceiling
-    (root / "slurm.conf").write_text(slurm_conf(root, partitions=partitions, cpus=cpus, gpus=gpus,
-                                                memory_mb=memory, munge_socket=munge_socket,
-                                                ports=(_free_port(), _free_port()), min_job_age=min_job_age))
+    memory = memory_mb or max(_memory_mb(), 16000)  # not consumable (CR_Core), only the per-job ceiling
+    (root / "slurm.conf").write_text(
+        slurm_conf(
+            root,
+            partitions=partitions,
+            cpus=cpus,
+            gpus=gpus,
+            memory_mb=memory,
+            munge_socket=munge_socket,
+            ports=(_free_port(), _free_port()),
+            min_job_age=min_job_age,
+        )
+    )
     env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
     cluster = Cluster(root=root, partitions=partitions, cpus=cpus, gpus=gpus, env=env)
     try:
@@ -231,23 +259,47 @@ def start_cluster(partitions: tuple[str, ...], *, cpus: int, gpus: int = 2, min_
         SLURM_CONF.symlink_to(root / "slurm.conf")
 
         def daemon(name, cmd, **kw):
-            log = open(root / "log" / f"{name}.out", "w")
-            cluster._procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                                    start_new_session=True, **kw)
+            log = open(root / "log" / f"{name}.out", "w")  # noqa: SIM115 (the daemon keeps it open)
+            cluster._procs[name] = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, **kw
+            )
             log.close()
 
-        daemon("munged", [_which("munged"), "--foreground", f"--socket={munge_socket}",
-                          f"--pid-file={munge_dir}/munged.pid", f"--log-file={munge_dir}/munged.log",
-                          f"--seed-file={munge_dir}/munged.seed", f"--key-file={key}"],
-               user="munge", group="munge", extra_groups=[])
+        daemon(
+            "munged",
+            [
+                _which("munged"),
+                "--foreground",
+                f"--socket={munge_socket}",
+                f"--pid-file={munge_dir}/munged.pid",
+                f"--log-file={munge_dir}/munged.log",
+                f"--seed-file={munge_dir}/munged.seed",
+                f"--key-file={key}",
+            ],
+            user="munge",
+            group="munge",
+            extra_groups=[],
+        )
         _wait(lambda: munge_socket.exists(), 10, "munged did not create its socket", cluster, "munged")
         daemon("slurmctld", [_which("slurmctld"), "-D", "-f", str(root / "slurm.conf")])
-        _wait(lambda: cluster.run("scontrol", "ping").returncode == 0 and "UP" in
-              cluster.run("scontrol", "ping").stdout, timeout, "slurmctld did not answer", cluster, "slurmctld")
+        _wait(
+            lambda: cluster.run("scontrol", "ping").returncode == 0 and "UP" in cluster.run("scontrol", "ping").stdout,
+            timeout,
+            "slurmctld did not answer",
+            cluster,
+            "slurmctld",
+        )
         daemon("slurmd", [_which("slurmd"), "-D", "-N", "localhost", "-f", str(root / "slurm.conf")])
-        _wait(lambda: cluster.run("sinfo", "--noheader", "--format=%t").stdout.split() and
-              all(s == "idle" for s in cluster.run("sinfo", "--noheader", "--format=%t").stdout.split()),
-              timeout, "the node did not become idle", cluster, "slurmd")
+        _wait(
+            lambda: (
+                cluster.run("sinfo", "--noheader", "--format=%t").stdout.split()
+                and all(s == "idle" for s in cluster.run("sinfo", "--noheader", "--format=%t").stdout.split())
+            ),
+            timeout,
+            "the node did not become idle",
+            cluster,
+            "slurmd",
+        )
     except BaseException:
         cluster.stop()
         raise

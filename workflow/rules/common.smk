@@ -11,7 +11,7 @@ from snakemake.utils import validate
 
 from kdpipe.core.fingerprint import fingerprint
 from kdpipe.core.store import KdpipeError
-from kdpipe.plan import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, STUDENT, TEACHER, Plan
+from kdpipe.plan import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, SIGNALS_ROOT, STUDENT, TEACHER, Plan
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, signal_files, signal_spec
 
 import yaml
@@ -27,15 +27,16 @@ except KdpipeError as err:
 DATASET = PLAN.dataset
 SIGNAL_NAMES = list(SIGNAL_CATALOG)
 DATA_DIR = DATA.format(dataset=DATASET)
-# The Python running Snakemake runs the stages too, so `.venv/bin/snakemake` works without activating the venv.
-# With `--software-deployment-method conda` every rule runs in envs/kdpipe.yaml instead (ENV, relative to the rule
-# files): its `python`, with kdpipe imported from this workflow's directory. (Only the unformatted shell text
-# counts for the code trigger and the output cache, so neither path is part of any job's identity.)
+# Every rule runs `python -m kdpipe <stage>`. Without a deployment method that `python` is the one running
+# Snakemake (its folder goes first on PATH), so `.venv/bin/snakemake` works without activating the venv. With
+# `--software-deployment-method conda` every rule runs in envs/kdpipe.yaml instead (ENV, relative to the rule
+# files): its `python`, with kdpipe imported from this workflow's directory. The prefix is not part of a rule's
+# shell text, so neither path is part of any job's identity (code trigger, output cache).
 ENV = "../../envs/kdpipe.yaml"
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
-    KDPIPE = f"PYTHONPATH={shlex.quote(workflow.basedir)}${{PYTHONPATH:+:$PYTHONPATH}} python -m kdpipe"
+    shell.prefix(f"set -euo pipefail; export PYTHONPATH={shlex.quote(workflow.basedir)}:$PYTHONPATH; ")
 else:
-    KDPIPE = f"{sys.executable} -m kdpipe"
+    shell.prefix(f"set -euo pipefail; export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; ")
 
 
 wildcard_constraints:
@@ -64,3 +65,34 @@ def one_of(names):
 
 def model_dir(wildcards):
     return PLAN.model_dir(wildcards.model)
+
+
+# ---- teacher signals (workflow/rules/signals.smk)
+scattergather:
+    mc_dropout=PLAN.shards("mc_dropout"),
+    dump=PLAN.shards("dump"),
+
+
+# one shard's part folder (a temp output)
+PART = f"{SIGNALS}/shards/{{signal}}.{{scatteritem}}"
+
+
+def signal_params(wildcards, signal=None):
+    """The config slice of one signal of one teacher on one split."""
+    return as_json(PLAN.signal_params(wildcards.teacher, wildcards.split, signal or wildcards.signal))
+
+
+def signal_code(wildcards, stage, signal=None):
+    """The fingerprint of a signal stage and the pass it imports by name."""
+    return code(stage, *PLAN.signal_modules(signal or wildcards.signal))
+
+
+def signal_outputs(signal):
+    """The files of a signal, as the catalog names them, each named by its extension (npy, parquet, json)."""
+    return {Path(file).suffix[1:]: file for file in signal_files(signal, SIGNALS)}
+
+
+def gather_parts(wildcards, signal):
+    """The part folders of every shard of a signal's pass (as many as its config section's shards)."""
+    part = PART.format(signal=signal, teacher=wildcards.teacher, split=wildcards.split, scatteritem="{scatteritem}")
+    return getattr(gather, signal_spec(signal).shards)(part)

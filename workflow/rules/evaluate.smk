@@ -6,45 +6,46 @@ rule evaluate:
     output:
         metrics=f"{EVAL}.json",
         predictions=f"{EVAL}.predictions.parquet",
-    params:
-        cfg=lambda wc: as_json(PLAN.eval_params(wc.model, wc.split)),
-        code=lambda wc: code("kdpipe.stages.evaluate", *PLAN.model_modules(wc.model)),
     log:
         f"{LOGS}/evaluate/{{model}}.{{split}}.log",
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=4000,
         runtime=30,
         gpu=1,
-    conda:
-        ENV
+    params:
+        cfg=lambda wc: as_json(PLAN.eval_params(wc.model, wc.split)),
+        code=lambda wc: code("kdpipe.stages.evaluate", *PLAN.model_modules(wc.model)),
     shell:
-        "{KDPIPE} --threads {threads} evaluate --params {params.cfg:q} --model {input.model} --data {input.data}"
+        "python -m kdpipe --threads {threads} evaluate --params {params.cfg:q} --model {input.model} --data {input.data}"
         " --out-json {output.metrics} --out-predictions {output.predictions} > {log} 2>&1"
 
 
 rule evaluate_ensemble:
     """An ensemble of teachers: its members' mean probabilities, metrics and uncertainty split (no inference)."""
     input:
-        members=lambda wc: [f"{EVAL.format(model=m, split=wc.split)}.predictions.parquet"
-                            for m in PLAN.ensembles[wc.ensemble]],
+        members=lambda wc: [
+            f"{EVAL.format(model=m, split=wc.split)}.predictions.parquet" for m in PLAN.ensembles[wc.ensemble]
+        ],
         evals=lambda wc: [f"{EVAL.format(model=m, split=wc.split)}.json" for m in PLAN.ensembles[wc.ensemble]],
     output:
         metrics=EVAL.replace("{model}", "{ensemble}") + ".json",
         predictions=EVAL.replace("{model}", "{ensemble}") + ".predictions.parquet",
-    params:
-        cfg=lambda wc: as_json(PLAN.eval_params(wc.ensemble, wc.split)),
-        code=code("kdpipe.stages.evaluate_ensemble"),
     log:
         f"{LOGS}/evaluate/{{ensemble}}.{{split}}.log",
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        cfg=lambda wc: as_json(PLAN.eval_params(wc.ensemble, wc.split)),
+        code=code("kdpipe.stages.evaluate_ensemble"),
     shell:
-        "{KDPIPE} --threads {threads} evaluate-ensemble --params {params.cfg:q} --members {input.members}"
+        "python -m kdpipe --threads {threads} evaluate-ensemble --params {params.cfg:q} --members {input.members}"
         " --out-json {output.metrics} --out-predictions {output.predictions} > {log} 2>&1"
 
 
@@ -58,16 +59,16 @@ rule report:
         reliability=report(f"{REPORT}/reliability.png", caption="../report/reliability.rst", category="Calibration"),
         chart=report(f"{REPORT}/metrics.png", caption="../report/metrics.rst", category="Summary"),
         uncertainty=report(f"{REPORT}/uncertainty.png", caption="../report/uncertainty.rst", category="Calibration"),
-    params:
-        out=REPORT,
-        code=code("kdpipe.stages.report"),
     log:
         f"{LOGS}/report.log",
+    conda:
+        ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        out=lambda wildcards, output: Path(output.tsv).parent,
+        code=code("kdpipe.stages.report"),
     shell:
-        "{KDPIPE} report --out {params.out} --evals {input.evals} > {log} 2>&1"
+        "python -m kdpipe report --out {params.out} --evals {input.evals} > {log} 2>&1"

@@ -4,26 +4,26 @@ rule distill:
         data=DATA_DIR,
         signals=lambda wc: PLAN.signal_files(wc.student),
         prototypes=lambda wc: PLAN.prototype_files(wc.student),
-        init=lambda wc: PLAN.init_dirs(wc.student),     # a second stage starts from its first stage
+        init=lambda wc: PLAN.init_dirs(wc.student),  # a second stage starts from its first stage
     output:
         model=directory(STUDENT),
-    wildcard_constraints:
-        student=one_of(PLAN.stage_students("distill")),
-    params:
-        cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
-        code=lambda wc: code("kdpipe.stages.distill", *PLAN.student_modules(wc.student)),
-        signals_root=SIGNALS.split("/{teacher}")[0],
     log:
         f"{LOGS}/distill/{{student}}.log",
+    wildcard_constraints:
+        student=one_of(PLAN.stage_students("distill")),
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=6000,
         runtime=120,
         gpu=1,
-    conda:
-        ENV
+    params:
+        cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
+        code=lambda wc: code("kdpipe.stages.distill", *PLAN.student_modules(wc.student)),
+        signals_root=SIGNALS_ROOT,
     shell:
-        "{KDPIPE} --threads {threads} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
+        "python -m kdpipe --threads {threads} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
         " --out {output.model} --prototypes {input.prototypes} > {log} 2>&1"
 
 
@@ -34,20 +34,20 @@ rule cotrain:
     output:
         model=directory(STUDENT),
         teacher=directory(COTRAINED),
-    wildcard_constraints:
-        student=one_of(PLAN.stage_students("cotrain")),
-    params:
-        cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
-        code=lambda wc: code("kdpipe.stages.cotrain", *PLAN.student_modules(wc.student)),
     log:
         f"{LOGS}/cotrain/{{student}}.log",
+    wildcard_constraints:
+        student=one_of(PLAN.stage_students("cotrain")),
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=8000,
         runtime=240,
         gpu=1,
-    conda:
-        ENV
+    params:
+        cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
+        code=lambda wc: code("kdpipe.stages.cotrain", *PLAN.student_modules(wc.student)),
     shell:
-        "{KDPIPE} --threads {threads} cotrain --params {params.cfg:q} --data {input.data} --out {output.model}"
+        "python -m kdpipe --threads {threads} cotrain --params {params.cfg:q} --data {input.data} --out {output.model}"
         " --out-teacher {output.teacher} > {log} 2>&1"

@@ -1,4 +1,4 @@
-"""Meta-KD's domain branch (METHODS.md §4, "Meta-teacher"), shared by the meta-teacher and the Meta-KD student.
+"""Meta-KD's domain branch (docs/methods.md §4), shared by the meta-teacher and the Meta-KD student.
 
 From a model's last hidden layer and a row's domain id d:
 
@@ -38,10 +38,10 @@ class DomainBranch(nn.Module):
         super().__init__()
         self.domains, self.dropout_p = list(domains), float(dropout)
         self.embedding = nn.Embedding(len(domains), hidden)
-        nn.init.normal_(self.embedding.weight, std=0.02)       # BERT's initializer range, as the backbone's own
-        self.project = nn.Linear(hidden, hidden)                # W_g
+        nn.init.normal_(self.embedding.weight, std=0.02)  # BERT's initializer range, as the backbone's own
+        self.project = nn.Linear(hidden, hidden)  # W_g
         self.dropout = nn.Dropout(dropout)
-        self.classify = nn.Linear(hidden, len(domains)) if classify else None   # W_d
+        self.classify = nn.Linear(hidden, len(domains)) if classify else None  # W_d
 
     def representation(self, last_hidden: torch.Tensor, mask: torch.Tensor, domain_ids: torch.Tensor) -> torch.Tensor:
         """g = W_g(E_dom[d] + ē), shape [B, H]."""
@@ -55,16 +55,19 @@ class DomainBranch(nn.Module):
 def save_branch(branch: DomainBranch, state: dict, folder: Path) -> None:
     """Write ``state`` (the branch's best weights) and its shape into a model folder."""
     save_file({k: v.contiguous() for k, v in state.items()}, str(Path(folder) / BRANCH_WEIGHTS))
-    write_json(Path(folder) / BRANCH_FILE, {"domains": branch.domains, "hidden_size": branch.embedding.embedding_dim,
-                                            "dropout": branch.dropout_p})
+    write_json(
+        Path(folder) / BRANCH_FILE,
+        {"domains": branch.domains, "hidden_size": branch.embedding.embedding_dim, "dropout": branch.dropout_p},
+    )
 
 
 def load_branch(model_dir: Path) -> DomainBranch:
     """The domain branch saved beside a meta-teacher (eval mode)."""
     spec_path = Path(model_dir) / BRANCH_FILE
     if not spec_path.is_file():
-        raise ArtifactError(f"{model_dir}: no {BRANCH_FILE}; only a teacher trained with objective: meta has a "
-                            "domain branch")
+        raise ArtifactError(
+            f"{model_dir}: no {BRANCH_FILE}; only a teacher trained with objective: meta has a domain branch"
+        )
     spec = read_json(spec_path)
     branch = DomainBranch(spec["hidden_size"], spec["domains"], dropout=spec["dropout"])
     branch.load_state_dict(load_file(str(Path(model_dir) / BRANCH_WEIGHTS)))

@@ -1,6 +1,7 @@
 """The ``domain`` signal: a meta-teacher's per-example Meta-KD signals on one split (docs/methods.md §4).
 
-- ``domain.npy``: the domain representation g_t = W_g(E_dom[d_i] + ē_i) of every row (``kdpipe.methods.meta_kd.branch``),
+- ``domain.npy``: the domain representation g_t = W_g(E_dom[d_i] + ē_i) of every row
+(``kdpipe.methods.meta_kd.branch``),
   float16 [N, H_t], written through ``open_memmap`` (memory flat in N);
 - ``domain.parquet``: row_id, p_gold = p_T(y_i | x_i) (eval mode, T = 1) and the domain-expertise weight
   w_i = 1 / (1 + exp((1 − p_gold)²)), which lies in [0.27, 0.5]: the teacher's confidence in the gold label;
@@ -18,14 +19,14 @@ import pandas as pd
 import torch
 from numpy.lib.format import open_memmap
 
+from kdpipe.core.device import autocast, pick_device
+from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_manifest, write_json
 from kdpipe.data.batching import model_inputs
 from kdpipe.data.dataset import domain_ids, read_domains, read_split
-from kdpipe.core.device import autocast, pick_device
 from kdpipe.methods.meta_kd.branch import load_branch
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.shards import gather_array, shard_rows
-from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_manifest, write_json
 from kdpipe.signals.teacher import open_teacher
 
 
@@ -40,8 +41,10 @@ def _gold_ids(teacher_labels: list[str], frame: pd.DataFrame) -> np.ndarray:
     local = {c: i for i, c in enumerate(teacher_labels)}
     missing = sorted(set(frame["label"]) - set(local))
     if missing:
-        raise KdpipeError(f"dump_domain: the teacher predicts {teacher_labels}, but the split has label "
-                          f"{missing[0]!r}; Meta-KD's meta-teacher must cover every class (classes: null)")
+        raise KdpipeError(
+            f"dump_domain: the teacher predicts {teacher_labels}, but the split has label "
+            f"{missing[0]!r}; Meta-KD's meta-teacher must cover every class (classes: null)"
+        )
     return frame["label"].map(local).to_numpy(dtype=np.int64)
 
 
@@ -79,8 +82,13 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
     del g_out
     np.save(part / "p_gold.npy", p_gold)
     np.save(part / "row_id.npy", teacher.encoded.row_ids[rows])
-    return rows, {"rows": len(frame), "labels": teacher.labels, "domains": domains, "hidden_size": hidden,
-                  "teacher": teacher.teacher_config}
+    return rows, {
+        "rows": len(frame),
+        "labels": teacher.labels,
+        "domains": domains,
+        "hidden_size": hidden,
+        "teacher": teacher.teacher_config,
+    }
 
 
 def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
@@ -90,8 +98,13 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     with atomic_path(npy) as tmp:
         gather_array(parts, "domain", meta["rows"], out=tmp)
     p_gold = gather_array(parts, "p_gold", meta["rows"])
-    table = pd.DataFrame({"row_id": gather_array(parts, "row_id", meta["rows"]), "p_gold": p_gold,
-                          "expertise": expertise_weight(p_gold).astype(np.float32)})
+    table = pd.DataFrame(
+        {
+            "row_id": gather_array(parts, "row_id", meta["rows"]),
+            "p_gold": p_gold,
+            "expertise": expertise_weight(p_gold).astype(np.float32),
+        }
+    )
     with atomic_path(parquet) as tmp:
         table.to_parquet(tmp, index=False)
     manifest = make_manifest("domain", config=params, split=params["split"], **meta)

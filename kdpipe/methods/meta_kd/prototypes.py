@@ -1,4 +1,4 @@
-"""The ``prototypes`` stage: Meta-KD's per-example prototype scores (METHODS.md §4, "Prototype score"; issue 6).
+"""The ``prototypes`` stage: Meta-KD's per-example prototype scores (docs/methods.md §4).
 
 How transferable a training example looks, from the **un-fine-tuned** backbone:
 
@@ -26,20 +26,21 @@ import pandas as pd
 import torch
 from numpy.lib.format import open_memmap
 
+from kdpipe.core.device import autocast, pick_device
+from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
 from kdpipe.data.batching import encode_frame, model_inputs
 from kdpipe.data.dataset import domain_ids, read_domains, read_labels, read_split
-from kdpipe.core.device import autocast, pick_device
 from kdpipe.methods.meta_kd.branch import token_mean
 from kdpipe.models.inference import iterate
 from kdpipe.models.loading import load_encoder, load_tokenizer
 from kdpipe.signals.io import manifest_path
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
 
 GROUPINGS = ("domain_class", "domain")
 
 
-def prototypes(embeddings: np.ndarray, domains: np.ndarray, classes: np.ndarray, n_domains: int, n_classes: int,
-               by: str) -> tuple[np.ndarray, np.ndarray]:
+def prototypes(
+    embeddings: np.ndarray, domains: np.ndarray, classes: np.ndarray, n_domains: int, n_classes: int, by: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(prototypes [K, C', H], row counts [K, C']): the mean embedding per (domain, class) (C' = C) or per domain
     (``by="domain"``, C' = 1). Summed in chunks, so ``embeddings`` may be a memmap larger than memory."""
     if by not in GROUPINGS:
@@ -60,15 +61,16 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(-1) / np.maximum(norms, 1e-12)
 
 
-def prototype_scores(embeddings: np.ndarray, domains: np.ndarray, classes: np.ndarray, protos: np.ndarray,
-                     counts: np.ndarray, by: str) -> tuple[np.ndarray, np.ndarray]:
+def prototype_scores(
+    embeddings: np.ndarray, domains: np.ndarray, classes: np.ndarray, protos: np.ndarray, counts: np.ndarray, by: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(t [N], has_other [N]): t_i = ½[cos(e_i, c_own) + cos(e_i, mean of the other domains' prototypes)], or the
     first cosine alone where no other domain has a prototype for the row's group (``has_other`` False)."""
     groups = classes if by == "domain_class" else np.zeros_like(classes)
-    present = counts > 0                                                  # [K, C']
+    present = counts > 0  # [K, C']
     # sum and number of the prototypes of each group over all domains; a row's "others" leave its own domain out
-    total = (protos * present[..., None]).sum(0)                          # [C', H]
-    number = present.sum(0)                                               # [C']
+    total = (protos * present[..., None]).sum(0)  # [C', H]
+    number = present.sum(0)  # [C']
     scores = np.empty(len(embeddings), dtype=np.float64)
     has_other = np.empty(len(embeddings), dtype=bool)
     for start in range(0, len(embeddings), 4096):
@@ -95,7 +97,7 @@ def _embed(params: dict, frame: pd.DataFrame, out: Path) -> np.ndarray:
         with autocast(device):
             hidden = model(**model_inputs(batch)).last_hidden_state
         mask = batch["attention_mask"].clone()
-        mask[:, 0] = 0                                                    # [CLS] is left out
+        mask[:, 0] = 0  # [CLS] is left out
         emb[batch["index"].cpu().numpy()] = token_mean(hidden.float(), mask).cpu().numpy()
     emb.flush()
     return emb
@@ -119,12 +121,26 @@ def write_prototype_scores(params: dict, data_dir: Path, out_parquet: Path) -> d
         protos, counts = prototypes(emb, d, y, len(domains), len(labels), by)
         scores, has_other = prototype_scores(emb, d, y, protos, counts, by)
         del emb
-    table = pd.DataFrame({"row_id": frame["row_id"].to_numpy(), "domain": frame["domain"].to_numpy(),
-                          "label": frame["label"].to_numpy(), "score": scores.astype(np.float32)})
+    table = pd.DataFrame(
+        {
+            "row_id": frame["row_id"].to_numpy(),
+            "domain": frame["domain"].to_numpy(),
+            "label": frame["label"].to_numpy(),
+            "score": scores.astype(np.float32),
+        }
+    )
     with atomic_path(out_parquet) as tmp:
         table.to_parquet(tmp, index=False)
-    manifest = make_manifest("prototypes", config=params, split="train", rows=len(frame), domains=domains,
-                             labels=labels, rows_without_other_domain=int((~has_other).sum()),
-                             score_mean=float(scores.mean()), score_std=float(scores.std()))
+    manifest = make_manifest(
+        "prototypes",
+        config=params,
+        split="train",
+        rows=len(frame),
+        domains=domains,
+        labels=labels,
+        rows_without_other_domain=int((~has_other).sum()),
+        score_mean=float(scores.mean()),
+        score_std=float(scores.std()),
+    )
     write_json(manifest_path(out_parquet), manifest)
     return manifest

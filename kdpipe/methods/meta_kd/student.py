@@ -1,5 +1,6 @@
-"""Meta-KD's student (Pan et al., ACL-IJCNLP 2021; METHODS.md §4, "Student"; issue 6), distilled in two stages
-from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). The plan runs the stages as two
+"""Meta-KD's student (Pan et al., ACL-IJCNLP 2021; docs/methods.md §4), distilled in two stages
+from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). The plan runs the
+stages as two
 distill jobs: ``<student>.stage1`` (method ``meta_kd_stage1``, settings from ``method_args.stage1``), then
 ``<student>`` (method ``meta_kd``), initialised from stage 1's weights, so a change to stage 2 reruns stage 2 only.
 
@@ -13,7 +14,8 @@ with k = L_t / L_s (student layer l pairs with the last teacher layer of block l
 embeddings included), each MSE_i a mean over example i's real tokens (and for attentions its real (query, key)
 pairs and heads) and the feature dimension, W_f ("fit_dense") a learned Linear(H_s → H_t) (the identity when the
 widths agree), and g_s = W_g^s(E_dom^s[d_i] + ē_s) the student's own domain representation
-(``kdpipe.methods.meta_kd.branch``). Attentions are post-softmax probabilities (``kdpipe.signals.features``). When the student's head
+(``kdpipe.methods.meta_kd.branch``). Attentions are post-softmax probabilities (``kdpipe.signals.features``). When
+the student's head
 count differs from the teacher's, both sides are averaged over heads (``attention_heads: auto`` does this only
 then; ``mean`` always, ``per_head`` never). γ = 0.5 (EasyNLP). Stage 1 trains no classifier, so it keeps its last
 epoch rather than the best validation accuracy. Deviations, on purpose: EasyNLP's ``mse_loss`` reduced each term to
@@ -31,12 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kdpipe.data.batching import model_inputs
-from kdpipe.methods.meta_kd.branch import DomainBranch
-from kdpipe.methods.base import DistillContext, Objective, student_logits
-from kdpipe.methods.losses import token_mse
-from kdpipe.methods.losses import union_logits
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.batching import model_inputs
+from kdpipe.methods.base import DistillContext, Objective, student_logits
+from kdpipe.methods.losses import token_mse, union_logits
+from kdpipe.methods.meta_kd.branch import DomainBranch
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 ATTENTION_HEADS = ("auto", "per_head", "mean")
@@ -61,8 +62,9 @@ def attention_mse(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tens
     return diff.flatten(1).sum(-1) / (square.flatten(1).sum(-1) * heads).clamp_min(1)
 
 
-def stage1_loss(attention: torch.Tensor, hidden: torch.Tensor, domain: torch.Tensor, weights: torch.Tensor,
-                gamma: float) -> torch.Tensor:
+def stage1_loss(
+    attention: torch.Tensor, hidden: torch.Tensor, domain: torch.Tensor, weights: torch.Tensor, gamma: float
+) -> torch.Tensor:
     """L₁ = (1/B) Σ_i λ_i [att_i + hid_i + γ·dom_i] from the per-example terms, all shape [B]."""
     return (weights * (attention + hidden + gamma * domain)).mean()
 
@@ -105,8 +107,10 @@ def build_stage1(ctx: DistillContext, args: dict) -> Objective:
     per_head = ctx.signal(teacher, "attentions").ndim == 5
     student_heads = ctx.student_config.num_attention_heads
     if per_head and ctx.signal(teacher, "attentions").shape[2] != student_heads:
-        raise KdpipeError(f"meta_kd: the teacher's attentions have {ctx.signal(teacher, 'attentions').shape[2]} "
-                          f"heads, the student {student_heads}: use attention_heads: mean (or auto)")
+        raise KdpipeError(
+            f"meta_kd: the teacher's attentions have {ctx.signal(teacher, 'attentions').shape[2]} "
+            f"heads, the student {student_heads}: use attention_heads: mean (or auto)"
+        )
     teacher_width = ctx.signal(teacher, "hidden").shape[-1]
     adapters = StageOneAdapters(ctx.student_config.hidden_size, teacher_width, ctx.domains).to(ctx.device)
     domain_rep = ctx.signal(teacher, "domain")
@@ -117,19 +121,33 @@ def build_stage1(ctx: DistillContext, args: dict) -> Objective:
         out = model(**model_inputs(batch), output_hidden_states=True, output_attentions=True)
         mask = batch["attention_mask"].float()
         index, width = batch["index"].cpu().numpy(), mask.shape[1]
-        attention = sum(attention_mse(out.attentions[s - 1] if per_head else out.attentions[s - 1].mean(1),
-                                      ctx.teacher_feature(teacher, "attentions", slot, index, width), mask)
-                        for s, slot in attention_pairs)
-        hidden = sum(token_mse(adapters.fit_dense(out.hidden_states[s].float()),
-                               ctx.teacher_feature(teacher, "hidden", slot, index, width), mask)
-                     for s, slot in hidden_pairs)
+        attention = sum(
+            attention_mse(
+                out.attentions[s - 1] if per_head else out.attentions[s - 1].mean(1),
+                ctx.teacher_feature(teacher, "attentions", slot, index, width),
+                mask,
+            )
+            for s, slot in attention_pairs
+        )
+        hidden = sum(
+            token_mse(
+                adapters.fit_dense(out.hidden_states[s].float()),
+                ctx.teacher_feature(teacher, "hidden", slot, index, width),
+                mask,
+            )
+            for s, slot in hidden_pairs
+        )
         g_s = adapters.branch.representation(out.hidden_states[-1], mask, ctx.domain_ids[batch["index"]])
         g_t = torch.from_numpy(domain_rep[index].astype("float32")).to(ctx.device)
         domain = ((adapters.fit_dense(g_s) - g_t) ** 2).mean(-1)
         weights = weights_of[batch["index"]]
         total = stage1_loss(attention, hidden, domain, weights, gamma)
-        return total, {"attention": attention.mean().item(), "hidden": hidden.mean().item(),
-                       "domain": domain.mean().item(), "lambda": weights.mean().item()}
+        return total, {
+            "attention": attention.mean().item(),
+            "hidden": hidden.mean().item(),
+            "domain": domain.mean().item(),
+            "lambda": weights.mean().item(),
+        }
 
     return Objective(loss=loss, extra_modules={"meta_kd_adapters": (adapters, None)}, validates=False)
 

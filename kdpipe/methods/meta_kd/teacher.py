@@ -1,8 +1,9 @@
-"""Meta-KD's meta-teacher objective (METHODS.md §4, "Meta-teacher"; issue 6): ``finetune_teacher`` with
+"""Meta-KD's meta-teacher objective (docs/methods.md §4): ``finetune_teacher`` with
 ``objective: meta``.
 
 The teacher learns the union of the domains. Each example is weighted by its prototype score t_i (how transferable
-it looks, ``kdpipe.methods.meta_kd.prototypes``), and a domain branch (``kdpipe.methods.meta_kd.branch``) is trained to predict *corrupted*
+it looks, ``kdpipe.methods.meta_kd.prototypes``), and a domain branch (``kdpipe.methods.meta_kd.branch``) is
+trained to predict *corrupted*
 domain labels, the domains of a random permutation π of the batch, which pushes the encoder towards
 domain-invariant features:
 
@@ -21,18 +22,24 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.data.dataset import domain_ids, read_split
 from kdpipe.methods.meta_kd.branch import DomainBranch, save_branch
-from kdpipe.training.objective import Objective
 from kdpipe.signals.io import read_prototype_scores
-from kdpipe.core.store import KdpipeError
+from kdpipe.training.objective import Objective
 
 # objective_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
 
-def meta_teacher_loss(logits: torch.Tensor, labels: torch.Tensor, domain_logits: torch.Tensor,
-                      corrupted: torch.Tensor, weights: torch.Tensor, gamma: float):
+def meta_teacher_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    domain_logits: torch.Tensor,
+    corrupted: torch.Tensor,
+    weights: torch.Tensor,
+    gamma: float,
+):
     """(L_T, mean CE, mean domain CE): (1/B) Σ_i w_i [CE(z_i, y_i) + γ·CE(ℓ_i, corrupted_i)] (§4)."""
     ce = F.cross_entropy(logits.float(), labels, reduction="none")
     domain = F.cross_entropy(domain_logits.float(), corrupted, reduction="none")
@@ -44,15 +51,25 @@ def corrupted_domains(domains: torch.Tensor) -> torch.Tensor:
     return domains[torch.randperm(len(domains)).to(domains.device)]
 
 
-def build(model, train: pd.DataFrame, *, data_dir: Path, domains: list[str], prototypes: Path | None,
-          device: torch.device, args: dict) -> Objective:
+def build(
+    model,
+    train: pd.DataFrame,
+    *,
+    data_dir: Path,
+    domains: list[str],
+    prototypes: Path | None,
+    device: torch.device,
+    args: dict,
+) -> Objective:
     """The meta-teacher's loss over ``train``, the teacher's rows (``batch["index"]`` indexes them), weighted by their
     prototype scores read from ``prototypes``; the branch covers the dataset's ``domains`` and trains at the
     teacher's learning rate."""
     a = args
     if train["domain"].nunique() < 2:
-        raise KdpipeError(f"objective: meta needs rows of at least 2 domains; the teacher's rows are all of "
-                          f"{sorted(set(train['domain']))}")
+        raise KdpipeError(
+            f"objective: meta needs rows of at least 2 domains; the teacher's rows are all of "
+            f"{sorted(set(train['domain']))}"
+        )
     weights = np.ones(len(train), dtype=np.float32)
     if a["sample_weights"]:
         if prototypes is None:
@@ -69,8 +86,9 @@ def build(model, train: pd.DataFrame, *, data_dir: Path, domains: list[str], pro
         out = model(**model_inputs(batch), output_hidden_states=True)
         d = domain_of[batch["index"]]
         g = branch.representation(out.hidden_states[-1], batch["attention_mask"], d)
-        total, ce, dom = meta_teacher_loss(out.logits, batch["labels"], branch.domain_logits(g),
-                                           corrupted_domains(d), weight_of[batch["index"]], gamma)
+        total, ce, dom = meta_teacher_loss(
+            out.logits, batch["labels"], branch.domain_logits(g), corrupted_domains(d), weight_of[batch["index"]], gamma
+        )
         return total, {"ce": ce.item(), "domain": dom.item()}
 
     def save(folder: Path, result) -> None:
