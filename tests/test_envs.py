@@ -25,7 +25,7 @@ def test_conda_environment_has_the_pins_of_pyproject():
 def test_every_rule_that_runs_kdpipe_names_the_environment():
     for rules in (REPO / "workflow/rules").glob("*.smk"):
         text = rules.read_text()
-        assert text.count("python -m kdpipe ") == len(re.findall(r"\n +conda:\n +ENV\n", text)), rules.name
+        assert text.count('"python -m kdpipe ') == len(re.findall(r"\n +conda:\n +ENV\n", text)), rules.name
 
 
 def gpu_rules() -> set[str]:

@@ -84,6 +84,21 @@ def _temperature(default: float, meaning: str = "softmax temperature T of the KD
     return Arg("temperature", "float", default, meaning)
 
 
+_OBJECTIVE_STRATEGIES = ("uncertainty", "uncertainty-r", "none")
+_ATTENTION_HEADS = ("auto", "per_head", "mean")  # auto: per head when the head counts agree, else averaged
+
+_META_KD_STAGE1 = (
+    Arg("gamma", "float", 0.5, "γ: weight of the domain-representation MSE"),
+    Arg("attention_heads", "str", "auto", "attentions per head, or averaged", choices=_ATTENTION_HEADS),
+)
+
+_MUKI = (
+    Arg("aggregation", "str", "soft", "pick the most certain teacher, or weight them", choices=("hard", "soft")),
+    Arg("tau_s", "float", 0.2, "temperature of the soft aggregation over certainty scores"),
+    _temperature(1.0),
+    Arg("margin", "bool", True, "weight each example by the margin between teacher scores"),
+)
+
 _DYNAMIC = (
     Arg("ce_weight", "float", 1.0, "weight of the gold-label cross-entropy"),
     Arg("kd_weight", "float", 1.0, "weight of the KD term"),
@@ -132,18 +147,7 @@ METHODS = {
             ("logits", "mc"),
             "disjoint",
             "MUKI: teachers weighted per example by MC-dropout certainty, hard or soft, margin-weighted KL (§1)",
-            args=(
-                Arg(
-                    "aggregation",
-                    "str",
-                    "soft",
-                    "pick the most certain teacher, or weight them",
-                    choices=("hard", "soft"),
-                ),
-                Arg("tau_s", "float", 0.2, "temperature of the soft aggregation over certainty scores"),
-                _temperature(1.0),
-                Arg("margin", "bool", True, "weight each example by the margin between teacher scores"),
-            ),
+            args=_MUKI,
         ),
         MethodSpec(
             "muki_no_mc",
@@ -152,18 +156,7 @@ METHODS = {
             "disjoint",
             "MUKI with certainty from one deterministic pass instead of MC-dropout (§1, no_mc)",
             builder="build_no_mc",
-            args=(
-                Arg(
-                    "aggregation",
-                    "str",
-                    "soft",
-                    "pick the most certain teacher, or weight them",
-                    choices=("hard", "soft"),
-                ),
-                Arg("tau_s", "float", 0.2, "temperature of the soft aggregation over certainty scores"),
-                _temperature(1.0),
-                Arg("margin", "bool", True, "weight each example by the margin between teacher scores"),
-            ),
+            args=_MUKI,
         ),
         MethodSpec(
             "dynamic_teacher",
@@ -221,13 +214,7 @@ METHODS = {
             args=(
                 *_DYNAMIC,
                 Arg("rep_weight", "float", 1.0, "weight of the hidden-state term"),
-                Arg(
-                    "strategy",
-                    "str",
-                    "uncertainty",
-                    "how entropy splits the two terms",
-                    choices=("uncertainty", "uncertainty-r", "none"),
-                ),
+                Arg("strategy", "str", "uncertainty", "entropy split of the terms", choices=_OBJECTIVE_STRATEGIES),
             ),
         ),
         MethodSpec(
@@ -287,16 +274,7 @@ METHODS = {
             internal=True,
             prototypes=True,
             teacher_objective="meta",
-            args=(
-                Arg("gamma", "float", 0.5, "γ: weight of the domain-representation MSE"),
-                Arg(
-                    "attention_heads",
-                    "str",
-                    "auto",
-                    "match attentions per head, averaged over heads, or per head when the head counts agree",
-                    choices=("auto", "per_head", "mean"),
-                ),
-            ),
+            args=_META_KD_STAGE1,
         ),
         MethodSpec(
             "prokt",

@@ -21,42 +21,20 @@ class Stage:
     summary: str = ""
 
 
+# name: (its arguments, runs a model, what it does); the module is kdpipe.stages.<name with "_" for "-">
+_TABLE = {
+    "prepare": ("out", False, "read, deduplicate and split the dataset"),
+    "prototypes": ("data out", True, "Meta-KD's prototype scores"),
+    "finetune-teacher": ("data out prototypes?", True, "fine-tune one teacher"),
+    "signal-shard": ("teacher data shard:str out_part", True, "one shard of a teacher signal pass"),
+    "signal-gather": ("parts+ out", False, "a teacher signal from its shards"),
+    "distill": ("data signals_root out prototypes?", True, "train a student from cached signals"),
+    "cotrain": ("data out out_teacher", True, "ProKT: a student and its teacher trained together"),
+    "evaluate": ("model data out_json out_predictions", True, "metrics and predictions of one model on one split"),
+    "evaluate-ensemble": ("members+ out_json out_predictions", False, "an ensemble from its members' predictions"),
+    "report": ("evals+ out", False, "summary tables and plots"),
+}
 STAGES = {
-    "prepare": Stage(
-        "kdpipe.stages.prepare", ("out",), device=False, summary="read, deduplicate and split the dataset"
-    ),
-    "prototypes": Stage("kdpipe.stages.prototypes", ("data", "out"), summary="Meta-KD's prototype scores"),
-    "finetune-teacher": Stage(
-        "kdpipe.stages.finetune_teacher", ("data", "out", "prototypes?"), summary="fine-tune one teacher"
-    ),
-    "signal-shard": Stage(
-        "kdpipe.stages.signal_shard",
-        ("teacher", "data", "shard:str", "out_part"),
-        summary="one shard of a teacher signal pass",
-    ),
-    "signal-gather": Stage(
-        "kdpipe.stages.signal_gather", ("parts+", "out"), device=False, summary="a teacher signal from its shards"
-    ),
-    "distill": Stage(
-        "kdpipe.stages.distill",
-        ("data", "signals_root", "out", "prototypes?"),
-        summary="train a student from cached signals",
-    ),
-    "cotrain": Stage(
-        "kdpipe.stages.cotrain",
-        ("data", "out", "out_teacher"),
-        summary="ProKT: a student and its teacher trained together",
-    ),
-    "evaluate": Stage(
-        "kdpipe.stages.evaluate",
-        ("model", "data", "out_json", "out_predictions"),
-        summary="metrics and predictions of one model on one split",
-    ),
-    "evaluate-ensemble": Stage(
-        "kdpipe.stages.evaluate_ensemble",
-        ("members+", "out_json", "out_predictions"),
-        device=False,
-        summary="an ensemble from its members' predictions",
-    ),
-    "report": Stage("kdpipe.stages.report", ("evals+", "out"), device=False, summary="summary tables and plots"),
+    name: Stage(f"kdpipe.stages.{name.replace('-', '_')}", tuple(arguments.split()), device, summary)
+    for name, (arguments, device, summary) in _TABLE.items()
 }

@@ -13,14 +13,13 @@ evaluated and reused.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from kdpipe.core.store import make_manifest
 from kdpipe.data.batching import encode_frame
 from kdpipe.methods import prokt
 from kdpipe.models.loading import load_classifier, load_tokenizer
-from kdpipe.training.loop import FitResult, encoded_validator, fit, save_trained, total_steps, work_paths
+from kdpipe.training.loop import FitResult, encoded_validator, fit_job, save_trained, total_steps
 from kdpipe.training.student import student_data
 
 
@@ -54,18 +53,15 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
         cotrained.observe(teacher_metrics, epoch=len(cotrained.history) + 1)
         return {**metrics, "teacher_accuracy": teacher_metrics["accuracy"]}
 
-    resume, log_path = work_paths(Path(out_dir))
-    result = fit(
+    result = fit_job(
         data.model,
-        train=data.enc_train,
-        loss_fn=objective.loss,
-        validate=validate,
-        settings=settings,
-        device=device,
-        log_path=log_path,
-        resume_dir=resume,
-        resume_key=json.dumps(params, sort_keys=True),
-        extra_state=objective.extra_state,
+        objective,
+        data.enc_train,
+        validate,
+        settings,
+        device,
+        out_dir=out_dir,
+        params=params,
         desc="student (prokt)",
     )
     rows = {"train": len(data.train), "validation": len(data.valid)}

@@ -10,7 +10,6 @@ restricted to those rows.
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +21,7 @@ from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
 from kdpipe.signals.io import read_prototype_scores
 from kdpipe.signals.load import load_signals, subset_signals
-from kdpipe.training.loop import fit, save_trained, work_paths
+from kdpipe.training.loop import fit_job, save_trained
 from kdpipe.training.student import student_data
 
 
@@ -77,20 +76,15 @@ def run(params: dict, data: Path, signals_root: Path, out: Path, prototypes: Pat
         ctx.prototype_scores = torch.as_tensor(scores, device=device)
     builder = getattr(importlib.import_module(method.module), method.builder)
     objective = builder(ctx, params["method_args"])
-    resume, log_path = work_paths(Path(out_dir))
-    result = fit(
+    result = fit_job(
         data.model,
-        train=data.enc_train,
-        loss_fn=objective.loss,
-        validate=data.validator(params.get("eval_batch_size", 64)) if objective.validates else None,
-        settings=data.settings,
-        device=device,
-        log_path=log_path,
-        resume_dir=resume,
-        resume_key=json.dumps(params, sort_keys=True),
-        extra_modules=objective.extra_modules,
-        on_epoch=objective.on_epoch,
-        extra_state=objective.extra_state,
+        objective,
+        data.enc_train,
+        data.validator(params.get("eval_batch_size", 64)),
+        data.settings,
+        device,
+        out_dir=out_dir,
+        params=params,
         desc=f"student ({method.name})",
     )
     manifest = make_manifest(

@@ -13,7 +13,6 @@ branch, saved beside the model). Output: a ``save_pretrained`` directory with sa
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ from kdpipe.data.batching import encode_frame
 from kdpipe.data.dataset import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.data.labelspace import resolve_classes
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer
-from kdpipe.training.loop import TrainSettings, encoded_validator, fit, save_trained, work_paths
+from kdpipe.training.loop import TrainSettings, encoded_validator, fit_job, save_trained
 from kdpipe.training.objective import Objective
 
 
@@ -69,19 +68,8 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
     objective = _objective(params, model, train, data_dir, domains, prototypes, device)
 
     validate = encoded_validator(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device)
-    resume, log_path = work_paths(Path(out_dir))
-    result = fit(
-        model,
-        train=enc_train,
-        loss_fn=objective.loss,
-        validate=validate,
-        settings=settings,
-        device=device,
-        log_path=log_path,
-        resume_dir=resume,
-        resume_key=json.dumps(params, sort_keys=True),
-        extra_modules=objective.extra_modules,
-        desc="teacher",
+    result = fit_job(
+        model, objective, enc_train, validate, settings, device, out_dir=out_dir, params=params, desc="teacher"
     )
     manifest = make_manifest(
         "teacher",

@@ -344,6 +344,39 @@ def _best(name: str) -> str:
     return "best" if name == "model" else f"best.{name}"
 
 
+def fit_job(
+    model: nn.Module,
+    objective,
+    train: Encoded,
+    validate: Callable[[nn.Module], dict] | None,
+    settings: TrainSettings,
+    device: torch.device,
+    *,
+    out_dir: Path,
+    params: dict,
+    desc: str,
+) -> FitResult:
+    """:func:`fit` for a stage job writing ``out_dir``: its :class:`~kdpipe.training.objective.Objective` (loss,
+    extra modules, epoch hook, extra state), with the resume folder and training log beside the output and a resume
+    key made of the job's config slice ``params`` (a checkpoint made with other settings is not resumed)."""
+    resume, log_path = work_paths(Path(out_dir))
+    return fit(
+        model,
+        train=train,
+        loss_fn=objective.loss,
+        validate=validate if objective.validates else None,
+        settings=settings,
+        device=device,
+        log_path=log_path,
+        resume_dir=resume,
+        resume_key=json.dumps(params, sort_keys=True),
+        extra_modules=objective.extra_modules,
+        on_epoch=objective.on_epoch,
+        extra_state=objective.extra_state,
+        desc=desc,
+    )
+
+
 def work_paths(out_dir: Path) -> tuple[Path, Path]:
     """The resume directory and the JSONL training log of the job writing ``out_dir``.
 

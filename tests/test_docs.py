@@ -1,0 +1,81 @@
+"""The documentation lives in the repository and matches the code: no reference points outside the project, every
+docs/ file and section the code cites exists, every method argument is documented, the README stays short."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from kdpipe.methods.registry import METHODS, TEACHER_OBJECTIVES
+from tests.conftest import REPO
+
+TRACKED = [
+    REPO / path
+    for path in subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    if (REPO / path).is_file()
+]
+TEXT_FILES = [p for p in TRACKED if p.suffix in {".py", ".md", ".smk", ".yaml", ".rst", ".toml", ""}]
+OUTSIDE = re.compile(r"\.\./shared|\b(?:METHODS|DESIGN|ANCHORS|PLATFORM)\.md\b|\b[Ii]ssues? #?\d+\b")
+THIS_FILE = "tests/test_docs.py"
+
+
+def test_no_file_points_outside_the_project():
+    found = []
+    for path in TEXT_FILES:
+        rel = str(path.relative_to(REPO))
+        if rel == THIS_FILE:
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if OUTSIDE.search(line):
+                found.append(f"{rel}:{n}: {line.strip()[:100]}")
+    assert not found, "references outside the repository:\n" + "\n".join(found)
+
+
+DOC_REF = re.compile(r"docs/([\w./-]+\.md)(?:,? (§\d+[a-c]?)|, \"([^\"]+)\")?")
+
+
+def headings(doc: str) -> str:
+    return "\n".join(line for line in (REPO / "docs" / doc).read_text().splitlines() if line.startswith("#"))
+
+
+def test_every_docs_reference_exists():
+    missing = []
+    for path in TEXT_FILES:
+        for match in DOC_REF.finditer(path.read_text(errors="replace")):
+            doc, section, title = match.groups()
+            if not (REPO / "docs" / doc).is_file():
+                missing.append(f"{path.relative_to(REPO)}: docs/{doc}")
+            elif section and not re.search(rf"^#+ {re.escape(section)}\b", headings(doc), re.M):
+                missing.append(f"{path.relative_to(REPO)}: docs/{doc} {section}")
+            elif title and not re.search(rf"^#+ .*{re.escape(title)}", headings(doc), re.M):
+                missing.append(f'{path.relative_to(REPO)}: docs/{doc}, "{title}"')
+    assert not missing, "cited but not in docs/:\n" + "\n".join(sorted(set(missing)))
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_every_method_and_its_arguments_are_in_methods_md(name):
+    text = (REPO / "docs/methods.md").read_text()
+    spec = METHODS[name]
+    if not spec.internal:
+        assert f"`{name}`" in text
+    for arg in spec.args:
+        # a two-stage method documents its first stage's arguments as `stage1.<name>`
+        forms = (f"`{arg.name}`", f"`stage1.{arg.name}`", f"`{arg.name}.")
+        assert any(form in text for form in forms), f"method_args {arg.name} of {name} is not in docs/methods.md"
+
+
+@pytest.mark.parametrize("name", sorted(TEACHER_OBJECTIVES))
+def test_teacher_objective_arguments_are_documented(name):
+    text = (REPO / "docs/methods.md").read_text()
+    for arg in TEACHER_OBJECTIVES[name].args:
+        assert f"`{arg.name}`" in text
+
+
+def test_readme_is_short_and_keeps_its_two_commands():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    assert "make run" in readme and "make test" in readme
+    for link in re.findall(r"\]\(((?:docs|benchmarks|experiments)/[^)#]+)", readme):
+        assert (REPO / link).exists(), link
