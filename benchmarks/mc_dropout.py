@@ -1,7 +1,7 @@
 """MC-dropout throughput: kdpipe's implementation against the naive loop, side by side on the same data.
 
 Naive (the seed's way): the model in train mode, T separate passes over the data, batches of 32 padded to
-max_length, fp32. kdpipe (``kdpipe.mc_dropout.mc_dropout``): length-bucketed batches padded only to their own
+max_length, fp32. kdpipe (``kdpipe.signals.mc_dropout.mc_dropout``): length-bucketed batches padded only to their own
 longest row, the T samples of a batch as one enlarged batch, ``inference_mode``, and on CUDA bf16 autocast with
 SDPA attention. Both score the same rows of BBC News with the packaged MiniLM (6 layers) and T samples.
 

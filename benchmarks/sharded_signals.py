@@ -1,7 +1,7 @@
 """Sharded MC-dropout: the wall time of one MC-dropout pass run by the workflow as S = 1, 2, 4 shard jobs.
 
 Side by side in one run, in one temporary copy of the workflow: a MiniLM teacher is fine-tuned once on a slice of
-BBC News, then for each S the signals are deleted and `snakemake --set-scatter mc=S` recomputes the teacher's
+BBC News, then for each S the signals are deleted and `snakemake --set-scatter mc_dropout=S` recomputes the teacher's
 MC-dropout artifact (S shard jobs + the gather job; Snakemake's own start-up included, as a user sees it). S = 1
 is the unsharded pass; the ratio to it is the result. The gathered `mc.npy` must be the same bytes for every S
 (checked here too: a benchmark of a wrong answer is worth nothing).
@@ -64,7 +64,7 @@ def snakemake(project: Path, args, *extra: str) -> float:
     if args.gpus:
         cmd += ["--resources", f"gpu={args.gpus}"]
     if args.shard_threads:
-        cmd += ["--set-threads", f"mc_dropout_shard={args.shard_threads}"]
+        cmd += ["--set-threads", f"signal_shard={args.shard_threads}"]
     env = {**os.environ, "PYTHONPATH": str(project), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     started = time.perf_counter()
     result = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True)
@@ -108,7 +108,7 @@ def main() -> None:
         base, digests = None, set()
         for shards in args.shards:
             shutil.rmtree(project / "results/signals", ignore_errors=True)
-            wall = snakemake(project, args, target, "--set-scatter", f"mc={shards}")
+            wall = snakemake(project, args, target, "--set-scatter", f"mc_dropout={shards}")
             digest = hashlib.sha256((project / target).read_bytes()).hexdigest()[:12]
             digests.add(digest)
             base = base or wall

@@ -79,3 +79,35 @@ def test_readme_is_short_and_keeps_its_two_commands():
     assert "make run" in readme and "make test" in readme
     for link in re.findall(r"\]\(((?:docs|benchmarks|experiments)/[^)#]+)", readme):
         assert (REPO / link).exists(), link
+
+
+def test_every_kdpipe_name_in_code_and_docs_exists():
+    """Dotted names and file paths of kdpipe in docstrings, comments and docs name something that exists."""
+    import importlib
+
+    def resolves(reference: str) -> bool:
+        parts = reference.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            try:
+                for attribute in parts[cut:]:
+                    obj = getattr(obj, attribute)
+            except AttributeError:
+                return False
+            return True
+        return False
+
+    stale = set()
+    for path in TEXT_FILES:
+        text = path.read_text(errors="replace")
+        for match in re.finditer(r"\bkdpipe(?:\.[A-Za-z_]\w*)+", text):
+            reference = match.group(0)
+            if not reference.endswith(".yaml") and not resolves(reference):
+                stale.add(f"{path.relative_to(REPO)}: {reference}")
+        for match in re.finditer(r"\bkdpipe/[\w/]+\.py\b", text):
+            if not (REPO / match.group(0)).exists():
+                stale.add(f"{path.relative_to(REPO)}: {match.group(0)}")
+    assert not stale, "names that do not exist:\n" + "\n".join(sorted(stale))

@@ -61,7 +61,7 @@ def fake_signals(root, data, teachers: dict[str, list[str]], mc: bool = False):
                     "variance": 0.01,
                 }
             ).to_parquet(d / "mc.parquet")
-            write_json(d / "mc.json", make_manifest("mc_dropout", split="train", rows=len(row_ids), labels=classes))
+            write_json(d / "mc.json", make_manifest("mc", split="train", rows=len(row_ids), labels=classes))
 
 
 def test_teacher_class_not_in_the_data(tiny_data, tmp_path):

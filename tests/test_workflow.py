@@ -295,8 +295,8 @@ def test_sharded_signals_are_the_same_bytes_as_unsharded(done):
         for name in ("mc.npy", "mc.parquet", "mc.json", "logits.parquet", "logits.json")
     ]
     signals += ["results/signals/ta/train/hidden.npy", "results/signals/ta/train/hidden.json"]
-    # targets before --set-scatter: it takes one or more values, so it would swallow targets after it
-    out = snakemake(other, env, "--cache", *signals, "--set-scatter", "mc_dropout=3", "dump=3")
+    # targets first: --cache (optional rule names) and --set-scatter (one or more values) would swallow them
+    out = snakemake(other, env, *signals, "--cache", "--set-scatter", "mc_dropout=3", "dump=3")
     assert "signal_shard" in out and "scatteritem=3-of-3" in out
     for path in signals:
         assert (other / path).read_bytes() == (project / path).read_bytes(), path

@@ -45,7 +45,7 @@ def _imports(path: Path, module: str) -> set[str]:
                 base = ".".join(parts + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    # importing kdpipe.a.b also runs kdpipe/__init__.py and kdpipe/a/__init__.py
+    # importing a submodule also runs the __init__.py of every package above it
     parents = {".".join(name.split(".")[:i]) for name in found for i in range(1, name.count(".") + 1)}
     return {name for name in found | parents if module_file(name)}
 

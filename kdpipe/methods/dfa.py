@@ -3,7 +3,7 @@
     L = α_kd·L_VKD + α_rec·L_rec + α_amal·L_amal
 
 For each aligned pair (student layer l_s, teacher layer l_t), paired from the last layer backwards with stride
-L_t/L_s (``kdpipe.backbones.strided_alignment``):
+L_t/L_s (``kdpipe.models.backbones.strided_alignment``):
 
 - an encoder E: Linear(ΣH_k → H_s) maps the concatenated teacher features to r = E([f_1; …; f_K]);
 - a decoder D: Linear(H_s → ΣH_k) reconstructs each teacher's features: L_rec = Σ_k MSE(D(r)_k, f_k);

@@ -21,7 +21,8 @@ D_i = mean_c (z_s − z_t)² (``distance: mse``, the release's default) or T²·
 - ``dynamic_objective`` (§2c), one teacher on the full label set:
   L = α_ce·CE + α_kl·(1/B)Σ_i (1 − ĥ_i)·D_i + α_rep·(1/B)Σ_i ĥ_i·R_i, with D_i the logit MSE and
   R_i = Σ_{l=0..L_s} mean_{tokens,dims} (n(h_s^l) − n(h_t^{l·k}))², n = L2-normalisation over the hidden
-  dimension, k = L_t / L_s (embeddings included: ``kdpipe.backbones.uniform_alignment``). Teacher states come from
+  dimension, k = L_t / L_s (embeddings included: ``kdpipe.models.backbones.uniform_alignment``). Teacher states
+  come from
   the float16 dumps of only those layers; the mean runs over real tokens (the release also averaged padding).
   ``strategy: uncertainty-r`` swaps the two weights, ``none`` gives both weight 1 (without the release's
   sequence-dimension normalisation quirk).

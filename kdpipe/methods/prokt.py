@@ -87,7 +87,7 @@ def checked_args(args: dict) -> dict:
 class CoTrainedTeacher:
     """The teacher side of ProKT: its model, optimiser, schedule and dual multiplier, stepped inside the student's
     loss, and its best validation state. ``state_dict`` / ``load_state_dict`` let the training loop checkpoint it
-    with the student (``kdpipe.training.fit(extra_state=...)``)."""
+    with the student (``kdpipe.training.loop.fit(extra_state=...)``)."""
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kdpipe.core.store import KdpipeError
 
-# (transformer layers, attention heads) of the builtin backbones (kdpipe.models.TINY_BERT for tiny-bert)
+# (transformer layers, attention heads) of the builtin backbones (kdpipe.models.loading.TINY_BERT for tiny-bert)
 BUILTIN_SHAPES = {"builtin:minilm-l6": (6, 12), "builtin:tiny-bert": (2, 2)}
 
 
@@ -36,7 +36,7 @@ def num_heads(backbone: str) -> int:
 
 
 def student_layers(model_spec: dict) -> int:
-    """Transformer layers of a student built from ``model_spec`` (see ``kdpipe.models.build_student``)."""
+    """Transformer layers of a student built from ``model_spec`` (see ``kdpipe.models.students.build_student``)."""
     init = model_spec.get("init")
     if init:
         return len(init["layers"]) if init.get("layers") is not None else num_layers(init["from"])

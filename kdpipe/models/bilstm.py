@@ -48,7 +48,7 @@ class BiLSTMConfig:
 
 
 class BiLSTMClassifier(nn.Module):
-    separate_pairs = True  # the two sides of a pair are tokenised apart (kdpipe.batching.encode)
+    separate_pairs = True  # the two sides of a pair are tokenised apart (kdpipe.data.batching.encode)
 
     def __init__(self, config: BiLSTMConfig):
         super().__init__()

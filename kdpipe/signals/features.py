@@ -1,10 +1,10 @@
 """The feature signals: token-level teacher states of one split, for methods that align with them.
 
-- ``hidden.npy``: hidden states of the chosen layers (0 = embeddings), float16 [N, L_sel, max_length, H],
+- ``hidden.npy``: hidden states of the chosen layers (0 = embeddings), float16 [N, L_sel, S, H],
   zero-padded past each row's length;
 - ``attentions.npy``: post-softmax attention probabilities of the chosen layers (1-based, as layer l's output),
-  float16 [N, L_sel, heads, max_length, max_length];
-- ``attentions_mean.npy``: the same averaged over the heads, [N, L_sel, max_length, max_length] (for a student
+  float16 [N, L_sel, heads, S, S];
+- ``attentions_mean.npy``: the same averaged over the heads, [N, L_sel, S, S] (for a student
   with another head count; ``heads`` times smaller).
 
 Post-softmax probabilities, as EasyNLP's Hugging Face models return them (the original TinyBERT-based Meta-KD code

@@ -83,7 +83,7 @@ def read_logits(path: str | Path, row_ids: np.ndarray, labels: list[str] | None 
 def read_mc(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None = None):
     """MC-dropout mean probabilities [N, C] (memory-mapped) and the score table, both checked."""
     npy_path = Path(npy_path)
-    manifest = read_manifest(manifest_path(npy_path), kind="mc_dropout")
+    manifest = read_manifest(manifest_path(npy_path), kind="mc")
     probs = np.load(npy_path, mmap_mode="r")
     _check_rows(npy_path, manifest, row_ids, probs.shape[0])
     _check_labels(npy_path, manifest, probs.shape[1], labels)

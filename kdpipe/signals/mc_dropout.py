@@ -3,7 +3,7 @@
 T stochastic passes with dropout on and everything else in eval mode. The T samples of a batch run as one
 enlarged batch of T·B rows (split into chunks of at most ``max_batch_rows`` rows and ``MAX_BATCH_TOKENS``
 tokens), under
-``torch.inference_mode()``. The RNG is re-seeded per batch from ``(seed, first row_id of the batch)``, so a fixed
+``torch.inference_mode()``. The RNG is re-seeded per batch from ``(seed, smallest row_id of the batch)``, so a fixed
 seed reproduces the samples exactly whatever the order the batches run in.
 
 Outputs: the mean probabilities p̄ (``mc.npy``, float32 [N, C_teacher], row_id order) and per-row scores
@@ -163,6 +163,6 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
         np.save(fh, column("mean"))
     with atomic_path(parquet) as tmp:
         pd.DataFrame({"row_id": column("row_id"), **{key: column(key) for key in SCORES}}).to_parquet(tmp, index=False)
-    manifest = make_manifest("mc_dropout", config=params, split=params["split"], **meta)
+    manifest = make_manifest("mc", config=params, split=params["split"], **meta)
     write_json(manifest_file, manifest)
     return manifest
