@@ -25,26 +25,25 @@ from kdpipe.training.student import student_data
 
 def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
     """Train the ProKT student of ``params`` (to ``out``) and its teacher (to ``out_teacher``) together."""
-    data_dir, out_dir = data, out
     args = prokt.checked_args(params["method_args"])
-    data = student_data(params, data_dir)
-    device, labels, settings = data.device, data.labels, data.settings
+    job = student_data(params, data)
+    device, labels, settings = job.device, job.labels, job.settings
     eval_batch_size = params.get("eval_batch_size", 64)
 
     teacher_tokenizer = load_tokenizer(args["backbone"])
     teacher_train, teacher_valid = (
         encode_frame(teacher_tokenizer, frame, max_length=params["max_length"], label_ids=frame["label_id"].to_numpy())
-        for frame in (data.train, data.valid)
+        for frame in (job.train, job.valid)
     )
     teacher = load_classifier(args["backbone"], labels, seed=settings.seed)
     prokt.zero_classifier(teacher)
-    prokt.zero_classifier(data.model)
+    prokt.zero_classifier(job.model)
     cotrained = prokt.CoTrainedTeacher(
-        teacher, teacher_train, args, settings, total_steps(len(data.enc_train), settings), device
+        teacher, teacher_train, args, settings, total_steps(len(job.enc_train), settings), device
     )
     objective = prokt.build(cotrained)
 
-    validate_student = data.validator(eval_batch_size)
+    validate_student = job.validator(eval_batch_size)
     validate_teacher = encoded_validator(teacher_valid, batch_size=eval_batch_size, device=device)
 
     def validate(student):
@@ -54,17 +53,17 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
         return {**metrics, "teacher_accuracy": teacher_metrics["accuracy"]}
 
     result = fit_job(
-        data.model,
+        job.model,
         objective,
-        data.enc_train,
+        job.enc_train,
         validate,
         settings,
         device,
-        out_dir=out_dir,
+        out_dir=out,
         params=params,
         desc="student (prokt)",
     )
-    rows = {"train": len(data.train), "validation": len(data.valid)}
+    rows = {"train": len(job.train), "validation": len(job.valid)}
     teacher_result = FitResult(
         best_state=cotrained.best_state,
         best_metrics=cotrained.best_metrics,
@@ -83,7 +82,7 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
             config=params,
             labels=labels,
             method="prokt",
-            cotrained_with=str(out_dir),
+            cotrained_with=str(out),
             tokenizer=args["backbone"],
             rows=rows,
         ),
@@ -91,5 +90,5 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
     manifest = make_manifest(
         "student", config=params, labels=labels, method="prokt", teachers=[], tokenizer=params["model"], rows=rows
     )
-    save_trained(out_dir, data.model, data.tokenizer, labels, result, manifest)
+    save_trained(out, job.model, job.tokenizer, labels, result, manifest)
     return manifest

@@ -32,17 +32,16 @@ def run(params: dict, data: Path, signals_root: Path, out: Path, prototypes: Pat
     prototypes), passed by the plan so that this stage imports only the method's own module.
     """
     method = SimpleNamespace(name=params["method"], **params["method_spec"])
-    data_dir, out_dir = data, out
-    data = student_data(params, data_dir, attn="eager" if "attentions" in method.signals else None)
-    device, labels = data.device, data.labels
+    job = student_data(params, data, attn="eager" if "attentions" in method.signals else None)
+    device, labels = job.device, job.labels
     teachers = list(params["teachers"])
-    positions = data.train_positions
+    positions = job.train_positions
     signals = {
         t: subset_signals(
             load_signals(
                 method.signals,
                 Path(signals_root) / t / "train",
-                data.split_row_ids,
+                job.split_row_ids,
                 device,
                 params.get("attention_feature", "attentions"),
             ),
@@ -62,28 +61,28 @@ def run(params: dict, data: Path, signals_root: Path, out: Path, prototypes: Pat
         blocks=blocks,
         signals=signals,
         device=device,
-        student_config=data.model.config,
-        train_lengths=data.enc_train.lengths,
+        student_config=job.model.config,
+        train_lengths=job.enc_train.lengths,
         alignment=params.get("alignment"),
-        domains=data.domains,
+        domains=job.domains,
     )
-    if data.domains:
-        ctx.domain_ids = torch.as_tensor(domain_ids(data.train, data.domains), device=device)
+    if job.domains:
+        ctx.domain_ids = torch.as_tensor(domain_ids(job.train, job.domains), device=device)
     if method.prototypes:
         if prototypes is None:
             raise KdpipeError(f"method {method.name} reads the prototype scores: pass --prototypes")
-        scores = read_prototype_scores(prototypes, data.split_row_ids)[positions]
+        scores = read_prototype_scores(prototypes, job.split_row_ids)[positions]
         ctx.prototype_scores = torch.as_tensor(scores, device=device)
     builder = getattr(importlib.import_module(method.module), method.builder)
     objective = builder(ctx, params["method_args"])
     result = fit_job(
-        data.model,
+        job.model,
         objective,
-        data.enc_train,
-        data.validator(params.get("eval_batch_size", 64)),
-        data.settings,
+        job.enc_train,
+        job.validator(params.get("eval_batch_size", 64)),
+        job.settings,
         device,
-        out_dir=out_dir,
+        out_dir=out,
         params=params,
         desc=f"student ({method.name})",
     )
@@ -95,7 +94,7 @@ def run(params: dict, data: Path, signals_root: Path, out: Path, prototypes: Pat
         teachers=teachers,
         tokenizer=params["model"],
         domain=params.get("domain"),
-        rows={"train": len(data.train), "validation": len(data.valid)},
+        rows={"train": len(job.train), "validation": len(job.valid)},
     )
-    save_trained(out_dir, data.model, data.tokenizer, labels, result, manifest)
+    save_trained(out, job.model, job.tokenizer, labels, result, manifest)
     return manifest
