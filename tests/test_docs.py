@@ -102,6 +102,8 @@ def test_every_kdpipe_name_in_code_and_docs_exists():
 
     stale = set()
     for path in TEXT_FILES:
+        if path == REPO / "docs/adding-a-method.md":  # its examples name the modules a reader is about to write
+            continue
         text = path.read_text(errors="replace")
         for match in re.finditer(r"\bkdpipe(?:\.[A-Za-z_]\w*)+", text):
             reference = match.group(0)

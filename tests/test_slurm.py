@@ -146,9 +146,8 @@ def test_tiny_config_runs_every_job_as_a_slurm_job(cluster, tiny_run):
 
 def test_failing_job_is_reported_as_a_failed_slurm_job(cluster, tiny_run):
     project, env, _ = tiny_run
-    config = edited_config(
-        project, lambda c: c["students"]["s_muki_no_mc"]["method_args"].update(aggregation="no_such_aggregation")
-    )
+    # a student of one subset teacher: the classes nobody teaches are found when the job reads the signals
+    config = edited_config(project, lambda c: c["students"]["s_muki_no_mc"].update(teachers=["ta"]))
     rc, output = slurm_snakemake(project, env, configfile=config, timeout=600)
     assert rc != 0
     jobs = run_jobs(cluster, output)
@@ -160,7 +159,7 @@ def test_failing_job_is_reported_as_a_failed_slurm_job(cluster, tiny_run):
     for job in jobs:
         assert f"SLURM-job '{job['JobId']}' failed, SLURM status is: 'FAILED'" in output
     assert "Error in rule distill" in output
-    assert "muki: unknown aggregation 'no_such_aggregation'" in output  # the stage's own message (its log)
+    assert "in the data is covered by no teacher" in output  # the stage's own message (its log)
     assert not (project / "results/students/s_muki_no_mc").exists()
 
 
