@@ -36,7 +36,8 @@ from kdpipe.methods.losses import kl_divergence
 from kdpipe.models.multihead import MultiHeadClassifier, mean_probs_log
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-HYDRA_FIXED = {"alpha": 1.0, "beta": 1.0, "diversity": 0.0, "diversity_ramp": None}
+# plain Hydra: β = 1 gives the aggregate KL weight 0, so its temperature is fixed too (it has no effect)
+HYDRA_FIXED = {"alpha": 1.0, "beta": 1.0, "diversity": 0.0, "diversity_ramp": None, "temp_aggregate": 1.0}
 
 COSINE_EPS = 1e-8
 
@@ -177,6 +178,5 @@ def build(ctx: DistillContext, args: dict) -> Objective:
 
 
 def build_hydra(ctx: DistillContext, args: dict) -> Objective:
-    """Plain Hydra (docs/methods.md §3): α = 1, β = 1, λ = 0, i.e. L3 only; only the temperatures may be
-    set."""
-    return build(ctx, {"temp_aggregate": 1.0, **args, **HYDRA_FIXED})
+    """Plain Hydra (docs/methods.md §3): α = 1, β = 1, λ = 0, i.e. L3 only; only ``temp_individual`` may be set."""
+    return build(ctx, {**args, **HYDRA_FIXED})

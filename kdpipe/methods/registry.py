@@ -26,15 +26,14 @@ class Arg:
     default: object
     help: str
     choices: tuple = ()  # allowed values of a "str" argument (empty: any)
-    nullable: bool = False  # null (None) is allowed
 
     def check(self, value, where: str) -> None:
-        if value is None and (self.nullable or self.default is None):
+        if value is None and self.default is None:  # an argument whose default is null may be set to null
             return
         kinds = TYPES[self.type]
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
             raise KdpipeError(
-                f"{where}.{self.name}: expected {self.type}{' or null' if self.nullable else ''}, "
+                f"{where}.{self.name}: expected {self.type}{' or null' if self.default is None else ''}, "
                 f"got {value!r} ({type(value).__name__})"
             )
         if self.choices and value not in self.choices:
@@ -181,7 +180,7 @@ METHODS = {
                     "which teacher uncertain examples go to",
                     choices=("uncertain_to_small", "uncertain_to_large"),
                 ),
-                Arg("small_teacher", "str", None, "the smaller of the two teachers (required)", nullable=True),
+                Arg("small_teacher", "str", None, "the smaller of the two teachers (required)"),
             ),
         ),
         MethodSpec(
@@ -230,7 +229,7 @@ METHODS = {
                 Arg("temp_aggregate", "float", 1.0, "temperature of the aggregate KL"),
                 Arg("temp_individual", "float", 3.0, "temperature of the member-to-head KL"),
                 Arg("diversity", "float", 1e-3, "λ: weight of the head-diversity term"),
-                Arg("diversity_ramp", "list", None, "[start, end] epochs over which λ rises from 0", nullable=True),
+                Arg("diversity_ramp", "list", None, "[start, end] epochs over which λ rises from 0"),
             ),
         ),
         MethodSpec(
