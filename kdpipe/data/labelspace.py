@@ -1,11 +1,14 @@
 """Class subsets of teachers and the student's label layout (docs/methods.md §1).
 
-Dataset labels are sorted. A teacher covers all of them, an explicit list, or MUKI's sorted contiguous slice
-``{slice: k, of: K}``: teacher k gets ``[k*floor(C/K), (k+1)*floor(C/K))`` and the last teacher also takes the
-remainder. A teacher's local ids follow the dataset's sorted order restricted to its classes.
+Dataset labels have one order, fixed when the data is prepared (``kdpipe.data.prepare.label_order``: a
+``ClassLabel``'s declared order, numeric for integer labels, else sorted as text). A teacher covers all of them, an
+explicit list, or MUKI's contiguous slice ``{slice: k, of: K}`` of that order: teacher k gets
+``[k*floor(C/K), (k+1)*floor(C/K))`` and the last teacher also takes the remainder. A teacher kdpipe trains has local
+ids in the dataset's order restricted to its classes; an imported checkpoint keeps its own head's order
+(``labels.json`` of the teacher says which).
 
-The student predicts over the dataset's labels in sorted order. MUKI's union layout (teacher blocks concatenated
-in teacher order) is the same set of classes; kdpipe keeps the sorted order and places each teacher's block
+The student predicts over the dataset's labels in their order. MUKI's union layout (teacher blocks concatenated
+in teacher order) is the same set of classes; kdpipe keeps the dataset order and places each teacher's block
 through an index map, so students, teachers and evaluation share one label order.
 """
 
@@ -17,8 +20,7 @@ from kdpipe.core.store import KdpipeError
 
 
 def muki_slice(labels: list[str], k: int, K: int) -> list[str]:
-    """Teacher k's classes in MUKI's sorted contiguous split of ``labels`` into K teachers."""
-    labels = sorted(labels)
+    """Teacher k's classes in MUKI's contiguous split of ``labels`` (in the dataset's order) into K teachers."""
     if not 0 <= k < K or len(labels) < K:
         raise KdpipeError(f"classes slice {k} of {K}: need 0 <= slice < of <= number of classes ({len(labels)})")
     width = len(labels) // K

@@ -23,6 +23,7 @@ import difflib
 import importlib.util
 import io
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import pyarrow as pa
 
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
 from kdpipe.data.dataset import SPLITS, no_domains
+from kdpipe.data.hf import is_hf_source, read_hf
 
 # (output column, config key, default column name); optional columns default to None (not configured).
 _COLUMNS = (
@@ -42,6 +44,7 @@ _COLUMNS = (
 )
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
 _FORMATS = ("csv", "tsv", "jsonl", "parquet")
+INTEGER = re.compile(r"^[+-]?\d+$")
 # Which copy of a duplicate survives across explicit files: evaluation files win over train.
 _KEEP_PRIORITY = ("test", "validation", "train")
 # The corpus names its sport folder "sports"; the BBC's own class name is "sport".
@@ -50,28 +53,7 @@ _BBC_RENAMES = {"sports": "sport"}
 
 def prepare(params: dict, out_dir: str | Path) -> dict:
     """Build the dataset artifact in ``out_dir`` from the ``dataset`` config slice; return its manifest."""
-    split_params = params.get("split") or {}
-    fractions = {"validation": split_params.get("validation", 0.1), "test": split_params.get("test", 0.2)}
-    seed = int(split_params.get("seed", 13))
-    max_rows, max_per_class = params.get("max_rows"), params.get("max_per_class")
-    _check_numbers(fractions, max_rows, max_per_class)
-
-    tables, label_renames, source = _load_tables(params)
-    duplicates = 0
-    if params.get("dedup", True):
-        keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]
-        tables, duplicates = _drop_duplicates(tables, keys)
-    tables = _assign_row_ids(tables)
-    tables = {origin: _apply_caps(table, max_per_class, max_rows, seed) for origin, table in tables.items()}
-
-    labels = sorted(set().union(*(table["label"] for table in tables.values())))
-    if len(labels) < 2:
-        column = params.get("label_column", "label")
-        raise KdpipeError(
-            f"{source}: column '{column}' (dataset.label_column) has {len(labels)} distinct label(s) "
-            f"{labels} after deduplication and subsampling; classification needs at least 2"
-        )
-
+    tables, labels, fractions, seed, provenance = _selected(params)
     to_split_off = {split: fractions[split] for split in ("test", "validation") if split not in tables}
     parts = _split_stratified(tables.pop("train"), to_split_off, seed) | tables
     label_ids = {label: i for i, label in enumerate(labels)}
@@ -89,9 +71,7 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
         class_counts={
             split: {label: int((frame["label"] == label).sum()) for label in labels} for split, frame in splits.items()
         },
-        duplicates_dropped=duplicates,
-        label_renames=label_renames,
-        source=source,
+        **provenance,
         domains=domains,
     )
     with atomic_path(out_dir, directory=True) as tmp:
@@ -102,11 +82,45 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
     return manifest
 
 
+def dataset_labels(params: dict) -> list[str]:
+    """The labels, in order, that :func:`prepare` gives the dataset of ``params`` (read without writing anything)."""
+    return _selected(params)[1]
+
+
+def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict, int, dict]:
+    """Steps 1-4: the tables to split ({origin: table}), the label order, the split fractions and seed, and where
+    the rows came from (manifest fields)."""
+    split_params = params.get("split") or {}
+    fractions = {"validation": split_params.get("validation", 0.1), "test": split_params.get("test", 0.2)}
+    seed = int(split_params.get("seed", 13))
+    max_rows, max_per_class = params.get("max_rows"), params.get("max_per_class")
+    _check_numbers(fractions, max_rows, max_per_class)
+
+    tables, label_renames, source, declared = _load_tables(params)
+    duplicates = 0
+    if params.get("dedup", True):
+        keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]
+        tables, duplicates = _drop_duplicates(tables, keys)
+    tables = _assign_row_ids(tables)
+    tables = {origin: _apply_caps(table, max_per_class, max_rows, seed) for origin, table in tables.items()}
+
+    labels = label_order(set().union(*(table["label"] for table in tables.values())), declared)
+    if len(labels) < 2:
+        column = params.get("label_column", "label")
+        raise KdpipeError(
+            f"{source}: column '{column}' (dataset.label_column) has {len(labels)} distinct label(s) "
+            f"{labels} after deduplication and subsampling; classification needs at least 2"
+        )
+
+    provenance = {"duplicates_dropped": duplicates, "label_renames": label_renames, "source": source}
+    return tables, labels, fractions, seed, provenance
+
+
 def source_domains(params: dict, where: str) -> list[str]:
     """The sorted domains of the configured source file(s), read without preparing the dataset (for the plan)."""
     if not params.get("domain_column"):
         raise no_domains(where)
-    tables, _, _ = _load_tables(params)
+    tables = _load_tables(params)[0]
     return sorted(set().union(*(table["domain"] for table in tables.values())))
 
 
@@ -138,10 +152,12 @@ def _check_numbers(fractions: dict, max_rows, max_per_class) -> None:
             raise KdpipeError(f"dataset.{key} is {value!r}; it must be a positive integer or null")
 
 
-def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str], str]:
-    """Read the configured source(s): ({origin split: table}, label renames, source description).
+def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str], str, list[str]]:
+    """Read the configured source(s): ({origin split: table}, label renames, source description, the label order
+    the source declares: a ``ClassLabel``'s names, else empty).
 
-    A single source becomes the "train" table, from which validation and test are split off later.
+    A single file becomes the "train" table, from which validation and test are split off later; a Hugging Face
+    dataset gives the splits it has.
     """
     files = params.get("files")
     if files:
@@ -152,15 +168,33 @@ def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str],
             raise KdpipeError("dataset.files.train is required when dataset.files is set")
         paths = {split: files[split] for split in SPLITS if files.get(split)}
         tables = {split: _read_file(path, f"dataset.files.{split}", params) for split, path in paths.items()}
-        return tables, {}, ", ".join(f"{split}={path}" for split, path in paths.items())
+        return tables, {}, ", ".join(f"{split}={path}" for split, path in paths.items()), []
     source = params.get("source", "builtin:bbc_news")
     if not source:
-        raise KdpipeError("dataset.source is empty: set it to builtin:bbc_news or a file path, or set dataset.files")
+        raise KdpipeError(
+            "dataset.source is empty: set it to builtin:bbc_news, a file, hf:NAME or a save_to_disk folder, or set "
+            "dataset.files"
+        )
     source = str(source)
     if source.startswith("builtin:"):
         raw, renames = _read_builtin(source)
-        return {"train": _select_columns(raw, params, source)}, renames, source
-    return {"train": _read_file(source, "dataset.source", params)}, {}, source
+        return {"train": _select_columns(raw, params, source)}, renames, source, []
+    if is_hf_source(source):
+        keys = [params.get(key, default) for _, key, default in _COLUMNS]
+        raw_tables, declared = read_hf(source, params.get("label_column", "label"), [k for k in keys if k])
+        tables = {split: _select_columns(raw, params, f"{source} ({split})") for split, raw in raw_tables.items()}
+        return tables, {}, source, declared
+    return {"train": _read_file(source, "dataset.source", params)}, {}, source, []
+
+
+def label_order(present: set[str], declared: list[str]) -> list[str]:
+    """The dataset's label order, which every model's output follows: the order the source declares (a
+    ``ClassLabel``), else numeric when every label is an integer ("2" before "10"), else sorted as text."""
+    if declared:
+        return [label for label in declared if label in present]
+    if all(INTEGER.match(label) for label in present):
+        return sorted(present, key=int)
+    return sorted(present)
 
 
 def _read_builtin(source: str) -> tuple[pd.DataFrame, dict[str, str]]:

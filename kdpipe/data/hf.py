@@ -1,0 +1,121 @@
+"""Hugging Face ``datasets`` as a dataset source: ``hf:NAME``, ``hf:NAME:CONFIG`` or a ``save_to_disk`` folder.
+
+The ``datasets`` library does the reading (hub download or its local cache, Arrow files on disk); kdpipe only maps
+what it gives to kdpipe's tables: splits by name (``validation`` also from ``valid``/``dev``/``val``; a split whose
+labels are all missing, as in GLUE's test sets, is left out and split off train instead), and ``ClassLabel``
+columns to their names, whose declared order becomes the label order (docs/configuration.md, "Your own data").
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from kdpipe.core.store import KdpipeError
+
+# kdpipe split <- the names a Hugging Face dataset may give it, in order of preference
+SPLIT_NAMES = {
+    "train": ("train",),
+    "validation": ("validation", "valid", "dev", "val"),
+    "test": ("test",),
+}
+
+
+def is_hf_source(source: str) -> bool:
+    """``hf:NAME[:CONFIG]``, or a local folder written by ``save_to_disk``."""
+    folder = Path(source)
+    return source.startswith("hf:") or (
+        folder.is_dir() and any((folder / name).is_file() for name in ("dataset_dict.json", "state.json"))
+    )
+
+
+def read_hf(source: str, label_column: str, optional_columns: list[str]) -> tuple[dict[str, pd.DataFrame], list]:
+    """The splits of a Hugging Face dataset as raw tables ({kdpipe split: frame}) and the label names its
+    ``ClassLabel`` declares (empty when the label column is not a ``ClassLabel``). ``optional_columns`` (text
+    pair, domain) are mapped from ``ClassLabel`` ids to names too."""
+    splits = _load(source)
+    chosen = {}
+    for split, names in SPLIT_NAMES.items():
+        name = next((n for n in names if n in splits), None)
+        if name is not None:
+            chosen[split] = name
+    if "train" not in chosen:
+        raise KdpipeError(f"dataset.source {source}: no 'train' split; the dataset has splits {sorted(splits)}")
+    ignored = sorted(set(splits) - set(chosen.values()))
+    if ignored:
+        print(f"[kdpipe] dataset.source {source}: splits {ignored} are not used", file=sys.stderr)
+    tables, label_names = {}, []
+    for split, name in chosen.items():
+        data = splits[name]
+        if label_column not in data.column_names:
+            raise KdpipeError(
+                f"dataset.source {source}: split '{name}' has no column '{label_column}' (dataset.label_column); "
+                f"its columns are {data.column_names}"
+            )
+        frame = data.to_pandas()
+        if _unlabelled(frame[label_column]):
+            if split == "train":
+                raise KdpipeError(f"dataset.source {source}: the train split has no labels")
+            print(
+                f"[kdpipe] dataset.source {source}: split '{name}' has no labels (all -1 or empty); "
+                f"{split} is split off train instead",
+                file=sys.stderr,
+            )
+            continue
+        for column in [label_column, *optional_columns]:
+            names = _class_names(data.features.get(column))
+            if names:
+                frame[column] = _to_names(frame[column], names, source, name, column)
+                if column == label_column:
+                    label_names = names
+        tables[split] = frame
+    return tables, label_names
+
+
+def _load(source: str) -> dict:
+    """{split name: ``datasets.Dataset``}; a single saved ``Dataset`` is the train split."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    try:
+        if source.startswith("hf:"):
+            name, _, config = source.removeprefix("hf:").partition(":")
+            loaded = datasets.load_dataset(name, config or None)
+        else:
+            loaded = datasets.load_from_disk(source)
+    except Exception as err:  # datasets raises many kinds (ConnectionError, FileNotFoundError, DatasetNotFoundError)
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise KdpipeError(
+            f"dataset.source {source}: cannot be loaded with the datasets library ({type(err).__name__}: {first}); "
+            "a hub dataset needs a network or a copy in the local Hugging Face cache (HF_DATASETS_OFFLINE=1 uses "
+            "the cache only), a folder must come from save_to_disk"
+        ) from err
+    if isinstance(loaded, datasets.Dataset):
+        return {"train": loaded}
+    return dict(loaded)
+
+
+def _class_names(feature) -> list[str]:
+    names = getattr(feature, "names", None)
+    return list(names) if names and hasattr(feature, "int2str") else []
+
+
+def _unlabelled(values: pd.Series) -> bool:
+    """GLUE-style test splits mark every label -1 (or leave it empty)."""
+    return bool(((values.astype(str) == "-1") | values.isna()).all())
+
+
+def _to_names(values: pd.Series, names: list[str], source: str, split: str, column: str) -> pd.Series:
+    """Class names of a ``ClassLabel`` column (some versions of ``datasets`` decode them in ``to_pandas``)."""
+    if not pd.api.types.is_integer_dtype(values):
+        return values
+    ids = values.to_numpy()
+    bad = [v for v in ids if not 0 <= int(v) < len(names)]
+    if bad:
+        raise KdpipeError(
+            f"dataset.source {source}: split '{split}' column '{column}' has class id {bad[0]}, outside its "
+            f"ClassLabel's {len(names)} names ({len(bad)} such rows)"
+        )
+    return pd.Series([names[int(v)] for v in ids], index=values.index)
