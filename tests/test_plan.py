@@ -78,10 +78,20 @@ def test_seeds_expand_into_student_jobs_without_touching_teachers():
         ),
         (
             lambda c: (
-                c["teachers"]["ta"].update(classes=["business", "sport"]),
-                c["teachers"]["tb"].update(classes=["sport", "tech"]),
+                c["teachers"]["ta"].update(classes=["business", "entertainment", "sport"]),
+                c["teachers"]["tb"].update(classes=["politics", "sport", "tech"]),
             ),
-            r"teachers 'ta' and 'tb' both cover class 'sport'.*disjoint or identical",
+            r"students\.s_vkd: teachers \['ta', 'tb'\] overlap on class 'sport'.*disjoint or identical",
+        ),
+        # the classes are checked against the data when the DAG is built, before any teacher trains
+        (
+            lambda c: c["teachers"]["ta"].update(classes=["business"]),
+            r"students\.s_vkd: label 'entertainment' in the data is covered by no teacher "
+            r"\(ta: business; tb: politics, sport, tech\)",
+        ),
+        (
+            lambda c: c["teachers"]["ta"].update(classes=["business", "sports"]),
+            r"teachers\.ta\.classes: class 'sports' is not in the data",
         ),
     ],
 )

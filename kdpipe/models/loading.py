@@ -78,16 +78,49 @@ def label_maps(labels: list[str]) -> dict:
     }
 
 
-def load_classifier(backbone: str, labels: list[str], *, seed: int, attn: str | None = None) -> nn.Module:
-    """A sequence classifier on ``backbone`` with a fresh head over ``labels`` (the head init is seeded)."""
+def load_classifier(
+    backbone: str, labels: list[str], *, seed: int, attn: str | None = None, keep_head: bool = False
+) -> nn.Module:
+    """A sequence classifier on ``backbone`` with a fresh head over ``labels`` (the head init is seeded).
+
+    A backbone that is itself a fine-tuned classifier loses its head: its classes are never reused by position
+    under other names. ``keep_head``: keep it, ``labels`` being the head's classes in its output order (matched by
+    name beforehand, :mod:`kdpipe.models.heads`)."""
     torch.manual_seed(seed)
     kwargs = {"attn_implementation": attn} if attn else {}
     if backbone == "builtin:tiny-bert":
         config = BertConfig(**TINY_BERT, **label_maps(labels), **kwargs)
         return AutoModelForSequenceClassification.from_config(config)
-    return _quiet_from_pretrained(
-        AutoModelForSequenceClassification.from_pretrained, _source(backbone), **label_maps(labels), **kwargs
+    model = _quiet_from_pretrained(
+        AutoModelForSequenceClassification.from_pretrained,
+        _source(backbone),
+        **label_maps(labels),
+        ignore_mismatched_sizes=True,  # another number of classes than the checkpoint's head: a fresh head
+        **kwargs,
     )
+    if not keep_head and any(a.endswith("ForSequenceClassification") for a in model.config.architectures or []):
+        _fresh_head(model, seed)
+    return model
+
+
+def _fresh_head(model: nn.Module, seed: int) -> None:
+    """Re-initialise everything of a classifier outside its base model (the head), seeded, as transformers
+    initialises a new head: linear weights normal with the config's ``initializer_range``, biases zero, norms 1/0.
+    (The model's own ``_init_weights`` skips weights that were loaded from the checkpoint.)"""
+    generator = torch.Generator().manual_seed(seed)
+    std = getattr(model.config, "initializer_range", 0.02)
+    with torch.no_grad():
+        for child in model.children():
+            if child is model.base_model:
+                continue
+            for module in child.modules():
+                if isinstance(module, nn.Linear):
+                    module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * std)
+                    if module.bias is not None:
+                        module.bias.zero_()
+                elif isinstance(module, nn.LayerNorm):
+                    module.weight.fill_(1.0)
+                    module.bias.zero_()
 
 
 def load_encoder(backbone: str, *, seed: int = 0) -> nn.Module:

@@ -2,7 +2,8 @@
 
 Imported by the workflow (``workflow/rules/common.smk``) when Snakemake builds the DAG, so it stays free of torch
 and transformers. By concern: :mod:`~kdpipe.plan.paths` (where artifacts live), :mod:`~kdpipe.plan.entries`
-(config entries to jobs), :mod:`~kdpipe.plan.checks` (what the schema cannot check), :mod:`~kdpipe.plan.layers`
+(config entries to jobs), :mod:`~kdpipe.plan.checks` (what the schema cannot check), :mod:`~kdpipe.plan.classes`
+(the classes of every teacher, checked against the data), :mod:`~kdpipe.plan.layers`
 (layer alignment), :mod:`~kdpipe.plan.slices` (each job's config slice and code modules).
 """
 
@@ -13,6 +14,7 @@ import re
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.registry import TEACHER_OBJECTIVES, complete_args, get_method
 from kdpipe.plan.checks import Checks
+from kdpipe.plan.classes import Classes
 from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
 from kdpipe.plan.layers import Layers
 from kdpipe.plan.paths import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, SIGNALS_ROOT, STUDENT, TEACHER
@@ -35,7 +37,7 @@ __all__ = [
 ]
 
 
-class Plan(Checks, Layers, Slices):
+class Plan(Checks, Classes, Layers, Slices):
     def __init__(self, config: dict, schema: dict | None = None):
         """``config`` with its defaults filled in; ``schema`` (the config schema) validates merged entries."""
         self.config = config
@@ -59,6 +61,8 @@ class Plan(Checks, Layers, Slices):
             raise KdpipeError("config: 'teachers' is empty; name at least one teacher")
         self.students: dict[str, Student] = {}
         self._domains: list[str] | None = None
+        self._labels: list[str] | None = None  # the dataset's labels (kdpipe.plan.classes), read when first needed
+        self._classes: dict[str, list[str]] = {}
         for entry, spec in (config.get("students") or {}).items():
             merged = {**config.get("student_defaults", {}), **(spec or {})}
             seeds = merged.pop("seeds", None) or [merged.get("seed", 0)]

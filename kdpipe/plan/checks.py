@@ -1,4 +1,5 @@
-"""Checks of a plan that need more than the schema: names, teachers of each student, heads, stages, class overlap."""
+"""Checks of a plan that need more than the schema: names, teachers of each student, heads, stages; then the classes
+(:mod:`kdpipe.plan.classes`)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ class Checks:
                     raise KdpipeError(
                         f"{where}.teachers: unknown teacher {teacher!r}; teachers are {sorted(self.teachers)}"
                     )
-            self._check_explicit_overlap(student, method.teacher_classes, where)
             self._check_heads(student, method, where)
             self._check_stage(student, method, where)
+        self._check_classes()
 
     def _check_stage(self, student: Student, method, where: str) -> None:
         if method.internal and student.name not in self.first_stages:
@@ -80,21 +81,3 @@ class Checks:
                 f"{where}.model.heads.count: {heads.get('count')} heads for {members} teachers; "
                 "Hydra needs at most one head per ensemble member (M <= N)"
             )
-
-    def _check_explicit_overlap(self, student: Student, policy: str, where: str) -> None:
-        """Overlap of explicitly listed classes is visible before any data is read; catch it at once."""
-        if policy in ("any", "identical"):
-            return
-        owner: dict[str, str] = {}
-        for teacher in self.student_teachers(student.name):
-            classes = self.teachers[teacher].get("classes")
-            if not isinstance(classes, list):
-                continue
-            for c in classes:
-                if c in owner:
-                    raise KdpipeError(
-                        f"{where}: teachers {owner[c]!r} and {teacher!r} both cover class {c!r}, but "
-                        f"method {student.config['method']!r} needs {policy.replace('_', ' ')} "
-                        "class subsets"
-                    )
-                owner[c] = teacher

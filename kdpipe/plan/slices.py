@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
 from kdpipe.models.backbones import architecture_modules
+from kdpipe.plan.classes import TRAINING_KEYS
 from kdpipe.plan.entries import LATER_KEYS, without
 from kdpipe.signals.catalog import FEATURES, signal_spec
 
@@ -24,6 +25,8 @@ class Slices:
         key to kdpipe does not change the slice of teachers that do not use it."""
         spec = self.teachers[teacher]
         params = {k: v for k, v in spec.items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
+        if spec.get("checkpoint"):  # the checkpoint replaces the backbone; an import trains nothing
+            params = without(params, *(TRAINING_KEYS if self.imported(teacher) else ("backbone",)))
         objective = TEACHER_OBJECTIVES.get(spec.get("objective", "ce"))
         if objective:
             params["objective_module"] = objective.module

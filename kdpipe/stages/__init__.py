@@ -2,9 +2,9 @@
 
 ``params`` is the stage's config slice (exactly what the rule's ``params.cfg`` holds, computed by
 :mod:`kdpipe.plan`); the arguments are the rule's input and output paths. :data:`STAGES` is the one table the
-command line (:mod:`kdpipe.cli`) is built from. Teacher-side stages (prepare, finetune_teacher, prototypes,
-signal_shard, signal_gather) import nothing of the student side (methods, student architectures, distill): a change
-there never reruns a teacher job (docs/caching-and-reruns.md).
+command line (:mod:`kdpipe.cli`) is built from. Teacher-side stages (prepare, finetune_teacher, import_teacher,
+prototypes, signal_shard, signal_gather) import nothing of the student side (methods, student architectures,
+distill): a change there never reruns a teacher job (docs/caching-and-reruns.md).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ _TABLE = {
     "prepare": ("out", False, "read, deduplicate and split the dataset"),
     "prototypes": ("data out", True, "Meta-KD's prototype scores"),
     "finetune-teacher": ("data out prototypes?", True, "fine-tune one teacher"),
+    "import-teacher": ("data out", True, "use a fine-tuned checkpoint as a teacher, without training"),
     "signal-shard": ("teacher data shard:str out_part", True, "one shard of a teacher signal pass"),
     "signal-gather": ("parts+ out", False, "a teacher signal from its shards"),
     "distill": ("data signals_root out prototypes?", True, "train a student from cached signals"),

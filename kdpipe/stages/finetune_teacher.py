@@ -1,13 +1,14 @@
 """The ``finetune_teacher`` stage: fine-tune one teacher, possibly on a subset of the classes (docs/methods.md §1).
 
-A teacher with ``layers`` keeps only those transformer layers of its backbone before fine-tuning (a smaller
-teacher of the same family). A teacher restricted to ``classes`` trains only on the rows of those classes, with its
-own local label ids (dataset order restricted to its classes); one restricted to a ``domain`` only on that
-domain's rows. The objective is the plain cross-entropy (``objective: ce``) or Meta-KD's meta-teacher loss
-(``objective: meta``, ``kdpipe.methods.meta_kd.teacher``: prototype-weighted CE plus the domain-corruption loss of
-a domain
-branch, saved beside the model). Output: a ``save_pretrained`` directory with safetensors weights, the tokenizer,
-``labels.json`` (its local label order), ``metrics.json`` and ``manifest.json``.
+A teacher with a ``checkpoint`` continues training a fine-tuned classifier, keeping its head when its classes are
+the teacher's (:mod:`kdpipe.models.heads`). A teacher with ``layers`` keeps only those transformer layers of its
+backbone before fine-tuning (a smaller teacher of the same family). A teacher restricted to ``classes`` trains only
+on the rows of those classes, with its own local label ids (dataset order restricted to its classes; a kept head's
+own order); one restricted to a ``domain`` only on that domain's rows. The objective is the plain cross-entropy
+(``objective: ce``) or Meta-KD's meta-teacher loss (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``:
+prototype-weighted CE plus the domain-corruption loss of a domain branch, saved beside the model). Output: a
+``save_pretrained`` directory with safetensors weights, the tokenizer, ``labels.json`` (its output order),
+``metrics.json`` and ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from kdpipe.core.device import pick_device
 from kdpipe.core.store import KdpipeError, make_manifest
 from kdpipe.data.batching import encode_frame
 from kdpipe.data.dataset import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
-from kdpipe.data.labelspace import resolve_classes
+from kdpipe.models.heads import teacher_classes
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer
 from kdpipe.training.loop import TrainSettings, encoded_validator, fit_job, save_trained
 from kdpipe.training.objective import Objective
@@ -50,9 +51,10 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
     data_dir, out_dir = data, out
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
-    classes = resolve_classes(params.get("classes"), labels, "teachers.<name>.classes")
+    classes, keep_head = teacher_classes(params, labels, "teachers.<name>")
+    backbone = params.get("checkpoint") or params["backbone"]  # a checkpoint is trained on (docs/configuration.md)
     device = pick_device()
-    tokenizer = load_tokenizer(params["backbone"])
+    tokenizer = load_tokenizer(backbone)
     frames = {
         split: restrict_to_domain(read_split(data_dir, split), params.get("domain"), domains, "teachers.<name>.domain")
         for split in ("train", "validation")
@@ -62,7 +64,7 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
     enc_train = encode_frame(tokenizer, train, max_length=params["max_length"], label_ids=train_y)
     enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
     settings = TrainSettings.from_params(params)
-    model = load_classifier(params["backbone"], classes, seed=settings.seed)
+    model = load_classifier(backbone, classes, seed=settings.seed, keep_head=keep_head)
     if params.get("layers"):
         keep_layers(model, list(params["layers"]))  # a smaller teacher, e.g. Dynamic KD's (docs/methods.md §2)
     objective = _objective(params, model, train, data_dir, domains, prototypes, device)
@@ -76,7 +78,7 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
         config=params,
         labels=classes,
         dataset_labels=labels,
-        tokenizer=params["backbone"],
+        tokenizer=backbone,
         rows={"train": len(train), "validation": len(valid)},
         domains=domains if params.get("objective", "ce") != "ce" else None,
     )

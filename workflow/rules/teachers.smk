@@ -7,6 +7,8 @@ rule finetune_teacher:
         model=directory(TEACHER),
     log:
         f"{LOGS}/finetune_teacher/{{teacher}}.log",
+    wildcard_constraints:
+        teacher=one_of([t for t in PLAN.teachers if not PLAN.imported(t)]),
     cache: True
     conda:
         ENV
@@ -21,3 +23,29 @@ rule finetune_teacher:
     shell:
         "python -m kdpipe --threads {threads} finetune-teacher --params {params.cfg:q} --data {input.data} --out {output.model}"
         " --prototypes {input.prototypes} > {log} 2>&1"
+
+
+rule import_teacher:
+    """Use a fine-tuned checkpoint as a teacher as it is (`checkpoint` with `finetune: false`): same artifact, no
+    training."""
+    input:
+        data=DATA_DIR,
+    output:
+        model=directory(TEACHER),
+    log:
+        f"{LOGS}/import_teacher/{{teacher}}.log",
+    wildcard_constraints:
+        teacher=one_of(PLAN.imported_teachers()),
+    cache: True
+    conda:
+        ENV
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=60,
+        gpu=1,
+    params:
+        cfg=lambda wc: as_json(PLAN.teacher_params(wc.teacher)),
+        code=code("kdpipe.stages.import_teacher"),
+    shell:
+        "python -m kdpipe --threads {threads} import-teacher --params {params.cfg:q} --data {input.data} --out {output.model} > {log} 2>&1"

@@ -1,0 +1,98 @@
+"""Classifier heads of existing checkpoints: which classes they predict, matched to the dataset's labels by name.
+
+A teacher entry with ``checkpoint:`` uses a sequence classifier trained elsewhere (docs/configuration.md, "Your own
+teachers"). Its head's classes are read from the checkpoint's ``id2label`` and matched to the dataset's labels: by
+name, ignoring case when that is unambiguous, or through the entry's ``label_map`` ({checkpoint label: dataset
+label}). The head keeps its own order; the teacher's ``labels.json`` says which dataset label each output is, so a
+head's classes are never renamed by position. Torch-free: the plan reads heads when the DAG is built.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.data.labelspace import resolve_classes
+
+GENERIC = re.compile(r"^LABEL_\d+$")  # transformers' placeholder names when a config was saved without labels
+
+
+def head_labels(checkpoint: str, where: str) -> list[str]:
+    """The classes a checkpoint's head predicts, in output order (its ``id2label``)."""
+    config = Path(checkpoint) / "config.json"
+    if config.is_file():
+        id2label = json.loads(config.read_text()).get("id2label")
+    else:
+        try:
+            from transformers import AutoConfig  # only for hub names, so the default DAG build stays light
+
+            id2label = AutoConfig.from_pretrained(checkpoint).id2label
+        except (OSError, ValueError) as err:
+            raise KdpipeError(
+                f"{where}: cannot read the checkpoint '{checkpoint}': not a local model folder with a config.json "
+                f"and not reachable on the hub from here ({type(err).__name__})"
+            ) from err
+    if not id2label:
+        raise KdpipeError(f"{where}: checkpoint '{checkpoint}' has no id2label; it is not a sequence classifier")
+    ids = sorted(int(i) for i in id2label)
+    if ids != list(range(len(ids))):
+        raise KdpipeError(f"{where}: checkpoint '{checkpoint}' has id2label ids {ids}; expected 0..{len(ids) - 1}")
+    return [str(id2label[i] if i in id2label else id2label[str(i)]) for i in ids]
+
+
+def match_labels(head: list[str], labels: list[str], label_map: dict | None, where: str) -> list[str]:
+    """The dataset label of each of the head's outputs, in head order (see the module docstring)."""
+    label_map = dict(label_map or {})
+    unknown_keys = [k for k in label_map if k not in head]
+    if unknown_keys:
+        raise KdpipeError(f"{where}.label_map: {unknown_keys[0]!r} is not a class of the checkpoint; it has {head}")
+    by_lower: dict[str, list[str]] = {}
+    for label in labels:
+        by_lower.setdefault(label.lower(), []).append(label)
+    matched = []
+    for name in head:
+        target = label_map.get(name, name)
+        if target in labels:
+            matched.append(target)
+            continue
+        if name not in label_map and len(by_lower.get(name.lower(), [])) == 1:
+            matched.append(by_lower[name.lower()][0])
+            continue
+        matched.append(None)
+        missing = target if name in label_map else name
+        close = difflib.get_close_matches(missing, labels, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        generic = " The checkpoint was saved without class names." if GENERIC.match(name) else ""
+        raise KdpipeError(
+            f"{where}: the checkpoint's class {name!r} matches no dataset label{hint}; the data's labels are "
+            f"{labels}.{generic} Map each checkpoint class with label_map: {{{name}: <dataset label>, ...}}"
+        )
+    twice = sorted({m for m in matched if matched.count(m) > 1})
+    if twice:
+        sources = [h for h, m in zip(head, matched) if m == twice[0]]
+        raise KdpipeError(f"{where}: checkpoint classes {sources} all map to the dataset label {twice[0]!r}")
+    return matched
+
+
+def teacher_classes(spec: dict, labels: list[str], where: str) -> tuple[list[str], bool]:
+    """(the dataset labels a teacher entry predicts in its output order, whether a checkpoint's head is kept).
+
+    Without a checkpoint: its ``classes`` in dataset order, a fresh head. With one: the head's classes, kept,
+    unless ``classes`` names another set (then a fresh head over them, which needs ``finetune: true``)."""
+    if not spec.get("checkpoint"):
+        return resolve_classes(spec.get("classes"), labels, f"{where}.classes"), False
+    head = match_labels(head_labels(spec["checkpoint"], where), labels, spec.get("label_map"), where)
+    if spec.get("classes") is None:
+        return head, True
+    classes = resolve_classes(spec["classes"], labels, f"{where}.classes")
+    if set(classes) == set(head):
+        return head, True
+    if not spec.get("finetune", True):
+        raise KdpipeError(
+            f"{where}.classes: {classes}, but the checkpoint predicts {head} and finetune is false; drop classes, "
+            "or set finetune: true to train a new head on them"
+        )
+    return classes, False

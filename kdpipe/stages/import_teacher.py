@@ -1,0 +1,57 @@
+"""The ``import_teacher`` stage: a fine-tuned sequence classifier from elsewhere, used as a teacher without training.
+
+Writes the same artifact as ``finetune_teacher`` (docs/design.md, "Artifacts"): the checkpoint's weights and
+tokenizer, ``labels.json`` (the dataset label of each of the head's outputs, in the head's order: see
+:mod:`kdpipe.models.heads`), ``metrics.json`` (its accuracy on the validation rows of its classes) and
+``manifest.json``. The model's own ``id2label`` is rewritten to the dataset's names, so every description of the
+head agrees.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kdpipe.core.device import pick_device
+from kdpipe.core.store import make_manifest
+from kdpipe.data.batching import encode_frame
+from kdpipe.data.dataset import read_labels, read_split
+from kdpipe.models.heads import head_labels, match_labels
+from kdpipe.models.loading import label_maps, load_tokenizer, load_trained
+from kdpipe.stages.finetune_teacher import rows_of_classes
+from kdpipe.training.loop import FitResult, encoded_validator, save_trained, state_on_cpu
+
+
+def run(params: dict, data: Path, out: Path) -> dict:
+    """Import the checkpoint of ``params`` as a teacher of the dataset artifact ``data``; write it to ``out``."""
+    where = "teachers.<name>"
+    labels = read_labels(data)
+    classes = match_labels(head_labels(params["checkpoint"], where), labels, params.get("label_map"), where)
+    model = load_trained(params["checkpoint"])
+    model.config.update(label_maps(classes))
+    tokenizer = load_tokenizer(params["checkpoint"])
+    valid, valid_y = rows_of_classes(read_split(data, "validation"), classes)
+    encoded = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
+    device = pick_device()
+    started = time.perf_counter()
+    metrics = encoded_validator(encoded, batch_size=params.get("eval_batch_size", 64), device=device)(
+        model.to(device).eval()
+    )
+    print(f"[kdpipe] imported {params['checkpoint']}: validation accuracy {metrics['accuracy']:.4f} on its classes")
+    result = FitResult(
+        best_state=state_on_cpu(model),
+        best_metrics=metrics,
+        best_epoch=0,
+        train_time_s=time.perf_counter() - started,
+    )
+    manifest = make_manifest(
+        "teacher",
+        config=params,
+        labels=classes,
+        dataset_labels=labels,
+        tokenizer=params["checkpoint"],
+        rows={"train": 0, "validation": len(valid)},
+        imported=True,
+    )
+    save_trained(out, model, tokenizer, classes, result, manifest)
+    return manifest

@@ -1,0 +1,128 @@
+"""Teachers from fine-tuned checkpoints: the import step, heads matched by name, kept or replaced, and the checks
+made before any job runs (kdpipe/models/heads.py, kdpipe/stages/import_teacher.py, kdpipe/plan/classes.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, BertConfig
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.data.dataset import read_split
+from kdpipe.models.heads import match_labels
+from kdpipe.models.loading import TINY_BERT, label_maps, load_classifier, load_tokenizer, load_trained
+from kdpipe.stages import finetune_teacher, import_teacher
+from tests.conftest import TINY_TEACHER
+from tests.test_plan import load
+
+HEAD = ["Sport", "politics", "tech"]  # not the dataset's order, one name in another case
+
+
+def make_checkpoint(folder, names=HEAD, seed=3):
+    """A tiny random BERT sequence classifier over ``names`` saved like any Hugging Face checkpoint."""
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(BertConfig(**TINY_BERT, **label_maps(names)))
+    model.save_pretrained(folder)
+    load_tokenizer("builtin:tiny-bert").save_pretrained(folder)
+    return model.eval()
+
+
+def head_weight(model):
+    return model.classifier.weight.detach().clone()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ckpt") / "clf"
+    return folder, make_checkpoint(folder)
+
+
+def test_labels_match_by_name_case_and_label_map():
+    data = ["business", "politics", "sport", "tech"]
+    assert match_labels(HEAD, data, None, "t") == ["sport", "politics", "tech"]
+    assert match_labels(["LABEL_0", "LABEL_1"], data, {"LABEL_0": "tech", "LABEL_1": "sport"}, "t") == ["tech", "sport"]
+    with pytest.raises(KdpipeError, match=r"class 'LABEL_1' matches no dataset label.*saved without class names"):
+        match_labels(["LABEL_0", "LABEL_1"], data, {"LABEL_0": "tech"}, "teachers.x")
+    with pytest.raises(KdpipeError, match=r"class 'sports' matches no dataset label \(did you mean 'sport'\?\)"):
+        match_labels(["sports"], data, None, "t")
+    with pytest.raises(KdpipeError, match=r"'nope' is not a class of the checkpoint"):
+        match_labels(HEAD, data, {"nope": "tech"}, "t")
+    with pytest.raises(KdpipeError, match=r"\['Sport', 'politics'\] all map to the dataset label 'sport'"):
+        match_labels(HEAD, data, {"politics": "sport"}, "t")
+
+
+def test_import_keeps_the_head_in_its_order_under_the_data_names(checkpoint, tiny_data, tmp_path):
+    folder, original = checkpoint
+    params = {"checkpoint": str(folder), "max_length": 32, "eval_batch_size": 32}
+    manifest = import_teacher.run(params, tiny_data, tmp_path / "t")
+    assert manifest["labels"] == ["sport", "politics", "tech"]
+    assert json.loads((tmp_path / "t/labels.json").read_text()) == ["sport", "politics", "tech"]
+    imported = load_trained(tmp_path / "t").eval()
+    assert imported.config.id2label == {0: "sport", 1: "politics", 2: "tech"}
+    # the same function: no output renamed or reordered
+    batch = load_tokenizer(str(folder))(["a match was won", "the minister said"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(imported(**batch).logits, original(**batch).logits)
+    metrics = json.loads((tmp_path / "t/metrics.json").read_text())
+    valid = read_split(tiny_data, "validation")
+    assert 0 <= metrics["validation"]["accuracy"] <= 1 and metrics["best_epoch"] == 0
+    assert manifest["rows"]["validation"] == int(valid["label"].isin(HEAD + ["sport"]).sum())
+
+
+def test_finetune_keeps_a_matching_head_and_replaces_another(checkpoint, tiny_data, tmp_path):
+    folder, original = checkpoint
+    base = {**TINY_TEACHER, "lr": 1e-12, "checkpoint": str(folder)}  # a step that changes nothing measurable
+    finetune_teacher.run(base, tiny_data, tmp_path / "kept")
+    kept = load_trained(tmp_path / "kept")
+    assert json.loads((tmp_path / "kept/labels.json").read_text()) == ["sport", "politics", "tech"]
+    assert torch.allclose(head_weight(kept), head_weight(original), atol=1e-6)
+
+    finetune_teacher.run({**base, "classes": ["sport", "tech"]}, tiny_data, tmp_path / "new")
+    new = load_trained(tmp_path / "new")
+    assert json.loads((tmp_path / "new/labels.json").read_text()) == ["sport", "tech"]
+    assert head_weight(new).shape == (2, 32)
+
+
+def test_a_classifier_as_backbone_gets_a_fresh_head(checkpoint):
+    folder, original = checkpoint
+    # same number of classes: reusing the head would rename its classes by position
+    model = load_classifier(str(folder), ["business", "entertainment", "politics"], seed=0)
+    assert not torch.allclose(head_weight(model), head_weight(original))
+    assert torch.equal(model.bert.embeddings.word_embeddings.weight, original.bert.embeddings.word_embeddings.weight)
+
+
+def with_checkpoint(folder, **teacher):
+    def edit(config):
+        config["teachers"]["tb"] = {"checkpoint": str(folder), "finetune": False, **teacher}
+
+    return edit
+
+
+def test_plan_imports_a_checkpoint_teacher_without_training_settings(checkpoint):
+    folder, _ = checkpoint
+    plan = load(edit=with_checkpoint(folder))
+    assert plan.imported_teachers() == ["tb"]
+    assert plan.teacher_classes("tb") == ["sport", "politics", "tech"]
+    params = plan.teacher_params("tb")
+    assert params["checkpoint"] == str(folder) and "epochs" not in params and "backbone" not in params
+
+
+@pytest.mark.parametrize(
+    "teacher, message",
+    [
+        ({"label_map": {"Sport": "sports"}}, r"teachers\.tb: the checkpoint's class 'Sport' matches no dataset"),
+        ({"classes": ["sport"]}, r"teachers\.tb\.classes: \['sport'\], but the checkpoint predicts"),
+        ({"layers": [0]}, r"teachers\.tb: layers needs training, but finetune is false"),
+    ],
+)
+def test_checkpoint_errors_stop_the_plan(checkpoint, teacher, message):
+    with pytest.raises(KdpipeError, match=message):
+        load(edit=with_checkpoint(checkpoint[0], **teacher))
+
+
+def test_a_class_no_checkpoint_covers_stops_the_plan(tmp_path):
+    make_checkpoint(tmp_path / "two", names=["sport", "tech"])
+    with pytest.raises(KdpipeError, match=r"label 'politics' in the data is covered by no teacher"):
+        load(edit=with_checkpoint(tmp_path / "two"))
