@@ -1,9 +1,10 @@
 """Hugging Face ``datasets`` as a dataset source: ``hf:NAME``, ``hf:NAME:CONFIG`` or a ``save_to_disk`` folder.
 
 The ``datasets`` library does the reading (hub download or its local cache, Arrow files on disk); kdpipe only maps
-what it gives to kdpipe's tables: splits by name (``validation`` also from ``valid``/``dev``/``val``; a split whose
-labels are all missing, as in GLUE's test sets, is left out and split off train instead), and ``ClassLabel``
-columns to their names, whose declared order becomes the label order (docs/configuration.md, "Your own data").
+what it gives to kdpipe's tables: splits by name (``validation`` also from ``valid``/``dev``/``val``; a split
+whose labels are all missing, as in GLUE's test sets, is left out and split off train instead), and ``ClassLabel``
+columns to their names, whose declared order becomes the label order
+(docs/your-own-models-and-data.md, "Your own data").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The classes each teacher covers, known when the DAG is built: a subset or a checkpoint's head, checked against the
 dataset's labels and against what each student's method needs, so that a class no teacher covers or a head class
-that matches nothing stops the run before any job (docs/methods.md §1; docs/configuration.md, "Your own
-teachers")."""
+that matches nothing stops the run before any job (docs/methods.md §1;
+docs/your-own-models-and-data.md, "Your own teachers")."""
 
 from __future__ import annotations
 
