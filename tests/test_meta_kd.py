@@ -340,7 +340,15 @@ def _meta_config(c):
     c.update(yaml.safe_load((REPO / "tests/configs/tiny_domains.yaml").read_text()))
 
 
-def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second():
+@pytest.fixture
+def domain_csv(tmp_path, monkeypatch):
+    """The tiny domains config's data file, where the config says it is: the plan reads the data's labels."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    domain_dataset().to_csv(tmp_path / "data/domains.csv", index=False)
+
+
+def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second(domain_csv):
     plan = load(edit=_meta_config)
     assert plan.first_stages == {"s_meta.stage1": "s_meta", "s_meta_narrow.stage1": "s_meta_narrow"}
     first, second = plan.student_params("s_meta.stage1"), plan.student_params("s_meta")

@@ -8,6 +8,7 @@ only to its own longest row.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,20 @@ class Encoded:
         if self.pair_ids is not None:
             lengths += np.fromiter((len(ids) for ids in self.pair_ids), dtype=np.int64, count=len(self.pair_ids))
         return lengths
+
+    @property
+    def token_hashes(self) -> np.ndarray:
+        """A CRC-32 of each row's token ids: two tokenisations of a split agree row by row exactly when these do
+        (a cheap fingerprint that a feature dump keeps, so a student can check it tokenises as the teacher did)."""
+        pairs = self.pair_ids if self.pair_ids is not None else [()] * len(self)
+        return np.fromiter(
+            (
+                zlib.crc32(np.concatenate([ids, np.asarray(p, dtype=np.int64)]).tobytes())
+                for ids, p in zip(self.input_ids, pairs)
+            ),
+            dtype=np.int64,
+            count=len(self),
+        )
 
 
 def _arrays(rows) -> list[np.ndarray]:

@@ -36,6 +36,7 @@ class DistillContext:
     device: torch.device
     student_config: object = None
     train_lengths: np.ndarray | None = None  # student token count per train row
+    train_tokens: np.ndarray | None = None  # student token-id hash per train row (Encoded.token_hashes)
     alignment: dict | None = None  # teacher -> [[student_layer, teacher_layer], ...]
     domains: list[str] | None = None
     domain_ids: torch.Tensor | None = None
@@ -51,7 +52,13 @@ class DistillContext:
         """Token-level teacher features are only comparable when the student tokenised the train split exactly as
         the teachers' dumps did (same tokenizer and max_length)."""
         for t in self.teachers:
-            if not np.array_equal(np.asarray(self.signal(t, f"{feature}_lengths")), self.train_lengths):
+            dumped = self.signals[t].get(f"{feature}_tokens")
+            same = (
+                np.array_equal(np.asarray(dumped), self.train_tokens)
+                if dumped is not None and self.train_tokens is not None
+                else np.array_equal(np.asarray(self.signal(t, f"{feature}_lengths")), self.train_lengths)
+            )
+            if not same:
                 raise KdpipeError(
                     f"{method}: teacher '{t}' {feature} were dumped with another tokenisation "
                     f"than the student's; {method} compares tokens, so give the student the "

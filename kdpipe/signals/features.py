@@ -138,6 +138,7 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
         "labels": teacher.labels,
         "layers": layers,
         "lengths": teacher.encoded.lengths.tolist(),
+        "token_hashes": teacher.encoded.token_hashes.tolist(),  # students check they tokenise the same way
         "bytes_per_example": bytes_per_example(teacher.model.config, feature, layers, max_length),
     }
     return rows, meta

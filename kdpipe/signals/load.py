@@ -38,6 +38,7 @@ def load_signals(
         if name in names:
             array, manifest = read_features(signal_dir / SIGNALS[file].files[0], row_ids)
             out.update({name: array, f"{name}_layers": manifest["layers"], f"{name}_lengths": manifest["lengths"]})
+            out[f"{name}_tokens"] = manifest.get("token_hashes")
             out.setdefault("labels", manifest["labels"])
     if "domain" in names:
         rep, expertise, manifest = read_domain(signal_dir / SIGNALS["domain"].files[0], row_ids)
@@ -57,7 +58,7 @@ def subset_signals(signals: dict, positions: np.ndarray) -> dict:
             out[name] = value.iloc[positions].reset_index(drop=True)
         elif isinstance(value, np.ndarray) and value.ndim >= 2:
             out[name] = RowSubset(value, positions)
-        elif name.endswith("_lengths"):
+        elif name.endswith(("_lengths", "_tokens")) and value is not None:
             out[name] = np.asarray(value)[positions].tolist()
         else:
             out[name] = value  # labels, layer lists

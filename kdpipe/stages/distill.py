@@ -63,6 +63,7 @@ def run(params: dict, data: Path, signals_root: Path, out: Path, prototypes: Pat
         device=device,
         student_config=job.model.config,
         train_lengths=job.enc_train.lengths,
+        train_tokens=job.enc_train.token_hashes,
         alignment=params.get("alignment"),
         domains=job.domains,
     )
