@@ -68,6 +68,7 @@ def test_wordpiece_students_learn_from_byte_level_bpe_teachers(own):
         assert 0 <= evaluation["metrics"]["accuracy"] <= 1
         predictions = pd.read_parquet(project / f"results/eval/{student}/test.predictions.parquet")
         assert len(predictions) == len(test)  # a student predicts every class, whichever teacher taught it
+
     # the students tokenise with WordPiece, the teachers with byte-level BPE
     def tokenizer_type(folder):
         return json.loads((project / "results" / folder / "tokenizer.json").read_text())["model"]["type"]

@@ -3,6 +3,7 @@ that a config names as a ``backbone`` or a ``checkpoint``."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -15,16 +16,22 @@ from kdpipe.models.loading import label_maps
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 
-def byte_level_bpe(vocab_size: int = 400) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer (RoBERTa / GPT-2 style) trained on a few hundred BBC articles."""
+@functools.cache
+def _trained_bpe(vocab_size: int) -> Tokenizer:
+    """A byte-level BPE (RoBERTa / GPT-2 style) trained on a few hundred BBC articles, once per session."""
     texts = _read_bbc_news()[0]["text"].iloc[::8].tolist()
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=BPE_SPECIALS))
     tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return tok
+
+
+def byte_level_bpe(vocab_size: int = 400) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer with RoBERTa's special tokens (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2)."""
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+        tokenizer_object=Tokenizer.from_str(_trained_bpe(vocab_size).to_str()),
         bos_token="<s>",
         eos_token="</s>",
         pad_token="<pad>",
@@ -53,5 +60,48 @@ def tiny_roberta(folder: Path, labels: list[str] | None = None, *, seed: int = 0
         config.architectures = ["RobertaForSequenceClassification"]
     torch.manual_seed(seed)
     AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def family_config(family: str, vocab_size: int, layers: int = 3):
+    """A tiny random config of a Hugging Face family: hidden size 32, 2 heads, ``layers`` layers."""
+    from transformers import AutoConfig
+
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=130,
+    )
+    special = {
+        "distilbert": dict(dim=32, n_layers=layers, n_heads=2, hidden_dim=64, max_position_embeddings=130),
+        "gpt2": dict(n_embd=32, n_layer=layers, n_head=2, n_positions=130),
+        "electra": dict(**common, embedding_size=32),
+        "llama": dict(**common, num_key_value_heads=2),
+        "qwen2": dict(**common, num_key_value_heads=2),
+        "roberta": dict(**common, pad_token_id=1),
+        "modernbert": dict(**common, pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2),
+    }
+    kwargs = special.get(family, common)
+    if family == "distilbert":
+        kwargs = dict(vocab_size=vocab_size, **kwargs)
+    if family == "gpt2":
+        kwargs = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=2, **kwargs)
+    return AutoConfig.for_model(family, **kwargs)
+
+
+def tiny_family(folder: Path, family: str, *, pad: bool = True, seed: int = 0) -> Path:
+    """A 3-layer random ``family`` backbone (a base model, no head) with a byte-level BPE tokenizer, saved to
+    ``folder``; ``pad=False`` saves the tokenizer without a padding token, as decoder-only models often ship."""
+    from transformers import AutoModel
+
+    tokenizer = byte_level_bpe()
+    if not pad:
+        tokenizer.pad_token = None
+    torch.manual_seed(seed)
+    AutoModel.from_config(family_config(family, len(tokenizer))).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

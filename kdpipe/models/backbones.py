@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from kdpipe.core.store import KdpipeError
 
 # (transformer layers, attention heads) of the builtin backbones (kdpipe.models.loading.TINY_BERT for tiny-bert)
@@ -12,17 +9,21 @@ BUILTIN_SHAPES = {"builtin:minilm-l6": (6, 12), "builtin:tiny-bert": (2, 2)}
 
 
 def _shape(backbone: str) -> tuple[int, int]:
-    """(layers, heads) of a backbone: builtins are known, a local directory's config.json is read."""
+    """(layers, heads) of a backbone: builtins are known; any other is read through ``AutoConfig``, whose attribute
+    map gives every family the same names (DistilBERT's ``n_layers`` is ``num_hidden_layers``). transformers is
+    imported only here, so the default config's DAG build does without it."""
     if backbone in BUILTIN_SHAPES:
         return BUILTIN_SHAPES[backbone]
-    config = Path(backbone) / "config.json"
-    if config.is_file():
-        data = json.loads(config.read_text())
-        return int(data["num_hidden_layers"]), int(data["num_attention_heads"])
-    raise KdpipeError(
-        f"cannot tell how many layers and heads '{backbone}' has without loading it: use a builtin "
-        "or a local model directory"
-    )
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(backbone)
+    except (OSError, ValueError) as err:
+        raise KdpipeError(
+            f"cannot tell how many layers and heads '{backbone}' has: not a builtin, not a local model folder, and "
+            f"not reachable on the hub from here ({type(err).__name__})"
+        ) from err
+    return int(config.num_hidden_layers), int(config.num_attention_heads)
 
 
 def num_layers(backbone: str) -> int:

@@ -67,7 +67,23 @@ def _quiet_from_pretrained(fn, name: str, **kwargs):
 
 
 def load_tokenizer(backbone: str):
-    return _quiet_from_pretrained(AutoTokenizer.from_pretrained, _source(backbone))
+    """The backbone's tokenizer. Decoder-only families (GPT-2, Llama, Qwen2) often ship without a padding token;
+    their end-of-text token pads instead, which batches need (the classifier reads the last non-pad token)."""
+    tokenizer = _quiet_from_pretrained(AutoTokenizer.from_pretrained, _source(backbone))
+    if tokenizer.pad_token is None:
+        fallback = tokenizer.eos_token or tokenizer.unk_token
+        if fallback is None:
+            raise KdpipeError(f"the tokenizer of '{backbone}' has no padding, end-of-text or unknown token to pad with")
+        tokenizer.pad_token = fallback
+    return tokenizer
+
+
+def ensure_pad_token(model: nn.Module, tokenizer) -> nn.Module:
+    """Give a classifier the tokenizer's padding id when its config has none (decoder-only families), so that it
+    finds each row's last real token in a padded batch, and keeps it when saved."""
+    if getattr(model.config, "pad_token_id", None) is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model
 
 
 def label_maps(labels: list[str]) -> dict:
@@ -100,7 +116,7 @@ def load_classifier(
     )
     if not keep_head and any(a.endswith("ForSequenceClassification") for a in model.config.architectures or []):
         _fresh_head(model, seed)
-    return model
+    return ensure_pad_token(model, load_tokenizer(backbone))
 
 
 def _fresh_head(model: nn.Module, seed: int) -> None:
@@ -171,6 +187,16 @@ def keep_layers(model: nn.Module, layers: list[int]) -> nn.Module:
     for name, child in parent.named_children():
         if child is blocks:
             setattr(parent, name, kept)
+    # Decoder families index their cache by each attention's ``layer_idx``, and some configs hold one entry per
+    # layer (``layer_types``: sliding or full attention): both follow the kept layers, so the saved config reloads
+    # to the same model.
+    for new_index, block in enumerate(kept):
+        for module in block.modules():
+            if isinstance(getattr(module, "layer_idx", None), int):
+                module.layer_idx = new_index
+    for key, value in model.config.to_dict().items():
+        if "layer" in key and isinstance(value, list) and len(value) == n:
+            setattr(model.config, key, [value[i] for i in layers])
     model.config.num_hidden_layers = len(layers)
     return model
 

@@ -45,6 +45,8 @@ class Slices:
         shards), plus for a feature dump the layers the students need."""
         section = signal_spec(signal).shards
         params = {**without(self.config[section], "splits", "shards"), "signal": signal, "split": split}
+        if params.get("dropout", 0) is None:  # the default, left out so that slices made before the key stay valid
+            del params["dropout"]
         if signal in FEATURES:
             params["layers"] = self.feature_layers(teacher, signal)
         return params

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from kdpipe.core.device import autocast, pick_device
-from kdpipe.core.store import atomic_path, make_manifest, write_json
+from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
 from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
@@ -45,6 +45,29 @@ def enable_dropout(model: nn.Module) -> nn.Module:
     for module in model.modules():
         if isinstance(module, nn.Dropout) or type(module).__name__.endswith("Attention"):
             module.train()
+    return model
+
+
+def set_dropout(model: nn.Module, rate: float | None, where: str) -> nn.Module:
+    """Make sure the dropout passes differ: with ``rate`` set, every dropout probability of the model becomes
+    ``rate`` (``nn.Dropout`` modules and the float ``*dropout*`` attributes attention modules read at run time);
+    without it, a model whose dropout is zero everywhere (ModernBERT's default) is an error, since its T samples
+    would be identical."""
+    if rate is not None:
+        for module in model.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = float(rate)
+            for attr, value in vars(module).items():
+                if "dropout" in attr and isinstance(value, float):
+                    setattr(module, attr, float(rate))
+        return model
+    rates = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
+    rates += [v for m in model.modules() for a, v in vars(m).items() if "dropout" in a and isinstance(v, float)]
+    if not any(r > 0 for r in rates):
+        raise KdpipeError(
+            f"{where}: the teacher's dropout is zero everywhere, so MC-dropout samples would all be equal; set "
+            "mc_dropout.dropout (e.g. 0.1) to sample with that dropout rate"
+        )
     return model
 
 
@@ -126,6 +149,7 @@ def mc_dropout(
 def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path):
     """Write the shard's mean probabilities and scores into the part folder; return (rows, manifest fields)."""
     teacher = open_teacher(teacher_dir, data_dir, params["split"])
+    set_dropout(teacher.model, params.get("dropout"), str(teacher_dir))
     started = time.perf_counter()
     mean, scores = mc_dropout(
         teacher.model,

@@ -1,0 +1,106 @@
+"""Hugging Face families as teachers and students: shapes read through AutoConfig, layer subsets that reload to the
+same model, padding for decoder-only classifiers, MC-dropout on a model without dropout, and teacher -> signals ->
+student on each family (tiny random models with a byte-level BPE tokenizer, built in-process)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.models.backbones import num_heads, num_layers, strided_alignment
+from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer, load_trained
+from kdpipe.signals.mc_dropout import set_dropout
+from kdpipe.signals.shards import run as run_signal
+from kdpipe.stages import distill, finetune_teacher
+from tests.conftest import TINY_TEACHER, student_job
+from tests.test_stage_errors import STUDENT
+from tests.tiny_models import tiny_family
+
+FAMILIES = ["bert", "roberta", "distilbert", "deberta-v2", "electra", "modernbert", "gpt2", "llama", "qwen2"]
+DECODERS = ["gpt2", "llama", "qwen2"]
+NO_DROPOUT = ["modernbert", "llama", "qwen2"]  # every dropout rate 0 by default
+LABELS = ["business", "entertainment", "politics"]
+
+
+@pytest.fixture(scope="module")
+def backbones(tmp_path_factory):
+    root = tmp_path_factory.mktemp("families")
+    return {f: tiny_family(root / f, f, pad=f not in DECODERS) for f in FAMILIES}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_shapes_through_autoconfig(backbones, family):
+    assert (num_layers(str(backbones[family])), num_heads(str(backbones[family]))) == (3, 2)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_layer_subset_reloads_to_the_same_classifier(backbones, family, tmp_path):
+    model = keep_layers(load_classifier(str(backbones[family]), LABELS, seed=0), [0, 2]).eval()
+    tokenizer = load_tokenizer(str(backbones[family]))
+    model.save_pretrained(tmp_path)
+    reloaded = load_trained(tmp_path).eval()
+    assert reloaded.config.num_hidden_layers == 2
+    batch = tokenizer(["the markets fell sharply today", "a film"], padding=True, return_tensors="pt")
+    batch.pop("token_type_ids", None)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits)
+
+
+@pytest.mark.parametrize("family", DECODERS)
+def test_decoder_classifiers_pad_and_read_each_rows_last_token(backbones, family):
+    tokenizer = load_tokenizer(str(backbones[family]))
+    assert tokenizer.pad_token == tokenizer.eos_token  # shipped without one
+    model = load_classifier(str(backbones[family]), LABELS, seed=0).eval()
+    assert model.config.pad_token_id == tokenizer.pad_token_id
+    texts = ["the markets fell sharply today", "a film"]
+    with torch.no_grad():
+        together = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
+        alone = torch.cat([model(**tokenizer([t], return_tensors="pt")).logits for t in texts])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-4)
+
+
+def test_mc_dropout_refuses_a_model_without_dropout_or_sets_a_rate(backbones):
+    model = load_classifier(str(backbones["modernbert"]), LABELS, seed=0)  # ModernBERT: every rate 0 by default
+    with pytest.raises(KdpipeError, match=r"dropout is zero everywhere.*set mc_dropout\.dropout"):
+        set_dropout(model, None, "teacher")
+    set_dropout(model, 0.2, "teacher")
+    set_dropout(model, None, "teacher")  # now it has some
+    assert {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {0.2}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_teacher_signals_and_student_on_each_family(backbones, family, tiny_data, tmp_path):
+    """A teacher of the family, its logits, MC-dropout and hidden-state dumps, and a 2-layer student of the same
+    family (layer-subset init) distilled with DFA from its hidden states."""
+    teacher = tmp_path / "teacher"
+    params = {**TINY_TEACHER, "backbone": str(backbones[family]), "max_length": 16}
+    finetune_teacher.run(params, tiny_data, teacher)
+    signals = tmp_path / "signals/t/train"
+    run_signal("logits", {"batch_size": 8, "split": "train", "signal": "logits"}, teacher, tiny_data, signals)
+    mc = {"samples": 3, "seed": 0, "batch_size": 8, "max_batch_rows": 64, "split": "train", "signal": "mc"}
+    mc["dropout"] = 0.1 if family in NO_DROPOUT else None
+    run_signal("mc", mc, teacher, tiny_data, signals)
+    assert (pd.read_parquet(signals / "mc.parquet")["variance"] > 0).all()  # the dropout passes differ
+    hidden = {"batch_size": 8, "split": "train", "signal": "hidden", "layers": [2, 3]}
+    manifest = run_signal("hidden", hidden, teacher, tiny_data, signals)
+    dump = np.load(signals / "hidden.npy", mmap_mode="r")
+    assert dump.shape[:2] == (manifest["rows"], 2) and dump.shape[-1] == 32 and dump.shape[2] <= 16
+    attentions = {"batch_size": 8, "split": "train", "signal": "attentions", "layers": [3]}
+    run_signal("attentions", attentions, teacher, tiny_data, signals)
+    maps = np.load(signals / "attentions.npy", mmap_mode="r")  # [N, layers, heads, S, S], rows summing to 1
+    assert maps.shape[:3] == (manifest["rows"], 1, 2)
+    np.testing.assert_allclose(maps[0, 0, 0, 0, : manifest["lengths"][0]].astype(np.float32).sum(), 1, atol=1e-2)
+    student = {
+        **STUDENT,
+        "method": "dfa",
+        "teachers": ["t"],
+        "max_length": 16,
+        "model": {"init": {"from": str(backbones[family]), "layers": [0, 2]}},
+        "alignment": {"t": [list(pair) for pair in strided_alignment(3, 2)]},  # student 2 <-> 3, 1 <-> 2
+    }
+    out = distill.run(student_job(student), tiny_data, tmp_path / "signals", tmp_path / "student")
+    assert out["labels"] == ["business", "entertainment", "politics", "sport", "tech"]
+    assert load_trained(tmp_path / "student").config.num_hidden_layers == 2
