@@ -32,8 +32,8 @@ def _add_argument(sub: argparse.ArgumentParser, spec: str) -> None:
     many = name[-1] if name[-1] in "?+" else ""
     name = name.rstrip("?+")
     flag = "--" + name.replace("_", "-")
-    if kind == "str":
-        sub.add_argument(flag, dest=name, required=True)
+    if kind.startswith("str"):  # "str": required, "str?": optional
+        sub.add_argument(flag, dest=name, required=not kind.endswith("?"), default=None)
     elif many == "?":  # the rule writes the flag always, followed by the path only when the job needs one
         sub.add_argument(flag, dest=name, nargs="*", type=Path, default=[])
     else:
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     stage = STAGES[command]
     for spec in stage.arguments:  # an optional path not given is None
         name = spec.split(":")[0]
-        if name.endswith("?"):
+        if name.endswith("?") and not spec.endswith(":str?"):
             given = args[name[:-1]]
             args[name[:-1]] = given[0] if given else None
     try:

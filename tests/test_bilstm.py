@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForSequenceClassification
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import collate, encode, model_inputs
@@ -91,6 +92,8 @@ def test_save_and_load_round_trip(tokenizer, tmp_path):
     assert loaded.config.id2label == {0: "a", 1: "b", 2: "c"}
     for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
         assert torch.equal(a, b), name
+    with pytest.raises(ValueError, match=r"kdpipe-bilstm \(load it with kdpipe\.models\.loading\.load_trained"):
+        AutoModelForSequenceClassification.from_pretrained(tmp_path)
 
 
 def test_plan_refuses_a_bilstm_for_methods_that_need_transformer_layers():

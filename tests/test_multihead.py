@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from torch import nn
+from transformers import AutoModelForSequenceClassification
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.models.loading import load_classifier, load_trained
@@ -91,9 +92,12 @@ def test_save_load_roundtrip(tmp_path):
     model = make_multihead(tiny(), heads=3, head_layers=1, seed=0).eval()
     model.save_pretrained(tmp_path, safe_serialization=True)
     assert {p.name for p in tmp_path.iterdir()} == {"config.json", "multihead.json", "model.safetensors"}
-    assert json.loads((tmp_path / "multihead.json").read_text()) == {"heads": 3, "head_layers": 1}
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert config["num_hidden_layers"] == 2 and config["multihead_heads"] == 3
+    spec = json.loads((tmp_path / "multihead.json").read_text())
+    assert spec["heads"] == 3 and spec["head_layers"] == 1
+    assert spec["config"]["num_hidden_layers"] == 2 and spec["config"]["multihead_heads"] == 3
+    # transformers refuses the folder, naming kdpipe's loader, rather than loading a classifier with random heads
+    with pytest.raises(ValueError, match=r"kdpipe-multihead \(load it with kdpipe\.models\.loading\.load_trained"):
+        AutoModelForSequenceClassification.from_pretrained(tmp_path)
     expected = run(model)
     loaded = load_multihead(tmp_path)
     assert isinstance(loaded, MultiHeadClassifier) and not loaded.training

@@ -225,6 +225,12 @@ _BUILTINS: dict[str, Callable[[], tuple[pd.DataFrame, dict[str, str]]]] = {"bbc_
 
 def _read_file(path: str | Path, key: str, params: dict) -> pd.DataFrame:
     """Read one local file named by config ``key`` and return its validated canonical columns."""
+    return _select_columns(read_table(path, key, params), params, str(path))
+
+
+def read_table(path: str | Path, key: str, params: dict) -> pd.DataFrame:
+    """Every column of a local CSV/TSV/JSONL/Parquet file as read (text as strings), with errors naming the file
+    and the config key or option ``key`` that named it; ``params`` may set ``format`` and ``encoding``."""
     path = Path(path)
     fmt = _file_format(path, params.get("format", "auto"))
     if not path.is_file():
@@ -250,7 +256,7 @@ def _read_file(path: str | Path, key: str, params: dict) -> pd.DataFrame:
         raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
     if raw.empty:
         raise KdpipeError(f"{path}: no data rows")
-    return _select_columns(raw, params, str(path))
+    return raw
 
 
 def _file_format(path: Path, fmt: str | None) -> str:

@@ -26,6 +26,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers.modeling_outputs import SequenceClassifierOutput
 
+from kdpipe.models.loading import write_kdpipe_config
+
 BILSTM_FILE = "bilstm.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -85,6 +87,7 @@ class BiLSTMClassifier(nn.Module):
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / BILSTM_FILE).write_text(json.dumps(asdict(self.config), indent=1))
+        write_kdpipe_config(out_dir, "bilstm")
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out_dir / WEIGHTS_FILE))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import logging
 from pathlib import Path
 
@@ -154,6 +155,15 @@ ARCHITECTURE_FILES = {
     "multihead.json": ("kdpipe.models.multihead", "load_multihead"),
     "bilstm.json": ("kdpipe.models.bilstm", "load_bilstm"),
 }
+
+
+def write_kdpipe_config(out_dir: Path, architecture: str) -> None:
+    """A ``config.json`` for a model only kdpipe can load (multi-head, BiLSTM): its ``model_type`` is unknown to
+    transformers, so ``from_pretrained`` fails with a message that names kdpipe's loader, instead of loading a
+    plain classifier with random weights."""
+    how = "load it with kdpipe.models.loading.load_trained, or predict with `kdpipe predict`"
+    config = {"model_type": f"kdpipe-{architecture} ({how})", "architectures": [f"kdpipe:{architecture}"]}
+    (Path(out_dir) / "config.json").write_text(json.dumps(config, indent=1))
 
 
 def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module:

@@ -31,6 +31,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 from transformers.masking_utils import create_bidirectional_mask
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.models.loading import write_kdpipe_config
 
 MULTIHEAD_FILE = "multihead.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -101,10 +102,11 @@ class MultiHeadClassifier(nn.Module):
             raise KdpipeError("multi-head models are saved as safetensors only")
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.config.save_pretrained(out)
-        (out / MULTIHEAD_FILE).write_text(
-            json.dumps({"heads": len(self.heads), "head_layers": len(self.heads[0].layers)})
-        )
+        # the base classifier's config lives in multihead.json: transformers must not load the folder as a plain
+        # classifier (config.json says to use kdpipe's loader)
+        spec = {"heads": len(self.heads), "head_layers": len(self.heads[0].layers), "config": self.config.to_dict()}
+        (out / MULTIHEAD_FILE).write_text(json.dumps(spec))
+        write_kdpipe_config(out, "multihead")
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out / WEIGHTS_FILE))
 
 
@@ -180,7 +182,10 @@ def load_multihead(model_dir: str | Path, *, attn: str | None = None) -> MultiHe
     default when None)."""
     model_dir = Path(model_dir)
     spec = json.loads((model_dir / MULTIHEAD_FILE).read_text())
-    config = AutoConfig.from_pretrained(str(model_dir))
+    if "config" in spec:
+        config = AutoConfig.for_model(**spec["config"])
+    else:  # saved before the config moved into multihead.json
+        config = AutoConfig.from_pretrained(str(model_dir))
     kwargs = {"attn_implementation": attn} if attn else {}
     base = AutoModelForSequenceClassification.from_config(config, **kwargs)
     model = make_multihead(base, int(spec["heads"]), int(spec["head_layers"]), seed=0)

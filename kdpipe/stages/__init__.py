@@ -16,7 +16,7 @@ from dataclasses import dataclass
 class Stage:
     module: str
     arguments: tuple[str, ...]  # "name": a path; "name?": a path the rule passes only when the job needs it;
-    # "name+": one or more paths; "name:str": a string
+    # "name+": one or more paths; "name:str": a string; "name:str?": an optional string
     device: bool = True  # runs a model: claims a GPU from the pool first
     summary: str = ""
 
@@ -34,6 +34,11 @@ _TABLE = {
     "evaluate": ("model data out_json out_predictions", True, "metrics and predictions of one model on one split"),
     "evaluate-ensemble": ("members+ out_json out_predictions", False, "an ensemble from its members' predictions"),
     "report": ("evals+ out", False, "summary tables and plots"),
+    "predict": (
+        "model input out text_column:str? text_pair_column:str? batch_size:str?",
+        True,
+        "labels and probabilities of a trained model for every row of a CSV/TSV/JSONL/Parquet file",
+    ),
 }
 STAGES = {
     name: Stage(f"kdpipe.stages.{name.replace('-', '_')}", tuple(arguments.split()), device, summary)

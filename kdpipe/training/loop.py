@@ -35,6 +35,7 @@ from transformers import get_linear_schedule_with_warmup
 from kdpipe.core.device import autocast
 from kdpipe.core.store import atomic_path, read_json, write_json
 from kdpipe.data.batching import Encoded, collate, training_batches
+from kdpipe.models.card import model_card
 from kdpipe.models.inference import probs_predictor
 from kdpipe.models.loading import count_parameters, save_model
 
@@ -423,25 +424,29 @@ def save_trained(
     manifest: dict,
     save_extra: Callable[[Path, FitResult], None] | None = None,
 ) -> None:
-    """Write a trained model's directory atomically: the best weights (safetensors) and tokenizer,
-    ``labels.json`` (output order), ``metrics.json`` (best validation, train time, params, history),
-    ``manifest.json``, ``train_log.jsonl`` and whatever ``save_extra(folder, result)`` adds; then drop the resume
+    """Write a trained model's directory atomically: the best weights (safetensors) and tokenizer (whose
+    ``model_max_length`` is the training ``max_length``, so a pipeline truncates as kdpipe did), ``labels.json``
+    (output order), ``metrics.json`` (best validation, train time, params, history), ``manifest.json``, a model
+    card ``README.md``, ``train_log.jsonl`` and whatever ``save_extra(folder, result)`` adds; then drop the resume
     state."""
     model.load_state_dict(result.best_state)
+    max_length = (manifest.get("config") or {}).get("max_length")
+    if max_length:
+        tokenizer.model_max_length = int(max_length)
+    metrics = {
+        "best_epoch": result.best_epoch,
+        "validation": result.best_metrics,
+        "train_time_s": result.train_time_s,
+        "params": count_parameters(model),
+        "history": result.history,
+    }
     with atomic_path(out_dir, directory=True) as tmp:
         save_model(model.cpu(), tokenizer, tmp)
         if save_extra is not None:
             save_extra(tmp, result)
         write_json(tmp / "labels.json", labels)
-        write_json(
-            tmp / "metrics.json",
-            {
-                "best_epoch": result.best_epoch,
-                "validation": result.best_metrics,
-                "train_time_s": result.train_time_s,
-                "params": count_parameters(model),
-                "history": result.history,
-            },
-        )
+        write_json(tmp / "metrics.json", metrics)
         write_json(tmp / "manifest.json", manifest)
+        loader = next((name for name in ("multihead", "bilstm") if (tmp / f"{name}.json").is_file()), "transformers")
+        (tmp / "README.md").write_text(model_card(manifest, metrics, params=metrics["params"], loader=loader))
         finish(tmp, Path(out_dir))

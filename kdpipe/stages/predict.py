@@ -1,0 +1,88 @@
+"""The ``predict`` command: labels and class probabilities of any model kdpipe saved (teacher or student: a Hugging
+Face classifier, a multi-head or a BiLSTM student) for every row of an unlabelled CSV/TSV/JSONL/Parquet file.
+
+    kdpipe predict --model results/students/muki --input new.csv --out predicted.csv [--text-column review]
+
+Rows are tokenised as kdpipe evaluated the model (its tokenizer, its training ``max_length``), run in
+length-bucketed batches with a progress bar, and written in the input's order: the input's columns, then ``label``
+(the predicted class), ``score`` (its probability) and ``prob_<class>`` for every class. The output format follows
+the ``--out`` extension (docs/your-own-models-and-data.md, "Using a trained student").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kdpipe.core.device import pick_device
+from kdpipe.core.store import KdpipeError, atomic_path, read_json
+from kdpipe.data.batching import encode
+from kdpipe.data.prepare import read_table
+from kdpipe.models.inference import predict_member_logits, softmax
+from kdpipe.models.loading import load_tokenizer, load_trained
+
+WRITERS = {
+    ".csv": lambda frame, path: frame.to_csv(path, index=False),
+    ".tsv": lambda frame, path: frame.to_csv(path, sep="\t", index=False),
+    ".jsonl": lambda frame, path: frame.to_json(path, orient="records", lines=True, force_ascii=False),
+    ".parquet": lambda frame, path: frame.to_parquet(path, index=False),
+}
+
+
+def run(
+    params: dict,
+    model: Path,
+    input: Path,
+    out: Path,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    batch_size: str | None = None,
+) -> pd.DataFrame:
+    """Predict every row of ``input`` with the model folder ``model``; write ``out``. Options may also come in
+    ``params`` (``text_column``, ``text_pair_column``, ``batch_size``, ``max_length``, ``format``, ``encoding``)."""
+    model_dir, out = Path(model), Path(out)
+    if out.suffix.lower() not in WRITERS:
+        raise KdpipeError(f"--out {out}: unknown extension '{out.suffix}'; use one of {', '.join(WRITERS)}")
+    if not (model_dir / "labels.json").is_file() or not (model_dir / "manifest.json").is_file():
+        raise KdpipeError(
+            f"--model {model_dir}: not a model folder kdpipe wrote (no labels.json and manifest.json); give a folder "
+            "under results/teachers/ or results/students/"
+        )
+    text_column = text_column or params.get("text_column", "text")
+    text_pair_column = text_pair_column or params.get("text_pair_column")
+    frame = read_table(input, "--input", params)
+    for option, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column)):
+        if column is not None and column not in frame.columns:
+            raise KdpipeError(f"{input}: no column '{column}' ({option}); the columns are {list(frame.columns)}")
+    classes = read_json(model_dir / "labels.json")
+    max_length = int(params.get("max_length") or read_json(model_dir / "manifest.json")["config"]["max_length"])
+    net = load_trained(model_dir)
+    texts = frame[text_column].astype(str).tolist()
+    pairs = frame[text_pair_column].astype(str).tolist() if text_pair_column else None
+    encoded = encode(
+        load_tokenizer(str(model_dir)),
+        texts,
+        pairs,
+        max_length=max_length,
+        separate_pairs=getattr(net, "separate_pairs", False),
+    )
+    device = pick_device()
+    logits = predict_member_logits(
+        net.to(device),
+        encoded,
+        batch_size=int(batch_size or params.get("batch_size", 64)),
+        device=device,
+        desc="predict",
+    )
+    probs = softmax(logits).mean(axis=0)  # [members, N, C]: a multi-head model's heads, as kdpipe evaluates it
+    result = frame.copy()
+    result["label"] = np.asarray(classes)[probs.argmax(1)]
+    result["score"] = probs.max(1)
+    for i, name in enumerate(classes):
+        result[f"prob_{name}"] = probs[:, i]
+    with atomic_path(out) as tmp:
+        WRITERS[out.suffix.lower()](result, tmp)
+    print(f"[kdpipe] predicted {len(result)} rows with {model_dir}: {out}")
+    return result

@@ -1,0 +1,105 @@
+"""A trained model a user can deploy: ``kdpipe predict`` on an unlabelled file for every kind of model, a pipeline
+that truncates as kdpipe evaluated, and the model card (kdpipe/stages/predict.py, kdpipe/models/card.py)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from transformers import pipeline
+
+from kdpipe.cli import main
+from kdpipe.data.dataset import read_labels, read_split
+from kdpipe.models.students import build_student
+from kdpipe.stages import evaluate, predict
+from kdpipe.training.loop import FitResult, save_trained, state_on_cpu
+
+TINY = {"tokenizer": "builtin:tiny-bert", "hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
+KINDS = {
+    "transformer": {"config": TINY},
+    "multihead": {"config": TINY, "heads": {"count": 2, "layers": 1}},
+    "bilstm": {
+        "type": "bilstm",
+        "tokenizer": "builtin:tiny-bert",
+        "embedding_dim": 16,
+        "hidden_size": 16,
+        "fc_size": 16,
+    },
+}
+MAX_LENGTH = 16
+
+
+def saved_student(kind, labels, folder):
+    """A (random, untrained) student of ``kind`` saved as the distill stage saves one."""
+    model, tokenizer = build_student(KINDS[kind], labels, seed=1)
+    config = {"method": "vanilla_kd", "method_args": {"temperature": 2.0}, "max_length": MAX_LENGTH, "epochs": 1}
+    manifest = {"kind": "student", "config": config, "labels": labels, "method": "vanilla_kd", "teachers": ["ta"]}
+    result = FitResult(best_state=state_on_cpu(model), best_metrics={"score": 0.5, "accuracy": 0.5}, best_epoch=1)
+    save_trained(folder, model, tokenizer, labels, result, manifest)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def students(tiny_data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("students")
+    return {kind: saved_student(kind, read_labels(tiny_data), root / kind) for kind in KINDS}
+
+
+@pytest.fixture(scope="module")
+def unlabelled(tiny_data, tmp_path_factory):
+    """The test split's texts without labels, as a user's file."""
+    path = tmp_path_factory.mktemp("input") / "texts.csv"
+    read_split(tiny_data, "test")[["row_id", "text"]].rename(columns={"text": "article"}).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_predict_agrees_with_kdpipes_evaluation(students, unlabelled, tiny_data, kind, tmp_path):
+    out = predict.run({}, students[kind], unlabelled, tmp_path / "pred.parquet", text_column="article")
+    params = {"model": kind, "split": "test", "batch_size": 8, "ece_bins": 5}
+    evaluate.run(params, students[kind], tiny_data, tmp_path / "eval.json", tmp_path / "eval.parquet")
+    evaluated = pd.read_parquet(tmp_path / "eval.parquet")
+    written = pd.read_parquet(tmp_path / "pred.parquet")
+    assert list(written["row_id"].astype(int)) == list(evaluated["row_id"])  # the input's order and columns kept
+    assert list(written["label"]) == list(evaluated["pred"])
+    assert written["score"].to_numpy() == pytest.approx(evaluated["confidence"].to_numpy(), abs=1e-5)
+    probs = written[[f"prob_{c}" for c in read_labels(tiny_data)]].to_numpy()
+    assert probs.sum(1) == pytest.approx(1.0, abs=1e-5) and len(out) == len(evaluated)
+
+
+def test_pipeline_truncates_as_kdpipe_evaluated(students, unlabelled, tmp_path):
+    folder = students["transformer"]
+    texts = pd.read_csv(unlabelled)["article"].tolist()
+    texts.append("word " * 600)  # far beyond the model's 512 positions
+    classify = pipeline("text-classification", model=str(folder), truncation=True)
+    assert classify.tokenizer.model_max_length == MAX_LENGTH
+    frame = pd.DataFrame({"text": texts})
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    ours = predict.run({}, folder, tmp_path / "in.csv", tmp_path / "out.csv")
+    assert [p["label"] for p in classify(texts)] == list(ours["label"])
+
+
+def test_model_cards_say_how_to_load(students):
+    card = (students["transformer"] / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-classification")
+    assert "method `vanilla_kd` from `ta`" in card and 'pipeline("text-classification"' in card
+    assert "`business`, `entertainment`, `politics`, `sport`, `tech`" in card and "accuracy 0.5000 at epoch 1" in card
+    assert f"cuts texts at {MAX_LENGTH} tokens" in card
+    for kind in ("multihead", "bilstm"):
+        card = (students[kind] / "README.md").read_text()
+        assert f"A {kind} model: transformers cannot load it" in card and "load_trained(" in card
+
+
+def test_bad_input_gets_a_clear_message(students, unlabelled, tmp_path, capsys):
+    """Through the command line (in-process), as a user types it: exit status 2, one line, no output file."""
+
+    def kdpipe(model, source):
+        status = main(["predict", "--model", str(model), "--input", str(source), "--out", str(tmp_path / "o.csv")])
+        return status, capsys.readouterr().err
+
+    status, err = kdpipe(students["transformer"], unlabelled)
+    assert status == 2 and "no column 'text' (--text-column); the columns are ['row_id', 'article']" in err
+    status, err = kdpipe(tmp_path, unlabelled)
+    assert status == 2 and "not a model folder kdpipe wrote" in err
+    status, err = kdpipe(students["bilstm"], tmp_path / "nope.csv")
+    assert status == 2 and "nope.csv: file not found" in err and "--input" in err
+    assert not (tmp_path / "o.csv").exists()
