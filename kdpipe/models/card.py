@@ -1,6 +1,6 @@
 """The model card (``README.md``) written into every trained model's folder: what the model is, what it was trained
-on and from, its validation metrics, and how to use it (docs/your-own-models-and-data.md, "Using a trained
-student")."""
+on and from, its validation metrics, and how to use it
+(docs/your-own-models-and-data.md, "Using a trained student")."""
 
 from __future__ import annotations
 
