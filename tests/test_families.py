@@ -104,3 +104,35 @@ def test_teacher_signals_and_student_on_each_family(backbones, family, tiny_data
     out = distill.run(student_job(student), tiny_data, tmp_path / "signals", tmp_path / "student")
     assert out["labels"] == ["business", "entertainment", "politics", "sport", "tech"]
     assert load_trained(tmp_path / "student").config.num_hidden_layers == 2
+
+
+@pytest.fixture(scope="module")
+def bpe_signals(backbones, tiny_data, tmp_path_factory):
+    """Logits of two RoBERTa teachers with a byte-level BPE tokenizer (all classes; "small" keeps 2 of 3 layers)."""
+    root = tmp_path_factory.mktemp("bpe_signals")
+    for name, layers in (("big", None), ("small", [0, 2])):
+        params = {**TINY_TEACHER, "backbone": str(backbones["roberta"]), "max_length": 16, "layers": layers}
+        finetune_teacher.run(params, tiny_data, root / "teachers" / name)
+        logits = {"batch_size": 8, "split": "train", "signal": "logits"}
+        run_signal("logits", logits, root / "teachers" / name, tiny_data, root / "signals" / name / "train")
+    return root / "signals"
+
+
+TWO_LAYERS = {**STUDENT["model"]["config"], "num_layers": 2}
+
+
+@pytest.mark.parametrize(
+    "method, extra",
+    [
+        ("vanilla_kd", {}),
+        ("dynamic_teacher", {"method_args": {"small_teacher": "small"}}),
+        ("dynamic_data", {}),
+        ("hydra", {"model": {"config": TWO_LAYERS, "heads": {"count": 2, "layers": 1}}}),
+    ],
+)
+def test_logit_methods_distil_bpe_teachers_into_a_wordpiece_student(bpe_signals, tiny_data, tmp_path, method, extra):
+    """Signals are keyed by row: a student with another tokenizer than its teachers' learns from them."""
+    student = {**STUDENT, "method": method, "teachers": ["big", "small"], **extra}  # tiny BERT, WordPiece
+    manifest = distill.run(student_job(student), tiny_data, bpe_signals, tmp_path / "student")
+    assert manifest["method"] == method and len(manifest["labels"]) == 5
+    assert load_tokenizer(str(tmp_path / "student")).__class__.__name__.startswith("Bert")
