@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kdpipe.core.store import ArtifactError, KdpipeError, read_json, read_manifest
+from kdpipe.core.checksums import verify
+from kdpipe.core.store import ArtifactError, KdpipeError, check_manifest, read_json, read_manifest
 
 SPLITS = ("train", "validation", "test")
 
@@ -24,6 +25,7 @@ def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:
     path = data_dir / f"{split}.parquet"
     if not path.exists():
         raise ArtifactError(f"{path}: missing (rerun the prepare stage)")
+    verify(manifest, data_dir / "manifest.json", [path.name], target=data_dir)
     frame = pd.read_parquet(path)
     expected = manifest["rows"][split]
     if len(frame) != expected:
@@ -38,7 +40,9 @@ def read_labels(data_dir: str | Path) -> list[str]:
     """The dataset's label names in label_id order, checked against its manifest."""
     data_dir = Path(data_dir)
     labels = read_json(data_dir / "labels.json")
-    read_manifest(data_dir / "manifest.json", kind="dataset", labels=labels)
+    manifest = read_manifest(data_dir / "manifest.json", kind="dataset")
+    verify(manifest, data_dir / "manifest.json", ["labels.json"], target=data_dir)
+    check_manifest(manifest, data_dir / "manifest.json", labels=labels)
     return labels
 
 

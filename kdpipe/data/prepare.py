@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
 from kdpipe.data.dataset import SPLITS, no_domains
 from kdpipe.data.hf import is_hf_source, read_hf
@@ -78,7 +79,7 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
         for split, frame in splits.items():
             frame.to_parquet(tmp / f"{split}.parquet", index=False)
         write_json(tmp / "labels.json", labels)
-        write_json(tmp / "manifest.json", manifest)
+        manifest = write_manifest(tmp / "manifest.json", manifest, [*(f"{s}.parquet" for s in SPLITS), "labels.json"])
     return manifest
 
 

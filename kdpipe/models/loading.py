@@ -24,7 +24,8 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertModel
 
-from kdpipe.core.store import KdpipeError
+from kdpipe.core.checksums import rebuild_hint, verify
+from kdpipe.core.store import ArtifactError, KdpipeError, read_json
 
 BUILTINS = ("builtin:minilm-l6", "builtin:tiny-bert")
 
@@ -166,9 +167,31 @@ def write_kdpipe_config(out_dir: Path, architecture: str) -> None:
     (Path(out_dir) / "config.json").write_text(json.dumps(config, indent=1))
 
 
+def check_model_folder(model_dir: str | Path) -> dict | None:
+    """Verify a model folder kdpipe wrote against its manifest before it is used: every file's checksum, and the
+    three descriptions of its classes (``labels.json``, the manifest's ``labels``, the model config's
+    ``id2label``) agree. Returns the manifest (None for a folder kdpipe did not write, e.g. a checkpoint)."""
+    folder = Path(model_dir)
+    if not (folder / "manifest.json").is_file():
+        return None
+    manifest = read_json(folder / "manifest.json")
+    verify(manifest, folder / "manifest.json", sorted(manifest.get("checksums") or {}), target=folder)
+    labels = read_json(folder / "labels.json")
+    described = {"labels.json": labels, "manifest.json labels": manifest.get("labels", labels)}
+    config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    if config.get("id2label"):
+        described["config.json id2label"] = [config["id2label"][str(i)] for i in range(len(config["id2label"]))]
+    if len({json.dumps(v) for v in described.values()}) > 1:
+        views = "; ".join(f"{name}: {value}" for name, value in described.items())
+        raise ArtifactError(f"{folder}: its class lists disagree ({views}); {rebuild_hint(folder)}")
+    return manifest
+
+
 def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module:
     """A model saved by kdpipe (``save_pretrained`` dir with safetensors): a Hugging Face sequence classifier, or
-    a multi-head (``multihead.json``) or BiLSTM (``bilstm.json``) student."""
+    a multi-head (``multihead.json``) or BiLSTM (``bilstm.json``) student; a folder kdpipe wrote is verified first
+    (:func:`check_model_folder`)."""
+    check_model_folder(model_dir)
     for marker, (module, loader) in ARCHITECTURE_FILES.items():
         if (Path(model_dir) / marker).is_file():
             return getattr(importlib.import_module(module), loader)(model_dir, attn=attn)

@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from numpy.lib.format import open_memmap
 
+from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast, pick_device
-from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, make_manifest, write_json
+from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, make_manifest
 from kdpipe.data.batching import WHOLE, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
@@ -156,5 +157,4 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     with atomic_path(data_file) as tmp:
         gather_array(parts, feature, meta["rows"], out=tmp)
     manifest = make_manifest(feature, config=params, split=params["split"], **meta)
-    write_json(manifest_file, manifest)
-    return manifest
+    return write_manifest(manifest_file, manifest, [data_file.name])

@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kdpipe.core.checksums import rebuild_hint, verify
 from kdpipe.core.store import ArtifactError, read_manifest
 
 
@@ -42,11 +43,20 @@ def write_logits(path: Path, row_ids: np.ndarray, logits: np.ndarray) -> None:
     pq.write_table(pa.table({"row_id": pa.array(row_ids, pa.int64()), "logits": column}), path)
 
 
+def load_npy(path: Path) -> np.ndarray:
+    """A memory-mapped ``.npy``; a truncated or damaged file is an error naming it (numpy's own message does
+    not)."""
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as err:
+        raise ArtifactError(f"{path}: cannot be read as a .npy array ({err}); {rebuild_hint(path)}") from err
+
+
 def _check_rows(path: Path, manifest: dict, row_ids: np.ndarray, file_rows: int) -> None:
     if file_rows != manifest["rows"]:
         raise ArtifactError(
             f"{path}: holds {file_rows} rows but its manifest {manifest_path(path)} says "
-            f"{manifest['rows']}: the file is truncated or was replaced; rebuild it"
+            f"{manifest['rows']}: the file is truncated or was replaced; {rebuild_hint(path)}"
         )
     if manifest["rows"] != len(row_ids):
         raise ArtifactError(
@@ -69,6 +79,7 @@ def read_logits(path: str | Path, row_ids: np.ndarray, labels: list[str] | None 
     """Logits [N, C] aligned with ``row_ids`` (the split's row order), and the teacher's label list."""
     path = Path(path)
     manifest = read_manifest(manifest_path(path), kind="logits")
+    verify(manifest, manifest_path(path), [path.name], target=path)
     table = pq.read_table(path)
     _check_rows(path, manifest, row_ids, table.num_rows)
     if not np.array_equal(table.column("row_id").to_numpy(), row_ids):
@@ -84,7 +95,8 @@ def read_mc(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None 
     """MC-dropout mean probabilities [N, C] (memory-mapped) and the score table, both checked."""
     npy_path = Path(npy_path)
     manifest = read_manifest(manifest_path(npy_path), kind="mc")
-    probs = np.load(npy_path, mmap_mode="r")
+    verify(manifest, manifest_path(npy_path), [npy_path.name, npy_path.with_suffix(".parquet").name], target=npy_path)
+    probs = load_npy(npy_path)
     _check_rows(npy_path, manifest, row_ids, probs.shape[0])
     _check_labels(npy_path, manifest, probs.shape[1], labels)
     scores = pq.read_table(npy_path.with_suffix(".parquet")).to_pandas()
@@ -98,7 +110,8 @@ def read_features(npy_path: str | Path, row_ids: np.ndarray, layers: list[int] |
     """A memory-mapped float16 feature dump and its manifest (layers, lengths), checked."""
     npy_path = Path(npy_path)
     manifest = read_manifest(manifest_path(npy_path))
-    array = np.load(npy_path, mmap_mode="r")
+    verify(manifest, manifest_path(npy_path), [npy_path.name], target=npy_path)
+    array = load_npy(npy_path)
     _check_rows(npy_path, manifest, row_ids, array.shape[0])
     if layers is not None and any(layer not in manifest["layers"] for layer in layers):
         raise ArtifactError(f"{npy_path}: holds layers {manifest['layers']}, the reader needs {layers}")
@@ -109,6 +122,7 @@ def read_table(path: str | Path, row_ids: np.ndarray, kind: str) -> pd.DataFrame
     """A per-row Parquet signal (prototype scores, domain expertise) checked against its manifest and ``row_ids``."""
     path = Path(path)
     manifest = read_manifest(manifest_path(path), kind=kind)
+    verify(manifest, manifest_path(path), [path.name], target=path)
     table = pq.read_table(path).to_pandas()
     _check_rows(path, manifest, row_ids, len(table))
     if not np.array_equal(table["row_id"].to_numpy(), row_ids):
@@ -128,7 +142,8 @@ def read_domain(npy_path: str | Path, row_ids: np.ndarray):
     (float16), the expertise weights [N] (float32) and the manifest, checked."""
     npy_path = Path(npy_path)
     manifest = read_manifest(manifest_path(npy_path), kind="domain")
-    rep = np.load(npy_path, mmap_mode="r")
+    verify(manifest, manifest_path(npy_path), [npy_path.name], target=npy_path)
+    rep = load_npy(npy_path)
     _check_rows(npy_path, manifest, row_ids, rep.shape[0])
     table = read_table(npy_path.with_suffix(".parquet"), row_ids, "domain")
     return rep, table["expertise"].to_numpy(dtype=np.float32), manifest

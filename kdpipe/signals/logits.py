@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import pick_device
-from kdpipe.core.store import atomic_path, make_manifest, write_json
+from kdpipe.core.store import atomic_path, make_manifest
 from kdpipe.models.inference import pass_batches, predict_logits
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.io import write_logits
@@ -44,5 +45,4 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     with atomic_path(data_file) as tmp:
         write_logits(tmp, gather_array(parts, "row_id", meta["rows"]), gather_array(parts, "logits", meta["rows"]))
     manifest = make_manifest("logits", config=params, split=params["split"], **meta)
-    write_json(manifest_file, manifest)
-    return manifest
+    return write_manifest(manifest_file, manifest, [data_file.name])

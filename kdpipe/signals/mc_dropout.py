@@ -27,8 +27,9 @@ import pandas as pd
 import torch
 from torch import nn
 
+from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast, pick_device
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
+from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
 from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
@@ -188,5 +189,4 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     with atomic_path(parquet) as tmp:
         pd.DataFrame({"row_id": column("row_id"), **{key: column(key) for key in SCORES}}).to_parquet(tmp, index=False)
     manifest = make_manifest("mc", config=params, split=params["split"], **meta)
-    write_json(manifest_file, manifest)
-    return manifest
+    return write_manifest(manifest_file, manifest, [npy.name, parquet.name])

@@ -32,6 +32,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast
 from kdpipe.core.store import atomic_path, read_json, write_json
 from kdpipe.data.batching import Encoded, collate, training_batches
@@ -415,6 +416,10 @@ def accuracy_validator(predict_probs: Callable[[nn.Module], np.ndarray], labels:
     return validate
 
 
+# Files of a model folder its manifest does not pin: the manifest itself, and the model card, which a user may edit
+UNCHECKED = ("manifest.json", "README.md")
+
+
 def save_trained(
     out_dir: Path,
     model: nn.Module,
@@ -446,7 +451,8 @@ def save_trained(
             save_extra(tmp, result)
         write_json(tmp / "labels.json", labels)
         write_json(tmp / "metrics.json", metrics)
-        write_json(tmp / "manifest.json", manifest)
         loader = next((name for name in ("multihead", "bilstm") if (tmp / f"{name}.json").is_file()), "transformers")
         (tmp / "README.md").write_text(model_card(manifest, metrics, params=metrics["params"], loader=loader))
+        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+        write_manifest(tmp / "manifest.json", manifest, [f for f in files if f not in UNCHECKED])
         finish(tmp, Path(out_dir))

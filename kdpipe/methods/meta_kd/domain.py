@@ -19,8 +19,9 @@ import pandas as pd
 import torch
 from numpy.lib.format import open_memmap
 
+from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast, pick_device
-from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_manifest, write_json
+from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_manifest
 from kdpipe.data.batching import model_inputs
 from kdpipe.data.dataset import domain_ids, read_domains, read_split
 from kdpipe.methods.meta_kd.branch import load_branch
@@ -108,5 +109,4 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     with atomic_path(parquet) as tmp:
         table.to_parquet(tmp, index=False)
     manifest = make_manifest("domain", config=params, split=params["split"], **meta)
-    write_json(manifest_file, manifest)
-    return manifest
+    return write_manifest(manifest_file, manifest, [npy.name, parquet.name])

@@ -26,8 +26,9 @@ import pandas as pd
 import torch
 from numpy.lib.format import open_memmap
 
+from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast, pick_device
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
+from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
 from kdpipe.data.batching import encode_frame, model_inputs
 from kdpipe.data.dataset import domain_ids, read_domains, read_labels, read_split
 from kdpipe.methods.meta_kd.branch import token_mean
@@ -142,5 +143,4 @@ def write_prototype_scores(params: dict, data_dir: Path, out_parquet: Path) -> d
         score_mean=float(scores.mean()),
         score_std=float(scores.std()),
     )
-    write_json(manifest_path(out_parquet), manifest)
-    return manifest
+    return write_manifest(manifest_path(out_parquet), manifest, [Path(out_parquet).name])

@@ -1,0 +1,70 @@
+"""Checksums of artifact files, recorded in their manifest by the writer and verified by every reader
+(docs/caching-and-reruns.md, "Verified artifacts").
+
+Snakemake decides what to rerun from timestamps, code and parameters; it never notices a file edited or damaged
+after it was written, and a reader would then use it silently. Each manifest therefore lists an xxh3-64 digest of
+every file it describes (xxhash: about 10 GB/s, streamed, so large dumps cost little), and readers compare before
+they trust a file; a mismatch names the file, both digests and the exact command that rebuilds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import xxhash
+
+from kdpipe.core.store import ArtifactError
+
+CHUNK = 16 << 20
+
+
+def checksum(path: str | Path) -> str:
+    """``xxh3_64:<hex>`` of a file's bytes, read in chunks (memory flat in the file size)."""
+    digest = xxhash.xxh3_64()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return f"xxh3_64:{digest.hexdigest()}"
+
+
+def with_checksums(manifest: dict, folder: str | Path, names: Iterable[str]) -> dict:
+    """``manifest`` with ``checksums`` {file name: digest} of the files ``names`` in ``folder`` added."""
+    sums = dict(manifest.get("checksums") or {})
+    sums.update({name: checksum(Path(folder) / name) for name in names})
+    return {**manifest, "checksums": sums}
+
+
+def rebuild_hint(target: str | Path) -> str:
+    return f"rebuild it with: snakemake --forcerun {target} (plus your usual options)"
+
+
+def verify(manifest: dict, manifest_file: str | Path, names: Iterable[str], target: str | Path) -> None:
+    """Fail when a file among ``names`` (beside ``manifest_file``) differs from the digest its manifest recorded.
+    Artifacts written before manifests held checksums are not checked. ``target``: what ``--forcerun`` rebuilds."""
+    sums = manifest.get("checksums")
+    if not sums:
+        return
+    folder = Path(manifest_file).parent
+    for name in names:
+        path = folder / name
+        if name not in sums:
+            raise ArtifactError(f"{path}: not listed in {manifest_file}; {rebuild_hint(target)}")
+        if not path.is_file():
+            raise ArtifactError(f"{path}: missing, though {manifest_file} lists it; {rebuild_hint(target)}")
+        have = checksum(path)
+        if have != sums[name]:
+            raise ArtifactError(
+                f"{path}: changed since kdpipe wrote it (checksum {have}, but {manifest_file} recorded "
+                f"{sums[name]}): it was edited or damaged, so it is not used; {rebuild_hint(target)}"
+            )
+
+
+def write_manifest(path: str | Path, manifest: dict, names: Iterable[str]) -> dict:
+    """Write ``manifest`` to ``path`` with the checksums of the files ``names`` beside it (written before it);
+    return what was written."""
+    from kdpipe.core.store import write_json
+
+    manifest = with_checksums(manifest, Path(path).parent, names)
+    write_json(path, manifest)
+    return manifest

@@ -1,0 +1,107 @@
+"""Artifacts are verified before they are trusted: a file edited or damaged after kdpipe wrote it is refused with
+a message naming it and the command that rebuilds it (kdpipe/core/checksums.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from kdpipe.core.store import ArtifactError
+from kdpipe.data.dataset import read_split
+from kdpipe.models.loading import load_trained
+from kdpipe.signals.io import read_logits, read_mc
+from kdpipe.signals.shards import run as run_signal
+from kdpipe.stages import evaluate, finetune_teacher
+from tests.conftest import TINY_TEACHER
+
+MC = {"samples": 3, "seed": 0, "batch_size": 8, "max_batch_rows": 64, "split": "train", "signal": "mc"}
+
+
+@pytest.fixture(scope="module")
+def made(tiny_data, tmp_path_factory):
+    """A teacher and its logits and MC-dropout signals, as the workflow makes them."""
+    root = tmp_path_factory.mktemp("verified")
+    finetune_teacher.run(TINY_TEACHER, tiny_data, root / "teacher")
+    run_signal("logits", {"batch_size": 8, "split": "train", "signal": "logits"}, root / "teacher", tiny_data, root)
+    run_signal("mc", MC, root / "teacher", tiny_data, root)
+    return root
+
+
+@pytest.fixture
+def copy(made, tmp_path):
+    shutil.copytree(made, tmp_path / "c")
+    return tmp_path / "c"
+
+
+def row_ids(tiny_data):
+    return read_split(tiny_data, "train")["row_id"].to_numpy()
+
+
+def test_untouched_artifacts_are_read(made, tiny_data):
+    logits, labels = read_logits(made / "logits.parquet", row_ids(tiny_data))
+    assert logits.shape == (len(row_ids(tiny_data)), len(labels))
+    assert load_trained(made / "teacher").config.num_labels == 5
+    manifest = json.loads((made / "teacher/manifest.json").read_text())
+    assert {"model.safetensors", "labels.json", "config.json", "tokenizer.json"} <= set(manifest["checksums"])
+
+
+def test_a_hand_edited_teacher_labels_file_is_refused(copy, tiny_data, tmp_path):
+    labels_file = copy / "teacher/labels.json"
+    labels = json.loads(labels_file.read_text())
+    labels[0], labels[1] = labels[1], labels[0]  # two classes swapped by hand
+    labels_file.write_text(json.dumps(labels))
+    message = r"teacher/labels\.json: changed since kdpipe wrote it .*rebuild it with: snakemake --forcerun .*teacher"
+    with pytest.raises(ArtifactError, match=message):
+        load_trained(copy / "teacher")
+    params = {"model": "t", "split": "test", "batch_size": 8, "ece_bins": 5}
+    with pytest.raises(ArtifactError, match=message):
+        evaluate.run(params, copy / "teacher", tiny_data, tmp_path / "e.json", tmp_path / "e.parquet")
+    assert not (tmp_path / "e.json").exists()
+
+
+def test_class_lists_that_disagree_are_refused(copy):
+    """Edited consistently in labels.json and the manifest (checksum updated too), but not in the model's config."""
+    folder = copy / "teacher"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    labels = manifest["labels"][::-1]
+    (folder / "labels.json").write_text(json.dumps(labels))
+    del manifest["checksums"]["labels.json"]
+    manifest["labels"] = labels
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=r"class lists disagree \(labels\.json: \['tech'.*config\.json id2label"):
+        load_trained(folder)
+
+
+def test_one_flipped_bit_in_the_logits_is_refused(copy, tiny_data):
+    path = copy / "logits.parquet"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x10
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=r"logits\.parquet: changed since kdpipe wrote it.*--forcerun .*logits"):
+        read_logits(path, row_ids(tiny_data))
+
+
+def test_a_truncated_mc_dump_names_the_file(copy, tiny_data):
+    path = copy / "mc.npy"
+    path.write_bytes(path.read_bytes()[:-40])
+    with pytest.raises(ArtifactError, match=r"mc\.npy: changed since kdpipe wrote it"):
+        read_mc(path, row_ids(tiny_data))
+    manifest = json.loads((copy / "mc.json").read_text())
+    del manifest["checksums"]
+    (copy / "mc.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=r"mc\.npy: cannot be read as a \.npy array .*--forcerun .*mc\.npy"):
+        read_mc(path, row_ids(tiny_data))
+
+
+def test_manifests_record_a_checksum_of_each_file(made, tiny_data):
+    assert set(json.loads((made / "mc.json").read_text())["checksums"]) == {"mc.npy", "mc.parquet"}
+    assert set(json.loads((tiny_data / "manifest.json").read_text())["checksums"]) == {
+        "train.parquet",
+        "validation.parquet",
+        "test.parquet",
+        "labels.json",
+    }
+    assert np.asarray(read_mc(made / "mc.npy", row_ids(tiny_data))[0]).shape[1] == 5
