@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
-import io
 import math
 import re
 from collections.abc import Callable
@@ -29,11 +28,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
+from kdpipe.data.conflicts import resolve_conflicts
 from kdpipe.data.dataset import SPLITS, no_domains
+from kdpipe.data.files import read_table
 from kdpipe.data.hf import is_hf_source, read_hf
 
 # (output column, config key, default column name); optional columns default to None (not configured).
@@ -42,9 +42,8 @@ _COLUMNS = (
     ("text_pair", "text_pair_column", None),
     ("label", "label_column", "label"),
     ("domain", "domain_column", None),
+    ("id", "id_column", None),
 )
-_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
-_FORMATS = ("csv", "tsv", "jsonl", "parquet")
 INTEGER = re.compile(r"^[+-]?\d+$")
 # Which copy of a duplicate survives across explicit files: evaluation files win over train.
 _KEEP_PRIORITY = ("test", "validation", "train")
@@ -98,6 +97,8 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict, i
     _check_numbers(fractions, max_rows, max_per_class)
 
     tables, label_renames, source, declared = _load_tables(params)
+    records = {origin: table.attrs["records"] for origin, table in tables.items() if "records" in table.attrs}
+    tables, conflicts = resolve_conflicts(tables, params.get("conflicts", "drop"))
     duplicates = 0
     if params.get("dedup", True):
         keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]
@@ -114,6 +115,10 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict, i
         )
 
     provenance = {"duplicates_dropped": duplicates, "label_renames": label_renames, "source": source}
+    if conflicts:
+        provenance["conflicting_duplicates"] = conflicts
+    if records:  # how each file's records became rows (kdpipe.data.files)
+        provenance["records"] = records
     return tables, labels, fractions, seed, provenance
 
 
@@ -226,66 +231,10 @@ _BUILTINS: dict[str, Callable[[], tuple[pd.DataFrame, dict[str, str]]]] = {"bbc_
 
 def _read_file(path: str | Path, key: str, params: dict) -> pd.DataFrame:
     """Read one local file named by config ``key`` and return its validated canonical columns."""
-    return _select_columns(read_table(path, key, params), params, str(path))
-
-
-def read_table(path: str | Path, key: str, params: dict) -> pd.DataFrame:
-    """Every column of a local CSV/TSV/JSONL/Parquet file as read (text as strings), with errors naming the file
-    and the config key or option ``key`` that named it; ``params`` may set ``format`` and ``encoding``."""
-    path = Path(path)
-    fmt = _file_format(path, params.get("format", "auto"))
-    if not path.is_file():
-        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        raise KdpipeError(f"{path}: file not found{where}; check {key}")
-    data = path.read_bytes()
-    if not data.strip():
-        raise KdpipeError(f"{path}: the file is empty")
-    try:
-        if fmt == "parquet":
-            raw = pd.read_parquet(io.BytesIO(data))
-        else:
-            text = _decode(path, data, params.get("encoding", "utf-8"))
-            if fmt == "jsonl":
-                # dtype=False keeps strings such as "007" from being read as numbers.
-                raw = pd.read_json(io.StringIO(text), lines=True, dtype=False)
-            else:
-                # keep_default_na=False: words such as "NA" or "None" are text, not missing values.
-                raw = pd.read_csv(
-                    io.StringIO(text), sep="\t" if fmt == "tsv" else ",", dtype=str, keep_default_na=False
-                )
-    except (ValueError, pa.ArrowException) as err:
-        raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
-    if raw.empty:
-        raise KdpipeError(f"{path}: no data rows")
-    return raw
-
-
-def _file_format(path: Path, fmt: str | None) -> str:
-    if fmt in (None, "auto"):
-        if path.suffix.lower() not in _EXTENSIONS:
-            raise KdpipeError(
-                f"{path}: cannot tell the format from the extension '{path.suffix}'; use one of "
-                f"{', '.join(_EXTENSIONS)} or set dataset.format to one of {', '.join(_FORMATS)}"
-            )
-        return _EXTENSIONS[path.suffix.lower()]
-    if fmt not in _FORMATS:
-        raise KdpipeError(f"dataset.format is '{fmt}'; expected auto or one of {', '.join(_FORMATS)}")
-    return fmt
-
-
-def _decode(path: Path, data: bytes, encoding: str) -> str:
-    """Decode first so that a wrong encoding is reported with its byte offset, not as a parser error."""
-    try:
-        text = data.decode(encoding)
-    except LookupError as err:
-        raise KdpipeError(f"dataset.encoding '{encoding}' is not a known text encoding") from err
-    except UnicodeDecodeError as err:
-        raise KdpipeError(
-            f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); "
-            "set the file's encoding, e.g. dataset.encoding: latin-1"
-        ) from err
-    # Spreadsheet programs start UTF-8 files with a byte-order mark, which would become part of the first header.
-    return text.removeprefix("\ufeff")
+    raw = read_table(path, key, params)
+    table = _select_columns(raw, params, str(path))
+    table.attrs["records"] = raw.attrs["records"]
+    return table
 
 
 def _select_columns(raw: pd.DataFrame, params: dict, where: str) -> pd.DataFrame:
@@ -323,13 +272,35 @@ def _drop_duplicates(tables: dict[str, pd.DataFrame], keys: list[str]) -> tuple[
 
 
 def _assign_row_ids(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """Number rows consecutively through the tables in split order; these ids never change afterwards."""
+    """Number rows consecutively through the tables in split order, or take the user's ids (``dataset.id_column``:
+    unique integers); these ids never change afterwards."""
+    if "id" in tables["train"]:
+        return _user_row_ids(tables)
     numbered, offset = {}, 0
     for origin in (split for split in SPLITS if split in tables):
         table = tables[origin].reset_index(drop=True)
         table.insert(0, "row_id", np.arange(offset, offset + len(table), dtype=np.int64))
         numbered[origin] = table
         offset += len(table)
+    return numbered
+
+
+def _user_row_ids(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The id column as ``row_id``: every id an integer, and unique over all files."""
+    numbered = {}
+    for origin, table in tables.items():
+        bad = table.loc[~table["id"].str.fullmatch(r"[+-]?\d+"), "id"]
+        if len(bad):
+            raise KdpipeError(
+                f"dataset.id_column: id {bad.iloc[0]!r} ({origin} rows) is not an integer; kdpipe keys every cached "
+                "signal by an integer row id: use an integer id column, or none (rows are then numbered)"
+            )
+        table = table.reset_index(drop=True)
+        table.insert(0, "row_id", table.pop("id").astype(np.int64))
+        numbered[origin] = table
+    ids = pd.concat([t["row_id"] for t in numbered.values()])
+    if ids.duplicated().any():
+        raise KdpipeError(f"dataset.id_column: id {ids[ids.duplicated()].iloc[0]} is used by more than one row")
     return numbered
 
 

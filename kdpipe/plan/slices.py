@@ -17,7 +17,10 @@ class Slices:
     """Mixed into :class:`kdpipe.plan.Plan`."""
 
     def prepare_params(self) -> dict:
-        return dict(self.config["dataset"])
+        """The dataset section; keys added later are left out at their "as before" value, so a prepared dataset
+        made before them stays valid."""
+        later = {"conflicts": "drop", "id_column": None}
+        return {k: v for k, v in self.config["dataset"].items() if not (k in later and v == later[k])}
 
     def teacher_params(self, teacher: str) -> dict:
         """The teacher's settings, plus the module of its objective when it is not plain cross-entropy (imported by

@@ -19,7 +19,7 @@ import pandas as pd
 from kdpipe.core.device import pick_device
 from kdpipe.core.store import KdpipeError, atomic_path, read_json
 from kdpipe.data.batching import encode
-from kdpipe.data.prepare import read_table
+from kdpipe.data.files import read_table
 from kdpipe.models.inference import predict_member_logits, softmax
 from kdpipe.models.loading import load_tokenizer, load_trained
 

@@ -1,0 +1,153 @@
+"""Reading a local CSV/TSV/JSONL/Parquet file faithfully: every record of the file becomes one row, or the reader
+says why not (docs/your-own-models-and-data.md, "Your own data").
+
+- TSV is read as TSV: no quote character, so a stray ``"`` in a text is text; a row whose tab count is wrong is an
+  error naming its line. The rows read must equal the file's non-blank lines minus the header.
+- CSV follows RFC 4180 quoting, so a quoted field may hold line breaks: the records that span several lines are
+  counted and reported (``records`` in the dataset manifest, and a note with examples in the prepare log), since a
+  stray opening quote also looks like that.
+- JSONL: one JSON object per non-blank line; a malformed line is reported by its line number.
+- A file that does not decode in the configured encoding gets a hint with the encoding that does decode it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from kdpipe.core.store import KdpipeError
+
+EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
+FORMATS = ("csv", "tsv", "jsonl", "parquet")
+
+
+def read_table(path: str | Path, key: str, params: dict) -> pd.DataFrame:
+    """Every column of a local file as read (text as strings), with errors naming the file and the config key or
+    option ``key`` that named it; ``params`` may set ``format`` and ``encoding``. ``frame.attrs["records"]``
+    says how the file's records map to rows."""
+    path = Path(path)
+    fmt = file_format(path, params.get("format", "auto"))
+    if not path.is_file():
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise KdpipeError(f"{path}: file not found{where}; check {key}")
+    data = path.read_bytes()
+    if not data.strip():
+        raise KdpipeError(f"{path}: the file is empty")
+    records: dict = {"file": str(path), "format": fmt}
+    try:
+        if fmt == "parquet":
+            raw = pd.read_parquet(io.BytesIO(data))
+        else:
+            text = decode(path, data, params.get("encoding", "utf-8"))
+            raw = {"jsonl": _read_jsonl, "tsv": _read_tsv, "csv": _read_csv}[fmt](path, text, records)
+    except (ValueError, pa.ArrowException) as err:
+        raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
+    if raw.empty:
+        raise KdpipeError(f"{path}: no data rows")
+    records["rows"] = len(raw)
+    raw.attrs["records"] = records
+    return raw
+
+
+def _lines(text: str) -> list[str]:
+    """The non-blank lines (what a reader that skips blank lines turns into records)."""
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _read_tsv(path: Path, text: str, records: dict) -> pd.DataFrame:
+    # keep_default_na=False: words such as "NA" or "None" are text, not missing values
+    raw = pd.read_csv(io.StringIO(text), sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE)
+    records["lines"] = len(_lines(text)) - 1
+    if len(raw) != records["lines"]:
+        raise KdpipeError(
+            f"{path}: {records['lines']} data lines but {len(raw)} rows were read; each line of a TSV file must be one "
+            "record (no quoting, no line breaks inside a field)"
+        )
+    return raw
+
+
+def _read_csv(path: Path, text: str, records: dict) -> pd.DataFrame:
+    raw = pd.read_csv(io.StringIO(text), sep=",", dtype=str, keep_default_na=False)
+    records["lines"] = len(_lines(text)) - 1
+    multiline = raw.apply(lambda column: column.str.contains("\n", regex=False)).any(axis=1)
+    records["multiline_rows"] = int(multiline.sum())
+    if records["multiline_rows"]:
+        examples = "; ".join(f"row {i + 1}: {raw.iloc[i, 0][:60]!r}" for i in multiline.to_numpy().nonzero()[0][:3])
+        print(
+            f"[kdpipe] {path}: {records['multiline_rows']} of {len(raw)} rows span several lines (a quoted field "
+            f"with line breaks; a stray opening quote looks the same), e.g. {examples}",
+            file=sys.stderr,
+        )
+    return raw
+
+
+def _read_jsonl(path: Path, text: str, records: dict) -> pd.DataFrame:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise KdpipeError(f"{path}: line {number} is not valid JSON ({err.msg} at column {err.colno})") from err
+        if not isinstance(row, dict):
+            raise KdpipeError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object of named fields")
+        rows.append(row)
+    records["lines"] = len(rows)
+    # every value as read: strings stay strings ("007"), numbers are made text by the column selection
+    return pd.DataFrame.from_records(rows)
+
+
+def file_format(path: Path, fmt: str | None) -> str:
+    if fmt in (None, "auto"):
+        if path.suffix.lower() not in EXTENSIONS:
+            raise KdpipeError(
+                f"{path}: cannot tell the format from the extension '{path.suffix}'; use one of "
+                f"{', '.join(EXTENSIONS)} or set dataset.format to one of {', '.join(FORMATS)}"
+            )
+        return EXTENSIONS[path.suffix.lower()]
+    if fmt not in FORMATS:
+        raise KdpipeError(f"dataset.format is '{fmt}'; expected auto or one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def decode(path: Path, data: bytes, encoding: str) -> str:
+    """Decode first so that a wrong encoding is reported with its byte offset and the encoding that works, not as
+    a parser error."""
+    try:
+        text = data.decode(encoding)
+    except LookupError as err:
+        raise KdpipeError(f"dataset.encoding '{encoding}' is not a known text encoding") from err
+    except UnicodeDecodeError as err:
+        raise KdpipeError(
+            f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); {_encoding_hint(data)}"
+        ) from err
+    # Spreadsheet programs start UTF-8 files with a byte-order mark, which would become part of the first header.
+    return text.removeprefix("\ufeff")
+
+
+def _encoding_hint(data: bytes) -> str:
+    """The first candidate encoding that decodes the file (a byte-order mark decides UTF-16/32)."""
+    if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "the file starts with a UTF-32 byte-order mark: set dataset.encoding: utf-32"
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "the file starts with a UTF-16 byte-order mark: set dataset.encoding: utf-16"
+    try:
+        data.decode("utf-8")
+        return "it decodes as utf-8: set dataset.encoding: utf-8"
+    except UnicodeDecodeError:
+        pass
+    # latin-1 decodes any bytes; Windows' cp1252 differs from it only on 0x80-0x9F (curly quotes, dashes, the euro)
+    windows = any(0x80 <= byte <= 0x9F for byte in data)
+    try:
+        data.decode("cp1252")
+    except UnicodeDecodeError:
+        windows = False
+    candidate = "cp1252" if windows else "latin-1"
+    return f"it decodes as {candidate}: set dataset.encoding: {candidate} if that is its encoding"
