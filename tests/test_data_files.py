@@ -9,6 +9,8 @@ import pytest
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import read_split
 from kdpipe.data.prepare import prepare
+from kdpipe.stages import finetune_teacher
+from tests.conftest import TINY_TEACHER
 from tests.test_data import dataset_params
 
 
@@ -117,3 +119,18 @@ def test_an_id_column_becomes_the_row_id(tmp_path):
     frame.to_csv(tmp_path / "data.csv", index=False)
     with pytest.raises(KdpipeError, match=r"dataset\.id_column: id 1000 is used by more than one row"):
         prepare(dataset_params(source=str(tmp_path / "data.csv"), id_column="doc"), tmp_path / "out2")
+
+
+def test_a_class_too_small_for_every_split_is_reported(tmp_path, capfd):
+    frame = pd.DataFrame({"text": [f"t {i}" for i in range(42)], "label": ["a"] * 20 + ["b"] * 20 + ["c"] * 2})
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    manifest = prepare(dataset_params(source=str(tmp_path / "data.csv")), tmp_path / "out")
+    absent = manifest["classes_absent"]
+    assert absent and all(missing == ["c"] for missing in absent.values())
+    err = capfd.readouterr().err
+    for split in ("validation", "test"):
+        has_c = "c" in set(read_split(tmp_path / "out", split)["label"])
+        assert has_c == (split not in absent) and has_c == (f"no {split} rows of class(es) ['c']" not in err)
+    if "validation" in absent:  # a teacher of that class alone cannot be validated: a clear error, not an IndexError
+        with pytest.raises(KdpipeError, match=r"the validation split has no rows of the teacher's classes \['c'\]"):
+            finetune_teacher.run({**TINY_TEACHER, "classes": ["c"]}, tmp_path / "out", tmp_path / "teacher")

@@ -23,6 +23,7 @@ import difflib
 import importlib.util
 import math
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,6 +63,20 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
     domains = (
         sorted(set().union(*(frame["domain"] for frame in splits.values()))) if "domain" in splits["train"] else None
     )
+    absent = {
+        split: [label for label in labels if not (frame["label"] == label).any()]
+        for split, frame in splits.items()
+        if split != "train"
+    }
+    absent = {split: missing for split, missing in absent.items() if missing}
+    for split, missing in absent.items():
+        print(
+            f"[kdpipe] dataset: no {split} rows of class(es) {missing} (too few rows to split); models are not "
+            f"{'validated' if split == 'validation' else 'tested'} on them",
+            file=sys.stderr,
+        )
+    if absent:
+        provenance["classes_absent"] = absent
     manifest = make_manifest(
         "dataset",
         config=params,

@@ -36,6 +36,17 @@ def rows_of_classes(frame, classes: list[str]):
     return sub, sub["label"].map(local).to_numpy(dtype=np.int64)
 
 
+def validation_rows(frame, classes: list[str]):
+    """:func:`rows_of_classes` of the validation split, which must hold some: the best epoch is chosen on them."""
+    valid, valid_y = rows_of_classes(frame, classes)
+    if valid.empty:
+        raise KdpipeError(
+            f"the validation split has no rows of the teacher's classes {classes}, so it cannot be validated: "
+            "raise dataset.split.validation, or give these classes more rows"
+        )
+    return valid, valid_y
+
+
 def cross_entropy_loss(model, batch):
     out = model(
         input_ids=batch["input_ids"],
@@ -60,7 +71,7 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
         for split in ("train", "validation")
     }
     train, train_y = rows_of_classes(frames["train"], classes)
-    valid, valid_y = rows_of_classes(frames["validation"], classes)
+    valid, valid_y = validation_rows(frames["validation"], classes)
     enc_train = encode_frame(tokenizer, train, max_length=params["max_length"], label_ids=train_y)
     enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
     settings = TrainSettings.from_params(params)

@@ -18,7 +18,7 @@ from kdpipe.data.batching import encode_frame
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.models.heads import head_labels, match_labels
 from kdpipe.models.loading import ensure_pad_token, label_maps, load_tokenizer, load_trained
-from kdpipe.stages.finetune_teacher import rows_of_classes
+from kdpipe.stages.finetune_teacher import validation_rows
 from kdpipe.training.loop import FitResult, encoded_validator, save_trained, state_on_cpu
 
 
@@ -30,7 +30,7 @@ def run(params: dict, data: Path, out: Path) -> dict:
     tokenizer = load_tokenizer(params["checkpoint"])
     model = ensure_pad_token(load_trained(params["checkpoint"]), tokenizer)
     model.config.update(label_maps(classes))
-    valid, valid_y = rows_of_classes(read_split(data, "validation"), classes)
+    valid, valid_y = validation_rows(read_split(data, "validation"), classes)
     encoded = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
     device = pick_device()
     started = time.perf_counter()
