@@ -52,6 +52,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _restored(params: dict, args: dict) -> bool:
+    """A training job whose outputs were finished by this same job (same settings, inputs and code) but then
+    deleted as incomplete (Snakemake stopped before it noticed the job end) gets them back at once; otherwise the
+    job's identity is set, so that its outputs are kept for such a rerun (kdpipe.training.loop.finish)."""
+    from kdpipe.core.checksums import job_identity
+    from kdpipe.core.finished import lock_outputs, restore_finished, set_job_identity
+
+    paths = {name: value for name, value in args.items() if value is not None}
+    outputs = [Path(v) for name, v in paths.items() if name.startswith("out")]
+    inputs = [p for name, v in paths.items() if not name.startswith("out") for p in (v if isinstance(v, list) else [v])]
+    lock_outputs(outputs)
+    identity = job_identity(params, inputs)
+    if restore_finished(identity, outputs):
+        return True
+    set_job_identity(identity)
+    return False
+
+
 def main(argv=None) -> int:
     args = vars(parser().parse_args(argv))
     command, threads, params = args.pop("command"), args.pop("threads"), args.pop("params")
@@ -62,6 +80,8 @@ def main(argv=None) -> int:
             given = args[name[:-1]]
             args[name[:-1]] = given[0] if given else None
     try:
+        if stage.trains and _restored(params, args):
+            return 0
         if stage.device:
             claim_gpu()
         if threads:

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from kdpipe.core.store import ArtifactError
+from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.data.dataset import read_split
 from kdpipe.models.loading import load_trained
 from kdpipe.signals.io import read_logits, read_mc
@@ -105,3 +105,19 @@ def test_manifests_record_a_checksum_of_each_file(made, tiny_data):
         "labels.json",
     }
     assert np.asarray(read_mc(made / "mc.npy", row_ids(tiny_data))[0]).shape[1] == 5
+
+
+def test_a_full_disk_is_refused_before_writing(made, tiny_data, tmp_path, monkeypatch):
+    import collections
+
+    import kdpipe.core.store as store
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(store.shutil, "disk_usage", lambda _: usage(2 << 30, 2 << 30, 512 << 20))
+    with pytest.raises(KdpipeError, match=r"a resume checkpoint needs .* GB .* but only 0\.54 GB are free"):
+        finetune_teacher.run({**TINY_TEACHER, "checkpoint_every": 1}, tiny_data, tmp_path / "teacher")
+    with pytest.raises(KdpipeError, match=r"the logits needs .* GB .* free space"):
+        run_signal(
+            "logits", {"batch_size": 8, "split": "train", "signal": "logits"}, made / "teacher", tiny_data, tmp_path
+        )
+    assert not (tmp_path / "teacher").exists() and not (tmp_path / "logits.parquet").exists()

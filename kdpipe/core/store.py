@@ -69,19 +69,29 @@ def _default_permissions(path: Path) -> None:
 DISK_RESERVE = 1 << 30
 
 
-def ensure_disk_space(path: str | Path, nbytes: int, what: str) -> None:
+DUMP_HINT = (
+    "dump fewer layers (a student with fewer layers aligns with fewer), a shorter max_length, attentions averaged "
+    "over heads (method_args.stage1.attention_heads: mean), or free space"
+)
+
+
+def ensure_disk_space(path: str | Path, nbytes: int, what: str, hint: str = DUMP_HINT) -> None:
     """Refuse, before writing, an output of ``nbytes`` that would not fit on the disk of ``path`` (keeping
-    ``DISK_RESERVE`` free): a memory-mapped array on a full disk fails half-way through with SIGBUS."""
+    ``DISK_RESERVE`` free): a write that fails half-way wastes the work before it (and a memory-mapped array on a
+    full disk fails with SIGBUS). Outputs are atomic, so a failed write never leaves a finished-looking file."""
     folder = Path(path).parent
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free
     if nbytes + DISK_RESERVE > free:
         raise KdpipeError(
             f"{what} needs {nbytes / 1e9:.2f} GB at {folder}, but only {free / 1e9:.2f} GB are free "
-            f"(and {DISK_RESERVE / 1e9:.1f} GB are kept in reserve): dump fewer layers (a student "
-            "with fewer layers aligns with fewer), a shorter max_length, attentions averaged over heads "
-            "(method_args.stage1.attention_heads: mean), or free space"
+            f"(and {DISK_RESERVE / 1e9:.1f} GB are kept in reserve): {hint}"
         )
+
+
+def tensor_bytes(module) -> int:
+    """Bytes of a module's parameters and buffers as saved (what a model file or a checkpoint's weights take)."""
+    return sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
 
 
 def write_json(path: str | Path, obj: Any) -> None:

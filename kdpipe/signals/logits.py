@@ -12,7 +12,7 @@ import numpy as np
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import pick_device
-from kdpipe.core.store import atomic_path, make_manifest
+from kdpipe.core.store import atomic_path, ensure_disk_space, make_manifest
 from kdpipe.models.inference import pass_batches, predict_logits
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.io import write_logits
@@ -42,6 +42,7 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
 def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     """``logits.parquet`` + ``logits.json`` in ``out_dir`` from the parts of every shard."""
     data_file, manifest_file = (out_dir / name for name in SIGNALS["logits"].files)
+    ensure_disk_space(data_file, 8 * meta["rows"] * (len(meta["labels"]) + 1), "the logits", hint="free space")
     with atomic_path(data_file) as tmp:
         write_logits(tmp, gather_array(parts, "row_id", meta["rows"]), gather_array(parts, "logits", meta["rows"]))
     manifest = make_manifest("logits", config=params, split=params["split"], **meta)

@@ -29,7 +29,7 @@ from torch import nn
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast, pick_device
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
+from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_manifest
 from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
@@ -180,6 +180,9 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
 def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     """``mc.npy``, ``mc.parquet`` and ``mc.json`` in ``out_dir`` from the parts of every shard, each atomically."""
     npy, parquet, manifest_file = (out_dir / name for name in SIGNALS["mc"].files)
+    ensure_disk_space(
+        npy, 4 * meta["rows"] * (len(meta["labels"]) + 2 * len(SCORES)), "the MC-dropout signal", "free space"
+    )
 
     def column(name):
         return gather_array(parts, name, meta["rows"])

@@ -19,6 +19,7 @@ class Stage:
     # "name+": one or more paths; "name:str": a string; "name:str?": an optional string
     device: bool = True  # runs a model: claims a GPU from the pool first
     summary: str = ""
+    trains: bool = False  # a training job: a rerun of the same job restores its finished outputs (kdpipe.cli)
 
 
 # name: (its arguments, runs a model, what it does); the module is kdpipe.stages.<name with "_" for "-">
@@ -40,7 +41,8 @@ _TABLE = {
         "labels and probabilities of a trained model for every row of a CSV/TSV/JSONL/Parquet file",
     ),
 }
+TRAINING = ("finetune-teacher", "distill", "cotrain")
 STAGES = {
-    name: Stage(f"kdpipe.stages.{name.replace('-', '_')}", tuple(arguments.split()), device, summary)
+    name: Stage(f"kdpipe.stages.{name.replace('-', '_')}", tuple(arguments.split()), device, summary, name in TRAINING)
     for name, (arguments, device, summary) in _TABLE.items()
 }

@@ -36,12 +36,12 @@ def rows_of_classes(frame, classes: list[str]):
     return sub, sub["label"].map(local).to_numpy(dtype=np.int64)
 
 
-def validation_rows(frame, classes: list[str]):
+def validation_rows(frame, classes: list[str], where: str):
     """:func:`rows_of_classes` of the validation split, which must hold some: the best epoch is chosen on them."""
     valid, valid_y = rows_of_classes(frame, classes)
     if valid.empty:
         raise KdpipeError(
-            f"the validation split has no rows of the teacher's classes {classes}, so it cannot be validated: "
+            f"{where}: the validation split has no rows of the teacher's classes {classes}, so it cannot be validated: "
             "raise dataset.split.validation, or give these classes more rows"
         )
     return valid, valid_y
@@ -62,23 +62,24 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
     data_dir, out_dir = data, out
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
-    classes, keep_head = teacher_classes(params, labels, "teachers.<name>")
+    where = f"teachers.{Path(out_dir).name}"  # the output folder is named after the teacher
+    classes, keep_head = teacher_classes(params, labels, where)
     backbone = params.get("checkpoint") or params["backbone"]  # continue training a checkpoint
     device = pick_device()
     tokenizer = load_tokenizer(backbone)
     frames = {
-        split: restrict_to_domain(read_split(data_dir, split), params.get("domain"), domains, "teachers.<name>.domain")
+        split: restrict_to_domain(read_split(data_dir, split), params.get("domain"), domains, f"{where}.domain")
         for split in ("train", "validation")
     }
     train, train_y = rows_of_classes(frames["train"], classes)
-    valid, valid_y = validation_rows(frames["validation"], classes)
+    valid, valid_y = validation_rows(frames["validation"], classes, where)
     enc_train = encode_frame(tokenizer, train, max_length=params["max_length"], label_ids=train_y)
     enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
     settings = TrainSettings.from_params(params)
     model = load_classifier(backbone, classes, seed=settings.seed, keep_head=keep_head)
     if params.get("layers"):
         keep_layers(model, list(params["layers"]))  # a smaller teacher, e.g. Dynamic KD's (docs/methods.md §2)
-    objective = _objective(params, model, train, data_dir, domains, prototypes, device)
+    objective = _objective(params, model, train, data_dir, domains, prototypes, device, where)
 
     validate = encoded_validator(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device)
     result = fit_job(
@@ -98,7 +99,7 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
 
 
 def _objective(
-    params: dict, model, train: pd.DataFrame, data_dir: Path, domains, prototypes: Path | None, device
+    params: dict, model, train: pd.DataFrame, data_dir: Path, domains, prototypes: Path | None, device, where: str
 ) -> Objective:
     """The teacher's loss: plain CE, or the objective module the plan names in ``params["objective_module"]``
     (registered in ``kdpipe.methods.registry.TEACHER_OBJECTIVES`` and imported by name, so that only the teachers
@@ -108,8 +109,8 @@ def _objective(
     if name == "ce":
         return Objective(loss=cross_entropy_loss)
     if not module_name:
-        raise KdpipeError(f"teachers.<name>.objective: {name!r} needs its objective module in the stage's params")
-    read_domains(data_dir, f"teachers.<name>.objective: {name}")
+        raise KdpipeError(f"{where}.objective: {name!r} needs its objective module in the stage's params")
+    read_domains(data_dir, f"{where}.objective: {name}")
     module = importlib.import_module(module_name)
     return module.build(
         model,

@@ -24,13 +24,13 @@ from kdpipe.training.loop import FitResult, encoded_validator, save_trained, sta
 
 def run(params: dict, data: Path, out: Path) -> dict:
     """Import the checkpoint of ``params`` as a teacher of the dataset artifact ``data``; write it to ``out``."""
-    where = "teachers.<name>"
+    where = f"teachers.{Path(out).name}"  # the output folder is named after the teacher
     labels = read_labels(data)
     classes = match_labels(head_labels(params["checkpoint"], where), labels, params.get("label_map"), where)
     tokenizer = load_tokenizer(params["checkpoint"])
     model = ensure_pad_token(load_trained(params["checkpoint"]), tokenizer)
     model.config.update(label_maps(classes))
-    valid, valid_y = validation_rows(read_split(data, "validation"), classes)
+    valid, valid_y = validation_rows(read_split(data, "validation"), classes, where)
     encoded = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
     device = pick_device()
     started = time.perf_counter()

@@ -34,12 +34,14 @@ from transformers import get_linear_schedule_with_warmup
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast
-from kdpipe.core.store import atomic_path, read_json, write_json
+from kdpipe.core.finished import keep_finished
+from kdpipe.core.store import atomic_path, ensure_disk_space, read_json, tensor_bytes, write_json
 from kdpipe.data.batching import Encoded, collate, training_batches
 from kdpipe.models.card import model_card
 from kdpipe.models.inference import probs_predictor
 from kdpipe.models.loading import count_parameters, save_model
 
+FREE_SPACE = "free space on that disk (or set checkpoint_every: 0 to checkpoint only at epoch ends)"
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
 
 
@@ -141,6 +143,9 @@ class _Checkpoint:
             return
         self.count += 1
         folder = self.root / f"ckpt-{self.count:06d}"
+        weights = sum(t.numel() * t.element_size() for sd in tensors.values() for t in sd.values())
+        # AdamW keeps two moments per weight: the checkpoint holds about three times the weights
+        ensure_disk_space(folder, 3 * weights, "a resume checkpoint", hint=FREE_SPACE)
         with atomic_path(folder, directory=True) as tmp:
             for name, sd in tensors.items():
                 _save_state(sd, tmp / f"{name}.safetensors")
@@ -392,10 +397,11 @@ def work_paths(out_dir: Path) -> tuple[Path, Path]:
 
 
 def finish(out_tmp: Path, out_dir: Path) -> None:
-    """Move the training log into the (temporary) output dir and drop the resume state."""
-    resume, log = work_paths(out_dir)
-    if log.exists():
-        shutil.move(str(log), out_tmp / "train_log.jsonl")
+    """Keep a copy of the finished (temporary) output dir beside it, made of hard links (no extra space while the
+    output exists), with the job's identity, and drop the resume state: if Snakemake, stopped meanwhile, deletes the
+    output as incomplete, the rerun restores it at once (:func:`restore_finished`) instead of training again."""
+    resume, _ = work_paths(out_dir)
+    keep_finished(out_tmp, resume)
     _Checkpoint(resume, "").clear()
 
 
@@ -445,6 +451,7 @@ def save_trained(
         "params": count_parameters(model),
         "history": result.history,
     }
+    ensure_disk_space(out_dir, tensor_bytes(model) + (64 << 20), f"the model folder {out_dir}", hint=FREE_SPACE)
     with atomic_path(out_dir, directory=True) as tmp:
         save_model(model.cpu(), tokenizer, tmp)
         if save_extra is not None:
@@ -453,6 +460,9 @@ def save_trained(
         write_json(tmp / "metrics.json", metrics)
         loader = next((name for name in ("multihead", "bilstm") if (tmp / f"{name}.json").is_file()), "transformers")
         (tmp / "README.md").write_text(model_card(manifest, metrics, params=metrics["params"], loader=loader))
+        resume, log = work_paths(Path(out_dir))
+        if log.exists():
+            shutil.move(str(log), tmp / "train_log.jsonl")
         files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         write_manifest(tmp / "manifest.json", manifest, [f for f in files if f not in UNCHECKED])
         finish(tmp, Path(out_dir))
