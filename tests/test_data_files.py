@@ -132,5 +132,7 @@ def test_a_class_too_small_for_every_split_is_reported(tmp_path, capfd):
         has_c = "c" in set(read_split(tmp_path / "out", split)["label"])
         assert has_c == (split not in absent) and has_c == (f"no {split} rows of class(es) ['c']" not in err)
     if "validation" in absent:  # a teacher of that class alone cannot be validated: a clear error, not an IndexError
-        with pytest.raises(KdpipeError, match=r"the validation split has no rows of the teacher's classes \['c'\]"):
+        with pytest.raises(
+            KdpipeError, match=r"teachers\.teacher: the validation split has no rows of the teacher's classes \['c'\]"
+        ):
             finetune_teacher.run({**TINY_TEACHER, "classes": ["c"]}, tmp_path / "out", tmp_path / "teacher")
