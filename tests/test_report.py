@@ -13,6 +13,7 @@ import pytest
 from kdpipe.core.store import KdpipeError, read_json, write_json
 from kdpipe.evaluation.metrics import reliability_bins, total_variation
 from kdpipe.report import TSV_COLUMNS, build_report
+from kdpipe.report.plots import _lower_limit
 from kdpipe.report.summary import _pool_reliability
 
 CLASSES = ["business", "entertainment", "politics", "sport", "tech"]
@@ -324,3 +325,21 @@ def test_missing_uncertainty_field_names_it(ensemble_paths, tmp_path):
     write_json(ensemble_paths[0], record)
     with pytest.raises(KdpipeError, match=r"metrics\.uncertainty\.hist\.epistemic"):
         build_report(ensemble_paths, tmp_path / "report")
+
+
+def test_single_models_get_no_uncertainty_split(tmp_path):
+    """Uncertainty fields from one-member models only: epistemic is exactly 0 and total equals aleatoric, so the
+    report shows no uncertainty columns or plot (the TSV keeps its columns for scripts)."""
+    records = [r for r in _ensemble_records() if r["model"] in ("kd", "bert-a")]
+    build_report(_write_evals(tmp_path, records), tmp_path / "r")
+    assert not (tmp_path / "r/uncertainty.png").exists()
+    assert "epistemic" not in (tmp_path / "r/summary.md").read_text()
+    assert "members" in pd.read_csv(tmp_path / "r/summary.tsv", sep="\t").columns
+
+
+def test_percentage_axes_start_near_the_data():
+    summary = pd.DataFrame({"accuracy": [0.86, 0.9], "accuracy_std": [0.02, None], "macro_f1": [0.85, 0.89]})
+    summary["macro_f1_std"] = None
+    assert _lower_limit(summary, (("accuracy", 0), ("macro_f1", 0)), 100) == 70.0
+    summary["accuracy"] = [0.05, 0.9]
+    assert _lower_limit(summary, (("accuracy", 0),), 100) == 0.0

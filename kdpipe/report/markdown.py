@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kdpipe.report.summary import UNCERTAINTY_COLUMNS
+from kdpipe.report.summary import UNCERTAINTY_COLUMNS, has_members
 
 MARKDOWN_HEADER = (
     "model", "kind", "method", "classes", "seeds", "params",
@@ -25,7 +25,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         "Teachers trained on a subset of the classes are evaluated on their own classes only (column *classes*), "
         "so their scores are not directly comparable with full-label-space models.\n",
     ]
-    uncertainty = bool(summary["entropy"].notna().any())
+    uncertainty = bool(summary["entropy"].notna().any()) and has_members(summary)
     inference = bool(summary["inference_time_s"].notna().any())
     if uncertainty:
         parts.append(

@@ -123,7 +123,7 @@ def plot_metrics(summary: pd.DataFrame, path: Path) -> None:
             errors = scale * summary[f"{metric}_std"].to_numpy()
             _hbars(ax, y + offset, values, errors, height * 0.92, METRIC_COLOURS[metric], teacher, fmt)
         ax.set_title(title, fontsize=11)
-        ax.set_xlim(0, _upper_limit(summary, metrics, scale))
+        ax.set_xlim(_lower_limit(summary, metrics, scale) if scale == 100 else 0, _upper_limit(summary, metrics, scale))
         ax.grid(axis="x", alpha=0.3, linewidth=0.5)
         ax.tick_params(labelsize=9)
     axes[0].set_yticks(y, [_model_label(row) for row in summary.itertuples(index=False)], fontsize=9)
@@ -134,7 +134,8 @@ def plot_metrics(summary: pd.DataFrame, path: Path) -> None:
     handles.append(Patch(facecolor="white", edgecolor="0.3", hatch=TEACHER_HATCH, label="teacher (own classes)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False, fontsize=9)
     split = summary["split"].iloc[0]
-    fig.suptitle(f"Models on the {split} split (error bars: std over seeds)", fontsize=13)
+    seeds = " (error bars: std over seeds)" if (summary["seeds"] > 1).any() else ""
+    fig.suptitle(f"Models on the {split} split{seeds}", fontsize=13)
     _save(fig, path)
     plt.close(fig)
 
@@ -151,6 +152,13 @@ def _hbars(ax, y, values, errors, height, colour, teacher, fmt) -> None:
     for yi, value, error in zip(y, values, np.nan_to_num(errors)):
         ax.annotate(fmt.format(value), (value + error, yi), xytext=(3, 0), textcoords="offset points",
                     va="center", fontsize=8)  # fmt: skip
+
+
+def _lower_limit(summary: pd.DataFrame, metrics, scale: float) -> float:
+    """Where a percentage axis starts: 10 points below the lowest bar, on a multiple of 10 (from 0, differences of
+    a few points between 85% and 90% would be a sliver)."""
+    low = min(scale * (summary[m] - summary[f"{m}_std"].fillna(0)).min() for m, _ in metrics)
+    return float(max(0.0, np.floor(low / 10) * 10 - 10))
 
 
 def _upper_limit(summary: pd.DataFrame, metrics, scale: float) -> float:

@@ -231,3 +231,9 @@ def _common_edges(models, edges: list, what: str) -> np.ndarray:
     if any(len(e) != len(first) or not np.allclose(e, first) for e in edges[1:]):
         raise KdpipeError(f"report: {', '.join(models)} were evaluated with different {what}")
     return first
+
+
+def has_members(summary: pd.DataFrame) -> bool:
+    """Some model averages several members or heads: only then does an uncertainty split say anything (one model's
+    epistemic part is exactly 0, and its total equals its aleatoric part)."""
+    return bool((summary["members"].fillna(1) > 1).any())
