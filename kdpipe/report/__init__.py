@@ -20,15 +20,16 @@ from pathlib import Path
 from kdpipe.core.store import KdpipeError, atomic_path
 from kdpipe.report.markdown import summary_markdown
 from kdpipe.report.plots import plot_metrics, plot_reliability, plot_uncertainty
-from kdpipe.report.summary import TSV_COLUMNS, has_members, read_eval, runs_table, summarise
+from kdpipe.report.summary import TSV_COLUMNS, read_eval, runs_table, summarise
 
 __all__ = ["TSV_COLUMNS", "build_report"]
 
 
 def build_report(eval_paths: list[str | Path], out_dir: str | Path) -> None:
     """Write summary.tsv, summary.md, reliability.png and metrics.png for ``eval_paths`` into ``out_dir``, and
-    uncertainty.png when a model on the plotted split has uncertainty fields and some model there averages several
-    members or heads (otherwise a stale one is removed)."""
+    uncertainty.png when a model on the plotted split has uncertainty fields (otherwise a stale one is removed; the
+    workflow's report rule always has them). The Markdown table shows the uncertainty columns only when some model
+    averages several members or heads."""
     if not eval_paths:
         raise KdpipeError("report: no evaluation files given")
     runs = runs_table([read_eval(path) for path in eval_paths])
@@ -43,7 +44,7 @@ def build_report(eval_paths: list[str | Path], out_dir: str | Path) -> None:
     shown = summary[summary["split"] == summary["split"].iloc[0]]
     plot_reliability(shown, out_dir / "reliability.png")
     plot_metrics(shown, out_dir / "metrics.png")
-    if shown["uncertainty"].notna().any() and has_members(shown):
+    if shown["uncertainty"].notna().any():
         plot_uncertainty(shown, out_dir / "uncertainty.png")
     else:
         # A plot left by an earlier report on other evaluations would contradict the tables.
