@@ -145,3 +145,142 @@ def test_build_student_with_heads():
     assert torch.equal(model.heads[0].classifier.weight, single.classifier.weight)
     with pytest.raises(KdpipeError, match="model.heads.layers"):
         build_student({"init": {"from": "builtin:tiny-bert"}, "heads": {"count": 2, "layers": 2}}, LABELS, seed=0)
+
+
+# ---- how the heads start: head_init copy | noise | reinit (docs/methods.md §3)
+
+
+def linears(head):
+    return [m for m in head.modules() if isinstance(m, nn.Linear)]
+
+
+def top_linears(head):
+    """The Linear modules of a head's transformer layers and pooler (not its classifier)."""
+    return linears(head.layers) + linears(head.pooler)
+
+
+def test_copy_is_the_default_and_copies_the_top_layers():
+    default = make_multihead(tiny(), heads=3, head_layers=1, seed=5)
+    copied = make_multihead(tiny(), heads=3, head_layers=1, seed=5, head_init="copy", head_noise=0.5)
+    assert default.state_dict().keys() == copied.state_dict().keys()
+    assert all(torch.equal(v, copied.state_dict()[k]) for k, v in default.state_dict().items())
+    for head in copied.heads[1:]:
+        for a, b in zip(top_linears(copied.heads[0]), top_linears(head)):
+            assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
+
+
+def test_noise_perturbs_heads_after_the_first_by_the_relative_scale():
+    copied = make_multihead(tiny(), heads=3, head_layers=1, seed=5)
+    noisy = make_multihead(tiny(), heads=3, head_layers=1, seed=5, head_init="noise", head_noise=0.05)
+    # head 0 is the base model's own top, untouched; so are the core and every bias
+    for a, b in zip(linears(copied.heads[0]), linears(noisy.heads[0])):
+        assert torch.equal(a.weight, b.weight)
+    assert torch.equal(copied.core[0].output.dense.weight, noisy.core[0].output.dense.weight)
+    for m in (1, 2):
+        for a, b in zip(linears(copied.heads[m]), linears(noisy.heads[m])):  # classifier included
+            relative = ((b.weight - a.weight).std() / a.weight.std()).item()
+            assert relative == pytest.approx(0.05, rel=0.2)
+            assert torch.equal(a.bias, b.bias)
+    # each head draws its own noise
+    assert not torch.allclose(
+        noisy.heads[1].layers[0].output.dense.weight, noisy.heads[2].layers[0].output.dense.weight
+    )
+
+
+def test_noise_is_reproducible_for_a_seed():
+    a, b, c = (
+        make_multihead(tiny(), heads=2, head_layers=1, seed=seed, head_init="noise", head_noise=0.01)
+        for seed in (3, 3, 4)
+    )
+    assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+    assert not torch.equal(a.heads[1].layers[0].output.dense.weight, c.heads[1].layers[0].output.dense.weight)
+
+
+def test_reinit_draws_fresh_top_layers_for_heads_after_the_first():
+    base = tiny()
+    top = copy.deepcopy(base.bert.encoder.layer[1])
+    model = make_multihead(base, heads=3, head_layers=1, seed=5, head_init="reinit")
+    again = make_multihead(tiny(), heads=3, head_layers=1, seed=5, head_init="reinit")
+    assert all(torch.equal(v, again.state_dict()[k]) for k, v in model.state_dict().items())
+    base_linears = linears(top)
+    for a, b in zip(base_linears, linears(model.heads[0].layers)):
+        assert torch.equal(a.weight, b.weight)  # head 0 keeps the base's top layer
+    for m in (1, 2):
+        for a, b in zip(base_linears, linears(model.heads[m].layers)):
+            assert not torch.allclose(a.weight, b.weight)
+            assert b.weight.std().item() == pytest.approx(model.config.initializer_range, rel=0.3)
+            assert b.bias.abs().sum() == 0
+        norms = [x for x in model.heads[m].modules() if isinstance(x, nn.LayerNorm)]
+        assert norms and all(torch.equal(x.weight, torch.ones_like(x.weight)) for x in norms)
+    assert not torch.allclose(model.heads[1].pooler.dense.weight, model.heads[2].pooler.dense.weight)
+    # the classifier of head m ≥ 1 is the seeded fresh one of `copy`
+    copied = make_multihead(tiny(), heads=3, head_layers=1, seed=5)
+    assert torch.equal(model.heads[1].classifier.weight, copied.heads[1].classifier.weight)
+
+
+@pytest.mark.parametrize("head_init", ["noise", "reinit"])
+def test_the_diversity_loss_pushes_the_top_layers_apart_from_the_start(head_init):
+    """With copied top layers every head equals the mean head, where L4's gradient vanishes; noise and reinit start
+    the heads apart, so L4 moves every Linear of every head at the first step."""
+    from kdpipe.methods.hydra import diversity_loss
+
+    def top_grads(init):
+        model = make_multihead(tiny(), heads=3, head_layers=1, seed=0, head_init=init)
+        diversity_loss(model.head_linears()).backward()
+        return [linear.weight.grad.norm().item() for head in model.heads for linear in top_linears(head)]
+
+    copied, started = top_grads("copy"), top_grads(head_init)
+    assert max(copied) < 1e-4  # zero but for rounding
+    assert min(started) > 1e-2 and min(started) > 1e3 * max(copied)
+
+
+def test_bad_head_init_is_refused():
+    with pytest.raises(KdpipeError, match="head_init: 'jitter'; choose one of copy, noise, reinit"):
+        make_multihead(tiny(), heads=2, head_layers=1, seed=0, head_init="jitter")
+    with pytest.raises(KdpipeError, match="head_noise must be non-negative"):
+        make_multihead(tiny(), heads=2, head_layers=1, seed=0, head_init="noise", head_noise=-1.0)
+
+
+def test_build_student_passes_the_head_init():
+    spec = {"init": {"from": "builtin:tiny-bert"}, "heads": {"count": 2}}
+    plain, _ = build_student(spec, LABELS, seed=0)
+    noisy, _ = build_student({**spec, "head_init": "noise", "head_noise": 0.05}, LABELS, seed=0)
+    expected = make_multihead(tiny(), heads=2, head_layers=1, seed=0, head_init="noise", head_noise=0.05)
+    assert all(torch.equal(v, expected.state_dict()[k]) for k, v in noisy.state_dict().items())
+    assert not torch.equal(plain.heads[1].layers[0].output.dense.weight, noisy.heads[1].layers[0].output.dense.weight)
+    # the schema's defaults, as Snakemake fills them into student_defaults.model, change nothing
+    same, _ = build_student({**spec, "head_init": "copy", "head_noise": 0.01}, LABELS, seed=0)
+    assert all(torch.equal(v, plain.state_dict()[k]) for k, v in same.state_dict().items())
+    with pytest.raises(KdpipeError, match="head_init: 'reinit' starts the heads of a multi-head student"):
+        build_student({"init": {"from": "builtin:tiny-bert"}, "head_init": "reinit"}, LABELS, seed=0)
+
+
+def test_model_slice_keeps_head_init_only_where_it_changes_the_start():
+    from kdpipe.models.backbones import model_slice
+
+    base = {"init": {"from": "builtin:tiny-bert"}}
+    heads = {**base, "heads": {"count": 2, "layers": 1}}
+    # the defaults (or head_noise alone, which only noise reads) leave the spec as before the keys existed
+    assert model_slice({**base, "head_init": "copy", "head_noise": 0.01}) == base
+    assert model_slice({**heads, "head_init": "copy", "head_noise": 0.3}) == heads
+    assert model_slice({**heads, "head_noise": 0.3}) == heads
+    assert model_slice({**heads, "head_init": "reinit", "head_noise": 0.3}) == {**heads, "head_init": "reinit"}
+    assert model_slice({**heads, "head_init": "noise"}) == {**heads, "head_init": "noise", "head_noise": 0.01}
+    assert model_slice({**heads, "head_init": "noise", "head_noise": 0.1})["head_noise"] == 0.1
+    with pytest.raises(KdpipeError, match=r"students\.s\.model\.head_init: 'noise' starts the heads"):
+        model_slice({**base, "head_init": "noise"}, "students.s.model")
+
+
+def test_head_init_defaults_agree_with_the_schema_and_make_multihead():
+    import inspect
+
+    import yaml
+
+    from kdpipe.models.backbones import HEAD_INIT_DEFAULTS
+    from tests.conftest import REPO
+
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    keys = schema["properties"]["student_defaults"]["properties"]["model"]["properties"]
+    assert {k: keys[k]["default"] for k in HEAD_INIT_DEFAULTS} == HEAD_INIT_DEFAULTS
+    parameters = inspect.signature(make_multihead).parameters
+    assert {k: parameters[k].default for k in HEAD_INIT_DEFAULTS} == HEAD_INIT_DEFAULTS

@@ -100,6 +100,49 @@ def student():
     return model
 
 
+def test_teacher_schedule_has_no_warmup_and_no_weight_decay_by_default(data):
+    """As the release's Trainer defaults: lr_T from step 0 decaying linearly, AdamW weight decay 0, whatever the
+    student's own warm-up and weight decay."""
+    settings = TrainSettings(**{**SETTINGS, "warmup_ratio": 0.1, "weight_decay": 0.01})
+    steps = total_steps(len(data), settings)
+    cotrained = cotrainer(data, settings, teacher_lr=2e-3)
+    assert cotrained.scheduler.get_last_lr() == [pytest.approx(2e-3)] * len(cotrained.optimizer.param_groups)
+    assert [g["weight_decay"] for g in cotrained.optimizer.param_groups] == [0.0, 0.0]
+    assert cotrained.settings.max_grad_norm == settings.max_grad_norm == 1.0
+    for _ in range(steps // 2):
+        cotrained.optimizer.step()
+        cotrained.scheduler.step()
+    assert cotrained.scheduler.get_last_lr()[0] == pytest.approx(2e-3 * (steps - steps // 2) / steps)
+
+
+def test_teacher_warmup_and_weight_decay_can_be_set(data):
+    settings = TrainSettings(**{**SETTINGS, "warmup_ratio": 0.0, "weight_decay": 0.0})
+    steps = total_steps(len(data), settings)
+    cotrained = cotrainer(data, settings, teacher_lr=2e-3, teacher_warmup=0.1, teacher_weight_decay=0.05)
+    assert cotrained.scheduler.get_last_lr()[0] == 0.0
+    assert [g["weight_decay"] for g in cotrained.optimizer.param_groups] == [0.05, 0.0]  # biases, norms: 0
+    warmup = int(0.1 * steps)
+    for _ in range(warmup):
+        cotrained.optimizer.step()
+        cotrained.scheduler.step()
+    assert cotrained.scheduler.get_last_lr()[0] == pytest.approx(2e-3)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("teacher_warmup", 1.5), ("teacher_warmup", -0.1), ("teacher_weight_decay", -1.0)]
+)
+def test_bad_teacher_schedule_is_refused(key, value):
+    with pytest.raises(KdpipeError, match=f"{key} must be"):
+        prokt.checked_args(method_args("prokt", {key: value}))
+
+
+def test_the_teachers_best_epoch_breaks_ties_by_nll(data):
+    cotrained = cotrainer(data, TrainSettings(**SETTINGS))
+    for epoch, (score, nll) in enumerate([(0.5, 0.7), (0.75, 0.6), (0.75, 0.4), (0.75, 0.5)], 1):
+        cotrained.observe({"score": score, "accuracy": score, "nll": nll}, epoch)
+    assert cotrained.best_epoch == 3 and cotrained.best_metrics["nll"] == 0.4
+
+
 def test_zero_classifier_makes_uniform_predictions(data):
     from kdpipe.data.batching import collate, model_inputs
 
@@ -110,7 +153,9 @@ def test_zero_classifier_makes_uniform_predictions(data):
 
 @pytest.mark.parametrize("dual", [False, True])
 def test_cotraining_moves_the_teacher_and_the_student_learns(data, dual):
-    settings = TrainSettings(**{**SETTINGS, "epochs": 10})
+    # 15 epochs: with the teacher's release schedule (no warm-up, no weight decay) 10 epochs of this tiny run leave the
+    # non-dual student short of the teacher
+    settings = TrainSettings(**{**SETTINGS, "epochs": 15})
     cotrained = cotrainer(data, settings, dual=dual)
     before = {k: v.clone() for k, v in cotrained.model.state_dict().items()}
     model = student()

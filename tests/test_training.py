@@ -173,3 +173,75 @@ def test_extra_modules_keep_the_state_of_the_best_epoch(data):
     for name, tensor in after_epoch[2].items():
         torch.testing.assert_close(result.best_modules["extra"][name], tensor)
     assert not torch.equal(result.best_modules["extra"]["weight"], extra.weight.detach())
+
+
+def fit_with_scores(data, validations):
+    """``fit`` over 4 epochs whose validation returns ``validations`` in turn."""
+    model = load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0)
+    given = iter(validations)
+    return fit(
+        model,
+        train=data,
+        loss_fn=ce_loss,
+        validate=lambda m: dict(next(given)),
+        settings=TrainSettings(**SETTINGS),
+        device=CPU,
+    )
+
+
+def test_a_tie_on_the_score_goes_to_the_lower_nll(data):
+    """Equal accuracy and a decreasing NLL: each later epoch replaces the kept one."""
+    scores = [{"score": 0.75, "accuracy": 0.75, "nll": nll} for nll in (0.9, 0.8, 0.7, 0.6)]
+    result = fit_with_scores(data, scores)
+    assert result.best_epoch == 4 and result.best_metrics["nll"] == 0.6
+    assert [r["best"] for r in result.history] == [True, True, True, True]
+
+
+def test_a_tie_on_the_score_with_a_higher_nll_keeps_the_earlier_epoch(data):
+    scores = [
+        {"score": 0.5, "accuracy": 0.5, "nll": 0.9},
+        {"score": 0.75, "accuracy": 0.75, "nll": 0.5},
+        {"score": 0.75, "accuracy": 0.75, "nll": 0.6},  # tie, worse NLL
+        {"score": 0.75, "accuracy": 0.75, "nll": 0.5},  # tie, equal NLL: not better either
+    ]
+    result = fit_with_scores(data, scores)
+    assert result.best_epoch == 2 and result.best_metrics["nll"] == 0.5
+    assert [r["best"] for r in result.history] == [True, True, False, False]
+
+
+def test_a_higher_score_wins_whatever_its_nll_and_ties_without_nll_keep_the_first(data):
+    scores = [{"score": 0.5, "nll": 0.1}, {"score": 0.75, "nll": 2.0}, {"score": 0.75}, {"score": 0.5, "nll": 0.01}]
+    assert fit_with_scores(data, scores).best_epoch == 2
+
+
+def test_the_nll_tie_break_survives_a_resume(data, tmp_path):
+    """The kept NLL is part of the checkpointed state: after a resume, a tie is still judged against it."""
+    scores = [{"score": 0.75, "nll": 0.5}, {"score": 0.75, "nll": 0.6}, {"score": 0.75, "nll": 0.4}]
+    settings = TrainSettings(**{**SETTINGS, "epochs": 3, "checkpoint_every": 0})
+    given = iter(scores)
+    calls = {"n": 0}
+
+    def dying_loss(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 9:  # 4 steps per epoch: the first step of epoch 3, after two epochs were checkpointed
+            raise Interrupted
+        return ce_loss(model, batch)
+
+    def run(loss):
+        return fit(
+            load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0),
+            train=data,
+            loss_fn=loss,
+            validate=lambda m: dict(next(given)),
+            settings=settings,
+            device=CPU,
+            resume_dir=tmp_path / "resume",
+            resume_key="k",
+        )
+
+    with pytest.raises(Interrupted):
+        run(dying_loss)
+    state = read_resume_state(tmp_path / "resume")
+    assert state["best_epoch"] == 1 and state["best_metrics"]["nll"] == 0.5
+    result = run(ce_loss)
+    assert result.best_epoch == 3 and [r["best"] for r in result.history] == [True, False, True]

@@ -76,7 +76,9 @@ def _agreement(mean: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 
 def diversity_loss(head_linears: list[list[nn.Linear]]) -> torch.Tensor:
     """L4 = Σ_layers Σ_m Σ_rows (1 + cos(θ̄^l_row, θ^{l,m}_row))/2 over every Linear weight and bias of the heads;
-    ``head_linears[m]`` lists head m's Linear modules, in the same order for every head."""
+    ``head_linears[m]`` lists head m's Linear modules, in the same order for every head. Where all heads share a
+    layer's weights (copied heads, ``model.head_init: copy``) its gradient is zero; ``noise`` and ``reinit`` start
+    them apart (docs/methods.md §3)."""
     if len({len(linears) for linears in head_linears}) != 1:
         raise KdpipeError("diversity loss: the heads have different numbers of Linear layers")
     total = head_linears[0][0].weight.new_zeros(())

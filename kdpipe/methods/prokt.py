@@ -11,7 +11,9 @@ fine-tuned teacher) and changes every step, and its targets depend on the curren
 4. the student's loss L_S = KL(p_T ‖ softmax(f_S(x))), no CE (the shared training loop takes that step).
 
 Both classifiers start at zero. Each model has its own AdamW, learning rate and linear schedule over the same total
-steps, and gradient clipping. The KL is Σ p_tgt (log p_tgt − log p), averaged over the batch.
+steps, and gradient clipping (both at the student's ``max_grad_norm``). The teacher's warm-up and weight decay are its
+own, ``teacher_warmup`` and ``teacher_weight_decay`` (default 0 and 0, as the released code's Trainer defaults),
+not the student's. The KL is Σ p_tgt (log p_tgt − log p), averaged over the batch.
 
 The teacher reads the batch through its own tokenisation of the train split (looked up by the batch's row
 positions), so a student with another tokenisation (a BiLSTM encoding the two sides of a pair apart) works too.
@@ -27,7 +29,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import Encoded, collate, model_inputs
 from kdpipe.methods.base import Objective, student_logits
 from kdpipe.methods.losses import kl_divergence, soft_kl
-from kdpipe.training.loop import TrainSettings, make_optimizer, state_on_cpu
+from kdpipe.training.loop import TrainSettings, is_better, make_optimizer, state_on_cpu
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
@@ -81,6 +83,10 @@ def checked_args(args: dict) -> dict:
     """The complete method_args, with the value checks no type declaration expresses."""
     if not 0 <= float(args["move_back_weight"]) <= 1:
         raise KdpipeError(f"prokt: move_back_weight must be in [0, 1], got {args['move_back_weight']}")
+    if not 0 <= float(args["teacher_warmup"]) <= 1:
+        raise KdpipeError(f"prokt: teacher_warmup must be in [0, 1], got {args['teacher_warmup']}")
+    if not float(args["teacher_weight_decay"]) >= 0:
+        raise KdpipeError(f"prokt: teacher_weight_decay must be non-negative, got {args['teacher_weight_decay']}")
     return args
 
 
@@ -99,7 +105,13 @@ class CoTrainedTeacher:
         device: torch.device,
     ):
         self.model, self.encoded, self.args, self.device = teacher.to(device), encoded, args, device
-        self.settings = TrainSettings(**{**settings.__dict__, "lr": float(args["teacher_lr"])})
+        # the student's settings but the teacher's own lr, warm-up and weight decay (the release: Trainer defaults)
+        own = {
+            "lr": float(args["teacher_lr"]),
+            "warmup_ratio": float(args["teacher_warmup"]),
+            "weight_decay": float(args["teacher_weight_decay"]),
+        }
+        self.settings = TrainSettings(**{**settings.__dict__, **own})
         self.optimizer, self.scheduler = make_optimizer(
             {"teacher": (self.model, self.settings.lr)}, self.settings, steps
         )
@@ -139,9 +151,10 @@ class CoTrainedTeacher:
         return p_teacher, terms
 
     def observe(self, metrics: dict, epoch: int) -> None:
-        """After each validation: keep the teacher's best state (by its own validation score)."""
+        """After each validation: keep the teacher's best state (by its own validation score, a tie going to the
+        lower NLL as in the training loop, :func:`kdpipe.training.loop.is_better`)."""
         self.history.append({"epoch": epoch, "validation": metrics})
-        if metrics["score"] > self.best_score:
+        if is_better(metrics, self.best_score, self.best_metrics):
             self.best_score, self.best_metrics, self.best_epoch = metrics["score"], metrics, epoch
             self.best_state = state_on_cpu(self.model)
 

@@ -76,6 +76,31 @@ def uniform_alignment(teacher_layers: int, student_layers: int) -> list[tuple[in
     return [(layer, layer * k) for layer in range(student_layers + 1)]
 
 
+# How a multi-head student's heads start (docs/methods.md §3), as the schema's defaults: kdpipe.models.multihead
+# (make_multihead's defaults) reads the same values at training time
+HEAD_INIT_DEFAULTS = {"head_init": "copy", "head_noise": 0.01}
+
+
+def model_slice(model_spec: dict, where: str = "model") -> dict:
+    """``model_spec`` as it belongs in a student's config slice: one spec per starting point of its heads.
+
+    ``head_init`` and ``head_noise`` are left out at ``head_init: copy`` (their default, what every student did
+    before the keys existed; Snakemake fills the schema defaults into ``student_defaults.model``, so without this
+    every student taking that model would get a new slice and rerun), and ``head_noise`` is left out for ``reinit``,
+    which does not read it; for ``noise`` both are kept, ``head_noise`` filled in when absent. A head_init other
+    than ``copy`` on a student without ``heads`` is an error (``where``: the config key, for the message)."""
+    spec = {k: v for k, v in model_spec.items() if k not in HEAD_INIT_DEFAULTS}
+    head_init = model_spec.get("head_init", HEAD_INIT_DEFAULTS["head_init"])
+    if head_init == HEAD_INIT_DEFAULTS["head_init"]:
+        return spec
+    if not model_spec.get("heads"):
+        raise KdpipeError(f"{where}.head_init: {head_init!r} starts the heads of a multi-head student; set model.heads")
+    spec["head_init"] = head_init
+    if head_init == "noise":
+        spec["head_noise"] = model_spec.get("head_noise", HEAD_INIT_DEFAULTS["head_noise"])
+    return spec
+
+
 def architecture_modules(model_spec: dict) -> list[str]:
     """The modules of a student's architecture beyond a Hugging Face classifier, which loading and building import
     by name (``kdpipe.models.students``, ``kdpipe.models.loading.ARCHITECTURE_FILES``)."""

@@ -8,6 +8,12 @@ The core runs once per batch and every head runs on its output. The prediction i
 softmax probabilities (docs/methods.md §3), returned as its log in ``.logits`` so that code which takes
 ``softmax(logits)`` gets the Hydra prediction.
 
+How the heads start (``head_init``, docs/methods.md §3): ``copy`` (every head a copy of the base's top layers and
+pooler, head m ≥ 1 with a re-initialised classifier), ``noise`` (those copies plus seeded Gaussian noise on every
+Linear weight of head m ≥ 1) or ``reinit`` (the top layers and pooler of head m ≥ 1 re-initialised as the model
+initialises new weights). Head 0 is the base model's own top in every case. Saved models do not record it: it only
+sets the starting point of training.
+
 Saved layout (``save_pretrained``): ``config.json`` (the Hugging Face config of the full-depth base, plus
 ``multihead_heads`` / ``multihead_head_layers``), ``multihead.json`` (``{"heads": M, "head_layers": k}``) and
 ``model.safetensors`` (this module's state dict). :func:`load_multihead` rebuilds the base from the config and
@@ -64,9 +70,10 @@ class Head(nn.Module):
 class MultiHeadClassifier(nn.Module):
     """Shared core (embeddings + lower layers) and M heads (docs/methods.md §3). Build it with :func:`make_multihead`.
 
-    The heads' copied top layers and poolers start identical (copies of the base's); only their classifiers
-    differ at the start (see :func:`make_multihead`). Since the diversity term's gradient vanishes where all heads
-    are equal, the heads first drift apart through their classifiers, dropout and the individuality loss.
+    With ``head_init="copy"`` the heads' copied top layers and poolers start identical (copies of the base's);
+    only their classifiers differ at the start (see :func:`make_multihead`). Since the diversity term's gradient
+    vanishes where all heads are equal, the heads first drift apart through their classifiers, dropout and the
+    individuality loss; ``"noise"`` and ``"reinit"`` start them apart, so that the diversity term acts at once.
     """
 
     def __init__(self, config, embeddings: nn.Module, core: nn.ModuleList, heads: list[Head]):
@@ -130,23 +137,74 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Mo
     return parts
 
 
+HEAD_INITS = ("copy", "noise", "reinit")  # how the heads start; defaults: kdpipe.models.backbones.HEAD_INIT_DEFAULTS
+# streams of a head's generator besides its classifier's (seeded by (seed, head) alone, as before head_init existed)
+_NOISE_STREAM, _REINIT_STREAM = 1, 2
+
+
+def _generator(*key: int) -> torch.Generator:
+    """A CPU generator seeded from ``key`` (e.g. (seed, head, stream)) through numpy's SeedSequence."""
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1)[0]))
+
+
+def add_noise(head: nn.Module, scale: float, generator: torch.Generator) -> None:
+    """Add N(0, (scale·std(W))²) noise to every Linear weight W of ``head`` (std over the tensor's entries), in
+    module order from ``generator``: copies of one layer then differ by about ``scale`` relative to its spread."""
+    with torch.no_grad():
+        for module in head.modules():
+            if isinstance(module, nn.Linear):
+                weight = module.weight
+                noise = torch.randn(weight.shape, generator=generator, dtype=torch.float32)
+                weight.add_((noise * scale * weight.float().std()).to(weight.dtype))
+
+
+def reinit(module: nn.Module, std: float, generator: torch.Generator) -> None:
+    """Re-initialise ``module`` as BERT-family models initialise new weights (their ``_init_weights``, which skips
+    weights loaded from a checkpoint, so it is not called): Linear weights normal(0, ``std`` =
+    ``config.initializer_range``) and zero biases, LayerNorm weights 1 and biases 0, drawn from ``generator``."""
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, nn.Linear):
+                sub.weight.copy_(torch.randn(sub.weight.shape, generator=generator) * std)
+                if sub.bias is not None:
+                    sub.bias.zero_()
+            elif isinstance(sub, nn.LayerNorm):
+                if sub.weight is not None:
+                    sub.weight.fill_(1.0)
+                if sub.bias is not None:
+                    sub.bias.zero_()
+
+
 def _reinit_linear(linear: nn.Linear, std: float, seed: int, head: int) -> None:
     """BERT's Linear init (normal(0, std) weight, zero bias) from a generator seeded by (seed, head)."""
-    state = int(np.random.SeedSequence([seed, head]).generate_state(1)[0])
-    generator = torch.Generator().manual_seed(state)
+    generator = _generator(seed, head)
     with torch.no_grad():
         linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * std)
         linear.bias.zero_()
 
 
-def make_multihead(model: nn.Module, heads: int, head_layers: int, seed: int) -> MultiHeadClassifier:
+def make_multihead(
+    model: nn.Module,
+    heads: int,
+    head_layers: int,
+    seed: int,
+    head_init: str = "copy",
+    head_noise: float = 0.01,
+) -> MultiHeadClassifier:
     """A Hydra student from a BERT-like classifier with L layers: core = embeddings + layers 0..L−k−1, M heads.
 
     The wrapper takes over ``model``'s modules (do not use ``model`` afterwards). Every head gets deep copies of
-    the top ``head_layers`` layers, the pooler and the dropout, so these start identical across heads. Head 0
-    keeps the base's classifier (so one head reproduces the base model exactly); head m ≥ 1 gets a copy
-    re-initialised with BERT's init from a generator seeded by (``seed``, m). The core keeps at least one
-    transformer layer: ``head_layers`` must lie in 1..L−1.
+    the top ``head_layers`` layers, the pooler and the dropout. Head 0 keeps the base's classifier (so one head
+    reproduces the base model exactly); head m ≥ 1 gets a copy re-initialised with BERT's init from a generator
+    seeded by (``seed``, m). Then, by ``head_init`` (docs/methods.md §3), for head m ≥ 1 only:
+
+    - ``"copy"``: nothing more; its top layers and pooler start identical to head 0's;
+    - ``"noise"``: every Linear weight W of the head (layers, pooler, classifier) gets Gaussian noise of standard
+      deviation ``head_noise``·std(W), drawn from a generator seeded by (``seed``, m, 1);
+    - ``"reinit"``: its top layers and pooler are re-initialised (:func:`reinit`, normal(0,
+      ``config.initializer_range``) Linear weights) from a generator seeded by (``seed``, m, 2).
+
+    The core keeps at least one transformer layer: ``head_layers`` must lie in 1..L−1.
     """
     embeddings, layers, pooler, dropout, classifier = _parts(model)
     n = len(layers)
@@ -157,6 +215,10 @@ def make_multihead(model: nn.Module, heads: int, head_layers: int, seed: int) ->
             f"model.heads.layers must lie in 1..{n - 1} for a {n}-layer model (the shared core "
             f"keeps at least one layer), got {head_layers}"
         )
+    if head_init not in HEAD_INITS:
+        raise KdpipeError(f"model.head_init: {head_init!r}; choose one of {', '.join(HEAD_INITS)}")
+    if not float(head_noise) >= 0:
+        raise KdpipeError(f"model.head_noise must be non-negative, got {head_noise}")
     config = model.config
     keep = {id(config): config}  # the copies share the config object (attention implementation) with the core
     std = getattr(config, "initializer_range", 0.02)
@@ -171,6 +233,12 @@ def make_multihead(model: nn.Module, heads: int, head_layers: int, seed: int) ->
         )
         if m:
             _reinit_linear(head.classifier, std, seed, m)
+            if head_init == "noise":
+                add_noise(head, float(head_noise), _generator(seed, m, _NOISE_STREAM))
+            elif head_init == "reinit":
+                generator = _generator(seed, m, _REINIT_STREAM)
+                reinit(head.layers, std, generator)
+                reinit(head.pooler, std, generator)
         made.append(head)
     config.multihead_heads, config.multihead_head_layers = heads, head_layers
     return MultiHeadClassifier(config, embeddings, nn.ModuleList(layers[: n - head_layers]), made)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification, BertConfig
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.models.loading import keep_layers, label_maps, load_classifier, load_tokenizer
 
 
@@ -27,19 +28,22 @@ def build_student(
     "tokenizer": BACKBONE, ...sizes}`` (ProKT's BiLSTM from scratch, ``kdpipe.models.bilstm``; ``pairs``: the data has
     sentence pairs). With ``"heads": {"count": M, "layers": k}`` (k defaults to 1) a transformer becomes a
     multi-head (Hydra) student whose M heads each own a copy of its top k layers (``kdpipe.models.multihead``,
-    docs/methods.md
-    §3). ``attn``: the attention implementation of a transformer student (``"eager"`` where a loss reads its
-    attention maps, which SDPA does not return).
+    docs/methods.md §3); ``"head_init"`` (``copy``, ``noise`` or ``reinit``) and ``"head_noise"`` say how the heads
+    start (absent: make_multihead's defaults, ``copy``). ``attn``: the attention implementation of a transformer
+    student (``"eager"`` where a loss reads its attention maps, which SDPA does not return).
     """
+    heads = spec.get("heads")
+    if spec.get("head_init", "copy") != "copy" and not heads:
+        raise KdpipeError(f"model.head_init: {spec['head_init']!r} starts the heads of a multi-head student; set heads")
     if spec.get("type") == "bilstm":
         tokenizer = load_tokenizer(spec.get("tokenizer", "builtin:minilm-l6"))
         bilstm = importlib.import_module("kdpipe.models.bilstm")
         return bilstm.make_bilstm(spec, tokenizer, labels, pairs=pairs, seed=seed), tokenizer
     model, tokenizer = _single_student(spec, labels, seed=seed, attn=attn)
-    heads = spec.get("heads")
     if heads:
         multihead = importlib.import_module("kdpipe.models.multihead")
-        model = multihead.make_multihead(model, int(heads["count"]), int(heads.get("layers", 1)), seed=seed)
+        start = {k: spec[k] for k in ("head_init", "head_noise") if k in spec}  # absent: make_multihead's defaults
+        model = multihead.make_multihead(model, int(heads["count"]), int(heads.get("layers", 1)), seed=seed, **start)
     return model, tokenizer
 
 

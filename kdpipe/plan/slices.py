@@ -7,7 +7,7 @@ params trigger and hashed by the between-workflow output cache.
 from __future__ import annotations
 
 from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
-from kdpipe.models.backbones import architecture_modules
+from kdpipe.models.backbones import architecture_modules, model_slice
 from kdpipe.plan.classes import TRAINING_KEYS
 from kdpipe.plan.entries import LATER_KEYS, without
 from kdpipe.signals.catalog import FEATURES, signal_spec
@@ -63,6 +63,7 @@ class Slices:
             "teachers": self.student_teachers(student),
             "method_spec": method.job_spec(),
         }
+        params["model"] = model_slice(params["model"], f"students.{self.students[student].entry}.model")
         alignment = self.alignment(student)
         if alignment:
             params["alignment"] = alignment

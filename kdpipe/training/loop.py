@@ -204,7 +204,8 @@ def fit(
     """Train ``model`` (plus ``extra_modules``: ``{name: (module, lr)}``) and return the best validation state of
     every module (``best_state`` of ``model``, ``best_modules`` of the others).
 
-    ``validate(model)`` returns a dict with a ``score`` (higher is better, e.g. accuracy); ``validate=None`` skips
+    ``validate(model)`` returns a dict with a ``score`` (higher is better, e.g. accuracy) and optionally an ``nll``
+    that breaks ties of the score (lower is better, :func:`is_better`); ``validate=None`` skips
     validation and keeps the last epoch's state (Meta-KD's first stage matches teacher features and trains no
     classifier, so accuracy cannot pick its best epoch). ``on_epoch(epoch,
     epochs)`` (0-based epoch) is called before each epoch's first step, also after a resume, so epoch-level
@@ -314,7 +315,7 @@ def fit(
             for module, _ in modules.values():
                 module.eval()
             metrics = validate(model) if validate is not None else None  # None: keep the last epoch
-            improved = metrics is None or metrics["score"] > state["best_score"]
+            improved = metrics is None or is_better(metrics, state["best_score"], state["best_metrics"])
             if improved:
                 state.update(
                     best_score=metrics["score"] if metrics else -math.inf,
@@ -344,6 +345,15 @@ def fit(
         train_time_s=state["train_time_s"],
         best_modules={name: sd for name, sd in best.items() if name != "model"},
     )
+
+
+def is_better(metrics: dict, best_score: float, best_metrics: dict) -> bool:
+    """Whether an epoch's validation ``metrics`` beat the kept best (``best_score``, ``best_metrics``): a higher
+    ``score``, or an equal score and a lower ``nll`` when both have one (docs/design.md, "Style": a later epoch that
+    ties on accuracy replaces the kept one when it is better calibrated)."""
+    if metrics["score"] != best_score:
+        return metrics["score"] > best_score
+    return "nll" in metrics and best_metrics.get("nll") is not None and metrics["nll"] < best_metrics["nll"]
 
 
 def _best(name: str) -> str:
