@@ -19,6 +19,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/teachers.smk"
 include: "workflow/rules/signals.smk"
+include: "workflow/rules/routes.smk"
 include: "workflow/rules/students.smk"
 include: "workflow/rules/evaluate.smk"
 

@@ -29,12 +29,12 @@ def _params(text: str) -> dict:
 
 def _add_argument(sub: argparse.ArgumentParser, spec: str) -> None:
     name, kind = (spec.split(":") + ["path"])[:2]
-    many = name[-1] if name[-1] in "?+" else ""
-    name = name.rstrip("?+")
+    many = name[-1] if name[-1] in "?+*" else ""
+    name = name.rstrip("?+*")
     flag = "--" + name.replace("_", "-")
     if kind.startswith("str"):  # "str": required, "str?": optional
         sub.add_argument(flag, dest=name, required=not kind.endswith("?"), default=None)
-    elif many == "?":  # the rule writes the flag always, followed by the path only when the job needs one
+    elif many in "?*" and many:  # the rule writes the flag always, followed by the path(s) the job needs, if any
         sub.add_argument(flag, dest=name, nargs="*", type=Path, default=[])
     else:
         sub.add_argument(flag, dest=name, nargs="+" if many else None, type=Path, required=True)

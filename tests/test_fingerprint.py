@@ -35,7 +35,15 @@ META_TEACHER_SIDE = {
     "methods/meta_kd/branch.py",
     "methods/meta_kd/domain.py",
 }
-TEACHER_STAGES = ("prepare", "finetune_teacher", "import_teacher", "prototypes", "signal_shard", "signal_gather")
+TEACHER_STAGES = (
+    "prepare",
+    "finetune_teacher",
+    "import_teacher",
+    "prototypes",
+    "signal_shard",
+    "signal_gather",
+    "route",
+)
 
 
 def student_side(files: set[str]) -> set[str]:

@@ -96,3 +96,18 @@ def test_summary_scores_by_hand():
     assert s["certainty"].item() == pytest.approx(1 - h, rel=1e-5)  # MUKI's u = 1 - H / log C
     assert s["max_prob"].item() == pytest.approx(0.7)
     assert s["variance"].item() == pytest.approx(0.04)  # per class var 0.04, mean 0.04
+
+
+def test_mean_entropy_and_mutual_information_by_hand():
+    # samples (0.9, 0.1) and (0.5, 0.5): H(p̄) = H(0.7, 0.3); mean H = (H(0.9, 0.1) + H(0.5, 0.5)) / 2; in bits (C = 2)
+    s = summarise(torch.tensor([[[0.9, 0.1]], [[0.5, 0.5]]]))
+
+    def bits(*p):
+        return -sum(x * math.log2(x) for x in p)
+
+    mean_h = (bits(0.9, 0.1) + bits(0.5, 0.5)) / 2
+    assert s["mean_entropy"].item() == pytest.approx(mean_h, rel=1e-5)
+    assert s["mutual_info"].item() == pytest.approx(bits(0.7, 0.3) - mean_h, rel=1e-4)
+    # identical samples carry no epistemic uncertainty
+    same = summarise(torch.tensor([[[0.8, 0.2]], [[0.8, 0.2]]]))
+    assert same["mutual_info"].item() == pytest.approx(0.0, abs=1e-7)

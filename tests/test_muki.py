@@ -10,16 +10,10 @@ from torch import nn
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.base import DistillContext
-from kdpipe.methods.muki import (
-    aggregate,
-    build,
-    build_no_mc,
-    margin_weights,
-    muki_loss,
-    padded_probs,
-    teacher_scores_from_logits,
-)
+from kdpipe.methods.muki import aggregate, build, margin_weights, muki_loss, padded_probs
 from kdpipe.methods.registry import method_args
+from kdpipe.routing.certainty import certainty_scores
+from kdpipe.routing.certainty import logit_entropy as teacher_scores_from_logits
 
 LN2, LN3 = math.log(2), math.log(3)
 BLOCKS = [torch.tensor([0, 1]), torch.tensor([2, 3])]
@@ -145,18 +139,21 @@ CERTAINTY_B = torch.tensor([0.2, 0.5, 0.7])
 BATCH = {"input_ids": torch.tensor([[1], [0]]), "index": torch.tensor([2, 0])}
 
 
-def make_ctx(mc: bool) -> DistillContext:
+def make_ctx(mc: bool, **route) -> DistillContext:
+    """Teachers A and B on three train rows; the route's scores are the MC certainties (the default route) or,
+    without MC, MUKI's no_mc score of the logits at τ = 1 (muki_no_mc's route); ``route`` overrides its keys."""
     signals = {"A": {"logits": LOGITS_A}, "B": {"logits": LOGITS_B}}
     if mc:
-        # the mean MC probabilities are not read by MUKI's loss, only the certainty score
-        signals["A"].update(mc=torch.softmax(LOGITS_A, -1), certainty=CERTAINTY_A)
-        signals["B"].update(mc=torch.softmax(LOGITS_B, -1), certainty=CERTAINTY_B)
+        scores = torch.stack([CERTAINTY_A, CERTAINTY_B], -1)
+    else:
+        scores = torch.stack([certainty_scores("logit_entropy", logits=z.numpy()) for z in (LOGITS_A, LOGITS_B)], -1)
     return DistillContext(
         labels=["a", "b", "c", "d"],
         teachers=["A", "B"],
         blocks={"A": np.array([0, 1]), "B": np.array([3, 2])},
         signals=signals,
         device=torch.device("cpu"),
+        route={"scores": scores, "weighting": "softmax", "temperatures": None, **route},
     )
 
 
@@ -200,7 +197,7 @@ def test_build_without_margin_is_the_plain_batch_mean():
 
 def test_build_no_mc_scores_from_the_logits_only():
     ctx = make_ctx(mc=False)  # no "mc" / "certainty" signal at all
-    loss, _ = build_no_mc(ctx, method_args("muki_no_mc", {})).loss(LookupStudent(STUDENT), BATCH)
+    loss, _ = build(ctx, method_args("muki_no_mc", {})).loss(LookupStudent(STUDENT), BATCH)
     # row 2: A (¼,¾) and B (¾,¼) both have u = 0.18872: equal weights ½, margin 1e-6
     q_row2 = [1 / 8, 3 / 8, 1 / 8, 3 / 8]
     # row 0: A (¾,¼) u = 0.18872, B uniform u = 0: a_A = softmax([0.18872, 0] / 0.2)_A, margin 0.18872 + 1e-6
@@ -217,3 +214,31 @@ def test_build_refuses_an_unknown_aggregation():
         build(make_ctx(mc=True), {**method_args("muki"), "aggregation": "vote"})
     with pytest.raises(KdpipeError, match="aggregation: 'vote'; choose one of hard, soft"):
         method_args("muki_no_mc", {"aggregation": "vote"})
+
+
+def test_router_weights_are_used_as_they_are_for_soft_aggregation():
+    # a learned router's probabilities: row 2 (0.25, 0.75), row 0 (1, 0); soft q = Σ w_k p̃_k, no softmax over them
+    weights = torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.25, 0.75]])
+    ctx = make_ctx(mc=True, scores=weights, weighting="scores")
+    loss, _ = build(ctx, method_args("muki", {"router": "learned", "margin": False})).loss(
+        LookupStudent(STUDENT), BATCH
+    )
+    q_row2 = [0.25 / 4, 0.25 * 3 / 4, 0.75 / 4, 0.75 * 3 / 4]  # A (¼,¾); B ¾ on class 3, ¼ on class 2
+    q_row0 = [3 / 4, 1 / 4, 0, 0]
+    hand = (kl(q_row2, softmax(STUDENT[1].tolist())) + kl(q_row0, softmax(STUDENT[0].tolist()))) / 2
+    assert loss.item() == pytest.approx(hand, rel=1e-5)
+
+
+def test_calibrated_route_tempers_each_teachers_soft_labels():
+    # teacher A at T_A = 2: logits (2ln3, 0) / 2 -> (¾, ¼); teacher B at T_B = 1 unchanged
+    padded = padded_probs(
+        [torch.tensor([[2 * LN3, 0.0]]), torch.tensor([[0.0, LN3]])], BLOCKS, 4, 1.0, calibration=[2.0, 1.0]
+    )
+    assert padded.numpy() == pytest.approx(np.array([[[0.75, 0.25, 0, 0], [0, 0, 0.25, 0.75]]]))
+
+
+def test_muki_without_a_route_is_an_error():
+    ctx = make_ctx(mc=True)
+    ctx.route = None
+    with pytest.raises(KdpipeError, match="has no route"):
+        build(ctx, method_args("muki"))

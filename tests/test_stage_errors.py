@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import make_manifest, write_json
 from kdpipe.data.dataset import read_labels, read_split
+from kdpipe.routing.artifact import FILES, SPLITS, write_scores
 from kdpipe.signals.io import write_logits
 from tests.conftest import TINY_TEACHER, student_job
 
@@ -62,6 +64,17 @@ def fake_signals(root, data, teachers: dict[str, list[str]], mc: bool = False):
                 }
             ).to_parquet(d / "mc.parquet")
             write_json(d / "mc.json", make_manifest("mc", split="train", rows=len(row_ids), labels=classes))
+
+
+def fake_route(folder, data, teachers: list[str]):
+    """A route artifact giving every teacher the same score on every row (softmax weighting: equal weights)."""
+    folder.mkdir(parents=True)
+    for split in SPLITS:
+        row_ids = read_split(data, split)["row_id"].to_numpy()
+        write_scores(folder / f"{split}.parquet", row_ids, np.zeros((len(row_ids), len(teachers)), np.float32))
+    manifest = make_manifest("route", teachers=teachers, router="certainty-entropy", weighting="softmax")
+    write_manifest(folder / FILES[-1], manifest, list(FILES[:-1]))
+    return folder
 
 
 def test_teacher_class_not_in_the_data(tiny_data, tmp_path):
@@ -151,7 +164,8 @@ def test_distill_reads_only_cached_signals_and_trains(tiny_data, tmp_path, monke
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(no_teacher))
     out = tmp_path / "student"
     params = student_job({**STUDENT, "method": method, "teachers": ["t1", "t2"]})
-    manifest = distill.run(params, tiny_data, tmp_path / "signals", out)
+    route = fake_route(tmp_path / "route", tiny_data, ["t1", "t2"]) if method.startswith("muki") else None
+    manifest = distill.run(params, tiny_data, tmp_path / "signals", out, route=route)
     assert manifest["labels"] == labels and manifest["method"] == method
     assert (out / "model.safetensors").exists() and (out / "train_log.jsonl").exists()
     assert json.loads((out / "labels.json").read_text()) == labels

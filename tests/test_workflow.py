@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -100,17 +101,21 @@ def student_jobs(*students):
     }
 
 
-def signal_jobs(teacher, *signals, shards=1):
-    """Signals of one teacher on train: the shard jobs (rule signal_shard) and the gather job (the rule named after
-    the signal) of each."""
+def signal_jobs(teacher, *signals, shards=1, split="train"):
+    """Signals of one teacher on a split: the shard jobs (rule signal_shard) and the gather job (the rule named
+    after the signal) of each."""
     jobs = set()
     for signal in signals:
-        wildcards = f"teacher={teacher}, split=train"
+        wildcards = f"teacher={teacher}, split={split}"
         jobs.add((signal, wildcards))
         jobs.update(
             ("signal_shard", f"{wildcards}, signal={signal}, scatteritem={k}-of-{shards}") for k in range(1, shards + 1)
         )
     return jobs
+
+
+# the routes of the tiny config's MUKI students (docs/routing.md): s_muki's MC certainty, s_muki_no_mc's logits
+ROUTES = {("route", "route=ta+tb.certainty-entropy"), ("route", "route=ta+tb.certainty-logit_entropy-T1")}
 
 
 def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml") -> str:
@@ -174,6 +179,10 @@ def test_full_run_produces_every_artifact(done):
         "report/summary.md",
         "report/reliability.png",
         "report/metrics.png",
+        "signals/ta/validation/pooled.npy",
+        "routes/ta+tb.certainty-entropy/route.json",
+        "report/routing.md",
+        "report/routing.png",
     ):
         assert (r / path).exists(), path
     import pandas as pd
@@ -188,6 +197,29 @@ def test_full_run_produces_every_artifact(done):
         "muki_no_mc",
     }
     assert set(summary["split"]) == {"test", "validation"}
+
+
+def test_the_default_route_is_mukis_certainty_bit_for_bit(done):
+    """s_muki's route holds each teacher's cached MC certainty u unchanged, so MUKI as published is reproduced."""
+    import pandas as pd
+
+    from kdpipe.routing.artifact import read_route
+
+    r = Path(done[0]) / "results"
+    certainty = [pd.read_parquet(r / f"signals/{t}/train/mc.parquet") for t in ("ta", "tb")]
+    row_ids = certainty[0]["row_id"].to_numpy()
+    scores, manifest = read_route(r / "routes/ta+tb.certainty-entropy", "train", row_ids, ["ta", "tb"])
+    for k, table in enumerate(certainty):
+        assert scores[:, k].tobytes() == table["certainty"].to_numpy(np.float32).tobytes()
+    assert manifest["weighting"] == "softmax" and not manifest["gold_labels"]
+    assert {"certainty/entropy", "certainty/energy", "knn", "oracle"} <= set(manifest["diagnostics"])
+    assert manifest["diagnostics"]["oracle"]["validation"]["routing"]["accuracy"] == 1.0
+
+
+def test_a_routing_setting_reruns_the_routes_and_their_students_only(done):
+    project, env, _ = done
+    config = edited_config(project, lambda c: c.update(routing={"neighbours": 3}))
+    assert planned_jobs(project, env, config) == {*ROUTES, *student_jobs("s_muki", "s_muki_no_mc"), ("report", "")}
 
 
 def test_nothing_to_do_when_nothing_changed(done):
@@ -212,13 +244,15 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
     jobs = planned_jobs(project, env, config)
     assert jobs == {
         ("finetune_teacher", "teacher=ta"),
-        *signal_jobs("ta", "mc", "logits", "hidden"),
+        *signal_jobs("ta", "mc", "logits", "pooled", "hidden"),
+        *signal_jobs("ta", "mc", "logits", "pooled", split="validation"),  # read by the routes
+        *ROUTES,
         ("evaluate", "model=ta, split=test"),
         ("evaluate", "model=ta, split=validation"),
         ("report", ""),
         *student_jobs(*STUDENTS),
     }
-    assert not any("tb" in wildcards for _, wildcards in jobs)
+    assert not any("tb" in wildcards for rule, wildcards in jobs if rule != "route")
 
 
 def test_mc_dropout_source_edit_reruns_mc_dropout_not_teachers(done):
@@ -230,8 +264,10 @@ def test_mc_dropout_source_edit_reruns_mc_dropout_not_teachers(done):
         jobs = planned_jobs(project, env)
     finally:
         source.write_text(original)
-    # MC-dropout of both teachers, and the only student that reads it (muki); not muki_no_mc, not the teachers
-    assert jobs == {*signal_jobs("ta", "mc"), *signal_jobs("tb", "mc"), *student_jobs("s_muki"), ("report", "")}
+    # MC-dropout of both teachers (train and, for s_muki's route, validation), the routes that read it (s_muki's,
+    # and s_muki_no_mc's diagnostics compare the MC scores on train) and their students; not the teachers
+    mc = {job for t in ("ta", "tb") for split in ("train", "validation") for job in signal_jobs(t, "mc", split=split)}
+    assert jobs == {*mc, *ROUTES, *student_jobs("s_muki", "s_muki_no_mc"), ("report", "")}
 
 
 def edited_sources(project: Path, files: list[Path]):

@@ -41,6 +41,10 @@ class DistillContext:
     domains: list[str] | None = None
     domain_ids: torch.Tensor | None = None
     prototype_scores: torch.Tensor | None = None
+    train_labels: np.ndarray | None = None  # gold label index per train row (for diagnostics, never a loss
+    # of a method that trains without labels)
+    route: dict | None = None  # the student's route (docs/routing.md): "scores" (tensor [N, K], teachers in
+    # ``teachers`` order), "weighting" ("softmax" | "scores"), "temperatures" ({teacher: T} when calibrated)
 
     def signal(self, teacher: str, name: str):
         return self.signals[teacher][name]

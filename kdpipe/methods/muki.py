@@ -6,9 +6,12 @@
     L   = (1/B) Σ_i m_i · KL(q_i ‖ softmax(z_s,i / τ))    no T² factor, no gold labels
 
 p̃_k is teacher k's distribution softmax(z_k / τ) (from the cached eval-mode logits) zero-padded into the student's
-label order; teachers cover disjoint blocks of the student's classes. ``build`` takes u_k from the MC-dropout
-signal (``certainty``, the mean of M dropout-on passes at T = 1); ``build_no_mc`` applies the same formula to one
-deterministic pass at τ, MUKI's ``no_mc=1``. With ``margin`` off the loss is a plain batch-mean KL.
+label order; teachers cover disjoint blocks of the student's classes. The scores come from the student's route
+(``ctx.route``, the cached artifact of the ``route`` stage, docs/routing.md): by default the certainty router with
+MUKI's u from the MC-dropout signal (the mean of M dropout-on passes at T = 1), or for ``muki_no_mc`` the same
+formula on one deterministic pass at τ (MUKI's ``no_mc=1``). Other routers give scores that are already weights
+(``weighting: scores``: soft aggregation uses them as they are, hard their argmax). With ``margin`` off the loss is
+a plain batch-mean KL. A calibrated route also divides each teacher's logits by its fitted temperature before p̃_k.
 
 q and m depend only on the teachers, so both are computed once for every train row when the objective is built
 (docs/methods.md §6: MUKI is fully precomputable) and each batch only indexes them.
@@ -21,7 +24,7 @@ does not accept and ``muki.sh`` calls a missing ``run_uka_m.py``, so the release
 
 from __future__ import annotations
 
-import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -35,26 +38,20 @@ AGGREGATIONS = ("hard", "soft")
 MARGIN_EPS = 1e-6
 
 
-def teacher_scores_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """u = 1 − H(softmax(z/τ)) / log C per row, shape [N] (docs/methods.md §1, ``no_mc``).
-
-    A one-class teacher has no uncertainty to normalise (log 1 = 0), so it is taken as fully certain.
-    """
-    classes = logits.shape[-1]
-    if classes == 1:
-        return logits.new_ones(logits.shape[0], dtype=torch.float32)
-    entropy = torch.special.entr(F.softmax(logits.float() / temperature, -1)).sum(-1)
-    return 1.0 - entropy / math.log(classes)
-
-
 def padded_probs(
-    teacher_logits: list[torch.Tensor], blocks: list[torch.Tensor], num_labels: int, temperature: float
+    teacher_logits: list[torch.Tensor],
+    blocks: list[torch.Tensor],
+    num_labels: int,
+    temperature: float,
+    calibration: list[float] | None = None,
 ) -> torch.Tensor:
-    """p̃_k = softmax(z_k/τ) scattered to the teacher's block of the student's labels, zero elsewhere: [N, K, C]."""
+    """p̃_k = softmax(z_k/(τ·T_k)) scattered to the teacher's block of the student's labels, zero elsewhere:
+    [N, K, C]; T_k = 1 unless the teachers are calibrated."""
     first = teacher_logits[0]
     out = first.new_zeros(first.shape[0], len(teacher_logits), num_labels, dtype=torch.float32)
     for k, (z, block) in enumerate(zip(teacher_logits, blocks)):
-        out[:, k, block] = F.softmax(z.float() / temperature, -1)
+        t = temperature if calibration is None else temperature * calibration[k]
+        out[:, k, block] = F.softmax(z.float() / t, -1)
     return out
 
 
@@ -64,13 +61,17 @@ def check_aggregation(mode: str) -> str:
     return mode
 
 
-def aggregate(padded: torch.Tensor, scores: torch.Tensor, mode: str, tau_s: float) -> torch.Tensor:
-    """The target q [N, C] from padded teacher distributions [N, K, C] and scores [N, K] (docs/methods.md §1)."""
+def aggregate(
+    padded: torch.Tensor, scores: torch.Tensor, mode: str, tau_s: float, weighting: str = "softmax"
+) -> torch.Tensor:
+    """The target q [N, C] from padded teacher distributions [N, K, C] and scores [N, K] (docs/methods.md §1):
+    hard picks the best-scored teacher; soft weighs them by softmax(s/τ_s), or by the scores themselves when the
+    router's scores are already weights (``weighting="scores"``, docs/routing.md)."""
     if check_aggregation(mode) == "hard":
         # ties go to the first teacher (torch.argmax returns the first maximum)
         best = scores.argmax(-1)
         return padded[torch.arange(padded.shape[0], device=padded.device), best]
-    weights = F.softmax(scores.float() / tau_s, -1)
+    weights = F.softmax(scores.float() / tau_s, -1) if weighting == "softmax" else scores.float()
     return torch.einsum("nk,nkc->nc", weights, padded)
 
 
@@ -88,18 +89,27 @@ def muki_loss(student: torch.Tensor, q: torch.Tensor, m: torch.Tensor | None, te
     return (kl if m is None else m * kl).mean()
 
 
-def _objective(ctx: DistillContext, args: dict, scores: torch.Tensor) -> Objective:
-    """The MUKI objective from per-teacher scores [N, K]: q and m precomputed for all train rows."""
+def build(ctx: DistillContext, args: dict) -> Objective:
+    """The MUKI objective from the student's route: q and m precomputed for all train rows."""
+    check_aggregation(args["aggregation"])  # fail on a bad aggregation before any signal is read
+    if ctx.route is None:
+        raise KdpipeError("muki: the student has no route (the distill stage takes it with --route)")
     mode, tau_s = args["aggregation"], float(args["tau_s"])
     temperature = float(args["temperature"])
+    scores = ctx.route["scores"]
+    calibration = ctx.route.get("temperatures")
     padded = padded_probs(
         [ctx.signal(t, "logits") for t in ctx.teachers],
         [ctx.block(t) for t in ctx.teachers],
         len(ctx.labels),
         temperature,
+        None if calibration is None else [calibration[t] for t in ctx.teachers],
     )
-    q = aggregate(padded, scores.to(padded.device), mode, tau_s)
+    q = aggregate(padded, scores.to(padded.device), mode, tau_s, ctx.route.get("weighting", "softmax"))
     m = margin_weights(scores).to(q.device) if bool(args["margin"]) else None
+    if ctx.train_labels is not None:
+        right = (q.argmax(-1).cpu() == torch.tensor(ctx.train_labels)).float().mean().item()
+        print(f"[kdpipe] muki: the target's argmax is the gold class on {right:.1%} of train rows", file=sys.stderr)
 
     def loss(model, batch):
         index = batch["index"]
@@ -107,24 +117,3 @@ def _objective(ctx: DistillContext, args: dict, scores: torch.Tensor) -> Objecti
         return kd, {"kd": kd.item()}
 
     return Objective(loss=loss)
-
-
-def _settings(args: dict) -> dict:
-    # fail on a bad aggregation before any signal is read
-    check_aggregation(args["aggregation"])
-    return args
-
-
-def build(ctx: DistillContext, args: dict) -> Objective:
-    """MUKI with scores from the cached MC-dropout certainty of each teacher."""
-    args = _settings(args)
-    scores = torch.stack([ctx.signal(t, "certainty").float() for t in ctx.teachers], -1)
-    return _objective(ctx, args, scores)
-
-
-def build_no_mc(ctx: DistillContext, args: dict) -> Objective:
-    """MUKI ``no_mc``: scores from one deterministic pass (the cached logits) at the KD temperature τ."""
-    args = _settings(args)
-    temperature = float(args["temperature"])
-    scores = torch.stack([teacher_scores_from_logits(ctx.signal(t, "logits"), temperature) for t in ctx.teachers], -1)
-    return _objective(ctx, args, scores)

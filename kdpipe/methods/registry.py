@@ -15,6 +15,7 @@ import difflib
 from dataclasses import dataclass
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.routing import ROUTERS, SCORES
 
 TYPES = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,), "list": (list,), "dict": (dict,)}
 
@@ -57,6 +58,7 @@ class MethodSpec:
     internal: bool = False  # only the first stage of another method, never named in a config
     prototypes: bool = False  # reads Meta-KD's prototype scores of the train rows (the prototypes rule)
     teacher_objective: str | None = None  # the teachers must have been trained with this objective ("meta")
+    routed: bool = False  # weighs its teachers per row from a routing artifact (the route rule; docs/routing.md)
 
     def job_spec(self) -> dict:
         """What the distill stage needs to know of the method, passed in its params (``method_spec``) so that the
@@ -67,6 +69,7 @@ class MethodSpec:
             "signals": list(self.signals),
             "teacher_classes": self.teacher_classes,
             "prototypes": self.prototypes,
+            "routed": self.routed,
         }
 
 
@@ -91,12 +94,19 @@ _META_KD_STAGE1 = (
     Arg("attention_heads", "str", "auto", "attentions per head, or averaged", choices=_ATTENTION_HEADS),
 )
 
-_MUKI = (
-    Arg("aggregation", "str", "soft", "pick the most certain teacher, or weight them", choices=("hard", "soft")),
-    Arg("tau_s", "float", 0.2, "temperature of the soft aggregation over certainty scores"),
-    _temperature(1.0),
-    Arg("margin", "bool", True, "weight each example by the margin between teacher scores"),
-)
+
+def _muki(score: str) -> tuple[Arg, ...]:
+    """MUKI's arguments; ``score``: the certainty score of the default router (the MC one, or no_mc's)."""
+    return (
+        Arg("aggregation", "str", "soft", "pick the best-scored teacher, or weight them", choices=("hard", "soft")),
+        Arg("tau_s", "float", 0.2, "temperature of the soft aggregation over certainty (and knn) scores"),
+        _temperature(1.0),
+        Arg("margin", "bool", True, "weight each example by the margin between its two best teacher scores"),
+        Arg("router", "str", "certainty", "how each row's teacher weights are made (docs/routing.md)", choices=ROUTERS),
+        Arg("score", "str", score, "the certainty router's score", choices=tuple(SCORES)),
+        Arg("calibrate", "bool", False, "temperature-scale each teacher on its own validation rows first"),
+    )
+
 
 _DYNAMIC = (
     Arg("ce_weight", "float", 1.0, "weight of the gold-label cross-entropy"),
@@ -143,10 +153,12 @@ METHODS = {
         MethodSpec(
             "muki",
             "kdpipe.methods.muki",
-            ("logits", "mc"),
+            ("logits",),
             "disjoint",
-            "MUKI: teachers weighted per example by MC-dropout certainty, hard or soft, margin-weighted KL (§1)",
-            args=_MUKI,
+            "MUKI: teachers weighted per example by a router (MC-dropout certainty by default), hard or soft, "
+            "margin-weighted KL (§1)",
+            args=_muki("entropy"),
+            routed=True,
         ),
         MethodSpec(
             "muki_no_mc",
@@ -154,8 +166,8 @@ METHODS = {
             ("logits",),
             "disjoint",
             "MUKI with certainty from one deterministic pass instead of MC-dropout (§1, no_mc)",
-            builder="build_no_mc",
-            args=_MUKI,
+            args=_muki("logit_entropy"),
+            routed=True,
         ),
         MethodSpec(
             "dynamic_teacher",
@@ -291,6 +303,8 @@ METHODS = {
                 Arg("epsilon", "float", 1.0, "ε of the dual variant"),
                 Arg("eta", "float", 1.0e-3, "η, the multiplier's step"),
                 Arg("beta", "float", 1.0, "β₀, the initial multiplier"),
+                Arg("teacher_warmup", "float", 0.0, "the teacher's warm-up, a fraction of the training steps"),
+                Arg("teacher_weight_decay", "float", 0.0, "the teacher's AdamW weight decay"),
             ),
         ),
     )

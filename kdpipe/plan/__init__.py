@@ -4,7 +4,8 @@ Imported by the workflow (``workflow/rules/common.smk``) when Snakemake builds t
 and transformers. By concern: :mod:`~kdpipe.plan.paths` (where artifacts live), :mod:`~kdpipe.plan.entries`
 (config entries to jobs), :mod:`~kdpipe.plan.checks` (what the schema cannot check), :mod:`~kdpipe.plan.classes`
 (the classes of every teacher, checked against the data), :mod:`~kdpipe.plan.layers`
-(layer alignment), :mod:`~kdpipe.plan.slices` (each job's config slice and code modules).
+(layer alignment), :mod:`~kdpipe.plan.routes` (the routes of knowledge-integration students),
+:mod:`~kdpipe.plan.slices` (each job's config slice and code modules).
 """
 
 from __future__ import annotations
@@ -17,7 +18,20 @@ from kdpipe.plan.checks import Checks
 from kdpipe.plan.classes import Classes
 from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
 from kdpipe.plan.layers import Layers
-from kdpipe.plan.paths import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, SIGNALS_ROOT, STUDENT, TEACHER
+from kdpipe.plan.paths import (
+    COTRAINED,
+    DATA,
+    EVAL,
+    LOGS,
+    PROTOTYPES,
+    REPORT,
+    ROUTE,
+    SIGNALS,
+    SIGNALS_ROOT,
+    STUDENT,
+    TEACHER,
+)
+from kdpipe.plan.routes import Routes
 from kdpipe.plan.slices import Slices
 from kdpipe.signals.catalog import signal_files
 
@@ -28,6 +42,7 @@ __all__ = [
     "LOGS",
     "PROTOTYPES",
     "REPORT",
+    "ROUTE",
     "SIGNALS",
     "SIGNALS_ROOT",
     "STUDENT",
@@ -37,7 +52,7 @@ __all__ = [
 ]
 
 
-class Plan(Checks, Classes, Layers, Slices):
+class Plan(Checks, Classes, Layers, Routes, Slices):
     def __init__(self, config: dict, schema: dict | None = None):
         """``config`` with its defaults filled in; ``schema`` (the config schema) validates merged entries."""
         self.config = config

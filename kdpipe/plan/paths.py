@@ -8,6 +8,7 @@ STUDENT = "results/students/{student}"
 COTRAINED = (
     "results/cotrained/{student}"  # ProKT's teacher, trained with the student (evaluated as "<student>.teacher")
 )
+ROUTE = "results/routes/{route}"  # a route: each row's teacher scores (kdpipe.routing.artifact)
 PROTOTYPES = "results/prototypes/train.parquet"  # Meta-KD's prototype scores of the train rows (+ train.json)
 EVAL = "results/eval/{model}/{split}"
 REPORT = "results/report"

@@ -20,26 +20,31 @@ from pathlib import Path
 from kdpipe.core.store import KdpipeError, atomic_path
 from kdpipe.report.markdown import summary_markdown
 from kdpipe.report.plots import plot_metrics, plot_reliability, plot_uncertainty
+from kdpipe.report.routing import write_routing
 from kdpipe.report.summary import TSV_COLUMNS, read_eval, runs_table, summarise
 
 __all__ = ["TSV_COLUMNS", "build_report"]
 
 
-def build_report(eval_paths: list[str | Path], out_dir: str | Path) -> None:
+def build_report(eval_paths: list[str | Path], out_dir: str | Path, routes: list[str | Path] | None = None) -> None:
     """Write summary.tsv, summary.md, reliability.png and metrics.png for ``eval_paths`` into ``out_dir``, and
     uncertainty.png when a model on the plotted split has uncertainty fields (otherwise a stale one is removed; the
     workflow's report rule always has them). The Markdown table shows the uncertainty columns only when some model
-    averages several members or heads."""
+    averages several members or heads. With the manifests of the experiment's ``routes``: routing.tsv, routing.md
+    and routing.png, and any routing warning at the top of summary.md."""
     if not eval_paths:
         raise KdpipeError("report: no evaluation files given")
     runs = runs_table([read_eval(path) for path in eval_paths])
     summary = summarise(runs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    warnings = (
+        [f"{r['route']}: {r['warning']}" for r in write_routing(routes, out_dir) if r.get("warning")] if routes else []
+    )
     with atomic_path(out_dir / "summary.tsv") as tmp:
         summary[list(TSV_COLUMNS)].to_csv(tmp, sep="\t", index=False, na_rep="", float_format="%.6g")
     with atomic_path(out_dir / "summary.md") as tmp:
-        tmp.write_text(summary_markdown(summary))
+        tmp.write_text(summary_markdown(summary, warnings))
     # Plots show one split (test when there is one): reliability on the validation split says little more.
     shown = summary[summary["split"] == summary["split"].iloc[0]]
     plot_reliability(shown, out_dir / "reliability.png")

@@ -17,10 +17,12 @@ INFERENCE_HEADER = ("inference time",)
 MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method", "trained on"}
 
 
-def summary_markdown(summary: pd.DataFrame) -> str:
-    """The summary as Markdown: a table per split, mean ± sample std over seeds, rounded for reading."""
+def summary_markdown(summary: pd.DataFrame, warnings: list[str] = ()) -> str:
+    """The summary as Markdown: a table per split, mean ± sample std over seeds, rounded for reading; the routing
+    ``warnings`` first (routing.md has the details)."""
     parts = [
         "# Model comparison\n",
+        *[f"> **Routing warning** ({text}). See routing.md.\n" for text in warnings],
         "One row per model; with several seeds, mean ± sample standard deviation over seeds. "
         "Teachers trained on a subset of the classes are evaluated on their own classes only (column *classes*), "
         "so their scores are not directly comparable with full-label-space models.\n",

@@ -45,6 +45,13 @@ SIGNALS = {
             "MC-dropout mean probabilities [N, C_teacher] and per-row uncertainty scores",
         ),
         Signal(
+            "pooled",
+            ("pooled.npy", "pooled.json"),
+            "kdpipe.signals.pooled",
+            "dump",
+            "mean last-layer hidden state of each row, float32 [N, H] (the routers' features)",
+        ),
+        Signal(
             "hidden",
             ("hidden.npy", "hidden.json"),
             "kdpipe.signals.features",

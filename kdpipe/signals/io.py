@@ -8,6 +8,7 @@ Files:
 - ``logits.parquet`` (row_id, logits: list<float32>[C_teacher]) + ``logits.json``: eval-mode logits;
 - ``mc.npy`` (float32 [N, C_teacher], MC-dropout mean probabilities) + ``mc.parquet`` (row_id, entropy,
   certainty, max_prob, variance) + ``mc.json``;
+- ``pooled.npy`` (float32 [N, H], the mean last-layer hidden state) + ``pooled.json``;
 - ``hidden.npy`` / ``attentions.npy`` / ``attentions_mean.npy`` (float16, see ``kdpipe.signals.features``) + their
 ``.json``;
 - ``domain.npy`` (float16 [N, H], a meta-teacher's domain representation) + ``domain.parquet`` (row_id, p_gold,
@@ -116,6 +117,17 @@ def read_features(npy_path: str | Path, row_ids: np.ndarray, layers: list[int] |
     if layers is not None and any(layer not in manifest["layers"] for layer in layers):
         raise ArtifactError(f"{npy_path}: holds layers {manifest['layers']}, the reader needs {layers}")
     return array, manifest
+
+
+def read_pooled(npy_path: str | Path, row_ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Pooled last-layer states [N, H] (float32, in memory) of the split whose rows are ``row_ids``, and the
+    teacher's labels."""
+    npy_path = Path(npy_path)
+    manifest = read_manifest(manifest_path(npy_path), kind="pooled")
+    verify(manifest, manifest_path(npy_path), [npy_path.name], target=npy_path)
+    array = load_npy(npy_path)
+    _check_rows(npy_path, manifest, row_ids, array.shape[0])
+    return np.asarray(array, dtype=np.float32), manifest["labels"]
 
 
 def read_table(path: str | Path, row_ids: np.ndarray, kind: str) -> pd.DataFrame:

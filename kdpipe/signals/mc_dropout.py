@@ -7,8 +7,11 @@ tokens), under
 seed reproduces the samples exactly whatever the order the batches run in.
 
 Outputs: the mean probabilities p̄ (``mc.npy``, float32 [N, C_teacher], row_id order) and per-row scores
-(``mc.parquet``): normalised entropy H(p̄)/log C, MUKI's certainty score u = 1 − H(p̄)/log C, max p̄, and the
-variance of the sampled probabilities (mean over classes of the per-class variance across the T samples).
+(``mc.parquet``): normalised entropy H(p̄)/log C, MUKI's certainty score u = 1 − H(p̄)/log C, max p̄, the
+variance of the sampled probabilities (mean over classes of the per-class variance across the T samples), the
+samples' mean normalised entropy (1/T) Σ_t H(p^(t))/log C (the aleatoric part) and the mutual information
+H(p̄)/log C − (1/T) Σ_t H(p^(t))/log C (the epistemic part, ≥ 0), both read by the certainty router
+(docs/routing.md, "Certainty scores").
 A large split runs as S shards gathered into the same bytes (:mod:`kdpipe.signals.shards`).
 
 Note: MUKI's released ``run_mc.py`` never switched dropout on, so its 16 passes were identical; here dropout is
@@ -36,7 +39,7 @@ from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.shards import gather_array, shard_rows
 from kdpipe.signals.teacher import open_teacher
 
-SCORES = ("entropy", "certainty", "max_prob", "variance")
+SCORES = ("entropy", "certainty", "max_prob", "variance", "mean_entropy", "mutual_info")
 
 
 def enable_dropout(model: nn.Module) -> nn.Module:
@@ -106,12 +109,17 @@ def summarise(samples: torch.Tensor) -> dict[str, torch.Tensor]:
     classes = mean.shape[-1]
     entropy = -(mean * torch.log(mean.clamp_min(1e-12))).sum(-1)
     norm_entropy = entropy / math.log(classes) if classes > 1 else torch.zeros_like(entropy)
+    sample_entropy = torch.special.entr(samples).sum(-1).mean(0)
+    mean_entropy = sample_entropy / math.log(classes) if classes > 1 else torch.zeros_like(sample_entropy)
     return {
         "mean": mean,
         "entropy": norm_entropy,
         "certainty": 1.0 - norm_entropy,
         "max_prob": mean.max(-1).values,
         "variance": samples.var(0, unbiased=False).mean(-1),
+        "mean_entropy": mean_entropy,
+        # H(p̄) ≥ mean H(p_t) by concavity; the clamp only removes float rounding below zero
+        "mutual_info": (norm_entropy - mean_entropy).clamp_min(0.0),
     }
 
 

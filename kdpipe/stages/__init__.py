@@ -3,7 +3,7 @@
 ``params`` is the stage's config slice (exactly what the rule's ``params.cfg`` holds, computed by
 :mod:`kdpipe.plan`); the arguments are the rule's input and output paths. :data:`STAGES` is the one table the
 command line (:mod:`kdpipe.cli`) is built from. Teacher-side stages (prepare, finetune_teacher, import_teacher,
-prototypes, signal_shard, signal_gather) import nothing of the student side (methods, student architectures,
+prototypes, signal_shard, signal_gather, route) import nothing of the student side (methods, student architectures,
 distill): a change there never reruns a teacher job (docs/caching-and-reruns.md).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 class Stage:
     module: str
     arguments: tuple[str, ...]  # "name": a path; "name?": a path the rule passes only when the job needs it;
-    # "name+": one or more paths; "name:str": a string; "name:str?": an optional string
+    # "name+": one or more paths; "name*": zero or more; "name:str": a string; "name:str?": an optional string
     device: bool = True  # runs a model: claims a GPU from the pool first
     summary: str = ""
     trains: bool = False  # a training job: a rerun of the same job restores its finished outputs (kdpipe.cli)
@@ -30,11 +30,12 @@ _TABLE = {
     "import-teacher": ("data out", True, "use a fine-tuned checkpoint as a teacher, without training"),
     "signal-shard": ("teacher data shard:str out_part", True, "one shard of a teacher signal pass"),
     "signal-gather": ("parts+ out", False, "a teacher signal from its shards"),
-    "distill": ("data signals_root out prototypes?", True, "train a student from cached signals"),
+    "route": ("data signals_root out", False, "each row's teacher weights, with routing diagnostics"),
+    "distill": ("data signals_root out prototypes? route?", True, "train a student from cached signals"),
     "cotrain": ("data out out_teacher", True, "ProKT: a student and its teacher trained together"),
     "evaluate": ("model data out_json out_predictions", True, "metrics and predictions of one model on one split"),
     "evaluate-ensemble": ("members+ out_json out_predictions", False, "an ensemble from its members' predictions"),
-    "report": ("evals+ out", False, "summary tables and plots"),
+    "report": ("evals+ out routes*", False, "summary tables and plots"),
     "predict": (
         "model input out text_column:str? text_pair_column:str? batch_size:str?",
         True,

@@ -19,19 +19,22 @@ from kdpipe.core.store import KdpipeError, make_manifest
 from kdpipe.data.dataset import domain_ids
 from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
+from kdpipe.routing.artifact import read_route
 from kdpipe.signals.io import read_prototype_scores
 from kdpipe.signals.load import load_signals, subset_signals
 from kdpipe.training.loop import fit_job, save_trained
 from kdpipe.training.student import student_data
 
 
-def run(params: dict, data: Path, signals_root: Path, out: Path, prototypes: Path | None = None) -> dict:
+def run(
+    params: dict, data: Path, signals_root: Path, out: Path, prototypes: Path | None = None, route: Path | None = None
+) -> dict:
     """Train the student of ``params`` from the cached signals under ``signals_root``; write it to ``out``.
 
     ``params["method_spec"]`` is what the registry says of the method (module, builder, signals, teacher_classes,
     prototypes), passed by the plan so that this stage imports only the method's own module.
     """
-    method = SimpleNamespace(name=params["method"], **params["method_spec"])
+    method = SimpleNamespace(name=params["method"], **{"routed": False, **params["method_spec"]})
     job = student_data(params, data, attn="eager" if "attentions" in method.signals else None)
     device, labels = job.device, job.labels
     teachers = list(params["teachers"])
@@ -74,6 +77,16 @@ def run(params: dict, data: Path, signals_root: Path, out: Path, prototypes: Pat
             raise KdpipeError(f"method {method.name} reads the prototype scores: pass --prototypes")
         scores = read_prototype_scores(prototypes, job.split_row_ids)[positions]
         ctx.prototype_scores = torch.as_tensor(scores, device=device)
+    ctx.train_labels = job.enc_train.labels
+    if method.routed:
+        if route is None:
+            raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
+        scores, manifest = read_route(route, "train", job.split_row_ids, teachers)
+        ctx.route = {
+            "scores": torch.as_tensor(scores[positions], device=device),
+            "weighting": manifest["weighting"],
+            "temperatures": manifest.get("temperatures"),
+        }
     builder = getattr(importlib.import_module(method.module), method.builder)
     objective = builder(ctx, params["method_args"])
     result = fit_job(

@@ -7,6 +7,7 @@ from pathlib import Path
 from kdpipe.report import build_report
 
 
-def run(params: dict, evals: list[Path], out: Path) -> None:
-    """Summarise the evaluation JSONs ``evals`` into the report folder ``out``."""
-    build_report(evals, out)
+def run(params: dict, evals: list[Path], out: Path, routes: list[Path] | None = None) -> None:
+    """Summarise the evaluation JSONs ``evals`` (and the manifests of the experiment's ``routes``) into the report
+    folder ``out``."""
+    build_report(evals, out, routes)

@@ -11,7 +11,20 @@ from snakemake.utils import validate
 
 from kdpipe.core.fingerprint import fingerprint
 from kdpipe.core.store import KdpipeError
-from kdpipe.plan import COTRAINED, DATA, EVAL, LOGS, PROTOTYPES, REPORT, SIGNALS, SIGNALS_ROOT, STUDENT, TEACHER, Plan
+from kdpipe.plan import (
+    COTRAINED,
+    DATA,
+    EVAL,
+    LOGS,
+    PROTOTYPES,
+    REPORT,
+    ROUTE,
+    SIGNALS,
+    SIGNALS_ROOT,
+    STUDENT,
+    TEACHER,
+    Plan,
+)
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, signal_files, signal_spec
 
 import yaml
@@ -65,6 +78,18 @@ def one_of(names):
 
 def model_dir(wildcards):
     return PLAN.model_dir(wildcards.model)
+
+
+# The report's routing files, when some student reads a route (workflow/rules/evaluate.smk)
+ROUTING_REPORT = (
+    {
+        "routing": report(f"{REPORT}/routing.tsv", caption="../report/routing.rst", category="Routing"),
+        "routing_md": f"{REPORT}/routing.md",
+        "routing_plot": report(f"{REPORT}/routing.png", caption="../report/routing.rst", category="Routing"),
+    }
+    if PLAN.routes()
+    else {}
+)
 
 
 # ---- teacher signals (workflow/rules/signals.smk)

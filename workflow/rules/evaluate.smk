@@ -53,7 +53,9 @@ rule report:
     """Summary table and plots of every model (rendered by `snakemake --report`)."""
     input:
         evals=[f"{EVAL.format(model=m, split=s)}.json" for m in PLAN.models() for s in PLAN.eval_splits()],
+        routes=[f"{ROUTE.format(route=r)}/route.json" for r in PLAN.routes()],
     output:
+        **ROUTING_REPORT,
         tsv=report(f"{REPORT}/summary.tsv", caption="../report/summary.rst", category="Summary"),
         md=f"{REPORT}/summary.md",
         reliability=report(f"{REPORT}/reliability.png", caption="../report/reliability.rst", category="Calibration"),
@@ -71,4 +73,4 @@ rule report:
         out=lambda wildcards, output: Path(output.tsv).parent,
         code=code("kdpipe.stages.report"),
     shell:
-        "python -m kdpipe report --out {params.out} --evals {input.evals} > {log} 2>&1"
+        "python -m kdpipe report --out {params.out} --evals {input.evals} --routes {input.routes} > {log} 2>&1"

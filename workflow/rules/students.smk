@@ -5,6 +5,7 @@ rule distill:
         signals=lambda wc: PLAN.signal_files(wc.student),
         prototypes=lambda wc: PLAN.prototype_files(wc.student),
         init=lambda wc: PLAN.init_dirs(wc.student),  # a second stage starts from its first stage
+        route=lambda wc: PLAN.route_files(wc.student),  # a knowledge-integration student's teacher weights
     output:
         model=directory(STUDENT),
     log:
@@ -22,9 +23,10 @@ rule distill:
         cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
         code=lambda wc: code("kdpipe.stages.distill", *PLAN.student_modules(wc.student)),
         signals_root=SIGNALS_ROOT,
+        route=lambda wc: PLAN.route_dir(wc.student),
     shell:
         "python -m kdpipe --threads {threads} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
-        " --out {output.model} --prototypes {input.prototypes} > {log} 2>&1"
+        " --out {output.model} --prototypes {input.prototypes} --route {params.route} > {log} 2>&1"
 
 
 rule cotrain:

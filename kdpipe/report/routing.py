@@ -1,0 +1,97 @@
+"""The report's routing section (docs/routing.md, "Diagnostics"): from every route's manifest, a table of each
+router's routing and target accuracy (``routing.tsv``, ``routing.md``, the routes' warnings first) and a plot of the
+per-class validation routing accuracy (``routing.png``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from kdpipe.core.store import atomic_path, read_manifest
+from kdpipe.report.plots import _pyplot, _save
+
+COLUMNS = (
+    "route", "router", "chosen", "gold_labels",
+    "routing_validation", "routing_train", "target_validation", "target_train",
+)  # fmt: skip
+
+
+def read_routes(manifests: list[str | Path]) -> list[dict]:
+    """Each route's manifest, with its folder name as ``route``."""
+    return [{**read_manifest(path, kind="route"), "route": Path(path).parent.name} for path in manifests]
+
+
+def routing_table(routes: list[dict]) -> pd.DataFrame:
+    """One row per route and router: its routing and target accuracy on validation and train (NaN where the
+    route could not score a split)."""
+    rows = []
+    for route in routes:
+        for router, d in route["diagnostics"].items():
+            row = {"route": route["route"], "router": router, "chosen": router == route["router"]}
+            row["gold_labels"] = d["gold_labels"]
+            for split in ("validation", "train"):
+                for what in ("routing", "target"):
+                    row[f"{what}_{split}"] = d[split][what]["accuracy"] if split in d else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _percent(value: float) -> str:
+    return "—" if pd.isna(value) else f"{100 * value:.1f}"
+
+
+def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
+    parts = ["# Routing\n"]
+    parts += [f"> **Warning** ({r['route']}): {r['warning']}\n" for r in routes if r.get("warning")]
+    parts.append(
+        "Routing: % of rows whose gold class's teacher gets the largest weight. Target: % of rows whose hard-routed "
+        "distillation target predicts the gold class. The validation figures of the learned router are cross-fitted "
+        "(each row routed by a router fitted without it). *gold labels*: the router reads gold labels (the learned "
+        "router those of the validation split, the oracle every split's): a diagnostic or a ceiling, not MUKI.\n"
+    )
+    for name, rows in table.groupby("route", sort=False):
+        lines = [
+            "| router | routing val (%) | routing train (%) | target val (%) | target train (%) |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for row in rows.itertuples(index=False):
+            label = f"**{row.router}** (chosen)" if row.chosen else row.router
+            label += " · gold labels" if row.gold_labels else ""
+            cells = (row.routing_validation, row.routing_train, row.target_validation, row.target_train)
+            lines.append(f"| {label} | " + " | ".join(_percent(v) for v in cells) + " |")
+        parts.append(f"## {name}\n\n" + "\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def plot_routing(routes: list[dict], path: Path) -> None:
+    """Per route, grouped bars: each router's validation routing accuracy per gold class."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(routes), 1, figsize=(10, 3.6 * len(routes)), squeeze=False, layout="constrained")
+    for ax, route in zip(axes[:, 0], routes):
+        routers = {n: d for n, d in route["diagnostics"].items() if "validation" in d}
+        classes = list(route["labels"])
+        width = 0.8 / max(len(routers), 1)
+        for i, (name, d) in enumerate(routers.items()):
+            shares = [100 * d["validation"]["routing"]["per_class"].get(c, float("nan")) for c in classes]
+            label = name + (" (chosen)" if name == route["router"] else "") + (" · gold" if d["gold_labels"] else "")
+            ax.bar([j + i * width for j in range(len(classes))], shares, width, label=label)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(classes))], classes)
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("routed to its teacher (%)")
+        ax.set_title(f"{route['route']}: validation rows sent to the teacher that owns their class", fontsize=10)
+        ax.legend(fontsize=7, ncols=3, loc="lower left")
+    _save(fig, path)
+    plt.close(fig)
+
+
+def write_routing(manifests: list[str | Path], out_dir: Path) -> list[dict]:
+    """routing.tsv, routing.md and routing.png in ``out_dir``; returns the routes (for the summary's warnings)."""
+    routes = read_routes(manifests)
+    table = routing_table(routes)
+    with atomic_path(out_dir / "routing.tsv") as tmp:
+        table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
+    with atomic_path(out_dir / "routing.md") as tmp:
+        tmp.write_text(routing_markdown(routes, table))
+    plot_routing(routes, out_dir / "routing.png")
+    return routes

@@ -1,0 +1,76 @@
+"""The ``certainty`` router: a score per teacher computed from that teacher's own output (docs/routing.md,
+"Certainty scores"). Higher is more certain; MUKI turns the scores into weights softmax(s/τ_s) (docs/methods.md §1).
+
+- ``entropy`` (MUKI's u, the default): 1 − H(p̄)/log C from the MC-dropout mean p̄, as cached in ``mc.parquet``;
+- ``mutual_info``: −I with I = H(p̄)/log C − (1/T) Σ_t H(p_t)/log C, the epistemic part of the MC samples;
+- ``max_prob``: max p̄;
+- ``logit_entropy`` (MUKI's ``no_mc``): 1 − H(softmax(z/τ))/log C from the eval-mode logits;
+- ``logit_max_prob``: max softmax(z/τ);
+- ``energy`` (Liu et al., NeurIPS 2020): τ·log Σ_c exp(z_c/τ).
+
+A calibrated teacher (temperature T_k fitted on its own classes' validation rows, :mod:`kdpipe.routing.calibration`)
+uses τ·T_k for the logit scores and p̄ tempered to softmax(log p̄ / T_k) for the MC ones; the mutual information of
+the samples has no temperature to apply and is left as it is. Entropy and energy are computed in float32 with torch
+so that the MUKI default reproduces the cached ``certainty`` column bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+
+def logit_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """u = 1 − H(softmax(z/τ)) / log C per row, shape [N] (docs/methods.md §1, ``no_mc``).
+
+    A one-class teacher has no uncertainty to normalise (log 1 = 0), so it is taken as fully certain.
+    """
+    classes = logits.shape[-1]
+    if classes == 1:
+        return logits.new_ones(logits.shape[0], dtype=torch.float32)
+    entropy = torch.special.entr(F.softmax(logits.float() / temperature, -1)).sum(-1)
+    return 1.0 - entropy / math.log(classes)
+
+
+def _tempered(probs: np.ndarray, temperature: float) -> torch.Tensor:
+    """softmax(log p / T): a distribution's temperature changed after the fact (T = 1 gives p back)."""
+    return F.softmax(torch.log(torch.tensor(np.asarray(probs), dtype=torch.float32).clamp_min(1e-12)) / temperature, -1)
+
+
+def certainty_scores(
+    score: str,
+    *,
+    logits: np.ndarray,
+    mc_probs: np.ndarray | None = None,
+    mc_table: pd.DataFrame | None = None,
+    temperature: float = 1.0,
+    calibration: float | None = None,
+) -> torch.Tensor:
+    """Score ``score`` of one teacher for every row of a split, float32 [N] (higher: more certain)."""
+    cal = 1.0 if calibration is None else float(calibration)
+    z = torch.tensor(np.asarray(logits), dtype=torch.float32)
+    if score == "logit_entropy":
+        return logit_entropy(z, temperature * cal)
+    if score == "logit_max_prob":
+        return F.softmax(z / (temperature * cal), -1).max(-1).values
+    if score == "energy":
+        t = temperature * cal
+        return t * torch.logsumexp(z / t, -1)
+    if mc_table is None:
+        raise ValueError(f"certainty score {score!r} needs the MC-dropout signal")
+    if score == "mutual_info":
+        return -torch.tensor(mc_table["mutual_info"].to_numpy(), dtype=torch.float32)
+    if calibration is None:  # the cached columns, exactly as the MC pass wrote them
+        column = {"entropy": "certainty", "max_prob": "max_prob"}[score]
+        return torch.tensor(mc_table[column].to_numpy(), dtype=torch.float32)
+    probs = _tempered(mc_probs, cal)
+    if score == "max_prob":
+        return probs.max(-1).values
+    classes = probs.shape[-1]
+    if classes == 1:
+        return torch.ones(probs.shape[0])
+    return 1.0 - torch.special.entr(probs).sum(-1) / math.log(classes)

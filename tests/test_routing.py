@@ -1,0 +1,145 @@
+"""Routers, calibration and routing diagnostics (docs/routing.md) against hand-computed values."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.routing import route_name, route_spec
+from kdpipe.routing.calibration import fit_temperature
+from kdpipe.routing.certainty import certainty_scores
+from kdpipe.routing.diagnostics import misrouted, routing_accuracy, target_accuracy
+from kdpipe.routing.knn import knn_scores, kth_distance, normalise, percentile
+from kdpipe.routing.learned import learned_router
+from kdpipe.stages.route import warning
+
+LN3 = math.log(3)
+
+
+def test_certainty_scores_by_hand():
+    logits = np.array([[LN3, 0.0], [0.0, 0.0]], np.float32)  # (¾, ¼) and (½, ½)
+    table = pd.DataFrame({"certainty": [0.3, 0.9], "max_prob": [0.6, 0.8], "mutual_info": [0.05, 0.2]})
+    mc = np.array([[0.75, 0.25], [0.5, 0.5]], np.float32)
+    h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25)) / math.log(2)
+    assert certainty_scores("logit_entropy", logits=logits).tolist() == pytest.approx([1 - h, 0.0], abs=1e-6)
+    assert certainty_scores("logit_max_prob", logits=logits).tolist() == pytest.approx([0.75, 0.5], abs=1e-6)
+    # energy log Σ exp z: log(3 + 1) and log 2
+    assert certainty_scores("energy", logits=logits).tolist() == pytest.approx([math.log(4), math.log(2)], abs=1e-6)
+    # at τ = 2 energy is 2·log Σ exp(z/2)
+    energy_2 = certainty_scores("energy", logits=logits, temperature=2.0)[0].item()
+    assert energy_2 == pytest.approx(2 * math.log(math.sqrt(3) + 1), abs=1e-6)
+    # the MC scores are the cached columns, bit for bit; mutual information is negated (lower is more certain)
+    assert (
+        certainty_scores("entropy", logits=logits, mc_probs=mc, mc_table=table).numpy().tobytes()
+        == np.array([0.3, 0.9], np.float32).tobytes()
+    )
+    assert certainty_scores("max_prob", logits=logits, mc_table=table).tolist() == pytest.approx([0.6, 0.8])
+    assert certainty_scores("mutual_info", logits=logits, mc_table=table).tolist() == pytest.approx([-0.05, -0.2])
+    with pytest.raises(ValueError, match="needs the MC-dropout signal"):
+        certainty_scores("entropy", logits=logits)
+
+
+def test_calibrated_scores_temper_the_distribution():
+    logits = np.array([[2 * LN3, 0.0]], np.float32)
+    # T = 2: softmax((2ln3, 0) / 2) = (¾, ¼)
+    assert certainty_scores("logit_max_prob", logits=logits, calibration=2.0).item() == pytest.approx(0.75)
+    # the MC mean (¾, ¼) at T = ½: softmax(2·log p) ∝ (9/16, 1/16) -> (0.9, 0.1)
+    mc = np.array([[0.75, 0.25]], np.float32)
+    table = pd.DataFrame({"certainty": [0.0], "max_prob": [0.75]})
+    score = certainty_scores("max_prob", logits=logits, mc_probs=mc, mc_table=table, calibration=0.5)
+    assert score.item() == pytest.approx(0.9, abs=1e-6)
+
+
+def test_fit_temperature_by_hand():
+    # four rows with logits (2, 0), three of class 0: the NLL is least where sigmoid(2/T) = ¾, i.e. T = 2/ln 3
+    logits = np.array([[2.0, 0.0]] * 4)
+    fit = fit_temperature(logits, np.array([0, 0, 0, 1]))
+    assert fit["temperature"] == pytest.approx(2 / LN3, rel=1e-3)
+    assert fit["nll_calibrated"] < fit["nll"]
+    assert fit_temperature(logits[:0], np.array([], int))["temperature"] == 1.0  # no own rows: left as is
+
+
+def test_kth_distance_leaves_the_row_itself_out():
+    train = normalise(np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]]))
+    own = train[:2]
+    # rows 0 and 1 are the reference's rows 0 and 1: each one's nearest other row is the other (cos 0.8)
+    distances = kth_distance(train, own, 1, np.array([0, 1, -1]))
+    assert distances.tolist() == pytest.approx([0.2, 0.2, 0.4], abs=1e-6)  # row 2: 1 − cos((0,1), (0.8,0.6))
+    # k = 2 for row 2 (not in the reference): the farther of the two
+    assert kth_distance(train[2:], own, 2, None).tolist() == pytest.approx([1.0], abs=1e-6)
+
+
+def test_knn_scores_are_percentiles_among_the_teachers_own_validation_rows():
+    train = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+    validation = np.array([[0.6, 0.8], [0.0, 1.0], [2.0, 0.0]])  # distances 0.04, 0.4, 0
+    s_train, s_val = knn_scores(train, validation, np.array([1, 1, 0], bool), np.array([1, 0, 1], bool), 1)
+    # own validation distances: {0.04, 0}; a score is the share of them ≥ the row's distance
+    assert s_val.tolist() == pytest.approx([0.5, 0.0, 1.0])
+    assert s_train.tolist() == pytest.approx([0.0, 0.0, 0.0])  # 0.2, 0.2, 0.4 are beyond both
+    assert percentile(np.array([0.1]), np.array([0.1, 0.2, 0.05, 0.3])).tolist() == pytest.approx([0.75])
+
+
+def test_learned_router_routes_separable_rows_and_is_cross_fitted():
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(80, 3))
+    owners = (features[:, 0] > 0).astype(int)
+    train, validation, figures = learned_router(features, owners, features, 2, folds=4, seed=0)
+    assert train.shape == (80, 2) and np.allclose(train.sum(1), 1.0, atol=1e-6)
+    assert (validation.argmax(1) == owners).mean() > 0.9
+    assert figures["folds"] == 4 and figures["C"] > 0
+    # owners that the features cannot predict: in-sample the wide model fits them, cross-fitted it is at chance
+    noise = rng.normal(size=(60, 80))
+    random_owners = rng.integers(0, 2, 60)
+    in_sample, crossfit, _ = learned_router(noise, random_owners, noise, 2, folds=4, seed=0)
+    assert (crossfit.argmax(1) == random_owners).mean() < 0.75
+
+
+def test_learned_router_needs_validation_rows_of_every_teacher():
+    with pytest.raises(KdpipeError, match="at least 2 validation rows of every teacher"):
+        learned_router(np.zeros((5, 2)), np.array([0, 0, 0, 0, 1]), np.zeros((3, 2)), 2, folds=5, seed=0)
+
+
+LABELS = ["a", "b", "c"]
+
+
+def test_routing_and_target_accuracy_by_hand():
+    # teacher 0 owns a, b; teacher 1 owns c. Four rows of gold a, b, c, c
+    gold = np.array([0, 1, 2, 2])
+    owners = np.array([0, 0, 1, 1])
+    scores = np.array([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.6, 0.4]])
+    routed = routing_accuracy(scores, owners, gold, LABELS)
+    assert routed["accuracy"] == 0.5
+    assert routed["per_class"] == {"a": 1.0, "b": 0.0, "c": 0.5}
+    # each teacher's predicted class (student label index): teacher 0 says a, a, b, a; teacher 1 always c
+    predictions = np.array([[0, 2], [0, 2], [1, 2], [0, 2]])
+    target = target_accuracy(scores, predictions, gold, LABELS)
+    assert target["accuracy"] == 0.5  # row 0 (a via teacher 0) and row 2 (c via teacher 1)
+    assert misrouted(routed["per_class"], 0.8) == ["b", "c"]
+
+
+def test_warning_names_the_misrouted_classes_and_a_better_router():
+    def entry(accuracy, per_class, gold=False):
+        return {"gold_labels": gold, "validation": {"routing": {"accuracy": accuracy, "per_class": per_class}}}
+
+    diagnostics = {
+        "certainty/entropy": entry(0.6, {"a": 0.9, "b": 0.3}),
+        "knn": entry(0.95, {"a": 0.95, "b": 0.95}),
+        "learned": entry(0.93, {"a": 0.93, "b": 0.93}, gold=True),
+        "oracle": entry(1.0, {"a": 1.0, "b": 1.0}, gold=True),
+    }
+    text = warning(diagnostics, "certainty/entropy", 0.8)
+    assert "60% of validation rows" in text and "misrouted: b (30%)" in text and "Router knn routes 95%" in text
+    assert warning(diagnostics, "knn", 0.8) is None
+
+
+def test_route_names_say_what_routes():
+    args = {"router": "certainty", "score": "entropy", "temperature": 1.0, "calibrate": False}
+    assert route_name(["a", "b"], route_spec(args)) == "a+b.certainty-entropy"
+    no_mc = {**args, "score": "logit_entropy", "temperature": 2.0, "calibrate": True}
+    assert route_name(["a", "b"], route_spec(no_mc)) == "a+b.certainty-logit_entropy-T2-calibrated"
+    # a score or temperature that the router does not read is not part of the route
+    assert route_name(["a", "b"], route_spec({**no_mc, "router": "learned", "calibrate": False})) == "a+b.learned"
+    assert torch.is_tensor(certainty_scores("energy", logits=np.zeros((1, 2), np.float32)))

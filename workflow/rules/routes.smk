@@ -1,0 +1,33 @@
+# Routing (docs/routing.md): each row's score for every teacher of a knowledge-integration student, one job per set
+# of teachers and router settings (PLAN.routes()), shared by every student that routes the same way. It reads only
+# cached teacher signals and the data, so it is teacher-side and cached between workflows.
+
+
+rule route:
+    """Score every train and validation row for each teacher; print the routing diagnostics of every router."""
+    input:
+        data=DATA_DIR,
+        signals=lambda wc: PLAN.route_inputs(wc.route),
+    output:
+        train=f"{ROUTE}/train.parquet",
+        validation=f"{ROUTE}/validation.parquet",
+        manifest=f"{ROUTE}/route.json",
+    log:
+        f"{LOGS}/route/{{route}}.log",
+    wildcard_constraints:
+        route=one_of(PLAN.routes()),
+    cache: True
+    conda:
+        ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        cfg=lambda wc: as_json(PLAN.route_params(wc.route)),
+        code=code("kdpipe.stages.route"),
+        signals_root=SIGNALS_ROOT,
+    shell:
+        # the diagnostics table and any warning go to the console as well as the log
+        "python -m kdpipe --threads {threads} route --params {params.cfg:q} --data {input.data}"
+        " --signals-root {params.signals_root} --out $(dirname {output.manifest:q}) 2>&1 | tee {log}"
