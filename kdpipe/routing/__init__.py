@@ -1,9 +1,9 @@
 """Routing: each row's weight for every teacher of a knowledge-integration student (docs/routing.md).
 
 Torch-free names read by the registry and the plan when the DAG is built; the routers themselves are in
-:mod:`~kdpipe.routing.certainty`, :mod:`~kdpipe.routing.knn`, :mod:`~kdpipe.routing.learned` and
-:mod:`~kdpipe.routing.oracle`, the cached artifact in :mod:`~kdpipe.routing.artifact`, the routing accuracy in
-:mod:`~kdpipe.routing.diagnostics`, the ``route`` stage in :mod:`kdpipe.stages.route`.
+:mod:`~kdpipe.routing.certainty`, :mod:`~kdpipe.routing.knn` and :mod:`~kdpipe.routing.learned`, the cached
+artifact in :mod:`~kdpipe.routing.artifact`, the routing accuracy in :mod:`~kdpipe.routing.diagnostics`, the
+``route`` stage (which also routes by the gold label, the oracle) in :mod:`kdpipe.stages.route`.
 """
 
 from __future__ import annotations
