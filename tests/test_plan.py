@@ -33,6 +33,19 @@ def test_slices_hold_only_what_the_output_depends_on():
     assert mc["split"] == "train" and mc["signal"] == "mc"
 
 
+def test_head_init_is_in_a_slice_only_where_it_changes_the_model():
+    # the schema fills head_init: copy into student_defaults.model; a student's slice must not change with it
+    plan = load("tests/configs/tiny_full.yaml")
+    assert "head_init" not in str(plan.student_params("s_vkd")["model"])
+    assert "head_init" not in str(plan.student_params("s_hydra")["model"])
+
+    def noisy_heads(config):
+        config["students"]["s_hydra"]["model"]["head_init"] = "noise"
+
+    model = load("tests/configs/tiny_full.yaml", edit=noisy_heads).student_params("s_hydra")["model"]
+    assert model["head_init"] == "noise" and model["head_noise"] == 0.01
+
+
 def test_default_config_is_valid():
     plan = load("config.yaml")
     assert set(plan.teachers) == {"minilm_a", "minilm_b"} and "vkd" in plan.students

@@ -143,3 +143,23 @@ def test_route_names_say_what_routes():
     # a score or temperature that the router does not read is not part of the route
     assert route_name(["a", "b"], route_spec({**no_mc, "router": "learned", "calibrate": False})) == "a+b.learned"
     assert torch.is_tensor(certainty_scores("energy", logits=np.zeros((1, 2), np.float32)))
+
+
+def test_two_teachers_certainty_routes_wrongly_and_the_learned_router_correctly():
+    """The case of docs/routing.md, "Why it matters": teacher 0 (classes a, b) is confident on every row, teacher 1
+    (classes c, d) hesitant on every row, so certainty always picks teacher 0; the teachers' features tell the
+    owners apart, and the learned router, fitted on labelled validation rows, routes by them."""
+    labels = ["a", "b", "c", "d"]
+    gold = np.repeat([0, 1, 2, 3], 15)
+    owners = np.array([0, 0, 1, 1])[gold]
+    confident = np.array([[4.0, 0.0]] * 60, np.float32)  # teacher 0: (0.98, 0.02) on every row
+    hesitant = np.array([[0.2, 0.0]] * 60, np.float32)  # teacher 1: (0.55, 0.45) on every row
+    scores = np.stack([certainty_scores("logit_max_prob", logits=z).numpy() for z in (confident, hesitant)], 1)
+    certainty = routing_accuracy(scores, owners, gold, labels)
+    assert certainty["per_class"] == {"a": 1.0, "b": 1.0, "c": 0.0, "d": 0.0}  # every row goes to teacher 0
+    # pooled features: the owner shifts the first coordinate by ±2, plus unit noise
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(60, 4)) + np.where(owners == 0, -2.0, 2.0)[:, None] * np.eye(4)[0]
+    _, crossfit, _ = learned_router(features, owners, features, 2, folds=4, seed=0)
+    learned = routing_accuracy(crossfit, owners, gold, labels)
+    assert learned["accuracy"] >= 0.95 > certainty["accuracy"] == 0.5
