@@ -67,7 +67,7 @@ def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
 def plot_routing(routes: list[dict], path: Path) -> None:
     """Per route, grouped bars: each router's validation routing accuracy per gold class."""
     plt = _pyplot()
-    fig, axes = plt.subplots(len(routes), 1, figsize=(10, 3.6 * len(routes)), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(len(routes), 1, figsize=(11, 3.6 * len(routes)), squeeze=False, layout="constrained")
     for ax, route in zip(axes[:, 0], routes):
         routers = {n: d for n, d in route["diagnostics"].items() if "validation" in d}
         classes = list(route["labels"])
@@ -80,7 +80,7 @@ def plot_routing(routes: list[dict], path: Path) -> None:
         ax.set_ylim(0, 105)
         ax.set_ylabel("routed to its teacher (%)")
         ax.set_title(f"{route['route']}: validation rows sent to the teacher that owns their class", fontsize=10)
-        ax.legend(fontsize=7, ncols=3, loc="lower left")
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)  # beside the bars
     _save(fig, path)
     plt.close(fig)
 

@@ -16,7 +16,7 @@ CHUNK = 2048  # query rows per distance block: memory is CHUNK × (own train row
 
 
 def normalise(features: np.ndarray) -> torch.Tensor:
-    x = torch.as_tensor(np.asarray(features), dtype=torch.float32)
+    x = torch.tensor(np.asarray(features), dtype=torch.float32)  # a copy: the features may be a read-only memmap
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
