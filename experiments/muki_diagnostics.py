@@ -6,6 +6,8 @@ the training split that the students learn from:
   so this bounds what a pure-KD student is told);
 - for MUKI, how often the teacher that owns the gold class gets the higher certainty score, and the mean scores of
   each teacher on rows of its own classes and of the other teacher's classes.
+The ``route`` job's log and the report's routing table give the routing figures of every router
+(docs/routing.md); this script adds the targets of the methods that do not route (vanilla KD).
 
     python experiments/muki_diagnostics.py --results results --dataset bbc_news --teachers minilm_a minilm_b
 """
@@ -21,7 +23,8 @@ import torch
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.losses import union_logits
-from kdpipe.methods.muki import aggregate, padded_probs, teacher_scores_from_logits
+from kdpipe.methods.muki import aggregate, padded_probs
+from kdpipe.routing.certainty import certainty_scores
 from kdpipe.signals.io import read_logits, read_mc
 
 
@@ -51,7 +54,7 @@ def main() -> None:
 
     padded = padded_probs(logits, blocks, len(labels), 1.0)
     mc_scores = torch.stack(certainty, -1)
-    det_scores = torch.stack([teacher_scores_from_logits(z, 1.0) for z in logits], -1)
+    det_scores = torch.stack([certainty_scores("logit_entropy", logits=z.numpy()) for z in logits], -1)
     targets = {
         "vanilla_kd (softmax of concatenated logits)": union_logits(logits, blocks, len(labels)),
         "muki soft, MC scores": aggregate(padded, mc_scores, "soft", args.tau_s),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -113,3 +114,10 @@ def test_every_kdpipe_name_in_code_and_docs_exists():
             if not (REPO / match.group(0)).exists():
                 stale.add(f"{path.relative_to(REPO)}: {match.group(0)}")
     assert not stale, "names that do not exist:\n" + "\n".join(sorted(stale))
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "experiments").glob("*.py")))
+def test_experiment_scripts_run_their_help(script):
+    """The experiments' helper scripts still import what they use from kdpipe (they run only on a finished run)."""
+    r = subprocess.run([sys.executable, f"experiments/{script}", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
