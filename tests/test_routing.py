@@ -131,7 +131,8 @@ def test_warning_names_the_misrouted_classes_and_a_better_router():
         "oracle": entry(1.0, {"a": 1.0, "b": 1.0}, gold=True),
     }
     text = warning(diagnostics, "certainty/entropy", 0.8)
-    assert "60% of validation rows" in text and "misrouted: b (30%)" in text and "Router knn routes 95%" in text
+    assert "60% of validation rows" in text and "wrong teacher: 70% of b" in text and "Router knn routes 95%" in text
+    assert text.endswith("method_args router: knn (docs/routing.md)")
     assert warning(diagnostics, "knn", 0.8) is None
 
 

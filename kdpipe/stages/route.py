@@ -190,13 +190,14 @@ def warning(diagnostics: dict, chosen: str, threshold: float) -> str | None:
     best = max(rivals, key=rivals.get) if rivals else None
     text = (
         f"router {chosen} sends {mine['routing']['accuracy']:.0%} of validation rows to the teacher that owns their "
-        f"class (below routing.warn_below = {threshold:.0%}); misrouted: "
-        + ", ".join(f"{c} ({mine['routing']['per_class'][c]:.0%})" for c in classes)
+        f"class (below routing.warn_below = {threshold:.0%}); sent to the wrong teacher: "
+        + ", ".join(f"{1 - mine['routing']['per_class'][c]:.0%} of {c}" for c in classes)
     )
     if best and rivals[best] > mine["routing"]["accuracy"]:
         text += f". Router {best} routes {rivals[best]:.0%}" + (
             " (fitted on the validation split's gold labels)" if diagnostics[best]["gold_labels"] else ""
         )
+        text += f": method_args router: {best.split('/')[0]} (docs/routing.md)"
     return text
 
 
