@@ -51,6 +51,12 @@ def test_default_config_is_valid():
     assert set(plan.teachers) == {"minilm_a", "minilm_b"} and "vkd" in plan.students
 
 
+def test_the_no_teacher_baseline_reads_no_teacher():
+    plan = load()
+    assert plan.student_teachers("s_none") == [] and plan.signal_files("s_none") == []
+    assert plan.student_params("s_none")["teachers"] == []
+
+
 def test_seeds_expand_into_student_jobs_without_touching_teachers():
     def edit(c):
         c["students"]["s_vkd"]["seeds"] = [1, 2, 3]
@@ -69,6 +75,15 @@ def test_seeds_expand_into_student_jobs_without_touching_teachers():
             r"students\.s_vkd\.teachers: unknown teacher 'tz'",
         ),
         (lambda c: c["students"]["s_vkd"].update(method="nope"), r"unknown method 'nope'"),
+        (lambda c: c["evaluate"].update(oracle=["ta", "tz"]), r"evaluate\.oracle: unknown teacher 'tz'"),
+        (
+            lambda c: c["evaluate"].update(oracle=["ta"]),
+            r"evaluate\.oracle: label '(politics|sport|tech)' in the data is covered by no teacher",
+        ),
+        (
+            lambda c: c["students"]["s_none"].update(teachers=["ta"]),
+            r"students\.s_none\.teachers: method 'supervised' learns from the gold labels alone; remove `teachers`",
+        ),
         (lambda c: c["teachers"]["ta"].update(epoch=3), r"teachers\.ta: Additional properties .*'epoch'"),
         (lambda c: c["students"].update(ta={"lr": 1e-3}), r"'ta' names both a teacher and a student"),
         # method_args are declared per method in the registry and checked before any job runs

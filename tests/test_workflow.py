@@ -7,6 +7,7 @@ kdpipe sources there; PYTHONPATH points at the copy, so both Snakemake and the j
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,7 +23,8 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 
-STUDENTS = ("s_vkd", "s_vkd_ce", "s_uhc", "s_dfa", "s_muki", "s_muki_no_mc")
+STUDENTS = ("s_vkd", "s_vkd_ce", "s_uhc", "s_dfa", "s_muki", "s_muki_no_mc")  # distilled from ta and tb
+BASELINE = "s_none"  # method supervised: no teacher, so no teacher-side change reruns it
 PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles", "envs", "tests/configs")
 
 
@@ -188,8 +190,9 @@ def test_full_run_produces_every_artifact(done):
     import pandas as pd
 
     summary = pd.read_csv(r / "report/summary.tsv", sep="\t")
-    assert set(summary["model"]) == {"ta", "tb", *STUDENTS}
+    assert set(summary["model"]) == {"ta", "tb", "oracle", *STUDENTS, BASELINE}
     assert set(summary.loc[summary["kind"] == "student", "method"]) == {
+        "supervised",
         "vanilla_kd",
         "uhc",
         "dfa",
@@ -197,6 +200,20 @@ def test_full_run_produces_every_artifact(done):
         "muki_no_mc",
     }
     assert set(summary["split"]) == {"test", "validation"}
+
+
+def test_the_report_opens_on_the_comparison(done):
+    """`snakemake --report` lands on the title and the comparison table of every model, with no docutils message
+    anywhere, and holds the curves, confusion matrices and cost plot."""
+    project, env, _ = done
+    snakemake(project, env, "--report", "report.html")
+    page = (project / "report.html").read_text()
+    assert "System Message" not in page and "Undefined substitution" not in page
+    landing = json.loads(re.search(r"var workflow_desc = (\".*?\");\n", page).group(1))
+    assert "<h2>Distillation on tiny_bbc</h2>" in landing
+    assert all(f">{model}</td>" in landing for model in ("ta", "tb", "oracle", *STUDENTS, BASELINE))
+    for figure in ("summary.html", "curves.png", "confusion.png", "cost.png", "metrics.png"):
+        assert figure in page, figure
 
 
 def test_the_default_route_is_mukis_certainty_bit_for_bit(done):
@@ -249,6 +266,8 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
         *ROUTES,
         ("evaluate", "model=ta, split=test"),
         ("evaluate", "model=ta, split=validation"),
+        ("evaluate_ensemble", "ensemble=oracle, split=test"),
+        ("evaluate_ensemble", "ensemble=oracle, split=validation"),
         ("report", ""),
         *student_jobs(*STUDENTS),
     }
@@ -291,7 +310,7 @@ def test_student_side_edits_leave_every_teacher_side_job_up_to_date(done):
         jobs = planned_jobs(project, env)
     finally:
         restore()
-    assert jobs == {*student_jobs(*STUDENTS), ("report", "")}
+    assert jobs == {*student_jobs(*STUDENTS, BASELINE), ("report", "")}
 
 
 def test_one_method_edit_reruns_only_that_methods_students(done):

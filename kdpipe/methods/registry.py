@@ -59,6 +59,7 @@ class MethodSpec:
     prototypes: bool = False  # reads Meta-KD's prototype scores of the train rows (the prototypes rule)
     teacher_objective: str | None = None  # the teachers must have been trained with this objective ("meta")
     routed: bool = False  # weighs its teachers per row from a routing artifact (the route rule; docs/routing.md)
+    teachers: bool = True  # False: a baseline that learns from the gold labels alone and names no teachers
 
     def job_spec(self) -> dict:
         """What the distill stage needs to know of the method, passed in its params (``method_spec``) so that the
@@ -119,6 +120,15 @@ _DYNAMIC = (
 METHODS = {
     spec.name: spec
     for spec in (
+        MethodSpec(
+            "supervised",
+            "kdpipe.methods.supervised",
+            (),
+            "any",
+            "no teacher: cross-entropy on the gold labels, the baseline every KD method must beat (docs/methods.md §0)",
+            args=(Arg("label_smoothing", "float", 0.0, "label smoothing of the cross-entropy"),),
+            teachers=False,
+        ),
         MethodSpec(
             "vanilla_kd",
             "kdpipe.methods.vanilla_kd",

@@ -23,6 +23,7 @@ from kdpipe.plan.paths import (
     DATA,
     EVAL,
     LOGS,
+    ORACLE,
     PROTOTYPES,
     REPORT,
     ROUTE,
@@ -99,6 +100,8 @@ class Plan(Checks, Classes, Layers, Routes, Slices):
             for name, s in self.students.items()
             if get_method(s.config.get("method", "")).stage == "cotrain"
         }
+        # the teachers' oracle (evaluate.oracle): each row to the teacher that owns its gold class
+        self.oracle: list[str] = list(config["evaluate"].get("oracle") or [])
         self._check()
         # method_args: checked against the method's declaration and completed with its defaults
         for name, student in self.students.items():
@@ -137,7 +140,8 @@ class Plan(Checks, Classes, Layers, Routes, Slices):
     def student_teachers(self, student: str) -> list[str]:
         """The teachers a student learns from; an ensemble's name stands for all its members."""
         config = self.students[student].config
-        if get_method(config.get("method", "")).stage == "cotrain":
+        method = get_method(config.get("method", ""))
+        if method.stage == "cotrain" or not method.teachers:
             return []
         named = config.get("teachers") or list(self.teachers)
         return [member for name in named for member in self.ensembles.get(name, [name])]
@@ -146,7 +150,11 @@ class Plan(Checks, Classes, Layers, Routes, Slices):
         """Everything evaluated: teachers, ensembles (their members' mean prediction) and students (not the first
         stage of a two-stage student: it trains no classifier)."""
         students = [name for name in self.students if name not in self.first_stages]
-        return [*self.teachers, *self.ensembles, *students, *self.cotrained]
+        return [*self.teachers, *self.ensembles, *([ORACLE] if self.oracle else []), *students, *self.cotrained]
+
+    def combined(self, model: str) -> list[str]:
+        """The members of a model made from other models' predictions: an ensemble, or the teachers' oracle."""
+        return self.oracle if model == ORACLE else self.ensembles[model]
 
     def stage_students(self, stage: str) -> list[str]:
         """The students trained by rule ``stage`` (``distill`` or ``cotrain``)."""
@@ -195,6 +203,15 @@ class Plan(Checks, Classes, Layers, Routes, Slices):
 
     def eval_splits(self) -> list[str]:
         return list(self.config["evaluate"]["splits"])
+
+    def trained_models(self) -> list[str]:
+        """The folders of every evaluated model that has one (not an ensemble): the report reads their training
+        logs."""
+        return [self.model_dir(model) for model in self.models() if model not in self.ensembles and model != ORACLE]
+
+    def report_title(self) -> str:
+        """The report's title: ``report.title``, or one naming the dataset."""
+        return self.config["report"]["title"] or f"Distillation on {self.config['dataset']['name']}"
 
     def targets(self) -> list[str]:
         """What ``rule all`` asks for: every evaluation, the report, and the configured MC-dropout signals."""

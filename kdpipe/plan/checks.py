@@ -6,6 +6,7 @@ from __future__ import annotations
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.registry import get_method
 from kdpipe.plan.entries import NAME, Student, validate_entry
+from kdpipe.plan.paths import ORACLE
 
 
 class Checks:
@@ -25,6 +26,13 @@ class Checks:
         clash = bases[0] & bases[1]
         if clash:
             raise KdpipeError(f"config: {sorted(clash)[0]!r} names both a teacher and a student; names must differ")
+        if self.oracle and ORACLE in bases[0] | bases[1]:
+            raise KdpipeError(
+                f"config: {ORACLE!r} is the model name of evaluate.oracle; rename that teacher or student"
+            )
+        for teacher in self.oracle:
+            if teacher not in self.teachers:
+                raise KdpipeError(f"evaluate.oracle: unknown teacher {teacher!r}; teachers are {sorted(self.teachers)}")
         for student in self.students.values():
             where = f"students.{student.entry}"
             method = get_method(student.config.get("method", ""))
@@ -58,6 +66,10 @@ class Checks:
             raise KdpipeError(
                 f"{where}.teachers: method {method.name!r} trains its own teacher from "
                 "method_args.backbone; remove `teachers`"
+            )
+        if not method.teachers and student.config.get("teachers"):
+            raise KdpipeError(
+                f"{where}.teachers: method {method.name!r} learns from the gold labels alone; remove `teachers`"
             )
         if student.config["model"].get("type") == "bilstm" and ("hidden" in method.signals or method.multihead):
             raise KdpipeError(

@@ -91,6 +91,10 @@ class Classes:
                     policy=method.teacher_classes,
                     where=f"students.{student.entry}",
                 )
+        if self.oracle:
+            teacher_blocks(
+                {t: self.teacher_classes(t) for t in self.oracle}, labels, policy="disjoint", where="evaluate.oracle"
+            )
 
     def imported_teachers(self) -> list[str]:
         return [t for t in self.teachers if self.imported(t)]

@@ -11,5 +11,6 @@ COTRAINED = (
 ROUTE = "results/routes/{route}"  # a route: each row's teacher scores (kdpipe.routing.artifact)
 PROTOTYPES = "results/prototypes/train.parquet"  # Meta-KD's prototype scores of the train rows (+ train.json)
 EVAL = "results/eval/{model}/{split}"
+ORACLE = "oracle"  # the model name of the teachers' oracle (evaluate.oracle), evaluated like an ensemble
 REPORT = "results/report"
 LOGS = "results/logs"

@@ -10,6 +10,7 @@ from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
 from kdpipe.models.backbones import architecture_modules, model_slice
 from kdpipe.plan.classes import TRAINING_KEYS
 from kdpipe.plan.entries import LATER_KEYS, without
+from kdpipe.plan.paths import ORACLE
 from kdpipe.signals.catalog import FEATURES, signal_spec
 
 
@@ -82,7 +83,19 @@ class Slices:
                 "method": "prokt",
                 "seed": student.seed,
                 "split": split,
-                **without(self.config["evaluate"], "splits"),
+                **without(self.config["evaluate"], "splits", "oracle"),
+            }
+        if model == ORACLE and self.oracle:
+            return {
+                "model": model,
+                "base": model,
+                "kind": "oracle",
+                "method": None,
+                "seed": None,
+                "members": self.oracle,
+                "combine": "oracle",
+                "split": split,
+                **without(self.config["evaluate"], "splits", "oracle"),
             }
         if model in self.ensembles:
             return {
@@ -93,7 +106,7 @@ class Slices:
                 "seed": None,
                 "members": self.ensembles[model],
                 "split": split,
-                **without(self.config["evaluate"], "splits"),
+                **without(self.config["evaluate"], "splits", "oracle"),
             }
         domain = (student.config if student else self.teachers[model]).get("domain")
         group = {"group": student.entry} if student and student.base != student.entry else {}
@@ -105,7 +118,7 @@ class Slices:
             "method": student.config["method"] if student else None,
             "seed": student.seed if student else self.teachers[model].get("seed"),
             "split": split,
-            **without(self.config["evaluate"], "splits"),
+            **without(self.config["evaluate"], "splits", "oracle"),
             **({"domain": domain} if domain else {}),
         }
 

@@ -1,5 +1,6 @@
-"""The report stage: compare every evaluated model in tables (summary.tsv, summary.md) and plots (reliability.png,
-metrics.png, uncertainty.png), from the per-model evaluation JSONs written by the evaluate stage.
+"""The report stage: compare every evaluated model in tables (summary.tsv, summary.md, summary.html) and plots
+(metrics, reliability, confusion matrices, cost against accuracy, training curves, uncertainty), from the per-model
+evaluation JSONs and predictions written by the evaluate stage and the training logs.
 
 A row of the summary is one base model on one split; the seeds of a base model (``vkd.seed1``, ``vkd.seed2``...)
 are summarised by their mean and sample standard deviation (ddof=1), because seed variation is the yardstick a
@@ -18,6 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdpipe.core.store import KdpipeError, atomic_path
+from kdpipe.report.cost import plot_cost
+from kdpipe.report.curves import plot_curves, read_curve
+from kdpipe.report.errors import plot_confusion
+from kdpipe.report.html import landing_html, summary_html
 from kdpipe.report.markdown import summary_markdown
 from kdpipe.report.plots import plot_metrics, plot_reliability, plot_uncertainty
 from kdpipe.report.routing import write_routing
@@ -26,12 +31,20 @@ from kdpipe.report.summary import TSV_COLUMNS, read_eval, runs_table, summarise
 __all__ = ["TSV_COLUMNS", "build_report"]
 
 
-def build_report(eval_paths: list[str | Path], out_dir: str | Path, routes: list[str | Path] | None = None) -> None:
-    """Write summary.tsv, summary.md, reliability.png and metrics.png for ``eval_paths`` into ``out_dir``, and
-    uncertainty.png when a model on the plotted split has uncertainty fields (otherwise a stale one is removed; the
-    workflow's report rule always has them). The Markdown table shows the uncertainty columns only when some model
-    averages several members or heads. With the manifests of the experiment's ``routes``: routing.tsv, routing.md
-    and routing.png, and any routing warning at the top of summary.md."""
+def build_report(
+    eval_paths: list[str | Path],
+    out_dir: str | Path,
+    routes: list[str | Path] | None = None,
+    train_logs: list[str | Path] | None = None,
+    title: str = "Model comparison",
+) -> None:
+    """Write into ``out_dir``: summary.tsv, summary.md and summary.html (the tables), landing.html (the landing
+    page's comparison), reliability.png, metrics.png, confusion.png and cost.png for ``eval_paths`` (with their
+    predictions beside them), curves.png from the ``train_logs``, and uncertainty.png when a model on the plotted
+    split has uncertainty fields (otherwise a stale one is removed; the workflow's report rule always has them).
+    The tables show the uncertainty columns only when some model averages several members or heads. With the
+    manifests of the experiment's ``routes``: routing.tsv, routing.md and routing.png, and any routing warning at
+    the top of the summaries."""
     if not eval_paths:
         raise KdpipeError("report: no evaluation files given")
     runs = runs_table([read_eval(path) for path in eval_paths])
@@ -43,12 +56,20 @@ def build_report(eval_paths: list[str | Path], out_dir: str | Path, routes: list
     )
     with atomic_path(out_dir / "summary.tsv") as tmp:
         summary[list(TSV_COLUMNS)].to_csv(tmp, sep="\t", index=False, na_rep="", float_format="%.6g")
-    with atomic_path(out_dir / "summary.md") as tmp:
-        tmp.write_text(summary_markdown(summary, warnings))
+    for name, text in (
+        ("summary.md", summary_markdown(summary, warnings, title)),
+        ("summary.html", summary_html(summary, warnings, title)),
+        ("landing.html", landing_html(summary, warnings, title)),
+    ):
+        with atomic_path(out_dir / name) as tmp:
+            tmp.write_text(text)
     # Plots show one split (test when there is one): reliability on the validation split says little more.
     shown = summary[summary["split"] == summary["split"].iloc[0]]
     plot_reliability(shown, out_dir / "reliability.png")
     plot_metrics(shown, out_dir / "metrics.png")
+    plot_confusion(shown, out_dir / "confusion.png")
+    plot_cost(shown, out_dir / "cost.png")
+    plot_curves([read_curve(path) for path in train_logs or ()], out_dir / "curves.png")
     if shown["uncertainty"].notna().any():
         plot_uncertainty(shown, out_dir / "uncertainty.png")
     else:

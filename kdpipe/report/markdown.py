@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from kdpipe.report.errors import per_class_rows
 from kdpipe.report.summary import UNCERTAINTY_COLUMNS, has_members
 
 MARKDOWN_HEADER = (
@@ -17,31 +18,54 @@ INFERENCE_HEADER = ("inference time",)
 MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method", "trained on"}
 
 
-def summary_markdown(summary: pd.DataFrame, warnings: list[str] = ()) -> str:
-    """The summary as Markdown: a table per split, mean ± sample std over seeds, rounded for reading; the routing
-    ``warnings`` first (routing.md has the details)."""
+def summary_markdown(summary: pd.DataFrame, warnings: list[str] = (), title: str = "Model comparison") -> str:
+    """The summary as Markdown: a table per split, mean ± sample std over seeds, rounded for reading, then the
+    accuracy per class (and per domain where there are domains); the routing ``warnings`` first (routing.md has the
+    details)."""
     parts = [
-        "# Model comparison\n",
+        f"# {title}\n",
         *[f"> **Routing warning** ({text}). See routing.md.\n" for text in warnings],
-        "One row per model; with several seeds, mean ± sample standard deviation over seeds. "
-        "Teachers trained on a subset of the classes are evaluated on their own classes only (column *classes*), "
-        "so their scores are not directly comparable with full-label-space models.\n",
+        f"{SUMMARY_NOTE}\n",
     ]
-    uncertainty = bool(summary["entropy"].notna().any()) and has_members(summary)
-    inference = bool(summary["inference_time_s"].notna().any())
+    header, uncertainty, inference = table_columns(summary)
     if uncertainty:
-        parts.append(
-            "Entropy, aleatoric and epistemic: mean per-example uncertainty (nats) over the model's members or heads. "
-            "TV: total variation distance between the model's histogram of that uncertainty and its reference "
-            "ensemble's (0 = same distribution, 1 = disjoint).\n"
-        )
-    header = (*MARKDOWN_HEADER, *(UNCERTAINTY_HEADER if uncertainty else ()), *(INFERENCE_HEADER if inference else ()))
+        parts.append(f"{UNCERTAINTY_NOTE}\n")
     for split, table in summary.groupby("split", sort=False):
-        rows = [_markdown_row(row, uncertainty, inference) for row in table.itertuples(index=False)]
+        rows = [summary_cells(row, uncertainty, inference) for row in table.itertuples(index=False)]
         parts.append(f"## {split} split\n\n{_markdown_table(header, rows)}\n")
+        classes, per_class = per_class_rows(table)
+        if per_class:
+            parts.append(
+                f"### Accuracy (%) per class, {split} split\n\n{PER_CLASS_NOTE}\n\n"
+                f"{_markdown_table(('model', 'kind', *classes), per_class)}\n"
+            )
         if table["per_domain"].notna().any():
             parts.append(_domain_markdown(split, table))
     return "\n".join(parts)
+
+
+SUMMARY_NOTE = (
+    "One row per model; with several seeds, mean ± sample standard deviation over seeds. Teachers trained on a "
+    "subset of the classes are evaluated on their own classes only (column *classes*), so their scores are not "
+    "directly comparable with full-label-space models. The teachers' oracle (kind *oracle*) predicts each row with "
+    "the teacher that owns its gold class: it reads gold labels, the ceiling of what a student can learn from "
+    "these teachers."
+)
+UNCERTAINTY_NOTE = (
+    "Entropy, aleatoric and epistemic: mean per-example uncertainty (nats) over the model's members or heads. TV: "
+    "total variation distance between the model's histogram of that uncertainty and its reference ensemble's "
+    "(0 = same distribution, 1 = disjoint)."
+)
+PER_CLASS_NOTE = "Accuracy on each gold class's rows, mean over seeds; — : a class the model does not predict."
+
+
+def table_columns(summary: pd.DataFrame) -> tuple[tuple[str, ...], bool, bool]:
+    """The comparison table's header, and whether it shows the uncertainty and the inference-time columns (only
+    when some model has them: one model's uncertainty split says nothing, and older evaluations lack times)."""
+    uncertainty = bool(summary["entropy"].notna().any()) and has_members(summary)
+    inference = bool(summary["inference_time_s"].notna().any())
+    header = (*MARKDOWN_HEADER, *(UNCERTAINTY_HEADER if uncertainty else ()), *(INFERENCE_HEADER if inference else ()))
+    return header, uncertainty, inference
 
 
 def _domain_markdown(split: str, table: pd.DataFrame) -> str:
@@ -80,7 +104,7 @@ def _domain_markdown(split: str, table: pd.DataFrame) -> str:
     )
 
 
-def _markdown_row(row, uncertainty: bool, inference: bool) -> list[str]:
+def summary_cells(row, uncertainty: bool, inference: bool) -> list[str]:
     """The cells of one model, with the optional column groups that the table shows."""
     cells = [
         str(row.model), str(row.kind), text(row.method), row.classes,

@@ -40,6 +40,8 @@ def _model_label(row) -> str:
         return f"{row.model}\nteacher · {row.classes} classes"
     if row.kind == "ensemble":
         return f"{row.model}\nensemble · {text(row.members)} members"
+    if row.kind == "oracle":
+        return f"{row.model}\nteachers routed by gold label"
     seeds = f"{row.seeds} seeds" if row.seeds > 1 else "1 seed"
     return f"{row.model}\n{text(row.method)} · {seeds}"
 
@@ -47,6 +49,15 @@ def _model_label(row) -> str:
 def _save(fig, path: Path) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+
+
+def placeholder(path: Path, message: str) -> None:
+    """A small figure that says why a plot is empty (the workflow's report rule declares every figure)."""
+    plt = _pyplot()
+    fig = plt.figure(figsize=(6, 1.2))
+    fig.text(0.5, 0.5, message, ha="center", va="center", fontsize=11, wrap=True)
+    _save(fig, path)
+    plt.close(fig)
 
 
 def plot_reliability(summary: pd.DataFrame, path: Path) -> None:

@@ -22,13 +22,13 @@ UNCERTAINTY_MEANS = {"total": "entropy", "aleatoric": "aleatoric", "epistemic": 
 UNCERTAINTY_COLUMNS = (*UNCERTAINTY_MEANS.values(), *(f"tv_{part}" for part in UNCERTAINTY_PARTS))
 # Columns that differ between seeds and so get a mean and a std; params and members are properties of the
 # architecture.
-AVERAGED = (*TABLE_METRICS, "train_time_s", *UNCERTAINTY_COLUMNS, "inference_time_s")
+AVERAGED = (*TABLE_METRICS, "train_time_s", *UNCERTAINTY_COLUMNS, "inference_time_s", "inference_ms")
 TSV_COLUMNS = (
     "split", "model", "kind", "method", "domain", "classes", "seeds", "params", "members",
     *(name for column in AVERAGED for name in (column, f"{column}_std")),
 )  # fmt: skip
 SPLIT_ORDER = ("test", "validation")
-KIND_ORDER = ("teacher", "ensemble", "student")
+KIND_ORDER = ("teacher", "ensemble", "oracle", "student")
 
 # ---- reading and summarising ---------------------------------------------------------------------------------
 
@@ -75,6 +75,11 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
                 "members": r.get("members"),
                 "train_time_s": r["train_time_s"],
                 "inference_time_s": r.get("inference_time_s"),
+                # per example, for the cost plot: the split's rows differ between full-label and subset models
+                "inference_ms": _per_example_ms(r.get("inference_time_s"), r["metrics"].get("n")),
+                "device": r.get("device"),
+                "batch_size": r.get("batch_size"),
+                "per_class": r["metrics"].get("per_class_accuracy"),
                 **{m: r["metrics"][m] for m in TABLE_METRICS},
                 "reliability": r["metrics"]["reliability"],
                 **_uncertainty_means(r["metrics"].get("uncertainty")),
@@ -174,6 +179,10 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
                 **{f"{c}_std": group[c].std(ddof=1) for c in AVERAGED},
                 "reliability": _pool_reliability(group),
                 "uncertainty": _pool_uncertainty(group),
+                "per_class": _pool_per_class(group),
+                "sources": list(group["source"]),
+                "device": first["device"],
+                "batch_size": first["batch_size"],
             }  # fmt: skip
         )
     summary = pd.DataFrame(rows)
@@ -187,6 +196,18 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     }
     order = pd.DataFrame(rank).sort_values(["split", "kind"], kind="stable").index
     return summary.loc[order].reset_index(drop=True)
+
+
+def _per_example_ms(seconds: float | None, rows: int | None) -> float:
+    return np.nan if seconds is None or not rows else 1000.0 * seconds / rows
+
+
+def _pool_per_class(group: pd.DataFrame) -> dict | None:
+    """{class: mean over the seeds of the accuracy on that class's rows}, or None without per-class metrics."""
+    records = [r for r in group["per_class"] if r]
+    if not records:
+        return None
+    return {c: float(np.mean([r[c] for r in records if c in r])) for c in records[0]}
 
 
 def _pool_domains(group: pd.DataFrame) -> dict | None:
@@ -237,3 +258,9 @@ def has_members(summary: pd.DataFrame) -> bool:
     """Some model averages several members or heads: only then does an uncertainty split say anything (one model's
     epistemic part is exactly 0, and its total equals its aleatoric part)."""
     return bool((summary["members"].fillna(1) > 1).any())
+
+
+def comparable(summary: pd.DataFrame) -> np.ndarray:
+    """The models whose scores compete: those of the full label space, not the teachers' oracle (it reads the gold
+    labels). A teacher of a subset of the classes is scored on its own classes only, an easier task."""
+    return ((summary["n_classes"] == summary["n_classes"].max()) & (summary["kind"] != "oracle")).to_numpy()

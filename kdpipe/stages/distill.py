@@ -52,11 +52,15 @@ def run(
         )
         for t in teachers
     }
-    blocks = teacher_blocks(
-        {t: signals[t]["labels"] for t in teachers},
-        labels,
-        policy=method.teacher_classes,
-        where=f"student with method {method.name}",
+    blocks = (
+        teacher_blocks(
+            {t: signals[t]["labels"] for t in teachers},
+            labels,
+            policy=method.teacher_classes,
+            where=f"student with method {method.name}",
+        )
+        if teachers
+        else {}  # a baseline without teachers (method supervised)
     )
     ctx = DistillContext(
         labels=labels,

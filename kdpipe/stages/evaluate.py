@@ -70,6 +70,8 @@ def run(params: dict, model: Path, data: Path, out_json: Path, out_predictions: 
         "params": count_parameters(model),
         "train_time_s": trained.get("train_time_s"),
         "inference_time_s": inference_time,
+        "device": _describe(device),
+        "batch_size": params["batch_size"],
     }
     return write_evaluation(
         params,
@@ -82,3 +84,13 @@ def run(params: dict, model: Path, data: Path, out_json: Path, out_predictions: 
         out_predictions,
         frame["domain"].to_numpy() if "domain" in frame else None,
     )
+
+
+def _describe(device) -> str:
+    """The device as the cost plot states it: the GPU's name, or the CPU threads inference used."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU, {torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''}"

@@ -1,7 +1,10 @@
-"""The ``evaluate_ensemble`` stage: an ensemble of teachers, from its members' saved predictions (no inference).
+"""The ``evaluate_ensemble`` stage: a model made from its members' saved predictions (no inference), with the outputs
+of every evaluation (:mod:`kdpipe.evaluation.results`):
 
-Its prediction is the mean of its members' probabilities; the outputs are those of every evaluation
-(:mod:`kdpipe.evaluation.results`).
+- an ensemble of teachers: the mean of its members' probabilities;
+- the teachers' oracle (``evaluate.oracle``, docs/report.md "Baselines"): teachers on disjoint class subsets, each
+  evaluated on the rows of its own classes, so that each row is predicted by the teacher that owns its gold class.
+  The oracle's probabilities are that teacher's, placed at its classes in the full label space (0 elsewhere).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ def run(params: dict, members: list[Path], out_json: Path, out_predictions: Path
     for path in map(Path, members):
         tables.append(pd.read_parquet(path))
         records.append(read_json(path.with_name(path.name.replace(".predictions.parquet", ".json"))))
+    extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
+    if params.get("combine") == "oracle":
+        return _oracle(params, tables, records, extra, out_json, out_predictions)
     classes = records[0]["classes"]
     for path, table, record in zip(members, tables, records):
         if record["classes"] != classes or not np.array_equal(table["row_id"], tables[0]["row_id"]):
@@ -32,8 +38,31 @@ def run(params: dict, members: list[Path], out_json: Path, out_predictions: Path
     member_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in tables]).astype(np.float64)
     local = {c: i for i, c in enumerate(classes)}
     y = tables[0]["label"].map(local).to_numpy(dtype=np.int64)
-    extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
     domains = tables[0]["domain"].to_numpy() if "domain" in tables[0] else None
     return write_evaluation(
         params, member_probs, y, classes, tables[0]["row_id"].to_numpy(), extra, out_json, out_predictions, domains
+    )
+
+
+def _oracle(
+    params: dict, tables: list[pd.DataFrame], records: list[dict], extra: dict, out_json: Path, out_predictions: Path
+) -> dict:
+    """Every member's rows with its probabilities placed at its classes among all the members' classes (sorted, as
+    dataset labels are); a row predicted by two members means their classes overlap."""
+    classes = sorted(c for r in records for c in r["classes"])
+    position = {c: i for i, c in enumerate(classes)}
+    row_ids = np.concatenate([t["row_id"].to_numpy() for t in tables])
+    if len(set(row_ids)) != len(row_ids) or len(set(classes)) != len(classes):
+        raise KdpipeError(f"oracle {params['model']}: teachers {params['members']} share classes or rows")
+    probs = np.zeros((len(row_ids), len(classes)))
+    start = 0
+    for table, record in zip(tables, records):
+        block = [position[c] for c in record["classes"]]
+        probs[start : start + len(table), block] = np.stack(table["probs"].to_numpy())
+        start += len(table)
+    labels = pd.concat([t["label"] for t in tables]).map(position).to_numpy(dtype=np.int64)
+    order = np.argsort(row_ids, kind="stable")
+    domains = np.concatenate([t["domain"].to_numpy() for t in tables])[order] if "domain" in tables[0] else None
+    return write_evaluation(
+        params, probs[order][None], labels[order], classes, row_ids[order], extra, out_json, out_predictions, domains
     )

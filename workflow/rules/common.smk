@@ -56,7 +56,7 @@ wildcard_constraints:
     teacher="|".join(map(re.escape, PLAN.teachers)) or "NO_TEACHER",
     student="|".join(map(re.escape, PLAN.students)) or "NO_STUDENT",
     model="|".join(map(re.escape, [*PLAN.teachers, *PLAN.students, *PLAN.cotrained])),
-    ensemble="|".join(map(re.escape, PLAN.ensembles)) or "NO_ENSEMBLE",
+    ensemble="|".join(map(re.escape, [*PLAN.ensembles, *(["oracle"] if PLAN.oracle else [])])) or "NO_ENSEMBLE",
     split="train|validation|test",
 
 

@@ -24,12 +24,13 @@ rule evaluate:
 
 
 rule evaluate_ensemble:
-    """An ensemble of teachers: its members' mean probabilities, metrics and uncertainty split (no inference)."""
+    """An ensemble of teachers (its members' mean probabilities), or the teachers' oracle (each row from the teacher
+    that owns its gold class): metrics and predictions from the members' saved predictions (no inference)."""
     input:
         members=lambda wc: [
-            f"{EVAL.format(model=m, split=wc.split)}.predictions.parquet" for m in PLAN.ensembles[wc.ensemble]
+            f"{EVAL.format(model=m, split=wc.split)}.predictions.parquet" for m in PLAN.combined(wc.ensemble)
         ],
-        evals=lambda wc: [f"{EVAL.format(model=m, split=wc.split)}.json" for m in PLAN.ensembles[wc.ensemble]],
+        evals=lambda wc: [f"{EVAL.format(model=m, split=wc.split)}.json" for m in PLAN.combined(wc.ensemble)],
     output:
         metrics=EVAL.replace("{model}", "{ensemble}") + ".json",
         predictions=EVAL.replace("{model}", "{ensemble}") + ".predictions.parquet",
@@ -53,13 +54,52 @@ rule report:
     """Summary table and plots of every model (rendered by `snakemake --report`)."""
     input:
         evals=[f"{EVAL.format(model=m, split=s)}.json" for m in PLAN.models() for s in PLAN.eval_splits()],
+        predictions=[
+            f"{EVAL.format(model=m, split=s)}.predictions.parquet" for m in PLAN.models() for s in PLAN.eval_splits()
+        ],
         routes=[f"{ROUTE.format(route=r)}/route.json" for r in PLAN.routes()],
+        models=PLAN.trained_models(),
     output:
         **ROUTING_REPORT,
-        tsv=report(f"{REPORT}/summary.tsv", caption="../report/summary.rst", category="Summary"),
+        html=report(
+            f"{REPORT}/summary.html",
+            caption="../report/summary.rst",
+            category="Summary",
+            labels={"figure": "1 comparison table"},
+        ),
+        landing=f"{REPORT}/landing.html",
+        tsv=report(
+            f"{REPORT}/summary.tsv",
+            caption="../report/summary_tsv.rst",
+            category="Summary",
+            labels={"figure": "8 table as TSV"},
+        ),
         md=f"{REPORT}/summary.md",
+        chart=report(
+            f"{REPORT}/metrics.png",
+            caption="../report/metrics.rst",
+            category="Summary",
+            labels={"figure": "2 metrics"},
+        ),
+        cost=report(
+            f"{REPORT}/cost.png",
+            caption="../report/cost.rst",
+            category="Summary",
+            labels={"figure": "3 cost against accuracy"},
+        ),
+        curves=report(
+            f"{REPORT}/curves.png",
+            caption="../report/curves.rst",
+            category="Summary",
+            labels={"figure": "4 training curves"},
+        ),
+        confusion=report(
+            f"{REPORT}/confusion.png",
+            caption="../report/confusion.rst",
+            category="Summary",
+            labels={"figure": "5 confusion matrices"},
+        ),
         reliability=report(f"{REPORT}/reliability.png", caption="../report/reliability.rst", category="Calibration"),
-        chart=report(f"{REPORT}/metrics.png", caption="../report/metrics.rst", category="Summary"),
         uncertainty=report(f"{REPORT}/uncertainty.png", caption="../report/uncertainty.rst", category="Calibration"),
     log:
         f"{LOGS}/report.log",
@@ -71,6 +111,8 @@ rule report:
         runtime=10,
     params:
         out=lambda wildcards, output: Path(output.tsv).parent,
+        title=PLAN.report_title(),
         code=code("kdpipe.stages.report"),
     shell:
-        "python -m kdpipe report --out {params.out} --evals {input.evals} --routes {input.routes} > {log} 2>&1"
+        "python -m kdpipe report --out {params.out} --evals {input.evals} --routes {input.routes}"
+        " --models {input.models} --title {params.title:q} > {log} 2>&1"

@@ -1,0 +1,113 @@
+"""Training curves from the ``train_log.jsonl`` every training job writes (kdpipe.training.loop): the training loss
+per logged step and the validation accuracy after each epoch, with the epoch whose weights were kept marked.
+
+A log has two kinds of line: ``{"epoch", "step", "loss", ...}`` every few steps, and ``{"epoch", "validation":
+{"accuracy", "nll", ...}, "best"}`` after each epoch, where ``best`` says the epoch improved on the kept weights, so
+the kept epoch is the last one with ``best`` true. A resumed job appends to its log: the last line of a step or an
+epoch wins.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kdpipe.core.store import KdpipeError
+
+FAMILIES = {"teachers": "teachers", "students": "students", "cotrained": "co-trained teachers"}
+
+
+@dataclass
+class Curve:
+    model: str
+    family: str  # "teachers", "students" or "cotrained": the folder the model lives in
+    steps: np.ndarray = field(default_factory=lambda: np.empty(0))  # global step of each logged loss
+    loss: np.ndarray = field(default_factory=lambda: np.empty(0))
+    epochs: np.ndarray = field(default_factory=lambda: np.empty(0))  # 1, 2, ...
+    accuracy: np.ndarray = field(default_factory=lambda: np.empty(0))  # validation accuracy after each epoch
+    kept: int | None = None  # the epoch whose weights were kept (None: no validation, the last)
+
+
+def read_curve(path: str | Path) -> Curve:
+    """The curve of ``results/<family>/<model>/train_log.jsonl``."""
+    path = Path(path)
+    steps, epochs = {}, {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise KdpipeError(f"{path}:{number}: not a JSON line ({error.msg})") from None
+        if "step" in entry and "loss" in entry:
+            steps[entry["step"]] = entry["loss"]
+        elif isinstance(entry.get("validation"), dict):
+            epochs[entry["epoch"]] = (entry["validation"].get("accuracy", np.nan), bool(entry.get("best")))
+    kept = [epoch for epoch, (_, best) in sorted(epochs.items()) if best]
+    return Curve(
+        model=path.parent.name,
+        family=path.parent.parent.name,
+        steps=np.array(sorted(steps), dtype=float),
+        loss=np.array([steps[s] for s in sorted(steps)], dtype=float),
+        epochs=np.array(sorted(epochs), dtype=float),
+        accuracy=np.array([epochs[e][0] for e in sorted(epochs)], dtype=float),
+        kept=kept[-1] if kept else None,
+    )
+
+
+def plot_curves(curves: list[Curve], path: Path) -> None:
+    """One row per family of models (teachers, students...): training loss per step (left; log scale, a moving
+    average over 5 logged steps drawn over the raw values) and validation accuracy per epoch (right), the kept
+    epoch circled. Seeds of one model share its colour."""
+    from kdpipe.report.plots import _pyplot, _save, placeholder
+
+    if not curves:
+        placeholder(path, "No training curves: no model of this report was trained by the workflow.")
+        return
+    plt = _pyplot()
+    families = [f for f in FAMILIES if any(c.family == f for c in curves)]
+    families += sorted({c.family for c in curves} - set(families))
+    fig, axes = plt.subplots(len(families), 2, figsize=(14, 4.2 * len(families)), squeeze=False, layout="constrained")
+    for (ax_loss, ax_acc), family in zip(axes, families):
+        members = [c for c in curves if c.family == family]
+        colours = {}
+        for curve in members:
+            base = curve.model.split(".seed")[0]
+            label = None if base in colours else base  # one legend entry per model, not per seed
+            colour = colours.setdefault(base, f"C{len(colours) % 10}")
+            if len(curve.loss):
+                ax_loss.plot(curve.steps, curve.loss, color=colour, alpha=0.25, linewidth=0.8)
+                ax_loss.plot(curve.steps, _smooth(curve.loss), color=colour, linewidth=1.6)
+            if len(curve.epochs):
+                ax_acc.plot(curve.epochs, 100 * curve.accuracy, marker=".", color=colour, linewidth=1.4, label=label)
+            if curve.kept is not None:
+                at = curve.epochs == curve.kept
+                ax_acc.scatter(curve.epochs[at], 100 * curve.accuracy[at], s=110, facecolors="none",
+                               edgecolors=colour, linewidths=1.8, zorder=3)  # fmt: skip
+        name = FAMILIES.get(family, family)
+        ax_loss.set_title(f"{name}: training loss", fontsize=11)
+        ax_loss.set_xlabel("step", fontsize=9)
+        if any(len(c.loss) and np.all(c.loss > 0) for c in members):
+            ax_loss.set_yscale("log")
+        ax_acc.set_title(f"{name}: validation accuracy (○ the epoch whose weights were kept)", fontsize=11)
+        ax_acc.set_xlabel("epoch", fontsize=9)
+        ax_acc.set_ylabel("%", fontsize=9)
+        epochs = max((len(c.epochs) for c in members), default=1)
+        ax_acc.set_xticks(range(1, epochs + 1))
+        for ax in (ax_loss, ax_acc):
+            ax.grid(alpha=0.3, linewidth=0.5)
+            ax.tick_params(labelsize=8)
+        ax_acc.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
+    fig.suptitle("Training curves", fontsize=13)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _smooth(values: np.ndarray, window: int = 5) -> np.ndarray:
+    """A trailing moving average (the first points average what there is): the logged loss of one batch is noisy."""
+    sums = np.cumsum(np.insert(values, 0, 0.0))
+    counts = np.minimum(np.arange(1, len(values) + 1), window)
+    return (sums[1:] - sums[np.arange(1, len(values) + 1) - counts]) / counts
