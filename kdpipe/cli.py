@@ -4,7 +4,8 @@ Built from :data:`kdpipe.stages.STAGES`. Every stage takes its config slice as `
 rule's ``params`` hold) and explicit input/output paths. A stage's module is imported only when its sub-command
 runs. A stage that runs a model first claims a free GPU from the lock-file pool (:mod:`kdpipe.core.gpus`), before
 anything imports torch. A :class:`KdpipeError` (bad input or configuration) is printed as one clear line and exits
-with status 2, leaving no output behind.
+with status 2, leaving no output behind. A training stage given ``--processes N`` (N > 1) becomes ``torchrun``
+with N copies of itself, one per device, training data-parallel (:mod:`kdpipe.training.distributed`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
+from kdpipe.core.finished import job_identity_of_process, set_job_identity
 from kdpipe.core.gpus import claim_gpu
 from kdpipe.core.store import KdpipeError
 from kdpipe.stages import STAGES
@@ -43,6 +46,12 @@ def _add_argument(sub: argparse.ArgumentParser, spec: str) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kdpipe", description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (the rule's {threads})")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="a training stage's processes, one per device, data-parallel (the rule's {resources.gpu})",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     for name, stage in STAGES.items():
         s = sub.add_parser(name, help=stage.summary)
@@ -70,25 +79,71 @@ def _restored(params: dict, args: dict) -> bool:
     return False
 
 
+# Set for the ranks that _launch starts: the launcher holds the output lock and knows the job's identity
+LAUNCHED = "KDPIPE_LAUNCHED_IDENTITY"
+
+
+def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
+    """Become ``torchrun`` running this same command as ``processes`` ranks on this machine (``--standalone``: a free
+    port of its own). The output lock, taken by this process, stays held by torchrun (its descriptor survives the
+    exec); each rank gets an equal part of the job's CPU threads."""
+    from kdpipe.core.finished import held_locks
+
+    rest, skip = [], False
+    for arg in argv:  # drop the launcher's own options; the ranks get theirs below
+        if skip:
+            skip = False
+        elif arg in ("--processes", "--threads"):
+            skip = True
+        elif not arg.startswith(("--processes=", "--threads=")):
+            rest.append(arg)
+    per_rank = max(1, (threads or os.cpu_count() or 1) // processes)
+    for handle in held_locks():
+        os.set_inheritable(handle.fileno(), True)
+    os.environ[LAUNCHED] = job_identity_of_process() or ""
+    os.environ["OMP_NUM_THREADS"] = str(per_rank)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    command += ["-m", "kdpipe", "--threads", str(per_rank), *rest]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = vars(parser().parse_args(argv))
     command, threads, params = args.pop("command"), args.pop("threads"), args.pop("params")
+    processes = args.pop("processes")
     stage = STAGES[command]
     for spec in stage.arguments:  # an optional path not given is None
         name = spec.split(":")[0]
         if name.endswith("?") and not spec.endswith(":str?"):
             given = args[name[:-1]]
             args[name[:-1]] = given[0] if given else None
+    rank = LAUNCHED in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
     try:
-        if stage.trains and _restored(params, args):
+        if processes < 1:
+            raise KdpipeError(f"--processes {processes}: give at least 1")
+        if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
+            set_job_identity(os.environ[LAUNCHED] or None)
+        elif stage.trains and _restored(params, args):
             return 0
+        elif stage.trains and processes > 1:
+            _launch(processes, threads, argv)
         if stage.device:
             claim_gpu()
         if threads:
             from kdpipe.core.device import set_threads
 
             set_threads(threads)
+        if rank:
+            from kdpipe.core.device import pick_device
+            from kdpipe.training import distributed
+
+            distributed.init(pick_device())
         importlib.import_module(stage.module).run(params, **args)
+        if rank:
+            distributed.close()
     except KdpipeError as err:
         print(f"kdpipe {command}: error: {err}", file=sys.stderr)
         return 2

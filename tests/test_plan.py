@@ -33,6 +33,18 @@ def test_slices_hold_only_what_the_output_depends_on():
     assert mc["split"] == "train" and mc["signal"] == "mc"
 
 
+def test_devices_choose_how_a_job_runs_not_what_it_makes():
+    def two_devices(config):
+        config["teachers"]["ta"]["devices"] = 2
+        config["students"]["s_vkd"]["devices"] = 3
+
+    plain, spread = load(), load(edit=two_devices)
+    assert (spread.devices("ta"), spread.devices("tb"), spread.devices("s_vkd")) == (2, 1, 3)
+    assert "devices" not in str(spread.teacher_params("ta")) and "devices" not in str(spread.student_params("s_vkd"))
+    assert spread.teacher_params("ta") == plain.teacher_params("ta")  # nothing reruns when devices change
+    assert spread.student_params("s_vkd") == plain.student_params("s_vkd")
+
+
 def test_head_init_is_in_a_slice_only_where_it_changes_the_model():
     # the schema fills head_init: copy into student_defaults.model; a student's slice must not change with it
     plan = load("tests/configs/tiny_full.yaml")

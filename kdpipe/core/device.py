@@ -14,10 +14,14 @@ import torch
 
 
 def pick_device(requested: str | None = None) -> torch.device:
-    """``auto`` picks CUDA when present, else CPU."""
+    """``auto`` picks CUDA when present, else CPU. One of several ranks of a job (``torchrun``) that sees several
+    GPUs (SLURM gave the job N) takes the one of its local rank; a rank that claimed its own GPU from the pool
+    (:mod:`kdpipe.core.gpus`) sees only that one."""
     choice = (requested or os.environ.get("KDPIPE_DEVICE") or "auto").strip()
     if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and "LOCAL_RANK" in os.environ and torch.cuda.device_count() > 1:
+        return torch.device(f"cuda:{int(os.environ['LOCAL_RANK']) % torch.cuda.device_count()}")
     return torch.device(choice)
 
 

@@ -27,6 +27,11 @@ def set_job_identity(identity: str | None) -> None:
     _JOB_IDENTITY = identity
 
 
+def job_identity_of_process() -> str | None:
+    """The identity set by :func:`set_job_identity` (passed on to the ranks of a multi-process job)."""
+    return _JOB_IDENTITY
+
+
 def keep_finished(out_tmp: Path, resume: Path) -> None:
     """Replace the kept copy of the job whose resume folder is ``resume`` by ``out_tmp`` (its finished output),
     when the job's identity is known."""
@@ -84,6 +89,11 @@ def restore_finished(identity: str, out_dirs: list[Path]) -> bool:
 
 
 _LOCKS: dict = {}  # lock file -> its open handle, held until the process ends (released by the OS, also on SIGKILL)
+
+
+def held_locks() -> list:
+    """The open handles of the output locks this process holds."""
+    return list(_LOCKS.values())
 
 
 def lock_outputs(out_dirs: list[Path]) -> None:

@@ -29,6 +29,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import Encoded, collate, model_inputs
 from kdpipe.methods.base import Objective, student_logits
 from kdpipe.methods.losses import kl_divergence, soft_kl
+from kdpipe.training import distributed
 from kdpipe.training.loop import TrainSettings, is_better, make_optimizer, state_on_cpu
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
@@ -137,13 +138,15 @@ class CoTrainedTeacher:
         else:
             loss, ce, kl = teacher_loss(logits, batch["labels"], p_student, float(self.args["move_back_weight"]))
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        # (over several processes: the gradient and the KL of the global batch, so every copy takes the same step)
+        loss_value = distributed.sync_backward(loss, list(self.model.parameters()))
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
-        terms = {"teacher_loss": loss.item(), "teacher_ce": ce.item(), "teacher_kl": kl.item()}
+        kl_value = distributed.mean(kl.item())
+        terms = {"teacher_loss": loss_value, "teacher_ce": ce.item(), "teacher_kl": kl_value}
         if self.args["dual"]:
-            self.beta = updated_multiplier(self.beta, kl.item(), float(self.args["epsilon"]), float(self.args["eta"]))
+            self.beta = updated_multiplier(self.beta, kl_value, float(self.args["epsilon"]), float(self.args["eta"]))
             terms["beta"] = self.beta
         self.model.eval()
         with torch.no_grad():

@@ -28,7 +28,7 @@ class Slices:
         name by the stage). Keys at their "as before" value (:data:`LATER_KEYS`) are left out, so adding such a
         key to kdpipe does not change the slice of teachers that do not use it."""
         spec = self.teachers[teacher]
-        params = {k: v for k, v in spec.items() if not (k in LATER_KEYS and v == LATER_KEYS[k])}
+        params = {k: v for k, v in spec.items() if not (k in LATER_KEYS and v == LATER_KEYS[k]) and k != "devices"}
         if spec.get("checkpoint"):  # the checkpoint replaces the backbone; an import trains nothing
             params = without(params, *(TRAINING_KEYS if self.imported(teacher) else ("backbone",)))
         objective = TEACHER_OBJECTIVES.get(spec.get("objective", "ce"))
@@ -43,6 +43,14 @@ class Slices:
         """S, the shard jobs a signal pass runs as (config section ``mc_dropout`` or ``dump``); not part of any slice:
         the gathered artifacts are the same bytes for any S."""
         return int(self.config[section].get("shards", 1))
+
+    def devices(self, model: str) -> int:
+        """The processes (one per device) a teacher's, student's or co-trained teacher's training job runs as; not
+        part of any slice: it changes how a job runs, not what it makes (docs/cluster.md)."""
+        if model in self.teachers:
+            return int(self.teachers[model].get("devices", 1))
+        student = self.students[self.cotrained.get(model, model)]
+        return int(student.config.get("devices", 1))
 
     def signal_params(self, teacher: str, split: str, signal: str) -> dict:
         """The slice of one teacher signal on one split: its pass's settings (the config section that also sets its
@@ -60,7 +68,7 @@ class Slices:
         (so the distill stage need not import the registry), and the layer alignment a feature method needs."""
         method = get_method(self.students[student].config["method"])
         params = {
-            **self.students[student].config,
+            **without(self.students[student].config, "devices"),
             "teachers": self.student_teachers(student),
             "method_spec": method.job_spec(),
         }

@@ -5,7 +5,9 @@ evaluation on validation after each epoch keeping the best weights, a tqdm progr
 and resume: the full state (model and extra modules, optimiser, scheduler, best weights, history, position in the
 epoch) is checkpointed atomically to a resume directory outside the job's declared outputs (Snakemake deletes
 those before a rerun), after every epoch and every ``checkpoint_every`` steps. A resume directory made by another
-configuration (different ``resume_key``) is discarded, never reused.
+configuration (different ``resume_key``) is discarded, never reused. Under ``torchrun`` the same loop trains
+data-parallel over several processes (:mod:`kdpipe.training.distributed`): same global batch, schedule, checkpoints
+and outputs as one process.
 
 A method differs only by its ``loss_fn(model, batch) -> (loss, {name: float})`` and, when it trains modules of its
 own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates (None: the model's). A loss that
@@ -40,6 +42,7 @@ from kdpipe.data.batching import Encoded, collate, training_batches
 from kdpipe.models.card import model_card
 from kdpipe.models.inference import probs_predictor
 from kdpipe.models.loading import count_parameters, save_model
+from kdpipe.training import distributed
 
 FREE_SPACE = "free space on that disk (or set checkpoint_every: 0 to checkpoint only at epoch ends)"
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
@@ -139,7 +142,8 @@ class _Checkpoint:
         return state
 
     def save(self, state: dict, tensors: dict[str, dict], optimizer, scheduler, extra: dict | None = None) -> None:
-        if self.root is None:
+        rng = distributed.gather(torch.get_rng_state())  # every process's (dropout masks differ by process)
+        if self.root is None or not distributed.is_main():
             return
         self.count += 1
         folder = self.root / f"ckpt-{self.count:06d}"
@@ -153,7 +157,8 @@ class _Checkpoint:
                 {
                     "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
-                    "torch_rng": torch.get_rng_state(),
+                    "torch_rng": rng[0],
+                    "torch_rngs": rng,
                     "extra": extra,
                 },
                 tmp / "optim.pt",
@@ -211,7 +216,8 @@ def fit(
     epochs)`` (0-based epoch) is called before each epoch's first step, also after a resume, so epoch-level
     schedules of a loss (e.g. Hydra+'s λ ramp) follow the same epochs.
     """
-    torch.manual_seed(settings.seed)
+    # each process its own dropout masks; the first process those of a one-process run
+    torch.manual_seed(settings.seed + distributed.rank())
     # an extra module's lr None: the model's own
     modules = {
         "model": (model, settings.lr),
@@ -219,18 +225,25 @@ def fit(
     }
     for module, _ in modules.values():
         module.to(device)
+    distributed.same_start([module for module, _ in modules.values()])
     optimizer, scheduler = make_optimizer(modules, settings, total_steps(len(train), settings))
     lengths = train.lengths
 
     ckpt = _Checkpoint(resume_dir, resume_key)
-    state = ckpt.load()
+    # the first process reads first: it removes a checkpoint of another configuration before the others look
+    state = ckpt.load() if distributed.is_main() else None
+    distributed.barrier()
+    if not distributed.is_main():
+        state = ckpt.load()
     if state:
         for name, (module, _) in modules.items():
             module.load_state_dict(ckpt.tensors(name))
         optim = ckpt.optim()
         optimizer.load_state_dict(optim["optimizer"])
         scheduler.load_state_dict(optim["scheduler"])
-        torch.set_rng_state(optim["torch_rng"])
+        rngs = optim.get("torch_rngs") or [optim["torch_rng"]]
+        if distributed.rank() < len(rngs):  # (a process the checkpoint did not have keeps its seed)
+            torch.set_rng_state(rngs[distributed.rank()])
         if extra_state is not None:
             extra_state.load_state_dict(optim["extra"])
         # (a checkpoint from before extra modules kept a best state has only the model's: the others keep their own)
@@ -240,7 +253,7 @@ def fit(
             else state_on_cpu(module)
             for name, (module, _) in modules.items()
         }
-        print(f"[kdpipe] resuming {desc} at epoch {state['epoch']} step {state['step_in_epoch']}", file=sys.stderr)
+        _say(f"[kdpipe] resuming {desc} at epoch {state['epoch']} step {state['step_in_epoch']}")
     else:
         state = {
             "epoch": 0,
@@ -252,11 +265,14 @@ def fit(
             "train_time_s": 0.0,
         }
         best = {name: state_on_cpu(module) for name, (module, _) in modules.items()}
-    log = open(log_path, "a") if log_path else None  # noqa: SIM115 (closed in the finally below)
+    log = open(log_path, "a") if log_path and distributed.is_main() else None  # noqa: SIM115 (closed below)
+    params = [p for g in optimizer.param_groups for p in g["params"]]
 
     def checkpoint():
-        tensors = {name: state_on_cpu(m) for name, (m, _) in modules.items()}
-        tensors.update({_best(name): sd for name, sd in best.items()})
+        tensors = {}
+        if distributed.is_main():  # (the others only join in gathering the random-number states)
+            tensors = {name: state_on_cpu(m) for name, (m, _) in modules.items()}
+            tensors.update({_best(name): sd for name, sd in best.items()})
         ckpt.save(state, tensors, optimizer, scheduler, extra_state.state_dict() if extra_state is not None else None)
 
     def write_log(record: dict):
@@ -280,28 +296,30 @@ def fit(
                 file=sys.stderr,
                 dynamic_ncols=True,
                 mininterval=5,
+                disable=not distributed.is_main(),
             )
             for step in range(state["step_in_epoch"], len(batches)):
-                batch = collate(train, batches[step], device)
+                rows, share = distributed.shard(batches[step])  # all rows with one process
+                distributed.set_share(share)
+                batch = collate(train, rows, device)
+                optimizer.zero_grad(set_to_none=True)  # (before the loss: ProKT's steps its own teacher inside it)
                 with autocast(device):
                     loss, terms = loss_fn(model, batch)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"{desc}: loss is {loss.item()} at epoch {epoch + 1} step {step}")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                params = [p for g in optimizer.param_groups for p in g["params"]]
+                loss_value = distributed.sync_backward(loss, params)
+                if not math.isfinite(loss_value):
+                    raise FloatingPointError(f"{desc}: loss is {loss_value} at epoch {epoch + 1} step {step}")
                 torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
+                bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
                 state["step_in_epoch"] = step + 1
                 if step % settings.log_every == 0:
                     write_log(
                         {
                             "epoch": epoch + 1,
                             "step": step,
-                            "loss": loss.item(),
+                            "loss": loss_value,
                             "lr": scheduler.get_last_lr()[0],
                             **terms,
                         }
@@ -314,7 +332,8 @@ def fit(
             state["train_time_s"] += time.perf_counter() - started
             for module, _ in modules.values():
                 module.eval()
-            metrics = validate(model) if validate is not None else None  # None: keep the last epoch
+            # None: keep the last epoch. Every process validates (same weights); the first one's metrics decide
+            metrics = distributed.broadcast(validate(model)) if validate is not None else None
             improved = metrics is None or is_better(metrics, state["best_score"], state["best_metrics"])
             if improved:
                 state.update(
@@ -331,7 +350,7 @@ def fit(
             }
             state["history"].append(record)
             write_log(record)
-            print(f"[kdpipe] {desc} epoch {epoch + 1}: validation {metrics if metrics else 'skipped'}", file=sys.stderr)
+            _say(f"[kdpipe] {desc} epoch {epoch + 1}: validation {metrics if metrics else 'skipped'}")
             state.update(epoch=epoch + 1, step_in_epoch=0)
             checkpoint()
     finally:
@@ -345,6 +364,11 @@ def fit(
         train_time_s=state["train_time_s"],
         best_modules={name: sd for name, sd in best.items() if name != "model"},
     )
+
+
+def _say(message: str) -> None:
+    if distributed.is_main():
+        print(message, file=sys.stderr)
 
 
 def is_better(metrics: dict, best_score: float, best_metrics: dict) -> bool:
@@ -449,7 +473,9 @@ def save_trained(
     ``model_max_length`` is the training ``max_length``, so a pipeline truncates as kdpipe did), ``labels.json``
     (output order), ``metrics.json`` (best validation, train time, params, history), ``manifest.json``, a model
     card ``README.md``, ``train_log.jsonl`` and whatever ``save_extra(folder, result)`` adds; then drop the resume
-    state."""
+    state. Only the first process of a multi-process job writes."""
+    if not distributed.is_main():
+        return
     model.load_state_dict(result.best_state)
     max_length = (manifest.get("config") or {}).get("max_length")
     if max_length:

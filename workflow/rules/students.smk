@@ -18,14 +18,14 @@ rule distill:
     resources:
         mem_mb=6000,
         runtime=120,
-        gpu=1,
+        gpu=lambda wc: PLAN.devices(wc.student),  # one process per device
     params:
         cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
         code=lambda wc: code("kdpipe.stages.distill", *PLAN.student_modules(wc.student)),
         signals_root=SIGNALS_ROOT,
         route=lambda wc: PLAN.route_dir(wc.student),
     shell:
-        "python -m kdpipe --threads {threads} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
+        "python -m kdpipe --threads {threads} --processes {resources.gpu} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
         " --out {output.model} --prototypes {input.prototypes} --route {params.route} > {log} 2>&1"
 
 
@@ -46,10 +46,10 @@ rule cotrain:
     resources:
         mem_mb=8000,
         runtime=240,
-        gpu=1,
+        gpu=lambda wc: PLAN.devices(wc.student),  # one process per device
     params:
         cfg=lambda wc: as_json(PLAN.student_params(wc.student)),
         code=lambda wc: code("kdpipe.stages.cotrain", *PLAN.student_modules(wc.student)),
     shell:
-        "python -m kdpipe --threads {threads} cotrain --params {params.cfg:q} --data {input.data} --out {output.model}"
+        "python -m kdpipe --threads {threads} --processes {resources.gpu} cotrain --params {params.cfg:q} --data {input.data} --out {output.model}"
         " --out-teacher {output.teacher} > {log} 2>&1"

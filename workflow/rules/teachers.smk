@@ -16,12 +16,12 @@ rule finetune_teacher:
     resources:
         mem_mb=6000,
         runtime=120,
-        gpu=1,
+        gpu=lambda wc: PLAN.devices(wc.teacher),  # one process per device
     params:
         cfg=lambda wc: as_json(PLAN.teacher_params(wc.teacher)),
         code=lambda wc: code("kdpipe.stages.finetune_teacher", *PLAN.teacher_modules(wc.teacher)),
     shell:
-        "python -m kdpipe --threads {threads} finetune-teacher --params {params.cfg:q} --data {input.data} --out {output.model}"
+        "python -m kdpipe --threads {threads} --processes {resources.gpu} finetune-teacher --params {params.cfg:q} --data {input.data} --out {output.model}"
         " --prototypes {input.prototypes} > {log} 2>&1"
 
 

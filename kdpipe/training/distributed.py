@@ -1,0 +1,170 @@
+"""Data-parallel training over several processes (docs/cluster.md, "One job on several devices").
+
+A training job started with ``--processes N`` (the rule's ``gpu`` resource, set by a teacher's or student's
+``devices``) runs as N processes under ``torchrun``, one per device (NCCL on GPUs, gloo on CPUs). Every process
+builds the same batches (same seed and epoch) and takes every N-th row of each global batch; each scales its loss
+by its share of the global batch's rows, and the gradients are summed over the processes before clipping and the
+optimiser step. The update is therefore the one-process update on the same global batch, and every process keeps
+identical weights, optimiser state and schedule. Rank 0 alone writes the training log, checkpoints and outputs.
+
+Why by hand and not ``DistributedDataParallel``: DDP wraps one module and hooks its backward, but kdpipe's methods
+call the model and their own trained modules (adapters, a co-trained teacher with its own optimiser) directly inside
+their losses. One all-reduce of the flattened gradients after ``backward`` gives the same update for any set of
+modules; it forgoes DDP's overlap of communication with the backward pass, which matters little next to a
+transformer step.
+
+When the process group is not initialised every function here is the one-process identity, so the loop has one
+code path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+# This process's share of the current global batch's rows (set by the loop each step, read by sync_backward)
+_SHARE = 1.0
+# Where collectives put their tensors (NCCL needs them on the GPU)
+_DEVICE = torch.device("cpu")
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def is_main() -> bool:
+    """Whether this process writes (rank 0, or the only process)."""
+    return rank() == 0
+
+
+def requested() -> int:
+    """The number of processes torchrun started this one among (1 outside torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def init(device: torch.device) -> None:
+    """Join the process group torchrun describes in the environment (nothing for a single process).
+
+    A rank dies with its launcher (Linux ``PR_SET_PDEATHSIG``): a job killed with SIGKILL leaves no orphan rank
+    training into its resume folder.
+    """
+    if requested() <= 1 or dist.is_initialized():
+        return
+    global _DEVICE
+    _die_with_parent()
+    _DEVICE = device
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+
+def close() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the rank may outlive a killed launcher
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def shard(batch: np.ndarray) -> tuple[np.ndarray, float]:
+    """This process's rows of a global batch and their share of it.
+
+    Rows are dealt round-robin (a batch is sorted by length, so every process gets rows of about the same lengths).
+    A process left without a row (a last batch smaller than the process count) takes the batch's first row with
+    share 0, so that every process runs the same forward, backward and collectives.
+    """
+    world = world_size()
+    if world == 1:
+        return batch, 1.0
+    part = batch[rank() :: world]
+    if len(part) == 0:
+        return batch[:1], 0.0
+    return part, len(part) / len(batch)
+
+
+def set_share(share: float) -> None:
+    global _SHARE
+    _SHARE = share
+
+
+def sync_backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> float:
+    """``loss.backward()`` for this process's rows, then the gradients of ``params`` summed over the processes, so
+    each holds the gradient of the global batch's mean loss. Returns that mean loss (the same in every process).
+
+    ``loss`` is a mean over this process's rows; ``params`` must be the same list, in the same order, everywhere.
+    """
+    if world_size() == 1:
+        loss.backward()
+        return loss.item()
+    (loss * _SHARE).backward()
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    present = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=loss.device)
+    flat = torch.cat([g.reshape(-1).float() for g in grads] + [present, (loss.detach() * _SHARE).reshape(1).float()])
+    dist.all_reduce(flat)
+    offset = 0
+    for p, g in zip(params, grads):
+        count = g.numel()
+        p.grad = flat[offset : offset + count].view_as(g).to(g.dtype)
+        offset += count
+    for p, seen in zip(params, flat[offset : offset + len(params)].tolist()):
+        if seen == 0:  # no process computed a gradient for it: leave it out of the step, as one process would
+            p.grad = None
+    return float(flat[-1])
+
+
+def mean(value: float) -> float:
+    """The mean of a per-process value, each weighted by its share of the global batch (e.g. a loss term)."""
+    if world_size() == 1:
+        return value
+    total = torch.tensor([value * _SHARE], dtype=torch.float64, device=_DEVICE)
+    dist.all_reduce(total)
+    return float(total)
+
+
+def broadcast(obj):
+    """Rank 0's ``obj`` in every process (e.g. validation metrics, so every process keeps the same best epoch)."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather(obj) -> list:
+    """Every process's ``obj``, by rank (e.g. the random-number states a checkpoint keeps)."""
+    if world_size() == 1:
+        return [obj]
+    out = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def same_start(modules: list[torch.nn.Module]) -> None:
+    """Rank 0's weights in every process, before the first step (random initialisations may differ)."""
+    if world_size() == 1:
+        return
+    with torch.no_grad():
+        for module in modules:
+            for tensor in module.state_dict().values():
+                dist.broadcast(tensor, src=0)
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        dist.barrier()
