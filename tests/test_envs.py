@@ -29,22 +29,25 @@ def test_every_rule_that_runs_kdpipe_names_the_environment():
 
 
 def gpu_rules() -> set[str]:
-    """The rules that declare ``gpu=1`` (directly or through the shard rules' SHARD_RESOURCES)."""
+    """The rules that declare a ``gpu`` resource (directly or through the shard rules' SHARD_RESOURCES)."""
     found = set()
     for rules in (REPO / "workflow/rules").glob("*.smk"):
         for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", rules.read_text(), re.M | re.S):
-            if "gpu=1" in body or "**SHARD_RESOURCES" in body:
+            if "        gpu=" in body or "**SHARD_RESOURCES" in body:
                 found.add(name)
     return found
 
 
 def test_every_gpu_rule_is_placed_by_the_profiles():
-    """A GPU rule missing from the SLURM profile would ask for a GPU in the CPU partition; one missing from the CPU
-    profile would take every core of a 2-core machine."""
+    """A GPU rule missing from the SLURM profile would ask for a GPU in the CPU partition (and one given a `gpu` there
+    would lose its own count, a training job's `devices`); one missing from the CPU profile would take every core of
+    a 2-core machine."""
     rules = gpu_rules()
     assert {"finetune_teacher", "distill", "signal_shard", "prototypes"} <= rules
     slurm = yaml.safe_load((REPO / "profiles/slurm/profile.yaml").read_text())
     cpu = yaml.safe_load((REPO / "profiles/cpu/profile.yaml").read_text())
     for rule in rules:
-        assert slurm["set-resources"][rule]["gpu"] == 1, rule
+        placed = slurm["set-resources"][rule]
+        assert placed["slurm_partition"] != slurm["default-resources"]["slurm_partition"], rule
+        assert "gpu" not in placed, f"{rule}: the profile would override the rule's GPU count (devices)"
         assert rule in slurm["set-threads"] and rule in cpu["set-threads"], rule
