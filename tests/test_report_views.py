@@ -4,6 +4,7 @@ evaluations, predictions and training logs whose expected content is computed by
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
@@ -156,6 +157,10 @@ def test_landing_fragment_compares_the_models_at_a_glance(report):
     # per-example inference time: small predicted 10 rows in 0.1 s
     small = re.search(r"<tr><td[^>]*>small</td>.*?</tr>", fragment).group(0)
     assert 'data-sort="10">10.00</td>' in small and ">5.0M</td>" in small
+    # the key plots under the table, embedded: the fragment needs no other file
+    embedded = re.findall(r'<img src="data:image/png;base64,([^"]+)" alt="(\w+)"', fragment)
+    assert [alt for _, alt in embedded] == ["metrics", "cost"]
+    assert base64.b64decode(embedded[1][0]) == (out / "cost.png").read_bytes()
 
 
 def test_the_teachers_oracle_predicts_each_row_with_its_owner(tmp_path):

@@ -39,9 +39,10 @@ def build_report(
     title: str = "Model comparison",
 ) -> None:
     """Write into ``out_dir``: summary.tsv, summary.md and summary.html (the tables), landing.html (the landing
-    page's comparison), reliability.png, metrics.png, confusion.png and cost.png for ``eval_paths`` (with their
-    predictions beside them), curves.png from the ``train_logs``, and uncertainty.png when a model on the plotted
-    split has uncertainty fields (otherwise a stale one is removed; the workflow's report rule always has them).
+    page's comparison, with metrics.png and cost.png embedded), reliability.png, metrics.png, confusion.png and
+    cost.png for ``eval_paths`` (with their predictions beside them), curves.png from the ``train_logs``, and
+    uncertainty.png when a model on the plotted split has uncertainty fields (otherwise a stale one is removed; the
+    workflow's report rule always has them).
     The tables show the uncertainty columns only when some model averages several members or heads. With the
     manifests of the experiment's ``routes``: routing.tsv, routing.md and routing.png, and any routing warning at
     the top of the summaries."""
@@ -56,19 +57,20 @@ def build_report(
     )
     with atomic_path(out_dir / "summary.tsv") as tmp:
         summary[list(TSV_COLUMNS)].to_csv(tmp, sep="\t", index=False, na_rep="", float_format="%.6g")
-    for name, text in (
-        ("summary.md", summary_markdown(summary, warnings, title)),
-        ("summary.html", summary_html(summary, warnings, title)),
-        ("landing.html", landing_html(summary, warnings, title)),
-    ):
-        with atomic_path(out_dir / name) as tmp:
-            tmp.write_text(text)
     # Plots show one split (test when there is one): reliability on the validation split says little more.
     shown = summary[summary["split"] == summary["split"].iloc[0]]
     plot_reliability(shown, out_dir / "reliability.png")
     plot_metrics(shown, out_dir / "metrics.png")
     plot_confusion(shown, out_dir / "confusion.png")
     plot_cost(shown, out_dir / "cost.png")
+    key_plots = [out_dir / "metrics.png", out_dir / "cost.png"]  # shown on the landing page, under the table
+    for name, text in (
+        ("summary.md", summary_markdown(summary, warnings, title)),
+        ("summary.html", summary_html(summary, warnings, title)),
+        ("landing.html", landing_html(summary, warnings, title, key_plots)),
+    ):
+        with atomic_path(out_dir / name) as tmp:
+            tmp.write_text(text)
     plot_curves([read_curve(path) for path in train_logs or ()], out_dir / "curves.png")
     if shown["uncertainty"].notna().any():
         plot_uncertainty(shown, out_dir / "uncertainty.png")

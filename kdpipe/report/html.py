@@ -8,7 +8,9 @@ landing fragment as markup, where a library would have to be embedded in every r
 
 from __future__ import annotations
 
+import base64
 import html
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -76,9 +78,10 @@ def summary_html(summary: pd.DataFrame, warnings: list[str], title: str) -> str:
     )
 
 
-def landing_html(summary: pd.DataFrame, warnings: list[str], title: str) -> str:
-    """The fragment at the top of the report's landing page: the title, the routing warnings and the compact
-    comparison of the first split (test when evaluated); the rest is one click away in the Summary category."""
+def landing_html(summary: pd.DataFrame, warnings: list[str], title: str, plots: list[Path] = ()) -> str:
+    """The fragment at the top of the report's landing page: the title, the routing warnings, the compact
+    comparison of the first split (test when evaluated) and the key ``plots`` (PNG files, embedded, so that the
+    fragment stands alone); the rest is one click away in the Summary category."""
     split = summary["split"].iloc[0]
     table = summary[summary["split"] == split]
     header = tuple(name for name, _ in LANDING)
@@ -97,9 +100,15 @@ def landing_html(summary: pd.DataFrame, warnings: list[str], title: str) -> str:
             "tables (± std over seeds, per class), curves, confusion matrices, cost and calibration: category "
             "<i>Summary</i> in the menu.</p>",
             _table(header, rows, _best(table, header, landing=True)),
+            *(_figure(path) for path in plots),
             "</div>",
         ]
     )
+
+
+def _figure(path: Path) -> str:
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(Path(path).stem)}" style="width: 100%">'
 
 
 def _landing_cells(row) -> list[str]:

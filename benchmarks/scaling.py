@@ -1,0 +1,200 @@
+"""How cost grows with the work: wall time and peak memory of the teacher-side passes and of a student epoch
+against the number of training rows N, and of MC-dropout against the number of samples T.
+
+Each step is the workflow's own command (`python -m kdpipe signal-shard` + `signal-gather`, `python -m kdpipe
+distill`), run under `/usr/bin/time` for its wall time and peak resident memory, with the job settings the plan
+(`kdpipe.plan.Plan`) makes from config.yaml. The training split is BBC News' training rows repeated to N rows
+(deduplication off; validation and test splits unchanged), so only N changes. One MiniLM teacher on all five
+classes is fine-tuned once, on the smallest N, and reused for every N. Steps:
+- `logits`, `hidden` (the hidden states of the layers a DFA student reads) and `mc` (MC-dropout, T samples): one
+  pass each over the N training rows;
+- `student epoch`: a vanilla-KD student (2 MiniLM layers) trained for 1 epoch from those cached logits, its
+  validation included.
+Time should grow linearly in N and T, and memory stay flat in N (the signals are memory-mapped). Prints a Markdown
+table with seconds per 1,000 rows, writes a plot (`--plot`) and appends JSON records to
+benchmarks/out/scaling.jsonl.
+
+    python scaling.py                                   # N = 1k, 4k, 16k, 64k; T = 4, 8, 16 at the smallest N
+    python scaling.py --rows 1000 2000 4000 --samples 4 8 --max-length 64     # a shorter run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+import yaml
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from kdpipe.data.dataset import read_split  # noqa: E402
+from kdpipe.data.prepare import prepare  # noqa: E402
+from kdpipe.plan import Plan  # noqa: E402
+
+OUT = Path(__file__).parent / "out"
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+
+
+def plan_for(files: dict, samples: int, max_length: int, threads: int) -> Plan:
+    """The plan of config.yaml with the given data files, one teacher on all classes and two students: a DFA
+    student (so that the hidden-state dump has layers to keep) and the vanilla-KD student that is timed."""
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["dataset"] = {"name": "scaling", "files": files, "dedup": False}
+    config["teachers"] = {"teacher": {"epochs": 1, "max_length": max_length}}
+    config["mc_dropout"] = {"samples": samples, "splits": ["train"]}
+    config["students"] = {
+        "vkd": {"method": "vanilla_kd", "epochs": 1, "max_length": max_length},
+        "dfa": {"method": "dfa", "max_length": max_length},
+    }
+    config["evaluate"]["oracle"] = []
+    validate(config, str(SCHEMA), set_default=True)
+    return Plan(config, yaml.safe_load(SCHEMA.read_text()))
+
+
+def timed(args: list[str], threads: int, log: Path) -> tuple[float, float]:
+    """Wall seconds and peak resident MB of ``python -m kdpipe ARGS``."""
+    stats = log.with_suffix(".time")
+    cmd = ["/usr/bin/time", "-f", "%e %M", "-o", str(stats), sys.executable, "-m", "kdpipe", "--threads", str(threads)]
+    with open(log, "w") as fh:
+        done = subprocess.run(cmd + args, stdout=fh, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        sys.exit(f"kdpipe {' '.join(args[:1])} failed:\n{log.read_text()[-3000:]}")
+    wall, kb = stats.read_text().split()[-2:]
+    return float(wall), int(kb) / 1024
+
+
+def signal_pass(plan: Plan, signal: str, teacher: Path, data: Path, root: Path, threads: int) -> tuple[float, float]:
+    """One unsharded pass of ``signal`` over the training split, shard and gather, into ``root``."""
+    params = json.dumps(plan.signal_params("teacher", "train", signal))
+    part, out = root / "parts" / signal, root / "teacher" / "train"
+    root.mkdir(parents=True, exist_ok=True)
+    shard = ["signal-shard", "--params", params, "--teacher", str(teacher), "--data", str(data)]
+    wall, rss = timed(shard + ["--shard", "1-of-1", "--out-part", str(part)], threads, root / f"{signal}.log")
+    gather = ["signal-gather", "--params", params, "--parts", str(part), "--out", str(out)]
+    wall2, rss2 = timed(gather, threads, root / f"{signal}.gather.log")
+    return wall + wall2, max(rss, rss2)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, nargs="+", default=[1000, 4000, 16000, 64000])
+    p.add_argument("--samples", type=int, nargs="+", default=[4, 8, 16], help="T for MC-dropout at the smallest N")
+    p.add_argument("--max-length", type=int, default=96)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--plot", type=Path, default=Path(__file__).parent / "scaling.png")
+    args = p.parse_args()
+    records = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        prepare(
+            {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}},
+            tmp / "bbc",
+        )
+        splits = {s: read_split(tmp / "bbc", s)[["text", "label"]] for s in ("train", "validation", "test")}
+        for s in ("validation", "test"):
+            splits[s].to_csv(tmp / f"{s}.csv", index=False)
+        teacher = tmp / "teacher"
+        for n in sorted(args.rows):
+            work = tmp / f"n{n}"
+            work.mkdir()
+            train = splits["train"].sample(n=n, replace=n > len(splits["train"]), random_state=0)
+            train.to_csv(work / "train.csv", index=False)
+            files = {"train": str(work / "train.csv"), **{s: str(tmp / f"{s}.csv") for s in ("validation", "test")}}
+            samples = args.samples if n == min(args.rows) else args.samples[:1]
+            plan = plan_for(files, samples[0], args.max_length, args.threads)
+            data = work / "data"
+            prepare(plan.prepare_params(), data)
+            if not teacher.exists():  # fine-tuned once, on the smallest N
+                params = json.dumps(plan.teacher_params("teacher"))
+                timed(
+                    ["finetune-teacher", "--params", params, "--data", str(data), "--out", str(teacher)],
+                    args.threads,
+                    tmp / "teacher.log",
+                )
+            root = work / "signals"
+            steps = [("logits", 0), ("hidden", 0)] + [("mc", t) for t in samples]
+            for signal, t in steps:
+                step_plan = plan_for(files, t, args.max_length, args.threads) if t else plan
+                into = root if t in (0, samples[0]) else work / f"signals-T{t}"  # one mc artifact per folder
+                wall, rss = signal_pass(step_plan, signal, teacher, data, into, args.threads)
+                records.append(
+                    {
+                        "step": signal if not t else f"mc (T = {t})",
+                        "rows": n,
+                        "samples": t or None,
+                        "wall_s": wall,
+                        "peak_mb": rss,
+                    }
+                )
+                print(records[-1], flush=True)
+            params = json.dumps(plan.student_params("vkd"))
+            wall, rss = timed(
+                [
+                    "distill",
+                    "--params",
+                    params,
+                    "--data",
+                    str(data),
+                    "--signals-root",
+                    str(root),
+                    "--out",
+                    str(work / "student"),
+                    "--prototypes",
+                    "--route",
+                ],
+                args.threads,
+                work / "distill.log",
+            )
+            records.append({"step": "student epoch", "rows": n, "samples": None, "wall_s": wall, "peak_mb": rss})
+            print(records[-1], flush=True)
+    report(records, args)
+
+
+def report(records: list[dict], args) -> None:
+    frame = pd.DataFrame(records)
+    frame["s_per_1k"] = frame["wall_s"] / frame["rows"] * 1000
+    OUT.mkdir(exist_ok=True)
+    stamp = {
+        "date": date.today().isoformat(),
+        "machine": platform.node(),
+        "threads": args.threads,
+        "max_length": args.max_length,
+    }
+    with open(OUT / "scaling.jsonl", "a") as fh:
+        for rec in frame.to_dict("records"):
+            fh.write(json.dumps({**stamp, **rec}) + "\n")
+    print(f"\n{stamp['date']}, {args.threads} threads, max_length {args.max_length}\n")
+    print("| step | rows | wall s | s per 1k rows | peak MB |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for rec in frame.to_dict("records"):
+        print(
+            f"| {rec['step']} | {rec['rows']:,} | {rec['wall_s']:.1f} | {rec['s_per_1k']:.1f} | {rec['peak_mb']:.0f} |"
+        )
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
+    for step, rows in frame[frame["samples"].isna() | (frame["samples"] == min(args.samples))].groupby("step"):
+        ax_t.plot(rows["rows"], rows["wall_s"], marker="o", label=step)
+        ax_m.plot(rows["rows"], rows["peak_mb"], marker="o", label=step)
+    ax_t.set(xscale="log", yscale="log", xlabel="training rows N", ylabel="wall time (s)", title="Time against N")
+    ax_m.set(xscale="log", xlabel="training rows N", ylabel="peak resident memory (MB)", title="Memory against N")
+    ax_m.set_ylim(bottom=0)
+    ax_t.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=100)
+    print(f"\nplot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
