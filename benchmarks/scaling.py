@@ -30,6 +30,7 @@ from datetime import date
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -182,6 +183,26 @@ def report(records: list[dict], args) -> None:
     for rec in frame.to_dict("records"):
         print(
             f"| {rec['step']} | {rec['rows']:,} | {rec['wall_s']:.1f} | {rec['s_per_1k']:.1f} | {rec['peak_mb']:.0f} |"
+        )
+    # A straight line wall = fixed + per_row * N per step: the fixed part is the process start-up (imports, the model
+    # load), the slope the cost that grows with N; the worst residual says how far from linear the step is.
+    print("\n| step | fixed s | s per 1k rows | worst deviation from the line | peak MB, smallest to largest N |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for step, rows in frame.groupby("step", sort=False):
+        if len(rows) < 2:
+            continue
+        slope, fixed = np.polyfit(rows["rows"], rows["wall_s"], 1)
+        worst = float((rows["wall_s"] - (fixed + slope * rows["rows"])).abs().div(rows["wall_s"]).max())
+        peaks = " → ".join(f"{m:.0f}" for m in rows["peak_mb"])
+        print(f"| {step} | {fixed:.1f} | {1000 * slope:.1f} | {100 * worst:.1f}% | {peaks} |")
+    mc = frame[frame["samples"].notna() & (frame["rows"] == frame["rows"].min())]
+    if len(mc) >= 2:  # MC-dropout against T at the smallest N
+        slope, fixed = np.polyfit(mc["samples"], mc["wall_s"], 1)
+        worst = float((mc["wall_s"] - (fixed + slope * mc["samples"])).abs().div(mc["wall_s"]).max())
+        samples = ", ".join(str(int(t)) for t in mc["samples"])
+        print(
+            f"\nMC-dropout at N = {mc['rows'].iloc[0]:,}: {fixed:.1f} s fixed + {slope:.1f} s per sample T "
+            f"(T = {samples}; worst deviation from the line {100 * worst:.1f}%)"
         )
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
     for step, rows in frame[frame["samples"].isna() | (frame["samples"] == min(args.samples))].groupby("step"):
