@@ -7,8 +7,9 @@ kdpipe's own cost (its plan, config checks and code fingerprints):
   first; `--workdir` names it, the repository by default), R times; beside it a one-rule Snakefile whose output
   exists;
 - sweep: `snakemake -n` (the DAG build and job selection, nothing run) on config.yaml with its students replaced by
-  one vanilla-KD student repeated over P seeds and the MC-dropout pass in S = 4 shards (docs/cluster.md, "A sweep
-  of hundreds of students"), in an empty directory; beside it a Snakefile of as many independent trivial jobs.
+  one vanilla-KD student repeated over P seeds and the MC-dropout pass in S = 4 shards
+  (docs/cluster.md, "A sweep of hundreds of students"), in an empty directory; beside it a Snakefile of as many
+  independent trivial jobs.
 
     python workflow_overhead.py --workdir /path/to/a/finished/clone --students 300
 
