@@ -108,6 +108,38 @@ def test_resume_after_interruption_gives_the_uninterrupted_result(data, tmp_path
     assert resumed.best_epoch == expected.best_epoch
 
 
+def test_a_resumed_log_has_each_record_once(data, tmp_path, monkeypatch):
+    """Killed after epoch 2's log line but before its checkpoint (the save fails), the rerun repeats epoch 2's steps:
+    the log is cut back to the checkpoint it resumes from, so every step and epoch appears once."""
+    from kdpipe.training import loop
+
+    settings = TrainSettings(**{**SETTINGS, "checkpoint_every": 0})
+    resume, log = tmp_path / "resume", tmp_path / "log.jsonl"
+    log.write_text('{"stale": "a line of an attempt killed before its first checkpoint"}\n')
+    real_save, saves = loop._Checkpoint.save, {"n": 0}
+
+    def dying_save(self, *args, **kwargs):
+        saves["n"] += 1
+        if saves["n"] == 2:  # the checkpoint at the end of epoch 2
+            raise Interrupted
+        return real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(loop._Checkpoint, "save", dying_save)
+    run = dict(train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU)
+    with pytest.raises(Interrupted):
+        fit(load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0), **run, log_path=log,
+            resume_dir=resume, resume_key="k")  # fmt: skip
+    assert sum('"validation"' in line for line in log.read_text().splitlines()) == 2  # epochs 1 and 2 logged
+    monkeypatch.setattr(loop._Checkpoint, "save", real_save)
+    fit(load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0), **run, log_path=log, resume_dir=resume,
+        resume_key="k")  # fmt: skip
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert "stale" not in records[0]
+    assert [r["epoch"] for r in records if "validation" in r] == [1, 2, 3, 4]
+    steps = [(r["epoch"], r["step"]) for r in records if "step" in r]
+    assert len(steps) == len(set(steps)) == 4 * 4  # 32 rows in batches of 8, log_every 1
+
+
 def test_resume_state_of_another_configuration_is_discarded(data, tmp_path):
     settings = TrainSettings(**{**SETTINGS, "epochs": 1})
     resume = tmp_path / "resume"

@@ -263,12 +263,16 @@ def fit(
             "best_epoch": -1,
             "history": [],
             "train_time_s": 0.0,
+            "log_bytes": 0,  # a log left by an attempt killed before its first checkpoint is stale
         }
         best = {name: state_on_cpu(module) for name, (module, _) in modules.items()}
+    if log_path and distributed.is_main():
+        _rewind_log(Path(log_path), state.get("log_bytes"))
     log = open(log_path, "a") if log_path and distributed.is_main() else None  # noqa: SIM115 (closed below)
     params = [p for g in optimizer.param_groups for p in g["params"]]
 
     def checkpoint():
+        state["log_bytes"] = log.tell() if log else None  # the log as of this checkpoint (see _rewind_log)
         tensors = {}
         if distributed.is_main():  # (the others only join in gathering the random-number states)
             tensors = {name: state_on_cpu(m) for name, (m, _) in modules.items()}
@@ -364,6 +368,15 @@ def fit(
         train_time_s=state["train_time_s"],
         best_modules={name: sd for name, sd in best.items() if name != "model"},
     )
+
+
+def _rewind_log(path: Path, size: int | None) -> None:
+    """Cut the training log back to ``size`` bytes, its length at the checkpoint a run resumes from: records written
+    after that checkpoint (a kill between an epoch's log line and its checkpoint) are written again by the resumed
+    steps, and must not appear twice. Nothing for a fresh run or a checkpoint that did not record it."""
+    if size is not None and path.is_file() and path.stat().st_size > size:
+        with open(path, "r+") as fh:
+            fh.truncate(size)
 
 
 def _say(message: str) -> None:
