@@ -17,8 +17,15 @@ computed the same way for both (eval-mode argmax on the test split): the compari
 the two tools' accuracies must agree within seed noise. Needs a finished default run (`make run`) for the data and
 the teachers (`--workdir`).
 
-    python peers.py --workdir .. --students 1 5 --epochs 3
-    python peers.py --workdir .. --students 1 2 --epochs 1      # a shorter run
+    python peers.py --workdir .. --peer-python peers-venv/bin/python --students 1 5 --epochs 3
+    python peers.py --workdir .. --peer-python peers-venv/bin/python --students 1 2 --epochs 1   # a shorter run
+
+The `Trainer` needs `accelerate`, which kdpipe does not: it runs in an environment of its own, here one that sees
+kdpipe's `.venv` and adds only accelerate:
+
+    python -m venv peers-venv
+    echo "$PWD/../.venv/lib/python3.11/site-packages" > peers-venv/lib/python3.11/site-packages/kdpipe-venv.pth
+    peers-venv/bin/pip install --no-deps "accelerate>=1.1"
 
 Prints a Markdown table and appends JSON records to benchmarks/out/peers.jsonl.
 """
@@ -103,11 +110,11 @@ def kdpipe_side(workdir: Path, tmp: Path, students: int, epochs: int, threads: i
     return {"cache_s": cache_s, "student_s": walls, "peak_mb": peak, "accuracy": accuracies}
 
 
-def trainer_side(workdir: Path, tmp: Path, students: int, epochs: int, threads: int) -> dict:
+def trainer_side(workdir: Path, tmp: Path, students: int, epochs: int, threads: int, python: str) -> dict:
     walls, peak, accuracies = [], 0.0, []
     for seed in range(students):
         out = tmp / f"trainer{seed}"
-        cmd = [sys.executable, __file__, "trainer-job", "--workdir", str(workdir), "--out", str(out)]
+        cmd = [python, __file__, "trainer-job", "--workdir", str(workdir), "--out", str(out)]
         cmd += ["--seed", str(seed), "--epochs", str(epochs), "--threads", str(threads)]
         wall, rss = timed(cmd, tmp / f"trainer{seed}.log", threads)
         walls.append(wall)
@@ -210,7 +217,7 @@ def trainer_job(args) -> None:
         per_device_train_batch_size=16,
         per_device_eval_batch_size=64,
         learning_rate=1e-4,
-        warmup_ratio=0.1,
+        warmup_steps=0.1,  # a float below 1: a share of the steps (transformers 5)
         weight_decay=0.01,
         max_grad_norm=1.0,
         lr_scheduler_type="linear",
@@ -224,6 +231,8 @@ def trainer_job(args) -> None:
         disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(),
     )
+    for teacher in teachers:
+        teacher.to(training.device)
     trainer = KDTrainer(
         model=student,
         args=training,
@@ -252,6 +261,7 @@ def main() -> None:
     p.add_argument("--students", type=int, nargs="+", default=[1, 5], help="P, the numbers of students to compare")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--peer-python", default=sys.executable, help="the Python of the Trainer's environment (accelerate)")
     args = p.parse_args()
     workdir = args.workdir.resolve()
     most = max(args.students)
@@ -260,7 +270,9 @@ def main() -> None:
         (tmp / "kdpipe").mkdir()
         (tmp / "trainer").mkdir()
         tools = {
-            "HF Trainer, teachers online": trainer_side(workdir, tmp / "trainer", most, args.epochs, args.threads),
+            "HF Trainer, teachers online": trainer_side(
+                workdir, tmp / "trainer", most, args.epochs, args.threads, args.peer_python
+            ),
             "kdpipe, from its cache": kdpipe_side(workdir, tmp / "kdpipe", most, args.epochs, args.threads),
         }
     OUT.mkdir(exist_ok=True)

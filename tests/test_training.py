@@ -277,3 +277,18 @@ def test_the_nll_tie_break_survives_a_resume(data, tmp_path):
     assert state["best_epoch"] == 1 and state["best_metrics"]["nll"] == 0.5
     result = run(ce_loss)
     assert result.best_epoch == 3 and [r["best"] for r in result.history] == [True, False, True]
+
+
+def test_tokenising_in_chunks_gives_the_ids_of_one_call(monkeypatch):
+    """encode tokenises a split a few rows at a time (bounded memory): the ids and token types are those of one
+    tokenizer call over all rows, pairs included."""
+    from kdpipe.data import batching
+
+    tokenizer = load_tokenizer("builtin:tiny-bert")
+    texts, pairs = TEXTS[:7], [f"pair {i}" for i in range(7)]
+    whole = tokenizer(texts, pairs, truncation=True, max_length=16, padding=False)
+    monkeypatch.setattr(batching, "TOKENIZE_CHUNK", 3)
+    encoded = encode(tokenizer, texts, pairs, max_length=16)
+    assert [x.tolist() for x in encoded.input_ids] == whole["input_ids"]
+    assert [x.tolist() for x in encoded.token_type_ids] == whole["token_type_ids"]
+    assert len(encode(tokenizer, [], max_length=16).input_ids) == 0

@@ -55,6 +55,26 @@ def _arrays(rows) -> list[np.ndarray]:
     return [np.asarray(x, dtype=np.int64) for x in rows]
 
 
+# Rows tokenised at a time. A fast tokenizer keeps, per row, an encoding object with the tokens, offsets and the
+# truncated rest of the text, many times the ids it returns: tokenising a whole split at once raised the peak memory
+# by about 85 KB per BBC article (341 MB for 4,000 rows at max_length 64; 97 MB in chunks of 512), so memory grew
+# with the split (benchmarks/RESULTS.md, "How cost grows with the work").
+TOKENIZE_CHUNK = 512
+
+
+def _tokenized(tokenizer, texts: list, pairs: list | None, options: dict) -> dict[str, list[np.ndarray]]:
+    """The tokenizer's ``input_ids`` and, when it makes them, ``token_type_ids`` of every row as int64 arrays,
+    tokenised TOKENIZE_CHUNK rows at a time (the same ids as one call)."""
+    out: dict[str, list[np.ndarray]] = {}
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        end = start + TOKENIZE_CHUNK
+        part = tokenizer(texts[start:end], pairs[start:end] if pairs is not None else None, **options)
+        for field in ("input_ids", "token_type_ids"):
+            if part.get(field) is not None:
+                out.setdefault(field, []).extend(_arrays(part[field]))
+    return out
+
+
 def encode(
     tokenizer, texts, text_pairs=None, *, max_length: int, row_ids=None, labels=None, separate_pairs: bool = False
 ) -> Encoded:
@@ -66,12 +86,11 @@ def encode(
     options = dict(truncation=True, max_length=max_length, padding=False, return_attention_mask=False)
     pair_ids = types = None
     if separate_pairs:
-        ids = _arrays(tokenizer(texts, **options)["input_ids"])
-        pair_ids = _arrays(tokenizer(pairs, **options)["input_ids"]) if pairs is not None else None
+        ids = _tokenized(tokenizer, texts, None, options).get("input_ids", [])
+        pair_ids = _tokenized(tokenizer, pairs, None, options).get("input_ids", []) if pairs is not None else None
     else:
-        out = tokenizer(texts, pairs, **options)
-        ids = _arrays(out["input_ids"])
-        types = _arrays(out["token_type_ids"]) if out.get("token_type_ids") is not None else None
+        out = _tokenized(tokenizer, texts, pairs, options)
+        ids, types = out.get("input_ids", []), out.get("token_type_ids")
     return Encoded(
         input_ids=ids,
         token_type_ids=types,
