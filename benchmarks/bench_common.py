@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import subprocess
+import sys
 import tempfile
 from datetime import date
 from pathlib import Path
@@ -52,3 +55,16 @@ def record(name: str, device: torch.device, **fields) -> dict:
     with open(OUT / f"{name}.jsonl", "a") as fh:
         fh.write(json.dumps(rec) + "\n")
     return rec
+
+
+def timed_command(cmd: list[str], log: Path, threads: int) -> tuple[float, float]:
+    """Wall seconds and peak resident MB of the command ``cmd`` under ``/usr/bin/time``, its output in ``log`` and
+    ``OMP_NUM_THREADS=threads``; exits with the log's tail when it fails."""
+    stats = log.with_suffix(".time")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    with open(log, "w") as fh:
+        done = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", str(stats), *cmd], stdout=fh, stderr=fh, env=env)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd[:6])} ... failed:\n{log.read_text()[-3000:]}")
+    wall, kb = stats.read_text().split()[-2:]
+    return float(wall), int(kb) / 1024

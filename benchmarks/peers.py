@@ -36,7 +36,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from datetime import date
@@ -46,6 +45,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench_common import timed_command  # noqa: E402
+
 OUT = Path(__file__).parent / "out"
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 TEACHERS = ("minilm_a", "minilm_b")
@@ -63,24 +64,6 @@ def plan_for(students: int, epochs: int):
     return Plan(config, yaml.safe_load(SCHEMA.read_text()))
 
 
-def timed(cmd: list[str], log: Path, threads: int) -> tuple[float, float]:
-    """Wall seconds and peak resident MB of ``cmd`` (a Python command line)."""
-    stats = log.with_suffix(".time")
-    env_cmd = ["/usr/bin/time", "-f", "%e %M", "-o", str(stats), *cmd]
-    with open(log, "w") as fh:
-        done = subprocess.run(env_cmd, stdout=fh, stderr=subprocess.STDOUT, env=_env(threads))
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd[:6])} ... failed:\n{log.read_text()[-3000:]}")
-    wall, kb = stats.read_text().split()[-2:]
-    return float(wall), int(kb) / 1024
-
-
-def _env(threads: int) -> dict:
-    import os
-
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "KDPIPE_DEVICE": os.environ.get("KDPIPE_DEVICE", "auto")}
-
-
 def kdpipe_side(workdir: Path, tmp: Path, students: int, epochs: int, threads: int) -> dict:
     plan = plan_for(students, epochs)
     data, root = workdir / "results/data/bbc_news", tmp / "signals"
@@ -90,11 +73,11 @@ def kdpipe_side(workdir: Path, tmp: Path, students: int, epochs: int, threads: i
         params = json.dumps(plan.signal_params(t, "train", "logits"))
         part = tmp / "parts" / t
         shard = kd + ["signal-shard", "--params", params, "--teacher", str(workdir / "results/teachers" / t)]
-        wall, rss = timed(
+        wall, rss = timed_command(
             shard + ["--data", str(data), "--shard", "1-of-1", "--out-part", str(part)], tmp / f"{t}.log", threads
         )
         gather = kd + ["signal-gather", "--params", params, "--parts", str(part), "--out", str(root / t / "train")]
-        wall2, rss2 = timed(gather, tmp / f"{t}.gather.log", threads)
+        wall2, rss2 = timed_command(gather, tmp / f"{t}.gather.log", threads)
         cache_s, peak = cache_s + wall + wall2, max(peak, rss, rss2)
     walls, accuracies = [], []
     for seed in range(students):
@@ -103,7 +86,7 @@ def kdpipe_side(workdir: Path, tmp: Path, students: int, epochs: int, threads: i
         out = tmp / "students" / name
         params = json.dumps(plan.student_params(name))
         cmd = kd + ["distill", "--params", params, "--data", str(data), "--signals-root", str(root), "--out", str(out)]
-        wall, rss = timed(cmd + ["--prototypes", "--route"], tmp / f"{name}.log", threads)
+        wall, rss = timed_command(cmd + ["--prototypes", "--route"], tmp / f"{name}.log", threads)
         walls.append(wall)
         peak = max(peak, rss)
         accuracies.append(test_accuracy(out, data))
@@ -116,7 +99,7 @@ def trainer_side(workdir: Path, tmp: Path, students: int, epochs: int, threads: 
         out = tmp / f"trainer{seed}"
         cmd = [python, __file__, "trainer-job", "--workdir", str(workdir), "--out", str(out)]
         cmd += ["--seed", str(seed), "--epochs", str(epochs), "--threads", str(threads)]
-        wall, rss = timed(cmd, tmp / f"trainer{seed}.log", threads)
+        wall, rss = timed_command(cmd, tmp / f"trainer{seed}.log", threads)
         walls.append(wall)
         peak = max(peak, rss)
         accuracies.append(test_accuracy(out, workdir / "results/data/bbc_news"))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 from datetime import date
@@ -39,6 +38,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench_common import timed_command  # noqa: E402
+
 from kdpipe.data.dataset import read_split  # noqa: E402
 from kdpipe.data.prepare import prepare  # noqa: E402
 from kdpipe.plan import Plan  # noqa: E402
@@ -67,14 +68,7 @@ def plan_for(files: dict, samples: int, max_length: int, threads: int) -> Plan:
 
 def timed(args: list[str], threads: int, log: Path) -> tuple[float, float]:
     """Wall seconds and peak resident MB of ``python -m kdpipe ARGS``."""
-    stats = log.with_suffix(".time")
-    cmd = ["/usr/bin/time", "-f", "%e %M", "-o", str(stats), sys.executable, "-m", "kdpipe", "--threads", str(threads)]
-    with open(log, "w") as fh:
-        done = subprocess.run(cmd + args, stdout=fh, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        sys.exit(f"kdpipe {' '.join(args[:1])} failed:\n{log.read_text()[-3000:]}")
-    wall, kb = stats.read_text().split()[-2:]
-    return float(wall), int(kb) / 1024
+    return timed_command([sys.executable, "-m", "kdpipe", "--threads", str(threads), *args], log, threads)
 
 
 def signal_pass(plan: Plan, signal: str, teacher: Path, data: Path, root: Path, threads: int) -> tuple[float, float]:
