@@ -63,6 +63,17 @@ def test_default_config_is_valid():
     assert set(plan.teachers) == {"minilm_a", "minilm_b"} and "vkd" in plan.students
 
 
+def test_the_uncertainty_split_is_planned_only_with_members_or_heads():
+    assert not load().has_members()  # subset teachers and single-head students: epistemic would be exactly 0
+    assert load("tests/configs/tiny_full.yaml").has_members()  # an ensemble and multi-head students
+
+    def one_head_only(config):
+        config["students"] = {"s": {"method": "vanilla_kd", "teachers": ["t"]}}
+        config["teachers"] = {"t": {}}
+
+    assert not load("tests/configs/tiny_full.yaml", edit=one_head_only).has_members()
+
+
 def test_the_no_teacher_baseline_reads_no_teacher():
     plan = load()
     assert plan.student_teachers("s_none") == [] and plan.signal_files("s_none") == []

@@ -329,10 +329,12 @@ def test_missing_uncertainty_field_names_it(ensemble_paths, tmp_path):
 
 def test_single_models_get_no_uncertainty_split(tmp_path):
     """Uncertainty fields from one-member models only: epistemic is exactly 0 and total equals aleatoric, so the
-    summary shows no uncertainty columns (the TSV keeps its columns for scripts)."""
+    summary shows no uncertainty columns and no uncertainty.png (the TSV keeps its columns for scripts)."""
     records = [r for r in _ensemble_records() if r["model"] in ("kd", "bert-a")]
     build_report(_write_evals(tmp_path, records), tmp_path / "r")
     assert "epistemic" not in (tmp_path / "r/summary.md").read_text()
+    assert "epistemic" not in (tmp_path / "r/summary.html").read_text()
+    assert not (tmp_path / "r/uncertainty.png").exists()
     assert "members" in pd.read_csv(tmp_path / "r/summary.tsv", sep="\t").columns
 
 

@@ -105,6 +105,28 @@ def test_curves_read_the_kept_epoch_and_the_last_line_of_a_step(report):
     assert student.accuracy.tolist() == [0.5, 0.7]
 
 
+def test_training_logs_in_tensorboard_format(report):
+    """Each log becomes a TensorBoard run: the last line of a step wins, as in curves.png, and the kept epoch is
+    marked; a rebuilt report replaces the events instead of adding a second copy of every run."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    root, out, evals, logs = report
+
+    def scalars(run):
+        events = EventAccumulator(str(out / "tensorboard" / run)).Reload()
+        return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+    student = scalars("students/small")
+    assert student["train/loss"] == [(0, 2.0), (10, 1.5)]
+    assert student["validation/accuracy"] == [(1, 0.5), (2, pytest.approx(0.7))]
+    assert student["validation/kept"] == [(1, 0.0), (2, 1.0)]
+    assert scalars("teachers/t_ab")["validation/kept"] == [(1, 1.0), (2, 0.0)]
+    for _ in range(2):
+        build_report(evals, root / "rebuilt", train_logs=logs)
+    assert len(list((root / "rebuilt/tensorboard/students/small").iterdir())) == 1
+
+
 def test_confusion_counts_gold_against_predicted(report):
     _, _, evals, _ = report
     counts = confusion([str(evals[1])], CLASSES)

@@ -187,6 +187,8 @@ def test_full_run_produces_every_artifact(done):
         "report/routing.png",
     ):
         assert (r / path).exists(), path
+    # no model averages several members or heads: no uncertainty split (its epistemic part would be exactly 0)
+    assert not (r / "report/uncertainty.png").exists()
     import pandas as pd
 
     summary = pd.read_csv(r / "report/summary.tsv", sep="\t")

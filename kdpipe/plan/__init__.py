@@ -209,6 +209,12 @@ class Plan(Checks, Classes, Layers, Routes, Slices):
         logs."""
         return [self.model_dir(model) for model in self.models() if model not in self.ensembles and model != ORACLE]
 
+    def has_members(self) -> bool:
+        """Some evaluated model averages several members or heads (an ensemble of teachers, a multi-head student):
+        only then does the report split uncertainty into aleatoric and epistemic parts (uncertainty.png)."""
+        heads = (s.config["model"].get("heads") or {} for name, s in self.students.items())
+        return bool(self.ensembles) or any(int(h.get("count", 1)) > 1 for h in heads)
+
     def report_title(self) -> str:
         """The report's title: ``report.title``, or one naming the dataset."""
         return self.config["report"]["title"] or f"Distillation on {self.config['dataset']['name']}"

@@ -26,7 +26,8 @@ from kdpipe.report.html import landing_html, summary_html
 from kdpipe.report.markdown import summary_markdown
 from kdpipe.report.plots import plot_metrics, plot_reliability, plot_uncertainty
 from kdpipe.report.routing import write_routing
-from kdpipe.report.summary import TSV_COLUMNS, read_eval, runs_table, summarise
+from kdpipe.report.summary import TSV_COLUMNS, has_members, read_eval, runs_table, summarise
+from kdpipe.report.tensorboard import write_tensorboard
 
 __all__ = ["TSV_COLUMNS", "build_report"]
 
@@ -40,9 +41,10 @@ def build_report(
 ) -> None:
     """Write into ``out_dir``: summary.tsv, summary.md and summary.html (the tables), landing.html (the landing
     page's comparison, with metrics.png and cost.png embedded), reliability.png, metrics.png, confusion.png and
-    cost.png for ``eval_paths`` (with their predictions beside them), curves.png from the ``train_logs``, and
-    uncertainty.png when a model on the plotted split has uncertainty fields (otherwise a stale one is removed; the
-    workflow's report rule always has them).
+    cost.png for ``eval_paths`` (with their predictions beside them), curves.png from the ``train_logs`` (and the
+    same logs in TensorBoard's format under tensorboard/ when the optional package is installed), and
+    uncertainty.png when a model on the plotted split averages several members or heads (otherwise a stale one is
+    removed: the workflow's report rule declares it exactly when the plan has such a model, ``Plan.has_members``).
     The tables show the uncertainty columns only when some model averages several members or heads. With the
     manifests of the experiment's ``routes``: routing.tsv, routing.md and routing.png, and any routing warning at
     the top of the summaries."""
@@ -72,7 +74,9 @@ def build_report(
         with atomic_path(out_dir / name) as tmp:
             tmp.write_text(text)
     plot_curves([read_curve(path) for path in train_logs or ()], out_dir / "curves.png")
-    if shown["uncertainty"].notna().any():
+    if write_tensorboard(list(train_logs or ()), out_dir / "tensorboard"):
+        print(f"[kdpipe] report: training logs for TensorBoard: tensorboard --logdir {out_dir / 'tensorboard'}")
+    if shown["uncertainty"].notna().any() and has_members(shown):
         plot_uncertainty(shown, out_dir / "uncertainty.png")
     else:
         # A plot left by an earlier report on other evaluations would contradict the tables.

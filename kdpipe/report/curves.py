@@ -31,8 +31,9 @@ class Curve:
     kept: int | None = None  # the epoch whose weights were kept (None: no validation, the last)
 
 
-def read_curve(path: str | Path) -> Curve:
-    """The curve of ``results/<family>/<model>/train_log.jsonl``."""
+def read_log(path: str | Path) -> tuple[dict[int, dict], dict[int, dict]]:
+    """A training log as (step -> its line, epoch -> its validation line), the last line of a step or an epoch
+    winning (a resumed job appends to its log)."""
     path = Path(path)
     steps, epochs = {}, {}
     for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -43,17 +44,24 @@ def read_curve(path: str | Path) -> Curve:
         except json.JSONDecodeError as error:
             raise KdpipeError(f"{path}:{number}: not a JSON line ({error.msg})") from None
         if "step" in entry and "loss" in entry:
-            steps[entry["step"]] = entry["loss"]
+            steps[entry["step"]] = entry
         elif isinstance(entry.get("validation"), dict):
-            epochs[entry["epoch"]] = (entry["validation"].get("accuracy", np.nan), bool(entry.get("best")))
-    kept = [epoch for epoch, (_, best) in sorted(epochs.items()) if best]
+            epochs[entry["epoch"]] = entry
+    return dict(sorted(steps.items())), dict(sorted(epochs.items()))
+
+
+def read_curve(path: str | Path) -> Curve:
+    """The curve of ``results/<family>/<model>/train_log.jsonl``."""
+    path = Path(path)
+    steps, epochs = read_log(path)
+    kept = [epoch for epoch, entry in epochs.items() if entry.get("best")]
     return Curve(
         model=path.parent.name,
         family=path.parent.parent.name,
-        steps=np.array(sorted(steps), dtype=float),
-        loss=np.array([steps[s] for s in sorted(steps)], dtype=float),
-        epochs=np.array(sorted(epochs), dtype=float),
-        accuracy=np.array([epochs[e][0] for e in sorted(epochs)], dtype=float),
+        steps=np.array(list(steps), dtype=float),
+        loss=np.array([e["loss"] for e in steps.values()], dtype=float),
+        epochs=np.array(list(epochs), dtype=float),
+        accuracy=np.array([e["validation"].get("accuracy", np.nan) for e in epochs.values()], dtype=float),
         kept=kept[-1] if kept else None,
     )
 

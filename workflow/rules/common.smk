@@ -90,6 +90,12 @@ ROUTING_REPORT = (
     if PLAN.routes()
     else {}
 )
+# The uncertainty split, only when some model averages several members or heads (an ensemble, a multi-head student)
+UNCERTAINTY_REPORT = (
+    {"uncertainty": report(f"{REPORT}/uncertainty.png", caption="../report/uncertainty.rst", category="Calibration")}
+    if PLAN.has_members()
+    else {}
+)
 
 
 # ---- teacher signals (workflow/rules/signals.smk)

@@ -61,6 +61,7 @@ rule report:
         models=PLAN.trained_models(),
     output:
         **ROUTING_REPORT,
+        **UNCERTAINTY_REPORT,
         html=report(
             f"{REPORT}/summary.html",
             caption="../report/summary.rst",
@@ -100,7 +101,6 @@ rule report:
             labels={"figure": "5 confusion matrices"},
         ),
         reliability=report(f"{REPORT}/reliability.png", caption="../report/reliability.rst", category="Calibration"),
-        uncertainty=report(f"{REPORT}/uncertainty.png", caption="../report/uncertainty.rst", category="Calibration"),
     log:
         f"{LOGS}/report.log",
     conda:

@@ -1,0 +1,55 @@
+"""The training logs in TensorBoard's event format, for ``tensorboard --logdir results/`` (docs/report.md, "Training
+logs"), written only when the optional ``tensorboard`` package is installed (``pip install -e ".[tracking]"``).
+
+Each trained model becomes one TensorBoard run, ``<out>/<family>/<model>`` (family: teachers, students,
+cotrained): ``train/<term>`` per logged step (the loss, each loss term the method logs, the learning rate) and
+``validation/<metric>`` per epoch (accuracy, NLL...; the x axis is the epoch), plus ``validation/kept``, 1 on the
+epoch whose weights were kept. The events are made from ``train_log.jsonl`` when the report is built, so they
+always match the curves of ``curves.png``, and a rebuilt report replaces them instead of adding a second copy of
+every run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from numbers import Real
+from pathlib import Path
+
+from kdpipe.report.curves import read_log
+
+NOT_SCALARS = ("epoch", "step")
+
+
+def tensorboard_available() -> bool:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def write_tensorboard(train_logs: list[str | Path], out: Path) -> bool:
+    """Write every log's scalars under ``out`` (replaced whole); False, writing nothing, without tensorboard."""
+    if not train_logs or not tensorboard_available():
+        return False
+    from torch.utils.tensorboard import SummaryWriter
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for log in map(Path, train_logs):
+        steps, epochs = read_log(log)
+        kept = [epoch for epoch, entry in epochs.items() if entry.get("best")]
+        writer = SummaryWriter(log_dir=str(tmp / log.parent.parent.name / log.parent.name))
+        for step, entry in steps.items():
+            for key, value in entry.items():
+                if key not in NOT_SCALARS and isinstance(value, Real):
+                    writer.add_scalar(f"train/{key}", value, step)
+        for epoch, entry in epochs.items():
+            for key, value in entry["validation"].items():
+                if isinstance(value, Real):
+                    writer.add_scalar(f"validation/{key}", value, epoch)
+            writer.add_scalar("validation/kept", float(bool(kept) and epoch == kept[-1]), epoch)
+        writer.close()
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return True
