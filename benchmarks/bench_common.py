@@ -9,6 +9,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import date
 from pathlib import Path
 
@@ -57,14 +58,39 @@ def record(name: str, device: torch.device, **fields) -> dict:
     return rec
 
 
-def timed_command(cmd: list[str], log: Path, threads: int) -> tuple[float, float]:
+def timed_command(cmd: list[str], log: Path, threads: int, anon: dict | None = None) -> tuple[float, float]:
     """Wall seconds and peak resident MB of the command ``cmd`` under ``/usr/bin/time``, its output in ``log`` and
-    ``OMP_NUM_THREADS=threads``; exits with the log's tail when it fails."""
+    ``OMP_NUM_THREADS=threads``; exits with the log's tail when it fails.
+
+    The peak resident memory counts the pages of memory-mapped files the command touched (``RssFile``), which the
+    kernel can drop at any time; with ``anon`` (a dict) the command's peak anonymous memory (``RssAnon``: its heap,
+    what it cannot give back without freeing) is also sampled every 50 ms from /proc and stored as ``anon["mb"]``."""
     stats = log.with_suffix(".time")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     with open(log, "w") as fh:
-        done = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", str(stats), *cmd], stdout=fh, stderr=fh, env=env)
-    if done.returncode != 0:
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "%e %M", "-o", str(stats), *cmd], stdout=fh, stderr=fh, env=env)
+        peak_anon = 0
+        while proc.poll() is None:
+            if anon is not None:
+                peak_anon = max(peak_anon, _anon_kb(proc.pid))
+            time.sleep(0.05)
+    if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd[:6])} ... failed:\n{log.read_text()[-3000:]}")
+    if anon is not None:
+        anon["mb"] = peak_anon / 1024
     wall, kb = stats.read_text().split()[-2:]
     return float(wall), int(kb) / 1024
+
+
+def _anon_kb(pid: int) -> int:
+    """RssAnon (kB) of the children of ``pid`` (the command under /usr/bin/time), 0 when they are gone."""
+    total = 0
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        for child in children:
+            for line in Path(f"/proc/{child}/status").read_text().splitlines():
+                if line.startswith("RssAnon:"):
+                    total += int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    return total

@@ -1,33 +1,39 @@
-"""kdpipe against the recipe most users copy: a Hugging Face `Trainer` subclass that runs the teachers online.
+"""kdpipe against the tools users pick today, on the same work, in one run: a Hugging Face ``Trainer`` subclass and
+torchdistill, both with the teachers run online, as their users set them up, and kdpipe from its cache, the cost
+of making the cache counted.
 
-Side by side in one run, on the same data, teachers, student architecture and settings (BBC News as prepared by
-the default workflow, its two subset teachers, a 2-layer student initialised from MiniLM layers 0 and 5, vanilla KD
-at T = 5 on the concatenated teacher logits without gold labels, batch 16, lr 1e-4 with 10% warm-up and linear
-decay, weight decay 0.01, clipping at 1.0, max_length 96, the best validation epoch kept), P students that differ
-only by seed:
+Same data (BBC News as ``make run`` prepared it), the same two subset teachers (those ``make run`` fine-tuned), the
+same student (MiniLM layers 0 and 5), the same settings JSON per student (the one kdpipe's ``distill`` job gets:
+epochs, batch 16, lr 1e-4 with 10% warm-up and linear decay, weight decay 0.01, clipping 1.0, max_length 96, the
+seed) and the same losses (kdpipe's loss functions, ``peer_online.py``). Scenarios:
 
-- **HF Trainer**: `Trainer.compute_loss` runs both teachers (eval mode, no gradient) on every batch and takes the
-  KD loss against them, as in the transformers documentation's distillation recipes; one process per student.
-- **kdpipe**: the workflow's own commands, `python -m kdpipe signal-shard` + `signal-gather` once per teacher (the
-  cache, counted) and `python -m kdpipe distill` once per student, with the settings the plan makes from
-  config.yaml.
+- ``sweep``: P vanilla-KD students that differ only by seed (``--students 1 5 20``); P = 1 is one student;
+- ``five``: the default experiment's five distilled students (vanilla KD, UHC, DFA, MUKI soft and hard), MUKI's
+  certainty from M = ``--mc-samples`` dropout-on passes per teacher: online on every batch for the peers, as MUKI's
+  own code runs it, and once into the cache for kdpipe (its ``mc_dropout.samples``). Online MUKI costs tens of
+  teacher forwards per step; with ``--muki-steps K`` the peers' MUKI students train K steps only and their run is
+  projected from the measured step time (marked as projected), and their certainties are compared row by row with
+  kdpipe's cached ones instead of their test accuracy.
 
-Each command runs under `/usr/bin/time` (wall time, peak resident memory). Test accuracy of every student is
-computed the same way for both (eval-mode argmax on the test split): the comparison is of cost, not of losses, so
-the two tools' accuracies must agree within seed noise. Needs a finished default run (`make run`) for the data and
-the teachers (`--workdir`).
+The tools take turns student by student, so that any load on the machine falls on all of them alike. Each command
+runs under ``/usr/bin/time`` (wall time, peak resident memory). Test accuracy is computed alike for every student
+(eval-mode argmax on the test split): the comparison is of cost, so the accuracies must agree within seed noise.
 
-    python peers.py --workdir .. --peer-python peers-venv/bin/python --students 1 5 --epochs 3
-    python peers.py --workdir .. --peer-python peers-venv/bin/python --students 1 2 --epochs 1   # a shorter run
+The peers run in environments of their own (they are not dependencies of kdpipe), both seeing kdpipe's ``.venv``
+for transformers and kdpipe's loss functions. The Trainer needs ``accelerate``; torchdistill needs torchvision,
+whose wheel needs torch 2.14.1 instead of kdpipe's 2.13.0. From ``benchmarks/``, after ``make setup``:
 
-The `Trainer` needs `accelerate`, which kdpipe does not: it runs in an environment of its own, here one that sees
-kdpipe's `.venv` and adds only accelerate:
+    python3 -m venv out/trainer-venv && out/trainer-venv/bin/pip install --no-deps "accelerate==1.*"
+    python3 -m venv out/td-venv && out/td-venv/bin/pip install torch==2.14.1 torchvision==0.29.1 torchdistill==1.1.5
+    for v in trainer-venv td-venv; do printf '%s\\n' "$PWD/.." "$PWD/../.venv/lib/python3.11/site-packages" \\
+        > out/$v/lib/python3.11/site-packages/kdpipe-venv.pth; done
 
-    python -m venv peers-venv
-    echo "$PWD/../.venv/lib/python3.11/site-packages" > peers-venv/lib/python3.11/site-packages/kdpipe-venv.pth
-    peers-venv/bin/pip install --no-deps "accelerate>=1.1"
+Then, after ``make run`` (the data and the teachers):
 
-Prints a Markdown table and appends JSON records to benchmarks/out/peers.jsonl.
+    ../.venv/bin/python peers.py sweep --students 1 5 20
+    ../.venv/bin/python peers.py five --muki-steps 12
+
+Prints a Markdown table per scenario and appends JSON records to benchmarks/out/peers.jsonl.
 """
 
 from __future__ import annotations
@@ -38,76 +44,139 @@ import platform
 import statistics
 import sys
 import tempfile
+from collections import defaultdict
 from datetime import date
 from pathlib import Path
 
+import numpy as np
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 sys.path.insert(0, str(REPO))
-from bench_common import timed_command  # noqa: E402
+from bench_common import OUT, timed_command  # noqa: E402
 
-OUT = Path(__file__).parent / "out"
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
-TEACHERS = ("minilm_a", "minilm_b")
+FIVE = ("vkd", "uhc", "dfa", "muki", "muki_hard")
+TOOLS = {
+    "trainer": "HF Trainer, teachers online",
+    "torchdistill": "torchdistill, teachers online",
+    "kdpipe": "kdpipe, from its cache",
+}
 
 
-def plan_for(students: int, epochs: int):
+def plan_for(students: dict, epochs: int | None = None, mc_samples: int | None = None):
+    """kdpipe's plan of config.yaml with ``students`` instead of its own (and their epochs and MUKI's M when
+    given)."""
     from snakemake.utils import validate
 
     from kdpipe.plan import Plan
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    config["students"] = {"vkd": {"method": "vanilla_kd", "epochs": epochs, "seeds": list(range(students))}}
+    config["students"] = students
     config["evaluate"]["oracle"] = []
+    if epochs:
+        config["student_defaults"]["epochs"] = epochs
+    if mc_samples:
+        config["mc_dropout"]["samples"] = mc_samples
     validate(config, str(SCHEMA), set_default=True)
     return Plan(config, yaml.safe_load(SCHEMA.read_text()))
 
 
-def kdpipe_side(workdir: Path, tmp: Path, students: int, epochs: int, threads: int) -> dict:
-    plan = plan_for(students, epochs)
-    data, root = workdir / "results/data/bbc_news", tmp / "signals"
-    kd = [sys.executable, "-m", "kdpipe", "--threads", str(threads)]
-    cache_s, peak = 0.0, 0.0
-    for t in TEACHERS:
-        params = json.dumps(plan.signal_params(t, "train", "logits"))
-        part = tmp / "parts" / t
-        shard = kd + ["signal-shard", "--params", params, "--teacher", str(workdir / "results/teachers" / t)]
-        wall, rss = timed_command(
-            shard + ["--data", str(data), "--shard", "1-of-1", "--out-part", str(part)], tmp / f"{t}.log", threads
+class Runner:
+    """Runs every tool's commands under /usr/bin/time and keeps their wall times and peak memory."""
+
+    def __init__(self, args, tmp: Path):
+        self.args, self.tmp = args, tmp
+        self.workdir = args.workdir.resolve()
+        self.data = self.workdir / "results/data/bbc_news"
+        self.signals = tmp / "signals"
+        self.records: dict[str, dict] = defaultdict(lambda: {"cache_s": 0.0, "students": {}, "peak_mb": 0.0})
+
+    def time(self, tool: str, cmd: list[str], name: str) -> float:
+        wall, peak = timed_command(cmd, self.tmp / f"{tool}.{name}.log", self.args.threads)
+        self.records[tool]["peak_mb"] = max(self.records[tool]["peak_mb"], peak)
+        return wall
+
+    def kdpipe(self, *command: str) -> list[str]:
+        return [sys.executable, "-m", "kdpipe", "--threads", str(self.args.threads), *command]
+
+    def make_cache(self, plan, students: list[str]) -> None:
+        """kdpipe's cache for ``students``: every signal pass they and their routes read, then the routes."""
+        from kdpipe.signals.catalog import SIGNALS
+
+        by_file = {spec.files[0]: name for name, spec in SIGNALS.items()}
+        routes = {plan.student_route(s) for s in students} - {None}
+        files = [f for s in students for f in plan.signal_files(s)]
+        files += [f for route in routes for f in plan.route_inputs(route)]
+        passes = sorted(
+            {(Path(f).parts[-3], Path(f).parts[-2], by_file[Path(f).name]) for f in files if Path(f).name in by_file}
         )
-        gather = kd + ["signal-gather", "--params", params, "--parts", str(part), "--out", str(root / t / "train")]
-        wall2, rss2 = timed_command(gather, tmp / f"{t}.gather.log", threads)
-        cache_s, peak = cache_s + wall + wall2, max(peak, rss, rss2)
-    walls, accuracies = [], []
-    for seed in range(students):
-        name = f"vkd.seed{seed}" if students > 1 else "vkd"
-        name = name if name in plan.students else next(n for n in plan.students if n.endswith(f"seed{seed}"))
-        out = tmp / "students" / name
+        for teacher, split, signal in passes:
+            params = json.dumps(plan.signal_params(teacher, split, signal))
+            part = self.tmp / "parts" / teacher / split / signal
+            shard = ["signal-shard", "--params", params, "--teacher", str(self.workdir / "results/teachers" / teacher)]
+            shard += ["--data", str(self.data), "--shard", "1-of-1", "--out-part", str(part)]
+            gather = ["signal-gather", "--params", params, "--parts", str(part)]
+            gather += ["--out", str(self.signals / teacher / split)]
+            name = f"{signal}.{teacher}.{split}"
+            seconds = self.time("kdpipe", self.kdpipe(*shard), name) + self.time(
+                "kdpipe", self.kdpipe(*gather), name + ".gather"
+            )
+            self.records["kdpipe"]["cache_s"] += seconds
+            print(f"  kdpipe cache: {signal} of {teacher} on {split}: {seconds:.0f} s", flush=True)
+        for route in sorted(routes):
+            route_cmd = ["route", "--params", json.dumps(plan.route_params(route)), "--data", str(self.data)]
+            route_cmd += ["--signals-root", str(self.signals), "--out", str(self.tmp / "routes" / route)]
+            seconds = self.time("kdpipe", self.kdpipe(*route_cmd), f"route.{route}")
+            self.records["kdpipe"]["cache_s"] += seconds
+            print(f"  kdpipe route {route}: {seconds:.0f} s", flush=True)
+
+    def student(self, tool: str, plan, name: str, max_steps: int = 0) -> None:
+        """Train ``name`` with ``tool`` and score it on the test split."""
         params = json.dumps(plan.student_params(name))
-        cmd = kd + ["distill", "--params", params, "--data", str(data), "--signals-root", str(root), "--out", str(out)]
-        wall, rss = timed_command(cmd + ["--prototypes", "--route"], tmp / f"{name}.log", threads)
-        walls.append(wall)
-        peak = max(peak, rss)
-        accuracies.append(test_accuracy(out, data))
-    return {"cache_s": cache_s, "student_s": walls, "peak_mb": peak, "accuracy": accuracies}
-
-
-def trainer_side(workdir: Path, tmp: Path, students: int, epochs: int, threads: int, python: str) -> dict:
-    walls, peak, accuracies = [], 0.0, []
-    for seed in range(students):
-        out = tmp / f"trainer{seed}"
-        cmd = [python, __file__, "trainer-job", "--workdir", str(workdir), "--out", str(out)]
-        cmd += ["--seed", str(seed), "--epochs", str(epochs), "--threads", str(threads)]
-        wall, rss = timed_command(cmd, tmp / f"trainer{seed}.log", threads)
-        walls.append(wall)
-        peak = max(peak, rss)
-        accuracies.append(test_accuracy(out, workdir / "results/data/bbc_news"))
-    return {"cache_s": 0.0, "student_s": walls, "peak_mb": peak, "accuracy": accuracies}
+        out = self.tmp / tool / name
+        if tool == "kdpipe":
+            route = plan.student_route(name)
+            cmd = self.kdpipe(
+                "distill",
+                "--params",
+                params,
+                "--data",
+                str(self.data),
+                "--signals-root",
+                str(self.signals),
+                "--out",
+                str(out),
+                "--prototypes",
+                "--route",
+            )
+            cmd += [str(self.tmp / "routes" / route)] if route else []
+        else:
+            python = self.args.trainer_python if tool == "trainer" else self.args.torchdistill_python
+            script = HERE / ("peer_trainer.py" if tool == "trainer" else "peer_torchdistill.py")
+            cmd = [python, str(script), "--params", params, "--workdir", str(self.workdir), "--out", str(out)]
+            cmd += ["--threads", str(self.args.threads), "--mc-samples", str(self.args.mc_samples)]
+            cmd += ["--max-steps", str(max_steps)] if max_steps else []
+        wall = self.time(tool, cmd, name)
+        entry = {"wall_s": wall, "accuracy": None if max_steps else test_accuracy(out, self.data)}
+        timing = out / "timing.json"
+        if max_steps and timing.exists():
+            t = json.loads(timing.read_text())
+            step_s = t["train_s"] / t["steps"]
+            runs = t["epoch_steps"] * plan.student_params(name)["epochs"]
+            entry.update(measured_steps=t["steps"], step_s=step_s, projected=True)
+            entry["wall_s"] = wall - t["train_s"] + step_s * runs  # start-up as measured, training projected
+        if (out / "certainty.npz").exists():
+            entry["certainty"] = str(out / "certainty.npz")
+        self.records[tool]["students"][name] = entry
+        shown = "projected " if entry.get("projected") else ""
+        accuracy = f", test accuracy {100 * entry['accuracy']:.1f}%" if entry["accuracy"] is not None else ""
+        print(f"  {TOOLS[tool]}: {name}: {shown}{entry['wall_s']:.0f} s{accuracy}", flush=True)
 
 
 def test_accuracy(model_dir: Path, data: Path) -> float:
-    """Eval-mode accuracy on the test split, computed alike for both tools' students."""
+    """Eval-mode accuracy on the test split, computed alike for every tool's students."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -126,170 +195,121 @@ def test_accuracy(model_dir: Path, data: Path) -> float:
     return sum(p == g for p, g in zip(predicted, test["label"])) / len(test)
 
 
-def trainer_job(args) -> None:
-    """One student with the HF Trainer, the teachers run online in ``compute_loss``."""
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        Trainer,
-        TrainingArguments,
-    )
+def certainty_check(runner: Runner, plan, tool: str, name: str) -> str:
+    """MUKI's certainties of the rows a peer saw, computed online, against kdpipe's cached ones of those rows."""
+    entry = runner.records[tool]["students"][name]
+    if "certainty" not in entry:
+        return "no certainties recorded"
+    from kdpipe.routing.artifact import read_route
 
-    from kdpipe.data.dataset import read_labels, read_split
-    from kdpipe.models.loading import minilm_dir
+    online = np.load(entry["certainty"])
+    route = runner.tmp / "routes" / plan.student_route(name)
+    cached, _ = read_route(route, "train", online["row_id"], plan.student_params(name)["teachers"])
+    u = online["certainty"]
+    same = float((u.argmax(-1) == cached.argmax(-1)).mean())
+    entry.update(certainty_rows=len(u), certainty_mad=float(np.abs(u - cached).mean()), same_teacher=same)
+    return f"{len(u)} rows: mean |Δu| {entry['certainty_mad']:.3f}, same teacher chosen on {same:.1%}"
 
-    torch.set_num_threads(args.threads)
-    data = args.workdir / "results/data/bbc_news"
-    labels = read_labels(data)
-    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
 
-    def encode(split):
-        frame = read_split(data, split)
-        enc = tokenizer(frame["text"].tolist(), truncation=True, max_length=96)
-        ids = frame["label_id"].astype(int).tolist()  # ids in the dataset's label order (labels.json)
-        return [
-            {"input_ids": i, "attention_mask": m, "labels": y}
-            for i, m, y in zip(enc["input_ids"], enc["attention_mask"], ids)
-        ]
-
-    teachers, columns = [], []
-    for t in TEACHERS:
-        model = AutoModelForSequenceClassification.from_pretrained(args.workdir / "results/teachers" / t).eval()
-        teachers.append(model)
-        columns.append([labels.index(model.config.id2label[i]) for i in range(model.config.num_labels)])
-
-    student = AutoModelForSequenceClassification.from_pretrained(
-        minilm_dir(),
-        num_labels=len(labels),
-        id2label=dict(enumerate(labels)),
-        label2id={c: i for i, c in enumerate(labels)},
-    )
-    student.bert.encoder.layer = torch.nn.ModuleList([student.bert.encoder.layer[i] for i in (0, 5)])
-    student.config.num_hidden_layers = 2
-
-    class KDTrainer(Trainer):
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            inputs = dict(inputs)
-            inputs.pop("labels")
-            outputs = model(**inputs)
-            with torch.no_grad():
-                target = torch.empty_like(outputs.logits)
-                for teacher, cols in zip(teachers, columns):
-                    target[:, cols] = teacher(**inputs).logits
-            temperature = 5.0
-            loss = (
-                F.kl_div(
-                    F.log_softmax(outputs.logits / temperature, -1),
-                    F.softmax(target / temperature, -1),
-                    reduction="batchmean",
-                )
-                * temperature**2
+def sweep(args, runner: Runner) -> list[dict]:
+    most = max(args.students)
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    plan = plan_for({"vkd": {**config["students"]["vkd"], "seeds": list(range(most))}}, args.epochs)
+    names = list(plan.students)
+    runner.make_cache(plan, names)
+    for name in names:
+        for tool in args.tools:
+            runner.student(tool, plan, name)
+    rows = []
+    for p_students in sorted(args.students):
+        for tool in args.tools:
+            res = runner.records[tool]
+            chosen = [res["students"][n] for n in names[:p_students]]
+            accuracies = [e["accuracy"] for e in chosen]
+            rows.append(
+                {
+                    "scenario": "sweep",
+                    "tool": TOOLS[tool],
+                    "students": p_students,
+                    "wall_s": (res["cache_s"] if tool == "kdpipe" else 0) + sum(e["wall_s"] for e in chosen),
+                    "cache_s": res["cache_s"] if tool == "kdpipe" else 0,
+                    "peak_mb": res["peak_mb"],
+                    "accuracy": accuracies,
+                }
             )
-            return (loss, outputs) if return_outputs else loss
+    return rows
 
-    def accuracy(pred):
-        return {"accuracy": float((np.argmax(pred.predictions, -1) == pred.label_ids).mean())}
 
-    training = TrainingArguments(
-        output_dir=str(args.out) + ".checkpoints",
-        num_train_epochs=args.epochs,
-        per_device_train_batch_size=16,
-        per_device_eval_batch_size=64,
-        learning_rate=1e-4,
-        warmup_steps=0.1,  # a float below 1: a share of the steps (transformers 5)
-        weight_decay=0.01,
-        max_grad_norm=1.0,
-        lr_scheduler_type="linear",
-        seed=args.seed,
-        eval_strategy="epoch",
-        save_strategy="epoch",
-        load_best_model_at_end=True,
-        metric_for_best_model="accuracy",
-        save_total_limit=1,
-        report_to=[],
-        disable_tqdm=True,
-        use_cpu=not torch.cuda.is_available(),
-    )
-    for teacher in teachers:
-        teacher.to(training.device)
-    trainer = KDTrainer(
-        model=student,
-        args=training,
-        train_dataset=encode("train"),
-        eval_dataset=encode("validation"),
-        data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=accuracy,
-    )
-    trainer.train()
-    trainer.save_model(str(args.out))
-    tokenizer.save_pretrained(str(args.out))
+def five(args, runner: Runner) -> list[dict]:
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    plan = plan_for({name: config["students"][name] for name in FIVE}, args.epochs, args.mc_samples)
+    runner.make_cache(plan, list(FIVE))
+    for name in FIVE:
+        muki = plan.student_params(name)["method"] == "muki"
+        for tool in args.tools:
+            runner.student(tool, plan, name, max_steps=args.muki_steps if muki and tool != "kdpipe" else 0)
+    rows = []
+    for tool in args.tools:
+        res = runner.records[tool]
+        for name in FIVE:
+            entry = res["students"][name]
+            check = certainty_check(runner, plan, tool, name) if tool != "kdpipe" and entry.get("projected") else ""
+            rows.append({"scenario": "five", "tool": TOOLS[tool], "student": name, **entry, "check": check})
+        total = (res["cache_s"] if tool == "kdpipe" else 0) + sum(e["wall_s"] for e in res["students"].values())
+        rows.append(
+            {
+                "scenario": "five",
+                "tool": TOOLS[tool],
+                "student": "all five",
+                "wall_s": total,
+                "cache_s": res["cache_s"] if tool == "kdpipe" else 0,
+                "peak_mb": res["peak_mb"],
+                "projected": any(e.get("projected") for e in res["students"].values()),
+            }
+        )
+    return rows
+
+
+def show(rows: list[dict]) -> None:
+    for row in rows:
+        acc = row.get("accuracy")
+        if isinstance(acc, list):
+            sd = statistics.stdev(acc) if len(acc) > 1 else 0.0
+            acc = f"{100 * statistics.mean(acc):.1f} ± {100 * sd:.1f}%"
+        elif isinstance(acc, float):
+            acc = f"{100 * acc:.1f}%"
+        what = row.get("students", row.get("student"))
+        mark = " (projected)" if row.get("projected") else ""
+        print(
+            f"| {row['tool']} | {what} | {row['wall_s']:.0f}{mark} | {row.get('cache_s', 0):.0f} "
+            f"| {row.get('peak_mb', 0):,.0f} | {acc or '—'} | {row.get('check', '')} |"
+        )
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "trainer-job":
-        p = argparse.ArgumentParser()
-        p.add_argument("trainer_job")
-        for flag in ("--workdir", "--out"):
-            p.add_argument(flag, type=Path, required=True)
-        for flag in ("--seed", "--epochs", "--threads"):
-            p.add_argument(flag, type=int, required=True)
-        trainer_job(p.parse_args())
-        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("scenario", choices=["sweep", "five"])
     p.add_argument("--workdir", type=Path, default=REPO, help="a workflow directory after `make run`")
-    p.add_argument("--students", type=int, nargs="+", default=[1, 5], help="P, the numbers of students to compare")
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--students", type=int, nargs="+", default=[1, 5, 20], help="sweep: P, the numbers of students")
+    p.add_argument("--epochs", type=int, default=None, help="override the students' epochs (default: config.yaml's)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--peer-python", default=sys.executable, help="the Python of the Trainer's environment (accelerate)")
+    p.add_argument("--mc-samples", type=int, default=16, help="five: MUKI's dropout-on passes per teacher")
+    p.add_argument("--muki-steps", type=int, default=0, help="five: the peers' MUKI students train this many steps")
+    p.add_argument("--tools", nargs="+", default=list(TOOLS), choices=list(TOOLS))
+    p.add_argument("--trainer-python", default=str(OUT / "trainer-venv/bin/python"))
+    p.add_argument("--torchdistill-python", default=str(OUT / "td-venv/bin/python"))
     args = p.parse_args()
-    workdir = args.workdir.resolve()
-    most = max(args.students)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        (tmp / "kdpipe").mkdir()
-        (tmp / "trainer").mkdir()
-        tools = {
-            "HF Trainer, teachers online": trainer_side(
-                workdir, tmp / "trainer", most, args.epochs, args.threads, args.peer_python
-            ),
-            "kdpipe, from its cache": kdpipe_side(workdir, tmp / "kdpipe", most, args.epochs, args.threads),
-        }
-    OUT.mkdir(exist_ok=True)
-    stamp = {
-        "date": date.today().isoformat(),
-        "machine": platform.node(),
-        "threads": args.threads,
-        "epochs": args.epochs,
-    }
-    print("| date | tool | P | wall s (cache included) | peak MB | test accuracy, mean ± sd over the P students |")
-    print("| --- | --- | ---: | ---: | ---: | --- |")
-    for p_students in sorted(args.students):
-        for tool, res in tools.items():
-            wall = res["cache_s"] + sum(res["student_s"][:p_students])
-            acc = res["accuracy"][:p_students]
-            sd = statistics.stdev(acc) if len(acc) > 1 else 0.0
-            rec = {
-                **stamp,
-                "tool": tool,
-                "students": p_students,
-                "wall_s": wall,
-                "peak_mb": res["peak_mb"],
-                "accuracy": acc,
-            }
-            with open(OUT / "peers.jsonl", "a") as fh:
-                fh.write(json.dumps(rec) + "\n")
-            print(
-                f"| {stamp['date']} | {tool} | {p_students} | {wall:.0f} | {res['peak_mb']:.0f} "
-                f"| {100 * statistics.mean(acc):.1f} ± {100 * sd:.1f}% |"
-            )
-    print(
-        f"\nkdpipe's cache: {tools['kdpipe, from its cache']['cache_s']:.0f} s once; per student: "
-        + ", ".join(f"{tool} {statistics.mean(r['student_s']):.0f} s" for tool, r in tools.items())
-    )
+    with tempfile.TemporaryDirectory(dir=OUT if OUT.exists() else None) as tmp:
+        runner = Runner(args, Path(tmp))
+        rows = sweep(args, runner) if args.scenario == "sweep" else five(args, runner)
+        stamp = {"date": date.today().isoformat(), "machine": platform.node(), "threads": args.threads}
+        OUT.mkdir(exist_ok=True)
+        with open(OUT / "peers.jsonl", "a") as fh:
+            for row in rows:
+                fh.write(json.dumps({**stamp, **row}) + "\n")
+    print("\n| tool | students | wall s (cache included) | of it the cache, s | peak MB | test accuracy | check |")
+    print("| --- | --- | ---: | ---: | ---: | --- | --- |")
+    show(rows)
 
 
 if __name__ == "__main__":

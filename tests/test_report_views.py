@@ -72,18 +72,22 @@ def report(tmp_path_factory):
     ]
     logs = []
     for model, lines in {
+        # as the training loop logs: every 10 steps, the step counted from 0 in each epoch
         "t_ab": [
             {"epoch": 1, "step": 0, "loss": 1.0},
             {"epoch": 1, "step": 10, "loss": 0.5},
             {"epoch": 1, "validation": {"accuracy": 0.9, "nll": 0.3}, "best": True},
-            {"epoch": 2, "step": 20, "loss": 0.4},
+            {"epoch": 2, "step": 0, "loss": 0.45},
+            {"epoch": 2, "step": 10, "loss": 0.4},
             {"epoch": 2, "validation": {"accuracy": 0.9, "nll": 0.4}, "best": False},
         ],
         "small": [
             {"epoch": 1, "step": 0, "loss": 2.0},
+            {"epoch": 1, "step": 10, "loss": 1.8},
             {"epoch": 1, "validation": {"accuracy": 0.5, "nll": 1.0}, "best": True},
-            {"epoch": 2, "step": 10, "loss": 9.0},  # the line a resumed job wrote again: the later one wins
-            {"epoch": 2, "step": 10, "loss": 1.5},
+            {"epoch": 2, "step": 0, "loss": 9.0},  # the line a resumed job wrote again: the later one wins
+            {"epoch": 2, "step": 0, "loss": 1.5},
+            {"epoch": 2, "step": 10, "loss": 1.2},
             {"epoch": 2, "validation": {"accuracy": 0.7, "nll": 0.8}, "best": True},
         ],
     }.items():
@@ -100,8 +104,10 @@ def test_curves_read_the_kept_epoch_and_the_last_line_of_a_step(report):
     _, _, _, logs = report
     teacher, student = (read_curve(path) for path in logs)
     assert (teacher.model, teacher.family, teacher.kept) == ("t_ab", "teachers", 1)  # epoch 2 tied, not kept
-    assert teacher.steps.tolist() == [0, 10, 20] and teacher.loss.tolist() == [1.0, 0.5, 0.4]
-    assert student.kept == 2 and student.loss.tolist() == [2.0, 1.5]
+    # every epoch's steps count, at the fractional epoch epoch - 1 + step / 11 (11 steps an epoch, as logged)
+    assert teacher.steps.tolist() == pytest.approx([0, 10 / 11, 1, 1 + 10 / 11])
+    assert teacher.loss.tolist() == [1.0, 0.5, 0.45, 0.4]
+    assert student.kept == 2 and student.loss.tolist() == [2.0, 1.8, 1.5, 1.2]
     assert student.accuracy.tolist() == [0.5, 0.7]
 
 
@@ -118,7 +124,7 @@ def test_training_logs_in_tensorboard_format(report):
         return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
     student = scalars("students/small")
-    assert student["train/loss"] == [(0, 2.0), (10, 1.5)]
+    assert student["train/loss"] == [(0, 2.0), (10, pytest.approx(1.8)), (11, 1.5), (21, pytest.approx(1.2))]
     assert student["validation/accuracy"] == [(1, 0.5), (2, pytest.approx(0.7))]
     assert student["validation/kept"] == [(1, 0.0), (2, 1.0)]
     assert scalars("teachers/t_ab")["validation/kept"] == [(1, 1.0), (2, 0.0)]

@@ -39,7 +39,8 @@ def plot_cost(summary: pd.DataFrame, path: Path) -> None:
     for ax, (column, label) in zip(axes, COSTS):
         cost = summary[column].to_numpy(dtype=float)
         _cost_axis(ax, cost, column)
-        label_y, label_x = _spread_labels(cost, accuracy), _nudged(ax, cost)
+        ax.set_ylim(*_accuracy_limits(accuracy))
+        places = _label_places(ax, cost, accuracy, list(summary["model"]), 6.3, 4.2)
         for i, row in enumerate(summary.itertuples(index=False)):
             if not np.isfinite(cost[i]):
                 continue
@@ -47,7 +48,7 @@ def plot_cost(summary: pd.DataFrame, path: Path) -> None:
             colour = f"C{i % 10}"
             ax.scatter(cost[i], accuracy[i], s=70, marker=marker, zorder=3, linewidths=1.5,
                        facecolors=colour if full[i] else "none", edgecolors=colour)  # fmt: skip
-            ax.annotate(row.model, (cost[i], accuracy[i]), xytext=(label_x[i], label_y[i]), fontsize=8,
+            ax.annotate(row.model, (cost[i], accuracy[i]), xytext=places[i], fontsize=8,
                         va="center", arrowprops={"arrowstyle": "-", "color": "0.6", "linewidth": 0.6})  # fmt: skip
         front = np.flatnonzero(full)[pareto_front(cost[full], accuracy[full])]
         if len(front) > 1:
@@ -65,33 +66,38 @@ def plot_cost(summary: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def _spread_labels(cost: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
-    """The height of each point's label: models of about the same cost (within 10%) often have close accuracies
-    (students of one architecture), so their labels are pushed apart to at least 4% of the accuracy range."""
-    finite = np.isfinite(cost) & np.isfinite(accuracy)
-    y = accuracy.copy()
-    gap = 0.04 * max(np.ptp(accuracy[finite]) if finite.any() else 0.0, 1.0)
-    groups: list[list[int]] = []
-    for i in np.flatnonzero(finite)[np.argsort(cost[finite])]:
-        if groups and cost[i] <= 1.1 * cost[groups[-1][0]]:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    for group in groups:
-        order = sorted(group, key=lambda i: accuracy[i])
-        for below, above in zip(order, order[1:]):
-            y[above] = max(y[above], y[below] + gap)
-        shift = (y[order].mean() - accuracy[order].mean()) if len(order) > 1 else 0.0
-        y[order] -= shift  # centred on the points, not stacked above them
-    return y
+def _label_places(ax, cost: np.ndarray, accuracy: np.ndarray, names: list[str], width_in: float, height_in: float):
+    """Where each point's label goes, in data coordinates: right of its point, moved down (then up) in steps of one
+    label height until its box overlaps no marker and no label placed before it (the most accurate point first).
+    Students of one architecture share a cost and often close accuracies; teachers and the oracle sit together near
+    100%: without this their names are printed over each other. Boxes are estimated in axes fractions from the
+    axes' size in inches (8-point text: about 0.075 in per character, 0.16 in per line)."""
+    to_axes, to_data = ax.transLimits, ax.transLimits.inverted()
+    char_w, line_h = 0.075 / width_in, 0.16 / height_in
+    shown = np.flatnonzero(np.isfinite(cost) & np.isfinite(accuracy))
+    points = {i: to_axes.transform((cost[i], accuracy[i])) for i in shown}
+    radius_x, radius_y = 0.07 / width_in, 0.07 / height_in  # a marker, as an obstacle to the labels
+    placed = [(x - radius_x, x + radius_x, y - radius_y, y + radius_y) for x, y in points.values()]
+    out = [(np.nan, np.nan)] * len(names)
+    for i in sorted(shown, key=lambda i: -accuracy[i]):
+        x, y = points[i]
+        x0, x1 = x + 0.02, x + 0.02 + char_w * len(names[i])
+        for step in [0, *[s for k in range(1, 12) for s in (-k, k)]]:
+            y0 = y + step * line_h - line_h / 2
+            if not any(x0 < bx1 and bx0 < x1 and y0 < by1 and by0 < y0 + line_h for bx0, bx1, by0, by1 in placed):
+                break
+        placed.append((x0, x1, y0, y0 + line_h))
+        out[i] = tuple(to_data.transform((x0, y0 + line_h / 2)))
+    return out
 
 
-def _nudged(ax, cost: np.ndarray) -> np.ndarray:
-    """Where labels start: 2% of the axis width right of their points (in log space on a log axis)."""
-    low, high = ax.get_xlim()
-    if ax.get_xscale() == "log":
-        return cost * (high / low) ** 0.02
-    return cost + 0.02 * (high - low)
+def _accuracy_limits(accuracy: np.ndarray) -> tuple[float, float]:
+    """The accuracy axis around the points, with room above the best one for its label."""
+    finite = accuracy[np.isfinite(accuracy)]
+    if not len(finite):
+        return 0.0, 100.0
+    span = max(np.ptp(finite), 2.0)
+    return finite.min() - 0.06 * span, finite.max() + 0.08 * span
 
 
 def _cost_axis(ax, cost: np.ndarray, column: str) -> None:

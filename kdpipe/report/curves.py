@@ -1,10 +1,12 @@
 """Training curves from the ``train_log.jsonl`` every training job writes (kdpipe.training.loop): the training loss
 per logged step and the validation accuracy after each epoch, with the epoch whose weights were kept marked.
 
-A log has two kinds of line: ``{"epoch", "step", "loss", ...}`` every few steps, and ``{"epoch", "validation":
-{"accuracy", "nll", ...}, "best"}`` after each epoch, where ``best`` says the epoch improved on the kept weights, so
-the kept epoch is the last one with ``best`` true. A resumed job appends to its log: the last line of a step or an
-epoch wins.
+A log has two kinds of line: ``{"epoch", "step", "loss", ...}`` every few steps (``step`` counts from 0 in each
+epoch), and ``{"epoch", "validation": {"accuracy", "nll", ...}, "best"}`` after each epoch, where ``best`` says the
+epoch improved on the kept weights, so the kept epoch is the last one with ``best`` true. A resumed job appends to
+its log: the last line of a step or an epoch wins. The training loss is drawn against the fractional epoch
+``epoch − 1 + step / S``, S the steps of an epoch as the log shows them (one more than the largest step logged in
+any epoch), so that it shares its axis with the validation metrics.
 """
 
 from __future__ import annotations
@@ -24,16 +26,16 @@ FAMILIES = {"teachers": "teachers", "students": "students", "cotrained": "co-tra
 class Curve:
     model: str
     family: str  # "teachers", "students" or "cotrained": the folder the model lives in
-    steps: np.ndarray = field(default_factory=lambda: np.empty(0))  # global step of each logged loss
+    steps: np.ndarray = field(default_factory=lambda: np.empty(0))  # fractional epoch of each logged loss
     loss: np.ndarray = field(default_factory=lambda: np.empty(0))
     epochs: np.ndarray = field(default_factory=lambda: np.empty(0))  # 1, 2, ...
     accuracy: np.ndarray = field(default_factory=lambda: np.empty(0))  # validation accuracy after each epoch
     kept: int | None = None  # the epoch whose weights were kept (None: no validation, the last)
 
 
-def read_log(path: str | Path) -> tuple[dict[int, dict], dict[int, dict]]:
-    """A training log as (step -> its line, epoch -> its validation line), the last line of a step or an epoch
-    winning (a resumed job appends to its log)."""
+def read_log(path: str | Path) -> tuple[dict[tuple[int, int], dict], dict[int, dict]]:
+    """A training log as ((epoch, step) -> its line, epoch -> its validation line), in training order, the last
+    line of a step or an epoch winning (a resumed job appends to its log)."""
     path = Path(path)
     steps, epochs = {}, {}
     for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -44,10 +46,16 @@ def read_log(path: str | Path) -> tuple[dict[int, dict], dict[int, dict]]:
         except json.JSONDecodeError as error:
             raise KdpipeError(f"{path}:{number}: not a JSON line ({error.msg})") from None
         if "step" in entry and "loss" in entry:
-            steps[entry["step"]] = entry
+            steps[entry.get("epoch", 1), entry["step"]] = entry
         elif isinstance(entry.get("validation"), dict):
             epochs[entry["epoch"]] = entry
     return dict(sorted(steps.items())), dict(sorted(epochs.items()))
+
+
+def fractional_epochs(steps) -> np.ndarray:
+    """``epoch − 1 + step / S`` of each (epoch, step) key (module docstring)."""
+    per_epoch = max((step for _, step in steps), default=0) + 1
+    return np.array([epoch - 1 + step / per_epoch for epoch, step in steps], dtype=float)
 
 
 def read_curve(path: str | Path) -> Curve:
@@ -58,7 +66,7 @@ def read_curve(path: str | Path) -> Curve:
     return Curve(
         model=path.parent.name,
         family=path.parent.parent.name,
-        steps=np.array(list(steps), dtype=float),
+        steps=fractional_epochs(steps),
         loss=np.array([e["loss"] for e in steps.values()], dtype=float),
         epochs=np.array(list(epochs), dtype=float),
         accuracy=np.array([e["validation"].get("accuracy", np.nan) for e in epochs.values()], dtype=float),
@@ -67,9 +75,9 @@ def read_curve(path: str | Path) -> Curve:
 
 
 def plot_curves(curves: list[Curve], path: Path) -> None:
-    """One row per family of models (teachers, students...): training loss per step (left; log scale, a moving
-    average over 5 logged steps drawn over the raw values) and validation accuracy per epoch (right), the kept
-    epoch circled. Seeds of one model share its colour."""
+    """One row per family of models (teachers, students...): training loss per logged step against the fractional
+    epoch (left; log scale, a moving average over 5 logged steps drawn over the raw values) and validation accuracy
+    after each epoch (right), the kept epoch circled. Seeds of one model share its colour."""
     from kdpipe.report.plots import _pyplot, _save, placeholder
 
     if not curves:
@@ -97,7 +105,7 @@ def plot_curves(curves: list[Curve], path: Path) -> None:
                                edgecolors=colour, linewidths=1.8, zorder=3)  # fmt: skip
         name = FAMILIES.get(family, family)
         ax_loss.set_title(f"{name}: training loss", fontsize=11)
-        ax_loss.set_xlabel("step", fontsize=9)
+        ax_loss.set_xlabel("epoch (logged steps)", fontsize=9)
         if any(len(c.loss) and np.all(c.loss > 0) for c in members):
             ax_loss.set_yscale("log")
         ax_acc.set_title(f"{name}: validation accuracy (○ the epoch whose weights were kept)", fontsize=11)

@@ -93,7 +93,8 @@ def plot_confusion(summary: pd.DataFrame, path: Path) -> None:
         ax.set_title(_model_label(row), fontsize=10)
         ax.set_xlabel("predicted", fontsize=9)
         ax.set_ylabel("gold", fontsize=9)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="share of the gold class's rows")
+    bar = fig.colorbar(image, ax=axes, shrink=0.6, label="% of the gold class's rows")
+    bar.set_ticks(np.linspace(0, 1, 6), labels=[f"{p:.0f}" for p in np.linspace(0, 100, 6)])
     split = shown["split"].iloc[0]
     fig.suptitle(f"Confusion matrices on the {split} split (% of each gold class's rows; seeds pooled)", fontsize=12)
     _save(fig, path)

@@ -134,7 +134,10 @@ def plot_metrics(summary: pd.DataFrame, path: Path) -> None:
             errors = scale * summary[f"{metric}_std"].to_numpy()
             _hbars(ax, y + offset, values, errors, height * 0.92, METRIC_COLOURS[metric], teacher, fmt)
         ax.set_title(title, fontsize=11)
-        ax.set_xlim(_lower_limit(summary, metrics, scale) if scale == 100 else 0, _upper_limit(summary, metrics, scale))
+        low = _lower_limit(summary, metrics, scale) if scale == 100 else 0.0
+        ax.set_xlim(low, _upper_limit(summary, metrics, scale, low))
+        if scale == 100:  # the room for the values written after the bars is not a percentage beyond 100
+            ax.set_xticks([t for t in ax.get_xticks() if low <= t <= 100])
         ax.grid(axis="x", alpha=0.3, linewidth=0.5)
         ax.tick_params(labelsize=9)
     axes[0].set_yticks(y, [_model_label(row) for row in summary.itertuples(index=False)], fontsize=9)
@@ -172,10 +175,10 @@ def _lower_limit(summary: pd.DataFrame, metrics, scale: float) -> float:
     return float(max(0.0, np.floor(low / 10) * 10 - 10))
 
 
-def _upper_limit(summary: pd.DataFrame, metrics, scale: float) -> float:
-    """Room to the right of the longest bar (plus its error) for the value written after it."""
+def _upper_limit(summary: pd.DataFrame, metrics, scale: float, low: float = 0.0) -> float:
+    """Room to the right of the longest bar (plus its error) for the value written after it: 18% of the axis."""
     ends = [scale * (summary[m] + summary[f"{m}_std"].fillna(0)).max() for m, _ in metrics]
-    return max(ends) * 1.18 or 1.0
+    return (low + (max(ends) - low) * 1.18) or 1.0
 
 
 def plot_uncertainty(summary: pd.DataFrame, path: Path) -> None:

@@ -2,7 +2,8 @@
 logs"), written only when the optional ``tensorboard`` package is installed (``pip install -e ".[tracking]"``).
 
 Each trained model becomes one TensorBoard run, ``<out>/<family>/<model>`` (family: teachers, students,
-cotrained): ``train/<term>`` per logged step (the loss, each loss term the method logs, the learning rate) and
+cotrained): ``train/<term>`` per logged step (the loss, each loss term the method logs, the learning rate; the
+step counted over the whole run, an epoch being as many steps as the log shows) and
 ``validation/<metric>`` per epoch (accuracy, NLL...; the x axis is the epoch), plus ``validation/kept``, 1 on the
 epoch whose weights were kept. The events are made from ``train_log.jsonl`` when the report is built, so they
 always match the curves of ``curves.png``, and a rebuilt report replaces them instead of adding a second copy of
@@ -38,12 +39,13 @@ def write_tensorboard(train_logs: list[str | Path], out: Path) -> bool:
     shutil.rmtree(tmp, ignore_errors=True)
     for log in map(Path, train_logs):
         steps, epochs = read_log(log)
+        per_epoch = max((step for _, step in steps), default=0) + 1  # an epoch's steps, as far as the log shows
         kept = [epoch for epoch, entry in epochs.items() if entry.get("best")]
         writer = SummaryWriter(log_dir=str(tmp / log.parent.parent.name / log.parent.name))
-        for step, entry in steps.items():
+        for (epoch, step), entry in steps.items():
             for key, value in entry.items():
                 if key not in NOT_SCALARS and isinstance(value, Real):
-                    writer.add_scalar(f"train/{key}", value, step)
+                    writer.add_scalar(f"train/{key}", value, (epoch - 1) * per_epoch + step)
         for epoch, entry in epochs.items():
             for key, value in entry["validation"].items():
                 if isinstance(value, Real):

@@ -1,0 +1,119 @@
+"""One student trained the way most users distil with Hugging Face: a ``Trainer`` subclass whose ``compute_loss``
+runs the teachers online (``peer_online.py``), validation accuracy after each epoch, the best epoch's weights kept.
+
+Run by ``peers.py`` in an environment that has ``accelerate`` (the ``Trainer`` needs it; kdpipe does not):
+
+    python peer_trainer.py --params JSON --workdir WORKDIR --out DIR [--max-steps K] [--mc-samples 16]
+
+With ``--max-steps K`` it trains K steps only, without validation, to time a step (``timing.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import (
+    DataCollatorWithPadding,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    get_linear_schedule_with_warmup,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from peer_online import Clock, Job, MethodLoss, param_groups  # noqa: E402
+
+
+class StepClock(TrainerCallback):
+    """Times the training steps only (validation and checkpointing are outside the clock)."""
+
+    def __init__(self, clock: Clock):
+        self.clock = clock
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.clock.start()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.clock.stop(1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--params", required=True, help="the distill job's settings JSON")
+    p.add_argument("--workdir", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-steps", type=int, default=0, help="time this many steps only (0: the whole run)")
+    p.add_argument("--mc-samples", type=int, default=16, help="MUKI's dropout-on passes per teacher and batch")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    job = Job(args.params, args.workdir, args.out, args.mc_samples)
+    settings = job.params
+    student, teachers = job.student(), job.teachers()
+    loss_fn = MethodLoss(job, teachers, student.config)
+
+    class OnlineKDTrainer(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            inputs = dict(inputs)
+            row_ids, labels = inputs.pop("row_id"), inputs.pop("labels")
+            outputs = model(**inputs, output_hidden_states=loss_fn.needs_hidden)
+            mask = inputs["attention_mask"]
+            if model.training:
+                loss = loss_fn(outputs, teachers(inputs["input_ids"], mask), mask, row_ids)
+            else:  # validation: the teachers are not needed for the accuracy
+                loss = torch.nn.functional.cross_entropy(outputs.logits, labels)
+            return (loss, outputs) if return_outputs else loss
+
+    train = job.encode("train")
+    steps = args.max_steps or int(np.ceil(len(train) / settings["batch_size"])) * settings["epochs"]
+    adapters = loss_fn.amalgamator
+    optimizer = torch.optim.AdamW(
+        param_groups(student, settings["lr"], settings["weight_decay"], adapters, job.args.get("adapter_lr", 0.0)),
+        lr=settings["lr"],
+    )
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(settings["warmup_ratio"] * steps), steps)
+    timed = bool(args.max_steps)
+    training = TrainingArguments(
+        output_dir=str(args.out) + ".checkpoints",
+        num_train_epochs=settings["epochs"],
+        max_steps=args.max_steps or -1,
+        per_device_train_batch_size=settings["batch_size"],
+        per_device_eval_batch_size=64,
+        max_grad_norm=settings["max_grad_norm"],
+        seed=settings["seed"],
+        eval_strategy="no" if timed else "epoch",
+        save_strategy="no" if timed else "epoch",
+        load_best_model_at_end=not timed,
+        metric_for_best_model="accuracy",
+        save_total_limit=1,
+        label_names=["labels"],
+        remove_unused_columns=False,  # the loss needs the row ids (MUKI's check)
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    teachers.to(training.device)
+    if adapters is not None:
+        adapters.to(training.device)
+    clock = Clock()
+    trainer = OnlineKDTrainer(
+        model=student,
+        args=training,
+        train_dataset=train,
+        eval_dataset=job.encode("validation"),
+        data_collator=DataCollatorWithPadding(job.tokenizer),
+        compute_metrics=lambda pred: {"accuracy": float((np.argmax(pred.predictions, -1) == pred.label_ids).mean())},
+        optimizers=(optimizer, scheduler),
+        callbacks=[StepClock(clock)],
+    )
+    trainer.train()
+    job.save(trainer.model, clock.timing(epoch_steps=int(np.ceil(len(train) / settings["batch_size"]))))
+    loss_fn.save_recorded(args.out / "certainty.npz")
+
+
+if __name__ == "__main__":
+    main()
