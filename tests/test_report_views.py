@@ -184,7 +184,8 @@ def test_landing_fragment_compares_the_models_at_a_glance(report):
     assert all(f">{m}</td>" in fragment for m in ("t_ab", "small", "large", "bad"))
     # per-example inference time: small predicted 10 rows in 0.1 s
     small = re.search(r"<tr><td[^>]*>small</td>.*?</tr>", fragment).group(0)
-    assert 'data-sort="10">10.00</td>' in small and ">5.0M</td>" in small
+    assert 'data-sort="10">10.00</td>' in small and ">5.0M</td>" in small and ">3/3</td>" in small
+    assert ">2/3</td>" in re.search(r"<tr><td[^>]*>t_ab</td>.*?</tr>", fragment).group(0)  # a subset teacher
     # the key plots under the table, embedded: the fragment needs no other file
     embedded = re.findall(r'<img src="data:image/png;base64,([^"]+)" alt="(\w+)"', fragment)
     assert [alt for _, alt in embedded] == ["metrics", "cost"]

@@ -216,6 +216,35 @@ def test_the_report_opens_on_the_comparison(done):
     assert all(f">{model}</td>" in landing for model in ("ta", "tb", "oracle", *STUDENTS, BASELINE))
     for figure in ("summary.html", "curves.png", "confusion.png", "cost.png", "metrics.png"):
         assert figure in page, figure
+    assert "uncertainty.png" not in page  # no model has several members or heads
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="Chromium is not installed (.ci/run installs Debian's chromium)")
+def test_the_report_opens_at_the_top_in_a_browser(done, tmp_path):
+    """In a window shorter than the landing view, the title and the table are on screen when the page opens: the
+    report viewer centres its views vertically, which would put them above the top of the window."""
+    from PIL import Image
+
+    project, env, _ = done
+    snakemake(project, env, "--report", "report.html")
+    shot = tmp_path / "landing.png"
+    subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,700", "--virtual-time-budget=8000",
+         f"--screenshot={shot}", (project / "report.html").as_uri()],
+        check=True, capture_output=True, timeout=180,
+    )  # fmt: skip
+    grey = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    content = grey[:, 260:1100]  # right of the menu, left of the rule graph
+    inked = np.flatnonzero((content < 100).sum(1) > 20)  # rows with dark text or table lines
+    # a blank margin, then the title within the first 120 px (centred, the window would open on the plots or on a
+    # blank band), then the table and the plots down to the bottom of the window
+    assert len(inked) and 20 < inked[0] < 120, f"the landing view starts {inked[0] if len(inked) else '-'} px down"
+    assert len(inked) > 100
 
 
 def test_the_default_route_is_mukis_certainty_bit_for_bit(done):

@@ -41,7 +41,8 @@ STYLE = """
 LEFT = {"model", "kind", "method"}
 # The columns compared on the landing page, and the summary column each sorts by (higher is better: ↑).
 LANDING = (
-    ("model", None), ("kind", None), ("method", None), ("seeds", "seeds"), ("accuracy (%) ↑", "accuracy"),
+    ("model", None), ("kind", None), ("method", None), ("classes", None), ("seeds", "seeds"),
+    ("accuracy (%) ↑", "accuracy"),
     ("macro-F1 (%) ↑", "macro_f1"), ("ECE ↓", "ece"), ("params", "params"), ("ms / example", "inference_ms"),
 )  # fmt: skip
 # Summary columns behind the cells of summary_cells, for sorting (None: sort as text).
@@ -88,17 +89,25 @@ def landing_html(summary: pd.DataFrame, warnings: list[str], title: str, plots: 
     rows = [
         (_landing_cells(row), [_sort_value(row, key) for _, key in LANDING]) for row in table.itertuples(index=False)
     ]
-    # The viewer narrows its description column for prose; the table needs the room.
-    style = f"<style>.prose.max-w-lg {{ max-width: 64rem; }}{STYLE}</style>"
+    # The viewer narrows its description column for prose; the table needs the room. It also centres the landing
+    # view vertically in the window, which cuts off the top (title and table) of a view taller than the window and
+    # leaves a blank band above a shorter one (and cuts off the left of a wider one): the view starts at the top
+    # left while this fragment is shown.
+    style = (
+        "<style>.prose.max-w-lg { max-width: 64rem; } "
+        ".grow.flex.items-center.justify-center.h-screen { align-items: flex-start; justify-content: flex-start; }"
+        f"{STYLE}</style>"
+    )
     return "\n".join(
         [
             style,
             '<div class="kdpipe">',
             f"<h2>{html.escape(title)}</h2>",
             *_warnings(warnings),
-            f"<p>Models on the <b>{html.escape(split)}</b> split: mean over seeds; click a column to sort. Full "
-            "tables (± std over seeds, per class), curves, confusion matrices, cost and calibration: category "
-            "<i>Summary</i> in the menu.</p>",
+            f"<p>Models on the <b>{html.escape(split)}</b> split: mean over seeds; click a column to sort. A "
+            "teacher of some of the classes (<i>classes</i> 2/5) is scored on its own classes' rows only; the "
+            "teachers' oracle reads gold labels. Full tables (± std over seeds, per class), curves, confusion "
+            "matrices, cost and calibration: category <i>Summary</i> in the menu.</p>",
             _table(header, rows, _best(table, header, landing=True)),
             *(_figure(path) for path in plots),
             "</div>",
@@ -117,7 +126,8 @@ def _landing_cells(row) -> list[str]:
 
     params = "—" if pd.isna(row.params) else f"{row.params / 1e6:.1f}M"
     return [
-        str(row.model), str(row.kind), "—" if pd.isna(row.method) else str(row.method), str(row.seeds),
+        str(row.model), str(row.kind), "—" if pd.isna(row.method) else str(row.method), str(row.classes),
+        str(row.seeds),
         number(row.accuracy, 1, 100), number(row.macro_f1, 1, 100), number(row.ece, 3), params,
         number(row.inference_ms, 2),
     ]  # fmt: skip
