@@ -73,3 +73,27 @@ def test_parse_shard(item, expected):
 def test_bad_shard_names(item):
     with pytest.raises(KdpipeError, match="expected 'k-of-S'"):
         parse_shard(item)
+
+
+def test_row_files_hold_the_bytes_numpy_writes(tmp_path):
+    """Rows written in any order and gathered in chunks give the file numpy.save writes for the same array, and
+    read back as written."""
+    from kdpipe.signals import rowfile
+    from kdpipe.signals.rowfile import RowFile
+
+    array = np.arange(7 * 3 * 2, dtype=np.float16).reshape(7, 3, 2)
+    np.save(tmp_path / "reference.npy", array)
+    with RowFile.create(tmp_path / "rows.npy", array.shape, np.float16) as out:
+        out.write(np.array([6, 0, 1, 2]), array[[6, 0, 1, 2]])  # a run 0-2 and a lone row
+        out.write(np.array([5, 3, 4]), array[[5, 3, 4]])
+    assert (tmp_path / "rows.npy").read_bytes() == (tmp_path / "reference.npy").read_bytes()
+    with RowFile.open(tmp_path / "rows.npy") as rows:
+        assert np.array_equal(rows.read(2, 5), array[2:5])
+        original, rowfile.CHUNK_BYTES = rowfile.CHUNK_BYTES, 2 * rows.row_bytes  # chunks of 2 rows
+        try:
+            assert [c for c in rows.chunks()] == [(0, 2), (2, 4), (4, 6), (6, 7)]
+        finally:
+            rowfile.CHUNK_BYTES = original
+    (tmp_path / "short.npy").write_bytes((tmp_path / "rows.npy").read_bytes()[:-4])
+    with RowFile.open(tmp_path / "short.npy") as short, pytest.raises(ValueError, match="truncated"):
+        short.read(0, 7)

@@ -10,9 +10,9 @@
 Post-softmax probabilities, as EasyNLP's Hugging Face models return them (the original TinyBERT-based Meta-KD code
 matched pre-softmax scores, which transformers does not expose without patching its attention modules); rows and
 columns past a row's length are zero. Bytes per example: hidden 2·L_sel·S·H, attentions 2·L_sel·heads·S²,
-attentions_mean 2·L_sel·S² (S: the split's longest tokenised row). Dense arrays are written incrementally through
-``numpy.lib.format.open_memmap``, so memory stays flat in N, after a check that the disk has room for them (a memmap
-on a full disk would fail half-way through with SIGBUS).
+attentions_mean 2·L_sel·S² (S: the split's longest tokenised row). Dense arrays are written a batch of rows at a time
+with plain file writes (:mod:`kdpipe.signals.rowfile`), so memory stays flat in N, after a check that the disk has
+room for them.
 A large split runs as S shards gathered into the same bytes (:mod:`kdpipe.signals.shards`).
 Attentions need ``attn_implementation="eager"``: under the default SDPA implementation transformers returns an
 empty tuple without error, so the shapes are checked here.
@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from numpy.lib.format import open_memmap
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast, pick_device
@@ -32,6 +31,7 @@ from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, mak
 from kdpipe.data.batching import WHOLE, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
+from kdpipe.signals.rowfile import RowFile
 from kdpipe.signals.shards import gather_array, shard_rows
 from kdpipe.signals.teacher import open_teacher
 
@@ -87,7 +87,7 @@ def dump_feature(
         f"the {feature} dump ({len(rows)} rows x "
         f"{bytes_per_example(model.config, feature, layers, max_length):,} bytes)",
     )
-    array = open_memmap(out_npy, mode="w+", dtype=np.float16, shape=shape)
+    array = RowFile.create(out_npy, shape, np.float16)
     model.eval()
     for batch in iterate(encoded, batch_size, device, desc=f"dump {feature}", shard=shard):
         with autocast(device):
@@ -103,13 +103,11 @@ def dump_feature(
             square = mask[:, :, None] * mask[:, None, :]
             values = values * square.view(square.shape[0], 1, *(1,) * (values.dim() - 4), *square.shape[1:])
         values = values.to(torch.float16).cpu().numpy()
-        width = values.shape[-2]
-        local = position[batch["index"].cpu().numpy()]
-        if feature == "hidden":
-            array[local, :, :width] = values
-        else:
-            array[local, ..., :width, :width] = values
-    array.flush()
+        # whole rows, zero past the batch's width (the dump's width is the split's longest row)
+        pad = max_length - values.shape[-2]
+        widths = [(0, 0)] * (values.ndim - 2) + ([(0, pad), (0, 0)] if feature == "hidden" else [(0, pad), (0, pad)])
+        array.write(position[batch["index"].cpu().numpy()], np.pad(values, widths))
+    array.close()
     return rows
 
 

@@ -25,11 +25,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from numpy.lib.format import open_memmap
 
 from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path
 from kdpipe.data.batching import WHOLE
 from kdpipe.signals.catalog import signal_spec
+from kdpipe.signals.rowfile import RowFile
 
 
 def parse_shard(item: str | None) -> tuple[int, int]:
@@ -74,21 +74,23 @@ def read_parts(part_dirs: list[Path]) -> tuple[dict, list[tuple[np.ndarray, Path
     return meta, parts
 
 
-def gather_array(parts: list[tuple[np.ndarray, Path]], name: str, rows: int, out: Path | None = None) -> np.ndarray:
-    """Array ``name`` of every part placed at its rows: in memory, or written through ``open_memmap`` to ``out``
-    (memory flat in N, for the large feature dumps)."""
-    first = np.load(parts[0][1] / f"{name}.npy", mmap_mode="r")
-    shape = (rows, *first.shape[1:])
-    full = (
-        open_memmap(out, mode="w+", dtype=first.dtype, shape=shape)
-        if out is not None
-        else np.zeros(shape, dtype=first.dtype)
-    )
-    for part_rows, folder in parts:
-        full[part_rows] = np.load(folder / f"{name}.npy", mmap_mode="r")
-    if out is not None:
-        full.flush()
-    return full
+def gather_array(parts: list[tuple[np.ndarray, Path]], name: str, rows: int, out: Path | None = None):
+    """Array ``name`` of every part placed at its rows: returned in memory, or copied chunk by chunk into the file
+    ``out`` with plain file I/O (memory flat in N, for the large feature dumps; :mod:`kdpipe.signals.rowfile`)."""
+    if out is None:
+        first = np.load(parts[0][1] / f"{name}.npy", mmap_mode="r")
+        full = np.zeros((rows, *first.shape[1:]), dtype=first.dtype)
+        for part_rows, folder in parts:
+            full[part_rows] = np.load(folder / f"{name}.npy", mmap_mode="r")
+        return full
+    with RowFile.open(parts[0][1] / f"{name}.npy") as first:
+        shape, dtype = (rows, *first.shape[1:]), first.dtype
+    with RowFile.create(out, shape, dtype) as full:
+        for part_rows, folder in parts:
+            with RowFile.open(folder / f"{name}.npy") as part:
+                for start, stop in part.chunks():
+                    full.write(part_rows[start:stop], part.read(start, stop))
+    return None
 
 
 def run_shard(signal: str, params: dict, teacher_dir: Path, data_dir: Path, shard: str, out_part: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import read_json, read_manifest
 from kdpipe.data.batching import Encoded, encode_frame
 from kdpipe.data.dataset import read_labels, read_split
@@ -31,4 +32,6 @@ def open_teacher(teacher_dir: Path, data_dir: Path, split: str, *, attn: str | N
     tokenizer = load_tokenizer(str(teacher_dir))
     frame = read_split(data_dir, split)
     encoded = encode_frame(tokenizer, frame, max_length=manifest["config"]["max_length"])
+    del frame
+    release_freed_memory()  # what reading and tokenising the split allocated for a while (memory flat in N)
     return TeacherPass(model, encoded, read_json(teacher_dir / "labels.json"), manifest["config"])

@@ -1,0 +1,82 @@
+"""Rows of a large ``.npy`` file written and read with plain file I/O (``os.pwrite``, ``readinto``).
+
+A feature dump is written row by row (batches of rows in length order) and a gather copies shards' rows into the
+whole artifact. Through a memory map, every page written or read stays mapped into the process until it ends, so
+its resident memory grows with the file (hundreds of KB per row for hidden states) even though the kernel could
+drop those pages; plain file I/O moves the same bytes through the page cache without mapping them, so a pass's
+memory stays flat in N (benchmarks/RESULTS.md, "How cost grows with the work"). The file is a standard ``.npy``
+(written header, C order): ``numpy.load(path, mmap_mode="r")`` reads it, as the students do.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from numpy.lib import format as npy
+
+CHUNK_BYTES = 64 << 20  # rows copied at a time by a gather
+
+
+class RowFile:
+    """An ``.npy`` file of shape [N, ...] opened for writing or reading whole rows."""
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, offset: int, fd: int):
+        self.path, self.shape, self.dtype, self.offset, self.fd = Path(path), tuple(shape), np.dtype(dtype), offset, fd
+        self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+    @classmethod
+    def create(cls, path: Path, shape: tuple[int, ...], dtype) -> RowFile:
+        """A new file of ``shape``, all zeros (sparse until written)."""
+        npy.open_memmap(path, mode="w+", dtype=dtype, shape=shape).flush()  # header and size only; nothing touched
+        return cls.open(path, writable=True)
+
+    @classmethod
+    def open(cls, path: Path, writable: bool = False) -> RowFile:
+        with open(path, "rb") as fh:
+            version = npy.read_magic(fh)
+            read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            shape, fortran, dtype = read_header(fh)
+            offset = fh.tell()
+        if fortran:
+            raise ValueError(f"{path}: a Fortran-ordered array; rows are not contiguous")
+        return cls(path, shape, dtype, offset, os.open(path, os.O_RDWR if writable else os.O_RDONLY))
+
+    def write(self, positions: np.ndarray, rows: np.ndarray) -> None:
+        """Write ``rows`` [k, ...] (this file's row shape) at row ``positions`` [k]; runs of consecutive positions
+        in one call each."""
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        positions = np.asarray(positions, dtype=np.int64)
+        if rows.shape[1:] != self.shape[1:] or len(rows) != len(positions):
+            raise ValueError(f"{self.path}: {rows.shape} rows at {len(positions)} positions, file {self.shape}")
+        breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+        for start, stop in zip([0, *breaks], [*breaks, len(positions)]):
+            os.pwrite(self.fd, rows[start:stop].tobytes(), self.offset + int(positions[start]) * self.row_bytes)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start`` to ``stop`` (exclusive)."""
+        out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        done, at = 0, self.offset + start * self.row_bytes
+        while done < len(view):
+            got = os.preadv(self.fd, [view[done:]], at + done)
+            if got == 0:
+                raise ValueError(f"{self.path}: ends before row {stop} (truncated?)")
+            done += got
+        return out
+
+    def chunks(self):
+        """(start, stop) row ranges of about CHUNK_BYTES each, covering the file."""
+        step = max(1, CHUNK_BYTES // max(self.row_bytes, 1))
+        for start in range(0, self.shape[0], step):
+            yield start, min(start + step, self.shape[0])
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> RowFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
