@@ -1,5 +1,5 @@
-"""The training logs in TensorBoard's event format, for ``tensorboard --logdir results/`` (docs/report.md, "Training
-logs"), written only when the optional ``tensorboard`` package is installed (``pip install -e ".[tracking]"``).
+"""The training logs in TensorBoard's event format, for ``tensorboard --logdir results/``, written only when the
+optional ``tensorboard`` package is installed (``pip install -e ".[tracking]"``; docs/report.md, "Training logs").
 
 Each trained model becomes one TensorBoard run, ``<out>/<family>/<model>`` (family: teachers, students,
 cotrained): ``train/<term>`` per logged step (the loss, each loss term the method logs, the learning rate; the
