@@ -270,6 +270,24 @@ def five(args, runner: Runner) -> list[dict]:
     return rows
 
 
+def accuracy_check(rows: list[dict]) -> None:
+    """The accuracy check of the sweep: each peer's students against kdpipe's (the same seeds), by Welch's t-test
+    on the largest P: the tools train the same loss, so their means should differ by seed noise only."""
+    from scipy.stats import ttest_ind
+
+    most = max(r["students"] for r in rows)
+    final = {r["tool"]: r["accuracy"] for r in rows if r["students"] == most}
+    ours = final.get(TOOLS["kdpipe"])
+    for tool, accuracy in final.items():
+        if tool == TOOLS["kdpipe"] or ours is None or len(accuracy) < 2:
+            continue
+        test = ttest_ind(accuracy, ours, equal_var=False)
+        print(
+            f"accuracy, {tool} against kdpipe over {most} seeds: {100 * np.mean(accuracy):.1f} against "
+            f"{100 * np.mean(ours):.1f}%, Welch's t = {test.statistic:.2f}, p = {test.pvalue:.2f}"
+        )
+
+
 def show(rows: list[dict]) -> None:
     for row in rows:
         acc = row.get("accuracy")
@@ -307,6 +325,8 @@ def main() -> None:
         with open(OUT / "peers.jsonl", "a") as fh:
             for row in rows:
                 fh.write(json.dumps({**stamp, **row}) + "\n")
+    if args.scenario == "sweep":
+        accuracy_check(rows)
     print("\n| tool | students | wall s (cache included) | of it the cache, s | peak MB | test accuracy | check |")
     print("| --- | --- | ---: | ---: | ---: | --- | --- |")
     show(rows)
