@@ -60,7 +60,8 @@ def main() -> None:
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             inputs = dict(inputs)
             row_ids, labels = inputs.pop("row_id"), inputs.pop("labels")
-            outputs = model(**inputs, output_hidden_states=loss_fn.needs_hidden)
+            # hidden states only for a training step's loss: in validation they would become predictions too
+            outputs = model(**inputs, output_hidden_states=loss_fn.needs_hidden and model.training)
             mask = inputs["attention_mask"]
             if model.training:
                 loss = loss_fn(outputs, teachers(inputs["input_ids"], mask), mask, row_ids)
