@@ -200,11 +200,15 @@ def certainty_check(runner: Runner, plan, tool: str, name: str) -> str:
     entry = runner.records[tool]["students"][name]
     if "certainty" not in entry:
         return "no certainties recorded"
+    from kdpipe.data.dataset import read_split
     from kdpipe.routing.artifact import read_route
 
     online = np.load(entry["certainty"])
+    rows = read_split(runner.data, "train")["row_id"].to_numpy()
     route = runner.tmp / "routes" / plan.student_route(name)
-    cached, _ = read_route(route, "train", online["row_id"], plan.student_params(name)["teachers"])
+    scores, _ = read_route(route, "train", rows, plan.student_params(name)["teachers"])
+    position = {r: i for i, r in enumerate(rows)}
+    cached = scores[[position[r] for r in online["row_id"]]]
     u = online["certainty"]
     same = float((u.argmax(-1) == cached.argmax(-1)).mean())
     entry.update(certainty_rows=len(u), certainty_mad=float(np.abs(u - cached).mean()), same_teacher=same)
