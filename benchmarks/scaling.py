@@ -10,7 +10,9 @@ classes is fine-tuned once, on the smallest N, and reused for every N. Steps:
   pass each over the N training rows;
 - `student epoch`: a vanilla-KD student (2 MiniLM layers) trained for 1 epoch from those cached logits, its
   validation included.
-Time should grow linearly in N and T, and memory stay flat in N (the signals are memory-mapped). Prints a Markdown
+Time should grow linearly in N and T, and memory stay flat in N (the signals are written and read row by row).
+Memory is the peak resident set (``/usr/bin/time``; it counts pages of memory-mapped files the step touched) and the
+peak anonymous memory (its heap, sampled from /proc). Prints a Markdown
 table with seconds per 1,000 rows, writes a plot (`--plot`) and appends JSON records to
 benchmarks/out/scaling.jsonl.
 
@@ -66,21 +68,24 @@ def plan_for(files: dict, samples: int, max_length: int, threads: int) -> Plan:
     return Plan(config, yaml.safe_load(SCHEMA.read_text()))
 
 
-def timed(args: list[str], threads: int, log: Path) -> tuple[float, float]:
-    """Wall seconds and peak resident MB of ``python -m kdpipe ARGS``."""
-    return timed_command([sys.executable, "-m", "kdpipe", "--threads", str(threads), *args], log, threads)
+def timed(args: list[str], threads: int, log: Path) -> tuple[float, float, float]:
+    """Wall seconds, peak resident MB and peak anonymous MB of ``python -m kdpipe ARGS``."""
+    anon = {}
+    wall, rss = timed_command([sys.executable, "-m", "kdpipe", "--threads", str(threads), *args], log, threads, anon)
+    return wall, rss, anon["mb"]
 
 
-def signal_pass(plan: Plan, signal: str, teacher: Path, data: Path, root: Path, threads: int) -> tuple[float, float]:
-    """One unsharded pass of ``signal`` over the training split, shard and gather, into ``root``."""
+def signal_pass(plan: Plan, signal: str, teacher: Path, data: Path, root: Path, threads: int):
+    """One unsharded pass of ``signal`` over the training split, shard and gather, into ``root``: wall seconds,
+    peak resident and peak anonymous MB."""
     params = json.dumps(plan.signal_params("teacher", "train", signal))
     part, out = root / "parts" / signal, root / "teacher" / "train"
     root.mkdir(parents=True, exist_ok=True)
     shard = ["signal-shard", "--params", params, "--teacher", str(teacher), "--data", str(data)]
-    wall, rss = timed(shard + ["--shard", "1-of-1", "--out-part", str(part)], threads, root / f"{signal}.log")
+    wall, rss, anon = timed(shard + ["--shard", "1-of-1", "--out-part", str(part)], threads, root / f"{signal}.log")
     gather = ["signal-gather", "--params", params, "--parts", str(part), "--out", str(out)]
-    wall2, rss2 = timed(gather, threads, root / f"{signal}.gather.log")
-    return wall + wall2, max(rss, rss2)
+    wall2, rss2, anon2 = timed(gather, threads, root / f"{signal}.gather.log")
+    return wall + wall2, max(rss, rss2), max(anon, anon2)
 
 
 def main() -> None:
@@ -124,7 +129,7 @@ def main() -> None:
             for signal, t in steps:
                 step_plan = plan_for(files, t, args.max_length, args.threads) if t else plan
                 into = root if t in (0, samples[0]) else work / f"signals-T{t}"  # one mc artifact per folder
-                wall, rss = signal_pass(step_plan, signal, teacher, data, into, args.threads)
+                wall, rss, anon = signal_pass(step_plan, signal, teacher, data, into, args.threads)
                 records.append(
                     {
                         "step": signal if not t else f"mc (T = {t})",
@@ -132,11 +137,12 @@ def main() -> None:
                         "samples": t or None,
                         "wall_s": wall,
                         "peak_mb": rss,
+                        "anon_mb": anon,
                     }
                 )
                 print(records[-1], flush=True)
             params = json.dumps(plan.student_params("vkd"))
-            wall, rss = timed(
+            wall, rss, anon = timed(
                 [
                     "distill",
                     "--params",
@@ -153,7 +159,9 @@ def main() -> None:
                 args.threads,
                 work / "distill.log",
             )
-            records.append({"step": "student epoch", "rows": n, "samples": None, "wall_s": wall, "peak_mb": rss})
+            records.append(
+                {"step": "student epoch", "rows": n, "samples": None, "wall_s": wall, "peak_mb": rss, "anon_mb": anon}
+            )
             print(records[-1], flush=True)
     report(records, args)
 
@@ -172,23 +180,28 @@ def report(records: list[dict], args) -> None:
         for rec in frame.to_dict("records"):
             fh.write(json.dumps({**stamp, **rec}) + "\n")
     print(f"\n{stamp['date']}, {args.threads} threads, max_length {args.max_length}\n")
-    print("| step | rows | wall s | s per 1k rows | peak MB |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| step | rows | wall s | s per 1k rows | peak RSS MB | peak anonymous MB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for rec in frame.to_dict("records"):
         print(
-            f"| {rec['step']} | {rec['rows']:,} | {rec['wall_s']:.1f} | {rec['s_per_1k']:.1f} | {rec['peak_mb']:.0f} |"
+            f"| {rec['step']} | {rec['rows']:,} | {rec['wall_s']:.1f} | {rec['s_per_1k']:.1f} | {rec['peak_mb']:.0f} "
+            f"| {rec['anon_mb']:.0f} |"
         )
     # A straight line wall = fixed + per_row * N per step: the fixed part is the process start-up (imports, the model
     # load), the slope the cost that grows with N; the worst residual says how far from linear the step is.
-    print("\n| step | fixed s | s per 1k rows | worst deviation from the line | peak MB, smallest to largest N |")
-    print("| --- | ---: | ---: | ---: | --- |")
+    print(
+        "\n| step | fixed s | s per 1k rows | worst deviation from the line | peak RSS MB, smallest to largest N "
+        "| peak anonymous MB |"
+    )
+    print("| --- | ---: | ---: | ---: | --- | --- |")
     for step, rows in frame.groupby("step", sort=False):
         if len(rows) < 2:
             continue
         slope, fixed = np.polyfit(rows["rows"], rows["wall_s"], 1)
         worst = float((rows["wall_s"] - (fixed + slope * rows["rows"])).abs().div(rows["wall_s"]).max())
         peaks = " → ".join(f"{m:.0f}" for m in rows["peak_mb"])
-        print(f"| {step} | {fixed:.1f} | {1000 * slope:.1f} | {100 * worst:.1f}% | {peaks} |")
+        anon = " → ".join(f"{m:.0f}" for m in rows["anon_mb"])
+        print(f"| {step} | {fixed:.1f} | {1000 * slope:.1f} | {100 * worst:.1f}% | {peaks} | {anon} |")
     mc = frame[frame["samples"].notna() & (frame["rows"] == frame["rows"].min())]
     if len(mc) >= 2:  # MC-dropout against T at the smallest N
         slope, fixed = np.polyfit(mc["samples"], mc["wall_s"], 1)
@@ -198,12 +211,22 @@ def report(records: list[dict], args) -> None:
             f"\nMC-dropout at N = {mc['rows'].iloc[0]:,}: {fixed:.1f} s fixed + {slope:.1f} s per sample T "
             f"(T = {samples}; worst deviation from the line {100 * worst:.1f}%)"
         )
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
-    for step, rows in frame[frame["samples"].isna() | (frame["samples"] == min(args.samples))].groupby("step"):
-        ax_t.plot(rows["rows"], rows["wall_s"], marker="o", label=step)
-        ax_m.plot(rows["rows"], rows["peak_mb"], marker="o", label=step)
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(13, 5))
+    for i, (step, rows) in enumerate(
+        frame[frame["samples"].isna() | (frame["samples"] == min(args.samples))].groupby("step")
+    ):
+        ax_t.plot(rows["rows"], rows["wall_s"], marker="o", label=step, color=f"C{i}")
+        ax_m.plot(rows["rows"], rows["peak_mb"], marker="o", color=f"C{i}", label=f"{step}: resident")
+        ax_m.plot(rows["rows"], rows["anon_mb"], marker="x", linestyle="--", color=f"C{i}", label=f"{step}: heap")
     ax_t.set(xscale="log", yscale="log", xlabel="training rows N", ylabel="wall time (s)", title="Time against N")
-    ax_m.set(xscale="log", xlabel="training rows N", ylabel="peak resident memory (MB)", title="Memory against N")
+    ax_m.set(xscale="log", xlabel="training rows N", ylabel="peak memory (MB)",
+             title="Memory against N (resident; heap = anonymous)")  # fmt: skip
+    ax_m.legend(fontsize=7, ncol=2)
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}")  # 1,000 rather than 10^3 on the log axes
+    for axis in (ax_t.xaxis, ax_t.yaxis, ax_m.xaxis):
+        axis.set_major_formatter(plain)
     ax_m.set_ylim(bottom=0)
     ax_t.legend(fontsize=8)
     fig.tight_layout()
