@@ -15,6 +15,7 @@ fine-tuned, and writes a Hugging Face model folder that ``peers.py`` scores on t
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import time
@@ -49,6 +50,20 @@ class Job:
         self.labels = read_labels(self.data)
         self.max_length = int(self.params["max_length"])
         self.tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
+
+    @classmethod
+    def from_command_line(cls, doc: str) -> tuple[argparse.Namespace, Job]:
+        """A peer job's command line (both peers take the same), its torch threads set."""
+        p = argparse.ArgumentParser(description=doc.splitlines()[0])
+        p.add_argument("--params", required=True, help="the distill job's settings JSON")
+        p.add_argument("--workdir", type=Path, required=True)
+        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--threads", type=int, default=2)
+        p.add_argument("--max-steps", type=int, default=0, help="time this many steps only (0: the whole run)")
+        p.add_argument("--mc-samples", type=int, default=16, help="MUKI's dropout-on passes per teacher and batch")
+        args = p.parse_args()
+        torch.set_num_threads(args.threads)
+        return args, cls(args.params, args.workdir, args.out, args.mc_samples)
 
     def encode(self, split: str) -> list[dict]:
         """The split as Hugging Face examples (ids cut at max_length, label index in the data's label order, and the

@@ -17,7 +17,6 @@ docstring of ``peers.py`` says how to make it):
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -106,16 +105,7 @@ def accuracy(model: nn.Module, loader) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--params", required=True, help="the distill job's settings JSON")
-    p.add_argument("--workdir", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--max-steps", type=int, default=0, help="time this many steps only (0: the whole run)")
-    p.add_argument("--mc-samples", type=int, default=16, help="MUKI's dropout-on passes per teacher and batch")
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    job = Job(args.params, args.workdir, args.out, args.mc_samples)
+    args, job = Job.from_command_line(__doc__)
     settings = job.params
     set_seed(settings["seed"])
     model, online = job.student(), job.teachers()

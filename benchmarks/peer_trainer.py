@@ -10,7 +10,6 @@ With ``--max-steps K`` it trains K steps only, without validation, to time a ste
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -42,16 +41,7 @@ class StepClock(TrainerCallback):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--params", required=True, help="the distill job's settings JSON")
-    p.add_argument("--workdir", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--max-steps", type=int, default=0, help="time this many steps only (0: the whole run)")
-    p.add_argument("--mc-samples", type=int, default=16, help="MUKI's dropout-on passes per teacher and batch")
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    job = Job(args.params, args.workdir, args.out, args.mc_samples)
+    args, job = Job.from_command_line(__doc__)
     settings = job.params
     student, teachers = job.student(), job.teachers()
     loss_fn = MethodLoss(job, teachers, student.config)
