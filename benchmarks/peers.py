@@ -13,7 +13,8 @@ seed) and the same losses (kdpipe's loss functions, ``peer_online.py``). Scenari
   own code runs it, and once into the cache for kdpipe (its ``mc_dropout.samples``). Online MUKI costs tens of
   teacher forwards per step; with ``--muki-steps K`` the peers' MUKI students train K steps only and their run is
   projected from the measured step time (marked as projected), and their certainties are compared row by row with
-  kdpipe's cached ones instead of their test accuracy.
+  kdpipe's cached ones instead of their test accuracy. ``--only NAME ...`` runs some of the five (with ``--tools``,
+  one tool's student again); the cache is made only for what they need.
 
 The tools take turns student by student, so that any load on the machine falls on all of them alike. Each command
 runs under ``/usr/bin/time`` (wall time, peak resident memory). Test accuracy is computed alike for every student
@@ -247,15 +248,18 @@ def sweep(args, runner: Runner) -> list[dict]:
 def five(args, runner: Runner) -> list[dict]:
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     plan = plan_for({name: config["students"][name] for name in FIVE}, args.epochs, args.mc_samples)
-    runner.make_cache(plan, list(FIVE))
-    for name in FIVE:
+    names = args.only or list(FIVE)
+    muki = [n for n in names if plan.student_params(n)["method"] == "muki"]
+    if "kdpipe" in args.tools or muki:  # kdpipe's students, or the routes the peers' MUKI certainties are checked on
+        runner.make_cache(plan, names if "kdpipe" in args.tools else muki)
+    for name in names:
         muki = plan.student_params(name)["method"] == "muki"
         for tool in args.tools:
             runner.student(tool, plan, name, max_steps=args.muki_steps if muki and tool != "kdpipe" else 0)
     rows = []
     for tool in args.tools:
         res = runner.records[tool]
-        for name in FIVE:
+        for name in names:
             entry = res["students"][name]
             check = certainty_check(runner, plan, tool, name) if tool != "kdpipe" and entry.get("projected") else ""
             rows.append({"scenario": "five", "tool": TOOLS[tool], "student": name, **entry, "check": check})
@@ -264,7 +268,7 @@ def five(args, runner: Runner) -> list[dict]:
             {
                 "scenario": "five",
                 "tool": TOOLS[tool],
-                "student": "all five",
+                "student": "all five" if len(names) == len(FIVE) else f"these {len(names)}",
                 "wall_s": total,
                 "cache_s": res["cache_s"] if tool == "kdpipe" else 0,
                 "peak_mb": res["peak_mb"],
@@ -317,6 +321,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--mc-samples", type=int, default=16, help="five: MUKI's dropout-on passes per teacher")
     p.add_argument("--muki-steps", type=int, default=0, help="five: the peers' MUKI students train this many steps")
+    p.add_argument("--only", nargs="+", choices=FIVE, help="five: these students only (default: all five)")
     p.add_argument("--tools", nargs="+", default=list(TOOLS), choices=list(TOOLS))
     p.add_argument("--trainer-python", default=str(OUT / "trainer-venv/bin/python"))
     p.add_argument("--torchdistill-python", default=str(OUT / "td-venv/bin/python"))
