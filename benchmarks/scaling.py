@@ -222,11 +222,16 @@ def report(records: list[dict], args) -> None:
     ax_m.set(xscale="log", xlabel="training rows N", ylabel="peak memory (MB)",
              title="Memory against N (resident; heap = anonymous)")  # fmt: skip
     ax_m.legend(fontsize=7, ncol=2)
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    plain = FuncFormatter(lambda v, _: f"{v:,.0f}")  # 1,000 rather than 10^3 on the log axes
+    # Plain numbers (1,000 rather than 10^3) on the log axes: N ticked where it was measured, time at 1, 2, 5 x 10^k
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}")
+    ax_t.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+    for ax in (ax_t, ax_m):
+        ax.set_xticks(sorted(frame["rows"].unique()))
     for axis in (ax_t.xaxis, ax_t.yaxis, ax_m.xaxis):
         axis.set_major_formatter(plain)
+        axis.set_minor_formatter(NullFormatter())
     ax_m.set_ylim(bottom=0)
     ax_t.legend(fontsize=8)
     fig.tight_layout()
