@@ -279,6 +279,33 @@ def test_the_nll_tie_break_survives_a_resume(data, tmp_path):
     assert result.best_epoch == 3 and [r["best"] for r in result.history] == [True, False, True]
 
 
+def test_resume_state_read_while_a_job_replaces_its_checkpoint(tmp_path, monkeypatch):
+    """A job writes checkpoint 11 and removes checkpoint 9 between the reader's look at LATEST and its read of
+    checkpoint 9's state: the reader follows LATEST to checkpoint 11. A state missing from the checkpoint that LATEST
+    still names is an error."""
+    from kdpipe.core.store import ArtifactError, read_json
+    from kdpipe.training import loop
+
+    resume = tmp_path / "resume"
+    for step in (9, 11):
+        (resume / f"ckpt-{step:06d}").mkdir(parents=True)
+        (resume / f"ckpt-{step:06d}" / "state.json").write_text(json.dumps({"step": step}))
+    (resume / "LATEST").write_text("ckpt-000009")
+
+    def job_moves_on_first(path):
+        if (resume / "ckpt-000009").exists():
+            (resume / "LATEST").write_text("ckpt-000011")
+            (resume / "ckpt-000009" / "state.json").unlink()
+            (resume / "ckpt-000009").rmdir()
+        return read_json(path)
+
+    monkeypatch.setattr(loop, "read_json", job_moves_on_first)
+    assert read_resume_state(resume) == {"step": 11}
+    (resume / "ckpt-000011" / "state.json").unlink()
+    with pytest.raises(ArtifactError, match="ckpt-000011/state.json"):
+        read_resume_state(resume)
+
+
 def test_tokenising_in_chunks_gives_the_ids_of_one_call(monkeypatch):
     """encode tokenises a split a few rows at a time (bounded memory): the ids and token types are those of one
     tokenizer call over all rows, pairs included."""

@@ -37,7 +37,7 @@ from transformers import get_linear_schedule_with_warmup
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast
 from kdpipe.core.finished import keep_finished
-from kdpipe.core.store import atomic_path, ensure_disk_space, read_json, tensor_bytes, write_json
+from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, read_json, tensor_bytes, write_json
 from kdpipe.data.batching import Encoded, collate, training_batches
 from kdpipe.models.card import model_card
 from kdpipe.models.inference import probs_predictor
@@ -185,9 +185,18 @@ class _Checkpoint:
 
 
 def read_resume_state(resume_dir: Path) -> dict | None:
-    """The training state of the latest checkpoint in ``resume_dir`` (None when there is none)."""
-    current = _Checkpoint(resume_dir, "").current()
-    return read_json(current / "state.json") if current else None
+    """The training state of the latest checkpoint in ``resume_dir`` (None when there is none).
+
+    Safe to call while a job trains, e.g. to watch its progress: the job may write a newer checkpoint and remove the
+    one ``LATEST`` named between the two reads here, and then the newer one is read."""
+    checkpoint = _Checkpoint(resume_dir, "")
+    while (current := checkpoint.current()) is not None:
+        try:
+            return read_json(current / "state.json")
+        except ArtifactError:
+            if checkpoint.current() == current:  # not replaced by a newer checkpoint: really missing
+                raise
+    return None
 
 
 def fit(
