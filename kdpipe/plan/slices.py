@@ -20,7 +20,7 @@ class Slices:
     def prepare_params(self) -> dict:
         """The dataset section; keys added later are left out at their "as before" value, so a prepared dataset
         made before them stays valid."""
-        later = {"conflicts": "drop", "id_column": None}
+        later = {"conflicts": "drop", "id_column": None, "normalize_labels": False}
         return {k: v for k, v in self.config["dataset"].items() if not (k in later and v == later[k])}
 
     def teacher_params(self, teacher: str) -> dict:
