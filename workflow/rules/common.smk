@@ -25,14 +25,16 @@ from kdpipe.plan import (
     TEACHER,
     Plan,
 )
+from kdpipe.plan.numbers import check_numbers
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, signal_files, signal_spec
 
 import yaml
 
-validate(config, schema="../schemas/config.schema.yaml", set_default=True)
 with open(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml") as fh:
     SCHEMA = yaml.safe_load(fh)
 try:
+    check_numbers(config, SCHEMA)  # before the schema, which refuses lr: 1e-3 (text to YAML) without saying why
+    validate(config, schema="../schemas/config.schema.yaml", set_default=True)
     PLAN = Plan(config, SCHEMA)
 except KdpipeError as err:
     raise WorkflowError(f"config: {err}")
