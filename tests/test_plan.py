@@ -5,6 +5,7 @@ import yaml
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.plan import Plan
+from kdpipe.plan.numbers import check_numbers
 from tests.conftest import REPO
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
@@ -144,8 +145,108 @@ def test_seeds_expand_into_student_jobs_without_touching_teachers():
             lambda c: c["teachers"]["ta"].update(classes=["business", "sports"]),
             r"teachers\.ta\.classes: class 'sports' is not in the data",
         ),
+        # an empty list is refused where the plan would replace it (by one seed, by every teacher, by no ensemble)
+        (
+            lambda c: c["students"]["s_vkd"].update(seeds=[]),
+            r"^students\.s_vkd\.seeds: an empty list would train the student once, with seed 0; omit the key for "
+            r"that, or list the seeds, e\.g\. \[0, 1, 2\]$",
+        ),
+        (
+            lambda c: c["student_defaults"].update(seeds=[], seed=4),
+            r"^student_defaults\.seeds: an empty list would train the student once, with seed 4; omit the key",
+        ),
+        (
+            lambda c: c["students"]["s_vkd"].update(teachers=[]),
+            r"^students\.s_vkd\.teachers: an empty list would mean every teacher; omit the key for that, or name "
+            r"the teachers, e\.g\. \[ta, tb\]$",
+        ),
+        (
+            lambda c: c["teachers"]["tb"].update(ensemble={}),
+            r"^teachers\.tb\.ensemble: empty, which would mean a single teacher; omit the key for that, or write "
+            r"\{size: N\} or \{seeds: \[0, 1, \.\.\.\]\} for an ensemble$",
+        ),
+        (
+            lambda c: c["students"]["s_vkd"].update(model={"init": {"from": "builtin:tiny-bert", "layers": []}}),
+            r"^students\.s_vkd\.model\.init\.layers: an empty list keeps no layer; omit the key to keep every layer",
+        ),
+        (
+            lambda c: c["evaluate"].update(splits=[]),
+            r"^evaluate\.splits: an empty list evaluates no model, so the report has nothing to show; omit the key",
+        ),
     ],
 )
 def test_config_errors_name_the_key(edit, message):
     with pytest.raises(KdpipeError, match=message):
         load(edit=edit)
+
+
+def test_an_empty_teacher_list_of_a_baseline_means_what_it_says():
+    plan = load(edit=lambda c: c["students"]["s_none"].update(teachers=[]))  # supervised: no teacher either way
+    assert plan.student_teachers("s_none") == []
+
+
+@pytest.mark.parametrize(
+    "written, message",
+    [
+        # YAML 1.1 reads a float only with a dot and a signed exponent: these are strings
+        (
+            "teachers: {ta: {lr: 1e-3}}",
+            "teachers.ta.lr is the string '1e-3': YAML reads 1e-3 without a dot as text; write 1.0e-3 or 0.001",
+        ),
+        (
+            "teacher_defaults: {lr: 5E-5}",
+            "teacher_defaults.lr is the string '5E-5': YAML reads 5E-5 without a dot as text; write 5.0e-5 or 0.00005",
+        ),
+        (
+            "students: {s: {lr: 1.0e4}}",
+            "students.s.lr is the string '1.0e4': YAML reads 1.0e4 without a sign in the exponent as text; "
+            "write 1.0e+4 or 10000",
+        ),
+        (
+            "dataset: {split: {test: '0.2'}}",
+            "dataset.split.test is the string '0.2': a number in quotes is text to YAML; write 0.2 without quotes",
+        ),
+        (
+            "students: {s: {epochs: 3e0}}",
+            "students.s.epochs is the string '3e0': YAML reads 3e0 as text, and students.s.epochs takes an integer; "
+            "write 3",
+        ),
+        (
+            "teachers: {ta: {ensemble: {seeds: [0, '1']}}}",
+            "teachers.ta.ensemble.seeds[1] is the string '1': a number in quotes is text to YAML; write 1 without "
+            "quotes",
+        ),
+        (
+            "mc_dropout: {dropout: 1e-1}",
+            "mc_dropout.dropout is the string '1e-1': YAML reads 1e-1 without a dot as text; write 1.0e-1 or 0.1",
+        ),
+        # the declared arguments of methods and teacher objectives, and a first stage's training settings
+        (
+            "students: {s: {method: prokt, method_args: {teacher_lr: 3e-5}}}",
+            "students.s.method_args.teacher_lr is the string '3e-5': YAML reads 3e-5 without a dot as text; "
+            "write 3.0e-5 or 0.00003",
+        ),
+        (
+            "student_defaults: {method: meta_kd}\nstudents: {s: {method_args: {stage1: {lr: 1e-4}}}}",
+            "students.s.method_args.stage1.lr is the string '1e-4': YAML reads 1e-4 without a dot as text; "
+            "write 1.0e-4 or 0.0001",
+        ),
+        (
+            "teachers: {m: {objective: meta, objective_args: {gamma: 5e-1}}}",
+            "teachers.m.objective_args.gamma is the string '5e-1': YAML reads 5e-1 without a dot as text; "
+            "write 5.0e-1 or 0.5",
+        ),
+    ],
+)
+def test_a_number_yaml_reads_as_text_is_named_with_its_spelling(written, message):
+    config = yaml.safe_load(written)
+    with pytest.raises(KdpipeError) as err:
+        check_numbers(config, SCHEMA)
+    assert str(err.value) == message
+
+
+def test_numbers_and_text_that_only_look_like_numbers_pass():
+    tiny = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())
+    check_numbers(tiny, SCHEMA)
+    check_numbers(yaml.safe_load("teachers: {ta: {lr: 1.0e-3, backbone: '1e3', domain: '2'}, tb: null}"), SCHEMA)
+    check_numbers(yaml.safe_load("students: {s: {method: nope, method_args: {x: 1e-3}}}"), SCHEMA)  # named later

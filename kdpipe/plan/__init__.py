@@ -2,7 +2,8 @@
 
 Imported by the workflow (``workflow/rules/common.smk``) when Snakemake builds the DAG, so it stays free of torch
 and transformers. By concern: :mod:`~kdpipe.plan.paths` (where artifacts live), :mod:`~kdpipe.plan.entries`
-(config entries to jobs), :mod:`~kdpipe.plan.checks` (what the schema cannot check), :mod:`~kdpipe.plan.classes`
+(config entries to jobs), :mod:`~kdpipe.plan.numbers` (numbers YAML read as text, named before the schema
+refuses them), :mod:`~kdpipe.plan.checks` (what the schema cannot check), :mod:`~kdpipe.plan.classes`
 (the classes of every teacher, checked against the data), :mod:`~kdpipe.plan.layers`
 (layer alignment), :mod:`~kdpipe.plan.routes` (the routes of knowledge-integration students),
 :mod:`~kdpipe.plan.slices` (each job's config slice and code modules).
@@ -14,7 +15,7 @@ import re
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.registry import TEACHER_OBJECTIVES, complete_args, get_method
-from kdpipe.plan.checks import Checks
+from kdpipe.plan.checks import Checks, check_empty
 from kdpipe.plan.classes import Classes
 from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
 from kdpipe.plan.layers import Layers
@@ -56,6 +57,7 @@ __all__ = [
 class Plan(Checks, Classes, Layers, Routes, Slices):
     def __init__(self, config: dict, schema: dict | None = None):
         """``config`` with its defaults filled in; ``schema`` (the config schema) validates merged entries."""
+        check_empty(config)
         self.config = config
         self.schema = schema
         self.dataset = config["dataset"]["name"]

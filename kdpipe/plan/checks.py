@@ -4,9 +4,49 @@
 from __future__ import annotations
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.methods.registry import get_method
+from kdpipe.methods.registry import METHODS, get_method
 from kdpipe.plan.entries import NAME, Student, validate_entry
 from kdpipe.plan.paths import ORACLE
+
+
+def check_empty(config: dict) -> None:
+    """Refuse an empty list (or ensemble) that the plan would otherwise replace without a word, by a default or by
+    every teacher, or that would leave nothing to run: omitting the key is how a config asks for the default."""
+    entries = [("teacher_defaults", config.get("teacher_defaults") or {})]
+    entries += [(f"teachers.{name}", spec or {}) for name, spec in (config.get("teachers") or {}).items()]
+    for where, spec in entries:
+        if spec.get("ensemble") == {}:
+            raise KdpipeError(
+                f"{where}.ensemble: empty, which would mean a single teacher; omit the key for that, or write "
+                "{size: N} or {seeds: [0, 1, ...]} for an ensemble"
+            )
+    defaults = config.get("student_defaults") or {}
+    for name, spec in (config.get("students") or {}).items():
+        spec = spec or {}
+        merged = {**defaults, **spec}
+        where = {key: f"students.{name}.{key}" if key in spec else f"student_defaults.{key}" for key in merged}
+        method = METHODS.get(merged.get("method", ""))  # an unknown one is named later
+        if merged.get("seeds") == []:
+            raise KdpipeError(
+                f"{where['seeds']}: an empty list would train the student once, with seed {merged.get('seed', 0)}; "
+                "omit the key for that, or list the seeds, e.g. [0, 1, 2]"
+            )
+        if merged.get("teachers") == [] and method is not None and method.teachers:
+            raise KdpipeError(
+                f"{where['teachers']}: an empty list would mean every teacher; omit the key for that, or name the "
+                f"teachers, e.g. [{', '.join(list(config.get('teachers') or {})[:2]) or 'ta, tb'}]"
+            )
+        init = (merged.get("model") or {}).get("init") or {}
+        if init.get("layers") == []:
+            raise KdpipeError(
+                f"{where['model']}.init.layers: an empty list keeps no layer; omit the key to keep every layer of "
+                "the backbone, or list the layers to keep, e.g. [0, 5]"
+            )
+    if (config.get("evaluate") or {}).get("splits") == []:
+        raise KdpipeError(
+            "evaluate.splits: an empty list evaluates no model, so the report has nothing to show; omit the key for "
+            "[validation, test], or name the splits, e.g. [test]"
+        )
 
 
 class Checks:
