@@ -113,11 +113,42 @@ def test_a_full_disk_is_refused_before_writing(made, tiny_data, tmp_path, monkey
     import kdpipe.core.store as store
 
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(store.shutil, "disk_usage", lambda _: usage(2 << 30, 2 << 30, 512 << 20))
-    with pytest.raises(KdpipeError, match=r"a resume checkpoint needs .* GB .* but only 0\.54 GB are free"):
+    monkeypatch.setattr(store.shutil, "disk_usage", lambda _: usage(2 << 30, 2 << 30, 40_000_000))
+    with pytest.raises(KdpipeError, match=r"a resume checkpoint needs .* MB .* but only 40 MB are free"):
         finetune_teacher.run({**TINY_TEACHER, "checkpoint_every": 1}, tiny_data, tmp_path / "teacher")
-    with pytest.raises(KdpipeError, match=r"the logits needs .* GB .* free space"):
+    with pytest.raises(KdpipeError, match=r"the logits needs .* kB .* free space"):
         run_signal(
             "logits", {"batch_size": 8, "split": "train", "signal": "logits"}, made / "teacher", tiny_data, tmp_path
         )
     assert not (tmp_path / "teacher").exists() and not (tmp_path / "logits.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    "needed, free, kept",
+    [
+        (20_000_000, 84_000_000, None),  # a 0.02 GB model folder on a nearly full disk: 64 MB kept free
+        (20_000_000, 80_000_000, "64 MB"),
+        (500_000_000, 1_000_000_000, None),  # a 0.5 GB dump keeps as much again free
+        (500_000_000, 990_000_000, "500 MB"),
+        (20_000_000_000, 21_000_000_000, None),  # a 20 GB dump keeps at most 1 GB free
+        (20_000_000_000, 20_999_999_999, "1 GB"),
+    ],
+)
+def test_the_disk_reserve_grows_with_the_write(tmp_path, monkeypatch, needed, free, kept):
+    import collections
+
+    import kdpipe.core.store as store
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(store.shutil, "disk_usage", lambda _: usage(4 * free, 3 * free, free))
+    if kept is None:
+        store.ensure_disk_space(tmp_path / "out", needed, "the model folder")
+        return
+    with pytest.raises(KdpipeError) as err:
+        store.ensure_disk_space(tmp_path / "out", needed, "the model folder", hint="free space")
+    sizes = {20_000_000: "20 MB", 500_000_000: "500 MB", 20_000_000_000: "20 GB"}
+    free_text = {80_000_000: "80 MB", 990_000_000: "990 MB", 20_999_999_999: "21 GB"}
+    assert str(err.value) == (
+        f"the model folder needs {sizes[needed]} at {tmp_path}, but only {free_text[free]} are free "
+        f"(and {kept} are kept in reserve): free space"
+    )

@@ -65,8 +65,10 @@ def _default_permissions(path: Path) -> None:
         p.chmod((0o777 if p.is_dir() else 0o666) & ~umask)
 
 
-# Room left free on a disk after a large dump: other jobs, logs and the gather of shards need some too.
-DISK_RESERVE = 1 << 30
+# Room kept free on a disk after a write, for other jobs, logs and the gather of shards: as much again as the write
+# itself, but at least DISK_RESERVE and at most DISK_RESERVE_MAX (see ensure_disk_space).
+DISK_RESERVE = 64_000_000
+DISK_RESERVE_MAX = 1_000_000_000
 
 
 DUMP_HINT = (
@@ -75,18 +77,37 @@ DUMP_HINT = (
 )
 
 
+def disk_reserve(nbytes: int) -> int:
+    """The room kept free after a write of ``nbytes``: as much again as the write (a dump's shards and their gather
+    coexist for a while; a new checkpoint is written before the old one is removed), at least ``DISK_RESERVE``
+    (64 MB: logs, manifests, other jobs' small files) and at most ``DISK_RESERVE_MAX`` (1 GB). So a small model
+    folder still fits on a nearly full disk, and a large dump keeps 1 GB spare."""
+    return min(max(int(nbytes), DISK_RESERVE), DISK_RESERVE_MAX)
+
+
 def ensure_disk_space(path: str | Path, nbytes: int, what: str, hint: str = DUMP_HINT) -> None:
-    """Refuse, before writing, an output of ``nbytes`` that would not fit on the disk of ``path`` (keeping
-    ``DISK_RESERVE`` free): a write that fails half-way wastes the work before it (and a memory-mapped array on a
-    full disk fails with SIGBUS). Outputs are atomic, so a failed write never leaves a finished-looking file."""
+    """Refuse, before writing, an output of ``nbytes`` that would not fit on the disk of ``path`` with
+    :func:`disk_reserve` kept free: a write that fails half-way wastes the work before it (and a memory-mapped array
+    on a full disk fails with SIGBUS). Outputs are atomic, so a failed write never leaves a finished-looking file."""
     folder = Path(path).parent
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free
-    if nbytes + DISK_RESERVE > free:
+    reserve = disk_reserve(nbytes)
+    if nbytes + reserve > free:
         raise KdpipeError(
-            f"{what} needs {nbytes / 1e9:.2f} GB at {folder}, but only {free / 1e9:.2f} GB are free "
-            f"(and {DISK_RESERVE / 1e9:.1f} GB are kept in reserve): {hint}"
+            f"{what} needs {_bytes(nbytes)} at {folder}, but only {_bytes(free)} are free "
+            f"(and {_bytes(reserve)} are kept in reserve): {hint}"
         )
+
+
+def _bytes(n: int) -> str:
+    """A size for a message, to three digits: bytes, kB, MB or GB (powers of 1000)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            value = n / scale
+            text = f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+            return f"{text.rstrip('0').rstrip('.') if '.' in text else text} {unit}"
+    return f"{n} bytes"
 
 
 def tensor_bytes(module) -> int:
