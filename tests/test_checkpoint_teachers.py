@@ -126,3 +126,54 @@ def test_a_class_no_checkpoint_covers_stops_the_plan(tmp_path):
     make_checkpoint(tmp_path / "two", names=["sport", "tech"])
     with pytest.raises(KdpipeError, match=r"label 'politics' in the data is covered by no teacher"):
         load(edit=with_checkpoint(tmp_path / "two"))
+
+
+def with_own_code(folder, model_type="my-bert"):
+    """Mark a saved checkpoint as needing code of its own, as a hub model with custom modeling files is."""
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = model_type
+    config["auto_map"] = {
+        "AutoConfig": "configuration_my.MyConfig",
+        "AutoModelForSequenceClassification": "modeling_my.MyForSequenceClassification",
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def own_code_message(folder, model_type="my-bert"):
+    return (
+        f"{folder}/config.json: the key auto_map asks for the checkpoint's own code (configuration_my.MyConfig, "
+        f"modeling_my.MyForSequenceClassification), as transformers provides no sequence classifier for its "
+        f"model_type '{model_type}'; kdpipe does not run a checkpoint's own code (trust_remote_code is off): use a "
+        "checkpoint of a model class that transformers provides (a model_type such as bert, roberta or deberta-v2)"
+    )
+
+
+def test_a_checkpoint_needing_its_own_code_is_refused_for_that_reason(tmp_path):
+    folder = tmp_path / "custom"
+    make_checkpoint(folder)
+    with_own_code(folder)
+    for loader in (lambda: load_trained(folder), lambda: load_classifier(str(folder), ["sport", "tech"], seed=0)):
+        with pytest.raises(KdpipeError) as err:
+            loader()
+        assert str(err.value) == own_code_message(folder)
+    # before any job: as the checkpoint of a teacher, and as a student's backbone
+    with pytest.raises(KdpipeError) as err:
+        load(edit=with_checkpoint(folder))
+    assert str(err.value) == f"teachers.tb.checkpoint: {own_code_message(folder)}"
+
+    def student_from_it(config):
+        config["students"]["s_vkd"]["model"] = {"init": {"from": str(folder), "layers": [0]}}
+
+    with pytest.raises(KdpipeError, match=r"^students\.s_vkd\.model\.init\.from: .*config\.json: the key auto_map"):
+        load(edit=student_from_it)
+
+
+def test_an_auto_map_beside_a_model_type_transformers_provides_loads_as_that_class(tmp_path):
+    folder = tmp_path / "known"
+    original = make_checkpoint(folder)
+    with_own_code(folder, model_type="bert")
+    model = load_trained(folder)
+    assert type(model).__name__ == "BertForSequenceClassification"
+    assert torch.equal(head_weight(model), head_weight(original))
+    assert load(edit=with_checkpoint(folder)).imported_teachers() == ["tb"]

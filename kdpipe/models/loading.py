@@ -56,15 +56,66 @@ def _source(backbone: str) -> str:
     return backbone
 
 
-def _quiet_from_pretrained(fn, name: str, **kwargs):
-    """Call a ``from_pretrained`` and turn an unreachable hub / missing directory into a clear error."""
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+# What kdpipe loads a model folder as, by the Auto class it calls (see refuse_own_code)
+TASKS = {"AutoModelForSequenceClassification": "sequence classifier", "AutoModel": "encoder"}
+OWN_CODE = "kdpipe does not run a checkpoint's own code (trust_remote_code is off)"
+
+
+def refuse_own_code(source: str, auto: str = "AutoModelForSequenceClassification", where: str = "") -> None:
+    """Refuse a local model folder whose ``config.json`` asks, through its ``auto_map`` key, for the checkpoint's own
+    code (``modeling_*.py`` files beside it): transformers runs them only with ``trust_remote_code``, which kdpipe
+    never sets, and it has no class of its own for the folder's ``model_type`` and task (``auto``: the Auto class
+    kdpipe loads it with). A folder whose model type transformers provides loads as that class (the auto_map is not
+    used). ``where``: the config key that names the folder, put first in the message."""
+    config_file = Path(source) / "config.json"
     try:
-        return fn(name, **kwargs)
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        return  # not a local folder, or not JSON: from_pretrained says what is wrong
+    auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    if not auto_map:
+        return
+    from transformers.models.auto import modeling_auto
+
+    model_type = config.get("model_type")
+    provided = {
+        "AutoModelForSequenceClassification": modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+        "AutoModel": modeling_auto.MODEL_MAPPING_NAMES,
+    }[auto]
+    if model_type in provided:
+        return
+    named = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
+    code = sorted({str(c) for c in (c for v in named for c in (v if isinstance(v, list) else [v])) if c})
+    raise KdpipeError(
+        f"{where + ': ' if where else ''}{config_file}: the key auto_map asks for the checkpoint's own code "
+        f"({', '.join(code)}), as transformers provides no {TASKS[auto]} for its model_type {model_type!r}; "
+        f"{OWN_CODE}: use a checkpoint of a model class that transformers provides (a model_type such as bert, "
+        "roberta or deberta-v2)"
+    )
+
+
+def _quiet_from_pretrained(fn, name: str, auto: str | None = None, **kwargs):
+    """Call a ``from_pretrained`` and turn an unreachable hub / missing directory into a clear error; ``auto``: the
+    Auto class of a model (not a tokenizer), whose folder is first checked for code of its own
+    (:func:`refuse_own_code`). A checkpoint's own code is never run."""
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    if auto:
+        refuse_own_code(name, auto)
+    try:
+        return fn(name, trust_remote_code=False, **kwargs)
     except (OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        if "trust_remote_code" in str(err):  # a hub checkpoint whose config.json has auto_map
+            raise KdpipeError(
+                f"cannot load model '{name}': its config.json names code of its own (the key auto_map) for a model "
+                f"class transformers does not provide; {OWN_CODE}: use a checkpoint of a model class that "
+                "transformers provides"
+            ) from err
+        if Path(name).is_dir():
+            raise KdpipeError(f"cannot load model '{name}' from its folder ({type(err).__name__}: {first})") from err
         raise KdpipeError(
             f"cannot load model '{name}': not a builtin ({', '.join(BUILTINS)}), not a local model directory, "
-            f"and not reachable on the hub from here ({type(err).__name__}: {str(err).splitlines()[0]})"
+            f"and not reachable on the hub from here ({type(err).__name__}: {first})"
         ) from err
 
 
@@ -112,6 +163,7 @@ def load_classifier(
     model = _quiet_from_pretrained(
         AutoModelForSequenceClassification.from_pretrained,
         _source(backbone),
+        "AutoModelForSequenceClassification",
         **label_maps(labels),
         ignore_mismatched_sizes=True,  # another number of classes than the checkpoint's head: a fresh head
         **kwargs,
@@ -147,7 +199,7 @@ def load_encoder(backbone: str, *, seed: int = 0) -> nn.Module:
     if backbone == "builtin:tiny-bert":
         torch.manual_seed(seed)
         return BertModel(BertConfig(**TINY_BERT))
-    return _quiet_from_pretrained(AutoModel.from_pretrained, _source(backbone))
+    return _quiet_from_pretrained(AutoModel.from_pretrained, _source(backbone), "AutoModel")
 
 
 # A saved student of another architecture than a Hugging Face classifier leaves a marker file in its folder; the
@@ -196,7 +248,8 @@ def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module
         if (Path(model_dir) / marker).is_file():
             return getattr(importlib.import_module(module), loader)(model_dir, attn=attn)
     kwargs = {"attn_implementation": attn} if attn else {}
-    return _quiet_from_pretrained(AutoModelForSequenceClassification.from_pretrained, str(model_dir), **kwargs)
+    auto = "AutoModelForSequenceClassification"
+    return _quiet_from_pretrained(AutoModelForSequenceClassification.from_pretrained, str(model_dir), auto, **kwargs)
 
 
 def encoder_layers(model: nn.Module) -> nn.ModuleList:

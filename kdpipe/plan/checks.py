@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.registry import METHODS, get_method
 from kdpipe.plan.entries import NAME, Student, validate_entry
@@ -53,6 +56,7 @@ class Checks:
     """Mixed into :class:`kdpipe.plan.Plan`: run once when the plan is built, before any job."""
 
     def _check(self) -> None:
+        self._check_own_code()
         if self.schema is not None:
             for kind, entries in (("teacher", self.teachers), ("student", self.students)):
                 for name, entry in entries.items():
@@ -84,6 +88,25 @@ class Checks:
             self._check_heads(student, method, where)
             self._check_stage(student, method, where)
         self._check_classes()
+
+    def _check_own_code(self) -> None:
+        """A local model folder that asks for code of its own (``auto_map`` in its config.json) for a model class
+        transformers does not provide stops the plan: the job would refuse to load it
+        (:func:`kdpipe.models.loading.refuse_own_code`). Every folder named here is loaded as a sequence classifier."""
+        folders = {}  # config key -> folder
+        for name, spec in self.teachers.items():
+            key = "checkpoint" if spec.get("checkpoint") else "backbone"
+            folders[f"teachers.{name.split('.')[0]}.{key}"] = spec.get(key)  # an ensemble member: its entry's key
+        for student in self.students.values():
+            where = f"students.{student.entry}"
+            folders[f"{where}.model.init.from"] = (student.config["model"].get("init") or {}).get("from")
+            if get_method(student.config.get("method", "")).stage == "cotrain":
+                folders[f"{where}.method_args.backbone"] = (student.config.get("method_args") or {}).get("backbone")
+        for where, folder in folders.items():
+            if isinstance(folder, str) and _asks_for_own_code(folder):
+                from kdpipe.models.loading import refuse_own_code  # torch and transformers: only for such a folder
+
+                refuse_own_code(folder, where=where)
 
     def _check_stage(self, student: Student, method, where: str) -> None:
         if method.internal and student.name not in self.first_stages:
@@ -133,3 +156,12 @@ class Checks:
                 f"{where}.model.heads.count: {heads.get('count')} heads for {members} teachers; "
                 "Hydra needs at most one head per ensemble member (M <= N)"
             )
+
+
+def _asks_for_own_code(folder: str) -> bool:
+    """A local model folder whose config.json has an ``auto_map`` (read without transformers)."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("auto_map"))
