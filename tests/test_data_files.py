@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -136,3 +138,21 @@ def test_a_class_too_small_for_every_split_is_reported(tmp_path, capfd):
             KdpipeError, match=r"teachers\.teacher: the validation split has no rows of the teacher's classes \['c'\]"
         ):
             finetune_teacher.run({**TINY_TEACHER, "classes": ["c"]}, tmp_path / "out", tmp_path / "teacher")
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+@pytest.mark.parametrize("suffix", [".jsonl", ".tsv"])
+def test_unicode_line_separators_inside_a_text_are_text(tmp_path, separator, suffix):
+    frame = pd.DataFrame(
+        {"text": [f"first{separator}second {i}" for i in range(20)], "label": ["ab"[i % 2] for i in range(20)]}
+    )
+    path = tmp_path / f"data{suffix}"
+    if suffix == ".jsonl":  # written unescaped, as JSON allows; records end in "\r\n" here
+        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\r\n" for row in frame.to_dict("records")))
+    else:
+        frame.to_csv(path, sep="\t", index=False)
+    assert separator in path.read_text(encoding="utf-8")
+    manifest = prepare(dataset_params(source=str(path)), tmp_path / "out")
+    assert manifest["records"]["train"]["rows"] == manifest["records"]["train"]["lines"] == 20
+    texts = pd.concat(read_split(tmp_path / "out", s) for s in ("train", "validation", "test"))["text"]
+    assert sorted(texts) == sorted(frame["text"])

@@ -344,3 +344,32 @@ def test_percentage_axes_start_near_the_data():
     assert _lower_limit(summary, (("accuracy", 0), ("macro_f1", 0)), 100) == 70.0
     summary["accuracy"] = [0.05, 0.9]
     assert _lower_limit(summary, (("accuracy", 0),), 100) == 0.0
+
+
+def _cells(line: str) -> list[str]:
+    """A Markdown table row's cells: split at the pipes that are not escaped."""
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+
+
+def test_a_pipe_in_a_class_name_stays_inside_its_markdown_cell(tmp_path):
+    from kdpipe.report.markdown import summary_markdown
+    from kdpipe.report.routing import routing_markdown, routing_table
+    from kdpipe.report.summary import read_eval, runs_table, summarise
+
+    classes = ["sport|news", "tech", "a\\|b"]
+    record = _eval("vkd.seed1", "vkd", "student", "vanilla_kd", 1, "test", classes, 0.9, 0.05, 10.0, 1_000_000)
+    record["metrics"]["per_class_accuracy"] = {"sport|news": 0.5, "tech": 1.0, "a\\|b": 0.75}
+    summary = summarise(runs_table([read_eval(path) for path in _write_evals(tmp_path, [record])]))
+    markdown = summary_markdown(summary)
+    header = next(line for line in markdown.splitlines() if line.startswith("| model | kind | sport"))
+    assert _cells(header) == ["model", "kind", "sport\\|news", "tech", "a\\\\\\|b"]
+    row = markdown.splitlines()[markdown.splitlines().index(header) + 2]
+    assert _cells(row) == ["vkd", "student", "50.0", "100.0", "75.0"]
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            assert len(_cells(line)) in (len(_cells(header)), 12), line
+
+    route = {"route": "r", "router": "k|nn", "diagnostics": {"k|nn": {"gold_labels": False}}}
+    text = routing_markdown([route], routing_table([route]))
+    line = next(line for line in text.splitlines() if "chosen" in line and line.startswith("|"))
+    assert _cells(line)[0] == "**k\\|nn** (chosen)" and len(_cells(line)) == 5

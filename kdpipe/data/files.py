@@ -6,7 +6,8 @@ says why not (docs/your-own-models-and-data.md, "Your own data").
 - CSV follows RFC 4180 quoting, so a quoted field may hold line breaks: the records that span several lines are
   counted and reported (``records`` in the dataset manifest, and a note with examples in the prepare log), since a
   stray opening quote also looks like that.
-- JSONL: one JSON object per non-blank line; a malformed line is reported by its line number.
+- JSONL: one JSON object per non-blank line, lines ending in ``\n`` (or ``\r\n``) only, so a text may hold the
+  Unicode line and paragraph separators (U+2028, U+2029, U+0085); a malformed line is reported by its line number.
 - A file that does not decode in the configured encoding gets a hint with the encoding that does decode it.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -55,9 +57,13 @@ def read_table(path: str | Path, key: str, params: dict) -> pd.DataFrame:
     return raw
 
 
+# The line breaks of CSV and TSV readers (not the Unicode separators that str.splitlines also splits on).
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def _lines(text: str) -> list[str]:
     """The non-blank lines (what a reader that skips blank lines turns into records)."""
-    return [line for line in text.splitlines() if line.strip()]
+    return [line for line in _LINE_BREAK.split(text) if line.strip()]
 
 
 def _read_tsv(path: Path, text: str, records: dict) -> pd.DataFrame:
@@ -89,7 +95,9 @@ def _read_csv(path: Path, text: str, records: dict) -> pd.DataFrame:
 
 def _read_jsonl(path: Path, text: str, records: dict) -> pd.DataFrame:
     rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # JSON Lines ends a record at "\n" only ("\r" before it is JSON whitespace); str.splitlines would also split
+    # inside a string at U+2028, U+2029 or U+0085, which JSON allows unescaped.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -6,7 +6,9 @@ is split off the train file. The artifact directory holds ``{train,validation,te
 ``manifest.json``; ``kdpipe.data.dataset`` reads it back and check it against the manifest.
 
 Order of operations, all seeded by ``dataset.split.seed`` and deterministic:
-1. read and validate every configured column of every row (errors name the file, config key, column and row);
+1. read and validate every configured column of every row (errors name the file, config key, column and row:
+   an empty cell, a list or an object); labels that are one class written differently stop here, or are merged
+   (``dataset.normalize_labels``, kdpipe.data.labels);
 2. drop exact duplicates of (text, text_pair); with explicit files a duplicate is kept in test over validation over
    train, so the given evaluation sets stay intact and no training text leaks into them;
 3. assign ``row_id``: the position in the deduplicated order (explicit files: train, then validation, then test);
@@ -15,6 +17,10 @@ Order of operations, all seeded by ``dataset.split.seed`` and deterministic:
 5. split stratified by label, and by domain within each label when a domain column is configured (so every domain
    keeps its classes in every split: Meta-KD's per-domain students are trained, validated and tested on their own
    domain's rows); the validation and test fractions are of the rows being split.
+
+Before anything is written, every class must have training rows (a class only in a validation or test file
+stops the run, naming it and its file), and validation and test must have rows. These checks run when the plan
+reads the labels (:func:`dataset_labels`), so such data stops a run before any job.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from kdpipe.data.conflicts import resolve_conflicts
 from kdpipe.data.dataset import SPLITS, no_domains
 from kdpipe.data.files import read_table
 from kdpipe.data.hf import is_hf_source, read_hf
+from kdpipe.data.labels import NUMERIC_NAME_COLUMNS, cell_texts, check_or_merge, check_scalars
 
 # (output column, config key, default column name); optional columns default to None (not configured).
 _COLUMNS = (
@@ -46,6 +53,7 @@ _COLUMNS = (
     ("id", "id_column", None),
 )
 INTEGER = re.compile(r"^[+-]?\d+$")
+_INT64 = np.iinfo(np.int64)
 # Which copy of a duplicate survives across explicit files: evaluation files win over train.
 _KEEP_PRIORITY = ("test", "validation", "train")
 # The corpus names its sport folder "sports"; the BBC's own class name is "sport".
@@ -54,9 +62,7 @@ _BBC_RENAMES = {"sports": "sport"}
 
 def prepare(params: dict, out_dir: str | Path) -> dict:
     """Build the dataset artifact in ``out_dir`` from the ``dataset`` config slice; return its manifest."""
-    tables, labels, fractions, seed, provenance = _selected(params)
-    to_split_off = {split: fractions[split] for split in ("test", "validation") if split not in tables}
-    parts = _split_stratified(tables.pop("train"), to_split_off, seed) | tables
+    parts, labels, provenance = _selected(params)
     label_ids = {label: i for i, label in enumerate(labels)}
     splits = {split: _finish(parts[split], label_ids) for split in SPLITS}
 
@@ -102,39 +108,55 @@ def dataset_labels(params: dict) -> list[str]:
     return _selected(params)[1]
 
 
-def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict, int, dict]:
-    """Steps 1-4: the tables to split ({origin: table}), the label order, the split fractions and seed, and where
-    the rows came from (manifest fields)."""
+def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
+    """Steps 1-5: the splits ({split: table}), the label order, and where the rows came from (manifest fields).
+    Every check that the data allows a run is made here, so the plan's :func:`dataset_labels` stops a run that
+    cannot work before any job."""
     split_params = params.get("split") or {}
     fractions = {"validation": split_params.get("validation", 0.1), "test": split_params.get("test", 0.2)}
     seed = int(split_params.get("seed", 13))
     max_rows, max_per_class = params.get("max_rows"), params.get("max_per_class")
     _check_numbers(fractions, max_rows, max_per_class)
 
-    tables, label_renames, source, declared = _load_tables(params)
+    tables, label_renames, source, declared, places = _load_tables(params)
+    _check_split_sources(fractions, tables)
     records = {origin: table.attrs["records"] for origin, table in tables.items() if "records" in table.attrs}
+    column = params.get("label_column", "label")
+    tables, declared, merges = check_or_merge(
+        tables, declared, bool(params.get("normalize_labels", False)), source, column
+    )
+    # the train labels after each step that drops rows, to say why a class lost its training rows
+    train_labels = {"read": set(tables["train"]["label"])}
     tables, conflicts = resolve_conflicts(tables, params.get("conflicts", "drop"))
+    train_labels["conflicts"] = set(tables["train"]["label"])
     duplicates = 0
     if params.get("dedup", True):
         keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]
         tables, duplicates = _drop_duplicates(tables, keys)
-    tables = _assign_row_ids(tables)
+    train_labels["dedup"] = set(tables["train"]["label"])
+    tables = _assign_row_ids(tables, places)
     tables = {origin: _apply_caps(table, max_per_class, max_rows, seed) for origin, table in tables.items()}
 
     labels = label_order(set().union(*(table["label"] for table in tables.values())), declared)
+    keyed = bool(params.get("files"))
+    _check_training_rows(tables, labels, places, train_labels, keyed)
     if len(labels) < 2:
-        column = params.get("label_column", "label")
         raise KdpipeError(
             f"{source}: column '{column}' (dataset.label_column) has {len(labels)} distinct label(s) "
             f"{labels} after deduplication and subsampling; classification needs at least 2"
         )
+    to_split_off = {split: fractions[split] for split in ("test", "validation") if split not in tables}
+    parts = _split_stratified(tables.pop("train"), to_split_off, seed) | tables
+    _check_split_rows(parts, fractions, places, to_split_off, keyed)
 
     provenance = {"duplicates_dropped": duplicates, "label_renames": label_renames, "source": source}
+    if merges is not None:
+        provenance["label_merges"] = merges
     if conflicts:
         provenance["conflicting_duplicates"] = conflicts
     if records:  # how each file's records became rows (kdpipe.data.files)
         provenance["records"] = records
-    return tables, labels, fractions, seed, provenance
+    return parts, labels, provenance
 
 
 def source_domains(params: dict, where: str) -> list[str]:
@@ -173,9 +195,92 @@ def _check_numbers(fractions: dict, max_rows, max_per_class) -> None:
             raise KdpipeError(f"dataset.{key} is {value!r}; it must be a positive integer or null")
 
 
-def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str], str, list[str]]:
+# Why a run cannot do without validation or test rows.
+_NEEDED = {
+    "validation": "kdpipe validates every teacher and student on validation rows after each epoch (and keeps the "
+    "best epoch's weights)",
+    "test": "kdpipe evaluates every model on test rows",
+}
+
+
+def _check_split_sources(fractions: dict, tables: dict[str, pd.DataFrame]) -> None:
+    """A split that no file or Hugging Face split gives is split off train: its fraction must not be 0."""
+    for split in ("validation", "test"):
+        if split not in tables and fractions[split] == 0:
+            raise KdpipeError(
+                f"dataset.split.{split} is 0: {_NEEDED[split]}; give a fraction > 0 or a {split} file "
+                f"(dataset.files.{split})"
+            )
+
+
+def _check_split_rows(
+    parts: dict[str, pd.DataFrame], fractions: dict, places: dict[str, str], split_off: dict, keyed: bool
+) -> None:
+    """Every split has rows: a fraction too small for the data, or a file whose rows were all dropped, is named."""
+    for split in ("validation", "test"):
+        if len(parts[split]):
+            continue
+        if split in split_off:
+            rows = sum(len(parts[s]) for s in ("train", *split_off))
+            raise KdpipeError(
+                f"dataset.split.{split} is {fractions[split]}, too small for the {rows} rows being split: no row "
+                f"goes to {split}; {_NEEDED[split]}; give a larger fraction or a {split} file "
+                f"(dataset.files.{split})"
+            )
+        raise KdpipeError(
+            f"{_where(places, split, keyed)}: no row is left once duplicates (dataset.dedup) and conflicting copies "
+            f"(dataset.conflicts) are dropped; {_NEEDED[split]}"
+        )
+
+
+def _where(places: dict[str, str], origin: str, keyed: bool) -> str:
+    """Where an origin's rows come from, with the config key that names its file."""
+    return f"{places[origin]} (dataset.files.{origin})" if keyed else places[origin]
+
+
+# Why a class's training rows were dropped: the step after which it had none.
+_DROPPED = {
+    "read": "its training rows were all dropped or relabelled as conflicting copies (dataset.conflicts)",
+    "conflicts": "its training rows all repeat texts of the evaluation data, where they are kept (dataset.dedup)",
+    "dedup": "dataset.max_rows subsampled away all its training rows",
+}
+
+
+def _check_training_rows(
+    tables: dict[str, pd.DataFrame], labels: list[str], places: dict[str, str], history: dict, keyed: bool
+) -> None:
+    """Every class in a validation or test file (or Hugging Face split) has training rows: a class never seen in
+    training cannot be learnt, and every model would get an output that nothing trains."""
+    train = set(tables["train"]["label"])
+    problems = []
+    for origin in ("validation", "test"):
+        if origin in tables:
+            present = set(tables[origin]["label"])
+            missing = [label for label in labels if label in present and label not in train]
+            if missing:
+                problems.append((origin, missing))
+    if not problems:
+        return
+    found = []
+    for origin, missing in problems:
+        where = _where(places, origin, keyed)
+        classes = ", ".join(repr(label) for label in missing)
+        found.append(
+            f"{where}: {'class' if len(missing) == 1 else 'classes'} {classes} "
+            f"{'has' if len(missing) == 1 else 'have'} no row in the training data ({places['train']})"
+        )
+    reasons, single = [], len(problems) == 1 and len(problems[0][1]) == 1
+    for label in dict.fromkeys(label for _, missing in problems for label in missing):
+        step = next((step for step in reversed(history) if label in history[step]), None)
+        if step is not None:
+            reasons.append(_DROPPED[step] if single else f"{label!r}: {_DROPPED[step]}")
+    why = f": {', '.join(reasons)}" if reasons else ""
+    raise KdpipeError(f"{'; '.join(found)}{why}; every class needs training rows: add some, or drop its rows")
+
+
+def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str], str, list[str], dict[str, str]]:
     """Read the configured source(s): ({origin split: table}, label renames, source description, the label order
-    the source declares: a ``ClassLabel``'s names, else empty).
+    the source declares: a ``ClassLabel``'s names, else empty, and {origin split: where its rows come from}).
 
     A single file becomes the "train" table, from which validation and test are split off later; a Hugging Face
     dataset gives the splits it has.
@@ -189,7 +294,8 @@ def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str],
             raise KdpipeError("dataset.files.train is required when dataset.files is set")
         paths = {split: files[split] for split in SPLITS if files.get(split)}
         tables = {split: _read_file(path, f"dataset.files.{split}", params) for split, path in paths.items()}
-        return tables, {}, ", ".join(f"{split}={path}" for split, path in paths.items()), []
+        places = {split: str(path) for split, path in paths.items()}
+        return tables, {}, ", ".join(f"{split}={path}" for split, path in paths.items()), [], places
     source = params.get("source", "builtin:bbc_news")
     if not source:
         raise KdpipeError(
@@ -199,13 +305,14 @@ def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str],
     source = str(source)
     if source.startswith("builtin:"):
         raw, renames = _read_builtin(source)
-        return {"train": _select_columns(raw, params, source)}, renames, source, []
+        return {"train": _select_columns(raw, params, source)}, renames, source, [], {"train": source}
     if is_hf_source(source):
         keys = [params.get(key, default) for _, key, default in _COLUMNS]
         raw_tables, declared = read_hf(source, params.get("label_column", "label"), [k for k in keys if k])
-        tables = {split: _select_columns(raw, params, f"{source} ({split})") for split, raw in raw_tables.items()}
-        return tables, {}, source, declared
-    return {"train": _read_file(source, "dataset.source", params)}, {}, source, []
+        places = {split: f"{source} ({split} split)" for split in raw_tables}
+        tables = {split: _select_columns(raw, params, places[split]) for split, raw in raw_tables.items()}
+        return tables, {}, source, declared, places
+    return {"train": _read_file(source, "dataset.source", params)}, {}, source, [], {"train": source}
 
 
 def label_order(present: set[str], declared: list[str]) -> list[str]:
@@ -214,7 +321,7 @@ def label_order(present: set[str], declared: list[str]) -> list[str]:
     if declared:
         return [label for label in declared if label in present]
     if all(INTEGER.match(label) for label in present):
-        return sorted(present, key=int)
+        return sorted(present, key=lambda label: (int(label), label))
     return sorted(present)
 
 
@@ -265,6 +372,7 @@ def _select_columns(raw: pd.DataFrame, params: dict, where: str) -> pd.DataFrame
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise KdpipeError(f"{where}: no column '{column}' (dataset.{key}); the columns are {available}{hint}")
         values = raw[column]
+        check_scalars(values, name, column, key, where)
         empty = values.isna().to_numpy() | (values.astype(str).str.strip() == "").to_numpy()
         if empty.any():
             rows = np.flatnonzero(empty) + 1
@@ -273,7 +381,7 @@ def _select_columns(raw: pd.DataFrame, params: dict, where: str) -> pd.DataFrame
                 f"{where}: data row {rows[0]} (counting from 1, after any header) has an empty {name} "
                 f"in column '{column}' (dataset.{key}){more}"
             )
-        selected[name] = values.astype(str).to_numpy()
+        selected[name] = cell_texts(values, whole_floats=name in NUMERIC_NAME_COLUMNS)
     return pd.DataFrame(selected)
 
 
@@ -286,11 +394,11 @@ def _drop_duplicates(tables: dict[str, pd.DataFrame], keys: list[str]) -> tuple[
     return kept, int((~keep).sum())
 
 
-def _assign_row_ids(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+def _assign_row_ids(tables: dict[str, pd.DataFrame], places: dict[str, str]) -> dict[str, pd.DataFrame]:
     """Number rows consecutively through the tables in split order, or take the user's ids (``dataset.id_column``:
     unique integers); these ids never change afterwards."""
     if "id" in tables["train"]:
-        return _user_row_ids(tables)
+        return _user_row_ids(tables, places)
     numbered, offset = {}, 0
     for origin in (split for split in SPLITS if split in tables):
         table = tables[origin].reset_index(drop=True)
@@ -300,8 +408,8 @@ def _assign_row_ids(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return numbered
 
 
-def _user_row_ids(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """The id column as ``row_id``: every id an integer, and unique over all files."""
+def _user_row_ids(tables: dict[str, pd.DataFrame], places: dict[str, str]) -> dict[str, pd.DataFrame]:
+    """The id column as ``row_id``: every id an integer that fits 64 bits, and unique over all files."""
     numbered = {}
     for origin, table in tables.items():
         bad = table.loc[~table["id"].str.fullmatch(r"[+-]?\d+"), "id"]
@@ -310,8 +418,16 @@ def _user_row_ids(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
                 f"dataset.id_column: id {bad.iloc[0]!r} ({origin} rows) is not an integer; kdpipe keys every cached "
                 "signal by an integer row id: use an integer id column, or none (rows are then numbered)"
             )
+        values = table["id"].map(int)
+        outside = values[(values < _INT64.min) | (values > _INT64.max)]
+        if len(outside):  # the table's index is still the row's position in its file
+            raise KdpipeError(
+                f"{places[origin]}: data row {outside.index[0] + 1} (counting from 1) has id {outside.iloc[0]} "
+                f"(dataset.id_column), outside the 64-bit integer range {_INT64.min} to {_INT64.max}; kdpipe keys "
+                "every cached signal by a 64-bit row id: use smaller ids, or no id column (rows are then numbered)"
+            )
         table = table.reset_index(drop=True)
-        table.insert(0, "row_id", table.pop("id").astype(np.int64))
+        table.insert(0, "row_id", values.to_numpy().astype(np.int64))
         numbered[origin] = table
     ids = pd.concat([t["row_id"] for t in numbered.values()])
     if ids.duplicated().any():

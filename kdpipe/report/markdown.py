@@ -126,8 +126,16 @@ def summary_cells(row, uncertainty: bool, inference: bool) -> list[str]:
 
 def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
     align = ["---" if name in MARKDOWN_LEFT_ALIGNED else "---:" for name in header]
-    lines = [header, align, *rows]
+    lines = [[table_cell(cell) for cell in header], align, *([table_cell(cell) for cell in row] for row in rows)]
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+def table_cell(value) -> str:
+    """A Markdown table cell showing ``value`` as it is: a ``|`` (a class named ``a|b``) would end the cell, so it
+    is escaped, and so is a backslash (which would escape it); a line break would end the row, so it is a space."""
+    return (
+        str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    )
 
 
 def text(value) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from kdpipe.core.store import atomic_path, read_manifest
+from kdpipe.report.markdown import table_cell
 from kdpipe.report.plots import _pyplot, _save
 
 COLUMNS = (
@@ -56,7 +57,7 @@ def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
             "| --- | ---: | ---: | ---: | ---: |",
         ]
         for row in rows.itertuples(index=False):
-            label = f"**{row.router}** (chosen)" if row.chosen else row.router
+            label = f"**{table_cell(row.router)}** (chosen)" if row.chosen else table_cell(row.router)
             label += " · gold labels" if row.gold_labels else ""
             cells = (row.routing_validation, row.routing_train, row.target_validation, row.target_train)
             lines.append(f"| {label} | " + " | ".join(_percent(v) for v in cells) + " |")
