@@ -36,3 +36,47 @@ def test_plain_snakemake_shows_the_failed_jobs_error(tmp_path):
     output = r.stdout + r.stderr
     assert "Using workflow specific profile profiles/default" in output
     assert "kdpipe finetune-teacher: error: cannot load model 'no-such-backbone-folder'" in output
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    base = tmp_path_factory.mktemp("errors")
+    return copy_project(base / "p"), environment(base / "p", base / "cache")
+
+
+@pytest.mark.parametrize(
+    "old, new, line",
+    [
+        # YAML reads 1e-3 (no dot) as text: the schema alone would only say "'1e-3' is not of type 'number'"
+        (
+            "  ta:\n    classes: {slice: 0, of: 2}\n",
+            "  ta:\n    classes: {slice: 0, of: 2}\n    lr: 1e-3\n",
+            "config: teachers.ta.lr is the string '1e-3': YAML reads 1e-3 without a dot as text; write 1.0e-3 or 0.001",
+        ),
+        # an empty list is not silently replaced by the default
+        (
+            "  s_vkd:\n    method: vanilla_kd\n",
+            "  s_vkd:\n    method: vanilla_kd\n    seeds: []\n",
+            "config: students.s_vkd.seeds: an empty list would train the student once, with seed 0; omit the key for "
+            "that, or list the seeds, e.g. [0, 1, 2]",
+        ),
+    ],
+)
+def test_a_config_mistake_is_one_line_before_any_job(project, old, new, line):
+    root, env = project
+    text = (root / "tests/configs/tiny.yaml").read_text()
+    assert text.count(old) == 1
+    (root / "tests/configs/mistake.yaml").write_text(text.replace(old, new))
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    r = subprocess.run(
+        [snakemake, "--dry-run", "--cores", "1", "--configfile", "tests/configs/mistake.yaml"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode != 0
+    output = r.stdout + r.stderr
+    assert line in output.splitlines()
+    assert "Job stats" not in output and "rule " not in output
