@@ -61,22 +61,28 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _restored(params: dict, args: dict) -> bool:
-    """A training job whose outputs were finished by this same job (same settings, inputs and code) but then
-    deleted as incomplete (Snakemake stopped before it noticed the job end) gets them back at once; otherwise the
-    job's identity is set, so that its outputs are kept for such a rerun (kdpipe.training.loop.finish)."""
-    from kdpipe.core.checksums import job_identity
-    from kdpipe.core.finished import lock_outputs, restore_finished, set_job_identity
+def _made_already(stage, params: dict, args: dict) -> bool:
+    """Set the identity of a job with one (:func:`kdpipe.core.identity.job_identity`), after locking its outputs,
+    and say whether its outputs are in place without making them: a training job's finished copy restored
+    (:func:`kdpipe.core.finished.restore_finished`), or a cached job made meanwhile by another run sharing the
+    cache (:mod:`kdpipe.core.shared_cache`). ``args`` loses the declared inputs (``--inputs``), which only the
+    identity reads."""
+    from kdpipe.core import shared_cache
+    from kdpipe.core.finished import lock_outputs, restore_finished
+    from kdpipe.core.identity import job_identity
 
-    paths = {name: value for name, value in args.items() if value is not None}
+    declared = args.pop("inputs", None)
+    paths = {name: value for name, value in args.items() if isinstance(value, (Path, list)) and value}
     outputs = [Path(v) for name, v in paths.items() if name.startswith("out")]
-    inputs = [p for name, v in paths.items() if not name.startswith("out") for p in (v if isinstance(v, list) else [v])]
+    inputs = declared or [
+        p for name, v in paths.items() if not name.startswith("out") for p in (v if isinstance(v, list) else [v])
+    ]
     lock_outputs(outputs)
     identity = job_identity(params, inputs)
-    if restore_finished(identity, outputs):
-        return True
     set_job_identity(identity)
-    return False
+    if stage.trains and restore_finished(identity, outputs):
+        return True
+    return stage.cached and shared_cache.claim(identity, outputs)
 
 
 # Set for the ranks that _launch starts: the launcher holds the output lock and knows the job's identity
@@ -126,7 +132,7 @@ def main(argv=None) -> int:
             raise KdpipeError(f"--processes {processes}: give at least 1")
         if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
             set_job_identity(os.environ[LAUNCHED] or None)
-        elif stage.trains and _restored(params, args):
+        elif (stage.trains or stage.cached) and _made_already(stage, params, args):
             return 0
         elif stage.trains and processes > 1:
             _launch(processes, threads, argv)
@@ -141,9 +147,14 @@ def main(argv=None) -> int:
             from kdpipe.training import distributed
 
             distributed.init(pick_device())
+        args.pop("inputs", None)  # (a rank's: the launcher read them)
         importlib.import_module(stage.module).run(params, **args)
         if rank:
             distributed.close()
+        elif stage.cached:
+            from kdpipe.core import shared_cache
+
+            shared_cache.record(job_identity_of_process() or "", [v for n, v in args.items() if n.startswith("out")])
     except KdpipeError as err:
         print(f"kdpipe {command}: error: {err}", file=sys.stderr)
         return 2

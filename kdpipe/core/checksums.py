@@ -68,24 +68,3 @@ def write_manifest(path: str | Path, manifest: dict, names: Iterable[str]) -> di
     manifest = with_checksums(manifest, Path(path).parent, names)
     write_json(path, manifest)
     return manifest
-
-
-def job_identity(params: dict, inputs: Iterable[str | Path]) -> str:
-    """What a job's outputs are made from, as one digest: its config slice, kdpipe's code (every module: any edit
-    counts), and its input artifacts (a folder by its JSON files, whose manifests hold the checksums of the large
-    files; a file by its bytes). Two jobs with the same identity make the same outputs."""
-    import json
-
-    from kdpipe.core.fingerprint import PACKAGE_ROOT
-
-    digest = xxhash.xxh3_128()
-    digest.update(json.dumps(params, sort_keys=True).encode())
-    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
-        digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    for item in sorted(str(i) for i in inputs):
-        path = Path(item)
-        files = sorted(path.rglob("*.json")) if path.is_dir() else [path] if path.is_file() else []
-        digest.update(item.encode() + b"\0")
-        for file in files:
-            digest.update(file.as_posix().encode() + b"\0" + checksum(file).encode())
-    return digest.hexdigest()

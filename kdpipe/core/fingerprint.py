@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 from functools import cache
 from pathlib import Path
 
@@ -66,8 +67,12 @@ def module_closure(*modules: str) -> tuple[Path, ...]:
 
 
 def fingerprint(*modules: str) -> str:
-    """sha256 (16 hex digits) over the relative paths and contents of :func:`module_closure`."""
-    digest = hashlib.sha256()
+    """sha256 (16 hex digits) over the relative paths and contents of :func:`module_closure` and the versions of
+    the libraries that compute a job's numbers (:func:`kdpipe.core.identity.software_versions`): upgrading torch
+    or transformers reruns the jobs, and the shared cache keeps their outputs apart."""
+    from kdpipe.core.identity import software_versions
+
+    digest = hashlib.sha256(json.dumps(software_versions(), sort_keys=True).encode())
     for path in module_closure(*modules):
         digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]

@@ -1,10 +1,24 @@
-"""Finished outputs kept for a rerun of the same job (docs/caching-and-reruns.md, "Interrupted jobs and resume").
+"""Finished outputs kept for a rerun of the same job.
 
-Snakemake stopped by a signal while a job runs lets the job finish but records it as incomplete; the rerun
-(``--rerun-incomplete``) deletes the outputs and runs the job again. A training job therefore keeps a copy of its
-finished output folder beside it (``.resume/<name>.done``, hard links: no extra space while the output exists) with
-the job's identity (:func:`kdpipe.core.checksums.job_identity`: settings, inputs, code); the command line restores
-it at once when the same job runs again. Torch-free: it runs before a GPU is claimed.
+See docs/caching-and-reruns.md, "A finished job recorded as incomplete".
+
+Snakemake stopped by a signal while a job runs (or a cluster job that outlives the Snakemake that submitted it) lets
+the job finish but leaves its output recorded as incomplete; the rerun (``--rerun-incomplete``) deletes the output
+and runs the job again. A training job therefore keeps a copy of its finished output folder beside it
+(``.resume/<name>.done``: a real copy, so damage to one never reaches the other) with the job's identity
+(:func:`kdpipe.core.identity.job_identity`: settings, local files, inputs, code, library versions). The copy is
+used only for that case:
+
+- only by a job of the same identity, and only when every file of the copy still has the checksum its manifest
+  records;
+- never in a run started with ``--forcerun``, ``--forceall`` or ``--force`` (the workflow sets
+  :data:`NO_RESTORE`);
+- only when the output existed when the run started (an output deleted by hand is made again): the workflow's
+  ``onstart`` drops the other copies (:func:`drop_finished_copies`);
+- only after a Snakemake that did not end normally: a run that ends, with success or an error, saw every job it
+  ran finish, so its ``onsuccess``/``onerror`` drop every copy.
+
+Torch-free: it runs before a GPU is claimed.
 """
 
 from __future__ import annotations
@@ -15,11 +29,14 @@ import socket
 import sys
 from pathlib import Path
 
-from kdpipe.core.store import KdpipeError, atomic_path
+from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path, read_json
 
-# What a finished output was made from (config slice, input artifacts, kdpipe's code), set by the command line for
-# the training stages (kdpipe.cli); None when a stage is called directly, and then no copy is kept.
+# What a finished output was made from, set by the command line for the training stages (kdpipe.cli); None when a
+# stage is called directly, and then no copy is kept.
 _JOB_IDENTITY: str | None = None
+# Set (to "1") by the workflow when the run forces jobs to run again: no finished copy is restored then.
+NO_RESTORE = "KDPIPE_NO_RESTORE"
+RESUME = ".resume"
 
 
 def set_job_identity(identity: str | None) -> None:
@@ -32,60 +49,97 @@ def job_identity_of_process() -> str | None:
     return _JOB_IDENTITY
 
 
-def keep_finished(out_tmp: Path, resume: Path) -> None:
-    """Replace the kept copy of the job whose resume folder is ``resume`` by ``out_tmp`` (its finished output),
-    when the job's identity is known."""
-    done = _copy_of(resume)
+def work_dir(out_dir: str | Path) -> Path:
+    """The folder beside an output that holds its job's resume checkpoints, training log, lock and kept copy
+    (outside the output: Snakemake deletes declared outputs before a rerun)."""
+    return Path(out_dir).parent / RESUME
+
+
+def finished_copy(out_dir: str | Path) -> Path:
+    """Where the copy of a finished output is kept (its identity beside it)."""
+    return work_dir(out_dir) / f"{Path(out_dir).name}.done"
+
+
+def _identity_file(done: Path) -> Path:
+    return done.with_name(done.name + ".identity")
+
+
+def keep_finished(out_tmp: Path, out_dir: Path) -> None:
+    """Replace the kept copy of ``out_dir`` by a copy of ``out_tmp`` (its finished output, not yet in place), when
+    the job's identity is known."""
+    done = finished_copy(out_dir)
     _drop(done)
     if _JOB_IDENTITY is not None:
-        _link_tree(out_tmp, done)
-        done.with_name(done.name + ".identity").write_text(_JOB_IDENTITY)
-
-
-def _copy_of(resume: Path) -> Path:
-    return resume.with_name(resume.name + ".done")
-
-
-def finished_copy(out_dir: Path) -> Path:
-    """Where the linked copy of a finished output is kept (its identity beside it)."""
-    out_dir = Path(out_dir)
-    return out_dir.parent / ".resume" / f"{out_dir.name}.done"
+        with atomic_path(done, directory=True) as tmp:
+            shutil.copytree(out_tmp, tmp, dirs_exist_ok=True)
+        _identity_file(done).write_text(_JOB_IDENTITY)
 
 
 def _drop(done: Path) -> None:
+    _identity_file(done).unlink(missing_ok=True)  # first: a copy without its identity is never used
     shutil.rmtree(done, ignore_errors=True)
-    done.with_name(done.name + ".identity").unlink(missing_ok=True)
 
 
-def _link_tree(source: Path, target: Path) -> None:
-    """``target`` as a copy of ``source`` made of hard links (copies where the file system has none)."""
-    for path in sorted(source.rglob("*")):
-        dest = target / path.relative_to(source)
-        if path.is_dir():
-            dest.mkdir(parents=True, exist_ok=True)
-            continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(path, dest)
-        except OSError:
-            shutil.copy2(path, dest)
+def drop_finished_copies(roots: list[str | Path], *, keep_if_output_exists: bool = False) -> list[Path]:
+    """Drop the kept copies under every ``root`` (``results/teachers``, ``results/students``...); with
+    ``keep_if_output_exists``, keep those whose output exists now (it may be an output Snakemake recorded as
+    incomplete, which this run deletes and reruns). Returns the copies dropped."""
+    dropped = []
+    for root in roots:
+        for done in sorted((Path(root) / RESUME).glob("*.done")):
+            if keep_if_output_exists and (Path(root) / done.name.removesuffix(".done")).exists():
+                continue
+            _drop(done)
+            dropped.append(done)
+    return dropped
 
 
 def restore_finished(identity: str, out_dirs: list[Path]) -> bool:
     """When every output of a job was already finished by a job of this ``identity`` (it completed, then its
-    outputs were deleted as incomplete because Snakemake was stopped before it noticed), put them back from the
-    copies :func:`finish` kept and return True; a copy of another identity is stale and removed."""
+    outputs were deleted as incomplete because Snakemake was stopped before it noticed), put back copies of them
+    and return True. A copy of another identity, or one whose files no longer match its manifest, is removed with
+    a log line; in a run that forces jobs (:data:`NO_RESTORE`) nothing is restored."""
+    if os.environ.get(NO_RESTORE) == "1":
+        return False
     copies = [finished_copy(Path(out)) for out in out_dirs]
     for done in copies:
-        marker = done.with_name(done.name + ".identity")
-        if not marker.is_file() or marker.read_text() != identity or not done.is_dir():
+        marker = _identity_file(done)
+        if not marker.is_file() or not done.is_dir():
+            _drop(done)
+            return False
+        if marker.read_text() != identity:
+            _say(f"{done}: a finished copy made from other settings, inputs or code; removed, not used")
+            _drop(done)
+            return False
+        damage = _damage(done)
+        if damage:
+            _say(f"{done}: {damage}; removed, not used (the job runs again)")
             _drop(done)
             return False
     for done, out in zip(copies, out_dirs):
         with atomic_path(out, directory=True) as tmp:
-            _link_tree(done, tmp)
-        print(f"[kdpipe] {out}: restored, already finished by this same job (nothing trained)", file=sys.stderr)
+            shutil.copytree(done, tmp, dirs_exist_ok=True)
+        _say(f"{out}: restored, already finished by this same job (nothing trained)")
     return True
+
+
+def _damage(done: Path) -> str | None:
+    """Why a kept copy cannot be used (a file differs from the checksum its manifest records), or None."""
+    from kdpipe.core.checksums import verify
+
+    try:
+        manifest = read_json(done / "manifest.json")
+        listed = manifest.get("checksums") or {}
+        if not listed:
+            return "its manifest lists no checksums"
+        verify(manifest, done / "manifest.json", listed, done)
+    except ArtifactError as err:
+        return str(err).split(";")[0]
+    return None
+
+
+def _say(message: str) -> None:
+    print(f"[kdpipe] {message}", file=sys.stderr)
 
 
 _LOCKS: dict = {}  # lock file -> its open handle, held until the process ends (released by the OS, also on SIGKILL)
@@ -104,7 +158,7 @@ def lock_outputs(out_dirs: list[Path]) -> None:
 
     for out in out_dirs:
         out = Path(out)
-        path = out.parent / ".resume" / f"{out.name}.lock"
+        path = work_dir(out) / f"{out.name}.lock"
         if path in _LOCKS:  # this process holds it already
             continue
         path.parent.mkdir(parents=True, exist_ok=True)

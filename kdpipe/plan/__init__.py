@@ -32,6 +32,7 @@ from kdpipe.plan.paths import (
     SIGNALS_ROOT,
     STUDENT,
     TEACHER,
+    TRAINED_ROOTS,
 )
 from kdpipe.plan.routes import Routes
 from kdpipe.plan.slices import Slices
@@ -49,6 +50,7 @@ __all__ = [
     "SIGNALS_ROOT",
     "STUDENT",
     "TEACHER",
+    "TRAINED_ROOTS",
     "Plan",
     "Student",
 ]

@@ -14,3 +14,5 @@ EVAL = "results/eval/{model}/{split}"
 ORACLE = "oracle"  # the model name of the teachers' oracle (evaluate.oracle), evaluated like an ensemble
 REPORT = "results/report"
 LOGS = "results/logs"
+# The folders of trained models, each with the ``.resume/`` folder of its training jobs (kdpipe.core.finished)
+TRAINED_ROOTS = [template.rsplit("/", 1)[0] for template in (TEACHER, STUDENT, COTRAINED)]

@@ -6,12 +6,22 @@ params trigger and hashed by the between-workflow output cache.
 
 from __future__ import annotations
 
+from kdpipe.core.identity import local_content
 from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
 from kdpipe.models.backbones import architecture_modules, model_slice
 from kdpipe.plan.classes import TRAINING_KEYS
 from kdpipe.plan.entries import LATER_KEYS, without
 from kdpipe.plan.paths import ORACLE
 from kdpipe.signals.catalog import FEATURES, signal_spec
+
+
+def with_local_content(params: dict) -> dict:
+    """``params`` with ``local_content``: the digest of every local file or folder it names (a dataset file, a
+    local backbone or checkpoint; :func:`kdpipe.core.identity.local_content`). An edit in place changes the slice,
+    so Snakemake's params trigger reruns the job and the shared cache files its output under another key; a slice
+    that names no local path is unchanged."""
+    content = local_content(params)
+    return {**params, "local_content": content} if content else params
 
 
 class Slices:
@@ -21,7 +31,8 @@ class Slices:
         """The dataset section; keys added later are left out at their "as before" value, so a prepared dataset
         made before them stays valid."""
         later = {"conflicts": "drop", "id_column": None, "normalize_labels": False}
-        return {k: v for k, v in self.config["dataset"].items() if not (k in later and v == later[k])}
+        dataset = {k: v for k, v in self.config["dataset"].items() if not (k in later and v == later[k])}
+        return with_local_content(dataset)
 
     def teacher_params(self, teacher: str) -> dict:
         """The teacher's settings, plus the module of its objective when it is not plain cross-entropy (imported by
@@ -34,7 +45,7 @@ class Slices:
         objective = TEACHER_OBJECTIVES.get(spec.get("objective", "ce"))
         if objective:
             params["objective_module"] = objective.module
-        return params
+        return with_local_content(params)
 
     def prototype_params(self) -> dict:
         return dict(self.config["prototypes"])
@@ -78,7 +89,7 @@ class Slices:
             params["alignment"] = alignment
         if self._reads(student, "attentions"):
             params["attention_feature"] = self.attention_feature(student)
-        return params
+        return with_local_content(params)
 
     def eval_params(self, model: str, split: str) -> dict:
         student = self.students.get(model)

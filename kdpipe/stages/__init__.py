@@ -20,6 +20,7 @@ class Stage:
     device: bool = True  # runs a model: claims a GPU from the pool first
     summary: str = ""
     trains: bool = False  # a training job: a rerun of the same job restores its finished outputs (kdpipe.cli)
+    cached: bool = False  # its rule is in the shared output cache and writes a folder: concurrent runs wait for it
 
 
 # name: (its arguments, runs a model, what it does); the module is kdpipe.stages.<name with "_" for "-">
@@ -43,7 +44,18 @@ _TABLE = {
     ),
 }
 TRAINING = ("finetune-teacher", "distill", "cotrain")
+CACHED = ("finetune-teacher", "import-teacher")
+# The jobs with an identity (kdpipe.core.identity) take the rule's declared inputs too (``--inputs {input}``): their
+# checksums are part of it. The command line reads them; the stage's ``run`` does not get them.
+IDENTITY_INPUTS = "inputs*"
 STAGES = {
-    name: Stage(f"kdpipe.stages.{name.replace('-', '_')}", tuple(arguments.split()), device, summary, name in TRAINING)
+    name: Stage(
+        f"kdpipe.stages.{name.replace('-', '_')}",
+        tuple(arguments.split()) + ((IDENTITY_INPUTS,) if name in TRAINING + CACHED else ()),
+        device,
+        summary,
+        name in TRAINING,
+        name in CACHED,
+    )
     for name, (arguments, device, summary) in _TABLE.items()
 }

@@ -34,9 +34,9 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from kdpipe.core.checksums import write_manifest
+from kdpipe.core.checksums import checksum, write_manifest
 from kdpipe.core.device import autocast
-from kdpipe.core.finished import keep_finished
+from kdpipe.core.finished import job_identity_of_process, keep_finished, work_dir
 from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, read_json, tensor_bytes, write_json
 from kdpipe.data.batching import Encoded, collate, training_batches
 from kdpipe.models.card import model_card
@@ -131,15 +131,29 @@ class _Checkpoint:
         return self.root / pointer.read_text().strip()
 
     def load(self) -> dict | None:
-        current = self.current()
-        if current is None:
+        """The state of the latest checkpoint, or None (and the resume folder cleared, with a log line) when there
+        is none, it was made by a job of another identity, or a file of it is damaged (its checksum differs from
+        the one recorded when it was written): training then starts from scratch."""
+        try:
+            current = self.current()
+            if current is None:
+                return None
+            state = read_json(current / "state.json")
+            if state.get("resume_key") != self.key:
+                _say(f"[kdpipe] {self.root}: a checkpoint made from other settings, inputs or code; discarded")
+                self.clear()  # never resume from it
+                return None
+            damaged = [
+                name for name, digest in (state.get("checksums") or {}).items() if checksum(current / name) != digest
+            ]
+            if damaged or not state.get("checksums"):
+                raise ArtifactError(f"{', '.join(damaged) or 'its checksums'}: missing or changed since written")
+            self.count = int(current.name.split("-")[1])
+            return state
+        except (ArtifactError, OSError, ValueError, IndexError) as err:
+            _say(f"[kdpipe] {self.root}: the checkpoint is damaged ({err}); discarded, training starts from scratch")
+            self.clear()
             return None
-        state = read_json(current / "state.json")
-        if state.get("resume_key") != self.key:
-            self.clear()  # made by another configuration: never resume from it
-            return None
-        self.count = int(current.name.split("-")[1])
-        return state
 
     def save(self, state: dict, tensors: dict[str, dict], optimizer, scheduler, extra: dict | None = None) -> None:
         rng = distributed.gather(torch.get_rng_state())  # every process's (dropout masks differ by process)
@@ -163,7 +177,8 @@ class _Checkpoint:
                 },
                 tmp / "optim.pt",
             )
-            write_json(tmp / "state.json", {**state, "resume_key": self.key})
+            sums = {path.name: checksum(path) for path in sorted(tmp.iterdir())}
+            write_json(tmp / "state.json", {**state, "resume_key": self.key, "checksums": sums})
         with atomic_path(self.root / "LATEST") as tmp:
             tmp.write_text(folder.name)
         for old in self.root.glob("ckpt-*"):
@@ -420,8 +435,10 @@ def fit_job(
     desc: str,
 ) -> FitResult:
     """:func:`fit` for a stage job writing ``out_dir``: its :class:`~kdpipe.training.objective.Objective` (loss,
-    extra modules, epoch hook, extra state), with the resume folder and training log beside the output and a resume
-    key made of the job's config slice ``params`` (a checkpoint made with other settings is not resumed)."""
+    extra modules, epoch hook, extra state), with the resume folder and training log beside the output. The resume
+    key is the job's identity (:func:`kdpipe.core.identity.job_identity`: settings, local files, input artifacts,
+    code, library versions), set by the command line; a stage called directly keys on its config slice ``params``.
+    A checkpoint of another key is discarded, never resumed."""
     resume, log_path = work_paths(Path(out_dir))
     return fit(
         model,
@@ -432,7 +449,7 @@ def fit_job(
         device=device,
         log_path=log_path,
         resume_dir=resume,
-        resume_key=json.dumps(params, sort_keys=True),
+        resume_key=job_identity_of_process() or json.dumps(params, sort_keys=True),
         extra_modules=objective.extra_modules,
         on_epoch=objective.on_epoch,
         extra_state=objective.extra_state,
@@ -447,17 +464,17 @@ def work_paths(out_dir: Path) -> tuple[Path, Path]:
     to across resumes and moved into the output by :func:`finish`.
     """
     out_dir = Path(out_dir)
-    work = out_dir.parent / ".resume"
+    work = work_dir(out_dir)
     work.mkdir(parents=True, exist_ok=True)
     return work / out_dir.name, work / f"{out_dir.name}.train_log.jsonl"
 
 
 def finish(out_tmp: Path, out_dir: Path) -> None:
-    """Keep a copy of the finished (temporary) output dir beside it, made of hard links (no extra space while the
-    output exists), with the job's identity, and drop the resume state: if Snakemake, stopped meanwhile, deletes the
-    output as incomplete, the rerun restores it at once (:func:`restore_finished`) instead of training again."""
+    """Keep a copy of the finished (temporary) output dir beside it with the job's identity, and drop the resume
+    state: if Snakemake, stopped meanwhile, deletes the output as incomplete, the rerun restores it at once
+    (:func:`kdpipe.core.finished.restore_finished`) instead of training again."""
     resume, _ = work_paths(out_dir)
-    keep_finished(out_tmp, resume)
+    keep_finished(out_tmp, Path(out_dir))
     _Checkpoint(resume, "").clear()
 
 

@@ -1,6 +1,7 @@
 # Config validation, the experiment plan, per-rule config slices and code fingerprints.
 # All logic lives in kdpipe/ (kdpipe.plan is torch-free, so building the DAG stays fast).
 import json
+import os
 import re
 import shlex
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
+from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
 from kdpipe.core.fingerprint import fingerprint
 from kdpipe.core.store import KdpipeError
 from kdpipe.plan import (
@@ -24,6 +26,7 @@ from kdpipe.plan import (
     STUDENT,
     TEACHER,
     Plan,
+    TRAINED_ROOTS,
 )
 from kdpipe.plan.numbers import check_numbers
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, signal_files, signal_spec
@@ -52,6 +55,30 @@ if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
     shell.prefix(f"set -euo pipefail; export PYTHONPATH={shlex.quote(workflow.basedir)}:$PYTHONPATH; ")
 else:
     shell.prefix(f"set -euo pipefail; export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; ")
+
+# Kept copies of finished training jobs (kdpipe.core.finished) serve only a rerun after a Snakemake that was stopped
+# while its jobs ran on: never a run that forces jobs, never an output deleted by hand (onstart), never once a run
+# has ended and seen its jobs finish (onsuccess, onerror). Hooks run in the main Snakemake process only.
+
+
+onstart:
+    forced = workflow.dag_settings
+    if forced.forceall or forced.forcerun or forced.forcetargets:
+        os.environ[NO_RESTORE] = "1"
+    drop_finished_copies(TRAINED_ROOTS, keep_if_output_exists=True)
+
+
+onsuccess:
+    drop_finished_copies(TRAINED_ROOTS)
+
+
+onerror:
+    drop_finished_copies(TRAINED_ROOTS)
+
+
+# A cached teacher job made meanwhile by another run sharing the cache stops, so that Snakemake's retry links the
+# stored entry (kdpipe.core.shared_cache): one more try for those rules when --cache is on (else --retries holds).
+CACHE_RETRIES = 1 if workflow.workflow_settings.cache is not None else None
 
 
 wildcard_constraints:

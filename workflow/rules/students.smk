@@ -26,7 +26,7 @@ rule distill:
         route=lambda wc: PLAN.route_dir(wc.student),
     shell:
         "python -m kdpipe --threads {threads} --processes {resources.gpu} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
-        " --out {output.model} --prototypes {input.prototypes} --route {params.route} > {log} 2>&1"
+        " --out {output.model} --prototypes {input.prototypes} --route {params.route} --inputs {input} > {log} 2>&1"
 
 
 rule cotrain:
@@ -52,4 +52,4 @@ rule cotrain:
         code=lambda wc: code("kdpipe.stages.cotrain", *PLAN.student_modules(wc.student)),
     shell:
         "python -m kdpipe --threads {threads} --processes {resources.gpu} cotrain --params {params.cfg:q} --data {input.data} --out {output.model}"
-        " --out-teacher {output.teacher} > {log} 2>&1"
+        " --out-teacher {output.teacher} --inputs {input} > {log} 2>&1"

@@ -10,6 +10,7 @@ rule finetune_teacher:
     wildcard_constraints:
         teacher=one_of([t for t in PLAN.teachers if not PLAN.imported(t)]),
     cache: True
+    retries: CACHE_RETRIES
     conda:
         ENV
     threads: 2
@@ -22,7 +23,7 @@ rule finetune_teacher:
         code=lambda wc: code("kdpipe.stages.finetune_teacher", *PLAN.teacher_modules(wc.teacher)),
     shell:
         "python -m kdpipe --threads {threads} --processes {resources.gpu} finetune-teacher --params {params.cfg:q} --data {input.data} --out {output.model}"
-        " --prototypes {input.prototypes} > {log} 2>&1"
+        " --prototypes {input.prototypes} --inputs {input} > {log} 2>&1"
 
 
 rule import_teacher:
@@ -37,6 +38,7 @@ rule import_teacher:
     wildcard_constraints:
         teacher=one_of(PLAN.imported_teachers()),
     cache: True
+    retries: CACHE_RETRIES
     conda:
         ENV
     threads: 2
@@ -48,4 +50,5 @@ rule import_teacher:
         cfg=lambda wc: as_json(PLAN.teacher_params(wc.teacher)),
         code=code("kdpipe.stages.import_teacher"),
     shell:
-        "python -m kdpipe --threads {threads} import-teacher --params {params.cfg:q} --data {input.data} --out {output.model} > {log} 2>&1"
+        "python -m kdpipe --threads {threads} import-teacher --params {params.cfg:q} --data {input.data} --out {output.model}"
+        " --inputs {input} > {log} 2>&1"

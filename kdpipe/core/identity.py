@@ -1,0 +1,173 @@
+"""What a job's outputs are made from, as one identity (docs/caching-and-reruns.md, "One identity per job").
+
+A job's identity covers its config slice, the content of every local file or folder the config names (a dataset
+file, a local backbone or checkpoint: :func:`local_content`, added to the slice by the plan, so Snakemake's params
+trigger and its output cache see an edit in place), the checksums of its input artifacts, kdpipe's code and the
+versions of the libraries that compute its numbers (:func:`software_versions`). Resume checkpoints, kept copies of
+finished outputs and the locks of the shared cache are all keyed on it: one of another identity is never used.
+
+Torch-free: the plan calls :func:`local_content` while Snakemake builds the DAG.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+import xxhash
+
+from kdpipe.core.checksums import checksum
+
+# The libraries whose version changes what a job computes; part of every job's identity and code fingerprint.
+LIBRARIES = ("torch", "transformers", "tokenizers")
+# Config keys whose value may name a local file or folder (dataset.source, dataset.files.<split>, a teacher's
+# backbone or checkpoint, a student's model.init.from or model.config.tokenizer, a method's *_backbone argument).
+PATH_KEYS = ("source", "train", "validation", "test", "backbone", "checkpoint", "from", "tokenizer")
+# Artifacts the workflow makes are tracked by Snakemake itself (and may not exist yet when the DAG is built)
+RESULTS = "results"
+# A large file's digest is kept with its size, times and inode, so a no-op rerun does not read it again
+_MEMO = Path(".snakemake") / "kdpipe-content.json"
+_MEMO_MIN_BYTES = 1 << 20
+
+
+@cache
+def software_versions() -> dict[str, str]:
+    """``{library: version}`` of :data:`LIBRARIES` (read from the installed metadata, nothing imported)."""
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def _is_path_key(key: str) -> bool:
+    return key in PATH_KEYS or key.endswith("_backbone")
+
+
+def _local_path(value) -> Path | None:
+    """``value`` as a local file or folder outside ``results/``, or None (a builtin, a hub name, an artifact)."""
+    if not isinstance(value, str) or not value or ":" in value.split("/")[0]:
+        return None  # builtin:..., hf:..., a URL
+    path = Path(value)
+    if not path.exists():
+        return None
+    resolved = path.resolve()
+    if resolved.is_relative_to(Path(RESULTS).resolve()):
+        return None
+    return path
+
+
+def local_content(config_slice: dict, where: str = "") -> dict[str, str]:
+    """``{config key: digest}`` of every local file or folder a config slice names under a path key (see
+    :data:`PATH_KEYS`), found recursively; empty when it names none. The digest covers the bytes of every file (a
+    folder's by relative path), so the same path with other content gets another digest."""
+    found: dict[str, str] = {}
+    for key, value in config_slice.items():
+        name = f"{where}.{key}" if where else str(key)
+        if isinstance(value, dict):
+            found.update(local_content(value, name))
+        elif _is_path_key(str(key)) and (path := _local_path(value)) is not None:
+            found[name] = content_digest(path)
+    return found
+
+
+def content_digest(path: str | Path) -> str:
+    """``xxh3_128:<hex>`` of a file's bytes, or of a folder's files (relative paths and bytes, sorted, links
+    followed)."""
+    path = Path(path)
+    memo = _Memo()
+    digest = xxhash.xxh3_128()
+    if path.is_file():
+        digest.update(memo.checksum(path).encode())
+    else:
+        for file in sorted(_files(path)):
+            digest.update(file.relative_to(path).as_posix().encode() + b"\0" + memo.checksum(file).encode() + b"\0")
+    memo.save()
+    return f"xxh3_128:{digest.hexdigest()}"
+
+
+def _files(folder: Path) -> Iterable[Path]:
+    for root, _dirs, names in os.walk(folder, followlinks=True):
+        for name in names:
+            yield Path(root) / name
+
+
+class _Memo:
+    """Digests of large files, keyed by (size, mtime, ctime, inode): any write changes ctime, which no tool can set
+    back, so an edit in place is always read again."""
+
+    def __init__(self):
+        try:
+            self.entries = json.loads(_MEMO.read_text())
+        except (OSError, ValueError):
+            self.entries = {}
+        self.changed = False
+
+    def checksum(self, file: Path) -> str:
+        stat = file.stat()
+        if stat.st_size < _MEMO_MIN_BYTES:
+            return checksum(file)
+        key = str(file.resolve())
+        stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+        entry = self.entries.get(key)
+        if entry and entry[:4] == stamp:
+            return entry[4]
+        value = checksum(file)
+        self.entries[key] = [*stamp, value]
+        self.changed = True
+        return value
+
+    def save(self) -> None:
+        if not self.changed:
+            return
+        try:
+            _MEMO.parent.mkdir(exist_ok=True)
+            tmp = _MEMO.with_name(f"{_MEMO.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(self.entries))
+            os.replace(tmp, _MEMO)
+        except OSError:  # a read-only working directory: digests are computed again next time
+            pass
+
+
+def job_identity(params: dict, inputs: Iterable[str | Path]) -> str:
+    """What a job's outputs are made from, as one digest: its config slice (with the digests of local files, see
+    :func:`local_content`), kdpipe's code (every module: any edit counts), :func:`software_versions`, and its input
+    artifacts: a folder by its JSON files (whose manifests hold the checksums of the large files), a JSON file by
+    its bytes, any other file by the checksum a manifest beside it records for it (else by its bytes). Two jobs
+    with the same identity make the same outputs."""
+    from kdpipe.core.fingerprint import PACKAGE_ROOT
+
+    digest = xxhash.xxh3_128()
+    digest.update(json.dumps(params, sort_keys=True).encode())
+    digest.update(json.dumps(software_versions(), sort_keys=True).encode())
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    for item in sorted({str(i) for i in inputs}):
+        path = Path(item)
+        digest.update(item.encode() + b"\0")
+        if path.is_dir():
+            for file in sorted(path.rglob("*.json")):
+                digest.update(file.relative_to(path).as_posix().encode() + b"\0" + checksum(file).encode())
+        elif path.is_file():
+            digest.update(_recorded_checksum(path).encode())
+    return digest.hexdigest()
+
+
+def _recorded_checksum(path: Path) -> str:
+    """A non-JSON artifact file by the checksum its manifest (a JSON file beside it) records, which its reader
+    verifies; a JSON file, or one no manifest describes, by its bytes."""
+    if path.suffix != ".json":
+        for manifest in sorted(path.parent.glob("*.json")):
+            try:
+                sums = json.loads(manifest.read_text()).get("checksums") or {}
+            except (OSError, ValueError, AttributeError):
+                continue
+            if path.name in sums:
+                return f"{manifest.name}:{sums[path.name]}"
+    return checksum(path)

@@ -1,0 +1,130 @@
+"""Two runs sharing one output cache never make the same teacher twice (docs/caching-and-reruns.md, "Two runs at
+once").
+
+Snakemake looks a cached job up in the cache (``SNAKEMAKE_OUTPUT_CACHE``) when the job is about to run and stores
+its output after it ends; two runs that start the same job before either has stored it would both train it, and the
+second store would nest its copy inside the first entry. So a job of a cached rule takes a lock named by its
+identity in the cache folder (``.kdpipe-locks/<identity>.lock``), held until the process ends, and records where
+its output is (``<identity>.json``) when it has made it. A second job of the same identity waits for the lock
+(saying which process holds it), then:
+
+- when the other run's Snakemake has stored the output in the cache (its output is now a link into the cache), it
+  stops without training and says so; Snakemake's retry (the rules are retried once when ``--cache`` is on) finds
+  the entry and links it, as for any cached job;
+- when that run does not cache it, the job copies the other run's output (verified against its manifest) instead
+  of training;
+- when the other job did not finish (it failed or was killed), the job runs.
+
+``flock`` locks hold across the processes of one machine and on most shared file systems (NFS v4, Lustre, GPFS);
+where the cache folder's file system ignores them, two runs may each make the artifact, as without the lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path, read_json
+
+CACHE_ENV = "SNAKEMAKE_OUTPUT_CACHE"
+LOCKS = ".kdpipe-locks"
+# How long to wait for the other run's Snakemake to move a finished output into the cache before copying it
+STORE_WAIT_S = 60.0
+
+
+class StoredMeanwhile(KdpipeError):
+    """The same job was made by another run and is in the cache now: this job stops without making it again."""
+
+
+_HELD: dict[str, object] = {}  # identity -> open lock handle, held until the process ends
+
+
+def _folder() -> Path | None:
+    cache = os.environ.get(CACHE_ENV)
+    return Path(cache) / LOCKS if cache and Path(cache).is_dir() else None
+
+
+def claim(identity: str, out_dirs: list[Path]) -> bool:
+    """Take the cache lock of ``identity`` (waiting while another process holds it). Returns True when the outputs
+    were copied from the other run's finished outputs (nothing to make); raises :class:`StoredMeanwhile` when they
+    are in the cache now. Without a cache folder it does nothing."""
+    folder = _folder()
+    if folder is None:
+        return False
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / f"{identity}.lock", "a+")  # noqa: SIM115 (held open on purpose: the lock lives with it)
+    made = folder / f"{identity}.json"
+    waited_since = None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        waited_since = time.time()
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        _say(f"{', '.join(map(str, out_dirs))}: another run sharing the cache is making it ({holder}); waiting")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()} in {Path.cwd()}")
+    handle.flush()
+    _HELD[identity] = handle
+    # Only a job that finished while this one waited counts: an older record is of a run whose cache entry
+    # Snakemake would have found (or was deleted since), and this job makes the output as usual.
+    if waited_since is None or not made.is_file() or made.stat().st_mtime < waited_since:
+        return False
+    try:
+        sources = [Path(p) for p in json.loads(made.read_text())["outputs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if len(sources) != len(out_dirs):
+        return False
+    return _take(sources, out_dirs)
+
+
+def _take(sources: list[Path], out_dirs: list[Path]) -> bool:
+    deadline = time.monotonic() + STORE_WAIT_S
+    while not all(source.is_symlink() for source in sources) and time.monotonic() < deadline:
+        time.sleep(1.0)  # the other run's Snakemake moves the output into the cache right after its job ends
+    if all(source.is_symlink() for source in sources):
+        raise StoredMeanwhile(
+            f"{', '.join(map(str, out_dirs))}: made meanwhile by another run sharing the cache and stored there; "
+            "this job stops without making it again: Snakemake's retry, or your rerun, links it from the cache"
+        )
+    if not all(_intact(source) for source in sources):
+        return False
+    for source, out in zip(sources, out_dirs):
+        with atomic_path(out, directory=True) as tmp:
+            shutil.copytree(source, tmp, dirs_exist_ok=True)
+        _say(f"{out}: copied from {source}, made meanwhile by another run of the same job (nothing trained)")
+    return True
+
+
+def _intact(folder: Path) -> bool:
+    from kdpipe.core.checksums import verify
+
+    try:
+        manifest = read_json(folder / "manifest.json")
+        verify(manifest, folder / "manifest.json", manifest.get("checksums") or {}, folder)
+    except ArtifactError:
+        return False
+    return bool(manifest.get("checksums"))
+
+
+def record(identity: str, out_dirs: list[Path]) -> None:
+    """Say, for a later job of the same identity, that this process made ``out_dirs`` (called while it holds the
+    lock)."""
+    folder = _folder()
+    if folder is None or identity not in _HELD:
+        return
+    with atomic_path(folder / f"{identity}.json") as tmp:
+        tmp.write_text(json.dumps({"outputs": [str(Path(out).absolute()) for out in out_dirs]}))
+
+
+def _say(message: str) -> None:
+    print(f"[kdpipe] {message}", file=sys.stderr)
