@@ -93,6 +93,7 @@ def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
     """Become ``torchrun`` running this same command as ``processes`` ranks on this machine (``--standalone``: a free
     port of its own). The output lock, taken by this process, stays held by torchrun (its descriptor survives the
     exec); each rank gets an equal part of the job's CPU threads."""
+    from kdpipe.core import shared_cache
     from kdpipe.core.finished import held_locks
 
     rest, skip = [], False
@@ -104,7 +105,7 @@ def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
         elif not arg.startswith(("--processes=", "--threads=")):
             rest.append(arg)
     per_rank = max(1, (threads or os.cpu_count() or 1) // processes)
-    for handle in held_locks():
+    for handle in held_locks() + shared_cache.held():  # held by torchrun, then, until the job ends
         os.set_inheritable(handle.fileno(), True)
     os.environ[LAUNCHED] = job_identity_of_process() or ""
     os.environ["OMP_NUM_THREADS"] = str(per_rank)
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
         importlib.import_module(stage.module).run(params, **args)
         if rank:
             distributed.close()
-        elif stage.cached:
+        if stage.cached and (not rank or int(os.environ.get("RANK", "0")) == 0):
             from kdpipe.core import shared_cache
 
             shared_cache.record(job_identity_of_process() or "", [v for n, v in args.items() if n.startswith("out")])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable
 from functools import cache
 from importlib import metadata
@@ -32,6 +33,7 @@ RESULTS = "results"
 # A large file's digest is kept with its size, times and inode, so a no-op rerun does not read it again
 _MEMO = Path(".snakemake") / "kdpipe-content.json"
 _MEMO_MIN_BYTES = 1 << 20
+_RACY_NS = 2_000_000_000
 
 
 @cache
@@ -119,8 +121,11 @@ class _Memo:
         if entry and entry[:4] == stamp:
             return entry[4]
         value = checksum(file)
-        self.entries[key] = [*stamp, value]
-        self.changed = True
+        # A file written within the last seconds may be written again within the same tick of a coarse clock
+        # (same times after the edit): remember only files older than that, as git does with its index.
+        if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _RACY_NS:
+            self.entries[key] = [*stamp, value]
+            self.changed = True
         return value
 
     def save(self) -> None:

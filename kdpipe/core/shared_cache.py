@@ -116,11 +116,16 @@ def _intact(folder: Path) -> bool:
     return bool(manifest.get("checksums"))
 
 
+def held() -> list:
+    """The open handles of the cache locks this process holds (kept open across the exec into ``torchrun``)."""
+    return list(_HELD.values())
+
+
 def record(identity: str, out_dirs: list[Path]) -> None:
-    """Say, for a later job of the same identity, that this process made ``out_dirs`` (called while it holds the
-    lock)."""
+    """Say, for a later job of the same identity, that ``out_dirs`` are made (called by the process that holds the
+    lock, or by the first rank of a job whose launcher took it)."""
     folder = _folder()
-    if folder is None or identity not in _HELD:
+    if folder is None or not identity:
         return
     with atomic_path(folder / f"{identity}.json") as tmp:
         tmp.write_text(json.dumps({"outputs": [str(Path(out).absolute()) for out in out_dirs]}))

@@ -48,7 +48,7 @@ class Slices:
         return with_local_content(params)
 
     def prototype_params(self) -> dict:
-        return dict(self.config["prototypes"])
+        return with_local_content(dict(self.config["prototypes"]))
 
     def shards(self, section: str) -> int:
         """S, the shard jobs a signal pass runs as (config section ``mc_dropout`` or ``dump``); not part of any slice:
