@@ -212,7 +212,7 @@ def test_two_runs_at_once_on_one_cache_train_a_teacher_once(tmp_path):
     cmd = [str(Path(sys.executable).parent / "snakemake"), "--profile", "profiles/cpu", "--cores", "2"]
     runs = [
         subprocess.Popen(
-            [*cmd, "--configfile", configfile, "results/teachers/ta", "--cache"],
+            [*cmd, "results/teachers/ta", "--configfile", configfile, "--cache"],  # (both take several values)
             cwd=project,
             env=env,
             stdout=subprocess.PIPE,
