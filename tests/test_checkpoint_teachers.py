@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig
@@ -13,9 +14,12 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import read_split
 from kdpipe.models.heads import match_labels
 from kdpipe.models.loading import TINY_BERT, label_maps, load_classifier, load_tokenizer, load_trained
+from kdpipe.signals.shards import run as run_signal
 from kdpipe.stages import finetune_teacher, import_teacher
 from tests.conftest import TINY_TEACHER
+from tests.test_meta_kd import _meta_config, domain_csv  # noqa: F401 (a fixture, used by name)
 from tests.test_plan import load
+from tests.tiny_models import tiny_distilbert
 
 HEAD = ["Sport", "politics", "tech"]  # not the dataset's order, one name in another case
 
@@ -177,3 +181,114 @@ def test_an_auto_map_beside_a_model_type_transformers_provides_loads_as_that_cla
     assert type(model).__name__ == "BertForSequenceClassification"
     assert torch.equal(head_weight(model), head_weight(original))
     assert load(edit=with_checkpoint(folder)).imported_teachers() == ["tb"]
+
+
+# ---- the shape of a checkpoint teacher: read from the checkpoint, not the default backbone -------------------------
+
+BBC = ["business", "entertainment", "politics", "sport", "tech"]
+DEEP = "builtin:minilm-l6"  # the default backbone in these plans: 6 layers, 12 heads, not what the teacher runs
+ONE_LAYER = {"config": {"tokenizer": "builtin:tiny-bert", "hidden_size": 32, "num_layers": 1, "num_heads": 2}}
+TWO_LAYERS = {"config": {**ONE_LAYER["config"], "num_layers": 2}}
+
+
+@pytest.fixture(scope="module")
+def distilbert(tmp_path_factory):
+    """A 2-layer, 2-head DistilBERT classifier over the BBC labels (its config says n_layers and n_heads)."""
+    return tiny_distilbert(tmp_path_factory.mktemp("distilbert") / "clf", BBC)
+
+
+def deep_default(folder, students, **teacher):
+    """The tiny config with one teacher fine-tuned from ``folder`` and a default backbone of another depth."""
+
+    def edit(config):
+        config["teacher_defaults"]["backbone"] = DEEP
+        config["teachers"] = {"ck": {"checkpoint": str(folder), "finetune": True, **teacher}}
+        config["students"] = students
+        config["evaluate"]["oracle"] = []
+
+    return edit
+
+
+def test_a_checkpoint_teacher_runs_the_checkpoint_and_a_plain_one_its_backbone(distilbert):
+    plan = load(edit=deep_default(distilbert, {"s": {"method": "vanilla_kd"}}))
+    assert plan.teacher_model("ck") == str(distilbert)
+    assert (plan.teacher_layers("ck"), plan.teacher_heads("ck")) == (2, 2)
+    imported = load(edit=deep_default(distilbert, {"s": {"method": "vanilla_kd"}}, finetune=False))
+    assert (imported.teacher_layers("ck"), imported.teacher_heads("ck")) == (2, 2)
+    subset = load(edit=deep_default(distilbert, {"s": {"method": "vanilla_kd"}}, layers=[1]))
+    assert subset.teacher_layers("ck") == 1  # a layer subset of the checkpoint
+
+    def plain(config):
+        deep_default(distilbert, {"s": {"method": "vanilla_kd"}})(config)
+        config["teachers"]["plain"] = {}
+
+    mixed = load(edit=plain)
+    assert mixed.teacher_model("plain") == DEEP
+    assert (mixed.teacher_layers("plain"), mixed.teacher_heads("plain")) == (6, 12)
+
+
+@pytest.mark.parametrize(
+    "method, model, alignment",
+    [
+        ("dfa", ONE_LAYER, [[1, 2]]),  # strided from the top: student 1 <-> the checkpoint's last layer
+        ("dfa", TWO_LAYERS, [[2, 2], [1, 1]]),
+        ("dynamic_objective", ONE_LAYER, [[0, 0], [1, 2]]),  # uniform: l <-> 2l, not 6l
+        ("dynamic_objective", TWO_LAYERS, [[0, 0], [1, 1], [2, 2]]),
+    ],
+)
+def test_hidden_state_methods_align_with_the_checkpoints_layers(distilbert, method, model, alignment):
+    plan = load(edit=deep_default(distilbert, {"s": {"method": method, "model": model}}))
+    assert plan.student_params("s")["alignment"] == {"ck": alignment}
+    layers = sorted({t for s, t in alignment})
+    assert plan.feature_layers("ck", "hidden") == layers
+    assert plan.signal_params("ck", "train", "hidden")["layers"] == layers
+    assert max(layers) <= 2  # hidden states 0..2 of a 2-layer teacher
+
+
+@pytest.mark.usefixtures("domain_csv")
+def test_meta_kd_reads_the_checkpoints_layers_and_heads(tmp_path):
+    folder = tiny_distilbert(tmp_path / "meta_ckpt", ["neg", "pos"])
+
+    def edit(config):
+        _meta_config(config)
+        config["teacher_defaults"]["backbone"] = DEEP
+        config["teachers"]["meta"].update(checkpoint=str(folder), finetune=True)
+        per_head = config["students"]["s_meta"]["method_args"]["stage1"]
+        per_head["attention_heads"] = "per_head"  # 2 heads like the checkpoint (the backbone has 12)
+
+    plan = load(edit=edit)
+    assert (plan.teacher_layers("meta"), plan.teacher_heads("meta")) == (2, 2)
+    assert plan.teacher_layers("plain") == 6  # no checkpoint: the default backbone
+    first = plan.student_params("s_meta.stage1")
+    assert first["alignment"] == {"meta": [[0, 0], [1, 2]]} and first["attention_feature"] == "attentions"
+    assert plan.student_params("s_meta_narrow.stage1")["attention_feature"] == "attentions_mean"  # a 1-head student
+    assert plan.signal_params("meta", "train", "hidden")["layers"] == [0, 2]
+    assert plan.signal_params("meta", "train", "attentions")["layers"] == [2]
+    assert plan.signal_params("meta", "train", "attentions_mean")["layers"] == [2]
+
+    def twelve_heads(config):  # as the default backbone has: per_head is refused against the checkpoint's 2
+        edit(config)
+        config["students"]["s_meta"]["model"] = {"config": {**ONE_LAYER["config"], "num_heads": 12, "hidden_size": 48}}
+
+    with pytest.raises(KdpipeError, match=r"per_head, but the student has 12 heads and its teachers \[2\]"):
+        load(edit=twelve_heads)
+
+
+def test_the_feature_dump_of_a_checkpoint_teacher_keeps_the_layers_the_plan_asks_for(distilbert, tiny_data, tmp_path):
+    """The plan's dump of a fine-tuned 2-layer checkpoint (the default backbone has 6) runs: hidden states the
+    Dynamic KD objective needs, and the per-head attentions of its last layer."""
+    plan = load(edit=deep_default(distilbert, {"s": {"method": "dynamic_objective", "model": ONE_LAYER}}))
+    teacher = tmp_path / "teacher"
+    finetune_teacher.run(
+        {**TINY_TEACHER, "backbone": DEEP, "lr": 1e-12, "checkpoint": str(distilbert)}, tiny_data, teacher
+    )
+    signals = tmp_path / "signals/ck/train"
+    hidden = plan.signal_params("ck", "train", "hidden")
+    assert hidden["layers"] == [0, 2]
+    manifest = run_signal("hidden", hidden, teacher, tiny_data, signals)
+    dump = np.load(signals / "hidden.npy", mmap_mode="r")
+    assert manifest["layers"] == [0, 2] and dump.shape[:2] == (manifest["rows"], 2) and dump.shape[-1] == 32
+    last = {**hidden, "signal": "attentions", "layers": [plan.teacher_layers("ck")]}
+    run_signal("attentions", last, teacher, tiny_data, signals)
+    maps = np.load(signals / "attentions.npy", mmap_mode="r")
+    assert maps.shape[:3] == (manifest["rows"], 1, plan.teacher_heads("ck"))

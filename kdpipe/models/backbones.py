@@ -8,32 +8,49 @@ from kdpipe.core.store import KdpipeError
 BUILTIN_SHAPES = {"builtin:minilm-l6": (6, 12), "builtin:tiny-bert": (2, 2)}
 
 
-def _shape(backbone: str) -> tuple[int, int]:
-    """(layers, heads) of a backbone: builtins are known; any other is read through ``AutoConfig``, whose attribute
-    map gives every family the same names (DistilBERT's ``n_layers`` is ``num_hidden_layers``). transformers is
-    imported only here, so the default config's DAG build does without it."""
-    if backbone in BUILTIN_SHAPES:
-        return BUILTIN_SHAPES[backbone]
+# The names a Hugging Face config gives its depth and its heads per layer. ``AutoConfig``'s attribute map already
+# answers to the first for most families (DistilBERT's ``n_layers`` as ``num_hidden_layers``); the others are read
+# where a config has no such map
+LAYER_KEYS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
+HEAD_KEYS = ("num_attention_heads", "n_heads", "num_heads", "n_head")
+
+
+def model_shape(model: str) -> tuple[int, int]:
+    """(transformer layers, attention heads) of a model as it is stored: a builtin, a local model folder (a backbone
+    or a fine-tuned checkpoint) or a hub name, read through ``AutoConfig``. transformers is imported only here, so
+    the default config's DAG build does without it."""
+    if model in BUILTIN_SHAPES:
+        return BUILTIN_SHAPES[model]
     try:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(backbone)
+        config = AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as err:
         raise KdpipeError(
-            f"cannot tell how many layers and heads '{backbone}' has: not a builtin, not a local model folder, and "
+            f"cannot tell how many layers and heads '{model}' has: not a builtin, not a local model folder, and "
             f"not reachable on the hub from here ({type(err).__name__})"
         ) from err
-    return int(config.num_hidden_layers), int(config.num_attention_heads)
+    return _config_int(config, LAYER_KEYS, model, "layers"), _config_int(config, HEAD_KEYS, model, "heads")
 
 
-def num_layers(backbone: str) -> int:
-    """Transformer layers of a backbone."""
-    return _shape(backbone)[0]
+def _config_int(config, keys: tuple[str, ...], model: str, what: str) -> int:
+    for key in keys:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    raise KdpipeError(
+        f"cannot tell how many {what} '{model}' has: its config ({config.model_type}) has none of {', '.join(keys)}"
+    )
 
 
-def num_heads(backbone: str) -> int:
-    """Attention heads per layer of a backbone."""
-    return _shape(backbone)[1]
+def num_layers(model: str) -> int:
+    """Transformer layers of a backbone or checkpoint."""
+    return model_shape(model)[0]
+
+
+def num_heads(model: str) -> int:
+    """Attention heads per layer of a backbone or checkpoint."""
+    return model_shape(model)[1]
 
 
 def student_layers(model_spec: dict) -> int:

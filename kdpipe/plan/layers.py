@@ -5,8 +5,7 @@ from __future__ import annotations
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.registry import get_method
 from kdpipe.models.backbones import (
-    num_heads,
-    num_layers,
+    model_shape,
     strided_alignment,
     student_heads,
     student_layers,
@@ -17,10 +16,29 @@ from kdpipe.models.backbones import (
 class Layers:
     """Mixed into :class:`kdpipe.plan.Plan`."""
 
-    def teacher_layers(self, teacher: str) -> int:
-        """Transformer layers of a teacher: its ``layers`` subset, else the backbone's."""
+    def teacher_model(self, teacher: str) -> str:
+        """The model a teacher runs, which its layers and heads are read from: its ``checkpoint`` when it has one
+        (imported or fine-tuned from it: the checkpoint replaces the backbone), else its ``backbone``."""
         spec = self.teachers[teacher]
-        return len(spec["layers"]) if spec.get("layers") else num_layers(spec["backbone"])
+        return spec.get("checkpoint") or spec["backbone"]
+
+    def teacher_shape(self, teacher: str) -> tuple[int, int]:
+        """(transformer layers, attention heads) of the model a teacher runs, before any ``layers`` subset; each
+        model is read once per plan (a checkpoint's or local backbone's config.json)."""
+        model = self.teacher_model(teacher)
+        shapes = self.__dict__.setdefault("_teacher_shapes", {})
+        if model not in shapes:
+            shapes[model] = model_shape(model)
+        return shapes[model]
+
+    def teacher_layers(self, teacher: str) -> int:
+        """Transformer layers of a teacher: its ``layers`` subset, else those of the model it runs."""
+        spec = self.teachers[teacher]
+        return len(spec["layers"]) if spec.get("layers") else self.teacher_shape(teacher)[0]
+
+    def teacher_heads(self, teacher: str) -> int:
+        """Attention heads per layer of the model a teacher runs."""
+        return self.teacher_shape(teacher)[1]
 
     def attention_feature(self, student: str) -> str:
         """The attention dump a student reads: ``attentions`` (every head) when it has the teacher's head count,
@@ -31,7 +49,7 @@ class Layers:
         if mode not in ("auto", "per_head", "mean"):
             raise KdpipeError(f"{where}: {mode!r}; choose auto, per_head or mean")
         mine = student_heads(config["model"])
-        theirs = {num_heads(self.teachers[t]["backbone"]) for t in self.student_teachers(student)}
+        theirs = {self.teacher_heads(t) for t in self.student_teachers(student)}
         if mode == "per_head" and theirs != {mine}:
             raise KdpipeError(
                 f"{where}: per_head, but the student has {mine} heads and its teachers "
