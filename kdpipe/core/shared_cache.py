@@ -1,5 +1,6 @@
-"""Two runs sharing one output cache never make the same teacher twice (docs/caching-and-reruns.md, "Two runs at
-once").
+"""Two runs sharing one output cache never make the same teacher twice.
+
+See docs/caching-and-reruns.md, "Two runs at once".
 
 Snakemake looks a cached job up in the cache (``SNAKEMAKE_OUTPUT_CACHE``) when the job is about to run and stores
 its output after it ends; two runs that start the same job before either has stored it would both train it, and the
