@@ -1,3 +1,5 @@
+"""``python -m kdpipe``: the command line (kdpipe.cli)."""
+
 import sys
 
 from kdpipe.cli import main

@@ -121,3 +121,15 @@ def test_experiment_scripts_run_their_help(script):
     """The experiments' helper scripts still import what they use from kdpipe (they run only on a finished run)."""
     r = subprocess.run([sys.executable, f"experiments/{script}", "--help"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_design_tables_are_generated_from_the_code():
+    """docs/design.md's stage, signal and layer tables match STAGES, SIGNALS and every module's docstring."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_design", REPO / "docs" / "make_design.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.check() is None, module.check()
+    text = (REPO / "docs" / "design.md").read_text()
+    assert all(f"`{name}`" in text for name in ("signal-gather", "kdpipe.stages.route", "shared_cache", "pooled"))
