@@ -250,3 +250,40 @@ def test_numbers_and_text_that_only_look_like_numbers_pass():
     check_numbers(tiny, SCHEMA)
     check_numbers(yaml.safe_load("teachers: {ta: {lr: 1.0e-3, backbone: '1e3', domain: '2'}, tb: null}"), SCHEMA)
     check_numbers(yaml.safe_load("students: {s: {method: nope, method_args: {x: 1e-3}}}"), SCHEMA)  # named later
+
+
+def test_warn_below_is_in_no_route_or_student_slice():
+    """routing.warn_below only sets when the report warns: changing it leaves every route's and every student's
+    slice (and the route's declared inputs) as they were, and changes the report's slice only."""
+
+    def lower_threshold(config):
+        config["routing"] = {**config.get("routing", {}), "warn_below": 0.3}
+
+    plan, lowered = load(), load(edit=lower_threshold)
+    assert plan.routes() and plan.routes() == lowered.routes()
+    for route in plan.routes():
+        assert lowered.route_params(route) == plan.route_params(route)
+        assert "warn_below" not in str(plan.route_params(route))
+        assert lowered.route_inputs(route) == plan.route_inputs(route)
+    for student in plan.students:
+        assert lowered.student_params(student) == plan.student_params(student)
+        assert lowered.route_files(student) == plan.route_files(student)
+    assert (plan.report_params(), lowered.report_params()) == ({"warn_below": 0.8}, {"warn_below": 0.3})
+
+
+def test_a_route_slice_names_the_signals_its_rule_declares():
+    plan = load()
+    for route in plan.routes():
+        signals = plan.route_params(route)["signals"]
+        declared = {
+            tuple(path.split("/")[-3:-1]) + (path.split("/")[-1].split(".")[0],) for path in plan.route_inputs(route)
+        }
+        teachers = plan.routes()[route]["teachers"]
+        assert declared == {(t, split, name) for t in teachers for split, names in signals.items() for name in names}
+    # s_muki's MC certainty reads the MC-dropout signal on both splits; s_muki_no_mc's logits score only on the
+    # splits of mc_dropout.splits (for the diagnostics)
+    routes = {spec.get("score"): route for route, spec in plan.routes().items()}
+    assert plan.route_params(routes["entropy"])["signals"]["validation"] == ["logits", "pooled", "mc"]
+    no_mc = plan.route_params(routes["logit_entropy"])["signals"]
+    mc_splits = plan.mc_splits()
+    assert no_mc == {s: ["logits", "pooled", *(["mc"] if s in mc_splits else [])] for s in ("train", "validation")}

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from kdpipe.core.store import KdpipeError, read_json, write_json
+from kdpipe.core.store import KdpipeError, make_manifest, read_json, write_json
 from kdpipe.evaluation.metrics import reliability_bins, total_variation
 from kdpipe.report import TSV_COLUMNS, build_report
 from kdpipe.report.plots import _lower_limit
+from kdpipe.report.routing import read_routes
 from kdpipe.report.summary import _pool_reliability
+from kdpipe.stages import report as report_stage
 
 CLASSES = ["business", "entertainment", "politics", "sport", "tech"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -373,3 +377,97 @@ def test_a_pipe_in_a_class_name_stays_inside_its_markdown_cell(tmp_path):
     text = routing_markdown([route], routing_table([route]))
     line = next(line for line in text.splitlines() if "chosen" in line and line.startswith("|"))
     assert _cells(line)[0] == "**k\\|nn** (chosen)" and len(_cells(line)) == 5
+
+
+def _route_manifest(folder: Path, calibrated: bool = False) -> Path:
+    """A route whose chosen router (MC certainty) sends 60% of the validation rows to their owner, knn 95%; with
+    the warning an older route job stored, which the report must not show."""
+
+    def entry(accuracy, per_class, gold=False):
+        figures = {"accuracy": accuracy, "per_class": per_class}
+        return {"gold_labels": gold, "validation": {"routing": figures, "target": figures}}
+
+    diagnostics = {
+        "certainty/entropy": entry(0.6, {"business": 0.9, "tech": 0.3}),
+        "knn": entry(0.95, {"business": 0.95, "tech": 0.95}),
+        "oracle": entry(1.0, {"business": 1.0, "tech": 1.0}, gold=True),
+    }
+    temps = {"a": {"temperature": 2.0}} if calibrated else None
+    manifest = make_manifest(
+        "route", router="certainty/entropy", labels=["business", "tech"], diagnostics=diagnostics, calibration=temps
+    )
+    write_json(folder / "route.json", {**manifest, "warning": "a warning stored by an older route job"})
+    return folder / "route.json"
+
+
+def test_the_routing_warning_is_computed_by_the_report_at_warn_below(eval_paths, tmp_path):
+    """The report warns from the figures a route recorded and its own threshold (routing.warn_below, the report
+    job's slice): a route's files hold no warning, so changing the threshold reruns the report only."""
+    route = _route_manifest(tmp_path / "routes/a+b.certainty-entropy")
+    (warned,) = read_routes([route], 0.8)
+    assert warned["warning"].startswith("router certainty/entropy sends 60% of validation rows")
+    assert warned["warning"].endswith("Router knn routes 95%: method_args: {router: knn} (docs/routing.md)")
+    assert read_routes([route], 0.5)[0]["warning"] is None  # the stored one is not shown
+    calibrated = _route_manifest(tmp_path / "routes/a+b.certainty-entropy-calibrated", calibrated=True)
+    assert read_routes([calibrated])[0]["warning"].endswith("{router: knn, calibrate: true} (docs/routing.md)")
+
+    report_stage.run({"warn_below": 0.8}, eval_paths, tmp_path / "warned", routes=[route])
+    for name in ("summary.md", "routing.md", "summary.html", "landing.html"):
+        assert "method_args: {router: knn}" in (tmp_path / "warned" / name).read_text(), name
+    report_stage.run({"warn_below": 0.5}, eval_paths, tmp_path / "quiet", routes=[route])
+    for name in ("summary.md", "routing.md", "summary.html", "landing.html"):
+        text = (tmp_path / "quiet" / name).read_text()
+        assert "router certainty/entropy sends" not in text and "older route job" not in text, name
+
+
+def _report_imports(path: Path, modules: set[str]) -> tuple[set[str], list[str]]:
+    """The modules of kdpipe.report that ``path`` imports (``__init__`` for the package itself), and those it
+    imports anywhere but at its top level."""
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body}
+    found, nested = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = (node.module or "") if not node.level else f"kdpipe.report.{node.module or ''}".rstrip(".")
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            if parts[:2] != ["kdpipe", "report"]:
+                continue
+            name = "__init__" if len(parts) == 2 else parts[2]
+            if name in modules:
+                found.add(name)
+                if id(node) not in top:
+                    nested.append(name)
+    return found - {path.stem}, nested
+
+
+def test_the_report_package_has_no_import_cycle():
+    """Imports between the modules of kdpipe.report (anywhere in a module, a function's included) form no cycle,
+    every such import is at a module's top level, and figures.py, shared by every figure, imports none of them."""
+    package = Path(__file__).resolve().parents[1] / "kdpipe/report"
+    modules = {path.stem: path for path in package.glob("*.py")}
+    graph, nested = {}, {}
+    for name, path in modules.items():
+        graph[name], nested[name] = _report_imports(path, set(modules))
+    assert not {name: inside for name, inside in nested.items() if inside}, "imports inside a function"
+    assert graph["figures"] == set()
+    done, path = set(), []
+
+    def visit(node):
+        if node in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(node) :], node]))
+        if node in done:
+            return
+        path.append(node)
+        for target in sorted(graph[node]):
+            visit(target)
+        path.pop()
+        done.add(node)
+
+    for name in sorted(graph):
+        visit(name)

@@ -1,20 +1,22 @@
 """Routers, calibration and routing diagnostics (docs/routing.md) against hand-computed values."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.routing import route_name, route_spec
+from kdpipe.routing import route_name, route_signals, route_spec
 from kdpipe.routing.calibration import fit_temperature
 from kdpipe.routing.certainty import certainty_scores
-from kdpipe.routing.diagnostics import misrouted, routing_accuracy, target_accuracy
+from kdpipe.routing.diagnostics import misrouted, routing_accuracy, suggestion, target_accuracy, warning
+from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
 from kdpipe.routing.knn import knn_scores, kth_distance, normalise, percentile
 from kdpipe.routing.learned import learned_router
-from kdpipe.stages.route import warning
 
 LN3 = math.log(3)
 
@@ -132,8 +134,80 @@ def test_warning_names_the_misrouted_classes_and_a_better_router():
     }
     text = warning(diagnostics, "certainty/entropy", 0.8)
     assert "60% of validation rows" in text and "wrong teacher: 70% of b" in text and "Router knn routes 95%" in text
-    assert text.endswith("method_args router: knn (docs/routing.md)")
+    assert text.endswith("method_args: {router: knn} (docs/routing.md)")
     assert warning(diagnostics, "knn", 0.8) is None
+    # a certainty router is suggested with its score, and a calibrated route's suggestion keeps calibrate
+    diagnostics["certainty/logit_entropy"] = entry(0.97, {"a": 0.97, "b": 0.97})
+    text = warning(diagnostics, "certainty/entropy", 0.8, calibrate=True)
+    assert "Router certainty/logit_entropy routes 97%" in text
+    assert text.endswith("method_args: {router: certainty, score: logit_entropy, calibrate: true} (docs/routing.md)")
+    assert warning(diagnostics, "certainty/entropy", 0.5) is None  # the threshold decides, nothing else
+
+
+def test_the_suggestion_is_method_args_that_choose_the_router():
+    assert suggestion("knn") == "{router: knn}"
+    assert suggestion("certainty/energy") == "{router: certainty, score: energy}"
+    assert suggestion("learned", calibrate=True) == "{router: learned, calibrate: true}"
+    args = yaml.safe_load(suggestion("certainty/logit_entropy", calibrate=True))
+    assert route_spec({**args, "temperature": 1.0}) == {
+        "router": "certainty",
+        "score": "logit_entropy",
+        "temperature": 1.0,
+        "calibrate": True,
+    }
+
+
+def test_a_route_opens_only_the_signals_it_declares(tmp_path, monkeypatch):
+    """A signal file that exists but is not among the route's declared inputs is never opened: an MC-dropout
+    signal made for another split, or left from an earlier config, is not read by a route that does not declare
+    it."""
+    from kdpipe.routing import inputs as module
+
+    declared = route_signals({"router": "certainty", "score": "logit_entropy"}, mc_splits=["train"])
+    assert declared == {"train": ["logits", "pooled", "mc"], "validation": ["logits", "pooled"]}
+    signals = DeclaredSignals(tmp_path, declared)
+    for teacher in ("ta", "tb"):
+        for split in ("train", "validation"):
+            (tmp_path / teacher / split).mkdir(parents=True)
+            (tmp_path / teacher / split / "mc.npy").write_bytes(b"")  # present on disk on both splits
+    assert signals.path("ta", "train", "mc") == tmp_path / "ta/train/mc.npy"
+    with pytest.raises(KdpipeError, match="mc signal of ta on validation is not among the route's declared inputs"):
+        signals.path("ta", "validation", "mc")
+    with pytest.raises(KdpipeError, match="hidden signal of tb on train"):
+        signals.path("tb", "train", "hidden")
+
+    # the route's inputs read exactly the declared files: logits and pooled on both splits, mc on train only
+    opened = []
+    classes = {"ta": ["a", "b"], "tb": ["c"]}
+    frames = {s: pd.DataFrame({"row_id": [0, 1, 2], "label_id": [0, 1, 2]}) for s in ("train", "validation")}
+    monkeypatch.setattr(module, "read_labels", lambda data: ["a", "b", "c"])
+    monkeypatch.setattr(module, "read_split", lambda data, split: frames[split])
+
+    def reader(kind):
+        def read(path, row_ids, *args):
+            path = Path(path).relative_to(tmp_path)
+            opened.append(str(path))
+            labels = classes[path.parts[0]]
+            if kind == "mc":
+                return np.full((3, len(labels)), 0.5), pd.DataFrame({"row_id": row_ids, "certainty": 0.0})
+            return np.zeros((3, len(labels) if kind == "logits" else 4), np.float32), labels
+
+        return read
+
+    for kind in ("logits", "pooled", "mc"):
+        monkeypatch.setattr(module, f"read_{kind}", reader(kind))
+    inputs = RouteInputs(["ta", "tb"], tmp_path / "data", signals)
+    assert sorted(opened) == sorted(
+        f"{t}/{split}/{name}"
+        for t in ("ta", "tb")
+        for split, names in (
+            ("train", ("logits.parquet", "pooled.npy", "mc.npy")),
+            ("validation", ("logits.parquet", "pooled.npy")),
+        )
+        for name in names
+    )
+    assert inputs.has_mc("train") and not inputs.has_mc("validation")
+    assert set(inputs.mc) == {("ta", "train"), ("tb", "train")}
 
 
 def test_route_names_say_what_routes():

@@ -4,12 +4,11 @@ settings, shared by every student that routes the same way (docs/routing.md)."""
 from __future__ import annotations
 
 from kdpipe.methods.registry import get_method
+from kdpipe.plan.entries import without
 from kdpipe.plan.paths import ROUTE, SIGNALS
-from kdpipe.routing import needs_mc, route_name, route_spec
+from kdpipe.routing import DISPLAY_SETTINGS, route_name, route_signals, route_spec
 from kdpipe.routing.artifact import FILES
 from kdpipe.signals.catalog import signal_files
-
-ROUTE_SPLITS = ("train", "validation")
 
 
 class Routes:
@@ -33,22 +32,39 @@ class Routes:
         return out
 
     def route_params(self, route: str) -> dict:
-        """The route job's config slice: its teachers, router settings and the ``routing`` section."""
-        return {**self.routes()[route], "routing": dict(self.config["routing"])}
+        """The route job's config slice: its teachers and router settings, the signals it reads per split (the
+        job opens no other), and the ``routing`` settings that change its scores. The display settings
+        (``warn_below``) are left out: they change what the report shows, not a route, so they rerun the report
+        only (:meth:`report_params`)."""
+        return {
+            **self.routes()[route],
+            "signals": self.route_signals(route),
+            "routing": without(self.config["routing"], *DISPLAY_SETTINGS),
+        }
+
+    def route_signals(self, route: str) -> dict[str, list[str]]:
+        """The signals a route reads from each of its teachers, per split (:func:`kdpipe.routing.route_signals`):
+        logits and pooled states, and the MC-dropout signal where the router's score needs it or the config makes
+        it anyway (``mc_dropout.splits``)."""
+        return route_signals(self.routes()[route], self.mc_splits())
 
     def route_inputs(self, route: str) -> list[str]:
-        """The cached signals a route reads: every teacher's logits and pooled states on train and validation, and
-        its MC-dropout signal where the router's score needs it or the config makes it anyway."""
-        spec = self.routes()[route]
-        signals = []
-        for teacher in spec["teachers"]:
-            for split in ROUTE_SPLITS:
-                folder = SIGNALS.format(teacher=teacher, split=split)
-                names = ["logits", "pooled"]
-                if needs_mc(spec) or split in self.mc_splits():
-                    names.append("mc")
-                signals += [path for name in names for path in signal_files(name, folder)]
-        return signals
+        """The cached signal files a route reads, declared as the rule's inputs: those of :meth:`route_signals` for
+        every teacher."""
+        return [
+            path
+            for teacher in self.routes()[route]["teachers"]
+            for split, names in self.route_signals(route).items()
+            for name in names
+            for path in signal_files(name, SIGNALS.format(teacher=teacher, split=split))
+        ]
+
+    def report_params(self) -> dict:
+        """The report job's config slice: the routing settings it displays (``routing.warn_below``, the threshold
+        of its routing warning) when some student reads a route; nothing otherwise."""
+        if not self.routes():
+            return {}
+        return {key: self.config["routing"][key] for key in DISPLAY_SETTINGS if key in self.config["routing"]}
 
     def route_files(self, student: str) -> list[str]:
         """The route artifact files a student reads (none when it reads no route)."""

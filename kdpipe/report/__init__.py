@@ -28,6 +28,7 @@ from kdpipe.report.plots import plot_metrics, plot_reliability, plot_uncertainty
 from kdpipe.report.routing import write_routing
 from kdpipe.report.summary import TSV_COLUMNS, has_members, read_eval, runs_table, summarise
 from kdpipe.report.tensorboard import write_tensorboard
+from kdpipe.routing.diagnostics import WARN_BELOW
 
 __all__ = ["TSV_COLUMNS", "build_report"]
 
@@ -38,6 +39,7 @@ def build_report(
     routes: list[str | Path] | None = None,
     train_logs: list[str | Path] | None = None,
     title: str = "Model comparison",
+    warn_below: float = WARN_BELOW,
 ) -> None:
     """Write into ``out_dir``: summary.tsv, summary.md and summary.html (the tables), landing.html (the landing
     page's comparison, with metrics.png and cost.png embedded), reliability.png, metrics.png, confusion.png and
@@ -46,8 +48,9 @@ def build_report(
     uncertainty.png when a model on the plotted split averages several members or heads (otherwise a stale one is
     removed: the workflow's report rule declares it exactly when the plan has such a model, ``Plan.has_members``).
     The tables show the uncertainty columns only when some model averages several members or heads. With the
-    manifests of the experiment's ``routes``: routing.tsv, routing.md and routing.png, and any routing warning at
-    the top of the summaries."""
+    manifests of the experiment's ``routes``: routing.tsv, routing.md and routing.png, and a routing warning at the
+    top of the summaries for each route whose chosen router sends fewer than ``warn_below`` of the validation rows
+    to the teacher that owns their class (``routing.warn_below``)."""
     if not eval_paths:
         raise KdpipeError("report: no evaluation files given")
     runs = runs_table([read_eval(path) for path in eval_paths])
@@ -55,7 +58,9 @@ def build_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     warnings = (
-        [f"{r['route']}: {r['warning']}" for r in write_routing(routes, out_dir) if r.get("warning")] if routes else []
+        [f"{r['route']}: {r['warning']}" for r in write_routing(routes, out_dir, warn_below) if r["warning"]]
+        if routes
+        else []
     )
     with atomic_path(out_dir / "summary.tsv") as tmp:
         summary[list(TSV_COLUMNS)].to_csv(tmp, sep="\t", index=False, na_rep="", float_format="%.6g")

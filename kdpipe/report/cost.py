@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kdpipe.report.figures import pyplot, save
 from kdpipe.report.summary import comparable
 
 COSTS = (("params", "parameters"), ("inference_ms", "inference time per example (ms)"))
@@ -30,9 +31,7 @@ def plot_cost(summary: pd.DataFrame, path: Path) -> None:
     """Two panels, accuracy against parameters and against inference time per example (log scales when the costs
     span more than a factor 10). The front is drawn through the comparable models only (:func:`comparable`): a
     subset teacher and the teachers' oracle are drawn hollow and kept off it."""
-    from kdpipe.report.plots import _pyplot, _save
-
-    plt = _pyplot()
+    plt = pyplot()
     full = comparable(summary)
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.2), layout="constrained")
     accuracy = 100 * summary["accuracy"].to_numpy(dtype=float)
@@ -62,7 +61,7 @@ def plot_cost(summary: pd.DataFrame, path: Path) -> None:
     split = summary["split"].iloc[0]
     fig.suptitle(f"Cost against accuracy on the {split} split ({_measured_on(summary)}; hollow: not comparable, a "
                  "teacher scored on its own classes or the teachers' oracle)", fontsize=11)  # fmt: skip
-    _save(fig, path)
+    save(fig, path)
     plt.close(fig)
 
 

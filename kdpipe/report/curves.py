@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.report.figures import placeholder, pyplot, save
 
 FAMILIES = {"teachers": "teachers", "students": "students", "cotrained": "co-trained teachers"}
 
@@ -78,12 +79,10 @@ def plot_curves(curves: list[Curve], path: Path) -> None:
     """One row per family of models (teachers, students...): training loss per logged step against the fractional
     epoch (left; log scale, a moving average over 5 logged steps drawn over the raw values) and validation accuracy
     after each epoch (right), the kept epoch circled. Seeds of one model share its colour."""
-    from kdpipe.report.plots import _pyplot, _save, placeholder
-
     if not curves:
         placeholder(path, "No training curves: no model of this report was trained by the workflow.")
         return
-    plt = _pyplot()
+    plt = pyplot()
     families = [f for f in FAMILIES if any(c.family == f for c in curves)]
     families += sorted({c.family for c in curves} - set(families))
     fig, axes = plt.subplots(len(families), 2, figsize=(14, 4.2 * len(families)), squeeze=False, layout="constrained")
@@ -118,7 +117,7 @@ def plot_curves(curves: list[Curve], path: Path) -> None:
             ax.tick_params(labelsize=8)
         ax_acc.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
     fig.suptitle("Training curves", fontsize=13)
-    _save(fig, path)
+    save(fig, path)
     plt.close(fig)
 
 

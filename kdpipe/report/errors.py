@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.report.figures import model_label, placeholder, pyplot, save
 
 
 def predictions_path(eval_json: str | Path) -> Path:
@@ -64,9 +65,7 @@ def per_class_rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 def plot_confusion(summary: pd.DataFrame, path: Path) -> None:
     """A grid of row-normalised confusion matrices, one per model (seeds pooled), the share of each gold class's
     rows written in each cell."""
-    from kdpipe.report.plots import _model_label, _pyplot, _save, placeholder
-
-    plt = _pyplot()
+    plt = pyplot()
     shown = summary[summary["per_class"].notna()]
     if shown.empty:
         placeholder(path, "No confusion matrix: the evaluations have no per-class metrics (re-run evaluate).")
@@ -90,12 +89,12 @@ def plot_confusion(summary: pd.DataFrame, path: Path) -> None:
                         color="white" if value > 0.6 else "0.15")  # fmt: skip
         ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(classes)), classes, fontsize=8)
-        ax.set_title(_model_label(row), fontsize=10)
+        ax.set_title(model_label(row), fontsize=10)
         ax.set_xlabel("predicted", fontsize=9)
         ax.set_ylabel("gold", fontsize=9)
     bar = fig.colorbar(image, ax=axes, shrink=0.6, label="% of the gold class's rows")
     bar.set_ticks(np.linspace(0, 1, 6), labels=[f"{p:.0f}" for p in np.linspace(0, 100, 6)])
     split = shown["split"].iloc[0]
     fig.suptitle(f"Confusion matrices on the {split} split (% of each gold class's rows; seeds pooled)", fontsize=12)
-    _save(fig, path)
+    save(fig, path)
     plt.close(fig)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kdpipe.core.store import atomic_path
-from kdpipe.report.markdown import format_mean_std, text
+from kdpipe.report.figures import model_label, pyplot, save
+from kdpipe.report.markdown import format_mean_std
 from kdpipe.report.summary import UNCERTAINTY_PARTS
 
 TEACHER_HATCH = "///"
@@ -21,48 +21,9 @@ UNCERTAINTY_TITLES = {
 ENSEMBLE_LINESTYLES = ("-", "--", ":", "-.")
 
 
-# ---- plots ---------------------------------------------------------------------------------------------------
-
-
-def _pyplot():
-    """pyplot on the Agg backend: report jobs run on headless nodes, where an interactive backend would fail."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _model_label(row) -> str:
-    """Two-line label: the model, then what it is (teachers: how many classes they cover)."""
-    if row.kind == "teacher":
-        return f"{row.model}\nteacher · {row.classes} classes"
-    if row.kind == "ensemble":
-        return f"{row.model}\nensemble · {text(row.members)} members"
-    if row.kind == "oracle":
-        return f"{row.model}\nteachers routed by gold label"
-    seeds = f"{row.seeds} seeds" if row.seeds > 1 else "1 seed"
-    return f"{row.model}\n{text(row.method)} · {seeds}"
-
-
-def _save(fig, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-
-
-def placeholder(path: Path, message: str) -> None:
-    """A small figure that says why a plot is empty (the workflow's report rule declares every figure)."""
-    plt = _pyplot()
-    fig = plt.figure(figsize=(6, 1.2))
-    fig.text(0.5, 0.5, message, ha="center", va="center", fontsize=11, wrap=True)
-    _save(fig, path)
-    plt.close(fig)
-
-
 def plot_reliability(summary: pd.DataFrame, path: Path) -> None:
     """A grid of reliability diagrams, one per model, each above a histogram of how many examples fall per bin."""
-    plt = _pyplot()
+    plt = pyplot()
     n_models = len(summary)
     ncols = min(n_models, 4)
     nrows = -(-n_models // ncols)
@@ -76,7 +37,7 @@ def plot_reliability(summary: pd.DataFrame, path: Path) -> None:
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, frameon=False, fontsize=9)
     split = summary["split"].iloc[0]
     fig.suptitle(f"Reliability on the {split} split\n(bins pooled over seeds)", fontsize=12)
-    _save(fig, path)
+    save(fig, path)
     plt.close(fig)
 
 
@@ -94,7 +55,7 @@ def _draw_reliability(ax, ax_hist, row, first_column: bool) -> None:
            edgecolor=GAP_COLOUR, hatch="////", linewidth=0.8, label="gap to mean confidence")  # fmt: skip
     ax.plot([0, 1], [0, 1], linestyle="--", color="0.3", linewidth=1, label="perfect calibration")
     ece = format_mean_std(row.ece, row.ece_std, 3)
-    ax.set_title(f"{_model_label(row)}\nECE = {ece}", fontsize=10)
+    ax.set_title(f"{model_label(row)}\nECE = {ece}", fontsize=10)
     ax.set(xlim=(0, 1), ylim=(0, 1))
     ax.tick_params(labelbottom=False, labelsize=8)
     ax.grid(alpha=0.3, linewidth=0.5)
@@ -112,7 +73,7 @@ def _draw_reliability(ax, ax_hist, row, first_column: bool) -> None:
 
 def plot_metrics(summary: pd.DataFrame, path: Path) -> None:
     """Horizontal grouped bars per model: accuracy and macro-F1, ECE, NLL; error bars are the seed std."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     n_models = len(summary)
@@ -140,7 +101,7 @@ def plot_metrics(summary: pd.DataFrame, path: Path) -> None:
             ax.set_xticks([t for t in ax.get_xticks() if low <= t <= 100])
         ax.grid(axis="x", alpha=0.3, linewidth=0.5)
         ax.tick_params(labelsize=9)
-    axes[0].set_yticks(y, [_model_label(row) for row in summary.itertuples(index=False)], fontsize=9)
+    axes[0].set_yticks(y, [model_label(row) for row in summary.itertuples(index=False)], fontsize=9)
     axes[0].invert_yaxis()
 
     handles = [Patch(color=METRIC_COLOURS[m], label=label) for m, label in
@@ -150,7 +111,7 @@ def plot_metrics(summary: pd.DataFrame, path: Path) -> None:
     split = summary["split"].iloc[0]
     seeds = " (error bars: std over seeds)" if (summary["seeds"] > 1).any() else ""
     fig.suptitle(f"Models on the {split} split{seeds}", fontsize=13)
-    _save(fig, path)
+    save(fig, path)
     plt.close(fig)
 
 
@@ -184,7 +145,7 @@ def _upper_limit(summary: pd.DataFrame, metrics, scale: float, low: float = 0.0)
 def plot_uncertainty(summary: pd.DataFrame, path: Path) -> None:
     """Three panels (total, aleatoric, epistemic): each model's histogram of per-example uncertainty as a density
     step line, seeds pooled, ensembles thick and black; legends give the table's TV distance to the reference."""
-    plt = _pyplot()
+    plt = pyplot()
     shown = summary[summary["uncertainty"].notna()]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.0 + 0.2 * len(shown)), layout="constrained")
     styles = _uncertainty_styles(shown["kind"])
@@ -205,7 +166,7 @@ def plot_uncertainty(summary: pd.DataFrame, path: Path) -> None:
         f"Uncertainty on the {split} split (seeds pooled; TV: total variation distance to the reference ensemble's "
         "histogram, mean ± std over seeds)", fontsize=12,
     )  # fmt: skip
-    _save(fig, path)
+    save(fig, path)
     plt.close(fig)
 
 

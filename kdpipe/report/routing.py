@@ -1,6 +1,8 @@
 """The report's routing section (docs/routing.md, "Diagnostics"): from every route's manifest, a table of each
 router's routing and target accuracy (``routing.tsv``, ``routing.md``, the routes' warnings first) and a plot of the
-per-class validation routing accuracy (``routing.png``)."""
+per-class validation routing accuracy (``routing.png``). The warnings are computed here, from the figures each route
+recorded and the threshold ``routing.warn_below`` (:func:`kdpipe.routing.diagnostics.warning`): a route's files do
+not depend on the threshold, so changing it reruns the report only."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from kdpipe.core.store import atomic_path, read_manifest
+from kdpipe.report.figures import pyplot, save
 from kdpipe.report.markdown import table_cell
-from kdpipe.report.plots import _pyplot, _save
+from kdpipe.routing.diagnostics import WARN_BELOW, warning
 
 COLUMNS = (
     "route", "router", "chosen", "gold_labels",
@@ -18,9 +21,15 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def read_routes(manifests: list[str | Path]) -> list[dict]:
-    """Each route's manifest, with its folder name as ``route``."""
-    return [{**read_manifest(path, kind="route"), "route": Path(path).parent.name} for path in manifests]
+def read_routes(manifests: list[str | Path], warn_below: float = WARN_BELOW) -> list[dict]:
+    """Each route's manifest, with its folder name as ``route`` and its ``warning`` at the threshold
+    ``warn_below`` (None: nothing to warn of)."""
+    routes = []
+    for path in manifests:
+        route = {**read_manifest(path, kind="route"), "route": Path(path).parent.name}
+        route["warning"] = warning(route["diagnostics"], route["router"], warn_below, bool(route.get("calibration")))
+        routes.append(route)
+    return routes
 
 
 def routing_table(routes: list[dict]) -> pd.DataFrame:
@@ -67,7 +76,7 @@ def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
 
 def plot_routing(routes: list[dict], path: Path) -> None:
     """Per route, grouped bars: each router's validation routing accuracy per gold class."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(routes), 1, figsize=(11, 3.6 * len(routes)), squeeze=False, layout="constrained")
     for ax, route in zip(axes[:, 0], routes):
         routers = {n: d for n, d in route["diagnostics"].items() if "validation" in d}
@@ -82,13 +91,14 @@ def plot_routing(routes: list[dict], path: Path) -> None:
         ax.set_ylabel("routed to its teacher (%)")
         ax.set_title(f"{route['route']}: validation rows sent to the teacher that owns their class", fontsize=10)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)  # beside the bars
-    _save(fig, path)
+    save(fig, path)
     plt.close(fig)
 
 
-def write_routing(manifests: list[str | Path], out_dir: Path) -> list[dict]:
-    """routing.tsv, routing.md and routing.png in ``out_dir``; returns the routes (for the summary's warnings)."""
-    routes = read_routes(manifests)
+def write_routing(manifests: list[str | Path], out_dir: Path, warn_below: float = WARN_BELOW) -> list[dict]:
+    """routing.tsv, routing.md and routing.png in ``out_dir``; returns the routes with their warnings at the
+    threshold ``warn_below`` (for the summary)."""
+    routes = read_routes(manifests, warn_below)
     table = routing_table(routes)
     with atomic_path(out_dir / "routing.tsv") as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")

@@ -1,9 +1,10 @@
 """Routing: each row's weight for every teacher of a knowledge-integration student (docs/routing.md).
 
 Torch-free names read by the registry and the plan when the DAG is built; the routers themselves are in
-:mod:`~kdpipe.routing.certainty`, :mod:`~kdpipe.routing.knn` and :mod:`~kdpipe.routing.learned`, the cached
-artifact in :mod:`~kdpipe.routing.artifact`, the routing accuracy in :mod:`~kdpipe.routing.diagnostics`, the
-``route`` stage (which also routes by the gold label, the oracle) in :mod:`kdpipe.stages.route`.
+:mod:`~kdpipe.routing.certainty`, :mod:`~kdpipe.routing.knn` and :mod:`~kdpipe.routing.learned`, what a route
+reads in :mod:`~kdpipe.routing.inputs`, every router's scores (the oracle's too) in :mod:`~kdpipe.routing.scoring`,
+the routing accuracy, its table and the warning in :mod:`~kdpipe.routing.diagnostics`, the cached artifact in
+:mod:`~kdpipe.routing.artifact`, and the ``route`` job itself in :mod:`~kdpipe.routing.build`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ from __future__ import annotations
 # others are already weights (probabilities, a percentile softmaxed likewise for knn)
 ROUTERS = ("certainty", "knn", "learned", "oracle")
 GOLD_LABEL_ROUTERS = ("learned", "oracle")  # routers fitted on, or reading, gold labels
+# settings of the config's ``routing`` section that change only what is shown (the report's warning), not a route:
+# they are in no route's config slice, so changing them reruns the report only
+DISPLAY_SETTINGS = ("warn_below",)
+ROUTE_SPLITS = ("train", "validation")  # the splits a route scores
+# the signals every route reads from each of its teachers on each split; the MC-dropout signal comes on top
+ROUTE_SIGNALS = ("logits", "pooled")
 
 # certainty score -> the signal it is computed from: the MC-dropout pass ("mc") or the eval-mode logits
 SCORES = {
@@ -52,3 +59,13 @@ def route_name(teachers: list[str], spec: dict) -> str:
 
 def needs_mc(spec: dict) -> bool:
     return spec["router"] == "certainty" and SCORES[spec["score"]] == "mc"
+
+
+def route_signals(spec: dict, mc_splits: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """The teacher signals a route reads on each of its splits (the same for every teacher): the logits and pooled
+    states, and the MC-dropout signal where the router's score needs it or ``mc_splits`` (the config's
+    ``mc_dropout.splits``) makes it anyway, for the diagnostics of the MC scores. The plan declares these files as
+    the route job's inputs and passes this in its config slice; the job opens nothing else."""
+    return {
+        split: [*ROUTE_SIGNALS, *(["mc"] if needs_mc(spec) or split in mc_splits else [])] for split in ROUTE_SPLITS
+    }

@@ -2,12 +2,21 @@
 
 Routing accuracy: the share of rows whose gold class's owner gets the largest score. Target accuracy: the share of
 rows whose distillation target under hard routing (the prediction of the teacher with the largest score, in the
-student's label order) has its argmax on the gold class. Both overall and per gold class.
+student's label order) has its argmax on the gold class. Both overall and per gold class, for every router a route
+measures (:func:`diagnose`), recorded in its ``route.json``, printed by the route job (:func:`text_table`).
+
+The warning (:func:`warning`) is computed from those recorded figures where it is shown, in the report, with the
+threshold ``routing.warn_below``: a display setting, in no route's config slice, so changing it reruns the report
+only. Torch-free: the report imports this module.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from kdpipe.routing import GOLD_LABEL_ROUTERS
+
+WARN_BELOW = 0.8  # routing.warn_below's default (workflow/schemas/config.schema.yaml), for a report built by hand
 
 
 def routing_accuracy(scores: np.ndarray, owners: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
@@ -32,3 +41,72 @@ def _shares(right: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
 def misrouted(per_class: dict, threshold: float) -> list[str]:
     """The classes routed to their owner less often than ``threshold``, worst first."""
     return [c for c, share in sorted(per_class.items(), key=lambda kv: kv[1]) if share < threshold]
+
+
+def diagnose(inputs, routers: dict) -> dict:
+    """Routing and target accuracy of every router of ``routers`` (:func:`kdpipe.routing.scoring.all_routers`) on
+    the splits it scored (validation cross-fitted for the learned one), from a route's
+    :class:`~kdpipe.routing.inputs.RouteInputs`."""
+    out = {}
+    for name, router in routers.items():
+        entry = {"gold_labels": name in GOLD_LABEL_ROUTERS, **({"fit": router["fit"]} if "fit" in router else {})}
+        for split, scores in router["scores"].items():
+            args = (inputs.gold[split], inputs.labels)
+            entry[split] = {
+                "routing": routing_accuracy(scores, inputs.owners[split], *args),
+                "target": target_accuracy(scores, inputs.predictions[split], *args),
+            }
+        out[name] = entry
+    return out
+
+
+def text_table(diagnostics: dict, chosen: str) -> str:
+    """The diagnostics as a plain-text table, the chosen router marked ``*`` (printed by the route job)."""
+    lines = [f"{'router':<28}{'routing val':>12}{'routing train':>15}{'target train':>14}"]
+    for name, d in diagnostics.items():
+
+        def cell(split, what, d=d):
+            return f"{d[split][what]['accuracy']:.1%}" if split in d else "—"
+
+        mark = " *" if name == chosen else ""
+        gold = " (gold labels)" if d["gold_labels"] else ""
+        row = f"{name + mark:<28}{cell('validation', 'routing'):>12}{cell('train', 'routing'):>15}"
+        lines.append(f"{row}{cell('train', 'target'):>14}{gold}")
+    return "\n".join(lines)
+
+
+def suggestion(router: str, calibrate: bool = False) -> str:
+    """The method_args that choose ``router`` (its name in the diagnostics: ``certainty/<score>`` or the router),
+    as a YAML mapping to paste into a student's entry: the router, its score, and ``calibrate`` when the route
+    measured is calibrated (its figures were measured so)."""
+    name, _, score = router.partition("/")
+    args = [f"router: {name}"] + ([f"score: {score}"] if score else []) + (["calibrate: true"] if calibrate else [])
+    return "{" + ", ".join(args) + "}"
+
+
+def warning(diagnostics: dict, chosen: str, threshold: float, calibrate: bool = False) -> str | None:
+    """The warning shown at the top of the report when the chosen router sends fewer than ``threshold`` of the
+    validation rows to the teacher that owns their class: the misrouted classes, and the router that does better
+    with the method_args that choose it (``calibrate``: the route is calibrated). None when there is nothing to
+    warn of, or the chosen router did not score the validation split."""
+    mine = diagnostics[chosen].get("validation")
+    if mine is None or mine["routing"]["accuracy"] >= threshold:
+        return None
+    classes = misrouted(mine["routing"]["per_class"], threshold)
+    rivals = {
+        name: d["validation"]["routing"]["accuracy"]
+        for name, d in diagnostics.items()
+        if name not in (chosen, "oracle") and "validation" in d
+    }
+    best = max(rivals, key=rivals.get) if rivals else None
+    text = (
+        f"router {chosen} sends {mine['routing']['accuracy']:.0%} of validation rows to the teacher that owns their "
+        f"class (below routing.warn_below = {threshold:.0%}); sent to the wrong teacher: "
+        + ", ".join(f"{1 - mine['routing']['per_class'][c]:.0%} of {c}" for c in classes)
+    )
+    if best and rivals[best] > mine["routing"]["accuracy"]:
+        text += f". Router {best} routes {rivals[best]:.0%}" + (
+            " (fitted on the validation split's gold labels)" if diagnostics[best]["gold_labels"] else ""
+        )
+        text += f": method_args: {suggestion(best, calibrate)} (docs/routing.md)"
+    return text

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdpipe.report import build_report
+from kdpipe.routing.diagnostics import WARN_BELOW
 
 
 def run(
@@ -17,6 +18,9 @@ def run(
 ) -> None:
     """Summarise the evaluation JSONs ``evals`` (the manifests of the experiment's ``routes``, and the training logs
     of the trained ``models``' folders: an imported checkpoint has none) into the report folder ``out``, under
-    ``title``."""
+    ``title``. ``params`` is the report's config slice (:meth:`kdpipe.plan.routes.Routes.report_params`): the
+    routing warning's threshold ``warn_below``, 0.8 when not given."""
     logs = [Path(m) / "train_log.jsonl" for m in models or ()]
-    build_report(evals, out, routes, [log for log in logs if log.is_file()], title or "Model comparison")
+    logs = [log for log in logs if log.is_file()]
+    warn_below = float(params.get("warn_below", WARN_BELOW))
+    build_report(evals, out, routes, logs, title or "Model comparison", warn_below=warn_below)

@@ -111,8 +111,9 @@ rule report:
         runtime=10,
     params:
         out=lambda wildcards, output: Path(output.tsv).parent,
+        cfg=as_json(PLAN.report_params()),
         title=PLAN.report_title(),
         code=code("kdpipe.stages.report"),
     shell:
-        "python -m kdpipe report --out {params.out} --evals {input.evals} --routes {input.routes}"
-        " --models {input.models} --title {params.title:q} > {log} 2>&1"
+        "python -m kdpipe report --params {params.cfg:q} --out {params.out} --evals {input.evals}"
+        " --routes {input.routes} --models {input.models} --title {params.title:q} > {log} 2>&1"

@@ -1,6 +1,8 @@
 # Routing (docs/routing.md): each row's score for every teacher of a knowledge-integration student, one job per set
 # of teachers and router settings (PLAN.routes()), shared by every student that routes the same way. It reads only
-# cached teacher signals and the data, so it is teacher-side and cached between workflows.
+# cached teacher signals and the data, so it is teacher-side and cached between workflows. The signals it declares
+# (PLAN.route_inputs) are named per split in its config slice, and the job opens no other; the slice leaves out the
+# display settings (routing.warn_below), which the report reads.
 
 
 rule route:
@@ -28,6 +30,6 @@ rule route:
         code=code("kdpipe.stages.route"),
         signals_root=SIGNALS_ROOT,
     shell:
-        # the diagnostics table and any warning go to the console as well as the log
+        # the diagnostics table goes to the console as well as the log
         "python -m kdpipe --threads {threads} route --params {params.cfg:q} --data {input.data}"
         " --signals-root {params.signals_root} --out $(dirname {output.manifest:q}) 2>&1 | tee {log}"

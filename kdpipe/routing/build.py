@@ -1,0 +1,59 @@
+"""One route (docs/routing.md): each train and validation row's score for every teacher of a knowledge-integration
+student, from the cached teacher signals the route declared, with the diagnostics of every router they allow.
+
+Writes ``train.parquet`` / ``validation.parquet`` (row_id, scores [K]) and ``route.json``
+(:mod:`kdpipe.routing.artifact`), and prints the diagnostics table. What it writes depends only on its config slice
+(the route's teachers and router settings, the ``routing`` settings that change scores, the signals it reads) and
+its inputs; the warning of a poor routing is the report's (:func:`kdpipe.routing.diagnostics.warning`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from kdpipe.core.checksums import write_manifest
+from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
+from kdpipe.routing import GOLD_LABEL_ROUTERS, ROUTE_SPLITS, SCORES, route_signals
+from kdpipe.routing.artifact import FILES, write_scores
+from kdpipe.routing.diagnostics import diagnose, text_table
+from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
+from kdpipe.routing.scoring import all_routers, calibrate, chosen_name
+
+
+def build_route(params: dict, data: Path, signals_root: Path, out: Path) -> dict:
+    """Route the rows of train and validation for ``params["teachers"]`` with ``params["router"]``, reading only
+    the signals ``params["signals"]`` declares (without it, those the router needs); write the artifact to the
+    folder ``out`` and return its manifest."""
+    signals = DeclaredSignals(signals_root, params.get("signals") or route_signals(params))
+    inputs = RouteInputs(params["teachers"], Path(data), signals)
+    chosen = chosen_name(params)
+    if params["router"] == "certainty" and SCORES[params["score"]] == "mc" and not inputs.has_mc("train"):
+        raise KdpipeError(f"route: score {params['score']!r} needs the MC-dropout signal of every teacher on train")
+    temps = calibrate(inputs) if params.get("calibrate") else None
+    routers = all_routers(inputs, params, temps)
+    diagnostics = diagnose(inputs, routers)
+    print(f"[kdpipe] routing of {', '.join(inputs.teachers)} (* the chosen router):\n{text_table(diagnostics, chosen)}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ROUTE_SPLITS:
+        scores = routers[chosen]["scores"].get(split)
+        if scores is None:  # an MC score without MC on validation: the split is routed but not scored
+            scores = np.full((len(inputs.row_ids[split]), len(inputs.teachers)), np.nan, np.float32)
+        with atomic_path(out / f"{split}.parquet") as tmp:
+            write_scores(tmp, inputs.row_ids[split], scores)
+    manifest = make_manifest(
+        "route",
+        config=params,
+        teachers=inputs.teachers,
+        labels=inputs.labels,
+        router=chosen,
+        weighting="softmax" if params["router"] in ("certainty", "knn") else "scores",
+        gold_labels=params["router"] in GOLD_LABEL_ROUTERS,
+        temperatures={t: v["temperature"] for t, v in temps.items()} if temps else None,
+        calibration=temps,
+        rows={s: len(inputs.row_ids[s]) for s in ROUTE_SPLITS},
+        diagnostics=diagnostics,
+    )
+    return write_manifest(out / FILES[-1], manifest, list(FILES[:-1]))

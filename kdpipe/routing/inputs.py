@@ -1,0 +1,79 @@
+"""What a route reads (docs/routing.md): the data's train and validation splits and, for every teacher, the cached
+signals the plan declared as the route job's inputs, and nothing else.
+
+The plan passes the declared signals per split in the job's config slice (``signals``, from
+:func:`kdpipe.routing.route_signals`). A signal file that is not declared is never opened, even where it exists:
+Snakemake does not track it, so it may be stale, and the diagnostics would depend on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.data.dataset import read_labels, read_split
+from kdpipe.data.labelspace import teacher_blocks
+from kdpipe.routing import ROUTE_SPLITS
+from kdpipe.signals.catalog import SIGNALS
+from kdpipe.signals.io import read_logits, read_mc, read_pooled
+
+
+class DeclaredSignals:
+    """The teacher signal files a route job may open: per split, the signals declared as its inputs (the same for
+    every teacher), under ``root/<teacher>/<split>/``."""
+
+    def __init__(self, root: Path, signals: dict[str, list[str]]):
+        self.root = Path(root)
+        self.signals = {split: tuple(names) for split, names in signals.items()}
+
+    def has(self, split: str, name: str) -> bool:
+        return name in self.signals.get(split, ())
+
+    def path(self, teacher: str, split: str, name: str) -> Path:
+        """The file of signal ``name`` of ``teacher`` on ``split``; an error for a signal the job did not declare."""
+        if not self.has(split, name):
+            declared = ", ".join(self.signals.get(split, ())) or "none"
+            raise KdpipeError(
+                f"route: the {name} signal of {teacher} on {split} is not among the route's declared inputs "
+                f"(on {split}: {declared}); a route reads only what its rule declares"
+            )
+        return self.root / teacher / split / SIGNALS[name].files[0]
+
+
+class RouteInputs:
+    """The data and every teacher's declared signals on the train and validation splits."""
+
+    def __init__(self, teachers: list[str], data: Path, signals: DeclaredSignals):
+        self.teachers = list(teachers)
+        self.labels = read_labels(data)
+        self.frames = {s: read_split(data, s) for s in ROUTE_SPLITS}
+        self.row_ids = {s: f["row_id"].to_numpy() for s, f in self.frames.items()}
+        self.gold = {s: f["label_id"].to_numpy() for s, f in self.frames.items()}
+        self.declared = signals
+        self.logits, self.pooled, self.mc = {}, {}, {}
+        classes = {}
+        for t in self.teachers:
+            for s in ROUTE_SPLITS:
+                self.logits[t, s], classes[t] = read_logits(signals.path(t, s, "logits"), self.row_ids[s])
+                self.pooled[t, s], _ = read_pooled(signals.path(t, s, "pooled"), self.row_ids[s])
+                if signals.has(s, "mc"):
+                    probs, table = read_mc(signals.path(t, s, "mc"), self.row_ids[s], classes[t])
+                    self.mc[t, s] = (np.asarray(probs), table)
+        self.blocks = teacher_blocks(classes, self.labels, policy="disjoint", where="route")
+        owner = np.empty(len(self.labels), np.int64)
+        for k, t in enumerate(self.teachers):
+            owner[self.blocks[t]] = k
+        self.owners = {s: owner[g] for s, g in self.gold.items()}
+        # each teacher's predicted class as a student label index, [N, K]
+        self.predictions = {
+            s: np.stack([self.blocks[t][self.logits[t, s].argmax(-1)] for t in self.teachers], -1) for s in ROUTE_SPLITS
+        }
+
+    def own_rows(self, teacher: str, split: str) -> np.ndarray:
+        return np.isin(self.gold[split], self.blocks[teacher])
+
+    def has_mc(self, split: str) -> bool:
+        """Whether the route declared (and so read) the MC-dropout signal of its teachers on ``split``."""
+        return self.declared.has(split, "mc")

@@ -1,0 +1,113 @@
+"""Every router's scores on a route's inputs (docs/routing.md, "Routers"): each certainty score the declared
+signals allow, ``knn``, ``learned`` and ``oracle``, and each teacher's calibration temperature when the route is
+calibrated. The chosen router's scores become the route; all of them feed the diagnostics."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.routing import ROUTE_SPLITS, SCORES
+from kdpipe.routing.calibration import fit_temperature
+from kdpipe.routing.certainty import certainty_scores
+from kdpipe.routing.inputs import RouteInputs
+from kdpipe.routing.knn import knn_scores
+from kdpipe.routing.learned import learned_router
+
+
+def chosen_name(params: dict) -> str:
+    """The chosen router's name in the diagnostics: ``certainty/<score>``, or the router."""
+    return f"certainty/{params['score']}" if params["router"] == "certainty" else params["router"]
+
+
+def calibrate(inputs: RouteInputs) -> dict[str, dict]:
+    """Each teacher's temperature, fitted on the validation rows of its own classes (docs/routing.md)."""
+    out = {}
+    for t in inputs.teachers:
+        own = inputs.own_rows(t, "validation")
+        local = np.searchsorted(np.sort(inputs.blocks[t]), inputs.gold["validation"][own])
+        order = np.argsort(inputs.blocks[t])  # local class index of each block position, sorted by label index
+        out[t] = fit_temperature(inputs.logits[t, "validation"][own], order[local])
+    return out
+
+
+def certainty(inputs: RouteInputs, score: str, split: str, temperature: float, temps: dict | None) -> np.ndarray:
+    """The certainty ``score`` of every teacher on ``split``, [N, K]."""
+    columns = []
+    for t in inputs.teachers:
+        probs, table = inputs.mc.get((t, split), (None, None))
+        columns.append(
+            certainty_scores(
+                score,
+                logits=inputs.logits[t, split],
+                mc_probs=probs,
+                mc_table=table,
+                temperature=temperature,
+                calibration=temps[t]["temperature"] if temps else None,
+            ).numpy()
+        )
+    return np.stack(columns, -1).astype(np.float32)
+
+
+def knn(inputs: RouteInputs, neighbours: int) -> dict[str, np.ndarray]:
+    per_teacher = [
+        knn_scores(
+            inputs.pooled[t, "train"],
+            inputs.pooled[t, "validation"],
+            inputs.own_rows(t, "train"),
+            inputs.own_rows(t, "validation"),
+            neighbours,
+        )
+        for t in inputs.teachers
+    ]
+    return {s: np.stack([scores[i] for scores in per_teacher], -1) for i, s in enumerate(ROUTE_SPLITS)}
+
+
+def learned(inputs: RouteInputs, folds: int, seed: int) -> tuple[dict[str, np.ndarray], dict]:
+    features = {
+        s: np.concatenate([np.concatenate([inputs.pooled[t, s], inputs.logits[t, s]], -1) for t in inputs.teachers], -1)
+        for s in ROUTE_SPLITS
+    }
+    train, validation, figures = learned_router(
+        features["validation"],
+        inputs.owners["validation"],
+        features["train"],
+        len(inputs.teachers),
+        folds=folds,
+        seed=seed,
+    )
+    return {"train": train, "validation": validation}, figures
+
+
+def oracle(inputs: RouteInputs) -> dict[str, np.ndarray]:
+    return {s: np.eye(len(inputs.teachers), dtype=np.float32)[inputs.owners[s]] for s in ROUTE_SPLITS}
+
+
+def all_routers(inputs: RouteInputs, params: dict, temps: dict | None) -> dict[str, dict]:
+    """Every router the declared signals allow: name -> {"scores": {split: [N, K]}, ...}. An MC score is scored on
+    the splits whose MC-dropout signal the route reads, and left out without it on train."""
+    settings = params["routing"]
+    temperature = float(params.get("temperature", 1.0))
+    out = {}
+    for score, source in SCORES.items():
+        if (
+            score == "mutual_info"
+            and inputs.has_mc("train")
+            and "mutual_info" not in inputs.mc[inputs.teachers[0], "train"][1]
+        ):
+            continue  # an MC signal made before the column existed
+        if source == "logits" or inputs.has_mc("train"):
+            splits = [s for s in ROUTE_SPLITS if source == "logits" or inputs.has_mc(s)]
+            out[f"certainty/{score}"] = {"scores": {s: certainty(inputs, score, s, temperature, temps) for s in splits}}
+    out["knn"] = {"scores": knn(inputs, int(settings["neighbours"]))}
+    try:
+        scores, figures = learned(inputs, int(settings["folds"]), int(settings["seed"]))
+        out["learned"] = {"scores": scores, "fit": figures}
+    except KdpipeError as err:  # too few validation rows: an error only when it is the chosen router
+        if params["router"] == "learned":
+            raise
+        print(f"[kdpipe] route: the learned router is left out of the diagnostics: {err}", file=sys.stderr)
+    out["oracle"] = {"scores": oracle(inputs)}
+    return out
