@@ -2,6 +2,8 @@
 values."""
 
 import math
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,6 +13,7 @@ from torch import nn
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.base import DistillContext
+from kdpipe.methods.dynamic_choices import DATA_STRATEGIES
 from kdpipe.methods.dynamic_kd import (
     build_data,
     build_objective,
@@ -252,3 +255,31 @@ def test_dynamic_objective_loss_by_hand():
     assert terms["rep"] == pytest.approx((H * r).mean(), rel=1e-4)
     assert loss.item() == pytest.approx(CE + ((1 - H) * D_SMALL).mean() + (H * r).mean(), rel=1e-4)
     assert math.isfinite(loss.item())
+
+
+# ---- every documented strategy of dynamic_data -----------------------------------------------------------------
+
+
+def documented_strategies() -> list[str]:
+    """The strategies docs/methods.md §2b names in its "Strategies:" sentence."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text()
+    section = doc.split("### §2b")[1].split("\n### ")[0]
+    sentence = section.split("Strategies:")[1].split(". ")[0]
+    return re.findall(r"`([a-z]+(?:-r)?)`", sentence)
+
+
+def test_the_documented_strategies_are_the_declared_ones():
+    assert sorted(documented_strategies()) == sorted(DATA_STRATEGIES)
+
+
+@pytest.mark.parametrize("strategy", documented_strategies())
+def test_every_documented_strategy_is_accepted_and_trains_a_step(strategy):
+    teacher = Z_SEL + torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None]
+    objective = build_data(context({"t": teacher}), method_args("dynamic_data", {"strategy": strategy}))
+    model = FixedLogits(Z_SEL)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss, terms = objective.loss(model, batch())
+    loss.backward()
+    optimizer.step()
+    assert terms["kept"] == 2 and math.isfinite(loss.item())  # ratio 0.5 of a batch of four
+    assert not torch.equal(model.z.detach(), Z_SEL)

@@ -111,12 +111,12 @@ def test_resume_after_interruption_gives_the_uninterrupted_result(data, tmp_path
 def test_a_resumed_log_has_each_record_once(data, tmp_path, monkeypatch):
     """Killed after epoch 2's log line but before its checkpoint (the save fails), the rerun repeats epoch 2's steps:
     the log is cut back to the checkpoint it resumes from, so every step and epoch appears once."""
-    from kdpipe.training import loop
+    from kdpipe.training import checkpoint
 
     settings = TrainSettings(**{**SETTINGS, "checkpoint_every": 0})
     resume, log = tmp_path / "resume", tmp_path / "log.jsonl"
     log.write_text('{"stale": "a line of an attempt killed before its first checkpoint"}\n')
-    real_save, saves = loop._Checkpoint.save, {"n": 0}
+    real_save, saves = checkpoint.Checkpoint.save, {"n": 0}
 
     def dying_save(self, *args, **kwargs):
         saves["n"] += 1
@@ -124,13 +124,13 @@ def test_a_resumed_log_has_each_record_once(data, tmp_path, monkeypatch):
             raise Interrupted
         return real_save(self, *args, **kwargs)
 
-    monkeypatch.setattr(loop._Checkpoint, "save", dying_save)
+    monkeypatch.setattr(checkpoint.Checkpoint, "save", dying_save)
     run = dict(train=data, loss_fn=ce_loss, validate=validator(data), settings=settings, device=CPU)
     with pytest.raises(Interrupted):
         fit(load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0), **run, log_path=log,
             resume_dir=resume, resume_key="k")  # fmt: skip
     assert sum('"validation"' in line for line in log.read_text().splitlines()) == 2  # epochs 1 and 2 logged
-    monkeypatch.setattr(loop._Checkpoint, "save", real_save)
+    monkeypatch.setattr(checkpoint.Checkpoint, "save", real_save)
     fit(load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0), **run, log_path=log, resume_dir=resume,
         resume_key="k")  # fmt: skip
     records = [json.loads(line) for line in log.read_text().splitlines()]
@@ -284,7 +284,7 @@ def test_resume_state_read_while_a_job_replaces_its_checkpoint(tmp_path, monkeyp
     checkpoint 9's state: the reader follows LATEST to checkpoint 11. A state missing from the checkpoint that LATEST
     still names is an error."""
     from kdpipe.core.store import ArtifactError, read_json
-    from kdpipe.training import loop
+    from kdpipe.training import checkpoint
 
     resume = tmp_path / "resume"
     for step in (9, 11):
@@ -299,7 +299,7 @@ def test_resume_state_read_while_a_job_replaces_its_checkpoint(tmp_path, monkeyp
             (resume / "ckpt-000009").rmdir()
         return read_json(path)
 
-    monkeypatch.setattr(loop, "read_json", job_moves_on_first)
+    monkeypatch.setattr(checkpoint, "read_json", job_moves_on_first)
     assert read_resume_state(resume) == {"step": 11}
     (resume / "ckpt-000011" / "state.json").unlink()
     with pytest.raises(ArtifactError, match="ckpt-000011/state.json"):

@@ -1,10 +1,11 @@
 """Classification metrics of predicted class probabilities: accuracy, macro-F1, NLL, ECE, Brier, reliability bins.
 
-Accuracy, macro-F1 and ECE come from torchmetrics, the reference implementations the field reports. NLL, the
-multi-class Brier score and the reliability bins are computed here in numpy: torchmetrics has no multi-class Brier
-score of this form (Brier 1950: the squared error over the whole probability vector, not only the top class), its
-calibration-error metric returns only the scalar and not the per-bin statistics a reliability diagram needs, and
-NLL from probabilities needs a clamp that its cross-entropy-from-logits metrics do not offer.
+Accuracy, macro-F1 and ECE come from torchmetrics, the reference implementations the field reports. NLL and entropy
+(:mod:`kdpipe.evaluation.information`), the multi-class Brier score and the reliability bins are computed in numpy:
+torchmetrics has no multi-class Brier score of this form (Brier 1950: the squared error over the whole probability
+vector, not only the top class), its calibration-error metric returns only the scalar and not the per-bin
+statistics a reliability diagram needs, and NLL from probabilities needs a clamp that its cross-entropy-from-logits
+metrics do not offer.
 
 Conventions:
 - ``macro_f1`` averages the per-class F1 over the classes that occur among the labels or the predictions, as
@@ -27,10 +28,7 @@ import torch
 from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError, MulticlassF1Score
 
 from kdpipe.core.store import KdpipeError
-
-# Probabilities are clamped here before taking a log, so one confidently wrong example costs a large but finite
-# loss (-log 1e-12 ≈ 27.6 nats) instead of turning the mean into infinity.
-PROB_FLOOR = 1e-12
+from kdpipe.evaluation.information import entropy, nll
 
 # Rows stored as float16/float32 do not sum to exactly 1; anything further off is logits or a wrong column.
 ROW_SUM_TOLERANCE = 1e-2
@@ -53,18 +51,16 @@ def classification_metrics(probs: np.ndarray, labels: np.ndarray, label_names: l
     recall = MulticlassAccuracy(num_classes=n_classes, average=None)(probs_t, labels_t)
     support = np.bincount(labels, minlength=n_classes)
 
-    p_true = np.clip(probs[np.arange(len(labels)), labels], PROB_FLOOR, None)
     onehot = np.eye(n_classes)[labels]
-    entropy = -np.sum(probs * np.log(np.clip(probs, PROB_FLOOR, None)), axis=1)
     return {
         "n": int(len(labels)),
         "accuracy": float(accuracy),
         "macro_f1": float(macro_f1),
-        "nll": float(np.mean(-np.log(p_true))),
+        "nll": nll(probs, labels),
         "ece": float(ece),
         "brier": float(np.mean(np.sum((probs - onehot) ** 2, axis=1))),
         "mean_confidence": float(np.mean(probs.max(axis=1))),
-        "mean_entropy": float(np.mean(entropy)),
+        "mean_entropy": float(np.mean(entropy(probs))),
         "per_class_accuracy": {
             name: (float(recall[c]) if support[c] > 0 else None) for c, name in enumerate(label_names)
         },
@@ -124,11 +120,6 @@ def _validated(
     return probs, labels.astype(np.int64)
 
 
-def _entropy(probs: np.ndarray) -> np.ndarray:
-    """Entropy in nats over the last axis, with 0·log 0 = 0."""
-    return -np.sum(probs * np.log(np.clip(probs, PROB_FLOOR, None)), axis=-1)
-
-
 def uncertainty_split(member_probs: np.ndarray) -> dict[str, np.ndarray]:
     """Per-row uncertainty of an ensemble (or a multi-head model) from ``member_probs`` [M, N, C] (docs/methods.md §3,
     "Metrics"): ``total`` = H(mean_m p_m), ``aleatoric`` = mean_m H(p_m) and ``epistemic`` = total − aleatoric
@@ -142,8 +133,8 @@ def uncertainty_split(member_probs: np.ndarray) -> dict[str, np.ndarray]:
         raise KdpipeError(
             "member probabilities must be finite, non-negative and sum to 1 per row; were logits passed instead?"
         )
-    total = _entropy(probs.mean(axis=0))
-    aleatoric = _entropy(probs).mean(axis=0)
+    total = entropy(probs.mean(axis=0))
+    aleatoric = entropy(probs).mean(axis=0)
     return {"total": total, "aleatoric": aleatoric, "epistemic": np.clip(total - aleatoric, 0.0, None)}
 
 

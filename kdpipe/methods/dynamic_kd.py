@@ -42,23 +42,33 @@ import torch.nn.functional as F
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
+from kdpipe.methods.dynamic_choices import (
+    DATA_STRATEGIES,
+    DIRECTIONS,
+    DISTANCES,
+    OBJECTIVE_STRATEGIES,
+    REVERSED,
+    TEACHER_MODES,
+)
 from kdpipe.methods.losses import soft_kl, token_mse, union_logits
 
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-
-TEACHER_MODES = ("hard", "soft", "soft_instance")
-DIRECTIONS = ("uncertain_to_small", "uncertain_to_large")
-SELECTIONS = ("entropy", "margin", "confidence", "random")
-OBJECTIVE_STRATEGIES = ("uncertainty", "uncertainty-r", "none")
+# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built, with
+# the choices of kdpipe.methods.dynamic_choices
 
 
 # ---- pure functions ------------------------------------------------------------------------------------------
 
 
-def normalized_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """ĥ_i = H(softmax(z_i)) / log C, in [0, 1]. Shape [B]."""
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H(softmax(z_i)) in nats from the logits, differentiable; shape [B] (docs/methods.md §2). The torch form of
+    :func:`kdpipe.evaluation.information.entropy`, for a loss that needs its gradient."""
     log_p = F.log_softmax(logits.float(), -1)
-    return -(log_p.exp() * log_p).sum(-1) / math.log(logits.shape[-1])
+    return -(log_p.exp() * log_p).sum(-1)
+
+
+def normalized_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """ĥ_i = H(softmax(z_i)) / log C, in [0, 1], differentiable; shape [B] (docs/methods.md §2)."""
+    return entropy(logits) / math.log(logits.shape[-1])
 
 
 def kd_distance(student: torch.Tensor, teacher: torch.Tensor, distance: str, temperature: float) -> torch.Tensor:
@@ -68,7 +78,7 @@ def kd_distance(student: torch.Tensor, teacher: torch.Tensor, distance: str, tem
     if distance == "kl":
         target = F.softmax(teacher.float() / temperature, -1)
         return temperature**2 * soft_kl(target, student, temperature)
-    raise KdpipeError(f"dynamic KD: distance must be 'mse' or 'kl', not {distance!r}")
+    raise KdpipeError(f"dynamic KD: distance must be one of {DISTANCES}, not {distance!r}")
 
 
 def teacher_weights(
@@ -103,21 +113,19 @@ def teacher_weights(
 
 def selection_scores(logits: torch.Tensor, strategy: str, generator: torch.Generator | None = None) -> torch.Tensor:
     """Scores of the examples, highest = most informative = kept first (docs/methods.md §2b). Shape [B], no gradient."""
-    base, reverse = strategy.removesuffix("-r"), strategy.endswith("-r")
+    if strategy not in DATA_STRATEGIES:
+        raise KdpipeError(f"dynamic_data: strategy must be one of {DATA_STRATEGIES}, not {strategy!r}")
+    base, reverse = strategy.removesuffix(REVERSED), strategy.endswith(REVERSED)
     p = F.softmax(logits.detach().float(), -1)
     if base == "entropy":
-        scores = -(torch.special.xlogy(p, p)).sum(-1)
+        scores = entropy(logits.detach())
     elif base == "margin":
         top2 = p.topk(2, dim=-1).values
         scores = -(top2[:, 0] - top2[:, 1])
     elif base == "confidence":
         scores = -p.max(-1).values
-    elif base == "random":
+    else:  # random
         scores = torch.rand(p.shape[0], generator=generator).to(p.device)
-    else:
-        raise KdpipeError(
-            f"dynamic_data: strategy must be one of {SELECTIONS} (optionally with '-r'), not {strategy!r}"
-        )
     return -scores if reverse else scores
 
 

@@ -15,6 +15,13 @@ import difflib
 from dataclasses import dataclass
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.methods.dynamic_choices import (
+    DATA_STRATEGIES,
+    DIRECTIONS,
+    DISTANCES,
+    OBJECTIVE_STRATEGIES,
+    TEACHER_MODES,
+)
 from kdpipe.routing import ROUTERS, SCORES
 
 TYPES = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,), "list": (list,), "dict": (dict,)}
@@ -87,7 +94,6 @@ def _temperature(default: float, meaning: str = "softmax temperature T of the KD
     return Arg("temperature", "float", default, meaning)
 
 
-_OBJECTIVE_STRATEGIES = ("uncertainty", "uncertainty-r", "none")
 _ATTENTION_HEADS = ("auto", "per_head", "mean")  # auto: per head when the head counts agree, else averaged
 
 _META_KD_STAGE1 = (
@@ -112,7 +118,7 @@ def _muki(score: str) -> tuple[Arg, ...]:
 _DYNAMIC = (
     Arg("ce_weight", "float", 1.0, "weight of the gold-label cross-entropy"),
     Arg("kd_weight", "float", 1.0, "weight of the KD term"),
-    Arg("distance", "str", "mse", "KD distance: logit MSE or T²·KL", choices=("mse", "kl")),
+    Arg("distance", "str", "mse", "KD distance: logit MSE or T²·KL", choices=DISTANCES),
     _temperature(5.0, "temperature of the KL distance"),
     Arg("entropy_grad", "bool", False, "let gradients flow through the student's entropy weights"),
 )
@@ -188,19 +194,13 @@ METHODS = {
             builder="build_teacher",
             args=(
                 *_DYNAMIC,
-                Arg(
-                    "mode",
-                    "str",
-                    "hard",
-                    "how student entropy picks the teacher",
-                    choices=("hard", "soft", "soft_instance"),
-                ),
+                Arg("mode", "str", "hard", "how student entropy picks the teacher", choices=TEACHER_MODES),
                 Arg(
                     "direction",
                     "str",
                     "uncertain_to_small",
                     "which teacher uncertain examples go to",
-                    choices=("uncertain_to_small", "uncertain_to_large"),
+                    choices=DIRECTIONS,
                 ),
                 Arg("small_teacher", "str", None, "the smaller of the two teachers (required)"),
             ),
@@ -214,13 +214,7 @@ METHODS = {
             builder="build_data",
             args=(
                 *_DYNAMIC,
-                Arg(
-                    "strategy",
-                    "str",
-                    "margin",
-                    "how the student scores examples",
-                    choices=("entropy", "margin", "random"),
-                ),
+                Arg("strategy", "str", "margin", "how the student scores examples", choices=DATA_STRATEGIES),
                 Arg("ratio", "float", 0.5, "fraction r of each batch that gets the KD term"),
             ),
         ),
@@ -235,7 +229,7 @@ METHODS = {
             args=(
                 *_DYNAMIC,
                 Arg("rep_weight", "float", 1.0, "weight of the hidden-state term"),
-                Arg("strategy", "str", "uncertainty", "entropy split of the terms", choices=_OBJECTIVE_STRATEGIES),
+                Arg("strategy", "str", "uncertainty", "entropy split of the terms", choices=OBJECTIVE_STRATEGIES),
             ),
         ),
         MethodSpec(

@@ -10,30 +10,30 @@
 
 A calibrated teacher (temperature T_k fitted on its own classes' validation rows, :mod:`kdpipe.routing.calibration`)
 uses τ·T_k for the logit scores and p̄ tempered to softmax(log p̄ / T_k) for the MC ones; the mutual information of
-the samples has no temperature to apply and is left as it is. Entropy and energy are computed in float32 with torch
-so that the MUKI default reproduces the cached ``certainty`` column bit for bit.
+the samples has no temperature to apply and is left as it is. The entropy scores use the MC pass's own function
+(:func:`kdpipe.evaluation.information.normalized_entropy`, in float32), so the same probabilities give the cached
+``certainty`` column bit for bit; energy is computed in float32 with torch.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from kdpipe.evaluation.information import normalized_entropy
+
 
 def logit_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """u = 1 − H(softmax(z/τ)) / log C per row, shape [N] (docs/methods.md §1, ``no_mc``).
+    """u = 1 − H(softmax(z/τ)) / log C per row, shape [N] (docs/methods.md §1.4, ``no_mc``)."""
+    return _certainty(F.softmax(logits.float() / temperature, -1))
 
-    A one-class teacher has no uncertainty to normalise (log 1 = 0), so it is taken as fully certain.
-    """
-    classes = logits.shape[-1]
-    if classes == 1:
-        return logits.new_ones(logits.shape[0], dtype=torch.float32)
-    entropy = torch.special.entr(F.softmax(logits.float() / temperature, -1)).sum(-1)
-    return 1.0 - entropy / math.log(classes)
+
+def _certainty(probs: torch.Tensor) -> torch.Tensor:
+    """MUKI's u = 1 − H(p) / log C of each row of ``probs`` (docs/methods.md §1.4), float32 [N]: a one-class teacher
+    has no uncertainty to normalise (log 1 = 0), so it is taken as fully certain."""
+    return torch.from_numpy(1.0 - normalized_entropy(probs.numpy(force=True)))
 
 
 def _tempered(probs: np.ndarray, temperature: float) -> torch.Tensor:
@@ -70,7 +70,4 @@ def certainty_scores(
     probs = _tempered(mc_probs, cal)
     if score == "max_prob":
         return probs.max(-1).values
-    classes = probs.shape[-1]
-    if classes == 1:
-        return torch.ones(probs.shape[0])
-    return 1.0 - torch.special.entr(probs).sum(-1) / math.log(classes)
+    return _certainty(probs)

@@ -7,11 +7,11 @@ tokens), under
 seed reproduces the samples exactly whatever the order the batches run in.
 
 Outputs: the mean probabilities p̄ (``mc.npy``, float32 [N, C_teacher], row_id order) and per-row scores
-(``mc.parquet``): normalised entropy H(p̄)/log C, MUKI's certainty score u = 1 − H(p̄)/log C, max p̄, the
-variance of the sampled probabilities (mean over classes of the per-class variance across the T samples), the
-samples' mean normalised entropy (1/T) Σ_t H(p^(t))/log C (the aleatoric part) and the mutual information
+(``mc.parquet``): normalised entropy H(p̄)/log C, MUKI's certainty score u = 1 − H(p̄)/log C, max p̄, the variance
+of the sampled probabilities (mean over classes of the per-class variance across the T samples), the samples' mean
+normalised entropy (1/T) Σ_t H(p^(t))/log C (the aleatoric part) and the mutual information
 H(p̄)/log C − (1/T) Σ_t H(p^(t))/log C (the epistemic part, ≥ 0), both read by the certainty router
-(docs/routing.md, "Certainty scores").
+(docs/routing.md, "Certainty scores"). Every entropy is :func:`kdpipe.evaluation.information.normalized_entropy`.
 A large split runs as S shards gathered into the same bytes (:mod:`kdpipe.signals.shards`).
 
 Note: MUKI's released ``run_mc.py`` never switched dropout on, so its 16 passes were identical; here dropout is
@@ -20,7 +20,6 @@ enabled explicitly (:func:`enable_dropout`) and a test checks that samples diffe
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast, pick_device
 from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_manifest
 from kdpipe.data.batching import WHOLE, Encoded, model_inputs
+from kdpipe.evaluation.information import normalized_entropy
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.shards import gather_array, shard_rows
@@ -103,23 +103,20 @@ def mc_dropout_samples(
     return torch.cat(chunks)
 
 
-def summarise(samples: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-row mean probabilities and scores from [T, B, C] samples."""
+def summarise(samples: torch.Tensor) -> dict[str, np.ndarray]:
+    """Per-row mean probabilities and scores from [T, B, C] samples, float32 (docs/routing.md, "Certainty scores")."""
     mean = samples.mean(0)
-    classes = mean.shape[-1]
-    entropy = -(mean * torch.log(mean.clamp_min(1e-12))).sum(-1)
-    norm_entropy = entropy / math.log(classes) if classes > 1 else torch.zeros_like(entropy)
-    sample_entropy = torch.special.entr(samples).sum(-1).mean(0)
-    mean_entropy = sample_entropy / math.log(classes) if classes > 1 else torch.zeros_like(sample_entropy)
+    norm_entropy = normalized_entropy(mean.cpu().numpy())
+    mean_entropy = normalized_entropy(samples.cpu().numpy()).mean(0)
     return {
-        "mean": mean,
+        "mean": mean.cpu().numpy(),
         "entropy": norm_entropy,
         "certainty": 1.0 - norm_entropy,
-        "max_prob": mean.max(-1).values,
-        "variance": samples.var(0, unbiased=False).mean(-1),
+        "max_prob": mean.max(-1).values.cpu().numpy(),
+        "variance": samples.var(0, unbiased=False).mean(-1).cpu().numpy(),
         "mean_entropy": mean_entropy,
-        # H(p̄) ≥ mean H(p_t) by concavity; the clamp only removes float rounding below zero
-        "mutual_info": (norm_entropy - mean_entropy).clamp_min(0.0),
+        # H(p̄) ≥ mean H(p_t) by concavity; the clip only removes float rounding below zero
+        "mutual_info": np.clip(norm_entropy - mean_entropy, 0.0, None),
     }
 
 
@@ -149,9 +146,9 @@ def mc_dropout(
         summary = summarise(
             mc_dropout_samples(model, batch, samples=samples, seed=seed, max_batch_rows=max_batch_rows, device=device)
         )
-        mean[index.numpy()] = summary["mean"].cpu().numpy()
+        mean[index.numpy()] = summary["mean"]
         for key in scores:
-            scores[key][index.numpy()] = summary[key].cpu().numpy()
+            scores[key][index.numpy()] = summary[key]
     return mean, pd.DataFrame({"row_id": encoded.row_ids, **scores})
 
 

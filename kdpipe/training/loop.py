@@ -4,10 +4,10 @@ AdamW with linear warmup and decay, gradient clipping, length-bucketed batches, 
 evaluation on validation after each epoch keeping the best weights, a tqdm progress bar, a JSONL training log,
 and resume: the full state (model and extra modules, optimiser, scheduler, best weights, history, position in the
 epoch) is checkpointed atomically to a resume directory outside the job's declared outputs (Snakemake deletes
-those before a rerun), after every epoch and every ``checkpoint_every`` steps. A resume directory made by another
-configuration (different ``resume_key``) is discarded, never reused. Under ``torchrun`` the same loop trains
-data-parallel over several processes (:mod:`kdpipe.training.distributed`): same global batch, schedule, checkpoints
-and outputs as one process.
+those before a rerun), after every epoch and every ``checkpoint_every`` steps (:mod:`kdpipe.training.checkpoint`).
+A resume directory made by another configuration (different ``resume_key``) is discarded, never reused. Under
+``torchrun`` the same loop trains data-parallel over several processes (:mod:`kdpipe.training.distributed`): same
+global batch, schedule, checkpoints and outputs as one process.
 
 A method differs only by its ``loss_fn(model, batch) -> (loss, {name: float})`` and, when it trains modules of its
 own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates (None: the model's). A loss that
@@ -25,40 +25,67 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+import yaml
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from kdpipe.core.checksums import checksum, write_manifest
+from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast
-from kdpipe.core.finished import job_identity_of_process, keep_finished, work_dir
-from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, read_json, tensor_bytes, write_json
+from kdpipe.core.finished import job_identity_of_process
+from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, tensor_bytes, write_json
 from kdpipe.data.batching import Encoded, collate, training_batches
+from kdpipe.evaluation.information import nll
 from kdpipe.models.card import model_card
 from kdpipe.models.inference import probs_predictor
 from kdpipe.models.loading import count_parameters, save_model
 from kdpipe.training import distributed
+from kdpipe.training.checkpoint import FREE_SPACE, Checkpoint, best_entry, finish, rewind_log, say, work_paths
+from kdpipe.training.checkpoint import read_resume_state as read_resume_state  # (re-exported: watch a job's progress)
 
-FREE_SPACE = "free space on that disk (or set checkpoint_every: 0 to checkpoint only at epoch ends)"
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
+
+
+# The config schema: the one place the training settings' defaults are written
+CONFIG_SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+@cache
+def schema_defaults() -> dict:
+    """The defaults of ``student_defaults`` in the config schema (:data:`CONFIG_SCHEMA`); ``teacher_defaults``
+    shares those of the training settings (one YAML anchor each)."""
+    if not CONFIG_SCHEMA.is_file():
+        raise KdpipeError(f"the config schema {CONFIG_SCHEMA}, which holds the training defaults, is missing")
+    properties = yaml.safe_load(CONFIG_SCHEMA.read_text())["properties"]["student_defaults"]["properties"]
+    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+
+
+def _schema_default(name: str):
+    """A field whose default is the config schema's (read only when a caller leaves the field out)."""
+    return field(default_factory=lambda: schema_defaults()[name])
 
 
 @dataclass
 class TrainSettings:
+    """A training job's settings. A stage builds them from its config slice (:meth:`from_params`), which Snakemake
+    has completed with the schema's defaults; a caller that leaves a setting out (a test, a benchmark) gets the
+    schema's default too, so that a default is written in one place only."""
+
     epochs: int
     lr: float
-    batch_size: int = 16
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    checkpoint_every: int = 200
-    log_every: int = 10
+    batch_size: int = _schema_default("batch_size")
+    warmup_ratio: float = _schema_default("warmup_ratio")
+    weight_decay: float = _schema_default("weight_decay")
+    max_grad_norm: float = _schema_default("max_grad_norm")
+    seed: int = _schema_default("seed")
+    checkpoint_every: int = _schema_default("checkpoint_every")
+    log_every: int = 10  # steps between training-log lines (not a config key)
 
     @classmethod
     def from_params(cls, params: dict) -> TrainSettings:
@@ -79,11 +106,6 @@ class FitResult:
 def state_on_cpu(module: nn.Module) -> dict:
     """A detached CPU copy of ``module``'s state dict (a best-weights snapshot)."""
     return {k: v.detach().to("cpu").clone().contiguous() for k, v in module.state_dict().items()}
-
-
-def _save_state(state: dict, path: Path) -> None:
-    # Tied weights share storage; safetensors refuses shared tensors, so store independent copies.
-    save_file({k: v.clone().contiguous() for k, v in state.items()}, str(path))
 
 
 def param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: float) -> list[dict]:
@@ -113,105 +135,60 @@ def make_optimizer(modules: dict[str, tuple[nn.Module, float]], settings: TrainS
     return optimizer, scheduler
 
 
-class _Checkpoint:
-    """The resume directory: numbered checkpoint folders and a ``LATEST`` pointer.
+@dataclass
+class _Run:
+    """One call of :func:`fit`: what it trains and how (``modules``: ``{name: (module, lr)}``, the model first), and
+    what it carries across steps, epochs and resumes: the checkpointed ``state`` (epoch, step in the epoch, best
+    score and metrics, history, training time, log length), the ``best`` weights of every module and the open
+    training ``log`` (the first process's)."""
 
-    A new checkpoint is written to a fresh folder, then ``LATEST`` is atomically switched to it, then older
-    folders are removed; a kill at any moment leaves ``LATEST`` naming a complete checkpoint.
-    """
+    model: nn.Module
+    train: Encoded
+    loss_fn: LossFn
+    settings: TrainSettings
+    device: torch.device
+    desc: str
+    modules: dict
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    ckpt: Checkpoint
+    extra_state: object = None
+    state: dict = field(default_factory=dict)
+    best: dict = field(default_factory=dict)
+    log: TextIO | None = None
 
-    def __init__(self, root: Path | None, key: str):
-        self.root, self.key = (Path(root) if root else None), key
-        self.count = 0
+    def set_training(self, training: bool) -> None:
+        for module, _ in self.modules.values():
+            module.train(training)
 
-    def current(self) -> Path | None:
-        pointer = self.root / "LATEST" if self.root else None
-        if pointer is None or not pointer.exists():
-            return None
-        return self.root / pointer.read_text().strip()
+    def keep_best(self) -> None:
+        """The modules' current weights become the best ones."""
+        self.best = {name: state_on_cpu(module) for name, (module, _) in self.modules.items()}
 
-    def load(self) -> dict | None:
-        """The state of the latest checkpoint, or None (and the resume folder cleared, with a log line) when there
-        is none, it was made by a job of another identity, or a file of it is damaged (its checksum differs from
-        the one recorded when it was written): training then starts from scratch."""
-        try:
-            current = self.current()
-            if current is None:
-                return None
-            state = read_json(current / "state.json")
-            if state.get("resume_key") != self.key:
-                _say(f"[kdpipe] {self.root}: a checkpoint made from other settings, inputs or code; discarded")
-                self.clear()  # never resume from it
-                return None
-            damaged = [
-                name for name, digest in (state.get("checksums") or {}).items() if checksum(current / name) != digest
-            ]
-            if damaged or not state.get("checksums"):
-                raise ArtifactError(f"{', '.join(damaged) or 'its checksums'}: missing or changed since written")
-            self.count = int(current.name.split("-")[1])
-            return state
-        except (ArtifactError, OSError, ValueError, IndexError) as err:
-            _say(f"[kdpipe] {self.root}: the checkpoint is damaged ({err}); discarded, training starts from scratch")
-            self.clear()
-            return None
+    def write_log(self, record: dict) -> None:
+        if self.log:
+            self.log.write(json.dumps(record) + "\n")
+            self.log.flush()
 
-    def save(self, state: dict, tensors: dict[str, dict], optimizer, scheduler, extra: dict | None = None) -> None:
-        rng = distributed.gather(torch.get_rng_state())  # every process's (dropout masks differ by process)
-        if self.root is None or not distributed.is_main():
-            return
-        self.count += 1
-        folder = self.root / f"ckpt-{self.count:06d}"
-        weights = sum(t.numel() * t.element_size() for sd in tensors.values() for t in sd.values())
-        # AdamW keeps two moments per weight: the checkpoint holds about three times the weights
-        ensure_disk_space(folder, 3 * weights, "a resume checkpoint", hint=FREE_SPACE)
-        with atomic_path(folder, directory=True) as tmp:
-            for name, sd in tensors.items():
-                _save_state(sd, tmp / f"{name}.safetensors")
-            torch.save(
-                {
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "torch_rng": rng[0],
-                    "torch_rngs": rng,
-                    "extra": extra,
-                },
-                tmp / "optim.pt",
-            )
-            sums = {path.name: checksum(path) for path in sorted(tmp.iterdir())}
-            write_json(tmp / "state.json", {**state, "resume_key": self.key, "checksums": sums})
-        with atomic_path(self.root / "LATEST") as tmp:
-            tmp.write_text(folder.name)
-        for old in self.root.glob("ckpt-*"):
-            if old != folder:
-                shutil.rmtree(old, ignore_errors=True)
+    def checkpoint(self) -> None:
+        """Save everything a resume needs (every process takes part: the random-number states are gathered)."""
+        self.state["log_bytes"] = self.log.tell() if self.log else None  # the log as of this checkpoint (rewind_log)
+        tensors = {}
+        if distributed.is_main():  # (the others only join in gathering the random-number states)
+            tensors = {name: state_on_cpu(m) for name, (m, _) in self.modules.items()}
+            tensors.update({best_entry(name): sd for name, sd in self.best.items()})
+        extra = self.extra_state.state_dict() if self.extra_state is not None else None
+        self.ckpt.save(self.state, tensors, self.optimizer, self.scheduler, extra)
 
-    def tensors(self, name: str) -> dict:
-        return load_file(str(self.current() / f"{name}.safetensors"))
-
-    def holds(self, name: str) -> bool:
-        return (self.current() / f"{name}.safetensors").is_file()
-
-    def optim(self) -> dict:
-        return torch.load(self.current() / "optim.pt", weights_only=True)
-
-    def clear(self) -> None:
-        if self.root is not None and self.root.exists():
-            shutil.rmtree(self.root)
-
-
-def read_resume_state(resume_dir: Path) -> dict | None:
-    """The training state of the latest checkpoint in ``resume_dir`` (None when there is none).
-
-    Safe to call while a job trains, e.g. to watch its progress: the job may write a newer checkpoint and remove the
-    one ``LATEST`` named between the two reads here, and then the newer one is read."""
-    checkpoint = _Checkpoint(resume_dir, "")
-    while (current := checkpoint.current()) is not None:
-        try:
-            return read_json(current / "state.json")
-        except ArtifactError:
-            if checkpoint.current() == current:  # not replaced by a newer checkpoint: really missing
-                raise
-    return None
+    def result(self) -> FitResult:
+        return FitResult(
+            best_state=self.best["model"],
+            best_metrics=self.state["best_metrics"],
+            best_epoch=self.state["best_epoch"],
+            history=self.state["history"],
+            train_time_s=self.state["train_time_s"],
+            best_modules={name: sd for name, sd in self.best.items() if name != "model"},
+        )
 
 
 def fit(
@@ -251,35 +228,35 @@ def fit(
         module.to(device)
     distributed.same_start([module for module, _ in modules.values()])
     optimizer, scheduler = make_optimizer(modules, settings, total_steps(len(train), settings))
-    lengths = train.lengths
+    run = _Run(
+        model, train, loss_fn, settings, device, desc, modules, optimizer, scheduler,
+        Checkpoint(resume_dir, resume_key), extra_state,
+    )  # fmt: skip
+    _restore(run)
+    run.log = _open_log(log_path, run.state)
+    try:
+        while run.state["epoch"] < settings.epochs:
+            epoch = run.state["epoch"]
+            batches = training_batches(train.lengths, settings.batch_size, seed=settings.seed, epoch=epoch)
+            if on_epoch is not None:
+                on_epoch(epoch, settings.epochs)
+            _train_epoch(run, batches)
+            _end_epoch(run, validate)
+    finally:
+        if run.log:
+            run.log.close()
+    return run.result()
 
-    ckpt = _Checkpoint(resume_dir, resume_key)
+
+def _restore(run: _Run) -> None:
+    """Start ``run`` from its latest checkpoint, or from scratch when there is none (or none of its key)."""
     # the first process reads first: it removes a checkpoint of another configuration before the others look
-    state = ckpt.load() if distributed.is_main() else None
+    state = run.ckpt.load() if distributed.is_main() else None
     distributed.barrier()
     if not distributed.is_main():
-        state = ckpt.load()
-    if state:
-        for name, (module, _) in modules.items():
-            module.load_state_dict(ckpt.tensors(name))
-        optim = ckpt.optim()
-        optimizer.load_state_dict(optim["optimizer"])
-        scheduler.load_state_dict(optim["scheduler"])
-        rngs = optim.get("torch_rngs") or [optim["torch_rng"]]
-        if distributed.rank() < len(rngs):  # (a process the checkpoint did not have keeps its seed)
-            torch.set_rng_state(rngs[distributed.rank()])
-        if extra_state is not None:
-            extra_state.load_state_dict(optim["extra"])
-        # (a checkpoint from before extra modules kept a best state has only the model's: the others keep their own)
-        best = {
-            name: ckpt.tensors(_best(name))
-            if state["best_epoch"] >= 0 and ckpt.holds(_best(name))
-            else state_on_cpu(module)
-            for name, (module, _) in modules.items()
-        }
-        _say(f"[kdpipe] resuming {desc} at epoch {state['epoch']} step {state['step_in_epoch']}")
-    else:
-        state = {
+        state = run.ckpt.load()
+    if not state:
+        run.state = {
             "epoch": 0,
             "step_in_epoch": 0,
             "best_score": -math.inf,
@@ -289,123 +266,113 @@ def fit(
             "train_time_s": 0.0,
             "log_bytes": 0,  # a log left by an attempt killed before its first checkpoint is stale
         }
-        best = {name: state_on_cpu(module) for name, (module, _) in modules.items()}
-    if log_path and distributed.is_main():
-        _rewind_log(Path(log_path), state.get("log_bytes"))
-    log = open(log_path, "a") if log_path and distributed.is_main() else None  # noqa: SIM115 (closed below)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
+        run.keep_best()
+        return
+    for name, (module, _) in run.modules.items():
+        module.load_state_dict(run.ckpt.tensors(name))
+    optim = run.ckpt.optim()
+    run.optimizer.load_state_dict(optim["optimizer"])
+    run.scheduler.load_state_dict(optim["scheduler"])
+    rngs = optim.get("torch_rngs") or [optim["torch_rng"]]
+    if distributed.rank() < len(rngs):  # (a process the checkpoint did not have keeps its seed)
+        torch.set_rng_state(rngs[distributed.rank()])
+    if run.extra_state is not None:
+        run.extra_state.load_state_dict(optim["extra"])
+    # (a checkpoint from before extra modules kept a best state has only the model's: the others keep their own)
+    run.best = {
+        name: run.ckpt.tensors(best_entry(name))
+        if state["best_epoch"] >= 0 and run.ckpt.holds(best_entry(name))
+        else state_on_cpu(module)
+        for name, (module, _) in run.modules.items()
+    }
+    run.state = state
+    say(f"[kdpipe] resuming {run.desc} at epoch {state['epoch']} step {state['step_in_epoch']}")
 
-    def checkpoint():
-        state["log_bytes"] = log.tell() if log else None  # the log as of this checkpoint (see _rewind_log)
-        tensors = {}
-        if distributed.is_main():  # (the others only join in gathering the random-number states)
-            tensors = {name: state_on_cpu(m) for name, (m, _) in modules.items()}
-            tensors.update({_best(name): sd for name, sd in best.items()})
-        ckpt.save(state, tensors, optimizer, scheduler, extra_state.state_dict() if extra_state is not None else None)
 
-    def write_log(record: dict):
-        if log:
-            log.write(json.dumps(record) + "\n")
-            log.flush()
+def _open_log(log_path: Path | None, state: dict) -> TextIO | None:
+    """The training log opened for appending, cut back to its length at the checkpoint resumed from (the first
+    process's; None for the others or without a log)."""
+    if not log_path or not distributed.is_main():
+        return None
+    rewind_log(Path(log_path), state.get("log_bytes"))
+    return open(log_path, "a")  # noqa: SIM115 (closed by fit)
 
-    try:
-        while state["epoch"] < settings.epochs:
-            epoch = state["epoch"]
-            batches = training_batches(lengths, settings.batch_size, seed=settings.seed, epoch=epoch)
-            if on_epoch is not None:
-                on_epoch(epoch, settings.epochs)
-            for module, _ in modules.values():
-                module.train()
-            started = time.perf_counter()
-            bar = tqdm(
-                total=len(batches),
-                initial=state["step_in_epoch"],
-                desc=f"{desc} epoch {epoch + 1}/{settings.epochs}",
-                file=sys.stderr,
-                dynamic_ncols=True,
-                mininterval=5,
-                disable=not distributed.is_main(),
-            )
-            for step in range(state["step_in_epoch"], len(batches)):
-                rows, share = distributed.shard(batches[step])  # all rows with one process
-                distributed.set_share(share)
-                batch = collate(train, rows, device)
-                optimizer.zero_grad(set_to_none=True)  # (before the loss: ProKT's steps its own teacher inside it)
-                with autocast(device):
-                    loss, terms = loss_fn(model, batch)
-                loss_value = distributed.sync_backward(loss, params)
-                if not math.isfinite(loss_value):
-                    raise FloatingPointError(f"{desc}: loss is {loss_value} at epoch {epoch + 1} step {step}")
-                torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
-                state["step_in_epoch"] = step + 1
-                if step % settings.log_every == 0:
-                    write_log(
-                        {
-                            "epoch": epoch + 1,
-                            "step": step,
-                            "loss": loss_value,
-                            "lr": scheduler.get_last_lr()[0],
-                            **terms,
-                        }
-                    )
-                if settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0:
-                    state["train_time_s"] += time.perf_counter() - started
-                    started = time.perf_counter()
-                    checkpoint()
-            bar.close()
-            state["train_time_s"] += time.perf_counter() - started
-            for module, _ in modules.values():
-                module.eval()
-            # None: keep the last epoch. Every process validates (same weights); the first one's metrics decide
-            metrics = distributed.broadcast(validate(model)) if validate is not None else None
-            improved = metrics is None or is_better(metrics, state["best_score"], state["best_metrics"])
-            if improved:
-                state.update(
-                    best_score=metrics["score"] if metrics else -math.inf,
-                    best_metrics=metrics or {},
-                    best_epoch=epoch + 1,
-                )
-                best = {name: state_on_cpu(module) for name, (module, _) in modules.items()}
-            record = {
-                "epoch": epoch + 1,
-                "validation": metrics,
-                "best": improved,
-                "train_time_s": round(state["train_time_s"], 2),
-            }
-            state["history"].append(record)
-            write_log(record)
-            _say(f"[kdpipe] {desc} epoch {epoch + 1}: validation {metrics if metrics else 'skipped'}")
-            state.update(epoch=epoch + 1, step_in_epoch=0)
-            checkpoint()
-    finally:
-        if log:
-            log.close()
-    return FitResult(
-        best_state=best["model"],
-        best_metrics=state["best_metrics"],
-        best_epoch=state["best_epoch"],
-        history=state["history"],
-        train_time_s=state["train_time_s"],
-        best_modules={name: sd for name, sd in best.items() if name != "model"},
+
+def _train_epoch(run: _Run, batches: list) -> None:
+    """The steps of the current epoch not done yet (``batches``: each step's rows), logged every ``log_every`` steps
+    and checkpointed every ``checkpoint_every``."""
+    settings, state = run.settings, run.state
+    run.set_training(True)
+    params = [p for g in run.optimizer.param_groups for p in g["params"]]
+    started = time.perf_counter()
+    bar = tqdm(
+        total=len(batches),
+        initial=state["step_in_epoch"],
+        desc=f"{run.desc} epoch {state['epoch'] + 1}/{settings.epochs}",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=5,
+        disable=not distributed.is_main(),
     )
+    for step in range(state["step_in_epoch"], len(batches)):
+        loss_value, terms = _step(run, batches[step], params, step)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
+        state["step_in_epoch"] = step + 1
+        if step % settings.log_every == 0:
+            lr = run.scheduler.get_last_lr()[0]
+            run.write_log({"epoch": state["epoch"] + 1, "step": step, "loss": loss_value, "lr": lr, **terms})
+        if settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0:
+            state["train_time_s"] += time.perf_counter() - started
+            started = time.perf_counter()
+            run.checkpoint()
+    bar.close()
+    state["train_time_s"] += time.perf_counter() - started
 
 
-def _rewind_log(path: Path, size: int | None) -> None:
-    """Cut the training log back to ``size`` bytes, its length at the checkpoint a run resumes from: records written
-    after that checkpoint (a kill between an epoch's log line and its checkpoint) are written again by the resumed
-    steps, and must not appear twice. Nothing for a fresh run or a checkpoint that did not record it."""
-    if size is not None and path.is_file() and path.stat().st_size > size:
-        with open(path, "r+") as fh:
-            fh.truncate(size)
+def _step(run: _Run, rows: np.ndarray, params: list, step: int) -> tuple[float, dict]:
+    """One optimiser step on the global batch ``rows`` (this process's share of them): the loss and its terms."""
+    rows, share = distributed.shard(rows)  # all rows with one process
+    distributed.set_share(share)
+    batch = collate(run.train, rows, run.device)
+    run.optimizer.zero_grad(set_to_none=True)  # (before the loss: ProKT's steps its own teacher inside it)
+    with autocast(run.device):
+        loss, terms = run.loss_fn(run.model, batch)
+    loss_value = distributed.sync_backward(loss, params)
+    if not math.isfinite(loss_value):
+        raise FloatingPointError(f"{run.desc}: loss is {loss_value} at epoch {run.state['epoch'] + 1} step {step}")
+    torch.nn.utils.clip_grad_norm_(params, run.settings.max_grad_norm)
+    run.optimizer.step()
+    run.scheduler.step()
+    return loss_value, terms
 
 
-def _say(message: str) -> None:
-    if distributed.is_main():
-        print(message, file=sys.stderr)
+def _end_epoch(run: _Run, validate: Callable[[nn.Module], dict] | None) -> None:
+    """Validate the epoch just trained (None: keep the last epoch), keep the best weights, log and checkpoint."""
+    state = run.state
+    epoch = state["epoch"]
+    run.set_training(False)
+    # Every process validates (same weights); the first one's metrics decide
+    metrics = distributed.broadcast(validate(run.model)) if validate is not None else None
+    improved = metrics is None or is_better(metrics, state["best_score"], state["best_metrics"])
+    if improved:
+        state.update(
+            best_score=metrics["score"] if metrics else -math.inf,
+            best_metrics=metrics or {},
+            best_epoch=epoch + 1,
+        )
+        run.keep_best()
+    record = {
+        "epoch": epoch + 1,
+        "validation": metrics,
+        "best": improved,
+        "train_time_s": round(state["train_time_s"], 2),
+    }
+    state["history"].append(record)
+    run.write_log(record)
+    say(f"[kdpipe] {run.desc} epoch {epoch + 1}: validation {metrics if metrics else 'skipped'}")
+    state.update(epoch=epoch + 1, step_in_epoch=0)
+    run.checkpoint()
 
 
 def is_better(metrics: dict, best_score: float, best_metrics: dict) -> bool:
@@ -415,11 +382,6 @@ def is_better(metrics: dict, best_score: float, best_metrics: dict) -> bool:
     if metrics["score"] != best_score:
         return metrics["score"] > best_score
     return "nll" in metrics and best_metrics.get("nll") is not None and metrics["nll"] < best_metrics["nll"]
-
-
-def _best(name: str) -> str:
-    """The checkpoint entry of a module's best state ("best" for the model, as before extra modules had one)."""
-    return "best" if name == "model" else f"best.{name}"
 
 
 def fit_job(
@@ -457,40 +419,19 @@ def fit_job(
     )
 
 
-def work_paths(out_dir: Path) -> tuple[Path, Path]:
-    """The resume directory and the JSONL training log of the job writing ``out_dir``.
-
-    Both live beside the output, outside it (Snakemake deletes declared outputs before a rerun); the log is appended
-    to across resumes and moved into the output by :func:`finish`.
-    """
-    out_dir = Path(out_dir)
-    work = work_dir(out_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    return work / out_dir.name, work / f"{out_dir.name}.train_log.jsonl"
-
-
-def finish(out_tmp: Path, out_dir: Path) -> None:
-    """Keep a copy of the finished (temporary) output dir beside it with the job's identity, and drop the resume
-    state: if Snakemake, stopped meanwhile, deletes the output as incomplete, the rerun restores it at once
-    (:func:`kdpipe.core.finished.restore_finished`) instead of training again."""
-    resume, _ = work_paths(out_dir)
-    keep_finished(out_tmp, Path(out_dir))
-    _Checkpoint(resume, "").clear()
-
-
 def encoded_validator(encoded: Encoded, *, batch_size: int, device: torch.device):
     """``validate`` for a model that predicts ``encoded``'s labels: accuracy of its eval-mode probabilities."""
     return accuracy_validator(probs_predictor(encoded, batch_size=batch_size, device=device), encoded.labels)
 
 
 def accuracy_validator(predict_probs: Callable[[nn.Module], np.ndarray], labels: np.ndarray):
-    """``validate`` for classification: score = accuracy of ``predict_probs(model)`` against ``labels``."""
+    """``validate`` for classification: score = accuracy of ``predict_probs(model)`` against ``labels``, and their
+    NLL (:func:`kdpipe.evaluation.information.nll`), which breaks ties of the score (:func:`is_better`)."""
 
     def validate(model: nn.Module) -> dict:
         probs = predict_probs(model)
         acc = float((probs.argmax(1) == labels).mean()) if len(labels) else 0.0
-        nll = float(-np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, None)).mean()) if len(labels) else 0.0
-        return {"score": acc, "accuracy": acc, "nll": nll}
+        return {"score": acc, "accuracy": acc, "nll": nll(probs, labels) if len(labels) else 0.0}
 
     return validate
 
