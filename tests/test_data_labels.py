@@ -147,10 +147,13 @@ def test_number_text(text, canonical):
     assert number_text(text) == canonical
 
 
-def test_whole_json_numbers_are_integer_labels(tmp_path):
+def test_json_numbers_equal_as_numbers_stop_unless_merged(tmp_path):
     rows = [{"text": f"row {i}", "label": [1, 1.0, "1", 2, 2.0, 0.5][i % 6]} for i in range(36)]
     (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
-    manifest = prepare(dataset_params(source=str(tmp_path / "data.jsonl")), tmp_path / "out")
+    source = str(tmp_path / "data.jsonl")
+    with pytest.raises(KdpipeError, match=r"'1' \(12 rows\), '1\.0' \(6 rows\); '2' \(6 rows\), '2\.0' \(6 rows\)"):
+        prepare(dataset_params(source=source), tmp_path / "out")
+    manifest = prepare(dataset_params(source=source, normalize_labels=True), tmp_path / "out")
     assert manifest["labels"] == ["0.5", "1", "2"]
     assert sum(manifest["class_counts"][s]["1"] for s in ("train", "validation", "test")) == 18
 
