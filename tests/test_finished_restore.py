@@ -57,37 +57,50 @@ def test_other_input_data_is_not_restored(tiny_data, tmp_path, capfd):
     assert "restored" not in capfd.readouterr().err
 
 
-def test_a_second_job_for_the_same_output_stops_at_once(tiny_data, tmp_path):
-    """The lock is held by another process (an orphaned job still training): the second job names it and leaves."""
+def test_a_second_job_for_the_same_output_waits_for_the_first_and_never_takes_its_output(tiny_data, tmp_path):
+    """An orphaned job of a killed Snakemake holds the lock and, when it ends, leaves an output made with other
+    settings: the second job waits for it, naming it, then makes its own output instead of keeping that one."""
     out = tmp_path / "teachers" / "t"
     holder = subprocess.Popen(
-        [sys.executable, "-c", LOCK_AND_WAIT, str(out)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        [sys.executable, "-c", LOCK_AND_WAIT, str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        r = subprocess.run(
+        second = subprocess.Popen(
             [sys.executable, "-m", "kdpipe", "finetune-teacher", "--params", json.dumps(TINY_TEACHER)]
             + ["--data", str(tiny_data), "--out", str(out)],
-            capture_output=True,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
         )
-        assert r.returncode == 2
-        assert f"{out}: another job is already making it (pid {holder.pid} on " in r.stderr
-        assert not out.exists()
+        line = second.stderr.readline()
+        while "another job" not in line and line:
+            line = second.stderr.readline()
+        assert f"{out}: another job is already making it (pid {holder.pid} on " in line and "waiting" in line
+        assert second.poll() is None  # still waiting
+        holder.communicate("finish\n", timeout=30)  # the orphan ends, leaving its output of other settings
+        assert json.loads((out / "manifest.json").read_text())["config"] == {"epochs": 500}
+        second.stderr.read()
+        assert second.wait(timeout=120) == 0
     finally:
         holder.kill()
         holder.wait()
-    assert finetune(TINY_TEACHER, tiny_data, out) == 0  # the lock went with its process
+    assert json.loads((out / "manifest.json").read_text())["config"]["epochs"] == TINY_TEACHER["epochs"]
 
 
 LOCK_AND_WAIT = """
-import sys, time
+import json, sys
 from pathlib import Path
 from kdpipe.core.finished import lock_outputs
-lock_outputs([Path(sys.argv[1])])
+out = Path(sys.argv[1])
+lock_outputs([out])
 print("locked", flush=True)
-time.sleep(600)
+sys.stdin.readline()
+out.mkdir(parents=True)
+(out / "manifest.json").write_text(json.dumps({"config": {"epochs": 500}}))
 """
 
 

@@ -152,3 +152,34 @@ def test_the_disk_reserve_grows_with_the_write(tmp_path, monkeypatch, needed, fr
         f"the model folder needs {sizes[needed]} at {tmp_path}, but only {free_text[free]} are free "
         f"(and {kept} are kept in reserve): free space"
     )
+
+
+def test_a_damaged_file_linked_from_the_shared_cache_names_the_entry_to_remove(tmp_path):
+    """``--forcerun`` with ``--cache`` would link the same damaged entry again: the message says to remove it."""
+    from kdpipe.core.checksums import verify, write_manifest
+
+    entry = tmp_path / "cache" / "0a1b2c"
+    entry.mkdir(parents=True)
+    (entry / "model.safetensors").write_bytes(b"weights")
+    manifest = write_manifest(entry / "manifest.json", {"kind": "teacher"}, ["model.safetensors"])
+    for linked in ("files", "folder"):  # Snakemake links each file of a fetched entry, or the stored folder itself
+        target = tmp_path / linked / "results" / "teachers" / "t"
+        target.parent.mkdir(parents=True)
+        if linked == "files":
+            target.mkdir()
+            for name in ("model.safetensors", "manifest.json"):
+                (target / name).symlink_to(entry / name)
+        else:
+            target.symlink_to(entry)
+        (entry / "model.safetensors").write_bytes(b"weightz")
+        with pytest.raises(ArtifactError) as err:
+            verify(manifest, target / "manifest.json", ["model.safetensors"], target)
+        assert f"linked from the shared cache entry {entry}" in str(err.value)
+        assert f"rm -r {entry}" in str(err.value) and f"snakemake --forcerun {target}" in str(err.value)
+        (entry / "model.safetensors").write_bytes(b"weights")
+    plain = tmp_path / "plain"
+    shutil.copytree(entry, plain)
+    (plain / "model.safetensors").write_bytes(b"weightz")
+    with pytest.raises(ArtifactError) as err:
+        verify(manifest, plain / "manifest.json", ["model.safetensors"], plain)
+    assert "shared cache" not in str(err.value) and f"snakemake --forcerun {plain}" in str(err.value)

@@ -9,6 +9,7 @@ they trust a file; a mismatch names the file, both digests and the exact command
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -35,8 +36,28 @@ def with_checksums(manifest: dict, folder: str | Path, names: Iterable[str]) -> 
     return {**manifest, "checksums": sums}
 
 
-def rebuild_hint(target: str | Path) -> str:
-    return f"rebuild it with: snakemake --forcerun {target} (plus your usual options)"
+def rebuild_hint(target: str | Path, path: str | Path | None = None) -> str:
+    """How to rebuild ``target`` (what ``--forcerun`` makes again), given the damaged ``path`` in it: a file linked
+    from the shared output cache is damaged in the cache entry itself, which ``--cache`` would link again, so the
+    entry has to go first."""
+    hint = f"rebuild it with: snakemake --forcerun {target} (plus your usual options)"
+    entry = _linked_entry(Path(target), Path(path) if path is not None else None)
+    if entry is None:
+        return hint
+    return (
+        f"it is linked from the shared cache entry {entry}, which is damaged itself: remove that entry "
+        f"(rm -r {entry}) so that no run links it again, then {hint}"
+    )
+
+
+def _linked_entry(target: Path, path: Path | None) -> Path | None:
+    """The cache entry a damaged file comes from (the link target of the output or of the file), or None."""
+    if target.is_symlink():
+        return Path(os.path.realpath(target))
+    if path is not None and path.is_symlink():
+        real = Path(os.path.realpath(path))
+        return real.parent if target.is_dir() else real
+    return None
 
 
 def verify(manifest: dict, manifest_file: str | Path, names: Iterable[str], target: str | Path) -> None:
@@ -49,14 +70,14 @@ def verify(manifest: dict, manifest_file: str | Path, names: Iterable[str], targ
     for name in names:
         path = folder / name
         if name not in sums:
-            raise ArtifactError(f"{path}: not listed in {manifest_file}; {rebuild_hint(target)}")
+            raise ArtifactError(f"{path}: not listed in {manifest_file}; {rebuild_hint(target, path)}")
         if not path.is_file():
-            raise ArtifactError(f"{path}: missing, though {manifest_file} lists it; {rebuild_hint(target)}")
+            raise ArtifactError(f"{path}: missing, though {manifest_file} lists it; {rebuild_hint(target, path)}")
         have = checksum(path)
         if have != sums[name]:
             raise ArtifactError(
                 f"{path}: changed since kdpipe wrote it (checksum {have}, but {manifest_file} recorded "
-                f"{sums[name]}): it was edited or damaged, so it is not used; {rebuild_hint(target)}"
+                f"{sums[name]}): it was edited or damaged, so it is not used; {rebuild_hint(target, path)}"
             )
 
 

@@ -29,7 +29,7 @@ import socket
 import sys
 from pathlib import Path
 
-from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path, read_json
+from kdpipe.core.store import ArtifactError, atomic_path, read_json
 
 # What a finished output was made from, set by the command line for the training stages (kdpipe.cli); None when a
 # stage is called directly, and then no copy is kept.
@@ -151,9 +151,11 @@ def held_locks() -> list:
 
 
 def lock_outputs(out_dirs: list[Path]) -> None:
-    """Take an exclusive lock per output (``.resume/<name>.lock``) for the rest of this process: a second job for the
-    same output (an orphan of a killed Snakemake still running, then a rerun after ``--unlock``) stops at once,
-    naming the process that holds it, instead of training into the same resume folder."""
+    """Take an exclusive lock per output (``.resume/<name>.lock``) for the rest of this process. A second job for the
+    same output (a rerun after ``--unlock`` while a job of the killed Snakemake still runs as an orphan) waits for
+    the first to end, saying which process it waits for: only then does it look at what is there, so that the
+    orphan's output, written when it ends, is used only if it has this job's identity (restored from its kept copy)
+    and is otherwise replaced, never taken for this job's."""
     import fcntl
 
     for out in out_dirs:
@@ -168,10 +170,11 @@ def lock_outputs(out_dirs: list[Path]) -> None:
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
-            handle.close()
-            raise KdpipeError(
-                f"{out}: another job is already making it ({holder}); wait for it to end or stop it, then rerun"
-            ) from None
+            _say(
+                f"{out}: another job is already making it ({holder}), e.g. one left running by a Snakemake that was "
+                "killed; waiting for it to end (stop that process to go on at once)"
+            )
+            fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {socket.gethostname()}")
