@@ -17,7 +17,7 @@ from kdpipe.evaluation.metrics import reliability_bins, total_variation
 from kdpipe.report import TSV_COLUMNS, build_report
 from kdpipe.report.plots import _lower_limit
 from kdpipe.report.routing import read_routes
-from kdpipe.report.summary import _pool_reliability
+from kdpipe.report.summary import _pool_reliability, describe_label_use
 from kdpipe.stages import report as report_stage
 
 CLASSES = ["business", "entertainment", "politics", "sport", "tech"]
@@ -41,9 +41,10 @@ def _metrics(accuracy: float, ece: float, n_classes: int, seed: int) -> dict:
 
 
 def _eval(model, base, kind, method, seed, split, classes, accuracy, ece, train_time_s, params):
+    gold = {"train": 600, "validation": 80} if kind == "teacher" else {"validation": 200}
     return {
         "model": model, "base": base, "kind": kind, "method": method, "seed": seed, "split": split,
-        "params": params, "train_time_s": train_time_s, "classes": classes,
+        "params": params, "train_time_s": train_time_s, "classes": classes, "gold_labels": gold,
         "metrics": _metrics(accuracy, ece, len(classes), seed=zlib.crc32(f"{model}/{split}".encode())),
     }  # fmt: skip
 
@@ -118,8 +119,27 @@ def test_summary_markdown(eval_paths, tmp_path):
     assert "11.2M" in vkd_row
     assert "1.8 ± 0.2 min" in vkd_row  # 110 ± 10 s
     teacher_row = next(line for line in markdown.splitlines() if line.startswith("| bert-a |"))
-    assert "| teacher | — | 2/5 | 1 | 22.7M | 98.0 |" in teacher_row
+    assert "| teacher | — | train 600 · validation 80 | 2/5 | 1 | 22.7M | 98.0 |" in teacher_row
     assert "±" not in teacher_row
+    assert "| student | vanilla_kd | validation 200 |" in vkd_row
+
+
+def test_the_gold_labels_a_model_read_are_said_in_words():
+    assert describe_label_use({}) == "none"
+    assert describe_label_use(None) == "not recorded"
+    assert describe_label_use({"validation": 213, "train": 1489}) == "train 1,489 · validation 213"
+    assert describe_label_use({"test": 425, "train": 9}) == "train 9 · test 425"
+    assert describe_label_use({"checkpoint": "trained outside kdpipe"}) == "checkpoint: trained outside kdpipe"
+
+
+def test_ensembles_and_the_oracle_combine_their_members_labels():
+    from kdpipe.evaluation.results import combined_label_use
+
+    seeds = [{"gold_labels": {"train": 100, "validation": 20}}] * 3
+    assert combined_label_use(seeds) == {"train": 100, "validation": 20}  # one label set: the same rows
+    subsets = [{"gold_labels": {"train": 40, "validation": 8}}, {"gold_labels": {"train": 60, "validation": 12}}]
+    assert combined_label_use(subsets, disjoint=True) == {"train": 100, "validation": 20}
+    assert combined_label_use([*subsets, {"model": "old"}], disjoint=True) is None  # a member that does not say
 
 
 def test_plots_are_written(eval_paths, tmp_path):
@@ -371,7 +391,7 @@ def test_a_pipe_in_a_class_name_stays_inside_its_markdown_cell(tmp_path):
     assert _cells(row) == ["vkd", "student", "50.0", "100.0", "75.0"]
     for line in markdown.splitlines():
         if line.startswith("|"):
-            assert len(_cells(line)) in (len(_cells(header)), 12), line
+            assert len(_cells(line)) in (len(_cells(header)), 13), line
 
     route = {"route": "r", "router": "k|nn", "diagnostics": {"k|nn": {"gold_labels": False}}}
     text = routing_markdown([route], routing_table([route]))

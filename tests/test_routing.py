@@ -15,7 +15,7 @@ from kdpipe.routing.calibration import fit_temperature
 from kdpipe.routing.certainty import certainty_scores
 from kdpipe.routing.diagnostics import misrouted, routing_accuracy, suggestion, target_accuracy, warning
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
-from kdpipe.routing.knn import knn_scores, kth_distance, normalise, percentile
+from kdpipe.routing.knn import fold_assignment, knn_scores, kth_distance, normalise, percentile
 from kdpipe.routing.learned import learned_router
 
 LN3 = math.log(3)
@@ -75,13 +75,30 @@ def test_kth_distance_leaves_the_row_itself_out():
 
 
 def test_knn_scores_are_percentiles_among_the_teachers_own_validation_rows():
-    train = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
-    validation = np.array([[0.6, 0.8], [0.0, 1.0], [2.0, 0.0]])  # distances 0.04, 0.4, 0
-    s_train, s_val = knn_scores(train, validation, np.array([1, 1, 0], bool), np.array([1, 0, 1], bool), 1)
-    # own validation distances: {0.04, 0}; a score is the share of them ≥ the row's distance
-    assert s_val.tolist() == pytest.approx([0.5, 0.0, 1.0])
-    assert s_train.tolist() == pytest.approx([0.0, 0.0, 0.0])  # 0.2, 0.2, 0.4 are beyond both
+    # own validation rows 0, 1, 3: (1, 0), (0.8, 0.6), (1, 0); each one's distance to its nearest other: 0, 0.2, 0
+    validation = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [2.0, 0.0]])
+    own = np.array([1, 1, 0, 1], bool)
+    train = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])  # nearest reference: 0, 1 − 0.96, 1 − 0.6
+    s_train, s_val = knn_scores(train, validation, own, 1, folds=2, seed=0)
+    # a score is the share of the reference distances {0, 0.2, 0} at least the row's distance
+    assert s_train.tolist() == pytest.approx([1.0, 1 / 3, 0.0])
     assert percentile(np.array([0.1]), np.array([0.1, 0.2, 0.05, 0.3])).tolist() == pytest.approx([0.75])
+    assert s_val.shape == (4,) and ((s_val >= 0) & (s_val <= 1)).all()
+
+
+def test_knn_reads_no_train_label_and_no_validation_row_is_scored_with_its_own_label():
+    rng = np.random.default_rng(1)
+    validation, train = rng.normal(size=(40, 4)), rng.normal(size=(30, 4))
+    own = rng.random(40) < 0.5
+    s_train, s_val = knn_scores(train, validation, own, 3, folds=5, seed=7)
+    for row in (0, 13, 39):  # flip one validation row's label: only the other rows' scores may move
+        flipped = own.copy()
+        flipped[row] = not flipped[row]
+        _, s_val_flipped = knn_scores(train, validation, flipped, 3, folds=5, seed=7)
+        assert s_val_flipped[row] == s_val[row]
+    # every fold holds rows, and each row is in one fold
+    folds = fold_assignment(40, 5, 7)
+    assert sorted(np.bincount(folds).tolist()) == [8] * 5
 
 
 def test_learned_router_routes_separable_rows_and_is_cross_fitted():

@@ -20,6 +20,24 @@ def sum_or_none(values) -> float | None:
     return None if any(v is None for v in values) else sum(values)
 
 
+def combined_label_use(records: list[dict], *, disjoint: bool = False) -> dict | None:
+    """The gold labels an ensemble or the teachers' oracle read to be made, from its members' evaluation records
+    (``gold_labels``: {split: rows}): members on disjoint classes read disjoint rows (their counts add up), members
+    of one label set (a seed ensemble) the same rows (the largest count). A member that does not say makes the
+    whole unknown (None)."""
+    uses = [r.get("gold_labels") for r in records]
+    if any(use is None for use in uses):
+        return None
+    combined: dict = {}
+    for use in uses:
+        for split, rows in use.items():
+            if not isinstance(rows, int):
+                combined[split] = rows  # e.g. "checkpoint": trained outside kdpipe
+            else:
+                combined[split] = combined.get(split, 0) + rows if disjoint else max(combined.get(split, 0), rows)
+    return combined
+
+
 def per_domain_accuracy(probs: np.ndarray, y: np.ndarray, domains: np.ndarray) -> dict:
     """{domain: {"n": rows, "accuracy": share predicted right}} over the domains present."""
     correct = probs.argmax(1) == y

@@ -38,10 +38,11 @@ STYLE = """
 .kdpipe .warning { background: #fff4e5; border-left: 4px solid #e8a33d; padding: 6px 10px; margin: 0.6em 0; }
 .kdpipe .note { color: #555; font-size: 12px; max-width: 60em; }
 """
-LEFT = {"model", "kind", "method"}
+LEFT = {"model", "kind", "method", "gold labels read"}
 # The columns compared on the landing page, and the summary column each sorts by (higher is better: ↑).
 LANDING = (
-    ("model", None), ("kind", None), ("method", None), ("classes", None), ("seeds", "seeds"),
+    ("model", None), ("kind", None), ("method", None), ("gold labels read", None), ("classes", None),
+    ("seeds", "seeds"),
     ("accuracy (%) ↑", "accuracy"),
     ("macro-F1 (%) ↑", "macro_f1"), ("ECE ↓", "ece"), ("params", "params"), ("ms / example", "inference_ms"),
 )  # fmt: skip
@@ -126,7 +127,8 @@ def _landing_cells(row) -> list[str]:
 
     params = "—" if pd.isna(row.params) else f"{row.params / 1e6:.1f}M"
     return [
-        str(row.model), str(row.kind), "—" if pd.isna(row.method) else str(row.method), str(row.classes),
+        str(row.model), str(row.kind), "—" if pd.isna(row.method) else str(row.method), str(row.gold_labels),
+        str(row.classes),
         str(row.seeds),
         number(row.accuracy, 1, 100), number(row.macro_f1, 1, 100), number(row.ece, 3), params,
         number(row.inference_ms, 2),

@@ -9,13 +9,13 @@ from kdpipe.report.errors import per_class_rows
 from kdpipe.report.summary import UNCERTAINTY_COLUMNS, has_members
 
 MARKDOWN_HEADER = (
-    "model", "kind", "method", "classes", "seeds", "params",
+    "model", "kind", "method", "gold labels read", "classes", "seeds", "params",
     "accuracy (%)", "macro-F1 (%)", "NLL", "ECE", "Brier", "train time",
 )  # fmt: skip
 # Optional column groups: shown only when some model has the fields, so older evaluations keep a narrow table.
 UNCERTAINTY_HEADER = ("members", "entropy", "aleatoric", "epistemic", "TV total", "TV aleatoric", "TV epistemic")
 INFERENCE_HEADER = ("inference time",)
-MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method", "trained on"}
+MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method", "gold labels read", "trained on"}
 
 
 def summary_markdown(summary: pd.DataFrame, warnings: list[str] = (), title: str = "Model comparison") -> str:
@@ -107,7 +107,7 @@ def _domain_markdown(split: str, table: pd.DataFrame) -> str:
 def summary_cells(row, uncertainty: bool, inference: bool) -> list[str]:
     """The cells of one model, with the optional column groups that the table shows."""
     cells = [
-        str(row.model), str(row.kind), text(row.method), row.classes,
+        str(row.model), str(row.kind), text(row.method), row.gold_labels, row.classes,
         str(row.seeds), _format_params(row.params),
         format_mean_std(row.accuracy, row.accuracy_std, 1, scale=100),
         format_mean_std(row.macro_f1, row.macro_f1_std, 1, scale=100),

@@ -24,7 +24,7 @@ UNCERTAINTY_COLUMNS = (*UNCERTAINTY_MEANS.values(), *(f"tv_{part}" for part in U
 # architecture.
 AVERAGED = (*TABLE_METRICS, "train_time_s", *UNCERTAINTY_COLUMNS, "inference_time_s", "inference_ms")
 TSV_COLUMNS = (
-    "split", "model", "kind", "method", "domain", "classes", "seeds", "params", "members",
+    "split", "model", "kind", "method", "domain", "classes", "gold_labels", "seeds", "params", "members",
     *(name for column in AVERAGED for name in (column, f"{column}_std")),
 )  # fmt: skip
 SPLIT_ORDER = ("test", "validation")
@@ -71,6 +71,7 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
                 "n_classes": len(r["classes"]),
                 "class_names": tuple(r["classes"]),
                 "reference": r.get("reference"),
+                "gold_labels": describe_label_use(r.get("gold_labels")),
                 "params": r["params"],
                 "members": r.get("members"),
                 "train_time_s": r["train_time_s"],
@@ -149,6 +150,23 @@ def _distances(run, reference) -> dict:
     return {part: total_variation(hists[0][part], hists[1][part]) for part in UNCERTAINTY_PARTS}
 
 
+def describe_label_use(use: dict | None) -> str:
+    """The gold labels a model read to be made, in words for the tables: "none", "train 1,489 · validation 213",
+    "checkpoint: trained outside kdpipe", or "not recorded" for an evaluation made before kdpipe recorded it.
+
+    See docs/report.md, "Which gold labels each model read"."""
+    if use is None:
+        return "not recorded"
+    if not use:
+        return "none"
+    order = {"train": 0, "validation": 1, "test": 2}
+    parts = [
+        f"{split} {rows:,}" if isinstance(rows, int) else f"{split}: {rows}"
+        for split, rows in sorted(use.items(), key=lambda item: order.get(item[0], 3))
+    ]
+    return " · ".join(parts)
+
+
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per (split, base model): seeds as mean/std, ordered test first, teachers first, then input order."""
     total_classes = runs["n_classes"].max()
@@ -172,6 +190,7 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
                 "per_domain": _pool_domains(group),
                 "n_classes": first["n_classes"],
                 "classes": f"{first['n_classes']}/{total_classes}",
+                "gold_labels": first["gold_labels"],
                 "seeds": len(group),
                 "params": first["params"],
                 "members": first["members"],

@@ -12,7 +12,19 @@ from __future__ import annotations
 # router -> what its scores are: "certainty" scores are turned into weights by softmax(s / tau_s) (MUKI), the
 # others are already weights (probabilities, a percentile softmaxed likewise for knn)
 ROUTERS = ("certainty", "knn", "learned", "oracle")
-GOLD_LABEL_ROUTERS = ("learned", "oracle")  # routers fitted on, or reading, gold labels
+GOLD_LABEL_ROUTERS = ("knn", "learned", "oracle")  # routers fitted on, or reading, gold labels
+
+
+def route_label_use(router: str, calibrate: bool, rows: dict[str, int]) -> dict[str, int]:
+    """The gold labels a route reads to weigh its teachers, as ``{split: rows}`` (``rows``: the route's rows per
+    split): ``knn`` and ``learned`` read the validation split's (their reference or training rows), ``oracle`` the
+    labels of every row it routes, and calibrated teachers (``calibrate: true``) the validation split's, to fit
+    their temperatures; a certainty score alone reads none (docs/routing.md, "Which labels a route reads")."""
+    if router == "oracle":
+        return dict(rows)
+    return {"validation": rows["validation"]} if router in GOLD_LABEL_ROUTERS or calibrate else {}
+
+
 # settings of the config's ``routing`` section that change only what is shown (the report's warning), not a route:
 # they are in no route's config slice, so changing them reruns the report only
 DISPLAY_SETTINGS = ("warn_below",)

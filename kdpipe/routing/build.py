@@ -15,7 +15,7 @@ import numpy as np
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
-from kdpipe.routing import GOLD_LABEL_ROUTERS, ROUTE_SPLITS, SCORES, route_signals
+from kdpipe.routing import ROUTE_SPLITS, SCORES, route_label_use, route_signals
 from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.routing.diagnostics import diagnose, text_table
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
@@ -50,7 +50,9 @@ def build_route(params: dict, data: Path, signals_root: Path, out: Path) -> dict
         labels=inputs.labels,
         router=chosen,
         weighting="softmax" if params["router"] in ("certainty", "knn") else "scores",
-        gold_labels=params["router"] in GOLD_LABEL_ROUTERS,
+        gold_labels=route_label_use(
+            params["router"], bool(params.get("calibrate")), {s: len(inputs.row_ids[s]) for s in ROUTE_SPLITS}
+        ),
         temperatures={t: v["temperature"] for t, v in temps.items()} if temps else None,
         calibration=temps,
         rows={s: len(inputs.row_ids[s]) for s in ROUTE_SPLITS},

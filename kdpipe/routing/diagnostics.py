@@ -106,7 +106,7 @@ def warning(diagnostics: dict, chosen: str, threshold: float, calibrate: bool = 
     )
     if best and rivals[best] > mine["routing"]["accuracy"]:
         text += f". Router {best} routes {rivals[best]:.0%}" + (
-            " (fitted on the validation split's gold labels)" if diagnostics[best]["gold_labels"] else ""
+            " (it reads the validation split's gold labels)" if diagnostics[best]["gold_labels"] else ""
         )
         text += f": method_args: {suggestion(best, calibrate)} (docs/routing.md)"
     return text

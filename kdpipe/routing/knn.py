@@ -1,10 +1,17 @@
-"""The ``knn`` router: how close a row is to a teacher's own training rows in that teacher's feature space
+"""The ``knn`` router: how close a row is to a teacher's own labelled validation rows in that teacher's feature space
 (docs/routing.md, "Routers"; Sun et al., ICML 2022, "Out-of-distribution detection with deep nearest neighbors").
 
-For teacher k with pooled last-layer states f_k (L2-normalised), d_k(x) is the cosine distance from x to its
-``neighbours``-th nearest row among the train rows of k's own classes, x itself left out. Distances of different
-teachers are not comparable, so each becomes a percentile: s_k(x) = share of k's own validation rows whose distance
-is at least d_k(x), in [0, 1] (1: closer than any of them). MUKI weighs the scores by softmax(s/τ_s).
+For teacher k with pooled last-layer states f_k (L2-normalised), the reference rows are the validation rows of k's
+own classes, found with the validation split's gold labels (the one split whose labels a router may read; the train
+rows a teacher learnt from are not known for a checkpoint teacher, and reading train labels would make the router a
+classifier of the training data). d_k(x) is the cosine distance from x to its ``neighbours``-th nearest reference
+row. Distances of different teachers are not comparable, so each becomes a percentile: s_k(x) = share of the
+reference rows' own distances (each to its ``neighbours``-th nearest other reference row) that are at least d_k(x),
+in [0, 1] (1: closer than any of them). MUKI weighs the scores by softmax(s/τ_s).
+
+The validation rows' scores are cross-fitted: the validation rows fall into ``folds`` seeded folds (the same for
+every teacher), and the rows of each fold are scored against the reference rows of the other folds, so a row's own
+label never decides its score and the validation routing accuracy is measured as for unseen rows.
 """
 
 from __future__ import annotations
@@ -43,17 +50,37 @@ def percentile(distances: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return (1.0 - np.searchsorted(ordered, distances, side="left") / len(ordered)).astype(np.float32)
 
 
+def _fit(features: torch.Tensor, rows: np.ndarray, k: int) -> tuple[torch.Tensor, np.ndarray]:
+    """The reference rows ``rows`` of ``features`` and each one's distance to its k-th nearest other reference row
+    (what a query's distance is ranked among)."""
+    reference = features[torch.as_tensor(rows, dtype=torch.long)]
+    return reference, kth_distance(reference, reference, k, np.arange(len(rows)))
+
+
 def knn_scores(
-    train: np.ndarray, validation: np.ndarray, train_own: np.ndarray, validation_own: np.ndarray, neighbours: int
+    train: np.ndarray, validation: np.ndarray, validation_own: np.ndarray, neighbours: int, *, folds: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One teacher's scores s_k for the train and validation rows, from its pooled states of both splits and the
-    masks of the rows of its own classes."""
+    """One teacher's scores s_k for the train rows (against all its own validation rows) and for the validation rows
+    (cross-fitted over ``folds``), from its pooled states of both splits and the mask of the validation rows of its
+    own classes."""
     train_x, val_x = normalise(train), normalise(validation)
-    own = np.flatnonzero(train_own)
-    reference = train_x[torch.as_tensor(own)]
-    position = np.full(len(train_x), -1, np.int64)
-    position[own] = np.arange(len(own))
-    d_train = kth_distance(train_x, reference, neighbours, position)
-    d_val = kth_distance(val_x, reference, neighbours, None)
-    calibrate_on = d_val[np.asarray(validation_own, bool)]
-    return percentile(d_train, calibrate_on), percentile(d_val, calibrate_on)
+    own = np.flatnonzero(np.asarray(validation_own, bool))
+    reference, ranks = _fit(val_x, own, neighbours)
+    s_train = percentile(kth_distance(train_x, reference, neighbours, None), ranks)
+    fold_of = fold_assignment(len(val_x), folds, seed)
+    s_val = np.zeros(len(val_x), np.float32)
+    for fold in range(folds):
+        held = np.flatnonzero(fold_of == fold)
+        kept = own[fold_of[own] != fold]
+        if len(held) == 0 or len(kept) == 0:
+            continue
+        reference, ranks = _fit(val_x, kept, neighbours)
+        s_val[held] = percentile(kth_distance(val_x[torch.as_tensor(held)], reference, neighbours, None), ranks)
+    return s_train, s_val
+
+
+def fold_assignment(rows: int, folds: int, seed: int) -> np.ndarray:
+    """Each row's fold, 0..folds-1, in a seeded random order (the same for every teacher of a route)."""
+    fold_of = np.empty(rows, np.int64)
+    fold_of[np.random.default_rng(seed).permutation(rows)] = np.arange(rows) % folds
+    return fold_of

@@ -51,14 +51,16 @@ def certainty(inputs: RouteInputs, score: str, split: str, temperature: float, t
     return np.stack(columns, -1).astype(np.float32)
 
 
-def knn(inputs: RouteInputs, neighbours: int) -> dict[str, np.ndarray]:
+def knn(inputs: RouteInputs, neighbours: int, folds: int, seed: int) -> dict[str, np.ndarray]:
+    """The knn router's scores: each teacher's own validation rows are its reference (validation labels only)."""
     per_teacher = [
         knn_scores(
             inputs.pooled[t, "train"],
             inputs.pooled[t, "validation"],
-            inputs.own_rows(t, "train"),
             inputs.own_rows(t, "validation"),
             neighbours,
+            folds=folds,
+            seed=seed,
         )
         for t in inputs.teachers
     ]
@@ -101,7 +103,7 @@ def all_routers(inputs: RouteInputs, params: dict, temps: dict | None) -> dict[s
         if source == "logits" or inputs.has_mc("train"):
             splits = [s for s in ROUTE_SPLITS if source == "logits" or inputs.has_mc(s)]
             out[f"certainty/{score}"] = {"scores": {s: certainty(inputs, score, s, temperature, temps) for s in splits}}
-    out["knn"] = {"scores": knn(inputs, int(settings["neighbours"]))}
+    out["knn"] = {"scores": knn(inputs, int(settings["neighbours"]), int(settings["folds"]), int(settings["seed"]))}
     try:
         scores, figures = learned(inputs, int(settings["folds"]), int(settings["seed"]))
         out["learned"] = {"scores": scores, "fit": figures}

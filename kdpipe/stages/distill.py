@@ -86,11 +86,14 @@ def run(
         if route is None:
             raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
         scores, manifest = read_route(route, "train", job.split_row_ids, teachers)
+        route_labels = manifest.get("gold_labels") or {}  # what the route read to weigh the teachers
         ctx.route = {
             "scores": torch.as_tensor(scores[positions], device=device),
             "weighting": manifest["weighting"],
             "temperatures": manifest.get("temperatures"),
         }
+    else:
+        route_labels = {}
     builder = getattr(importlib.import_module(method.module), method.builder)
     objective = builder(ctx, params["method_args"])
     result = fit_job(
@@ -113,6 +116,7 @@ def run(
         tokenizer=params["model"],
         domain=params.get("domain"),
         rows={"train": len(job.train), "validation": len(job.valid)},
+        gold_labels=route_labels,  # with what training reads (kdpipe.training.loop.label_use)
     )
     save_trained(out, job.model, job.tokenizer, labels, result, manifest)
     return manifest

@@ -72,6 +72,7 @@ def run(params: dict, model: Path, data: Path, out_json: Path, out_predictions: 
         "inference_time_s": inference_time,
         "device": _describe(device),
         "batch_size": params["batch_size"],
+        "gold_labels": manifest.get("gold_labels"),  # what the model read to be made ({split: rows})
     }
     return write_evaluation(
         params,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError, read_json
-from kdpipe.evaluation.results import sum_or_none, write_evaluation
+from kdpipe.evaluation.results import combined_label_use, sum_or_none, write_evaluation
 
 
 def run(params: dict, members: list[Path], out_json: Path, out_predictions: Path) -> dict:
@@ -26,7 +26,9 @@ def run(params: dict, members: list[Path], out_json: Path, out_predictions: Path
         tables.append(pd.read_parquet(path))
         records.append(read_json(path.with_name(path.name.replace(".predictions.parquet", ".json"))))
     extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
-    if params.get("combine") == "oracle":
+    oracle = params.get("combine") == "oracle"
+    extra["gold_labels"] = combined_label_use(records, disjoint=oracle)
+    if oracle:
         return _oracle(params, tables, records, extra, out_json, out_predictions)
     classes = records[0]["classes"]
     for path, table, record in zip(members, tables, records):
@@ -61,6 +63,8 @@ def _oracle(
         probs[start : start + len(table), block] = np.stack(table["probs"].to_numpy())
         start += len(table)
     labels = pd.concat([t["label"] for t in tables]).map(position).to_numpy(dtype=np.int64)
+    if extra.get("gold_labels") is not None:  # it picks each row's teacher by the row's gold label
+        extra["gold_labels"] = {**extra["gold_labels"], params["split"]: len(row_ids)}
     order = np.argsort(row_ids, kind="stable")
     domains = np.concatenate([t["domain"].to_numpy() for t in tables])[order] if "domain" in tables[0] else None
     return write_evaluation(

@@ -42,6 +42,7 @@ from kdpipe.core.finished import job_identity_of_process
 from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, tensor_bytes, write_json
 from kdpipe.data.batching import Encoded, collate, training_batches
 from kdpipe.evaluation.information import nll
+from kdpipe.evaluation.results import combined_label_use
 from kdpipe.models.card import model_card
 from kdpipe.models.inference import probs_predictor
 from kdpipe.models.loading import count_parameters, save_model
@@ -101,6 +102,26 @@ class FitResult:
     history: list = field(default_factory=list)
     train_time_s: float = 0.0
     best_modules: dict = field(default_factory=dict)  # extra module name -> its state at the best epoch
+    read_train_labels: bool = False  # the loss read the training batches' gold labels (measured: LabelWatch)
+    validated: bool = False  # the kept epoch was chosen by the validation split's gold labels
+
+
+class LabelWatch(dict):
+    """A training batch that notes whether the loss reads its gold labels (``batch["labels"]``): which labels a
+    model read to be made is measured where it happens, so it cannot differ from what the method does
+    (docs/report.md, "Which gold labels each model read")."""
+
+    read_labels = False
+
+    def __getitem__(self, key):
+        if key == "labels":
+            self.read_labels = True
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        if key == "labels" and key in self:
+            self.read_labels = True
+        return super().get(key, default)
 
 
 def state_on_cpu(module: nn.Module) -> dict:
@@ -188,6 +209,8 @@ class _Run:
             history=self.state["history"],
             train_time_s=self.state["train_time_s"],
             best_modules={name: sd for name, sd in self.best.items() if name != "model"},
+            read_train_labels=bool(self.state.get("read_labels")),
+            validated=any(record.get("validation") for record in self.state["history"]),
         )
 
 
@@ -334,10 +357,12 @@ def _step(run: _Run, rows: np.ndarray, params: list, step: int) -> tuple[float, 
     """One optimiser step on the global batch ``rows`` (this process's share of them): the loss and its terms."""
     rows, share = distributed.shard(rows)  # all rows with one process
     distributed.set_share(share)
-    batch = collate(run.train, rows, run.device)
+    batch = LabelWatch(collate(run.train, rows, run.device))
     run.optimizer.zero_grad(set_to_none=True)  # (before the loss: ProKT's steps its own teacher inside it)
     with autocast(run.device):
         loss, terms = run.loss_fn(run.model, batch)
+    if batch.read_labels:
+        run.state["read_labels"] = True
     loss_value = distributed.sync_backward(loss, params)
     if not math.isfinite(loss_value):
         raise FloatingPointError(f"{run.desc}: loss is {loss_value} at epoch {run.state['epoch'] + 1} step {step}")
@@ -436,6 +461,19 @@ def accuracy_validator(predict_probs: Callable[[nn.Module], np.ndarray], labels:
     return validate
 
 
+def label_use(manifest: dict, result: FitResult) -> dict:
+    """The gold labels a trained model read to be made, as ``{split: rows}``: the training rows when its loss read
+    their labels, the validation rows when they chose its kept epoch, and what the manifest already names (a
+    route's labels, a checkpoint trained outside kdpipe)."""
+    rows = manifest.get("rows") or {}
+    measured = {
+        split: rows[split]
+        for split, read in (("train", result.read_train_labels), ("validation", result.validated))
+        if read and rows.get(split)
+    }
+    return combined_label_use([{"gold_labels": measured}, {"gold_labels": manifest.get("gold_labels") or {}}])
+
+
 # Files of a model folder its manifest does not pin: the manifest itself, and the model card, which a user may edit
 UNCHECKED = ("manifest.json", "README.md")
 
@@ -460,6 +498,7 @@ def save_trained(
     max_length = (manifest.get("config") or {}).get("max_length")
     if max_length:
         tokenizer.model_max_length = int(max_length)
+    manifest = {**manifest, "gold_labels": label_use(manifest, result)}
     metrics = {
         "best_epoch": result.best_epoch,
         "validation": result.best_metrics,
