@@ -319,3 +319,47 @@ def test_tokenising_in_chunks_gives_the_ids_of_one_call(monkeypatch):
     assert [x.tolist() for x in encoded.input_ids] == whole["input_ids"]
     assert [x.tolist() for x in encoded.token_type_ids] == whole["token_type_ids"]
     assert len(encode(tokenizer, [], max_length=16).input_ids) == 0
+
+
+def test_the_loop_measures_which_gold_labels_a_model_read(data, tmp_path):
+    """A loss that reads the batches' labels marks the model as trained on them (also across a resume); one that
+    does not leaves them unread; validation marks the validation labels; the saved manifest says both."""
+    from kdpipe.training.loop import FitResult, label_use
+
+    settings = TrainSettings(**SETTINGS)
+
+    def label_free(model, batch):  # a distillation loss that never looks at the gold labels
+        logits = model(**model_inputs(batch)).logits
+        return (logits.float() ** 2).mean(), {}
+
+    read = fit(load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0), train=data, loss_fn=ce_loss,
+               validate=validator(data), settings=settings, device=CPU)  # fmt: skip
+    free = fit(load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0), train=data, loss_fn=label_free,
+               validate=None, settings=settings, device=CPU)  # fmt: skip
+    assert (read.read_train_labels, read.validated) == (True, True)
+    assert (free.read_train_labels, free.validated) == (False, False)
+    rows = {"rows": {"train": 16, "validation": 8}}
+    assert label_use(rows, read) == {"train": 16, "validation": 8}
+    assert label_use(rows, free) == {}
+    route = {**rows, "gold_labels": {"validation": 8}}  # a route that read the validation labels
+    assert label_use(route, free) == {"validation": 8}
+    assert label_use({"gold_labels": {"checkpoint": "trained outside kdpipe"}}, FitResult({}, {}, -1)) == {
+        "checkpoint": "trained outside kdpipe"
+    }
+
+    calls = {"n": 0}
+
+    def reads_once_then_dies(model, batch):  # the labels read before an interruption still count after a resume
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return ce_loss(model, batch)
+        if calls["n"] == 6:
+            raise Interrupted
+        return label_free(model, batch)
+
+    kwargs = dict(train=data, validate=validator(data), settings=settings, device=CPU, resume_dir=tmp_path / "r",
+                  resume_key="k")  # fmt: skip
+    with pytest.raises(Interrupted):
+        fit(load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0), loss_fn=reads_once_then_dies, **kwargs)
+    resumed = fit(load_classifier("builtin:tiny-bert", ["sport", "money"], seed=0), loss_fn=label_free, **kwargs)
+    assert resumed.read_train_labels
