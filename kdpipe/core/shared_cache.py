@@ -59,7 +59,9 @@ def claim(identity: str, out_dirs: list[Path]) -> bool:
     if folder is None:
         return False
     folder.mkdir(parents=True, exist_ok=True)
+    _shared(folder, 0o2775)
     handle = open(folder / f"{identity}.lock", "a+")  # noqa: SIM115 (held open on purpose: the lock lives with it)
+    _shared(folder / f"{identity}.lock", 0o664)
     made = folder / f"{identity}.json"
     waited_since = None
     try:
@@ -117,6 +119,16 @@ def _intact(folder: Path) -> bool:
     return bool(manifest.get("checksums"))
 
 
+def _shared(path: Path, mode: int) -> None:
+    """Make the locks usable by the other members of a lab's group, whatever this process's umask: a cache folder
+    is shared by its group (docs/caching-and-reruns.md, "The between-workflow cache")."""
+    try:
+        if path.stat().st_uid == os.getuid():
+            path.chmod(mode)
+    except OSError:  # another user's file: its owner set it
+        pass
+
+
 def held() -> list:
     """The open handles of the cache locks this process holds (kept open across the exec into ``torchrun``)."""
     return list(_HELD.values())
@@ -130,6 +142,7 @@ def record(identity: str, out_dirs: list[Path]) -> None:
         return
     with atomic_path(folder / f"{identity}.json") as tmp:
         tmp.write_text(json.dumps({"outputs": [str(Path(out).absolute()) for out in out_dirs]}))
+    _shared(folder / f"{identity}.json", 0o664)
 
 
 def _say(message: str) -> None:

@@ -190,7 +190,7 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
                 "per_domain": _pool_domains(group),
                 "n_classes": first["n_classes"],
                 "classes": f"{first['n_classes']}/{total_classes}",
-                "gold_labels": first["gold_labels"],
+                "gold_labels": " / ".join(dict.fromkeys(group["gold_labels"])),  # the seeds' (one when they agree)
                 "seeds": len(group),
                 "params": first["params"],
                 "members": first["members"],

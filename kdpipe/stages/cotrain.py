@@ -70,6 +70,8 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
         best_epoch=cotrained.best_epoch,
         history=cotrained.history,
         train_time_s=result.train_time_s,
+        read_train_labels=result.read_train_labels,  # its loss ran inside the student's steps, on the same batches
+        validated=bool(cotrained.history),  # its kept epoch is chosen on the validation labels too
     )
     save_trained(
         out_teacher,

@@ -15,9 +15,10 @@ from types import SimpleNamespace
 
 import torch
 
-from kdpipe.core.store import KdpipeError, make_manifest
+from kdpipe.core.store import KdpipeError, make_manifest, read_json
 from kdpipe.data.dataset import domain_ids
 from kdpipe.data.labelspace import teacher_blocks
+from kdpipe.evaluation.results import combined_label_use
 from kdpipe.methods.base import DistillContext
 from kdpipe.routing.artifact import read_route
 from kdpipe.signals.io import read_prototype_scores
@@ -86,7 +87,7 @@ def run(
         if route is None:
             raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
         scores, manifest = read_route(route, "train", job.split_row_ids, teachers)
-        route_labels = manifest.get("gold_labels") or {}  # what the route read to weigh the teachers
+        route_labels = manifest.get("gold_labels")  # what the route read to weigh the teachers (None: not recorded)
         ctx.route = {
             "scores": torch.as_tensor(scores[positions], device=device),
             "weighting": manifest["weighting"],
@@ -94,6 +95,15 @@ def run(
         }
     else:
         route_labels = {}
+    # Meta-KD's example weights come from the train split's gold labels (p_T(gold) in the domain expertise, each row's
+    # class prototype), and a second stage starts from its first stage's weights (docs/report.md, "Which gold
+    # labels each model read")
+    if "domain" in method.signals or method.prototypes:
+        route_labels = combined_label_use([{"gold_labels": route_labels}, {"gold_labels": {"train": len(job.train)}}])
+    start = (params.get("model") or {}).get("init", {}).get("from")
+    if start and (Path(start) / "manifest.json").is_file():
+        started = read_json(Path(start) / "manifest.json").get("gold_labels")
+        route_labels = combined_label_use([{"gold_labels": route_labels}, {"gold_labels": started}])
     builder = getattr(importlib.import_module(method.module), method.builder)
     objective = builder(ctx, params["method_args"])
     result = fit_job(

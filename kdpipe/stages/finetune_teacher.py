@@ -93,6 +93,8 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
         tokenizer=backbone,
         rows={"train": len(train), "validation": len(valid)},
         domains=domains if params.get("objective", "ce") != "ce" else None,
+        # a checkpoint trained further: what it read before is not known to kdpipe
+        gold_labels={"checkpoint": "trained outside kdpipe"} if params.get("checkpoint") else {},
     )
     save_trained(out_dir, model, tokenizer, classes, result, manifest, save_extra=objective.save)
     return manifest

@@ -123,6 +123,35 @@ class LabelWatch(dict):
             self.read_labels = True
         return super().get(key, default)
 
+    def _all(self):
+        """Any access to every value at once (a copy, ``**batch``, iteration) counts as reading the labels."""
+        self.read_labels = self.read_labels or "labels" in self
+
+    def keys(self):
+        self._all()
+        return super().keys()
+
+    def __iter__(self):
+        self._all()
+        return super().__iter__()
+
+    def items(self):
+        self._all()
+        return super().items()
+
+    def values(self):
+        self._all()
+        return super().values()
+
+    def copy(self):
+        self._all()
+        return super().copy()
+
+    def pop(self, key, *default):
+        if key == "labels":
+            self.read_labels = True
+        return super().pop(key, *default)
+
 
 def state_on_cpu(module: nn.Module) -> dict:
     """A detached CPU copy of ``module``'s state dict (a best-weights snapshot)."""
@@ -471,7 +500,8 @@ def label_use(manifest: dict, result: FitResult) -> dict:
         for split, read in (("train", result.read_train_labels), ("validation", result.validated))
         if read and rows.get(split)
     }
-    return combined_label_use([{"gold_labels": measured}, {"gold_labels": manifest.get("gold_labels") or {}}])
+    named = manifest.get("gold_labels", {})  # None: a route or a first stage that did not record its labels
+    return combined_label_use([{"gold_labels": measured}, {"gold_labels": named}])
 
 
 # Files of a model folder its manifest does not pin: the manifest itself, and the model card, which a user may edit
