@@ -96,8 +96,8 @@ def run(
     else:
         route_labels = {}
     # Meta-KD's example weights come from the train split's gold labels (p_T(gold) in the domain expertise, each row's
-    # class prototype), and a second stage starts from its first stage's weights (docs/report.md, "Which gold
-    # labels each model read")
+    # class prototype), and a second stage starts from its first stage's weights.
+    # See docs/report.md, "Which gold labels each model read".
     if "domain" in method.signals or method.prototypes:
         route_labels = combined_label_use([{"gold_labels": route_labels}, {"gold_labels": {"train": len(job.train)}}])
     start = (params.get("model") or {}).get("init", {}).get("from")
