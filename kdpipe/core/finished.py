@@ -27,6 +27,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 from pathlib import Path
 
 from kdpipe.core.store import ArtifactError, atomic_path, read_json
@@ -156,7 +157,6 @@ def lock_outputs(out_dirs: list[Path]) -> None:
     the first to end, saying which process it waits for: only then does it look at what is there, so that the
     orphan's output, written when it ends, is used only if it has this job's identity (restored from its kept copy)
     and is otherwise replaced, never taken for this job's."""
-    import fcntl
 
     for out in out_dirs:
         out = Path(out)
@@ -164,19 +164,31 @@ def lock_outputs(out_dirs: list[Path]) -> None:
         if path in _LOCKS:  # this process holds it already
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a+")  # noqa: SIM115 (held open on purpose: the lock lives as long as the file is open)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            _say(
-                f"{out}: another job is already making it ({holder}), e.g. one left running by a Snakemake that was "
-                "killed; waiting for it to end (stop that process to go on at once)"
-            )
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        _LOCKS[path], _ = take_lock(
+            path,
+            f"{out}: another job is already making it ({{holder}}), e.g. one left running by a Snakemake that was "
+            "killed; waiting for it to end (stop that process to go on at once)",
+        )
+
+
+def take_lock(path: Path, waiting: str, holder: str = "") -> tuple[object, float | None]:
+    """An exclusive ``flock`` on the file ``path``, held as long as the returned handle is open (the system releases
+    it when the process ends, even on SIGKILL). When another process holds it, say ``waiting`` (``{holder}``: what
+    that process wrote in the file) and wait for it. Returns the handle and when the wait began (None: no wait).
+    The file then names this process (pid, host, and ``holder``)."""
+    import fcntl
+
+    handle = open(path, "a+")  # noqa: SIM115 (held open on purpose: the lock lives as long as the file is open)
+    waited_since = None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        waited_since = time.time()
         handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()}")
-        handle.flush()
-        _LOCKS[path] = handle
+        _say(waiting.format(holder=handle.read().strip() or "another process"))
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}{holder}")
+    handle.flush()
+    return handle, waited_since

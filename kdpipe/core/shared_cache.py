@@ -22,15 +22,14 @@ where the cache folder's file system ignores them, two runs may each make the ar
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
-import socket
 import sys
 import time
 from pathlib import Path
 
+from kdpipe.core.finished import take_lock
 from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path, read_json
 
 CACHE_ENV = "SNAKEMAKE_OUTPUT_CACHE"
@@ -60,23 +59,12 @@ def claim(identity: str, out_dirs: list[Path]) -> bool:
         return False
     folder.mkdir(parents=True, exist_ok=True)
     _shared(folder, 0o2775)
-    handle = open(folder / f"{identity}.lock", "a+")  # noqa: SIM115 (held open on purpose: the lock lives with it)
-    _shared(folder / f"{identity}.lock", 0o664)
+    lock = folder / f"{identity}.lock"
+    lock.touch()
+    _shared(lock, 0o664)
     made = folder / f"{identity}.json"
-    waited_since = None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        waited_since = time.time()
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        _say(f"{', '.join(map(str, out_dirs))}: another run sharing the cache is making it ({holder}); waiting")
-        fcntl.flock(handle, fcntl.LOCK_EX)
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()} on {socket.gethostname()} in {Path.cwd()}")
-    handle.flush()
-    _HELD[identity] = handle
+    waiting = f"{', '.join(map(str, out_dirs))}: another run sharing the cache is making it ({{holder}}); waiting"
+    _HELD[identity], waited_since = take_lock(lock, waiting, holder=f" in {Path.cwd()}")
     # Only a job that finished while this one waited counts: an older record is of a run whose cache entry
     # Snakemake would have found (or was deleted since), and this job makes the output as usual.
     if waited_since is None or not made.is_file() or made.stat().st_mtime < waited_since:
