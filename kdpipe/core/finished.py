@@ -112,20 +112,26 @@ def restore_finished(identity: str, out_dirs: list[Path]) -> bool:
             _say(f"{done}: a finished copy made from other settings, inputs or code; removed, not used")
             _drop(done)
             return False
-        damage = _damage(done)
+        damage = folder_damage(done)
         if damage:
             _say(f"{done}: {damage}; removed, not used (the job runs again)")
             _drop(done)
             return False
     for done, out in zip(copies, out_dirs):
-        with atomic_path(out, directory=True) as tmp:
-            shutil.copytree(done, tmp, dirs_exist_ok=True)
-        _say(f"{out}: restored, already finished by this same job (nothing trained)")
+        copy_into(done, out, "restored, already finished by this same job (nothing trained)")
     return True
 
 
-def _damage(done: Path) -> str | None:
-    """Why a kept copy cannot be used (a file differs from the checksum its manifest records), or None."""
+def copy_into(source: Path, out: Path, why: str) -> None:
+    """Put a copy of the finished folder ``source`` at ``out`` atomically and say ``why`` in the job's log."""
+    with atomic_path(out, directory=True) as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+    _say(f"{out}: {why}")
+
+
+def folder_damage(done: Path) -> str | None:
+    """Why a finished folder cannot be used (a file differs from the checksum its manifest records, or the
+    manifest records none), or None."""
     from kdpipe.core.checksums import verify
 
     try:

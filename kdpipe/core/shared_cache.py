@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
-from kdpipe.core.finished import take_lock
-from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path, read_json
+from kdpipe.core.finished import copy_into, folder_damage, take_lock
+from kdpipe.core.store import KdpipeError, atomic_path
 
 CACHE_ENV = "SNAKEMAKE_OUTPUT_CACHE"
 LOCKS = ".kdpipe-locks"
@@ -87,24 +86,11 @@ def _take(sources: list[Path], out_dirs: list[Path]) -> bool:
             f"{', '.join(map(str, out_dirs))}: made meanwhile by another run sharing the cache and stored there; "
             "this job stops without making it again: Snakemake's retry, or your rerun, links it from the cache"
         )
-    if not all(_intact(source) for source in sources):
+    if any(folder_damage(source) for source in sources):
         return False
     for source, out in zip(sources, out_dirs):
-        with atomic_path(out, directory=True) as tmp:
-            shutil.copytree(source, tmp, dirs_exist_ok=True)
-        _say(f"{out}: copied from {source}, made meanwhile by another run of the same job (nothing trained)")
+        copy_into(source, out, f"copied from {source}, made meanwhile by another run of the same job (nothing trained)")
     return True
-
-
-def _intact(folder: Path) -> bool:
-    from kdpipe.core.checksums import verify
-
-    try:
-        manifest = read_json(folder / "manifest.json")
-        verify(manifest, folder / "manifest.json", manifest.get("checksums") or {}, folder)
-    except ArtifactError:
-        return False
-    return bool(manifest.get("checksums"))
 
 
 def _shared(path: Path, mode: int) -> None:
