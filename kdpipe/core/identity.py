@@ -27,7 +27,7 @@ from kdpipe.core.checksums import checksum
 LIBRARIES = ("torch", "transformers", "tokenizers")
 # Config keys whose value may name a local file or folder (dataset.source, dataset.files.<split>, a teacher's
 # backbone or checkpoint, a student's model.init.from or model.config.tokenizer, a method's *_backbone argument).
-PATH_KEYS = ("source", "train", "validation", "test", "backbone", "checkpoint", "from", "tokenizer")
+PATH_KEYS = ("source", "train", "validation", "test", "transfer", "backbone", "checkpoint", "from", "tokenizer")
 # Artifacts the workflow makes are tracked by Snakemake itself (and may not exist yet when the DAG is built)
 RESULTS = "results"
 # A large file's digest is kept with its size, times and inode, so a no-op rerun does not read it again
@@ -74,6 +74,10 @@ def local_content(config_slice: dict, where: str = "") -> dict[str, str]:
         name = f"{where}.{key}" if where else str(key)
         if isinstance(value, dict):
             found.update(local_content(value, name))
+        elif _is_path_key(str(key)) and isinstance(value, list):  # per-part files (dataset.transfer)
+            for i, item in enumerate(value):
+                if (path := _local_path(item)) is not None:
+                    found[f"{name}[{i}]"] = content_digest(path)
         elif _is_path_key(str(key)) and (path := _local_path(value)) is not None:
             found[name] = content_digest(path)
     return found

@@ -14,12 +14,16 @@ from kdpipe.core.checksums import verify
 from kdpipe.core.store import ArtifactError, KdpipeError, check_manifest, read_json, read_manifest
 
 SPLITS = ("train", "validation", "test")
+# A transfer artifact (kdpipe.data.transfer) has this one split, of rows without a gold label
+TRANSFER = "transfer"
+# The label id of a row without a gold label (a transfer row): torch's cross-entropy ignores it by default
+NO_LABEL = -100
 
 
 def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:
     """One split of a dataset artifact, checked against the row count in its manifest."""
-    if split not in SPLITS:
-        raise KdpipeError(f"unknown split '{split}'; expected one of {', '.join(SPLITS)}")
+    if split not in (*SPLITS, TRANSFER):
+        raise KdpipeError(f"unknown split '{split}'; expected one of {', '.join(SPLITS)}, {TRANSFER}")
     data_dir = Path(data_dir)
     manifest = read_manifest(data_dir / "manifest.json", kind="dataset")
     path = data_dir / f"{split}.parquet"

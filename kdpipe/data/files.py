@@ -134,13 +134,13 @@ def decode(path: Path, data: bytes, encoding: str) -> str:
         raise KdpipeError(f"dataset.encoding '{encoding}' is not a known text encoding") from err
     except UnicodeDecodeError as err:
         raise KdpipeError(
-            f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); {_encoding_hint(data)}"
+            f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); {encoding_hint(data)}"
         ) from err
     # Spreadsheet programs start UTF-8 files with a byte-order mark, which would become part of the first header.
     return text.removeprefix("\ufeff")
 
 
-def _encoding_hint(data: bytes) -> str:
+def encoding_hint(data: bytes) -> str:
     """The first candidate encoding that decodes the file (a byte-order mark decides UTF-16/32)."""
     if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
         return "the file starts with a UTF-32 byte-order mark: set dataset.encoding: utf-32"

@@ -36,7 +36,7 @@ def read_hf(source: str, label_column: str, optional_columns: list[str]) -> tupl
     """The splits of a Hugging Face dataset as raw tables ({kdpipe split: frame}) and the label names its
     ``ClassLabel`` declares (empty when the label column is not a ``ClassLabel``). ``optional_columns`` (text
     pair, domain) are mapped from ``ClassLabel`` ids to names too."""
-    splits = _load(source)
+    splits = load_splits(source)
     chosen = {}
     for split, names in SPLIT_NAMES.items():
         name = next((n for n in names if n in splits), None)
@@ -75,8 +75,9 @@ def read_hf(source: str, label_column: str, optional_columns: list[str]) -> tupl
     return tables, label_names
 
 
-def _load(source: str) -> dict:
-    """{split name: ``datasets.Dataset``}; a single saved ``Dataset`` is the train split."""
+def load_splits(source: str, key: str = "dataset.source") -> dict:
+    """{split name: ``datasets.Dataset``}; a single saved ``Dataset`` is the train split. ``key`` names the config
+    key in errors."""
     import datasets
 
     datasets.disable_progress_bars()
@@ -89,7 +90,7 @@ def _load(source: str) -> dict:
     except Exception as err:  # datasets raises many kinds (ConnectionError, FileNotFoundError, DatasetNotFoundError)
         first = str(err).splitlines()[0] if str(err) else ""
         raise KdpipeError(
-            f"dataset.source {source}: cannot be loaded with the datasets library ({type(err).__name__}: {first}); "
+            f"{key} {source}: cannot be loaded with the datasets library ({type(err).__name__}: {first}); "
             "a hub dataset needs a network or a copy in the local Hugging Face cache (HF_DATASETS_OFFLINE=1 uses "
             "the cache only), a folder must come from save_to_disk"
         ) from err

@@ -44,6 +44,7 @@ from kdpipe.data.files import read_table
 from kdpipe.data.hf import is_hf_source, read_hf
 from kdpipe.data.labels import NUMERIC_NAME_COLUMNS, cell_texts, check_or_merge, check_scalars
 
+UNLABELLED = "unlabelled.parquet"  # the training rows whose labels dataset.split.unlabelled withholds (texts only)
 # (output column, config key, default column name); optional columns default to None (not configured).
 _COLUMNS = (
     ("text", "text_column", "text"),
@@ -89,17 +90,25 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
         name=params.get("name", "bbc_news"),
         labels=labels,
         rows={split: len(frame) for split, frame in splits.items()},
+        **({"unlabelled_rows": len(parts["unlabelled"])} if "unlabelled" in parts else {}),
         class_counts={
             split: {label: int((frame["label"] == label).sum()) for label in labels} for split, frame in splits.items()
         },
         **provenance,
         domains=domains,
     )
+    files = [*(f"{s}.parquet" for s in SPLITS), "labels.json"]
     with atomic_path(out_dir, directory=True) as tmp:
         for split, frame in splits.items():
             frame.to_parquet(tmp / f"{split}.parquet", index=False)
+        if "unlabelled" in parts:  # texts only: nothing downstream may read a withheld label
+            withheld = parts["unlabelled"].sort_values("row_id")
+            withheld[[c for c in ("row_id", "text", "text_pair") if c in withheld]].to_parquet(
+                tmp / UNLABELLED, index=False
+            )
+            files.append(UNLABELLED)
         write_json(tmp / "labels.json", labels)
-        manifest = write_manifest(tmp / "manifest.json", manifest, [*(f"{s}.parquet" for s in SPLITS), "labels.json"])
+        manifest = write_manifest(tmp / "manifest.json", manifest, files)
     return manifest
 
 
@@ -116,7 +125,7 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     fractions = {"validation": split_params.get("validation", 0.1), "test": split_params.get("test", 0.2)}
     seed = int(split_params.get("seed", 13))
     max_rows, max_per_class = params.get("max_rows"), params.get("max_per_class")
-    _check_numbers(fractions, max_rows, max_per_class)
+    _check_numbers(fractions, max_rows, max_per_class, split_params)
 
     tables, label_renames, source, declared, places = _load_tables(params)
     _check_split_sources(fractions, tables)
@@ -148,6 +157,10 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     to_split_off = {split: fractions[split] for split in ("test", "validation") if split not in tables}
     parts = _split_stratified(tables.pop("train"), to_split_off, seed) | tables
     _check_split_rows(parts, fractions, places, to_split_off, keyed)
+    withheld = split_params.get("unlabelled", 0)
+    if withheld:  # training rows whose labels are withheld: their texts become transfer rows (kdpipe.data.transfer)
+        train = _split_stratified(parts["train"], {"unlabelled": withheld}, seed + 1)
+        parts["train"], parts["unlabelled"] = train["train"], train["unlabelled"]
 
     provenance = {"duplicates_dropped": duplicates, "label_renames": label_renames, "source": source}
     if merges is not None:
@@ -180,11 +193,14 @@ def bbc_news_dir() -> Path:
     return folder
 
 
-def _check_numbers(fractions: dict, max_rows, max_per_class) -> None:
+def _check_numbers(fractions: dict, max_rows, max_per_class, split_params: dict) -> None:
     """Reject split fractions and caps that cannot work, naming the config key."""
     for split, fraction in fractions.items():
         if not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
             raise KdpipeError(f"dataset.split.{split} is {fraction}; it must be a fraction in [0, 1)")
+    withheld = split_params.get("unlabelled", 0)
+    if not isinstance(withheld, (int, float)) or not 0 <= withheld < 1:
+        raise KdpipeError(f"dataset.split.unlabelled is {withheld}; it must be a fraction in [0, 1)")
     if sum(fractions.values()) >= 1:
         raise KdpipeError(
             f"dataset.split.validation + dataset.split.test is {sum(fractions.values())}; "

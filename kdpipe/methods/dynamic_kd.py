@@ -50,7 +50,7 @@ from kdpipe.methods.dynamic_choices import (
     REVERSED,
     TEACHER_MODES,
 )
-from kdpipe.methods.losses import soft_kl, token_mse, union_logits
+from kdpipe.methods.losses import gold_cross_entropy, soft_kl, token_mse, union_logits
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built, with
 # the choices of kdpipe.methods.dynamic_choices
@@ -187,7 +187,7 @@ def build_teacher(ctx: DistillContext, args: dict) -> Objective:
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce = F.cross_entropy(z.float(), batch["labels"])
+        ce = gold_cross_entropy(z, batch["labels"])
         h = _entropy(z, a["entropy_grad"])
         w_small, w_large = teacher_weights(h, a["mode"], a["direction"])
         d_small = kd_distance(z, small_z[batch["index"]], distance, temperature)
@@ -212,7 +212,7 @@ def build_data(ctx: DistillContext, args: dict) -> Objective:
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce = F.cross_entropy(z.float(), batch["labels"])
+        ce = gold_cross_entropy(z, batch["labels"])
         kept = select_top(selection_scores(z, a["strategy"]), ratio)
         if len(kept):
             kd = kd_distance(z[kept], targets[batch["index"][kept]], distance, temperature).mean()
@@ -247,7 +247,7 @@ def build_objective(ctx: DistillContext, args: dict) -> Objective:
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True)
         z = out.logits
-        ce = F.cross_entropy(z.float(), batch["labels"])
+        ce = gold_cross_entropy(z, batch["labels"])
         h = _entropy(z, a["entropy_grad"])
         w_logit, w_rep = objective_weights(h, a["strategy"])
         d = kd_distance(z, targets[batch["index"]], distance, temperature)

@@ -32,7 +32,7 @@ from torch import nn
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective
-from kdpipe.methods.losses import kl_divergence
+from kdpipe.methods.losses import gold_cross_entropy, kl_divergence
 from kdpipe.models.multihead import MultiHeadClassifier, mean_probs_log
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
@@ -43,9 +43,10 @@ COSINE_EPS = 1e-8
 
 
 def correctness_loss(head_logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """L1 = (1/M) Σ_m CE(s_m, y), batch mean. ``head_logits`` [M, B, C], ``y`` [B]."""
+    """L1 = (1/M) Σ_m CE(s_m, y), batch mean (a row without a gold label adds 0). ``head_logits`` [M, B, C],
+    ``y`` [B]."""
     m, _, c = head_logits.shape
-    return F.cross_entropy(head_logits.float().reshape(-1, c), y.repeat(m))
+    return gold_cross_entropy(head_logits.reshape(-1, c), y.repeat(m))
 
 
 def aggregation_loss(member_logits: torch.Tensor, head_logits: torch.Tensor, temp: float) -> torch.Tensor:

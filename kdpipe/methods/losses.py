@@ -45,3 +45,13 @@ def vanilla_kd_loss(student: torch.Tensor, teacher_union: torch.Tensor, temperat
     """T²·KL(softmax(z_t/T) ‖ softmax(z_s/T)), batch mean."""
     target = F.softmax(teacher_union.float() / temperature, -1)
     return temperature**2 * soft_kl(target, student, temperature).mean()
+
+
+def gold_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy with the gold labels, averaged over the whole batch, a row without a gold label (a transfer row,
+    label ``NO_LABEL``) adding 0 (docs/methods.md, "Rows without a gold label"). Each labelled row weighs what it
+    weighs in a batch of labelled rows, so on labelled rows alone this is ``F.cross_entropy``; a batch of transfer
+    rows only gives 0, not NaN."""
+    labelled = labels >= 0
+    per_row = F.cross_entropy(logits.float(), labels.clamp_min(0), reduction="none", label_smoothing=label_smoothing)
+    return (per_row * labelled).sum() / max(len(labels), 1)

@@ -107,9 +107,14 @@ def build(ctx: DistillContext, args: dict) -> Objective:
     )
     q = aggregate(padded, scores.to(padded.device), mode, tau_s, ctx.route.get("weighting", "softmax"))
     m = margin_weights(scores).to(q.device) if bool(args["margin"]) else None
-    if ctx.train_labels is not None:
-        right = (q.argmax(-1).cpu() == torch.tensor(ctx.train_labels)).float().mean().item()
-        print(f"[kdpipe] muki: the target's argmax is the gold class on {right:.1%} of train rows", file=sys.stderr)
+    if ctx.train_labels is not None and (ctx.train_labels >= 0).any():
+        labelled = torch.as_tensor(ctx.train_labels >= 0)
+        gold = torch.as_tensor(ctx.train_labels)[labelled]
+        right = (q.argmax(-1).cpu()[labelled] == gold).float().mean().item()
+        print(
+            f"[kdpipe] muki: the target's argmax is the gold class on {right:.1%} of labelled train rows",
+            file=sys.stderr,
+        )
 
     def loss(model, batch):
         index = batch["index"]

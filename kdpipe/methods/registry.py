@@ -12,7 +12,7 @@ How to add a method: docs/adding-a-method.md. The losses: docs/methods.md (secti
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.dynamic_choices import (
@@ -67,6 +67,7 @@ class MethodSpec:
     teacher_objective: str | None = None  # the teachers must have been trained with this objective ("meta")
     routed: bool = False  # weighs its teachers per row from a routing artifact (the route rule; docs/routing.md)
     teachers: bool = True  # False: a baseline that learns from the gold labels alone and names no teachers
+    unlabelled: str = ""  # what it learns from a row without a gold label (a transfer row); "": it reads none
 
     def job_spec(self) -> dict:
         """What the distill stage needs to know of the method, passed in its params (``method_spec``) so that the
@@ -123,8 +124,32 @@ _DYNAMIC = (
     Arg("entropy_grad", "bool", False, "let gradients flow through the student's entropy weights"),
 )
 
+# What each method learns from a row without a gold label (a transfer row, kdpipe.data.transfer): its
+# distillation terms only. A gold-label term (cross-entropy, Hydra's correctness loss) skips the row
+# (kdpipe.methods.losses.gold_cross_entropy). A method without an entry reads no transfer row; why is said here.
+UNLABELLED_ROWS = {
+    "vanilla_kd": "the KD term; the hard-label term (hard_label_weight) skips it",
+    "uhc": "the per-teacher KL terms (it reads no gold label)",
+    "dfa": "the KD and feature-amalgamation terms (it reads no gold label)",
+    "muki": "the routed KD term, with the row's teacher weights from the route, which scores it like a train row "
+    "(every router but oracle, which needs the gold label)",
+    "muki_no_mc": "as muki",
+    "dynamic_teacher": "the uncertainty-weighted KD term; the cross-entropy term skips it",
+    "dynamic_data": "selected by the student's uncertainty like any row; the cross-entropy term skips it",
+    "dynamic_objective": "the weighted logit and hidden-state terms; the cross-entropy term skips it",
+    "hydra_plus": "every head's KD term; the correctness (cross-entropy) term skips it",
+    "hydra": "every head's KD term; the correctness (cross-entropy) term skips it",
+}
+# Why the others read no transfer row
+NO_UNLABELLED_ROWS = {
+    "supervised": "it learns from gold labels alone",
+    "meta_kd": "each row's weight comes from its gold label and domain (prototype score, domain expertise)",
+    "meta_kd_stage1": "each row's weight comes from its gold label and domain (prototype score, domain expertise)",
+    "prokt": "its teacher is trained with it on the gold labels",
+}
+
 METHODS = {
-    spec.name: spec
+    spec.name: replace(spec, unlabelled=UNLABELLED_ROWS.get(spec.name, ""))
     for spec in (
         MethodSpec(
             "supervised",

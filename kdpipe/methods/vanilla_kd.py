@@ -11,10 +11,8 @@ CE; the MUKI default temperature is 5.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
-
 from kdpipe.methods.base import DistillContext, Objective, student_logits
-from kdpipe.methods.losses import union_logits, vanilla_kd_loss
+from kdpipe.methods.losses import gold_cross_entropy, union_logits, vanilla_kd_loss
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
@@ -31,7 +29,7 @@ def build(ctx: DistillContext, args: dict) -> Objective:
         total = kd
         terms = {"kd": kd.item()}
         if w_hl:
-            ce = F.cross_entropy(z.float(), batch["labels"])
+            ce = gold_cross_entropy(z, batch["labels"])
             total = total + w_hl * ce
             terms["ce"] = ce.item()
         return total, terms

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.methods.registry import TEACHER_OBJECTIVES, complete_args, get_method
+from kdpipe.data.transfer_sources import has_transfer
+from kdpipe.methods.registry import NO_UNLABELLED_ROWS, TEACHER_OBJECTIVES, complete_args, get_method
 from kdpipe.plan.checks import Checks, check_empty
 from kdpipe.plan.classes import Classes
 from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
@@ -33,10 +34,13 @@ from kdpipe.plan.paths import (
     STUDENT,
     TEACHER,
     TRAINED_ROOTS,
+    TRANSFER,
 )
 from kdpipe.plan.routes import Routes
 from kdpipe.plan.slices import Slices
 from kdpipe.signals.catalog import signal_files
+
+TRANSFER_SPLIT = "transfer"  # the split of the transfer rows (kdpipe.data.dataset.TRANSFER, without pandas)
 
 __all__ = [
     "COTRAINED",
@@ -51,6 +55,7 @@ __all__ = [
     "STUDENT",
     "TEACHER",
     "TRAINED_ROOTS",
+    "TRANSFER",
     "Plan",
     "Student",
 ]
@@ -177,13 +182,62 @@ class Plan(Checks, Classes, Layers, Routes, Slices):
         return [self.attention_feature(student) if s == "attentions" else s for s in signals]
 
     def signal_files(self, student: str) -> list[str]:
-        """The cached signal files a student's method reads (train split), for each of its teachers."""
+        """The cached signal files a student's method reads, for each of its teachers: on the train split, and on
+        the transfer split when it learns from transfer rows."""
+        splits = ["train", *([TRANSFER_SPLIT] if self.student_transfer(student) else [])]
         return [
             path
             for teacher in self.student_teachers(student)
+            for split in splits
             for signal in self.student_signals(student)
-            for path in signal_files(signal, SIGNALS.format(teacher=teacher, split="train"))
+            for path in signal_files(signal, SIGNALS.format(teacher=teacher, split=split))
         ]
+
+    # ---- transfer rows (kdpipe.data.transfer)
+    def has_transfer(self) -> bool:
+        return has_transfer(self.config["dataset"])
+
+    def student_transfer(self, student: str) -> float:
+        """The share of the transfer rows a student learns from (``students.<name>.transfer``): by default all of
+        them when its method learns from rows without a gold label and it is not a per-domain student; an explicit
+        share where the method or the student cannot use them is an error."""
+        config = self.students[student].config
+        share = config.get("transfer")
+        method = get_method(config["method"])
+        oracle = method.routed and config["method_args"].get("router") == "oracle"  # routes by each gold label
+        if share is None:
+            usable = method.unlabelled and not config.get("domain") and not oracle
+            return 1.0 if self.has_transfer() and usable else 0.0
+        if share and oracle:
+            raise KdpipeError(
+                f"students.{self.students[student].entry}.transfer is {share}, but its router oracle routes each row "
+                "by its gold label, which transfer rows do not have; choose another router, or set transfer: 0"
+            )
+        if share and not self.has_transfer():
+            raise KdpipeError(
+                f"students.{self.students[student].entry}.transfer is {share}, but the dataset has no transfer rows: "
+                "set dataset.transfer or dataset.split.unlabelled"
+            )
+        if share and not method.unlabelled:
+            raise KdpipeError(
+                f"students.{self.students[student].entry}.transfer is {share}, but method {method.name} learns from "
+                f"no row without a gold label ({NO_UNLABELLED_ROWS.get(method.name, 'it reads gold labels')}); "
+                "set transfer: 0 or leave it out"
+            )
+        if share and config.get("domain"):
+            raise KdpipeError(
+                f"students.{self.students[student].entry}.transfer is {share}, but a per-domain student trains on its "
+                "domain's rows and transfer rows have no domain; set transfer: 0 or leave it out"
+            )
+        return float(share)
+
+    def transfer_inputs(self, student: str) -> list[str]:
+        """The transfer artifact, for a student that learns from transfer rows."""
+        return [TRANSFER.format(dataset=self.dataset)] if self.student_transfer(student) else []
+
+    def split_data(self, split: str) -> str:
+        """The artifact holding a split's rows: the prepared dataset, or the transfer rows."""
+        return TRANSFER.format(dataset=self.dataset) if split == TRANSFER_SPLIT else DATA.format(dataset=self.dataset)
 
     def prototype_files(self, student: str) -> list[str]:
         """Meta-KD's prototype scores, for a student whose method reads them."""

@@ -1,6 +1,7 @@
 """Where every artifact lives, relative to the workflow directory (docs/design.md, "Artifacts")."""
 
 DATA = "results/data/{dataset}"
+TRANSFER = "results/transfer/{dataset}"  # the unlabelled transfer rows, one split "transfer" (kdpipe.data.transfer)
 TEACHER = "results/teachers/{teacher}"
 SIGNALS_ROOT = "results/signals"
 SIGNALS = SIGNALS_ROOT + "/{teacher}/{split}"

@@ -6,9 +6,11 @@ from __future__ import annotations
 from kdpipe.methods.registry import get_method
 from kdpipe.plan.entries import without
 from kdpipe.plan.paths import ROUTE, SIGNALS
-from kdpipe.routing import DISPLAY_SETTINGS, route_name, route_signals, route_spec
+from kdpipe.routing import DISPLAY_SETTINGS, route_name, route_signals, route_spec, transfer_signals
 from kdpipe.routing.artifact import FILES
 from kdpipe.signals.catalog import signal_files
+
+TRANSFER_FILES = ("transfer.parquet", "transfer.json")  # beside a route (kdpipe.routing.transfer)
 
 
 class Routes:
@@ -67,9 +69,33 @@ class Routes:
         return {key: self.config["routing"][key] for key in DISPLAY_SETTINGS if key in self.config["routing"]}
 
     def route_files(self, student: str) -> list[str]:
-        """The route artifact files a student reads (none when it reads no route)."""
+        """The route artifact files a student reads (none when it reads no route): its train rows' scores, and its
+        transfer rows' when it learns from them (the ``route_transfer`` job)."""
         route = self.student_route(student)
-        return [] if route is None else [f"{ROUTE.format(route=route)}/{name}" for name in (FILES[-1], FILES[0])]
+        if route is None:
+            return []
+        names = [FILES[-1], FILES[0], *(TRANSFER_FILES[::-1] if self.student_transfer(student) else [])]
+        return [f"{ROUTE.format(route=route)}/{name}" for name in names]
+
+    def transfer_routes(self) -> list[str]:
+        """The routes that score transfer rows: those of a student that learns from them."""
+        return sorted(
+            {self.student_route(s) for s in self.students if self.student_route(s) and self.student_transfer(s)}
+        )
+
+    def route_transfer_params(self, route: str) -> dict:
+        """The ``route_transfer`` job's slice: its route's, with the signals it reads itself."""
+        return {**self.route_params(route), "signals": transfer_signals(self.routes()[route])}
+
+    def route_transfer_inputs(self, route: str) -> list[str]:
+        """The cached signal files the ``route_transfer`` job of a route reads, declared as its inputs."""
+        return [
+            path
+            for teacher in self.routes()[route]["teachers"]
+            for split, names in transfer_signals(self.routes()[route]).items()
+            for name in names
+            for path in signal_files(name, SIGNALS.format(teacher=teacher, split=split))
+        ]
 
     def route_dir(self, student: str) -> str:
         route = self.student_route(student)

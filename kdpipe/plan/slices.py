@@ -7,6 +7,7 @@ params trigger and hashed by the between-workflow output cache.
 from __future__ import annotations
 
 from kdpipe.core.identity import local_content
+from kdpipe.data.transfer_sources import TRANSFER_KEYS
 from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
 from kdpipe.models.backbones import architecture_modules, model_slice
 from kdpipe.plan.classes import TRAINING_KEYS
@@ -31,8 +32,23 @@ class Slices:
         """The dataset section; keys added later are left out at their "as before" value, so a prepared dataset
         made before them stays valid."""
         later = {"conflicts": "drop", "id_column": None, "normalize_labels": False}
-        dataset = {k: v for k, v in self.config["dataset"].items() if not (k in later and v == later[k])}
+        dataset = {
+            k: v
+            for k, v in self.config["dataset"].items()
+            if not (k in later and v == later[k]) and k not in TRANSFER_KEYS
+        }
+        if not dataset.get("split", {}).get("unlabelled", 1):
+            dataset["split"] = without(dataset["split"], "unlabelled")
         return with_local_content(dataset)
+
+    def transfer_params(self) -> dict:
+        """The transfer job's slice: what the transfer rows are read from and how (the dataset's own slice is its
+        input's, the prepared dataset)."""
+        dataset = self.config["dataset"]
+        keys = (*TRANSFER_KEYS, "name", "text_column", "text_pair_column", "format", "encoding")
+        params = {key: dataset[key] for key in keys if key in dataset}
+        params["split"] = {"seed": dataset.get("split", {}).get("seed", 13)}
+        return with_local_content(params)
 
     def teacher_params(self, teacher: str) -> dict:
         """The teacher's settings, plus the module of its objective when it is not plain cross-entropy (imported by
@@ -84,6 +100,9 @@ class Slices:
             "method_spec": method.job_spec(),
         }
         params["model"] = model_slice(params["model"], f"students.{self.students[student].entry}.model")
+        params.pop("transfer", None)
+        if self.student_transfer(student):  # only then, so that slices made before the key stay valid
+            params["transfer"] = self.student_transfer(student)
         alignment = self.alignment(student)
         if alignment:
             params["alignment"] = alignment

@@ -71,7 +71,7 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
                 "n_classes": len(r["classes"]),
                 "class_names": tuple(r["classes"]),
                 "reference": r.get("reference"),
-                "gold_labels": describe_label_use(r.get("gold_labels")),
+                "gold_labels": describe_label_use(r.get("gold_labels"), r.get("transfer_rows")),
                 "params": r["params"],
                 "members": r.get("members"),
                 "train_time_s": r["train_time_s"],
@@ -150,21 +150,23 @@ def _distances(run, reference) -> dict:
     return {part: total_variation(hists[0][part], hists[1][part]) for part in UNCERTAINTY_PARTS}
 
 
-def describe_label_use(use: dict | None) -> str:
+def describe_label_use(use: dict | None, transfer_rows: int | None = None) -> str:
     """The gold labels a model read to be made, in words for the tables: "none", "train 1,489 · validation 213",
-    "checkpoint: trained outside kdpipe", or "not recorded" for an evaluation made before kdpipe recorded it.
+    "checkpoint: trained outside kdpipe", or "not recorded" for an evaluation made before kdpipe recorded it; then
+    the unlabelled transfer rows it learnt from, if any ("+ 1,340 transfer rows without labels").
 
     See docs/report.md, "Which gold labels each model read"."""
+    transfer = f" + {transfer_rows:,} transfer rows without labels" if transfer_rows else ""
     if use is None:
-        return "not recorded"
+        return "not recorded" + transfer
     if not use:
-        return "none"
+        return "none" + transfer
     order = {"train": 0, "validation": 1, "test": 2}
     parts = [
         f"{split} {rows:,}" if isinstance(rows, int) else f"{split}: {rows}"
         for split, rows in sorted(use.items(), key=lambda item: order.get(item[0], 3))
     ]
-    return " · ".join(parts)
+    return " · ".join(parts) + transfer
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:

@@ -81,3 +81,13 @@ def route_signals(spec: dict, mc_splits: list[str] | tuple[str, ...] = ()) -> di
     return {
         split: [*ROUTE_SIGNALS, *(["mc"] if needs_mc(spec) or split in mc_splits else [])] for split in ROUTE_SPLITS
     }
+
+
+def transfer_signals(spec: dict) -> dict[str, list[str]]:
+    """The teacher signals the ``route_transfer`` job of a route reads (kdpipe.routing.transfer), per split: the
+    transfer rows' logits and pooled states (and MC-dropout signal, for an MC score), and the validation rows' for
+    ``knn`` and ``learned``, which are fitted on them."""
+    out = {"transfer": [*ROUTE_SIGNALS, *(["mc"] if needs_mc(spec) else [])]}
+    if spec["router"] in ("knn", "learned"):
+        out = {"validation": list(ROUTE_SIGNALS), **out}
+    return out

@@ -2,6 +2,8 @@
 
 - ``train.parquet`` and ``validation.parquet``: row_id, scores (list<float32>[K], teachers in the manifest's order),
   in the split's row order;
+- ``transfer.parquet`` and ``transfer.json`` (its manifest), when a student learns from transfer rows: their scores
+  (kdpipe.routing.transfer);
 - ``route.json``: the manifest: teachers, router, how scores become weights (``weighting``: ``softmax`` of s/τ_s
   or the ``scores`` themselves), each teacher's calibration temperature when calibrated, and the diagnostics of
   every router the cached signals allow.
@@ -31,9 +33,11 @@ def write_scores(path: Path, row_ids: np.ndarray, scores: np.ndarray) -> None:
 def read_route(route_dir: str | Path, split: str, row_ids: np.ndarray, teachers: list[str]) -> tuple[np.ndarray, dict]:
     """The scores [N, K] of ``split`` in the order of ``row_ids`` and ``teachers``, and the manifest, checked."""
     route_dir = Path(route_dir)
-    manifest = read_manifest(route_dir / "route.json", kind="route")
+    # the transfer rows' scores have a manifest of their own (kdpipe.routing.transfer)
+    manifest_file = route_dir / ("transfer.json" if split == "transfer" else "route.json")
+    manifest = read_manifest(manifest_file, kind="route")
     path = route_dir / f"{split}.parquet"
-    verify(manifest, route_dir / "route.json", [path.name], target=path)
+    verify(manifest, manifest_file, [path.name], target=path)
     if manifest["teachers"] != list(teachers):
         raise KdpipeError(f"{route_dir}: routes teachers {manifest['teachers']}, the student learns from {teachers}")
     table = pq.read_table(path)

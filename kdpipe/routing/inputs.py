@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.data.dataset import read_labels, read_split
+from kdpipe.data.dataset import TRANSFER, read_labels, read_split
 from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.routing import ROUTE_SPLITS
 from kdpipe.signals.catalog import SIGNALS
@@ -43,19 +43,28 @@ class DeclaredSignals:
 
 
 class RouteInputs:
-    """The data and every teacher's declared signals on the train and validation splits."""
+    """The data and every teacher's declared signals on the train and validation splits (by default), or on the
+    ``splits`` asked for; the transfer split's rows come from the transfer artifact ``transfer`` and have no gold
+    label."""
 
-    def __init__(self, teachers: list[str], data: Path, signals: DeclaredSignals):
+    def __init__(
+        self,
+        teachers: list[str],
+        data: Path,
+        signals: DeclaredSignals,
+        splits: tuple[str, ...] = ROUTE_SPLITS,
+        transfer: Path | None = None,
+    ):
         self.teachers = list(teachers)
         self.labels = read_labels(data)
-        self.frames = {s: read_split(data, s) for s in ROUTE_SPLITS}
+        self.frames = {s: read_split(transfer if s == TRANSFER else data, s) for s in splits}
         self.row_ids = {s: f["row_id"].to_numpy() for s, f in self.frames.items()}
-        self.gold = {s: f["label_id"].to_numpy() for s, f in self.frames.items()}
+        self.gold = {s: f["label_id"].to_numpy() for s, f in self.frames.items() if s != TRANSFER}
         self.declared = signals
         self.logits, self.pooled, self.mc = {}, {}, {}
         classes = {}
         for t in self.teachers:
-            for s in ROUTE_SPLITS:
+            for s in splits:
                 self.logits[t, s], classes[t] = read_logits(signals.path(t, s, "logits"), self.row_ids[s])
                 self.pooled[t, s], _ = read_pooled(signals.path(t, s, "pooled"), self.row_ids[s])
                 if signals.has(s, "mc"):
@@ -68,7 +77,7 @@ class RouteInputs:
         self.owners = {s: owner[g] for s, g in self.gold.items()}
         # each teacher's predicted class as a student label index, [N, K]
         self.predictions = {
-            s: np.stack([self.blocks[t][self.logits[t, s].argmax(-1)] for t in self.teachers], -1) for s in ROUTE_SPLITS
+            s: np.stack([self.blocks[t][self.logits[t, s].argmax(-1)] for t in self.teachers], -1) for s in self.gold
         }
 
     def own_rows(self, teacher: str, split: str) -> np.ndarray:

@@ -67,11 +67,15 @@ def knn(inputs: RouteInputs, neighbours: int, folds: int, seed: int) -> dict[str
     return {s: np.stack([scores[i] for scores in per_teacher], -1) for i, s in enumerate(ROUTE_SPLITS)}
 
 
+def router_features(inputs: RouteInputs, split: str) -> np.ndarray:
+    """The learned router's features of the rows of ``split``: every teacher's pooled states and logits."""
+    return np.concatenate(
+        [np.concatenate([inputs.pooled[t, split], inputs.logits[t, split]], -1) for t in inputs.teachers], -1
+    )
+
+
 def learned(inputs: RouteInputs, folds: int, seed: int) -> tuple[dict[str, np.ndarray], dict]:
-    features = {
-        s: np.concatenate([np.concatenate([inputs.pooled[t, s], inputs.logits[t, s]], -1) for t in inputs.teachers], -1)
-        for s in ROUTE_SPLITS
-    }
+    features = {s: router_features(inputs, s) for s in ROUTE_SPLITS}
     train, validation, figures = learned_router(
         features["validation"],
         inputs.owners["validation"],

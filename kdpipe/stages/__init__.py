@@ -2,9 +2,9 @@
 
 ``params`` is the stage's config slice (exactly what the rule's ``params.cfg`` holds, computed by
 :mod:`kdpipe.plan`); the arguments are the rule's input and output paths. :data:`STAGES` is the one table the
-command line (:mod:`kdpipe.cli`) is built from. Teacher-side stages (prepare, finetune_teacher, import_teacher,
-prototypes, signal_shard, signal_gather, route) import nothing of the student side (methods, student architectures,
-distill): a change there never reruns a teacher job (docs/caching-and-reruns.md).
+command line (:mod:`kdpipe.cli`) is built from. Teacher-side stages (prepare, transfer, finetune_teacher,
+import_teacher, prototypes, signal_shard, signal_gather, route) import nothing of the student side (methods, student
+architectures, distill): a change there never reruns a teacher job (docs/caching-and-reruns.md).
 """
 
 from __future__ import annotations
@@ -26,13 +26,15 @@ class Stage:
 # name: (its arguments, runs a model, what it does); the module is kdpipe.stages.<name with "_" for "-">
 _TABLE = {
     "prepare": ("out", False, "read, deduplicate and split the dataset"),
+    "transfer": ("data out", False, "unlabelled transfer rows, checked against the dataset"),
     "prototypes": ("data out", True, "Meta-KD's prototype scores"),
     "finetune-teacher": ("data out prototypes?", True, "fine-tune one teacher"),
     "import-teacher": ("data out", True, "use a fine-tuned checkpoint as a teacher, without training"),
     "signal-shard": ("teacher data shard:str out_part", True, "one shard of a teacher signal pass"),
     "signal-gather": ("parts+ out", False, "a teacher signal from its shards"),
     "route": ("data signals_root out", False, "each row's teacher weights, with routing diagnostics"),
-    "distill": ("data signals_root out prototypes? route?", True, "train a student from cached signals"),
+    "route-transfer": ("data transfer signals_root route", False, "a route's teacher weights of the transfer rows"),
+    "distill": ("data signals_root out prototypes? route? transfer?", True, "train a student from cached signals"),
     "cotrain": ("data out out_teacher", True, "ProKT: a student and its teacher trained together"),
     "evaluate": ("model data out_json out_predictions", True, "metrics and predictions of one model on one split"),
     "evaluate-ensemble": ("members+ out_json out_predictions", False, "an ensemble from its members' predictions"),

@@ -4,7 +4,9 @@ The student never sees a teacher model: it reads the signals its method declares
 from ``{signals_root}/{teacher}/train/``, checked against their manifests and the data split. Signals are keyed by
 row_id, not by token, so the student's tokenizer may differ from the teachers' for logit-level methods. A student
 restricted to a ``domain`` trains on that domain's rows and reads the same cached signals (made once for all rows),
-restricted to those rows.
+restricted to those rows. A student that learns from transfer rows (``params["transfer"]``) reads each teacher's
+signals on the transfer split too, joined after the train rows' (kdpipe.signals.join); those rows carry no gold
+label (docs/methods.md, "Rows without a gold label").
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import importlib
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 
 from kdpipe.core.store import KdpipeError, make_manifest, read_json
@@ -22,13 +25,20 @@ from kdpipe.evaluation.results import combined_label_use
 from kdpipe.methods.base import DistillContext
 from kdpipe.routing.artifact import read_route
 from kdpipe.signals.io import read_prototype_scores
+from kdpipe.signals.join import join_parts
 from kdpipe.signals.load import load_signals, subset_signals
 from kdpipe.training.loop import fit_job, save_trained
 from kdpipe.training.student import student_data
 
 
 def run(
-    params: dict, data: Path, signals_root: Path, out: Path, prototypes: Path | None = None, route: Path | None = None
+    params: dict,
+    data: Path,
+    signals_root: Path,
+    out: Path,
+    prototypes: Path | None = None,
+    route: Path | None = None,
+    transfer: Path | None = None,
 ) -> dict:
     """Train the student of ``params`` from the cached signals under ``signals_root``; write it to ``out``.
 
@@ -36,20 +46,26 @@ def run(
     prototypes), passed by the plan so that this stage imports only the method's own module.
     """
     method = SimpleNamespace(name=params["method"], **{"routed": False, **params["method_spec"]})
-    job = student_data(params, data, attn="eager" if "attentions" in method.signals else None)
+    job = student_data(params, data, attn="eager" if "attentions" in method.signals else None, transfer_dir=transfer)
     device, labels = job.device, job.labels
     teachers = list(params["teachers"])
     positions = job.train_positions
     signals = {
-        t: subset_signals(
-            load_signals(
-                method.signals,
-                Path(signals_root) / t / "train",
-                job.split_row_ids,
-                device,
-                params.get("attention_feature", "attentions"),
-            ),
-            positions,
+        t: join_parts(
+            [
+                subset_signals(
+                    load_signals(
+                        method.signals,
+                        Path(signals_root) / t / part.split,
+                        part.split_row_ids,
+                        device,
+                        params.get("attention_feature", "attentions"),
+                    ),
+                    part.positions,
+                )
+                for part in job.parts
+            ],
+            f"{signals_root}/{t}",
         )
         for t in teachers
     }
@@ -75,7 +91,7 @@ def run(
         alignment=params.get("alignment"),
         domains=job.domains,
     )
-    if job.domains:
+    if job.domains and job.transfer is None:  # transfer rows have no domain (no method reading domains takes them)
         ctx.domain_ids = torch.as_tensor(domain_ids(job.train, job.domains), device=device)
     if method.prototypes:
         if prototypes is None:
@@ -86,10 +102,12 @@ def run(
     if method.routed:
         if route is None:
             raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
-        scores, manifest = read_route(route, "train", job.split_row_ids, teachers)
+        scores, manifest = zip(*(read_route(route, p.split, p.split_row_ids, teachers) for p in job.parts))
+        scores = np.concatenate([split_scores[p.positions] for split_scores, p in zip(scores, job.parts)])
+        manifest = manifest[0]
         route_labels = manifest.get("gold_labels")  # what the route read to weigh the teachers (None: not recorded)
         ctx.route = {
-            "scores": torch.as_tensor(scores[positions], device=device),
+            "scores": torch.as_tensor(scores, device=device),
             "weighting": manifest["weighting"],
             "temperatures": manifest.get("temperatures"),
         }
@@ -125,7 +143,11 @@ def run(
         teachers=teachers,
         tokenizer=params["model"],
         domain=params.get("domain"),
-        rows={"train": len(job.train), "validation": len(job.valid)},
+        rows={
+            "train": len(job.train),
+            **({"transfer": len(job.transfer)} if job.transfer is not None else {}),
+            "validation": len(job.valid),
+        },
         gold_labels=route_labels,  # with what training reads (kdpipe.training.loop.label_use)
     )
     save_trained(out, job.model, job.tokenizer, labels, result, manifest)

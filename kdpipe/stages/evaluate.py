@@ -73,6 +73,7 @@ def run(params: dict, model: Path, data: Path, out_json: Path, out_predictions: 
         "device": _describe(device),
         "batch_size": params["batch_size"],
         "gold_labels": manifest.get("gold_labels"),  # what the model read to be made ({split: rows})
+        "transfer_rows": (manifest.get("rows") or {}).get("transfer", 0),  # and the unlabelled rows it learnt from
     }
     return write_evaluation(
         params,

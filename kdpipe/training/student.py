@@ -10,16 +10,28 @@ import pandas as pd
 import torch
 
 from kdpipe.core.device import pick_device
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import Encoded, encode_frame
-from kdpipe.data.dataset import dataset_domains, read_labels, read_split, restrict_to_domain
+from kdpipe.data.dataset import NO_LABEL, TRANSFER, dataset_domains, read_labels, read_split, restrict_to_domain
+from kdpipe.data.transfer import transfer_rows
 from kdpipe.models.students import build_student
 from kdpipe.training.loop import TrainSettings, encoded_validator
 
 
 @dataclass
+class SplitPart:
+    """The rows of one split among a student's training rows: the order every cached signal of that split is in
+    (the whole split's row_ids) and where the student's rows are in it."""
+
+    split: str
+    split_row_ids: np.ndarray
+    positions: np.ndarray
+
+
+@dataclass
 class StudentData:
     labels: list[str]
-    train: pd.DataFrame  # the student's train rows (a domain's, for a per-domain student)
+    train: pd.DataFrame  # the student's labelled train rows (a domain's, for a per-domain student)
     valid: pd.DataFrame
     model: torch.nn.Module
     tokenizer: object
@@ -29,20 +41,35 @@ class StudentData:
     device: torch.device
     split_row_ids: np.ndarray  # row_ids of the whole train split, the order every cached signal is in
     domains: list[str] | None  # the dataset's domains (None without a domain column)
+    transfer: pd.DataFrame | None = None  # the transfer rows it learns from, after the train rows in enc_train
+    transfer_row_ids: np.ndarray | None = None  # row_ids of the whole transfer split
 
     @property
     def train_positions(self) -> np.ndarray:
         """Position of each of the student's train rows in the whole train split."""
         return np.searchsorted(self.split_row_ids, self.train["row_id"].to_numpy())
 
+    @property
+    def parts(self) -> list[SplitPart]:
+        """The splits of the student's training rows, in the order of ``enc_train``: train, then transfer."""
+        parts = [SplitPart("train", self.split_row_ids, self.train_positions)]
+        if self.transfer is not None:
+            positions = np.searchsorted(self.transfer_row_ids, self.transfer["row_id"].to_numpy())
+            parts.append(SplitPart(TRANSFER, self.transfer_row_ids, positions))
+        return parts
+
     def validator(self, eval_batch_size: int):
         """``validate`` of the training loop for a model that predicts the dataset's labels."""
         return encoded_validator(self.enc_valid, batch_size=eval_batch_size, device=self.device)
 
 
-def student_data(params: dict, data_dir: Path, attn: str | None = None) -> StudentData:
+def student_data(
+    params: dict, data_dir: Path, attn: str | None = None, transfer_dir: Path | None = None
+) -> StudentData:
     """Read the splits (the rows of ``params["domain"]`` only, when set), build the student (``params["model"]``)
-    and tokenise train and validation its way (a BiLSTM tokenises the two sides of a pair apart)."""
+    and tokenise train and validation its way (a BiLSTM tokenises the two sides of a pair apart). With
+    ``params["transfer"]`` (a share) the training rows are followed by that share of the transfer rows of
+    ``transfer_dir``, with the label ``NO_LABEL``."""
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
     full_train = read_split(data_dir, "train")
@@ -54,6 +81,18 @@ def student_data(params: dict, data_dir: Path, attn: str | None = None) -> Stude
     model, tokenizer = build_student(
         params["model"], labels, seed=settings.seed, pairs="text_pair" in train.columns, attn=attn
     )
+    transfer = transfer_ids = None
+    if params.get("transfer"):
+        if transfer_dir is None:
+            raise KdpipeError("the student learns from transfer rows (params transfer): pass --transfer")
+        whole = read_split(transfer_dir, TRANSFER)
+        if read_labels(transfer_dir) != labels:
+            raise KdpipeError(f"{transfer_dir}: made for a dataset with other labels; rerun the transfer job")
+        transfer_ids = whole["row_id"].to_numpy()
+        transfer = transfer_rows(whole, float(params["transfer"]))
+        del whole
+    learned = train if transfer is None else pd.concat([train, transfer], ignore_index=True)
+    label_ids = learned["label_id"].fillna(NO_LABEL).to_numpy(np.int64) if transfer is not None else None
     separate = getattr(model, "separate_pairs", False)
     encoded = [
         encode_frame(
@@ -61,9 +100,9 @@ def student_data(params: dict, data_dir: Path, attn: str | None = None) -> Stude
             frame,
             max_length=params["max_length"],
             separate_pairs=separate,
-            label_ids=frame["label_id"].to_numpy(),
+            label_ids=frame["label_id"].to_numpy() if ids is None else ids,
         )
-        for frame in (train, valid)
+        for frame, ids in ((learned, label_ids), (valid, None))
     ]
     return StudentData(
         labels,
@@ -76,4 +115,6 @@ def student_data(params: dict, data_dir: Path, attn: str | None = None) -> Stude
         pick_device(),
         full_train["row_id"].to_numpy(),
         domains,
+        transfer,
+        transfer_ids,
     )

@@ -25,6 +25,7 @@ from kdpipe.plan import (
     SIGNALS_ROOT,
     STUDENT,
     TEACHER,
+    TRANSFER,
     Plan,
     TRAINED_ROOTS,
 )
@@ -45,6 +46,8 @@ except KdpipeError as err:
 DATASET = PLAN.dataset
 SIGNAL_NAMES = list(SIGNAL_CATALOG)
 DATA_DIR = DATA.format(dataset=DATASET)
+TRANSFER_DIR = TRANSFER.format(dataset=DATASET)
+SIGNAL_SPLITS = "train|validation|test|transfer"  # teachers' signals are computed on the transfer rows too
 # Every rule runs `python -m kdpipe <stage>`. Without a deployment method that `python` is the one running
 # Snakemake (its folder goes first on PATH), so `.venv/bin/snakemake` works without activating the venv. With
 # `--software-deployment-method conda` every rule runs in envs/kdpipe.yaml instead (ENV, relative to the rule
@@ -148,8 +151,9 @@ def signal_code(wildcards, stage, signal=None):
 
 
 def signal_outputs(signal):
-    """The files of a signal, as the catalog names them, each named by its extension (npy, parquet, json)."""
-    return {Path(file).suffix[1:]: file for file in signal_files(signal, SIGNALS)}
+    """The files of a signal, as the catalog names them, each named by what follows its stem (npy, parquet, json;
+    offsets_npy, tokens_npy for a feature dump's sidecars)."""
+    return {"_".join(Path(file).name.split(".")[1:]): file for file in signal_files(signal, SIGNALS)}
 
 
 def gather_parts(wildcards, signal):

@@ -15,3 +15,24 @@ rule prepare:
         code=code("kdpipe.stages.prepare"),
     shell:
         "python -m kdpipe --threads {threads} prepare --params {params.cfg:q} --out {output.data} > {log} 2>&1"
+
+
+rule transfer:
+    """The unlabelled transfer rows: read, drop empty, repeated and evaluation texts, cap, number after the data."""
+    input:
+        data=DATA_DIR,
+    output:
+        transfer=directory(TRANSFER_DIR),
+    log:
+        f"{LOGS}/transfer.log",
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    params:
+        cfg=as_json(PLAN.transfer_params()),
+        code=code("kdpipe.stages.transfer"),
+    shell:
+        "python -m kdpipe transfer --params {params.cfg:q} --data {input.data} --out {output.transfer} > {log} 2>&1"

@@ -33,3 +33,33 @@ rule route:
         # the diagnostics table goes to the console as well as the log
         "python -m kdpipe --threads {threads} route --params {params.cfg:q} --data {input.data}"
         " --signals-root {params.signals_root} --out $(dirname {output.manifest:q}) 2>&1 | tee {log}"
+
+
+rule route_transfer:
+    """Score the transfer rows with a route's router, as it scores train rows (refitted on validation alone)."""
+    input:
+        data=DATA_DIR,
+        transfer=TRANSFER_DIR,
+        route=f"{ROUTE}/route.json",
+        signals=lambda wc: PLAN.route_transfer_inputs(wc.route),
+    output:
+        scores=f"{ROUTE}/transfer.parquet",
+        manifest=f"{ROUTE}/transfer.json",
+    log:
+        f"{LOGS}/route/{{route}}.transfer.log",
+    wildcard_constraints:
+        route=one_of(PLAN.transfer_routes()),
+    cache: True
+    conda:
+        ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        cfg=lambda wc: as_json(PLAN.route_transfer_params(wc.route)),
+        code=code("kdpipe.stages.route_transfer"),
+        signals_root=SIGNALS_ROOT,
+    shell:
+        "python -m kdpipe --threads {threads} route-transfer --params {params.cfg:q} --data {input.data}"
+        " --transfer {input.transfer} --signals-root {params.signals_root} --route $(dirname {input.route:q}) > {log} 2>&1"

@@ -9,13 +9,14 @@ rule signal_shard:
     """One shard of a teacher signal pass (logits, MC-dropout, a feature dump, Meta-KD's domain signals)."""
     input:
         teacher=TEACHER,
-        data=DATA_DIR,
+        data=lambda wc: PLAN.split_data(wc.split),
     output:
         part=temp(directory(PART)),
     log:
         f"{LOGS}/{{signal}}/{{teacher}}.{{split}}.{{scatteritem}}.log",
     wildcard_constraints:
         signal=one_of(SIGNAL_NAMES),
+        split=SIGNAL_SPLITS,
     conda:
         ENV
     threads: 2
@@ -44,6 +45,8 @@ for _signal in SIGNAL_NAMES:
             **signal_outputs(_signal),
         log:
             f"{LOGS}/{_signal}/{{teacher}}.{{split}}.log",
+        wildcard_constraints:
+            split=SIGNAL_SPLITS,
         cache: True
         conda:
             ENV

@@ -6,6 +6,7 @@ rule distill:
         prototypes=lambda wc: PLAN.prototype_files(wc.student),
         init=lambda wc: PLAN.init_dirs(wc.student),  # a second stage starts from its first stage
         route=lambda wc: PLAN.route_files(wc.student),  # a knowledge-integration student's teacher weights
+        transfer=lambda wc: PLAN.transfer_inputs(wc.student),  # unlabelled rows it learns from
     output:
         model=directory(STUDENT),
     log:
@@ -26,7 +27,8 @@ rule distill:
         route=lambda wc: PLAN.route_dir(wc.student),
     shell:
         "python -m kdpipe --threads {threads} --processes {resources.gpu} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
-        " --out {output.model} --prototypes {input.prototypes} --route {params.route} --inputs {input} > {log} 2>&1"
+        " --out {output.model} --prototypes {input.prototypes} --route {params.route} --transfer {input.transfer}"
+        " --inputs {input} > {log} 2>&1"
 
 
 rule cotrain:
