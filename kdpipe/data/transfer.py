@@ -117,7 +117,7 @@ def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) 
 
 def _write(path: Path, readers, reason: np.ndarray, draw: np.ndarray, first_id: int, columns: list[str]) -> None:
     """Pass 2: the kept rows, numbered after the dataset's largest row_id (a withheld training row keeps its own)."""
-    writer, position, written = None, 0, 0
+    writer, position, written, numbered = None, 0, 0, 0
     for _, reader in readers:
         for batch in reader():
             keep = reason[position : position + len(batch)] == 0
@@ -128,7 +128,8 @@ def _write(path: Path, readers, reason: np.ndarray, draw: np.ndarray, first_id: 
             if "row_id" in batch:
                 ids = batch.loc[keep, "row_id"].to_numpy(np.int64)
             else:
-                ids = first_id + np.arange(written, written + len(rows), dtype=np.int64)
+                ids = first_id + np.arange(numbered, numbered + len(rows), dtype=np.int64)
+                numbered += len(rows)
             rows.insert(0, "row_id", ids)
             rows["draw"] = draw[written : written + len(rows)]
             written += len(rows)

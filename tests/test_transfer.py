@@ -1,0 +1,233 @@
+"""Unlabelled transfer rows (kdpipe.data.transfer; docs/your-own-models-and-data.md, "Unlabelled transfer data"):
+what is dropped and counted, the row ids and draw order, every file format, bad input, the withheld training
+labels of ``dataset.split.unlabelled``, the gold-label loss that skips transfer rows, and the plan's decisions."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.data.dataset import NO_LABEL, read_split
+from kdpipe.data.prepare import UNLABELLED, prepare
+from kdpipe.data.transfer import build_transfer, transfer_rows
+from kdpipe.methods.losses import gold_cross_entropy
+from kdpipe.plan import Plan
+from kdpipe.signals.join import StackedRows, join_parts
+from tests.conftest import REPO, TINY_DATASET
+
+NONE_DROPPED = {"empty": 0, "duplicate": 0, "evaluation": 0, "labelled": 0, "over_max_rows": 0}
+SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def withheld_data(tmp_path_factory):
+    """The tiny dataset with half of its training labels withheld."""
+    out = tmp_path_factory.mktemp("withheld") / "data"
+    prepare({**TINY_DATASET, "split": {**TINY_DATASET["split"], "unlabelled": 0.5}}, out)
+    return out
+
+
+def corpus(data_dir, n=30, leaks=True) -> pd.DataFrame:
+    """n new texts, then one of each kind that must be dropped (a text of the data, with its line breaks, only with
+    ``leaks``)."""
+    validation, train = read_split(data_dir, "validation"), read_split(data_dir, "train")
+    texts = [f"an unlabelled report number {i}" for i in range(n)]
+    texts += ["", "   ", texts[3]] + ([validation["text"][0], train["text"][0]] if leaks else [])
+    return pd.DataFrame({"text": texts, "label": ["ignored"] * len(texts)})
+
+
+def test_withheld_training_rows_lose_their_labels_and_every_class_keeps_labelled_rows(tiny_data, withheld_data):
+    whole, kept = read_split(tiny_data, "train"), read_split(withheld_data, "train")
+    withheld = pd.read_parquet(withheld_data / UNLABELLED)
+    assert list(withheld.columns) == ["row_id", "text"]  # no label column: nothing downstream can read one
+    assert len(kept) + len(withheld) == len(whole) and abs(len(withheld) - len(whole) / 2) <= 1
+    assert set(kept["label"]) == set(whole["label"])
+    assert set(kept["row_id"]).isdisjoint(withheld["row_id"])
+    # validation and test are untouched
+    for split in ("validation", "test"):
+        assert read_split(withheld_data, split).equals(read_split(tiny_data, split))
+
+
+def test_dropped_rows_are_counted_by_reason_and_kept_rows_are_numbered_after_the_data(tmp_path, withheld_data):
+    corpus(withheld_data).to_csv(tmp_path / "extra.csv", index=False)
+    manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "extra.csv")}, withheld_data, tmp_path / "t")
+    assert manifest["dropped"] == {"empty": 2, "duplicate": 1, "evaluation": 1, "labelled": 1, "over_max_rows": 0}
+    withheld = pd.read_parquet(withheld_data / UNLABELLED)
+    assert manifest["rows"] == {"transfer": 30 + len(withheld)}
+    rows = read_split(tmp_path / "t", "transfer")
+    assert "label" not in rows and "label_id" not in rows
+    # the withheld rows keep their ids, the file's rows come after every id of the dataset, in file order
+    assert rows["row_id"].is_monotonic_increasing
+    assert rows["row_id"][: len(withheld)].tolist() == withheld["row_id"].tolist()
+    largest = max(read_split(withheld_data, s)["row_id"].max() for s in ("train", "validation", "test"))
+    largest = max(largest, withheld["row_id"].max())
+    assert rows["row_id"][len(withheld)] == largest + 1
+    assert rows["text"][len(withheld) :].tolist() == [f"an unlabelled report number {i}" for i in range(30)]
+    assert sorted(rows["draw"]) == list(range(len(rows)))
+
+
+def test_every_file_format_gives_the_same_rows_and_a_cap_is_a_seeded_choice(tmp_path, tiny_data):
+    frame = corpus(tiny_data, leaks=False)  # a TSV file has no quoting: no text with a line break
+    frame.to_csv(tmp_path / "a.csv", index=False)
+    frame.to_csv(tmp_path / "a.tsv", sep="\t", index=False)
+    frame.to_json(tmp_path / "a.jsonl", orient="records", lines=True)
+    frame.to_parquet(tmp_path / "a.parquet")
+    made = {}
+    for name in ("a.csv", "a.tsv", "a.jsonl", "a.parquet"):
+        params = {**TINY_DATASET, "transfer": str(tmp_path / name), "transfer_max_rows": 20}
+        manifest = build_transfer(params, tiny_data, tmp_path / name.replace(".", "_"))
+        assert manifest["dropped"] == {**NONE_DROPPED, "empty": 2, "duplicate": 1, "over_max_rows": 10}, name
+        made[name] = read_split(tmp_path / name.replace(".", "_"), "transfer")
+    for name, rows in made.items():
+        pd.testing.assert_frame_equal(rows, made["a.csv"], obj=name)
+    # per-part files: the parts' rows, one after the other
+    both = build_transfer(
+        {**TINY_DATASET, "transfer": [str(tmp_path / "a.csv"), str(tmp_path / "a.parquet")]}, tiny_data, tmp_path / "b"
+    )
+    assert both["dropped"]["duplicate"] == 1 + 31  # the second part: its 30 texts and its own repeat
+
+
+def test_a_smaller_share_of_transfer_rows_is_part_of_every_larger_one(tmp_path, tiny_data):
+    corpus(tiny_data, n=200).to_csv(tmp_path / "extra.csv", index=False)
+    build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "extra.csv")}, tiny_data, tmp_path / "t")
+    rows = read_split(tmp_path / "t", "transfer")
+    shares = {share: set(transfer_rows(rows, share)["row_id"]) for share in (0.0, 0.25, 0.5, 1.0)}
+    assert [len(shares[s]) for s in shares] == [0, 50, 100, 200]
+    assert shares[0.25] < shares[0.5] < shares[1.0]
+    assert shares[1.0] == set(rows["row_id"])
+
+
+@pytest.mark.parametrize(
+    "write, expected",
+    [
+        (lambda p: p.write_text(""), "the file is empty"),
+        (lambda p: p.write_text("  \n\n"), "the file is empty"),
+        (lambda p: p.write_text("text\n"), "no data rows"),
+        (lambda p: p.write_text("body,label\nsome text,a\n"), "no column 'text' (dataset.text_column)"),
+        (lambda p: p.write_bytes("text\ncaf\xe9 au lait\n".encode("latin-1")), "not valid utf-8 at byte offset 8"),
+        (lambda p: p.write_text('text\n""\n" "\n'), "no row is left of 2 read (2 dropped as empty text)"),
+    ],
+)
+def test_bad_transfer_files_stop_with_one_line_naming_the_file_and_write_nothing(tmp_path, tiny_data, write, expected):
+    path = tmp_path / "extra.csv"
+    write(path)
+    with pytest.raises(KdpipeError, match="extra.csv|dataset.transfer") as err:
+        build_transfer({**TINY_DATASET, "transfer": str(path)}, tiny_data, tmp_path / "t")
+    assert expected in str(err.value)
+    assert not (tmp_path / "t").exists()
+
+
+def test_the_encoding_error_names_an_encoding_that_reads_the_file(tmp_path, tiny_data):
+    path = tmp_path / "extra.csv"
+    path.write_bytes("text\ncaf\xe9\n".encode("latin-1"))
+    with pytest.raises(KdpipeError, match="set dataset.encoding: latin-1"):
+        build_transfer({**TINY_DATASET, "transfer": str(path)}, tiny_data, tmp_path / "t")
+    build_transfer({**TINY_DATASET, "transfer": str(path), "encoding": "latin-1"}, tiny_data, tmp_path / "t")
+    assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["café"]
+
+
+def test_the_gold_label_loss_skips_rows_without_a_label():
+    logits = torch.tensor([[0.0, 0.0], [1.0, 0.0], [2.0, -1.0]])
+    labels = torch.tensor([0, NO_LABEL, 1])
+    # by hand: row 0 adds log 2, row 2 adds log(e^2 + e^-1) + 1 = 3.0486; averaged over the 3 rows
+    expected = (math.log(2) + math.log(math.exp(2) + math.exp(-1)) + 1) / 3
+    assert gold_cross_entropy(logits, labels).item() == pytest.approx(expected, rel=1e-6)
+    labelled = torch.tensor([0, 1, 1])
+    assert gold_cross_entropy(logits, labelled).item() == pytest.approx(F.cross_entropy(logits, labelled).item())
+    assert gold_cross_entropy(logits, torch.full((3,), NO_LABEL)).item() == 0.0
+
+
+def test_signals_of_two_splits_are_joined_in_the_students_row_order():
+    a, b = np.arange(24.0).reshape(4, 3, 2), 100 + np.arange(12.0).reshape(2, 3, 2)
+    stacked = StackedRows([a, b])
+    whole = np.concatenate([a, b])
+    assert stacked.shape == whole.shape
+    index = np.array([5, 0, 4, 2])
+    assert np.array_equal(stacked[index], whole[index])
+    assert np.array_equal(stacked[torch.tensor(index), 1:], whole[index, 1:])
+    assert np.array_equal(stacked[3], whole[3])
+    joined = join_parts(
+        [
+            {"logits": torch.zeros(4, 2), "labels": ["a", "b"], "hidden": a, "hidden_lengths": [1, 2, 3, 4]},
+            {"logits": torch.ones(2, 2), "labels": ["a", "b"], "hidden": b, "hidden_lengths": [5, 6]},
+        ],
+        "test",
+    )
+    assert joined["logits"].shape == (6, 2) and joined["labels"] == ["a", "b"]
+    assert joined["hidden_lengths"].tolist() == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(KdpipeError, match="differ in labels"):
+        join_parts([{"labels": ["a"]}, {"labels": ["b"]}], "test")
+
+
+# ---- the plan
+
+
+def plan_of(edit=None) -> Plan:
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())
+    if edit:
+        edit(config)
+    validate(config, str(REPO / "workflow/schemas/config.schema.yaml"), set_default=True)
+    return Plan(copy.deepcopy(config), SCHEMA)
+
+
+def with_transfer(config):
+    config["dataset"]["transfer"] = "extra.csv"
+
+
+def test_without_transfer_rows_no_slice_changes():
+    plan = plan_of()
+    assert "transfer" not in plan.prepare_params() and "unlabelled" not in plan.prepare_params()["split"]
+    for student in plan.students:
+        assert "transfer" not in plan.student_params(student)
+        assert all("/train/" in path for path in plan.signal_files(student))
+
+
+def test_methods_that_learn_from_unlabelled_rows_read_them_by_default():
+    plan = plan_of(with_transfer)
+    assert plan.student_transfer("s_vkd") == 1.0 and plan.student_transfer("s_muki") == 1.0
+    assert plan.student_transfer("s_none") == 0.0  # supervised: gold labels alone
+    assert any("/transfer/" in path for path in plan.signal_files("s_muki"))
+    assert not any("/transfer/" in path for path in plan.signal_files("s_none"))
+    assert plan.transfer_inputs("s_vkd") == ["results/transfer/tiny_bbc"] and plan.transfer_inputs("s_none") == []
+    assert any(path.endswith("/transfer.json") for path in plan.route_files("s_muki"))
+    # the transfer data is in no teacher's or dataset's slice: changing it retrains nothing
+    assert "transfer" not in plan.prepare_params()
+    assert plan.transfer_params()["transfer"] == "extra.csv"
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c["students"]["s_none"].update(transfer=0.5), "method supervised learns from no row"),
+        (
+            lambda c: c["students"]["s_muki"].update(transfer=1.0, method_args={"router": "oracle"}),
+            "router oracle routes each row by its gold label",
+        ),
+        (lambda c: c["students"]["s_vkd"].update(transfer=0.5, domain="x"), "transfer rows have no domain"),
+    ],
+)
+def test_a_share_a_student_cannot_use_stops_the_plan(edit, message):
+    def both(config):
+        with_transfer(config)
+        edit(config)
+
+    with pytest.raises(KdpipeError, match=message):
+        plan = plan_of(both)
+        for student in plan.students:
+            plan.student_transfer(student)
+
+
+def test_a_share_without_transfer_rows_stops_the_plan():
+    plan = plan_of(lambda c: c["students"]["s_vkd"].update(transfer=0.5))
+    with pytest.raises(KdpipeError, match="the dataset has no transfer rows"):
+        plan.student_transfer("s_vkd")
