@@ -1,13 +1,13 @@
 """Meta-KD's first stage from the cache against the teacher online: what the attention and hidden-state dumps buy.
 
 Cached is kdpipe's way: the teacher's hidden states (0, 3, 6) and attention maps (layers 3, 6, every head) of the
-training rows are dumped once to float16 memory-mapped npy files (``kdpipe.signals.features``, as the workflow's
-dump_feature
-job does); each stage-1 step reads its batch's rows from them. Online is the way without a cache: every step first
-runs the 6-layer teacher (eval mode, eager attention, hidden states and attentions returned) on the batch. Both then
-run the same ``kdpipe.methods.meta_kd.student`` stage-1 objective (the online way copies the teacher's outputs into the
-arrays the objective reads, a negligible cost beside the forward pass) on the same 2-layer student, batches and
-rows. The one-off cost of the dump and its size are reported beside.
+training rows are dumped once to float16 memory-mapped npy files without padding (``kdpipe.signals.features``, as
+the workflow's dump jobs do); each stage-1 step reads its batch's rows from them, padded to the batch's width.
+Online is the way without a cache: every step first runs the 6-layer teacher (eval mode, eager attention, hidden
+states and attentions returned) on the batch. Both then run the same ``kdpipe.methods.meta_kd.student`` stage-1
+objective (the online way copies the teacher's outputs into the arrays the objective reads, a negligible cost beside
+the forward pass) on the same 2-layer student, batches and rows. The one-off cost of the dump and its size are
+reported beside.
 
     python benchmarks/meta_kd_stage1.py --rows 96 --max-length 128
 """
@@ -26,9 +26,11 @@ from kdpipe.core.device import autocast
 from kdpipe.data.batching import collate, encode_frame, model_inputs, training_batches
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.meta_kd.student import build_stage1
+from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.models.students import build_student
 from kdpipe.signals.features import dump_feature
+from kdpipe.signals.load import TokenFeature
 from kdpipe.training.loop import TrainSettings, make_optimizer
 
 LABELS = ["business", "entertainment", "politics", "sport", "tech"]
@@ -40,15 +42,28 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+class Live:
+    """The online way's features: the teacher's outputs of the current batch, written into a dense array [N, ...]
+    and read back as a dump's rows padded to the batch's width."""
+
+    def __init__(self, feature: str, encoded, layers: list[int]):
+        n, width = len(encoded), int(encoded.lengths.max())
+        shape = (n, len(layers), width, 384) if feature == "hidden" else (n, len(layers), 12, width, width)
+        self.feature, self.layers, self.dense = feature, layers, np.zeros(shape, dtype=np.float32)
+        self.lengths, self.token_hashes, self.hidden_size = encoded.lengths, None, 384
+        self.heads = 12 if feature == "attentions" else None
+
+    def batch(self, index, slot, width, device):
+        cut = (slice(None, width),) if self.feature == "hidden" else (..., slice(None, width), slice(None, width))
+        rows = self.dense[index, slot][cut]
+        return torch.from_numpy(rows).to(device, non_blocking=True)
+
+
 def context(encoded, features: dict, student, device) -> DistillContext:
     n = len(encoded)
     rng = np.random.default_rng(0)
     signals = {
         "labels": LABELS,
-        "hidden_layers": HIDDEN,
-        "attentions_layers": ATTENTIONS,
-        "hidden_lengths": encoded.lengths.tolist(),
-        "attentions_lengths": encoded.lengths.tolist(),
         "domain": rng.normal(size=(n, 384)).astype(np.float16),
         "expertise": torch.full((n,), 0.4, device=device),
         **features,
@@ -74,16 +89,16 @@ def teacher_features(teacher, batch, features: dict, device) -> None:
     with autocast(device):
         out = teacher(**model_inputs(batch), output_hidden_states=True, output_attentions=True)
     rows, width = batch["index"].cpu().numpy(), batch["input_ids"].shape[1]
-    features["hidden"][rows, :, :width] = torch.stack([out.hidden_states[l] for l in HIDDEN], 1).float().cpu().numpy()
-    features["attentions"][rows, :, :, :width, :width] = (
-        torch.stack([out.attentions[l - 1] for l in ATTENTIONS], 1).float().cpu().numpy()
-    )
+    hidden = torch.stack([out.hidden_states[l] for l in HIDDEN], 1).float().cpu().numpy()
+    features["hidden"].dense[rows, :, :width] = hidden
+    attentions = torch.stack([out.attentions[l - 1] for l in ATTENTIONS], 1).float().cpu().numpy()
+    features["attentions"].dense[rows, :, :, :width, :width] = attentions
 
 
 def epoch_seconds(online: bool, teacher, encoded, features: dict, device) -> float:
     student, _ = build_student({"init": {"from": "builtin:minilm-l6", "layers": [0, 5]}}, LABELS, seed=0, attn="eager")
     student.to(device).train()
-    objective = build_stage1(context(encoded, features, student, device), {})
+    objective = build_stage1(context(encoded, features, student, device), method_args("meta_kd_stage1", {}))
     adapters = objective.extra_modules["meta_kd_adapters"][0]
     settings = TrainSettings(epochs=1, lr=1e-4)
     batches = training_batches(encoded.lengths, 16, seed=0, epoch=0)
@@ -123,12 +138,16 @@ def main() -> None:
                 Path(tmp) / f"{feature}.npy",
                 batch_size=32,
                 device=device,
-                max_length=width,
             )
         dump_s = time.perf_counter() - started
         dump_bytes = sum(f.stat().st_size for f in Path(tmp).glob("*.npy"))
-        cached_features = {f: np.load(Path(tmp) / f"{f}.npy", mmap_mode="r") for f in ("hidden", "attentions")}
-        live = {f: np.zeros(a.shape, dtype=np.float32) for f, a in cached_features.items()}
+        cached_features = {
+            f: TokenFeature.packed(
+                f, np.load(Path(tmp) / f"{f}.npy", mmap_mode="r"), encoded.lengths, layers, hidden_size=384, heads=12
+            )
+            for f, layers in (("hidden", HIDDEN), ("attentions", ATTENTIONS))
+        }
+        live = {f: Live(f, encoded, layers) for f, layers in (("hidden", HIDDEN), ("attentions", ATTENTIONS))}
         epoch_seconds(True, teacher, encoded, live, device)  # warm-up: first-call costs, page cache
         cached = epoch_seconds(False, teacher, encoded, cached_features, device)
         online = epoch_seconds(True, teacher, encoded, live, device)

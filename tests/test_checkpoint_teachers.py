@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig
@@ -14,6 +13,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import read_split
 from kdpipe.models.heads import match_labels
 from kdpipe.models.loading import TINY_BERT, label_maps, load_classifier, load_tokenizer, load_trained
+from kdpipe.signals.io import read_features
 from kdpipe.signals.shards import run as run_signal
 from kdpipe.stages import finetune_teacher, import_teacher
 from tests.conftest import TINY_TEACHER
@@ -286,9 +286,10 @@ def test_the_feature_dump_of_a_checkpoint_teacher_keeps_the_layers_the_plan_asks
     hidden = plan.signal_params("ck", "train", "hidden")
     assert hidden["layers"] == [0, 2]
     manifest = run_signal("hidden", hidden, teacher, tiny_data, signals)
-    dump = np.load(signals / "hidden.npy", mmap_mode="r")
-    assert manifest["layers"] == [0, 2] and dump.shape[:2] == (manifest["rows"], 2) and dump.shape[-1] == 32
+    row_ids = read_split(tiny_data, "train")["row_id"].to_numpy()
+    dump, _, tokens, _ = read_features(signals / "hidden.npy", row_ids, [0, 2])
+    assert manifest["layers"] == [0, 2] and dump.shape == (tokens["length"].sum(), 2, 32)
     last = {**hidden, "signal": "attentions", "layers": [plan.teacher_layers("ck")]}
-    run_signal("attentions", last, teacher, tiny_data, signals)
-    maps = np.load(signals / "attentions.npy", mmap_mode="r")
-    assert maps.shape[:3] == (manifest["rows"], 1, plan.teacher_heads("ck"))
+    maps = run_signal("attentions", last, teacher, tiny_data, signals)
+    assert maps["heads"] == plan.teacher_heads("ck") and maps["layers"] == [plan.teacher_layers("ck")]
+    assert read_features(signals / "attentions.npy", row_ids)[0].shape == ((tokens["length"] ** 2).sum() * 2,)

@@ -27,6 +27,7 @@ from kdpipe.methods.dynamic_kd import (
     teacher_weights,
 )
 from kdpipe.methods.registry import method_args
+from kdpipe.signals.load import TokenFeature
 
 # Student probabilities of a batch of four, from uncertain to confident. ĥ = H(p) / log 3, by hand:
 # row 0: log 3 / log 3 = 1; row 1: (0.5 ln 2 + 0.5 ln 4) / ln 3 = 1.03972 / 1.09861 = 0.94640;
@@ -241,9 +242,9 @@ def test_dynamic_objective_loss_by_hand():
         extra_signals={
             "t": {
                 "logits": teacher,
-                "hidden": t[:, None].numpy().astype(np.float16),
-                "hidden_layers": [0],
-                "hidden_lengths": np.array([2, 2, 2, 2]),
+                "hidden": TokenFeature.packed(  # 4 rows of 2 tokens, one layer of 2 floats: [8, 1, 2] packed
+                    "hidden", t.reshape(8, 1, 2).numpy().astype(np.float16), [2, 2, 2, 2], [0], hidden_size=2, heads=1
+                ),
             }
         },
         train_lengths=np.array([2, 2, 2, 2]),

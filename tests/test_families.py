@@ -12,6 +12,7 @@ import torch
 from kdpipe.core.store import KdpipeError
 from kdpipe.models.backbones import num_heads, num_layers, strided_alignment
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer, load_trained
+from kdpipe.signals.io import read_features
 from kdpipe.signals.mc_dropout import set_dropout
 from kdpipe.signals.shards import run as run_signal
 from kdpipe.stages import distill, finetune_teacher
@@ -86,13 +87,16 @@ def test_teacher_signals_and_student_on_each_family(backbones, family, tiny_data
     assert (pd.read_parquet(signals / "mc.parquet")["variance"] > 0).all()  # the dropout passes differ
     hidden = {"batch_size": 8, "split": "train", "signal": "hidden", "layers": [2, 3]}
     manifest = run_signal("hidden", hidden, teacher, tiny_data, signals)
-    dump = np.load(signals / "hidden.npy", mmap_mode="r")
-    assert dump.shape[:2] == (manifest["rows"], 2) and dump.shape[-1] == 32 and dump.shape[2] <= 16
+    row_ids = pd.read_parquet(tiny_data / "train.parquet")["row_id"].to_numpy()
+    dump, offsets, tokens, _ = read_features(signals / "hidden.npy", row_ids)  # [T, layers, H], no padding
+    assert dump.shape == (manifest["tokens"], 2, 32) and len(tokens) == manifest["rows"]
+    assert 0 < tokens["length"].max() <= 16 and offsets[-1] == tokens["length"].sum()
     attentions = {"batch_size": 8, "split": "train", "signal": "attentions", "layers": [3]}
     run_signal("attentions", attentions, teacher, tiny_data, signals)
-    maps = np.load(signals / "attentions.npy", mmap_mode="r")  # [N, layers, heads, S, S], rows summing to 1
-    assert maps.shape[:3] == (manifest["rows"], 1, 2)
-    np.testing.assert_allclose(maps[0, 0, 0, 0, : manifest["lengths"][0]].astype(np.float32).sum(), 1, atol=1e-2)
+    maps, offsets, tokens, _ = read_features(signals / "attentions.npy", row_ids)  # rows of [layers, heads, n, n]
+    n = int(tokens["length"][0])
+    first = maps[: offsets[1]].reshape(1, 2, n, n)  # rows summing to 1
+    np.testing.assert_allclose(first[0, 0, 0].astype(np.float32).sum(), 1, atol=1e-2)
     student = {
         **STUDENT,
         "method": "dfa",

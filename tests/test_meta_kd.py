@@ -29,7 +29,7 @@ from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_tokenizer
 from kdpipe.report import build_report
 from kdpipe.signals.features import dump_feature
-from kdpipe.signals.load import RowSubset, subset_signals
+from kdpipe.signals.load import RowSubset, TokenFeature, subset_signals
 from tests.conftest import REPO, TINY_DATASET
 from tests.test_plan import load
 from tests.test_workflow_meta import domain_dataset
@@ -152,18 +152,16 @@ def _context(model, encoded, tmp_path, student_config, t, w, domains) -> Distill
     """A stage-1 context whose cached teacher features are ``model``'s own: hidden states 0..2, attentions 1..2."""
     device = torch.device("cpu")
     lengths = encoded.lengths
-    width = int(lengths.max())
     signals = {"labels": ["neg", "pos"]}
     for feature, layers in (("hidden", [0, 1, 2]), ("attentions", [1, 2])):
-        dump_feature(
-            model, encoded, feature, layers, tmp_path / f"{feature}.npy", batch_size=4, device=device, max_length=width
-        )
-        signals.update(
-            {
-                feature: np.load(tmp_path / f"{feature}.npy", mmap_mode="r"),
-                f"{feature}_layers": layers,
-                f"{feature}_lengths": lengths.tolist(),
-            }
+        dump_feature(model, encoded, feature, layers, tmp_path / f"{feature}.npy", batch_size=4, device=device)
+        signals[feature] = TokenFeature.packed(
+            feature,
+            np.load(tmp_path / f"{feature}.npy", mmap_mode="r"),
+            lengths,
+            layers,
+            hidden_size=model.config.hidden_size,
+            heads=model.config.num_attention_heads,
         )
     rng = np.random.default_rng(0)
     signals.update(
@@ -222,8 +220,11 @@ def test_stage1_objective_projects_a_narrower_student_and_averages_heads(tmp_pat
     ctx.alignment = {"t": [[0, 0], [1, 2]]}
     with pytest.raises(KdpipeError, match="heads"):
         build_stage1(ctx, method_args("meta_kd_stage1", {}))  # per-head dump, 1-head student
-    mean = np.asarray(ctx.signal("t", "attentions"), dtype=np.float32).mean(2)
-    ctx.signals["t"]["attentions"] = mean  # what the attentions_mean dump holds
+    out = tmp_path / "attentions_mean.npy"  # what a student with another head count reads
+    dump_feature(teacher, encoded, "attentions_mean", [1, 2], out, batch_size=4, device=torch.device("cpu"))
+    mean = TokenFeature.packed("attentions_mean", np.load(out), encoded.lengths, [1, 2], hidden_size=32, heads=2)
+    assert mean.heads is None and mean.rows(np.array([1]), 0, 5).shape == (1, 5, 5)
+    ctx.signals["t"]["attentions"] = mean
     objective = build_stage1(ctx, method_args("meta_kd_stage1", {}))
     adapters = objective.extra_modules["meta_kd_adapters"][0]
     assert isinstance(adapters.fit_dense, torch.nn.Linear) and adapters.fit_dense.weight.shape == (32, 16)
@@ -270,18 +271,20 @@ def test_row_subset_reads_the_rows_of_a_domain():
     assert view.shape == (2, 2, 3) and view.ndim == 3
     np.testing.assert_array_equal(view[np.array([1, 0]), 1, :2], array[[1, 4], 1, :2])
     np.testing.assert_array_equal(view[0], array[4])
+    lengths = np.array([1, 2, 3, 1, 2])  # packed hidden states of 2 layers x 1 float: row 4 is entries 7 and 8
+    packed = np.arange(9 * 2, dtype=np.float16).reshape(9, 2, 1)
+    hidden = TokenFeature.packed("hidden", packed, lengths, [0, 3], hidden_size=1, heads=2, token_hashes=lengths * 10)
     signals = subset_signals(
-        {
-            "logits": torch.arange(10.0).view(5, 2),
-            "hidden": array,
-            "hidden_lengths": [1, 2, 3, 4, 5],
-            "labels": ["a", "b"],
-            "hidden_layers": [0, 3],
-        },
+        {"logits": torch.arange(10.0).view(5, 2), "domain": array, "hidden": hidden, "labels": ["a", "b"]},
         np.array([4, 1]),
     )
-    assert signals["logits"].tolist() == [[8.0, 9.0], [2.0, 3.0]] and signals["hidden_lengths"] == [5, 2]
-    assert signals["labels"] == ["a", "b"] and signals["hidden_layers"] == [0, 3]
+    assert signals["logits"].tolist() == [[8.0, 9.0], [2.0, 3.0]] and signals["labels"] == ["a", "b"]
+    np.testing.assert_array_equal(signals["domain"][1], array[1])
+    view = signals["hidden"]
+    assert view.lengths.tolist() == [2, 2] and view.token_hashes.tolist() == [20, 20] and view.layers == [0, 3]
+    assert view.arrays[0] is packed  # nothing copied
+    # layer slot 1 of rows 4 (entries 7, 8) and 1 (entries 1, 2), padded to 3 tokens
+    assert view.rows(np.array([0, 1]), 1, 3)[..., 0].tolist() == [[15, 17, 0], [3, 5, 0]]
 
 
 def test_per_domain_accuracy_and_report_table(tmp_path):
@@ -317,9 +320,11 @@ def test_per_domain_accuracy_and_report_table(tmp_path):
 def test_a_dump_that_would_not_fit_is_refused_before_writing(tmp_path, monkeypatch):
     tokenizer = load_tokenizer("builtin:tiny-bert")
     encoded = encode(tokenizer, ["one two three", "four five"], max_length=16)
-    free = store.DISK_RESERVE + 500  # 500 bytes above the reserve; the dump needs 2 x 2 layers x 2 heads x 6² x 2
+    # rows of 5 and 4 tokens; the dump needs 2 layers x 2 heads x (5² + 4²) x 2 bytes = 328 bytes
+    assert encoded.lengths.tolist() == [5, 4]
+    free = store.DISK_RESERVE + 300  # 300 bytes above the reserve
     monkeypatch.setattr(store.shutil, "disk_usage", lambda path: type("Usage", (), {"free": free})())
-    with pytest.raises(KdpipeError, match=r"attentions dump \(2 rows x 288 bytes\) needs .*attention_heads: mean"):
+    with pytest.raises(KdpipeError, match=r"attentions dump \(2 rows, 9 tokens\) needs 328 bytes .*heads: mean"):
         dump_feature(
             _tiny_model(),
             encoded,
@@ -328,7 +333,6 @@ def test_a_dump_that_would_not_fit_is_refused_before_writing(tmp_path, monkeypat
             tmp_path / "attentions.npy",
             batch_size=2,
             device=torch.device("cpu"),
-            max_length=6,
         )
     assert not (tmp_path / "attentions.npy").exists()
 

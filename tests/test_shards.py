@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from kdpipe.core.store import ArtifactError, KdpipeError
+from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.shards import gather, parse_shard, run, run_shard
 from kdpipe.stages.finetune_teacher import run as finetune_teacher
 from tests.conftest import TINY_TEACHER
@@ -51,7 +52,38 @@ def test_logit_and_hidden_dumps_shard_to_the_same_bytes(teacher, tiny_data, tmp_
     for params in (LOGITS, HIDDEN):
         run(params["signal"], params, teacher, tiny_data, whole)
         gather(params["signal"], params, shards(3, tmp_path / params["signal"], params, teacher, tiny_data), sharded)
-    same_bytes(whole, sharded, ["logits.parquet", "logits.json", "hidden.npy", "hidden.json"])
+    same_bytes(whole, sharded, ["logits.parquet", "logits.json", *SIGNALS["hidden"].files])
+
+
+@pytest.mark.parametrize("count", [2, 20])  # 20: more shards than batches, some parts hold no row
+@pytest.mark.parametrize("signal", ["attentions", "attentions_mean"])
+def test_attention_dumps_shard_to_the_same_bytes(teacher, tiny_data, tmp_path, signal, count):
+    params = {"batch_size": 4, "split": "train", "signal": signal, "layers": [1, 2]}
+    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+    run(signal, params, teacher, tiny_data, whole)
+    gather(signal, params, shards(count, tmp_path / "parts", params, teacher, tiny_data), sharded)
+    same_bytes(whole, sharded, list(SIGNALS[signal].files))
+
+
+def test_the_gather_copies_runs_in_chunks(teacher, tiny_data, tmp_path, monkeypatch):
+    """Chunks of a few tokens (instead of 64 MB) cut runs of rows anywhere: the same bytes."""
+    from kdpipe.signals import rowfile
+
+    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+    run("hidden", HIDDEN, teacher, tiny_data, whole)
+    parts = shards(3, tmp_path / "parts", HIDDEN, teacher, tiny_data)
+    monkeypatch.setattr(rowfile, "CHUNK_BYTES", 3 * 2 * 2 * 32)  # 3 tokens of 2 layers x 32 floats16
+    gather("hidden", HIDDEN, parts, sharded)
+    same_bytes(whole, sharded, list(SIGNALS["hidden"].files))
+
+
+def test_shards_that_tokenised_otherwise_are_refused(teacher, tiny_data, tmp_path):
+    parts = shards(2, tmp_path, HIDDEN, teacher, tiny_data)
+    tokens = np.load(parts[0] / "hidden.tokens.npy")
+    tokens["token_hash"][0] += 1
+    np.save(parts[0] / "hidden.tokens.npy", tokens)
+    with pytest.raises(ArtifactError, match="tokenised the split otherwise"):
+        gather("hidden", HIDDEN, parts, tmp_path / "out")
 
 
 def test_a_missing_or_foreign_shard_is_refused(teacher, tiny_data, tmp_path):

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from kdpipe.core.store import ArtifactError, make_manifest, write_json
-from kdpipe.data.batching import encode
+from kdpipe.data.batching import collate, encode
 from kdpipe.models.loading import load_classifier, load_tokenizer
-from kdpipe.signals.features import bytes_per_example, dump_feature
+from kdpipe.signals.features import dump_bytes, dump_feature
 from kdpipe.signals.io import read_logits, write_logits
 
 ROWS = np.array([3, 5, 8], dtype=np.int64)
@@ -56,44 +56,35 @@ def encoded():
     return encode(load_tokenizer("builtin:tiny-bert"), ["a short one", "a somewhat longer text here"], max_length=16)
 
 
-def test_hidden_dump_shape_and_padding(tmp_path, encoded):
-    model = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0)
+def test_hidden_dump_keeps_each_rows_own_tokens(tmp_path, encoded):
+    """Packed: row 0's tokens then row 1's, [len_0 + len_1, layers, H], no padding; each row as the model gives it
+    alone (no padding in its batch of one), to float16 rounding."""
+    model = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0).eval()
     out = tmp_path / "hidden.npy"
-    width = int(encoded.lengths.max())
-    dump_feature(model, encoded, "hidden", [0, 2], out, batch_size=2, device=torch.device("cpu"), max_length=width)
+    rows = dump_feature(model, encoded, "hidden", [0, 2], out, batch_size=2, device=torch.device("cpu"))
+    assert rows.tolist() == [0, 1]
+    lengths = encoded.lengths
     arr = np.load(out, mmap_mode="r")
-    assert arr.shape == (2, 2, width, 32) and arr.dtype == np.float16
-    short = int(encoded.lengths.min())
-    assert np.abs(arr[0, :, :short]).sum() > 0 and np.abs(arr[0, :, short:]).sum() == 0
-    assert bytes_per_example(model.config, "hidden", [0, 2], width) == 2 * 2 * width * 32
+    assert arr.shape == (int(lengths.sum()), 2, 32) and arr.dtype == np.float16
+    assert dump_bytes("hidden", 2, 32, 2, lengths) == out.stat().st_size - 128 == 2 * 2 * 32 * int(lengths.sum())
+    start = 0
+    for i, n in enumerate(lengths):
+        with torch.no_grad():
+            alone = model(collate(encoded, np.array([i]))["input_ids"], output_hidden_states=True).hidden_states
+        want = torch.stack([alone[0][0], alone[2][0]], 1).numpy()  # [len, layers, H]
+        np.testing.assert_allclose(arr[start : start + n].astype(np.float32), want, atol=2e-3, rtol=2e-3)
+        start += n
 
 
 def test_attention_dump_needs_eager_attention(tmp_path, encoded):
-    width = int(encoded.lengths.max())
     sdpa = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="sdpa")
     with pytest.raises(ArtifactError, match="eager"):
-        dump_feature(
-            sdpa,
-            encoded,
-            "attentions",
-            [1],
-            tmp_path / "a.npy",
-            batch_size=2,
-            device=torch.device("cpu"),
-            max_length=width,
-        )
+        dump_feature(sdpa, encoded, "attentions", [1], tmp_path / "a.npy", batch_size=2, device=torch.device("cpu"))
     eager = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="eager")
-    dump_feature(
-        eager,
-        encoded,
-        "attentions",
-        [1, 2],
-        tmp_path / "b.npy",
-        batch_size=2,
-        device=torch.device("cpu"),
-        max_length=width,
-    )
+    dump_feature(eager, encoded, "attentions", [1, 2], tmp_path / "b.npy", batch_size=2, device=torch.device("cpu"))
     arr = np.load(tmp_path / "b.npy")
-    assert arr.shape == (2, 2, 2, width, width)
-    # post-softmax probabilities: each valid query row sums to 1 over the keys
-    np.testing.assert_allclose(arr[1, 0, 0].astype(np.float32).sum(-1), 1.0, atol=1e-2)
+    short, long = (int(n) for n in encoded.lengths)
+    assert arr.shape == (2 * 2 * (short**2 + long**2),)  # layers x heads x len² per row, flat
+    second = arr[2 * 2 * short**2 :].reshape(2, 2, long, long)  # row 1: [layers, heads, len, len]
+    # post-softmax probabilities: each query row sums to 1 over the keys
+    np.testing.assert_allclose(second[0, 0].astype(np.float32).sum(-1), 1.0, atol=1e-2)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
+from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -375,7 +376,7 @@ def test_sharded_signals_are_the_same_bytes_as_unsharded(done):
         for t in ("ta", "tb")
         for name in ("mc.npy", "mc.parquet", "mc.json", "logits.parquet", "logits.json")
     ]
-    signals += ["results/signals/ta/train/hidden.npy", "results/signals/ta/train/hidden.json"]
+    signals += [f"results/signals/ta/train/{name}" for name in SIGNAL_CATALOG["hidden"].files]
     # targets first: --cache (optional rule names) and --set-scatter (one or more values) would swallow them
     out = snakemake(other, env, *signals, "--cache", "--set-scatter", "mc_dropout=3", "dump=3")
     assert "signal_shard" in out and "scatteritem=3-of-3" in out

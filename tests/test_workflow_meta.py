@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kdpipe.signals.io import read_features
 from tests.test_workflow import edited_config, finished_project, planned_jobs, signal_jobs, writes_csv
 
 pytestmark = pytest.mark.slow
@@ -64,14 +65,18 @@ def test_meta_kd_runs_end_to_end(done):
     assert not (r / "teachers/plain/domain_branch.json").exists()
     # its dumps keep only the aligned layers: hidden states 0 and 2, attention layer 2 (all heads, and their mean)
     signals = r / "signals/meta/train"
-    n, width = len(train), read(signals / "hidden.json")["lengths"]
-    hidden, attentions = np.load(signals / "hidden.npy"), np.load(signals / "attentions.npy")
-    assert hidden.shape[:2] == (n, 2) and hidden.shape[-1] == 32 and attentions.shape[:3] == (n, 1, 2)
-    assert attentions.dtype == np.float16 and np.load(signals / "attentions_mean.npy").shape[:2] == (n, 1)
-    assert read(signals / "attentions.json")["bytes_per_example"] == 2 * 2 * attentions.shape[-1] ** 2
-    np.testing.assert_allclose(attentions[0, 0, :, 0, : width[0]].sum(-1), 1, atol=1e-2)  # softmax rows
+    row_ids = train["row_id"].to_numpy()
+    hidden, _, tokens, manifest = read_features(signals / "hidden.npy", row_ids)  # no padding: [T, layers, H]
+    lengths = tokens["length"]
+    assert manifest["layers"] == [0, 2] and hidden.shape == (lengths.sum(), 2, 32) and len(lengths) == len(train)
+    attentions, offsets, _, manifest = read_features(signals / "attentions.npy", row_ids)
+    assert manifest["layers"] == [2] and attentions.dtype == np.float16 and offsets[-1] == 2 * (lengths**2).sum()
+    assert manifest["bytes"] == 2 * 2 * (lengths**2).sum() and manifest["heads"] == 2
+    assert read_features(signals / "attentions_mean.npy", row_ids)[0].shape == ((lengths**2).sum(),)
+    first = attentions[: offsets[1]].reshape(2, lengths[0], lengths[0])  # row 0: [heads, n, n]
+    np.testing.assert_allclose(first[:, 0].astype(np.float32).sum(-1), 1, atol=1e-2)  # softmax rows
     domain = pd.read_parquet(signals / "domain.parquet")
-    assert np.load(signals / "domain.npy").shape == (n, 32) and domain["row_id"].tolist() == train["row_id"].tolist()
+    assert np.load(signals / "domain.npy").shape == (len(train), 32) and domain["row_id"].tolist() == row_ids.tolist()
     assert domain["expertise"].between(1 / (1 + np.e) - 1e-6, 0.5 + 1e-6).all()
     assert not (r / "signals/plain/train/hidden.npy").exists()  # vanilla KD reads logits only
     # the two stages: stage 2 starts from stage 1's weights; only stage 2 is evaluated, on its domain's rows

@@ -22,9 +22,10 @@ class DistillContext:
 
     ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, row order of the student's train
     rows), ``"mc"`` (tensor [N, C_k] mean MC-dropout probabilities), ``"certainty"`` (tensor [N], MUKI's u) and
-    ``"mc_scores"`` (DataFrame); ``"hidden"`` / ``"attentions"`` (float16 memmaps [N, L_sel, S, H] /
-    [N, L_sel, (heads,) S, S]) with ``"<name>_layers"`` and ``"<name>_lengths"``; ``"domain"`` (float16 memmap
-    [N, H], a meta-teacher's domain representations) and ``"expertise"`` (tensor [N]).
+    ``"mc_scores"`` (DataFrame); ``"hidden"`` / ``"attentions"`` (token-level dumps without padding,
+    :class:`kdpipe.signals.load.TokenFeature`: ``layers``, ``lengths``, ``token_hashes``, ``hidden_size``, ``heads``;
+    read only through :meth:`teacher_feature`); ``"domain"`` (float16 memmap [N, H], a meta-teacher's domain
+    representations) and ``"expertise"`` (tensor [N]).
     ``blocks[teacher]``: student-label index of each of the teacher's local classes. Meta-KD also reads
     ``prototype_scores`` (tensor [N]) and ``domain_ids`` (tensor [N], index into ``domains``).
     """
@@ -56,11 +57,11 @@ class DistillContext:
         """Token-level teacher features are only comparable when the student tokenised the train split exactly as
         the teachers' dumps did (same tokenizer and max_length)."""
         for t in self.teachers:
-            dumped = self.signals[t].get(f"{feature}_tokens")
+            dump = self.signal(t, feature)
             same = (
-                np.array_equal(np.asarray(dumped), self.train_tokens)
-                if dumped is not None and self.train_tokens is not None
-                else np.array_equal(np.asarray(self.signal(t, f"{feature}_lengths")), self.train_lengths)
+                np.array_equal(dump.token_hashes, self.train_tokens)
+                if dump.token_hashes is not None and self.train_tokens is not None
+                else np.array_equal(dump.lengths, self.train_lengths)
             )
             if not same:
                 raise KdpipeError(
@@ -71,7 +72,7 @@ class DistillContext:
 
     def hidden_slot(self, teacher: str, layer: int, feature: str = "hidden") -> int:
         """Position of teacher layer ``layer`` in a feature dump (which keeps only the planned layers)."""
-        return self.signal(teacher, f"{feature}_layers").index(layer)
+        return self.signal(teacher, feature).layers.index(layer)
 
     def teacher_hidden(self, teacher: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
         """Cached hidden states [B, width, H] (float32, on the device) of dump slot ``slot`` for train rows
@@ -80,10 +81,10 @@ class DistillContext:
 
     def teacher_feature(self, teacher: str, feature: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
         """Cached token-level features of dump slot ``slot`` for train rows ``index`` (float32, on the device),
-        cut to the batch's padded width: hidden states [B, width, H], attentions [B, (heads,) width, width]."""
-        array = self.signal(teacher, feature)
-        rows = array[index, slot, :width] if feature == "hidden" else array[index, slot, ..., :width, :width]
-        return torch.from_numpy(np.asarray(rows, dtype=np.float32)).to(self.device, non_blocking=True)
+        padded with zeros to the batch's width: hidden states [B, width, H], attentions [B, (heads,) width, width].
+        The one access point to a token-level dump, which is stored without padding
+        (docs/design.md, "Feature dumps and their size")."""
+        return self.signal(teacher, feature).batch(index, slot, width, self.device)
 
 
 def student_logits(model: nn.Module, batch: dict) -> torch.Tensor:

@@ -72,7 +72,7 @@ def build(ctx: DistillContext, args: dict) -> Objective:
     if any(len(p) != len(pairs[0]) or [s for s, _ in p] != [s for s, _ in pairs[0]] for p in pairs):
         raise KdpipeError("dfa: teachers are aligned to different student layers")
     student_layers = [s for s, _ in pairs[0]]
-    widths = [ctx.signal(t, "hidden").shape[-1] for t in teachers]
+    widths = [ctx.signal(t, "hidden").hidden_size for t in teachers]
     amalgamator = Amalgamator(widths, ctx.student_config.hidden_size, len(student_layers)).to(ctx.device)
     targets = union_logits(
         [ctx.signal(t, "logits") for t in teachers], [ctx.block(t) for t in teachers], len(ctx.labels)

@@ -234,7 +234,7 @@ def build_objective(ctx: DistillContext, args: dict) -> Objective:
         )
     teacher = ctx.teachers[0]
     ctx.check_token_aligned("dynamic_objective")
-    width = ctx.signal(teacher, "hidden").shape[-1]
+    width = ctx.signal(teacher, "hidden").hidden_size
     if width != ctx.student_config.hidden_size:
         raise KdpipeError(
             f"dynamic_objective: teacher hidden size {width} differs from the student's "

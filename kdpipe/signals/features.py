@@ -1,19 +1,19 @@
 """The feature signals: token-level teacher states of one split, for methods that align with them.
 
-- ``hidden.npy``: hidden states of the chosen layers (0 = embeddings), float16 [N, L_sel, S, H],
-  zero-padded past each row's length;
-- ``attentions.npy``: post-softmax attention probabilities of the chosen layers (1-based, as layer l's output),
-  float16 [N, L_sel, heads, S, S];
-- ``attentions_mean.npy``: the same averaged over the heads, [N, L_sel, S, S] (for a student
-  with another head count; ``heads`` times smaller).
+- ``hidden``: hidden states of the chosen layers (0 = embeddings);
+- ``attentions``: post-softmax attention probabilities of the chosen layers (1-based, as layer l's output), every
+  head;
+- ``attentions_mean``: the same averaged over the heads (for a student with another head count; ``heads`` times
+  smaller).
 
-Post-softmax probabilities, as EasyNLP's Hugging Face models return them (the original TinyBERT-based Meta-KD code
-matched pre-softmax scores, which transformers does not expose without patching its attention modules); rows and
-columns past a row's length are zero. Bytes per example: hidden 2·L_sel·S·H, attentions 2·L_sel·heads·S²,
-attentions_mean 2·L_sel·S² (S: the split's longest tokenised row). Dense arrays are written a batch of rows at a time
-with plain file writes (:mod:`kdpipe.signals.rowfile`), so memory stays flat in N, after a check that the disk has
-room for them.
-A large split runs as S shards gathered into the same bytes (:mod:`kdpipe.signals.shards`).
+Each is stored packed, without padding: every row's real tokens only, float16, with the rows' offsets and lengths
+beside (:mod:`kdpipe.signals.packed`; docs/design.md, "Feature dumps and their size"). Post-softmax probabilities,
+as EasyNLP's Hugging Face models return them (the original TinyBERT-based Meta-KD code matched pre-softmax scores,
+which transformers does not expose without patching its attention modules). Bytes of row i with len_i tokens:
+hidden 2·L_sel·H·len_i, attentions 2·L_sel·heads·len_i², attentions_mean 2·L_sel·len_i². A shard's rows are written
+a batch at a time with plain file writes (:mod:`kdpipe.signals.rowfile`), so memory stays flat in N, after a check
+that the disk has room for them; a large split runs as S shards gathered into the same bytes
+(:mod:`kdpipe.signals.shards`).
 Attentions need ``attn_implementation="eager"``: under the default SDPA implementation transformers returns an
 empty tuple without error, so the shapes are checked here.
 """
@@ -31,22 +31,17 @@ from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, mak
 from kdpipe.data.batching import WHOLE, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
+from kdpipe.signals.packed import LAYOUT, TOKENS, item_shape, offsets_of, pack_rows, row_counts, sidecar
 from kdpipe.signals.rowfile import RowFile
-from kdpipe.signals.shards import gather_array, shard_rows
+from kdpipe.signals.shards import gather_packed, shard_rows
 from kdpipe.signals.teacher import open_teacher
 
 
-def feature_shape(config, feature: str, n: int, layers: list[int], max_length: int) -> tuple[int, ...]:
-    if feature == "hidden":
-        return (n, len(layers), max_length, config.hidden_size)
-    if feature == "attentions_mean":
-        return (n, len(layers), max_length, max_length)
-    return (n, len(layers), config.num_attention_heads, max_length, max_length)
-
-
-def bytes_per_example(config, feature: str, layers: list[int], max_length: int) -> int:
-    """float16 bytes one example takes in a feature dump (for docs and the disk check)."""
-    return 2 * int(np.prod(feature_shape(config, feature, 1, layers, max_length)))
+def dump_bytes(feature: str, layers: int, hidden_size: int, heads: int, lengths: np.ndarray) -> int:
+    """float16 bytes of rows of ``lengths`` tokens in a packed dump of ``layers`` layers (for the disk check and the
+    manifest)."""
+    per_entry = 2 * int(np.prod(item_shape(feature, layers, hidden_size), dtype=np.int64))
+    return per_entry * int(row_counts(feature, lengths, layers, heads).sum())
 
 
 def _selected(outputs, feature: str, layers: list[int]) -> torch.Tensor:
@@ -72,87 +67,103 @@ def dump_feature(
     *,
     batch_size: int,
     device: torch.device,
-    max_length: int,
     shard: tuple[int, int] = WHOLE,
 ) -> np.ndarray:
-    """Write the feature of the shard's rows (all rows by default), in split order, to ``out_npy``; returns those
-    row positions."""
+    """Write the feature of the shard's rows (all rows by default) packed in split order to ``out_npy``, each row cut
+    to its own length (:mod:`kdpipe.signals.packed`); returns those row positions."""
     rows = shard_rows(pass_batches(encoded, batch_size, shard))
-    position = np.full(len(encoded), -1, dtype=np.int64)
-    position[rows] = np.arange(len(rows))
-    shape = feature_shape(model.config, feature, len(rows), layers, max_length)
+    lengths = encoded.lengths
+    hidden_size, heads = model.config.hidden_size, model.config.num_attention_heads
+    counts = row_counts(feature, lengths[rows], len(layers), heads)
+    starts = np.full(len(encoded), -1, dtype=np.int64)
+    starts[rows] = offsets_of(counts)[:-1]
+    entries = int(counts.sum())
     ensure_disk_space(
         out_npy,
-        2 * int(np.prod(shape)),
-        f"the {feature} dump ({len(rows)} rows x "
-        f"{bytes_per_example(model.config, feature, layers, max_length):,} bytes)",
+        dump_bytes(feature, len(layers), hidden_size, heads, lengths[rows]),
+        f"the {feature} dump ({len(rows)} rows, {int(lengths[rows].sum()):,} tokens)",
     )
-    array = RowFile.create(out_npy, shape, np.float16)
+    array = RowFile.create(out_npy, (entries, *item_shape(feature, len(layers), hidden_size)), np.float16)
     model.eval()
     for batch in iterate(encoded, batch_size, device, desc=f"dump {feature}", shard=shard):
         with autocast(device):
             outputs = model(
                 **model_inputs(batch), output_hidden_states=feature == "hidden", output_attentions=feature != "hidden"
             )
-        values = _selected(outputs, feature, layers)
-        # zero every position past a row's own length, so the dump does not depend on its batch's padding
-        mask = batch["attention_mask"].to(values.dtype)
-        if feature == "hidden":
-            values = values * mask[:, None, :, None]
-        else:  # [B, L, (heads,) S, S]: zero rows and columns past the length
-            square = mask[:, :, None] * mask[:, None, :]
-            values = values * square.view(square.shape[0], 1, *(1,) * (values.dim() - 4), *square.shape[1:])
-        values = values.to(torch.float16).cpu().numpy()
-        # whole rows, zero past the batch's width (the dump's width is the split's longest row)
-        pad = max_length - values.shape[-2]
-        widths = [(0, 0)] * (values.ndim - 2) + ([(0, pad), (0, 0)] if feature == "hidden" else [(0, pad), (0, pad)])
-        array.write(position[batch["index"].cpu().numpy()], np.pad(values, widths))
+        values = _selected(outputs, feature, layers).to(torch.float16).cpu().numpy()
+        if feature == "attentions" and values.shape[2] != heads:
+            raise ArtifactError(f"the model returned {values.shape[2]} attention heads, its config says {heads}")
+        index = batch["index"].cpu().numpy()
+        # each row cut to its own length: nothing depends on the batch's padding
+        for i, block in zip(index, pack_rows(feature, values, lengths[index])):
+            array.write_at(int(starts[i]), block)
     array.close()
     return rows
 
 
 def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path):
-    """Dump the shard's rows of ``params["signal"]`` straight into the part folder (memory flat in N); return
-    (rows, manifest fields)."""
+    """Dump the shard's rows of ``params["signal"]`` straight into the part folder (memory flat in N), with every
+    row's length and token hash beside; return (rows, manifest fields)."""
     feature, layers = params["signal"], list(params["layers"])
     device = pick_device()
     teacher = open_teacher(
         teacher_dir, data_dir, params["split"], attn="eager" if feature.startswith("attentions") else None
     )
     teacher.model.to(device)
-    max_length = int(teacher.encoded.lengths.max())
+    name = f"{feature}.npy"
     rows = dump_feature(
         teacher.model,
         teacher.encoded,
         feature,
         layers,
-        part / f"{feature}.npy",
+        part / name,
         batch_size=params["batch_size"],
         device=device,
-        max_length=max_length,
         shard=shard,
     )
+    tokens = np.zeros(len(teacher.encoded), dtype=TOKENS)
+    tokens["length"], tokens["token_hash"] = teacher.encoded.lengths, teacher.encoded.token_hashes
+    np.save(part / sidecar(name, "tokens"), tokens)  # students check that they tokenise the same way
+    config = teacher.model.config
     meta = {
         "rows": len(teacher.encoded),
         "labels": teacher.labels,
         "layers": layers,
-        "lengths": teacher.encoded.lengths.tolist(),
-        "token_hashes": teacher.encoded.token_hashes.tolist(),  # students check they tokenise the same way
-        "bytes_per_example": bytes_per_example(teacher.model.config, feature, layers, max_length),
+        "hidden_size": config.hidden_size,
+        "heads": config.num_attention_heads,
     }
     return rows, meta
 
 
 def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
-    """``<feature>.npy`` + its manifest in ``out_dir`` from the parts of every shard (memory flat in N)."""
+    """The packed ``<feature>.npy``, its offsets and tokens sidecars and its manifest in ``out_dir``, from the parts of
+    every shard (memory flat in N)."""
     feature = params["signal"]
-    data_file, manifest_file = (out_dir / name for name in SIGNALS[feature].files)
+    data_file, offsets_file, tokens_file, manifest_file = (out_dir / name for name in SIGNALS[feature].files)
+    tokens = np.load(parts[0][1] / tokens_file.name)
+    for _, folder in parts[1:]:
+        if not np.array_equal(np.load(folder / tokens_file.name), tokens):
+            raise ArtifactError(f"{folder}: shard tokenised the split otherwise than {parts[0][1]}; rerun the shards")
+    layers, heads = meta["layers"], meta["heads"]
+    offsets = offsets_of(row_counts(feature, tokens["length"], len(layers), heads))
+    nbytes = dump_bytes(feature, len(layers), meta["hidden_size"], heads, tokens["length"])
     ensure_disk_space(
-        data_file,
-        meta["rows"] * meta["bytes_per_example"],
-        f"the gathered {feature} dump ({meta['rows']} rows x {meta['bytes_per_example']:,} bytes)",
+        data_file, nbytes, f"the gathered {feature} dump ({meta['rows']} rows, {int(tokens['length'].sum()):,} tokens)"
     )
     with atomic_path(data_file) as tmp:
-        gather_array(parts, feature, meta["rows"], out=tmp)
-    manifest = make_manifest(feature, config=params, split=params["split"], **meta)
-    return write_manifest(manifest_file, manifest, [data_file.name])
+        gather_packed(parts, feature, offsets, out=tmp)
+    for path, array in ((offsets_file, offsets), (tokens_file, tokens)):
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            np.save(fh, array)
+    manifest = make_manifest(
+        feature,
+        config=params,
+        split=params["split"],
+        layout=LAYOUT,
+        **meta,
+        tokens=int(tokens["length"].sum()),
+        max_tokens=int(tokens["length"].max(initial=0)),
+        bytes=nbytes,
+        bytes_per_example=round(nbytes / max(meta["rows"], 1)),
+    )
+    return write_manifest(manifest_file, manifest, [p.name for p in (data_file, offsets_file, tokens_file)])

@@ -9,8 +9,8 @@ Files:
 - ``mc.npy`` (float32 [N, C_teacher], MC-dropout mean probabilities) + ``mc.parquet`` (row_id, entropy,
   certainty, max_prob, variance) + ``mc.json``;
 - ``pooled.npy`` (float32 [N, H], the mean last-layer hidden state) + ``pooled.json``;
-- ``hidden.npy`` / ``attentions.npy`` / ``attentions_mean.npy`` (float16, see ``kdpipe.signals.features``) + their
-``.json``;
+- ``hidden.npy`` / ``attentions.npy`` / ``attentions_mean.npy`` (float16 without padding, each with
+  ``.offsets.npy`` and ``.tokens.npy`` beside: ``kdpipe.signals.packed``) + their ``.json``;
 - ``domain.npy`` (float16 [N, H], a meta-teacher's domain representation) + ``domain.parquet`` (row_id, p_gold,
   expertise) + ``domain.json`` (``kdpipe.methods.meta_kd.domain``).
 
@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.checksums import rebuild_hint, verify
 from kdpipe.core.store import ArtifactError, read_manifest
+from kdpipe.signals.packed import LAYOUT, SIDECARS, TOKENS, item_shape, row_counts, sidecar
 
 
 def manifest_path(signal_file: str | Path) -> Path:
@@ -108,15 +109,38 @@ def read_mc(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None 
 
 
 def read_features(npy_path: str | Path, row_ids: np.ndarray, layers: list[int] | None = None):
-    """A memory-mapped float16 feature dump and its manifest (layers, lengths), checked."""
+    """A packed float16 feature dump (:mod:`kdpipe.signals.packed`), checked: the memory-mapped data, its offsets
+    [N + 1] and tokens (length, token_hash) per row, and its manifest (layers, hidden_size, heads)."""
     npy_path = Path(npy_path)
+    feature = npy_path.name.split(".")[0]
+    names = [npy_path.name, *(sidecar(npy_path.name, which) for which in SIDECARS)]
     manifest = read_manifest(manifest_path(npy_path))
-    verify(manifest, manifest_path(npy_path), [npy_path.name], target=npy_path)
-    array = load_npy(npy_path)
-    _check_rows(npy_path, manifest, row_ids, array.shape[0])
+    if manifest.get("layout") != LAYOUT:
+        raise ArtifactError(
+            f"{npy_path}: a feature dump padded to the split's longest row, written by an older kdpipe; this one "
+            f"reads dumps without padding; {rebuild_hint(npy_path)}"
+        )
+    verify(manifest, manifest_path(npy_path), names, target=npy_path)
+    data, offsets, tokens = (load_npy(npy_path.with_name(name)) for name in names)
+    _check_rows(npy_path, manifest, row_ids, len(tokens))
     if layers is not None and any(layer not in manifest["layers"] for layer in layers):
         raise ArtifactError(f"{npy_path}: holds layers {manifest['layers']}, the reader needs {layers}")
-    return array, manifest
+    offsets, tokens = np.asarray(offsets), np.asarray(tokens)
+    n_layers = len(manifest["layers"])
+    counts = row_counts(feature, tokens["length"], n_layers, manifest["heads"])
+    expected = item_shape(feature, n_layers, manifest["hidden_size"])
+    if (
+        tokens.dtype != TOKENS
+        or offsets.shape != (len(tokens) + 1,)
+        or not np.array_equal(np.diff(offsets), counts)
+        or offsets[0] != 0
+        or data.shape != (offsets[-1], *expected)
+    ):
+        raise ArtifactError(
+            f"{npy_path}: shape {data.shape} does not fit its offsets and row lengths (expected "
+            f"{(int(counts.sum()), *expected)}); {rebuild_hint(npy_path)}"
+        )
+    return data, offsets, tokens, manifest
 
 
 def read_pooled(npy_path: str | Path, row_ids: np.ndarray) -> tuple[np.ndarray, list[str]]:

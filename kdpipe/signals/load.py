@@ -1,7 +1,9 @@
 """A student's view of the cached teacher signals: read, checked, as tensors (the large dumps memory-mapped).
 
 The distill stage reads only what its method declares (``signals`` in :mod:`kdpipe.methods.registry`), from one
-teacher's folder of the train split; a per-domain student sees the rows of its domain without any copy.
+teacher's folder of the train split; a per-domain student sees the rows of its domain without any copy. A token-level
+dump is stored without padding (docs/design.md, "Feature dumps and their size"); :class:`TokenFeature` gives a
+batch's rows padded to the batch's width, as the methods read them.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.io import read_domain, read_features, read_logits, read_mc
+from kdpipe.signals.packed import offsets_of, row_counts
 
 
 def load_signals(
@@ -36,9 +40,17 @@ def load_signals(
         out.setdefault("labels", json.loads((signal_dir / SIGNALS["mc"].manifest).read_text())["labels"])
     for name, file in (("hidden", "hidden"), ("attentions", attention_feature)):
         if name in names:
-            array, manifest = read_features(signal_dir / SIGNALS[file].files[0], row_ids)
-            out.update({name: array, f"{name}_layers": manifest["layers"], f"{name}_lengths": manifest["lengths"]})
-            out[f"{name}_tokens"] = manifest.get("token_hashes")
+            data, offsets, tokens, manifest = read_features(signal_dir / SIGNALS[file].files[0], row_ids)
+            out[name] = TokenFeature(
+                file,
+                data,
+                offsets[:-1],
+                tokens["length"],
+                manifest["layers"],
+                hidden_size=manifest["hidden_size"],
+                heads=manifest["heads"],
+                token_hashes=tokens["token_hash"],
+            )
             out.setdefault("labels", manifest["labels"])
     if "domain" in names:
         rep, expertise, manifest = read_domain(signal_dir / SIGNALS["domain"].files[0], row_ids)
@@ -49,17 +61,18 @@ def load_signals(
 
 def subset_signals(signals: dict, positions: np.ndarray) -> dict:
     """One teacher's signals restricted to the rows ``positions`` of the split (a per-domain student): tensors and
-    tables are indexed, memory-mapped dumps wrapped in a :class:`RowSubset` (nothing is copied)."""
+    tables are indexed, token-level dumps restricted (:meth:`TokenFeature.subset`) and other memory-mapped arrays
+    wrapped in a :class:`RowSubset` (no dump is copied)."""
     out = {}
     for name, value in signals.items():
         if isinstance(value, torch.Tensor):
             out[name] = value[torch.as_tensor(positions, device=value.device)]
         elif isinstance(value, pd.DataFrame):
             out[name] = value.iloc[positions].reset_index(drop=True)
+        elif isinstance(value, TokenFeature):
+            out[name] = value.subset(positions)
         elif isinstance(value, np.ndarray) and value.ndim >= 2:
             out[name] = RowSubset(value, positions)
-        elif name.endswith(("_lengths", "_tokens")) and value is not None:
-            out[name] = np.asarray(value)[positions].tolist()
         else:
             out[name] = value  # labels, layer lists
     return out
@@ -84,3 +97,113 @@ class RowSubset:
         if isinstance(key, tuple):
             return self.array[(self.positions[key[0]], *key[1:])]
         return self.array[self.positions[key]]
+
+
+class TokenFeature:
+    """A packed token-level dump (:mod:`kdpipe.signals.packed`) as a student reads it: row i's entries start at
+    ``starts[i]`` of the (memory-mapped) array ``arrays[source[i]]`` and cover its ``lengths[i]`` tokens (one array
+    per split the rows come from); :meth:`batch` pads a batch's rows to the batch's width with zeros, so a method
+    sees what a dump padded to that width would hold."""
+
+    def __init__(
+        self,
+        feature: str,
+        data: np.ndarray | list[np.ndarray],
+        starts: np.ndarray,
+        lengths: np.ndarray,
+        layers: list[int],
+        *,
+        hidden_size: int,
+        heads: int | None,
+        token_hashes: np.ndarray | None = None,
+        source: np.ndarray | None = None,
+    ):
+        self.feature, self.layers = feature, list(layers)
+        self.arrays = list(data) if isinstance(data, list) else [data]
+        self.starts, self.lengths = np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+        self.source = np.zeros(len(self.lengths), dtype=np.int64) if source is None else np.asarray(source)
+        self.token_hashes = None if token_hashes is None else np.asarray(token_hashes, dtype=np.int64)
+        self.hidden_size = hidden_size
+        self.heads = heads if feature == "attentions" else None  # every head kept; None: hidden or a mean over heads
+
+    @classmethod
+    def packed(cls, feature: str, data: np.ndarray, lengths: np.ndarray, layers: list[int], **kwargs) -> TokenFeature:
+        """The rows of ``lengths`` stored one after the other in ``data`` from its start (a whole dump)."""
+        starts = offsets_of(row_counts(feature, lengths, len(layers), kwargs.get("heads")))[:-1]
+        return cls(feature, data, starts, lengths, layers, **kwargs)
+
+    @classmethod
+    def concat(cls, views: list[TokenFeature], where: str = "token-level dumps") -> TokenFeature:
+        """The rows of ``views`` one after the other (a student's train rows, then its transfer rows): nothing is
+        copied. The views must hold the same feature, layers and widths."""
+        first = views[0]
+        for view in views[1:]:
+            if (view.feature, view.layers, view.hidden_size, view.heads) != (
+                first.feature,
+                first.layers,
+                first.hidden_size,
+                first.heads,
+            ):
+                raise KdpipeError(
+                    f"{where}: {first.feature} of layers {first.layers} and {view.feature} of layers {view.layers} "
+                    "cannot be joined; rerun the dumps"
+                )
+        arrays, sources = [], []
+        for view in views:
+            sources.append(view.source + len(arrays))
+            arrays.extend(view.arrays)
+        hashes = [view.token_hashes for view in views]
+        return cls(
+            first.feature,
+            arrays,
+            np.concatenate([view.starts for view in views]),
+            np.concatenate([view.lengths for view in views]),
+            first.layers,
+            hidden_size=first.hidden_size,
+            heads=first.heads,
+            token_hashes=None if any(h is None for h in hashes) else np.concatenate(hashes),
+            source=np.concatenate(sources),
+        )
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def subset(self, positions: np.ndarray) -> TokenFeature:
+        """Rows ``positions`` only, reading the same arrays (nothing is copied)."""
+        positions = np.asarray(positions)
+        return TokenFeature(
+            self.feature,
+            self.arrays,
+            self.starts[positions],
+            self.lengths[positions],
+            self.layers,
+            hidden_size=self.hidden_size,
+            heads=self.heads,
+            token_hashes=None if self.token_hashes is None else self.token_hashes[positions],
+            source=self.source[positions],
+        )
+
+    def rows(self, index: np.ndarray, slot: int, width: int) -> np.ndarray:
+        """Layer slot ``slot`` of rows ``index`` as float32, zero-padded (or cut) to ``width`` tokens: hidden states
+        [B, width, H], attentions [B, (heads,) width, width]."""
+        index = np.asarray(index, dtype=np.int64)
+        if self.feature == "hidden":
+            out = np.zeros((len(index), width, self.hidden_size), dtype=np.float32)
+            for j, i in enumerate(index):
+                start, n = int(self.starts[i]), min(int(self.lengths[i]), width)
+                out[j, :n] = self.arrays[self.source[i]][start : start + n, slot]
+            return out
+        inner = (self.heads,) if self.heads else ()
+        out = np.zeros((len(index), *inner, width, width), dtype=np.float32)
+        for j, i in enumerate(index):
+            n = int(self.lengths[i])
+            size = int(np.prod(inner, dtype=np.int64)) * n * n
+            start = int(self.starts[i]) + slot * size
+            m = min(n, width)
+            block = self.arrays[self.source[i]][start : start + size].reshape(*inner, n, n)
+            out[j, ..., :m, :m] = block[..., :m, :m]
+        return out
+
+    def batch(self, index: np.ndarray, slot: int, width: int, device: torch.device) -> torch.Tensor:
+        """:meth:`rows` as a tensor on ``device``."""
+        return torch.from_numpy(self.rows(index, slot, width)).to(device, non_blocking=True)

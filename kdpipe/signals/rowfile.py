@@ -52,7 +52,14 @@ class RowFile:
             raise ValueError(f"{self.path}: {rows.shape} rows at {len(positions)} positions, file {self.shape}")
         breaks = np.flatnonzero(np.diff(positions) != 1) + 1
         for start, stop in zip([0, *breaks], [*breaks, len(positions)]):
-            os.pwrite(self.fd, rows[start:stop].tobytes(), self.offset + int(positions[start]) * self.row_bytes)
+            _pwrite_all(self.fd, rows[start:stop], self.offset + int(positions[start]) * self.row_bytes)
+
+    def write_at(self, start: int, rows: np.ndarray) -> None:
+        """Write ``rows`` [k, ...] (this file's row shape) as rows ``start`` to ``start + k``."""
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        if rows.shape[1:] != self.shape[1:] or start + len(rows) > self.shape[0]:
+            raise ValueError(f"{self.path}: {rows.shape} rows at row {start}, file {self.shape}")
+        _pwrite_all(self.fd, rows, self.offset + int(start) * self.row_bytes)
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start`` to ``stop`` (exclusive)."""
@@ -80,3 +87,11 @@ class RowFile:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _pwrite_all(fd: int, rows: np.ndarray, at: int) -> None:
+    """Every byte of the contiguous array ``rows`` at byte ``at`` (one write may take fewer bytes than asked)."""
+    view = memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8))
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], at + done)

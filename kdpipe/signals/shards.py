@@ -28,6 +28,7 @@ import numpy as np
 
 from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path
 from kdpipe.data.batching import WHOLE
+from kdpipe.signals import rowfile
 from kdpipe.signals.catalog import signal_spec
 from kdpipe.signals.rowfile import RowFile
 
@@ -91,6 +92,40 @@ def gather_array(parts: list[tuple[np.ndarray, Path]], name: str, rows: int, out
                 for start, stop in part.chunks():
                     full.write(part_rows[start:stop], part.read(start, stop))
     return None
+
+
+def gather_packed(parts: list[tuple[np.ndarray, Path]], name: str, offsets: np.ndarray, out: Path) -> None:
+    """A packed array (rows of different sizes one after the other, :mod:`kdpipe.signals.packed`) from the parts of
+    every shard, each holding its own rows packed in split order: ``offsets`` [N + 1] says where each row of the
+    split starts along the first axis. The output is written front to back, each run of consecutive rows from one
+    part copied in chunks of at most ``CHUNK_BYTES`` (plain file I/O, memory flat in N)."""
+    counts = np.diff(offsets)
+    owner = np.full(len(counts), -1, dtype=np.int64)
+    local = np.zeros(len(counts), dtype=np.int64)  # where each row starts in its part's file
+    for p, (rows, _) in enumerate(parts):
+        owner[rows] = p
+        local[rows] = np.concatenate([[0], np.cumsum(counts[rows])[:-1]]) if len(rows) else local[rows]
+    files = [RowFile.open(folder / f"{name}.npy") for _, folder in parts]
+    try:
+        first = files[0]
+        for (rows, folder), part in zip(parts, files):
+            if part.shape != (int(counts[rows].sum()), *first.shape[1:]) or part.dtype != first.dtype:
+                raise ArtifactError(f"{folder / f'{name}.npy'}: shape {part.shape} does not fit its rows; rerun it")
+        with RowFile.create(out, (int(offsets[-1]), *first.shape[1:]), first.dtype) as full:
+            step = max(1, rowfile.CHUNK_BYTES // max(first.row_bytes, 1))
+            starts = np.flatnonzero(np.diff(owner, prepend=-2))  # runs of consecutive rows from one part
+            for start, stop in zip(starts, [*starts[1:], len(counts)]):
+                source, begin, end = (
+                    files[owner[start]],
+                    int(local[start]),
+                    int(local[start] + offsets[stop] - offsets[start]),
+                )
+                for at in range(begin, end, step):
+                    chunk = source.read(at, min(at + step, end))
+                    full.write_at(int(offsets[start]) + at - begin, chunk)
+    finally:
+        for part in files:
+            part.close()
 
 
 def run_shard(signal: str, params: dict, teacher_dir: Path, data_dir: Path, shard: str, out_part: Path) -> None:

@@ -104,14 +104,15 @@ def build_stage1(ctx: DistillContext, args: dict) -> Objective:
     pairs = ctx.alignment[teacher]
     hidden_pairs = [(s, ctx.hidden_slot(teacher, tl)) for s, tl in pairs]
     attention_pairs = [(s, ctx.hidden_slot(teacher, tl, "attentions")) for s, tl in pairs if s >= 1]
-    per_head = ctx.signal(teacher, "attentions").ndim == 5
+    teacher_heads = ctx.signal(teacher, "attentions").heads  # None: averaged over heads
+    per_head = teacher_heads is not None
     student_heads = ctx.student_config.num_attention_heads
-    if per_head and ctx.signal(teacher, "attentions").shape[2] != student_heads:
+    if per_head and teacher_heads != student_heads:
         raise KdpipeError(
-            f"meta_kd: the teacher's attentions have {ctx.signal(teacher, 'attentions').shape[2]} "
+            f"meta_kd: the teacher's attentions have {teacher_heads} "
             f"heads, the student {student_heads}: use attention_heads: mean (or auto)"
         )
-    teacher_width = ctx.signal(teacher, "hidden").shape[-1]
+    teacher_width = ctx.signal(teacher, "hidden").hidden_size
     adapters = StageOneAdapters(ctx.student_config.hidden_size, teacher_width, ctx.domains).to(ctx.device)
     domain_rep = ctx.signal(teacher, "domain")
     weights_of = example_weights(ctx.prototype_scores, ctx.signal(teacher, "expertise"))

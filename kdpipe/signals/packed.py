@@ -1,0 +1,80 @@
+"""The packed layout of token-level dumps: each row's real tokens only, no padding
+(docs/design.md, "Feature dumps and their size").
+
+A dump of feature f on a split of N rows is three files:
+
+- ``f.npy``: float16, the rows one after the other in split order. Hidden states are [T, L_sel, H] with T = Σ len_i
+  (row i's tokens are T-rows ``offsets[i]:offsets[i + 1]``); attentions are one flat array of the rows' blocks
+  [L_sel, heads, len_i, len_i] (attentions_mean: [L_sel, len_i, len_i]), row i's elements
+  ``offsets[i]:offsets[i + 1]``;
+- ``f.offsets.npy``: int64 [N + 1], where each row starts along the first axis of ``f.npy`` (the last: its length);
+- ``f.tokens.npy``: the columns ``length`` (tokens of each row) and ``token_hash`` (a CRC-32 of its token ids, so a
+  student can check that it tokenises as the teacher did), int64, one record per row.
+
+Bytes of row i: 2·L_sel·H·len_i (hidden), 2·L_sel·heads·len_i² (attentions), 2·L_sel·len_i² (attentions_mean). The
+writer (:mod:`kdpipe.signals.features`) and the checked reader (:func:`kdpipe.signals.io.read_features`) share these
+functions, numpy only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LAYOUT = "packed"  # the manifest's ``layout``: dumps of an older kdpipe (padded to the split's longest row) lack it
+TOKENS = np.dtype([("length", "<i8"), ("token_hash", "<i8")])
+SIDECARS = ("offsets", "tokens")  # f.offsets.npy, f.tokens.npy beside f.npy
+
+
+def sidecar(data_name: str, which: str) -> str:
+    """``hidden.npy`` -> ``hidden.offsets.npy`` / ``hidden.tokens.npy``."""
+    return f"{data_name.split('.')[0]}.{which}.npy"
+
+
+def item_shape(feature: str, layers: int, hidden_size: int) -> tuple[int, ...]:
+    """The shape of one entry along the first axis of the data file: (L_sel, H) per token for hidden states, a
+    scalar for attentions (stored flat)."""
+    return (layers, hidden_size) if feature == "hidden" else ()
+
+
+def row_counts(feature: str, lengths: np.ndarray, layers: int, heads: int | None) -> np.ndarray:
+    """Entries along the first axis of the data file that each row takes: its tokens (hidden), or
+    L_sel·heads·len² (attentions) / L_sel·len² (attentions_mean) elements."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if feature == "hidden":
+        return lengths.copy()
+    return layers * (heads if feature == "attentions" else 1) * lengths * lengths
+
+
+def offsets_of(counts: np.ndarray) -> np.ndarray:
+    """int64 [N + 1]: where each row starts, the total last."""
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def row_block(feature: str, flat: np.ndarray, length: int, layers: int, heads: int | None) -> np.ndarray:
+    """Row entries as stored (``flat``) -> [L_sel, len, H] (hidden) or [L_sel, (heads,) len, len]."""
+    if feature == "hidden":
+        return flat.transpose(1, 0, 2)
+    inner = (heads,) if feature == "attentions" else ()
+    return flat.reshape(layers, *inner, length, length)
+
+
+def pack_rows(feature: str, values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Rows padded to a common width, [B, L_sel, S, H] (hidden) or [B, L_sel, (heads,) S, S], as stored: each row
+    cut to its own length, hidden states token-major [len, L_sel, H], attentions flattened."""
+    out = []
+    for row, n in zip(values, np.asarray(lengths, dtype=np.int64)):
+        if feature == "hidden":
+            out.append(np.ascontiguousarray(row[:, :n].transpose(1, 0, 2)))
+        else:
+            out.append(np.ascontiguousarray(row[..., :n, :n]).reshape(-1))
+    return out
+
+
+def pack_dense(feature: str, dense: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A dense dump (the older layout, padded to one width) as (data, offsets) of the packed layout."""
+    rows = pack_rows(feature, np.asarray(dense), lengths)
+    shape = (0, dense.shape[1], dense.shape[-1]) if feature == "hidden" else (0,)
+    data = np.concatenate(rows) if rows else np.zeros(shape, dtype=dense.dtype)
+    return data, offsets_of(np.array([len(r) for r in rows], dtype=np.int64))
