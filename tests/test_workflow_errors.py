@@ -60,6 +60,15 @@ def project(tmp_path_factory):
             "config: students.s_vkd.seeds: an empty list would train the student once, with seed 0; omit the key for "
             "that, or list the seeds, e.g. [0, 1, 2]",
         ),
+        # feature dumps over their disk budget (kdpipe.plan.budget; numbers by hand in tests/test_budget.py)
+        (
+            "dump:\n  batch_size: 32\n",
+            "dump:\n  batch_size: 32\n  max_gb: 1.0e-4\n",
+            "config: dump.max_gb: the feature dumps of this config take up to 0.147 MB (2 dumps), but dump.max_gb "
+            "allows 0.1 MB. The largest, hidden of teacher 'ta' on split 'train' (read by s_dfa), takes up to "
+            "0.0737 MB (36 rows x 32 tokens (max_length) x 1 layer x 32 hidden units x 2 bytes): it would fit with "
+            "max_length 11 instead of 32 (teachers.ta.max_length, and the same for the students that read it)",
+        ),
     ],
 )
 def test_a_config_mistake_is_one_line_before_any_job(project, old, new, line):

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 from kdpipe.core.store import KdpipeError
 
 # (transformer layers, attention heads) of the builtin backbones (kdpipe.models.loading.TINY_BERT for tiny-bert)
 BUILTIN_SHAPES = {"builtin:minilm-l6": (6, 12), "builtin:tiny-bert": (2, 2)}
+# their hidden sizes (the width of a hidden-state dump)
+BUILTIN_HIDDEN = {"builtin:minilm-l6": 384, "builtin:tiny-bert": 32}
 
 
 # The names a Hugging Face config gives its depth and its heads per layer. ``AutoConfig``'s attribute map already
@@ -41,6 +47,33 @@ def _config_int(config, keys: tuple[str, ...], model: str, what: str) -> int:
     raise KdpipeError(
         f"cannot tell how many {what} '{model}' has: its config ({config.model_type}) has none of {', '.join(keys)}"
     )
+
+
+HIDDEN_KEYS = ("hidden_size", "d_model", "dim", "n_embd")
+
+
+def hidden_size(model: str) -> int:
+    """The hidden size of a model as it is stored: a builtin, a local model folder (its ``config.json`` read as JSON)
+    or a hub name (through ``AutoConfig``, as :func:`model_shape`)."""
+    if model in BUILTIN_HIDDEN:
+        return BUILTIN_HIDDEN[model]
+    config_file = Path(model) / "config.json"
+    if config_file.is_file():
+        try:
+            config = json.loads(config_file.read_text())
+        except ValueError as err:
+            raise KdpipeError(f"{config_file}: not JSON ({err}); cannot tell the hidden size of '{model}'") from err
+        return _config_int(SimpleNamespace(**{"model_type": None, **config}), HIDDEN_KEYS, model, "hidden units")
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as err:
+        raise KdpipeError(
+            f"cannot tell the hidden size of '{model}': not a builtin, not a local model folder, and not reachable "
+            f"on the hub from here ({type(err).__name__})"
+        ) from err
+    return _config_int(config, HIDDEN_KEYS, model, "hidden units")
 
 
 def num_layers(model: str) -> int:

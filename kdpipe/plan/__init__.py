@@ -6,7 +6,8 @@ and transformers. By concern: :mod:`~kdpipe.plan.paths` (where artifacts live), 
 refuses them), :mod:`~kdpipe.plan.checks` (what the schema cannot check), :mod:`~kdpipe.plan.classes`
 (the classes of every teacher, checked against the data), :mod:`~kdpipe.plan.layers`
 (layer alignment), :mod:`~kdpipe.plan.routes` (the routes of knowledge-integration students),
-:mod:`~kdpipe.plan.slices` (each job's config slice and code modules).
+:mod:`~kdpipe.plan.slices` (each job's config slice and code modules), :mod:`~kdpipe.plan.budget` (the feature
+dumps' disk budget).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.transfer_sources import has_transfer
 from kdpipe.methods.registry import NO_UNLABELLED_ROWS, TEACHER_OBJECTIVES, complete_args, get_method
+from kdpipe.plan.budget import Budget
 from kdpipe.plan.checks import Checks, check_empty
 from kdpipe.plan.classes import Classes
 from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
@@ -61,7 +63,7 @@ __all__ = [
 ]
 
 
-class Plan(Checks, Classes, Layers, Routes, Slices):
+class Plan(Budget, Checks, Classes, Layers, Routes, Slices):
     def __init__(self, config: dict, schema: dict | None = None):
         """``config`` with its defaults filled in; ``schema`` (the config schema) validates merged entries."""
         check_empty(config)

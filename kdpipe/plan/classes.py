@@ -12,6 +12,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.registry import get_method
 from kdpipe.models.heads import teacher_classes
+from kdpipe.plan.budget import selected_data
 from kdpipe.plan.paths import DATA
 
 # Teacher keys that only matter when a teacher is trained (left out of an imported teacher's slice)
@@ -47,10 +48,8 @@ class Classes:
                 self._labels = json.loads((folder / "labels.json").read_text()) if same else None
             except (OSError, ValueError):
                 self._labels = None
-            if self._labels is None:
-                from kdpipe.data.prepare import dataset_labels  # pandas: only when the data is not prepared yet
-
-                self._labels = dataset_labels(params)
+            if self._labels is None:  # read once with the split sizes the plan's disk budget needs
+                self._labels = selected_data(self)[1]
         return self._labels
 
     def imported(self, teacher: str) -> bool:

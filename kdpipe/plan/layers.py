@@ -5,6 +5,7 @@ from __future__ import annotations
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.registry import get_method
 from kdpipe.models.backbones import (
+    hidden_size,
     model_shape,
     strided_alignment,
     student_heads,
@@ -30,6 +31,14 @@ class Layers:
         if model not in shapes:
             shapes[model] = model_shape(model)
         return shapes[model]
+
+    def teacher_hidden_size(self, teacher: str) -> int:
+        """The hidden size of the model a teacher runs (the width of its hidden-state dump), read once per model."""
+        model = self.teacher_model(teacher)
+        sizes = self.__dict__.setdefault("_teacher_hidden", {})
+        if model not in sizes:
+            sizes[model] = hidden_size(model)
+        return sizes[model]
 
     def teacher_layers(self, teacher: str) -> int:
         """Transformer layers of a teacher: its ``layers`` subset, else those of the model it runs."""

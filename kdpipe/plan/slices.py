@@ -81,9 +81,10 @@ class Slices:
 
     def signal_params(self, teacher: str, split: str, signal: str) -> dict:
         """The slice of one teacher signal on one split: its pass's settings (the config section that also sets its
-        shards), plus for a feature dump the layers the students need."""
+        shards), plus for a feature dump the layers the students need. Neither the shard count nor the disk budget
+        (``dump.max_gb``, checked by the plan: kdpipe.plan.budget) changes what a pass makes."""
         section = signal_spec(signal).shards
-        params = {**without(self.config[section], "splits", "shards"), "signal": signal, "split": split}
+        params = {**without(self.config[section], "splits", "shards", "max_gb"), "signal": signal, "split": split}
         if params.get("dropout", 0) is None:  # the default, left out so that slices made before the key stay valid
             del params["dropout"]
         if signal in FEATURES:

@@ -40,6 +40,7 @@ try:
     check_numbers(config, SCHEMA)  # before the schema, which refuses lr: 1e-3 (text to YAML) without saying why
     validate(config, schema="../schemas/config.schema.yaml", set_default=True)
     PLAN = Plan(config, SCHEMA)
+    PLAN.check_dump_budget()  # the feature dumps fit their disk budget (kdpipe.plan.budget), before any job
 except KdpipeError as err:
     raise WorkflowError(f"config: {err}")
 

@@ -1,0 +1,214 @@
+"""The disk budget of the feature dumps, checked when the DAG is built (docs/design.md, "Feature dumps and their size").
+
+Every hidden-state and attention dump the plan asks for is bounded from what is known before any job runs: the rows
+of its split (:func:`split_rows`, the one place the plan asks the data for a split's size), the teacher's hidden
+size and attention heads (:mod:`kdpipe.models.backbones`), the layers kept and the teacher's ``max_length`` (no row
+has more tokens). A plan whose dumps would not fit ``dump.max_gb`` (by default the free space of the disk that holds
+``results/``, less a margin) stops with one message naming the largest dump, its size and what would make it fit.
+A dump already made with the same settings is not counted. Torch-free and numpy-free, like the whole plan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdpipe.core.store import KdpipeError, disk_reserve
+from kdpipe.plan.paths import DATA, SIGNALS, SIGNALS_ROOT, TRANSFER
+from kdpipe.signals.catalog import FEATURES
+from kdpipe.signals.catalog import SIGNALS as CATALOG
+
+GB = 1_000_000_000
+MIN_MAX_LENGTH = 8  # the schema's least max_length
+
+
+@dataclass(frozen=True)
+class DumpBound:
+    """The most bytes one feature dump can take: rows × max_length tokens, float16."""
+
+    signal: str
+    teacher: str
+    split: str
+    rows: int
+    max_length: int
+    layers: int
+    width: int  # floats per token and layer: the hidden size, or the heads of per-head attentions (1 for their mean)
+
+    @property
+    def per_row_and_layer(self) -> int:
+        tokens = self.max_length if self.signal == "hidden" else self.max_length**2
+        return 2 * tokens * self.width
+
+    @property
+    def bytes(self) -> int:
+        return self.rows * self.layers * self.per_row_and_layer
+
+    def formula(self) -> str:
+        tokens = f"{self.max_length} tokens" if self.signal == "hidden" else f"{self.max_length}² tokens²"
+        width = {"hidden": "hidden units", "attentions": "heads"}.get(self.signal)
+        return (
+            f"{self.rows:,} rows x {tokens} (max_length) x {self.layers} layer{'s' * (self.layers != 1)}"
+            + (f" x {self.width} {width}" if width else "")
+            + " x 2 bytes"
+        )
+
+    def fitting(self, room: float) -> list[str]:
+        """What would make this dump fit in ``room`` bytes: fewer layers, a shorter max_length."""
+        out = []
+        layers = int(room // (self.rows * self.per_row_and_layer)) if self.rows else self.layers
+        if 1 <= layers < self.layers:
+            out.append(
+                f"{layers} layer{'s' * (layers != 1)} instead of {self.layers} (students with fewer layers align with "
+                "fewer; DFA: method_args.align_number)"
+            )
+        share = room / self.bytes if self.bytes else 1.0
+        length = int(self.max_length * (share if self.signal == "hidden" else math.sqrt(max(share, 0.0))))
+        if MIN_MAX_LENGTH <= length < self.max_length:
+            out.append(
+                f"max_length {length} instead of {self.max_length} (teachers.{self.teacher.split('.')[0]}.max_length, "
+                "and the same for the students that read it)"
+            )
+        if self.signal == "attentions" and self.width > 1 and self.bytes / self.width <= room:
+            out.append("attentions averaged over heads (method_args.stage1.attention_heads: mean)")
+        return out
+
+
+def _size(n: float) -> str:
+    return f"{n / GB:.3g} GB" if n >= GB / 100 else f"{n / 1e6:.3g} MB"
+
+
+def split_rows(plan, split: str) -> int | None:
+    """The rows of ``split`` of the plan's data, or None when they cannot be known before a job runs: the one place
+    the plan asks the data how large a split is. From the prepared artifact's manifest when it was made from this
+    config (a rerun reads one small file), else as the prepare stage will make them; transfer rows from their
+    artifact's manifest, else at most the withheld training rows plus ``dataset.transfer_max_rows``."""
+    rows = _data_rows(plan)
+    if plan.split_data(split) != TRANSFER.format(dataset=plan.dataset):
+        return rows.get(split)
+    made = _made_rows(Path(TRANSFER.format(dataset=plan.dataset)), plan.transfer_params())
+    if made is not None:
+        return made.get(split)
+    dataset = plan.config["dataset"]
+    if dataset.get("transfer") and dataset.get("transfer_max_rows") is None:
+        return None  # as many as the transfer files hold: counted only by the transfer job
+    return rows.get("unlabelled", 0) + (dataset.get("transfer_max_rows") or 0)
+
+
+def _made_rows(folder: Path, params: dict) -> dict | None:
+    """The ``rows`` (and withheld ``unlabelled_rows``) of an artifact's manifest when it was made from ``params``."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if json.dumps(manifest.get("config"), sort_keys=True) != json.dumps(params, sort_keys=True):
+        return None
+    return {**manifest.get("rows", {}), "unlabelled": manifest.get("unlabelled_rows", 0)}
+
+
+def _data_rows(plan) -> dict:
+    rows = plan.__dict__.get("_split_rows")
+    if rows is None:
+        rows = _made_rows(Path(DATA.format(dataset=plan.dataset)), plan.prepare_params())
+        plan._split_rows = rows if rows is not None else selected_data(plan)[0]
+    return plan._split_rows
+
+
+def selected_data(plan) -> tuple[dict, list[str]]:
+    """(rows per split, labels) of the dataset as the prepare stage will make it, from one read of its source
+    (cached on the plan; pandas, only when the data is not prepared yet)."""
+    if "_selected" not in plan.__dict__:
+        from kdpipe.data.prepare import _selected
+
+        parts, labels, _ = _selected(plan.prepare_params())
+        plan._selected = ({split: len(frame) for split, frame in parts.items()}, labels)
+    return plan._selected
+
+
+class Budget:
+    """Mixed into :class:`kdpipe.plan.Plan`."""
+
+    def planned_dumps(self) -> dict[tuple[str, str, str], list[str]]:
+        """Every feature dump some student reads, as (signal, teacher, split) -> the students that read it."""
+        by_file = {file: name for name, spec in CATALOG.items() for file in spec.files}
+        out: dict[tuple[str, str, str], list[str]] = {}
+        for student in self.students:
+            for path in self.signal_files(student):
+                teacher, split, file = path[len(SIGNALS_ROOT) + 1 :].split("/")
+                signal = by_file.get(file)
+                if signal in FEATURES and file == CATALOG[signal].files[0]:
+                    out.setdefault((signal, teacher, split), []).append(student)
+        return out
+
+    def dump_bound(self, signal: str, teacher: str, split: str) -> DumpBound | None:
+        """The most bytes a feature dump can take (None when its split's rows are not known before it runs)."""
+        rows = split_rows(self, split)
+        if rows is None:
+            return None
+        width = {"hidden": self.teacher_hidden_size(teacher), "attentions": self.teacher_heads(teacher)}.get(signal, 1)
+        layers = len(self.feature_layers(teacher, signal))
+        return DumpBound(signal, teacher, split, rows, int(self.teachers[teacher]["max_length"]), layers, width)
+
+    def _made(self, signal: str, teacher: str, split: str) -> bool:
+        """The dump is already there, made with the same settings (it needs no new room)."""
+        folder = Path(SIGNALS.format(teacher=teacher, split=split))
+        try:
+            manifest = json.loads((folder / CATALOG[signal].manifest).read_text())
+        except (OSError, ValueError):
+            return False
+        same = json.dumps(manifest.get("config"), sort_keys=True) == json.dumps(
+            self.signal_params(teacher, split, signal), sort_keys=True
+        )
+        return same and manifest.get("layout") == "packed"
+
+    def check_dump_budget(self) -> None:
+        """Stop, before any job runs, a plan whose feature dumps would not fit their budget (module docstring)."""
+        planned = self.planned_dumps()
+        bounds = [self.dump_bound(*key) for key in planned if not self._made(*key)]
+        bounds = [b for b in bounds if b is not None and b.bytes]
+        if not bounds:
+            return
+        need = sum(b.bytes for b in bounds)
+        largest = max(bounds, key=lambda b: b.bytes)
+        limit = self.config.get("dump", {}).get("max_gb")
+        if limit is not None:
+            budget, factor = float(limit) * GB, 1
+            if need <= budget:
+                return
+            what = f"dump.max_gb allows {_size(budget)}"
+        else:
+            folder = Path(SIGNALS_ROOT).absolute()
+            while not folder.exists():
+                folder = folder.parent
+            free = shutil.disk_usage(folder).free
+            reserve = disk_reserve(need)
+            # a dump's shard parts stay until its gather has copied them: the largest is on disk twice for a while
+            budget, factor = free - reserve, 2
+            if need + largest.bytes <= budget:
+                return
+            what = (
+                f"{_size(free)} are free at {folder} (with {_size(reserve)} kept in reserve, and room for the largest "
+                "dump's shard parts beside it; dump.max_gb sets another budget)"
+            )
+        room = (budget - (need - largest.bytes)) / factor
+        readers = ", ".join(sorted(planned[(largest.signal, largest.teacher, largest.split)]))
+        if room > 0:
+            fixes = largest.fitting(room)
+            advice = (
+                "it would fit with " + "; or ".join(fixes)
+                if fixes
+                else f"not even one layer at max_length {MIN_MAX_LENGTH} fits"
+            )
+        else:
+            advice = (
+                f"the other dumps alone take {_size(need - largest.bytes)}; raise the budget, or let fewer students "
+                "read feature dumps"
+            )
+        raise KdpipeError(
+            f"dump.max_gb: the feature dumps of this config take up to {_size(need)} ({len(bounds)} "
+            f"dump{'s' * (len(bounds) != 1)}), but {what}. The largest, {largest.signal} of teacher "
+            f"'{largest.teacher}' on split '{largest.split}' (read by {readers}), takes up to {_size(largest.bytes)} "
+            f"({largest.formula()}): {advice}"
+        )
