@@ -231,3 +231,25 @@ def test_a_share_without_transfer_rows_stops_the_plan():
     plan = plan_of(lambda c: c["students"]["s_vkd"].update(transfer=0.5))
     with pytest.raises(KdpipeError, match="the dataset has no transfer rows"):
         plan.student_transfer("s_vkd")
+
+
+def test_the_plan_checks_each_transfer_file_before_any_job(tmp_path):
+    from kdpipe.data.transfer_sources import check_transfer_files
+
+    def check(name):
+        check_transfer_files({"transfer": [str(tmp_path / "ok.csv"), str(tmp_path / name)], "text_column": "text"})
+
+    pd.DataFrame({"text": ["a"]}).to_csv(tmp_path / "ok.csv", index=False)
+    pd.DataFrame({"body": ["a"]}).to_csv(tmp_path / "body.csv", index=False)
+    pd.DataFrame({"body": ["a"]}).to_parquet(tmp_path / "body.parquet")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(KdpipeError, match="missing.csv: file not found.*check dataset.transfer"):
+        check("missing.csv")
+    with pytest.raises(KdpipeError, match="empty.csv: the file is empty"):
+        check("empty.csv")
+    for name in ("body.csv", "body.parquet"):
+        with pytest.raises(
+            KdpipeError, match=rf"{name}: no column 'text' \(dataset.text_column\); the columns are \['body'\]"
+        ):
+            check(name)
+    check("ok.csv")

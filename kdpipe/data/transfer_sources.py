@@ -19,3 +19,57 @@ def transfer_sources(dataset: dict) -> list[str]:
 def has_transfer(dataset: dict) -> bool:
     """Whether the dataset has transfer rows: ``dataset.transfer`` or withheld training labels."""
     return bool(transfer_sources(dataset)) or bool((dataset.get("split") or {}).get("unlabelled"))
+
+
+def check_transfer_files(dataset: dict) -> None:
+    """The cheap checks of every local transfer file, made when the DAG is built so that a mistake stops the run
+    before any job: the file exists, is not empty, and (CSV, TSV, Parquet) has the text column(s). The full read,
+    with its encoding check, is the ``transfer`` job's (kdpipe.data.transfer)."""
+    from pathlib import Path
+
+    from kdpipe.core.store import KdpipeError
+
+    wanted = [
+        dataset.get("text_column", "text"),
+        *([dataset["text_pair_column"]] if dataset.get("text_pair_column") else []),
+    ]
+    for source in transfer_sources(dataset):
+        path = Path(source)
+        if source.startswith("hf:") or path.is_dir():
+            continue
+        if not path.is_file():
+            where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+            raise KdpipeError(f"{path}: file not found{where}; check dataset.transfer")
+        if path.stat().st_size == 0:
+            raise KdpipeError(f"{path}: the file is empty (dataset.transfer)")
+        columns = _header(path, dataset)
+        missing = [column for column in wanted if columns is not None and column not in columns]
+        if missing:
+            key = "text_column" if missing[0] == wanted[0] else "text_pair_column"
+            raise KdpipeError(
+                f"{path}: no column '{missing[0]}' (dataset.{key}); the columns are {columns} (dataset.transfer)"
+            )
+
+
+def _header(path, dataset: dict) -> list[str] | None:
+    """The column names of a CSV/TSV header or a Parquet schema (None for JSONL or what cannot be read cheaply)."""
+    import csv
+
+    suffix = path.suffix.lower() if dataset.get("format", "auto") == "auto" else f".{dataset['format']}"
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.read_schema(path).names)
+        except Exception:  # not Parquet: the transfer job says so with the reader's message
+            return None
+    if suffix not in (".csv", ".tsv"):
+        return None
+    try:
+        with open(path, encoding=dataset.get("encoding", "utf-8"), newline="") as handle:
+            first = handle.readline().removeprefix("\ufeff")
+    except (UnicodeDecodeError, LookupError):
+        return None  # the transfer job reports the encoding with the byte offset
+    if suffix == ".tsv":
+        return first.rstrip("\r\n").split("\t")
+    return next(csv.reader([first]), [])

@@ -233,6 +233,10 @@ class Plan(Budget, Checks, Classes, Layers, Routes, Slices):
             )
         return float(share)
 
+    def has_transfer_students(self) -> bool:
+        """Some evaluated student learns from transfer rows: the report then draws the transfer curve."""
+        return any(self.student_transfer(s) for s in self.students if s not in self.first_stages)
+
     def transfer_inputs(self, student: str) -> list[str]:
         """The transfer artifact, for a student that learns from transfer rows."""
         return [TRANSFER.format(dataset=self.dataset)] if self.student_transfer(student) else []

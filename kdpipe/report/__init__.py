@@ -28,6 +28,7 @@ from kdpipe.report.plots import plot_metrics, plot_reliability, plot_uncertainty
 from kdpipe.report.routing import write_routing
 from kdpipe.report.summary import TSV_COLUMNS, has_members, read_eval, runs_table, summarise
 from kdpipe.report.tensorboard import write_tensorboard
+from kdpipe.report.transfer import plot_transfer
 from kdpipe.routing.diagnostics import WARN_BELOW
 
 __all__ = ["TSV_COLUMNS", "build_report"]
@@ -46,7 +47,8 @@ def build_report(
     cost.png for ``eval_paths`` (with their predictions beside them), curves.png from the ``train_logs`` (and the
     same logs in TensorBoard's format under tensorboard/ when the optional package is installed), and
     uncertainty.png when a model on the plotted split averages several members or heads (otherwise a stale one is
-    removed: the workflow's report rule declares it exactly when the plan has such a model, ``Plan.has_members``).
+    removed: the workflow's report rule declares it exactly when the plan has such a model, ``Plan.has_members``), and
+    transfer.png when a student learnt from transfer rows (``Plan.has_transfer_students``).
     The tables show the uncertainty columns only when some model averages several members or heads. With the
     manifests of the experiment's ``routes``: routing.tsv, routing.md and routing.png, and a routing warning at the
     top of the summaries for each route whose chosen router sends fewer than ``warn_below`` of the validation rows
@@ -81,6 +83,10 @@ def build_report(
     plot_curves([read_curve(path) for path in train_logs or ()], out_dir / "curves.png")
     if write_tensorboard(list(train_logs or ()), out_dir / "tensorboard"):
         print(f"[kdpipe] report: training logs for TensorBoard: tensorboard --logdir {out_dir / 'tensorboard'}")
+    if (runs["transfer_rows"] > 0).any():
+        plot_transfer(runs, shown["split"].iloc[0], out_dir / "transfer.png")
+    else:
+        (out_dir / "transfer.png").unlink(missing_ok=True)
     if shown["uncertainty"].notna().any() and has_members(shown):
         plot_uncertainty(shown, out_dir / "uncertainty.png")
     else:

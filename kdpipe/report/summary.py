@@ -72,6 +72,7 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
                 "class_names": tuple(r["classes"]),
                 "reference": r.get("reference"),
                 "gold_labels": describe_label_use(r.get("gold_labels"), r.get("transfer_rows")),
+                "transfer_rows": r.get("transfer_rows") or 0,
                 "params": r["params"],
                 "members": r.get("members"),
                 "train_time_s": r["train_time_s"],

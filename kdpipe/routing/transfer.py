@@ -1,5 +1,5 @@
-"""A route's scores of the transfer rows (kdpipe.data.transfer), routed like train rows (docs/routing.md, "Transfer
-rows"): the ``route_transfer`` job, beside its route. It reads the route's manifest (the chosen router, the teachers'
+"""A route's scores of the transfer rows (kdpipe.data.transfer), routed like train rows: the ``route_transfer`` job,
+beside its route (docs/routing.md, "Transfer rows"). It reads the route's manifest (the chosen router, the teachers'
 calibration temperatures) and refits nothing of its own: ``knn`` and ``learned`` are fitted on the validation rows
 alone, so fitting them again on the same rows and seed gives the route's own router, which then scores the transfer
 rows as it scored the train rows. ``oracle`` reads each row's gold label, which a transfer row does not have.

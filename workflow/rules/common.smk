@@ -29,6 +29,7 @@ from kdpipe.plan import (
     Plan,
     TRAINED_ROOTS,
 )
+from kdpipe.data.transfer_sources import check_transfer_files
 from kdpipe.plan.numbers import check_numbers
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, signal_files, signal_spec
 
@@ -40,6 +41,7 @@ try:
     check_numbers(config, SCHEMA)  # before the schema, which refuses lr: 1e-3 (text to YAML) without saying why
     validate(config, schema="../schemas/config.schema.yaml", set_default=True)
     PLAN = Plan(config, SCHEMA)
+    check_transfer_files(config["dataset"])
     PLAN.check_dump_budget()  # the feature dumps fit their disk budget (kdpipe.plan.budget), before any job
 except KdpipeError as err:
     raise WorkflowError(f"config: {err}")
@@ -124,6 +126,11 @@ ROUTING_REPORT = (
     else {}
 )
 # The uncertainty split, only when some model averages several members or heads (an ensemble, a multi-head student)
+TRANSFER_REPORT = (
+    {"transfer": report(f"{REPORT}/transfer.png", caption="../report/transfer.rst", category="Summary")}
+    if PLAN.has_transfer_students()
+    else {}
+)
 UNCERTAINTY_REPORT = (
     {"uncertainty": report(f"{REPORT}/uncertainty.png", caption="../report/uncertainty.rst", category="Calibration")}
     if PLAN.has_members()

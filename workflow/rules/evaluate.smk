@@ -62,6 +62,7 @@ rule report:
     output:
         **ROUTING_REPORT,
         **UNCERTAINTY_REPORT,
+        **TRANSFER_REPORT,
         html=report(
             f"{REPORT}/summary.html",
             caption="../report/summary.rst",

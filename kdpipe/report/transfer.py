@@ -1,0 +1,41 @@
+"""The report's transfer curve (docs/report.md, "Category *Summary*"): test accuracy against the number of unlabelled
+transfer rows a student learnt from, one line per method (mean ± sample std over seeds at each size), beside the
+students that read no transfer row (the supervised baseline on the same gold labels) as horizontal bands. Drawn when
+some student learnt from transfer rows (``transfer.png``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from kdpipe.report.figures import placeholder, pyplot, save
+
+
+def plot_transfer(runs: pd.DataFrame, split: str, path: Path) -> None:
+    """``transfer.png`` from the per-seed rows of ``runs`` (:func:`kdpipe.report.summary.runs_table`) on ``split``."""
+    students = runs[(runs["kind"] == "student") & (runs["split"] == split)]
+    learners = students.groupby("method")["transfer_rows"].transform("max") > 0
+    curves, bands = students[learners], students[~learners]
+    if curves.empty:
+        placeholder(path, "no student learnt from transfer rows")
+        return
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for method, rows in curves.groupby("method", sort=False):
+        points = rows.groupby("transfer_rows")["accuracy"].agg(["mean", "std", "count"]).sort_index()
+        ax.errorbar(points.index, points["mean"], yerr=points["std"].fillna(0), marker="o", capsize=3, label=method)
+    for base, rows in bands.groupby("base", sort=False):
+        mean, std = rows["accuracy"].mean(), rows["accuracy"].std(ddof=1) if len(rows) > 1 else 0.0
+        line = ax.axhline(mean, linestyle="--", color="grey")
+        ax.axhspan(mean - std, mean + std, color=line.get_color(), alpha=0.15)
+        ax.annotate(
+            f"{base} ({rows['method'].iloc[0]}, no transfer rows)", (0, mean), textcoords="offset points", xytext=(4, 4)
+        )
+    ax.set_xlabel("unlabelled transfer rows the student learnt from")
+    ax.set_ylabel(f"{split} accuracy (mean ± std over seeds)")
+    ax.set_title("Accuracy against transfer rows")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    save(fig, path)
+    plt.close(fig)
