@@ -1,5 +1,6 @@
-"""The disk budget of the feature dumps, checked by the plan before any job (docs/design.md, "Feature dumps and their
-size"): bounds by hand, the one message, dumps already made, the default budget (free space) and the split sizes."""
+"""The disk budget of the feature dumps, checked by the plan before any job
+(docs/design.md, "Feature dumps and their size"): bounds by hand, the one message, dumps already made, the default
+budget (free space), the split sizes, and students with ``signals: online``, which need no dump."""
 
 from __future__ import annotations
 
@@ -80,8 +81,9 @@ def test_a_budget_too_small_stops_the_plan_with_one_message(in_tmp):
     assert "(36 rows x 32 tokens (max_length) x 1 layer x 32 hidden units x 2 bytes)" in message
     # 26,272 / 73,728 of 32 tokens: max_length 11; not even one layer fits at 32
     assert message.endswith(
-        "it would fit with max_length 11 instead of 32 (teachers.ta.max_length, and the same for "
-        "the students that read it)"
+        "it would fit with max_length 11 instead of 32 (teachers.ta.max_length, and the same for the students that "
+        "read it); or it needs no room with signals: online on s_dfa (the students run the teacher in their own jobs; "
+        "no dump)"
     )
     with pytest.raises(KdpipeError, match=r"the other dumps alone take 0\.0737 MB; raise the budget"):
         check(max_gb(5e-5))
@@ -151,3 +153,27 @@ def test_the_budget_keeps_the_plan_torch_free(in_tmp):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=in_tmp, env=env)
     assert out.stdout.strip() == "[]"
+
+
+def online(student="s_dfa"):
+    def edit(config):
+        config["students"][student]["signals"] = "online"
+
+    return edit
+
+
+def test_an_online_student_needs_no_dump_and_takes_its_teachers_as_inputs(in_tmp):
+    cached, plan = load(), check(lambda c: (max_gb(1e-9)(c), online()(c)))  # no dump: any budget fits
+    assert [f for f in cached.signal_files("s_dfa") if "hidden" in f] and not plan.planned_dumps()
+    assert plan.signal_files("s_dfa") == [f for f in cached.signal_files("s_dfa") if "hidden" not in f]  # logits
+    assert plan.online_teacher_dirs("s_dfa") == ["results/teachers/ta", "results/teachers/tb"]
+    assert cached.online_teacher_dirs("s_dfa") == [] and plan.online_teacher_dirs("s_vkd") == []
+    assert plan.student_params("s_dfa")["signals"] == "online" and "signals" not in cached.student_params("s_dfa")
+    assert "kdpipe.signals.online" in plan.student_modules("s_dfa")
+    assert "kdpipe.signals.online" not in cached.student_modules("s_dfa")
+    assert plan.feature_layers("ta") == [] and cached.feature_layers("ta") == [2]  # no dump keeps its layers
+
+
+def test_online_is_refused_where_a_method_reads_no_token_level_signal(in_tmp):
+    with pytest.raises(KdpipeError, match=r"students\.s_vkd\.signals: online .* method 'vanilla_kd' reads none"):
+        load(edit=online("s_vkd"))

@@ -5,7 +5,9 @@ kdpipe wrote before (each row padded to the split's longest)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,12 +19,13 @@ from kdpipe.data.dataset import read_split
 from kdpipe.methods import dfa, dynamic_kd
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.meta_kd import student as meta_kd
-from kdpipe.methods.registry import method_args
+from kdpipe.methods.registry import get_method, method_args
 from kdpipe.models.inference import iterate
 from kdpipe.models.loading import load_classifier
-from kdpipe.signals.features import _selected
+from kdpipe.signals.features import selected_states
 from kdpipe.signals.io import read_features
 from kdpipe.signals.load import TokenFeature, load_signals, subset_signals
+from kdpipe.signals.online import online_signals
 from kdpipe.signals.packed import offsets_of, pack_dense, row_counts
 from kdpipe.signals.shards import run
 from kdpipe.signals.teacher import open_teacher
@@ -120,7 +123,7 @@ def dense_dump(model, encoded, feature: str, layers: list[int], batch_size: int 
         outputs = model(
             **model_inputs(batch), output_hidden_states=feature == "hidden", output_attentions=feature != "hidden"
         )
-        values = _selected(outputs, feature, layers)
+        values = selected_states(outputs, feature, layers)
         mask = batch["attention_mask"].to(values.dtype)
         if feature == "hidden":
             values = values * mask[:, None, :, None]
@@ -294,3 +297,77 @@ def test_the_manifest_holds_no_per_row_lists(dumps):
     lengths = np.load(dumps / "hidden.tokens.npy")["length"]
     assert manifest["tokens"] == lengths.sum() and manifest["bytes"] == 2 * 3 * 32 * lengths.sum()
     assert set(manifest["checksums"]) == {"hidden.npy", "hidden.offsets.npy", "hidden.tokens.npy"}
+
+
+# ---- signals: online ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method, alignment, attention_feature",
+    [
+        ("dfa", [[1, 1], [2, 2]], "attentions"),
+        ("dynamic_objective", [[0, 0], [1, 1], [2, 2]], "attentions"),
+        ("meta_kd_stage1", [[0, 0], [1, 1], [2, 2]], "attentions"),
+        ("meta_kd_stage1", [[0, 0], [1, 1], [2, 2]], "attentions_mean"),
+    ],
+)
+def test_online_signals_give_the_losses_of_the_cached_ones(
+    dumps, encoded, teacher, tiny_data, method, alignment, attention_feature
+):
+    """The teacher run in the student's job, on each batch: the cached values to float16 rounding, the same losses
+    to float tolerance."""
+    build = {"dfa": dfa.build, "dynamic_objective": dynamic_kd.build_objective, "meta_kd_stage1": meta_kd.build_stage1}
+    labels = json.loads((teacher / "labels.json").read_text())
+    student = load_classifier("builtin:tiny-bert", labels, seed=3, attn="eager").eval()
+    cached, _ = _contexts(
+        dumps, {"hidden": None, attention_feature: None}, encoded, tiny_data, attention_feature, student.config
+    )
+    params = {"signals": "online", "teachers": ["t"], "alignment": {"t": alignment}}
+    params["attention_feature"] = attention_feature
+    job = SimpleNamespace(train=read_split(tiny_data, "train"), transfer=None, device=CPU)
+    online = online_signals(params, get_method(method).signals, [teacher], job)["t"]
+    assert set(online) == {"labels", *({"hidden", "attentions"} & set(get_method(method).signals))}
+    live = replace(cached, signals={"t": {**cached.signals["t"], **online}})
+    names = [n for n in ("hidden", "attentions") if n in online]
+    for index in training_batches(encoded.lengths, 4, seed=1, epoch=0)[:3]:
+        width = int(encoded.lengths[index].max())
+        for name in names:  # online: only the aligned layers; the dumps here hold more (LAYERS)
+            for slot, layer in enumerate(online[name].layers):
+                got = live.teacher_feature("t", name, slot, index, width)
+                want = cached.teacher_feature("t", name, cached.hidden_slot("t", layer, name), index, width)
+                assert got.shape == want.shape and (got[want == 0] == 0).all()  # zero past each row's length
+                torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+    losses = []
+    for ctx in (cached, live):
+        ctx.alignment = {"t": alignment}
+        torch.manual_seed(0)
+        objective = build[method](ctx, method_args(method, {}))
+        batches = training_batches(encoded.lengths, 4, seed=1, epoch=0)[:3]
+        losses.append([objective.loss(student, collate(encoded, index))[0].item() for index in batches])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-3)
+
+
+def test_an_online_student_trains_without_dumps_and_loads_its_teacher_once(
+    dumps, teacher, tiny_data, tmp_path, monkeypatch
+):
+    """The distill stage with ``signals: online``: the cached logits, no hidden-state dump, the teacher loaded in
+    the job; the same student without it stops at the missing dump."""
+    import kdpipe.signals.online as online
+    from kdpipe.stages import distill
+    from tests.conftest import student_job
+    from tests.test_stage_errors import STUDENT
+
+    signals = tmp_path / "signals"
+    (signals / "t/train").mkdir(parents=True)
+    for name in ("logits.parquet", "logits.json"):
+        (signals / "t/train" / name).write_bytes((dumps / name).read_bytes())
+    params = student_job({**STUDENT, "method": "dfa", "teachers": ["t"], "alignment": {"t": [[1, 2]]}})
+    with pytest.raises(ArtifactError, match=r"t/train/hidden\.json: missing"):
+        distill.run(params, tiny_data, signals, tmp_path / "cached")
+    loaded, load_trained = [], online.load_trained
+    monkeypatch.setattr(
+        online, "load_trained", lambda folder, **kw: loaded.append(folder) or load_trained(folder, **kw)
+    )
+    out = tmp_path / "online"
+    manifest = distill.run({**params, "signals": "online"}, tiny_data, signals, out, teacher_dirs=[teacher])
+    assert loaded == [teacher] and manifest["method"] == "dfa" and (out / "model.safetensors").exists()

@@ -67,7 +67,8 @@ def project(tmp_path_factory):
             "config: dump.max_gb: the feature dumps of this config take up to 0.147 MB (2 dumps), but dump.max_gb "
             "allows 0.1 MB. The largest, hidden of teacher 'ta' on split 'train' (read by s_dfa), takes up to "
             "0.0737 MB (36 rows x 32 tokens (max_length) x 1 layer x 32 hidden units x 2 bytes): it would fit with "
-            "max_length 11 instead of 32 (teachers.ta.max_length, and the same for the students that read it)",
+            "max_length 11 instead of 32 (teachers.ta.max_length, and the same for the students that read it); or it "
+            "needs no room with signals: online on s_dfa (the students run the teacher in their own jobs; no dump)",
         ),
     ],
 )

@@ -40,7 +40,7 @@ from kdpipe.plan.paths import (
 )
 from kdpipe.plan.routes import Routes
 from kdpipe.plan.slices import Slices
-from kdpipe.signals.catalog import signal_files
+from kdpipe.signals.catalog import FEATURES, signal_files
 
 TRANSFER_SPLIT = "transfer"  # the split of the transfer rows (kdpipe.data.dataset.TRANSFER, without pandas)
 
@@ -192,6 +192,7 @@ class Plan(Budget, Checks, Classes, Layers, Routes, Slices):
             for teacher in self.student_teachers(student)
             for split in splits
             for signal in self.student_signals(student)
+            if not (self.online(student) and signal in FEATURES)  # signals: online computes these (plan.budget)
             for path in signal_files(signal, SIGNALS.format(teacher=teacher, split=split))
         ]
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdpipe.core.store import KdpipeError, disk_reserve
-from kdpipe.plan.paths import DATA, SIGNALS, SIGNALS_ROOT, TRANSFER
+from kdpipe.methods.registry import get_method
+from kdpipe.plan.paths import DATA, SIGNALS, SIGNALS_ROOT, TEACHER, TRANSFER
 from kdpipe.signals.catalog import FEATURES
 from kdpipe.signals.catalog import SIGNALS as CATALOG
 
@@ -130,6 +131,17 @@ def selected_data(plan) -> tuple[dict, list[str]]:
 class Budget:
     """Mixed into :class:`kdpipe.plan.Plan`."""
 
+    def online(self, student: str) -> bool:
+        """The student computes its token-level teacher signals itself (``signals: online``, kdpipe.signals.online)
+        instead of reading dumps: its teachers' folders are then inputs of its job."""
+        config = self.students[student].config
+        reads = {"hidden", "attentions"} & set(get_method(config.get("method", "")).signals)
+        return config.get("signals", "cached") == "online" and bool(reads)
+
+    def online_teacher_dirs(self, student: str) -> list[str]:
+        """The teachers a ``signals: online`` student runs in its own job (none for any other student)."""
+        return [TEACHER.format(teacher=t) for t in self.student_teachers(student)] if self.online(student) else []
+
     def planned_dumps(self) -> dict[tuple[str, str, str], list[str]]:
         """Every feature dump some student reads, as (signal, teacher, split) -> the students that read it."""
         by_file = {file: name for name, spec in CATALOG.items() for file in spec.files}
@@ -194,18 +206,14 @@ class Budget:
             )
         room = (budget - (need - largest.bytes)) / factor
         readers = ", ".join(sorted(planned[(largest.signal, largest.teacher, largest.split)]))
+        online = f"signals: online on {readers} (the students run the teacher in their own jobs; no dump)"
         if room > 0:
-            fixes = largest.fitting(room)
-            advice = (
-                "it would fit with " + "; or ".join(fixes)
-                if fixes
-                else f"not even one layer at max_length {MIN_MAX_LENGTH} fits"
-            )
+            fixes = [*largest.fitting(room), online]
+            advice = "it would fit with " + "; or ".join(fixes[:-1]) + "; or it needs no room with " + online
+            if len(fixes) == 1:
+                advice = f"not even one layer at max_length {MIN_MAX_LENGTH} fits; it needs no room with {online}"
         else:
-            advice = (
-                f"the other dumps alone take {_size(need - largest.bytes)}; raise the budget, or let fewer students "
-                "read feature dumps"
-            )
+            advice = f"the other dumps alone take {_size(need - largest.bytes)}; raise the budget, or set {online}"
         raise KdpipeError(
             f"dump.max_gb: the feature dumps of this config take up to {_size(need)} ({len(bounds)} "
             f"dump{'s' * (len(bounds) != 1)}), but {what}. The largest, {largest.signal} of teacher "

@@ -125,6 +125,12 @@ class Checks:
                     )
         if "attentions" in method.signals:
             self.attention_feature(student.name)  # checks attention_heads
+        second_stage = student.name in self.first_stages.values()  # its first stage is the one that reads features
+        if student.config.get("signals") == "online" and not self.online(student.name) and not second_stage:
+            raise KdpipeError(
+                f"{where}.signals: online computes the teachers' hidden states and attentions in the student's job; "
+                f"method {method.name!r} reads none (only these are ever computed online): remove the key"
+            )
         if method.stage == "cotrain" and student.config.get("teachers"):
             raise KdpipeError(
                 f"{where}.teachers: method {method.name!r} trains its own teacher from "

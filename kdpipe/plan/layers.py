@@ -93,6 +93,8 @@ class Layers:
         indices (0 = embeddings), or for attentions the 1-based layers paired with student layers 1..L_s."""
         layers = set()
         for name in self.students:
+            if self.online(name):  # it runs the teacher itself (signals: online): it reads no dump
+                continue
             if feature != "hidden" and (not self._reads(name, "attentions") or self.attention_feature(name) != feature):
                 continue
             for t, pairs in (self.alignment(name) or {}).items():

@@ -101,6 +101,8 @@ class Slices:
             "method_spec": method.job_spec(),
         }
         params["model"] = model_slice(params["model"], f"students.{self.students[student].entry}.model")
+        if not self.online(student):  # the default (cached), left out so that slices made before the key stay valid
+            params.pop("signals", None)
         params.pop("transfer", None)
         if self.student_transfer(student):  # only then, so that slices made before the key stay valid
             params["transfer"] = self.student_transfer(student)
@@ -172,9 +174,11 @@ class Slices:
         return [signal_spec(signal).module]
 
     def student_modules(self, student: str) -> list[str]:
-        """A student's method module and its architecture's (BiLSTM, multi-head) modules."""
+        """A student's method module, its architecture's (BiLSTM, multi-head) modules and, with ``signals: online``,
+        the module that runs its teachers."""
         config = self.students[student].config
-        return [get_method(config["method"]).module, *architecture_modules(config["model"])]
+        online = ["kdpipe.signals.online"] if self.online(student) else []  # imported by name (signals: online)
+        return [get_method(config["method"]).module, *architecture_modules(config["model"]), *online]
 
     def model_modules(self, model: str) -> list[str]:
         """What loading a trained model imports by name: a student's architecture modules (none for a teacher)."""

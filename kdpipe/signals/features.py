@@ -44,7 +44,9 @@ def dump_bytes(feature: str, layers: int, hidden_size: int, heads: int, lengths:
     return per_entry * int(row_counts(feature, lengths, layers, heads).sum())
 
 
-def _selected(outputs, feature: str, layers: list[int]) -> torch.Tensor:
+def selected_states(outputs, feature: str, layers: list[int]) -> torch.Tensor:
+    """The layers ``layers`` of a model's outputs, stacked on dimension 1: hidden states [B, L, S, H] (0 = the
+    embeddings), attentions [B, L, heads, S, S] (1-based) or their mean over heads [B, L, S, S] (float32)."""
     states = outputs.hidden_states if feature == "hidden" else outputs.attentions
     needed = max(layers) + 1 if feature == "hidden" else max(layers)
     if not states or len(states) < needed:
@@ -90,7 +92,7 @@ def dump_feature(
             outputs = model(
                 **model_inputs(batch), output_hidden_states=feature == "hidden", output_attentions=feature != "hidden"
             )
-        values = _selected(outputs, feature, layers).to(torch.float16).cpu().numpy()
+        values = selected_states(outputs, feature, layers).to(torch.float16).cpu().numpy()
         if feature == "attentions" and values.shape[2] != heads:
             raise ArtifactError(f"the model returned {values.shape[2]} attention heads, its config says {heads}")
         index = batch["index"].cpu().numpy()

@@ -34,7 +34,11 @@ _TABLE = {
     "signal-gather": ("parts+ out", False, "a teacher signal from its shards"),
     "route": ("data signals_root out", False, "each row's teacher weights, with routing diagnostics"),
     "route-transfer": ("data transfer signals_root route", False, "a route's teacher weights of the transfer rows"),
-    "distill": ("data signals_root out prototypes? route? transfer?", True, "train a student from cached signals"),
+    "distill": (
+        "data signals_root out prototypes? route? transfer? teacher_dirs*",
+        True,
+        "train a student from cached signals",
+    ),
     "cotrain": ("data out out_teacher", True, "ProKT: a student and its teacher trained together"),
     "evaluate": ("model data out_json out_predictions", True, "metrics and predictions of one model on one split"),
     "evaluate-ensemble": ("members+ out_json out_predictions", False, "an ensemble from its members' predictions"),

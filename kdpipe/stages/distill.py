@@ -6,7 +6,8 @@ row_id, not by token, so the student's tokenizer may differ from the teachers' f
 restricted to a ``domain`` trains on that domain's rows and reads the same cached signals (made once for all rows),
 restricted to those rows. A student that learns from transfer rows (``params["transfer"]``) reads each teacher's
 signals on the transfer split too, joined after the train rows' (kdpipe.signals.join); those rows carry no gold
-label (docs/methods.md, "Rows without a gold label").
+label (docs/methods.md, "Rows without a gold label"). The one exception to "never a teacher model": a student with
+``signals: online`` runs its teachers here for their hidden states and attentions (kdpipe.signals.online).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def run(
     prototypes: Path | None = None,
     route: Path | None = None,
     transfer: Path | None = None,
+    teacher_dirs: list[Path] = (),
 ) -> dict:
     """Train the student of ``params`` from the cached signals under ``signals_root``; write it to ``out``.
 
@@ -47,15 +49,21 @@ def run(
     """
     method = SimpleNamespace(name=params["method"], **{"routed": False, **params["method_spec"]})
     job = student_data(params, data, attn="eager" if "attentions" in method.signals else None, transfer_dir=transfer)
+    # signals: online (kdpipe.signals.online, imported by name): the teachers of ``teacher_dirs`` compute the
+    # token-level signals here, from the rows' texts; everything else is read from the cache
+    online = importlib.import_module("kdpipe.signals.online") if params.get("signals") == "online" else None
+    computed = online.online_signals(params, method.signals, teacher_dirs, job) if online else {}
+    cached = online.cached_signals(method.signals) if online else method.signals
     device, labels = job.device, job.labels
     teachers = list(params["teachers"])
     positions = job.train_positions
     signals = {
-        t: join_parts(
+        t: computed.get(t, {})
+        | join_parts(
             [
                 subset_signals(
                     load_signals(
-                        method.signals,
+                        cached,
                         Path(signals_root) / t / part.split,
                         part.split_row_ids,
                         device,

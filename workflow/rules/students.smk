@@ -7,6 +7,7 @@ rule distill:
         init=lambda wc: PLAN.init_dirs(wc.student),  # a second stage starts from its first stage
         route=lambda wc: PLAN.route_files(wc.student),  # a knowledge-integration student's teacher weights
         transfer=lambda wc: PLAN.transfer_inputs(wc.student),  # unlabelled rows it learns from
+        teachers=lambda wc: PLAN.online_teacher_dirs(wc.student),  # signals: online: the teachers it runs
     output:
         model=directory(STUDENT),
     log:
@@ -28,6 +29,7 @@ rule distill:
     shell:
         "python -m kdpipe --threads {threads} --processes {resources.gpu} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
         " --out {output.model} --prototypes {input.prototypes} --route {params.route} --transfer {input.transfer}"
+        " --teacher-dirs {input.teachers}"
         " --inputs {input} > {log} 2>&1"
 
 

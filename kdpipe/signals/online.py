@@ -1,0 +1,121 @@
+"""Token-level teacher signals computed inside the student job, for ``signals: online``
+(docs/design.md, "Feature dumps and their size").
+
+Instead of reading a hidden-state or attention dump, the student job runs the teacher (eval mode, no gradients, bf16
+autocast on a GPU) on each batch's rows, tokenised the teacher's way, and a method reads the result through the same
+access point as a dump (``DistillContext.teacher_feature``): the rows zero past their own length, padded to the
+batch's width. Values differ from a dump only by its float16 rounding. The one exception to "a distill job never
+loads a teacher": the teacher's folder is then an input of the student job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from kdpipe.core.device import autocast
+from kdpipe.core.store import KdpipeError, read_json, read_manifest
+from kdpipe.data.batching import collate, encode_frame, model_inputs
+from kdpipe.models.loading import load_tokenizer, load_trained
+from kdpipe.signals.features import selected_states
+
+
+class OnlineTeacher:
+    """A teacher run on the student's training rows, a batch at a time; the last batch's outputs are kept, so every
+    layer and feature a step reads comes from one forward pass."""
+
+    def __init__(self, model, encoded, device: torch.device, hidden: bool, attentions: bool):
+        self.model, self.encoded, self.device = model.to(device).eval(), encoded, device
+        self.hidden, self.attentions = hidden, attentions
+        self._key, self._outputs, self._mask = None, None, None
+
+    def outputs(self, index: np.ndarray):
+        key = np.asarray(index, dtype=np.int64).tobytes()
+        if key != self._key:
+            batch = collate(self.encoded, np.asarray(index, dtype=np.int64), self.device)
+            with torch.no_grad(), autocast(self.device):
+                self._outputs = self.model(
+                    **model_inputs(batch), output_hidden_states=self.hidden, output_attentions=self.attentions
+                )
+            self._key, self._mask = key, batch["attention_mask"].float()
+        return self._outputs, self._mask
+
+
+class OnlineFeature:
+    """One feature of an :class:`OnlineTeacher`, read like a dump (:class:`kdpipe.signals.load.TokenFeature`)."""
+
+    def __init__(self, teacher: OnlineTeacher, feature: str, layers: list[int]):
+        self.teacher, self.feature, self.layers = teacher, feature, list(layers)
+        self.lengths, self.token_hashes = teacher.encoded.lengths, teacher.encoded.token_hashes
+        config = teacher.model.config
+        self.hidden_size = config.hidden_size
+        self.heads = config.num_attention_heads if feature == "attentions" else None
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def batch(self, index: np.ndarray, slot: int, width: int, device: torch.device) -> torch.Tensor:
+        """Layer slot ``slot`` of rows ``index``, float32 on ``device``, zero past each row's length and padded (or
+        cut) to ``width`` tokens: hidden states [B, width, H], attentions [B, (heads,) width, width]."""
+        outputs, mask = self.teacher.outputs(index)
+        values = selected_states(outputs, self.feature, [self.layers[slot]])[:, 0].float()
+        if self.feature == "hidden":
+            values = values * mask[:, :, None]
+            pad = (0, 0, 0, width - values.shape[1])
+        else:
+            square = mask[:, :, None] * mask[:, None, :]
+            values = values * (square[:, None] if values.dim() == 4 else square)
+            pad = (0, width - values.shape[-1], 0, width - values.shape[-2])
+        return torch.nn.functional.pad(values, pad).to(device)
+
+
+ONLINE = ("hidden", "attentions")  # the signals a student with ``signals: online`` computes itself
+
+
+def cached_signals(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The signals among a method's ``names`` that a ``signals: online`` student still reads from the cache."""
+    return tuple(n for n in names if n not in ONLINE)
+
+
+def online_signals(params: dict, names: tuple[str, ...], teacher_dirs: list[Path], job) -> dict[str, dict]:
+    """Each teacher's token-level signals among a method's ``names``, computed online on the student's training rows
+    (``job.train`` then ``job.transfer``, with their texts), keeping the layers of ``params["alignment"]``: teacher ->
+    the entries its cached dumps would give (and its ``labels``)."""
+    attention = params.get("attention_feature", "attentions")  # every head, or their mean (kdpipe.plan.layers)
+    wanted = {n: attention if n == "attentions" else n for n in names if n in ONLINE}
+    if not wanted:
+        return {}
+    frame = job.train if job.transfer is None else pd.concat([job.train, job.transfer], ignore_index=True)
+    dirs = {Path(d).name: Path(d) for d in teacher_dirs}
+    out = {}
+    for teacher in params["teachers"]:
+        if teacher not in dirs:
+            raise KdpipeError(f"the student computes its teachers' token-level signals: pass --teachers .../{teacher}")
+        pairs = params["alignment"][teacher]
+        layers = {"hidden": sorted({tl for _, tl in pairs}), "attentions": sorted({tl for s, tl in pairs if s >= 1})}
+        out[teacher] = online_features(dirs[teacher], frame, wanted, layers, job.device)
+    return out
+
+
+def online_features(
+    teacher_dir: Path,
+    frame: pd.DataFrame,
+    names: dict[str, str],
+    layers: dict[str, list[int]],
+    device: torch.device,
+) -> dict:
+    """The online features ``names`` ({"hidden": "hidden", "attentions": "attentions" or "attentions_mean"}) of the
+    teacher in ``teacher_dir`` on the rows of ``frame`` (the student's training rows, in their order), each keeping
+    ``layers[name]``, and the teacher's ``labels``: the entries a cached dump would give the student's signals."""
+    manifest = read_manifest(Path(teacher_dir) / "manifest.json", kind="teacher")
+    attentions = "attentions" in names
+    model = load_trained(teacher_dir, attn="eager" if attentions else None)
+    tokenizer = load_tokenizer(str(teacher_dir))
+    encoded = encode_frame(tokenizer, frame, max_length=manifest["config"]["max_length"])
+    teacher = OnlineTeacher(model, encoded, device, hidden="hidden" in names, attentions=attentions)
+    out = {name: OnlineFeature(teacher, feature, layers[name]) for name, feature in names.items()}
+    out["labels"] = read_json(Path(teacher_dir) / "labels.json")
+    return out
