@@ -253,3 +253,17 @@ def test_the_plan_checks_each_transfer_file_before_any_job(tmp_path):
         ):
             check(name)
     check("ok.csv")
+
+
+def test_the_plan_bounds_the_transfer_rows_from_the_files_before_reading_them(tmp_path):
+    from kdpipe.data.transfer_sources import transfer_rows_bound
+
+    frame = pd.DataFrame({"text": [f"row {i}" for i in range(7)]})
+    frame.to_csv(tmp_path / "a.csv", index=False)
+    frame.to_json(tmp_path / "a.jsonl", orient="records", lines=True)
+    frame.to_parquet(tmp_path / "a.parquet")
+    (tmp_path / "b.tsv").write_text("text\none\ntwo")  # no line break at the end
+    files = [str(tmp_path / name) for name in ("a.csv", "a.jsonl", "a.parquet", "b.tsv")]
+    assert transfer_rows_bound({"transfer": files}) == 7 + 7 + 7 + 2
+    assert transfer_rows_bound({"transfer": files, "transfer_max_rows": 10}) == 10
+    assert transfer_rows_bound({"transfer": "hf:imdb"}) is None

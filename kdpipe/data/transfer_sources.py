@@ -73,3 +73,35 @@ def _header(path, dataset: dict) -> list[str] | None:
     if suffix == ".tsv":
         return first.rstrip("\r\n").split("\t")
     return next(csv.reader([first]), [])
+
+
+def transfer_rows_bound(dataset: dict) -> int | None:
+    """At most how many rows the transfer files give (before any is dropped, not counting the withheld training
+    rows), read cheaply when the DAG is built: a Parquet file's metadata, the line count of a CSV/TSV/JSONL file
+    (a record spanning several lines counts more than once). None when a source cannot be counted so (a Hugging Face
+    dataset, a file not there yet)."""
+    from pathlib import Path
+
+    total = 0
+    for source in transfer_sources(dataset):
+        path = Path(source)
+        if source.startswith("hf:") or not path.is_file():
+            return None
+        suffix = path.suffix.lower() if dataset.get("format", "auto") == "auto" else f".{dataset['format']}"
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                total += pq.ParquetFile(path).metadata.num_rows
+            except Exception:  # not Parquet: the transfer job says so
+                return None
+            continue
+        lines, last = 0, b"\n"
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 24):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+        lines += last != b"\n"
+        total += max(0, lines - (suffix in (".csv", ".tsv")))
+    cap = dataset.get("transfer_max_rows")
+    return total if cap is None else min(total, cap)

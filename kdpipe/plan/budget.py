@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdpipe.core.store import KdpipeError, disk_reserve
+from kdpipe.data.transfer_sources import transfer_rows_bound
 from kdpipe.methods.registry import get_method
 from kdpipe.plan.paths import DATA, SIGNALS, SIGNALS_ROOT, TEACHER, TRANSFER
 from kdpipe.signals.catalog import FEATURES
@@ -85,7 +86,8 @@ def split_rows(plan, split: str) -> int | None:
     """The rows of ``split`` of the plan's data, or None when they cannot be known before a job runs: the one place
     the plan asks the data how large a split is. From the prepared artifact's manifest when it was made from this
     config (a rerun reads one small file), else as the prepare stage will make them; transfer rows from their
-    artifact's manifest, else at most the withheld training rows plus ``dataset.transfer_max_rows``."""
+    artifact's manifest, else at most the withheld training rows plus what the transfer files hold
+    (:func:`kdpipe.data.transfer_sources.transfer_rows_bound`), capped by ``dataset.transfer_max_rows``."""
     rows = _data_rows(plan)
     if plan.split_data(split) != TRANSFER.format(dataset=plan.dataset):
         return rows.get(split)
@@ -93,9 +95,12 @@ def split_rows(plan, split: str) -> int | None:
     if made is not None:
         return made.get(split)
     dataset = plan.config["dataset"]
-    if dataset.get("transfer") and dataset.get("transfer_max_rows") is None:
-        return None  # as many as the transfer files hold: counted only by the transfer job
-    return rows.get("unlabelled", 0) + (dataset.get("transfer_max_rows") or 0)
+    files = transfer_rows_bound(dataset) if dataset.get("transfer") else 0
+    if files is None:
+        return None  # a Hugging Face dataset: counted only by the transfer job
+    cap = dataset.get("transfer_max_rows")
+    withheld = rows.get("unlabelled", 0)
+    return withheld + files if cap is None else min(withheld + files, cap)
 
 
 def _made_rows(folder: Path, params: dict) -> dict | None:
