@@ -267,3 +267,70 @@ def test_the_plan_bounds_the_transfer_rows_from_the_files_before_reading_them(tm
     assert transfer_rows_bound({"transfer": files}) == 7 + 7 + 7 + 2
     assert transfer_rows_bound({"transfer": files, "transfer_max_rows": 10}) == 10
     assert transfer_rows_bound({"transfer": "hf:imdb"}) is None
+
+
+def test_a_test_text_with_other_white_space_is_still_dropped_as_evaluation(tmp_path, tiny_data):
+    text = read_split(tiny_data, "test")["text"][0]
+    variants = [text + " ", text.replace("\n", "\r\n"), "  " + text.replace("\n", "\n\n")]
+    pd.DataFrame({"text": variants + ["a new text"]}).to_parquet(tmp_path / "near.parquet")
+    manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "near.parquet")}, tiny_data, tmp_path / "t")
+    assert manifest["dropped"]["evaluation"] == 1 and manifest["dropped"]["duplicate"] == 2
+    assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["a new text"]
+
+
+def test_a_list_object_or_bytes_is_not_taken_for_a_text(tmp_path, tiny_data):
+    (tmp_path / "odd.jsonl").write_text('{"text": "fine"}\n{"text": ["a", "b"]}\n')
+    with pytest.raises(KdpipeError, match=r"odd.jsonl: data row 2 .* has a list in column 'text'"):
+        build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "odd.jsonl")}, tiny_data, tmp_path / "t")
+    pd.DataFrame({"text": [b"raw bytes"]}).to_parquet(tmp_path / "odd.parquet")
+    with pytest.raises(KdpipeError, match=r"has bytes \(a binary column\)"):
+        build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "odd.parquet")}, tiny_data, tmp_path / "t")
+    # a byte-order mark before the first JSON line is not part of it
+    (tmp_path / "bom.jsonl").write_text('\ufeff{"text": "first"}\n{"text": "second"}\n')
+    build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "bom.jsonl")}, tiny_data, tmp_path / "t")
+    assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["first", "second"]
+
+
+def test_a_file_changed_between_the_two_reads_stops_the_job(tmp_path, tiny_data, monkeypatch):
+    import kdpipe.data.transfer as transfer
+
+    path = tmp_path / "moving.csv"
+    pd.DataFrame({"text": ["one", "two"]}).to_csv(path, index=False)
+    calls = []
+    original = transfer._hashes
+
+    def hashes_then_edit(frame, columns):  # the file is rewritten right after pass 1 has hashed it
+        calls.append(1)
+        if len(calls) == 4:  # the dataset splits (3), then the file in pass 1
+            pd.DataFrame({"text": [read_split(tiny_data, "test")["text"][0], "two"]}).to_csv(path, index=False)
+        return original(frame, columns)
+
+    monkeypatch.setattr(transfer, "_hashes", hashes_then_edit)
+    with pytest.raises(KdpipeError, match="changed while the transfer job read it"):
+        build_transfer({**TINY_DATASET, "transfer": str(path)}, tiny_data, tmp_path / "t")
+    assert not (tmp_path / "t").exists()
+
+
+def test_the_transfer_curve_never_averages_two_kinds_of_student(tmp_path):
+    from kdpipe.report.transfer import _lines, plot_transfer
+
+    runs = pd.DataFrame(
+        [
+            {"kind": "student", "split": "test", "method": m, "base": b, "transfer_rows": n, "accuracy": a}
+            for m, b, n, a in [
+                ("vanilla_kd", "vkd_t0", 0, 0.7),
+                ("vanilla_kd", "vkd_t100", 100, 0.8),
+                ("muki", "muki_t0", 0, 0.8),
+                ("muki", "muki_t100", 100, 0.9),
+                ("muki", "muki_hot_t100", 100, 0.6),  # another setting at the same size: lines of its own
+                ("supervised", "supervised", 0, 0.85),
+            ]
+        ]
+    )
+    labels = [label for label, _ in _lines(runs[runs["method"] != "supervised"])]
+    assert labels == ["vanilla_kd", "muki_t0 (muki)", "muki_t100 (muki)", "muki_hot_t100 (muki)"]
+    plot_transfer(runs, "test", tmp_path / "transfer.png")
+    assert (tmp_path / "transfer.png").stat().st_size > 10_000
+    # every share came to 0 rows: the declared figure is still written, saying so
+    plot_transfer(runs.assign(transfer_rows=0), "test", tmp_path / "empty.png")
+    assert (tmp_path / "empty.png").is_file()

@@ -65,7 +65,7 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
     if not readers:
         raise KdpipeError("dataset.transfer is not set and dataset.split.unlabelled is 0: there are no transfer rows")
     rng = np.random.default_rng([int((params.get("split") or {}).get("seed", 13)), 7])
-    reason, counts = _reasons(readers, data_dir, columns, params.get("transfer_max_rows"), rng)
+    reason, hashed, counts = _reasons(readers, data_dir, columns, params.get("transfer_max_rows"), rng)
     dropped = {name: int((reason == code).sum()) for code, name in enumerate(_REASONS, start=1)}
     kept = int((reason == 0).sum())
     if not kept:
@@ -74,7 +74,7 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
     draw[rng.permutation(kept)] = np.arange(kept)
     labels = read_labels(data_dir)
     with atomic_path(out_dir, directory=True) as tmp:
-        _write(tmp / f"{TRANSFER}.parquet", readers, reason, draw, _next_row_id(data_dir), columns)
+        _write(tmp / f"{TRANSFER}.parquet", readers, reason, hashed, draw, _next_row_id(data_dir), columns)
         write_json(tmp / "labels.json", labels)
         manifest = make_manifest(
             "dataset",
@@ -82,7 +82,8 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
             name=params.get("name", "bbc_news"),
             labels=labels,
             rows={TRANSFER: kept},
-            read=counts,
+            read=counts["rows"],
+            multiline_texts=counts["multiline_texts"],
             dropped=dropped,
         )
         manifest = write_manifest(tmp / "manifest.json", manifest, [f"{TRANSFER}.parquet", "labels.json"])
@@ -90,19 +91,28 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
     return manifest
 
 
-def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) -> tuple[np.ndarray, dict]:
-    """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept) and the rows per source."""
+def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept), each row's hash, and what
+    was read (rows per source, texts spanning several lines)."""
     held = {split: _hashes(read_split(data_dir, split), columns) for split in SPLITS}
-    hashes, reasons, counts = [], [], {}
+    hashes, reasons, counts, multiline = [], [], {}, 0
     for where, reader in readers:
         read = 0
         for batch in reader():
             hashes.append(_hashes(batch, columns))
             reasons.append(np.where(_empty(batch, columns), 1, 0).astype(np.int8))
+            multiline += int(batch["text"].str.contains("\n", regex=False).sum())
             read += len(batch)
         if not read:
-            raise KdpipeError(f"{where}: no data rows")
-        counts[where] = read
+            raise KdpipeError(f"{where}: no data rows (dataset.transfer)")
+        key, copy = where, 1
+        while key in counts:  # the same source listed twice
+            copy += 1
+            key = f"{where} (listed {copy} times)"
+        counts[key] = read
+    if multiline:  # as a stray opening quote in a CSV file also makes them (kdpipe.data.files)
+        print(f"[kdpipe] transfer: {multiline:,} texts span several lines", file=sys.stderr)
+    counts = {"rows": counts, "multiline_texts": multiline}
     hashed, reason = np.concatenate(hashes), np.concatenate(reasons)
     first = np.zeros(len(hashed), bool)
     first[np.unique(hashed, return_index=True)[1]] = True
@@ -112,14 +122,17 @@ def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) 
     kept = np.flatnonzero(reason == 0)
     if cap is not None and len(kept) > cap:
         reason[np.sort(rng.choice(kept, len(kept) - cap, replace=False))] = 5
-    return reason, counts
+    return reason, hashed, counts
 
 
-def _write(path: Path, readers, reason: np.ndarray, draw: np.ndarray, first_id: int, columns: list[str]) -> None:
-    """Pass 2: the kept rows, numbered after the dataset's largest row_id (a withheld training row keeps its own)."""
+def _write(path: Path, readers, reason: np.ndarray, hashed: np.ndarray, draw: np.ndarray, first_id: int, columns):
+    """Pass 2: the kept rows, numbered after the dataset's largest row_id (a withheld training row keeps its own).
+    Every batch must hash as in pass 1: a file changed between the passes stops the job (nothing is written)."""
     writer, position, written, numbered = None, 0, 0, 0
-    for _, reader in readers:
+    for where, reader in readers:
         for batch in reader():
+            if not np.array_equal(_hashes(batch, columns), hashed[position : position + len(batch)]):
+                raise KdpipeError(f"{where}: changed while the transfer job read it; run the job again")
             keep = reason[position : position + len(batch)] == 0
             position += len(batch)
             if not keep.any():
@@ -136,6 +149,8 @@ def _write(path: Path, readers, reason: np.ndarray, draw: np.ndarray, first_id: 
             table = pa.Table.from_pandas(rows, preserve_index=False)
             writer = writer or pq.ParquetWriter(path, table.schema)
             writer.write_table(table)
+    if position != len(reason):
+        raise KdpipeError(f"{where}: changed while the transfer job read it; run the job again")
     writer.close()
 
 
@@ -171,8 +186,13 @@ def _next_row_id(data_dir: Path) -> int:
 
 
 def _hashes(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
-    """A 64-bit hash of each row's (text, text pair)."""
-    return pd.util.hash_pandas_object(frame[columns].astype(object), index=False).to_numpy(np.uint64)
+    """A 64-bit hash of each row's (text, text pair), each with its white space collapsed to one space and trimmed:
+    a copy of a test text with a trailing space or Windows line breaks is the same text to a tokenizer."""
+    normal = {
+        column: frame[column].fillna("").astype(str).str.replace(r"\s+", " ", regex=True).str.strip()
+        for column in columns
+    }
+    return pd.util.hash_pandas_object(pd.DataFrame(normal), index=False).to_numpy(np.uint64)
 
 
 def _empty(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
@@ -192,8 +212,19 @@ def _readers(source: str, params: dict) -> list[tuple[str, Callable[[], Iterator
         wanted["text_pair"] = params["text_pair_column"]
     if is_hf_source(source):
         splits = load_splits(source, "dataset.transfer")
-        return [(f"{source} ({name} split)", _hf_reader(data, wanted, source, name)) for name, data in splits.items()]
-    path = Path(source)
+        readers = [
+            (f"{source} ({name} split)", _hf_reader(data, wanted, source, name)) for name, data in splits.items()
+        ]
+    else:
+        readers = [(source, _file_reader(Path(source), params, wanted))]
+    return [(where, _texts_of(reader, wanted, where)) for where, reader in readers]
+
+
+def _texts_of(reader, wanted: dict[str, str], where: str) -> Callable[[], Iterator[pd.DataFrame]]:
+    return lambda: _as_text(reader(), wanted, where)
+
+
+def _file_reader(path: Path, params: dict, wanted: dict[str, str]) -> Callable[[], Iterator[pd.DataFrame]]:
     if not path.is_file():
         where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
         raise KdpipeError(f"{path}: file not found{where}; check dataset.transfer")
@@ -204,7 +235,7 @@ def _readers(source: str, params: dict) -> list[tuple[str, Callable[[], Iterator
     if fmt != "parquet":
         _check_encoding(path, encoding)
     reader = {"parquet": _parquet_reader, "jsonl": _jsonl_reader}.get(fmt, _delimited_reader)
-    return [(str(path), reader(path, wanted, fmt, encoding))]
+    return reader(path, wanted, fmt, encoding)
 
 
 def _missing(where: str, column: str, key: str, available: list[str]) -> KdpipeError:
@@ -224,15 +255,36 @@ def _check_columns(where: str, available: list[str], wanted: dict[str, str]) -> 
             raise _missing(where, column, _KEYS[name], available)
 
 
-def _as_text(frame: pd.DataFrame, wanted: dict[str, str]) -> pd.DataFrame:
-    """The wanted columns under kdpipe's names, as strings (None where missing); numbers become their text."""
-    out = {}
-    for name, column in wanted.items():
-        values = frame[column]
-        if values.dtype != object:
-            values = values.astype(object).where(values.notna(), None)
-        out[name] = values.map(lambda v: v if v is None or isinstance(v, str) else str(v))
-    return pd.DataFrame(out)
+def _as_text(batches: Iterator[pd.DataFrame], wanted: dict[str, str], where: str) -> Iterator[pd.DataFrame]:
+    """The wanted columns of each batch under kdpipe's names, as strings (None where missing); numbers become their
+    text. A list, an object or bytes in a cell stops the read, naming the row (as the labelled data's reader does)."""
+    start = 0
+    for frame in batches:
+        out = {}
+        for name, column in wanted.items():
+            values = frame[column]
+            if values.dtype != object:
+                values = values.astype(object).where(values.notna(), None)
+            kinds = values.map(_not_text)
+            bad = np.flatnonzero(kinds.notna().to_numpy())
+            if len(bad):
+                raise KdpipeError(
+                    f"{where}: data row {start + bad[0] + 1} (counting from 1) has {kinds.iloc[bad[0]]} in column "
+                    f"'{column}' (dataset.{_KEYS[name]}); a text must be a single value (a string or a number)"
+                )
+            out[name] = values.map(lambda v: v if v is None or isinstance(v, str) else str(v))
+        start += len(frame)
+        yield pd.DataFrame(out)
+
+
+def _not_text(value) -> str | None:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, (list, tuple, set, np.ndarray)):
+        return "a list"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes (a binary column)"
+    return None
 
 
 def _parquet_batches(path: Path, columns: list[str]) -> Iterator[pd.DataFrame]:
@@ -249,7 +301,7 @@ def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str)
             raise KdpipeError(f"{path}: cannot be read as parquet ({err})") from err
         _check_columns(str(path), file.schema_arrow.names, wanted)
         for batch in file.iter_batches(BATCH_ROWS, columns=list(wanted.values())):
-            yield _as_text(batch.to_pandas(), wanted)
+            yield batch.to_pandas()
 
     return read
 
@@ -279,7 +331,7 @@ def _delimited_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: st
                 ),
             )
             for batch in stream:
-                yield _as_text(batch.to_pandas(), wanted)
+                yield batch.to_pandas()
         except pa.ArrowInvalid as err:
             raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
 
@@ -292,6 +344,8 @@ def _jsonl_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
         with open(path, encoding=encoding, newline="") as handle:
             # JSON Lines ends a record at "\n" only (a text may hold U+2028); see kdpipe.data.files
             for number, line in enumerate(_lines(handle), start=1):
+                if number == 1:
+                    line = line.removeprefix("\ufeff")  # a byte-order mark, as spreadsheet programs write it
                 if not line.strip():
                     continue
                 try:
@@ -305,14 +359,14 @@ def _jsonl_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
                         f"{path}: line {number} is a JSON {type(row).__name__}, not an object of named fields"
                     )
                 seen.update(row)
-                rows.append({name: row.get(column) for name, column in wanted.items()})
+                rows.append({column: row.get(column) for column in wanted.values()})
                 if len(rows) == BATCH_ROWS:
                     _check_columns(str(path), sorted(seen), wanted)
-                    yield _as_text(pd.DataFrame(rows, columns=list(wanted)), dict(zip(wanted, wanted)))
+                    yield pd.DataFrame(rows, columns=list(wanted.values()))
                     rows = []
         if rows:
             _check_columns(str(path), sorted(seen), wanted)
-            yield _as_text(pd.DataFrame(rows, columns=list(wanted)), dict(zip(wanted, wanted)))
+            yield pd.DataFrame(rows, columns=list(wanted.values()))
 
     return read
 
@@ -333,7 +387,7 @@ def _hf_reader(data, wanted: dict[str, str], source: str, split: str):
         _check_columns(f"dataset.transfer {source} ({split} split)", list(data.column_names), wanted)
         for start in range(0, len(data), BATCH_ROWS):
             batch = data.select_columns(list(wanted.values()))[start : start + BATCH_ROWS]
-            yield _as_text(pd.DataFrame(batch), wanted)
+            yield pd.DataFrame(batch)
 
     return read
 

@@ -35,19 +35,32 @@ def check_transfer_files(dataset: dict) -> None:
     ]
     for source in transfer_sources(dataset):
         path = Path(source)
-        if source.startswith("hf:") or path.is_dir():
+        if source.startswith("hf:"):
+            continue
+        if path.is_dir():
+            if not _saved_dataset(path):
+                raise KdpipeError(
+                    f"{path}: a folder, but not one written by the datasets library's save_to_disk (no "
+                    "dataset_dict.json or state.json in it); give a file, a list of files, hf:NAME or such a folder "
+                    "(dataset.transfer)"
+                )
             continue
         if not path.is_file():
             where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
             raise KdpipeError(f"{path}: file not found{where}; check dataset.transfer")
-        if path.stat().st_size == 0:
-            raise KdpipeError(f"{path}: the file is empty (dataset.transfer)")
+        with open(path, "rb") as handle:
+            if not handle.read(1 << 20).strip():
+                raise KdpipeError(f"{path}: the file is empty (dataset.transfer)")
         columns = _header(path, dataset)
         missing = [column for column in wanted if columns is not None and column not in columns]
         if missing:
+            import difflib
+
             key = "text_column" if missing[0] == wanted[0] else "text_pair_column"
+            close = difflib.get_close_matches(missing[0], columns, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
             raise KdpipeError(
-                f"{path}: no column '{missing[0]}' (dataset.{key}); the columns are {columns} (dataset.transfer)"
+                f"{path}: no column '{missing[0]}' (dataset.{key}); the columns are {columns}{hint} (dataset.transfer)"
             )
 
 
@@ -85,6 +98,12 @@ def transfer_rows_bound(dataset: dict) -> int | None:
     total = 0
     for source in transfer_sources(dataset):
         path = Path(source)
+        if path.is_dir() and _saved_dataset(path):
+            rows = _saved_rows(path)
+            if rows is None:
+                return None
+            total += rows
+            continue
         if source.startswith("hf:") or not path.is_file():
             return None
         suffix = path.suffix.lower() if dataset.get("format", "auto") == "auto" else f".{dataset['format']}"
@@ -96,12 +115,32 @@ def transfer_rows_bound(dataset: dict) -> int | None:
             except Exception:  # not Parquet: the transfer job says so
                 return None
             continue
-        lines, last = 0, b"\n"
+        lines, returns, last = 0, 0, b"\n"
         with open(path, "rb") as handle:
             while chunk := handle.read(1 << 24):
                 lines += chunk.count(b"\n")
+                returns += chunk.count(b"\r")
                 last = chunk[-1:]
-        lines += last != b"\n"
+        lines = max(lines, returns) + (last not in (b"\n", b"\r"))  # a file of "\r" line ends counts those
         total += max(0, lines - (suffix in (".csv", ".tsv")))
     cap = dataset.get("transfer_max_rows")
     return total if cap is None else min(total, cap)
+
+
+def _saved_dataset(folder) -> bool:
+    """A folder written by ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``)."""
+    return any((folder / name).is_file() for name in ("dataset_dict.json", "state.json"))
+
+
+def _saved_rows(folder) -> int | None:
+    """The rows of a ``save_to_disk`` folder, from its Arrow files (memory-mapped, not read into memory)."""
+    import pyarrow as pa
+
+    total = 0
+    try:
+        for file in sorted(folder.rglob("*.arrow")):
+            with pa.memory_map(str(file)) as source:
+                total += pa.ipc.open_stream(source).read_all().num_rows
+    except (OSError, pa.ArrowException):
+        return None
+    return total

@@ -63,10 +63,14 @@ class Routes:
 
     def report_params(self) -> dict:
         """The report job's config slice: the routing settings it displays (``routing.warn_below``, the threshold
-        of its routing warning) when some student reads a route; nothing otherwise."""
-        if not self.routes():
-            return {}
-        return {key: self.config["routing"][key] for key in DISPLAY_SETTINGS if key in self.config["routing"]}
+        of its routing warning) when some student reads a route, and ``transfer_curve`` when some student learns from
+        transfer rows (the rule then declares ``transfer.png``); nothing otherwise."""
+        out = {}
+        if self.routes():
+            out = {key: self.config["routing"][key] for key in DISPLAY_SETTINGS if key in self.config["routing"]}
+        if self.has_transfer_students():  # the rule declares transfer.png: the report must write it
+            out["transfer_curve"] = True
+        return out
 
     def route_files(self, student: str) -> list[str]:
         """The route artifact files a student reads (none when it reads no route): its train rows' scores, and its

@@ -41,6 +41,7 @@ def build_report(
     train_logs: list[str | Path] | None = None,
     title: str = "Model comparison",
     warn_below: float = WARN_BELOW,
+    transfer_curve: bool = False,
 ) -> None:
     """Write into ``out_dir``: summary.tsv, summary.md and summary.html (the tables), landing.html (the landing
     page's comparison, with metrics.png and cost.png embedded), reliability.png, metrics.png, confusion.png and
@@ -48,7 +49,8 @@ def build_report(
     same logs in TensorBoard's format under tensorboard/ when the optional package is installed), and
     uncertainty.png when a model on the plotted split averages several members or heads (otherwise a stale one is
     removed: the workflow's report rule declares it exactly when the plan has such a model, ``Plan.has_members``), and
-    transfer.png when a student learnt from transfer rows (``Plan.has_transfer_students``).
+    transfer.png when a student learnt from transfer rows or ``transfer_curve`` asks for it (the rule declares it
+    when ``Plan.has_transfer_students``; a placeholder says so when every share came to 0 rows).
     The tables show the uncertainty columns only when some model averages several members or heads. With the
     manifests of the experiment's ``routes``: routing.tsv, routing.md and routing.png, and a routing warning at the
     top of the summaries for each route whose chosen router sends fewer than ``warn_below`` of the validation rows
@@ -83,7 +85,7 @@ def build_report(
     plot_curves([read_curve(path) for path in train_logs or ()], out_dir / "curves.png")
     if write_tensorboard(list(train_logs or ()), out_dir / "tensorboard"):
         print(f"[kdpipe] report: training logs for TensorBoard: tensorboard --logdir {out_dir / 'tensorboard'}")
-    if (runs["transfer_rows"] > 0).any():
+    if transfer_curve or (runs["transfer_rows"] > 0).any():
         plot_transfer(runs, shown["split"].iloc[0], out_dir / "transfer.png")
     else:
         (out_dir / "transfer.png").unlink(missing_ok=True)

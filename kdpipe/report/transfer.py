@@ -18,24 +18,32 @@ def plot_transfer(runs: pd.DataFrame, split: str, path: Path) -> None:
     learners = students.groupby("method")["transfer_rows"].transform("max") > 0
     curves, bands = students[learners], students[~learners]
     if curves.empty:
-        placeholder(path, "no student learnt from transfer rows")
+        placeholder(path, "every student learnt from 0 transfer rows (a share of the transfer rows rounds to 0)")
         return
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for method, rows in curves.groupby("method", sort=False):
-        points = rows.groupby("transfer_rows")["accuracy"].agg(["mean", "std", "count"]).sort_index()
-        ax.errorbar(points.index, points["mean"], yerr=points["std"].fillna(0), marker="o", capsize=3, label=method)
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for label, rows in _lines(curves):
+        points = rows.groupby("transfer_rows")["accuracy"].agg(["mean", "std"]).sort_index()
+        ax.errorbar(points.index, points["mean"], yerr=points["std"].fillna(0), marker="o", capsize=3, label=label)
     for base, rows in bands.groupby("base", sort=False):
-        mean, std = rows["accuracy"].mean(), rows["accuracy"].std(ddof=1) if len(rows) > 1 else 0.0
-        line = ax.axhline(mean, linestyle="--", color="grey")
+        mean = rows["accuracy"].mean()
+        std = rows["accuracy"].std(ddof=1) if len(rows) > 1 else 0.0
+        line = ax.axhline(mean, linestyle="--", label=f"{base} ({rows['method'].iloc[0]}): no transfer rows")
         ax.axhspan(mean - std, mean + std, color=line.get_color(), alpha=0.15)
-        ax.annotate(
-            f"{base} ({rows['method'].iloc[0]}, no transfer rows)", (0, mean), textcoords="offset points", xytext=(4, 4)
-        )
     ax.set_xlabel("unlabelled transfer rows the student learnt from")
     ax.set_ylabel(f"{split} accuracy (mean ± std over seeds)")
     ax.set_title("Accuracy against transfer rows")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=9)
     save(fig, path)
     plt.close(fig)
+
+
+def _lines(curves: pd.DataFrame):
+    """(label, rows) of each line: one per method, or one per student when two students of a method (other
+    settings) learnt from the same number of transfer rows, so that no point averages two kinds of student."""
+    for method, rows in curves.groupby("method", sort=False):
+        if rows.groupby("transfer_rows")["base"].nunique().max() > 1:
+            yield from ((f"{base} ({method})", group) for base, group in rows.groupby("base", sort=False))
+        else:
+            yield method, rows
