@@ -25,11 +25,13 @@ def plot_transfer(runs: pd.DataFrame, split: str, path: Path) -> None:
     for label, rows in _lines(curves):
         points = rows.groupby("transfer_rows")["accuracy"].agg(["mean", "std"]).sort_index()
         ax.errorbar(points.index, points["mean"], yerr=points["std"].fillna(0), marker="o", capsize=3, label=label)
-    for base, rows in bands.groupby("base", sort=False):
+    greys = ("0.2", "0.5", "0.7")  # the baselines in greys, apart from the curves' colours
+    for k, (base, rows) in enumerate(bands.groupby("base", sort=False)):
         mean = rows["accuracy"].mean()
         std = rows["accuracy"].std(ddof=1) if len(rows) > 1 else 0.0
-        line = ax.axhline(mean, linestyle="--", label=f"{base} ({rows['method'].iloc[0]}): no transfer rows")
-        ax.axhspan(mean - std, mean + std, color=line.get_color(), alpha=0.15)
+        colour = greys[k % len(greys)]
+        ax.axhline(mean, linestyle="--", color=colour, label=f"{base} ({rows['method'].iloc[0]}): no transfer rows")
+        ax.axhspan(mean - std, mean + std, color=colour, alpha=0.12)
     ax.set_xlabel("unlabelled transfer rows the student learnt from")
     ax.set_ylabel(f"{split} accuracy (mean ± std over seeds)")
     ax.set_title("Accuracy against transfer rows")
