@@ -106,10 +106,15 @@ def test_a_dump_already_made_with_the_same_settings_needs_no_room(in_tmp):
     plan = load()
     folder = in_tmp / "results/signals/ta/train"
     folder.mkdir(parents=True)
-    manifest = {"config": plan.signal_params("ta", "train", "hidden"), "layout": "packed"}
+    rows = split_rows(plan, "train")
+    manifest = {"config": plan.signal_params("ta", "train", "hidden"), "layout": "packed", "rows": rows}
     (folder / "hidden.json").write_text(json.dumps(manifest))
     check(max_gb(ONE_DUMP / 1e9))  # only tb's is to be made
     (folder / "hidden.json").write_text(json.dumps({**manifest, "layout": None}))  # an older layout: remade
+    with pytest.raises(KdpipeError, match=r"\(2 dumps\)"):
+        check(max_gb(ONE_DUMP / 1e9))
+    # the same settings on other data (the split grew since): remade, so it needs room again
+    (folder / "hidden.json").write_text(json.dumps({**manifest, "rows": rows - 1}))
     with pytest.raises(KdpipeError, match=r"\(2 dumps\)"):
         check(max_gb(ONE_DUMP / 1e9))
 
