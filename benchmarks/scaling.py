@@ -18,6 +18,18 @@ benchmarks/out/scaling.jsonl.
 
     python scaling.py                                   # N = 1k, 4k, 16k, 64k; T = 4, 8, 16 at the smallest N
     python scaling.py --rows 1000 2000 4000 --samples 4 8 --max-length 64     # a shorter run
+
+With ``--backbone`` (e.g. ``builtin:tiny-bert``) it times every step of one run at each N instead, teacher
+included: ``prepare``, ``teacher`` (fine-tuning, 1 epoch), ``logits``, ``mc`` (T = 4), ``student epoch`` (vanilla
+KD from the logits, a student of the same backbone) and ``evaluate`` (the student on the N training rows). Texts are
+BBC articles cut to ``--text-chars`` characters (at max_length 32 the rest is truncated anyway), so that only N
+changes. Per step it records the wall time, the stage's own time (from its ``[kdpipe]`` summary line, without the
+process start-up), the peak resident and anonymous memory and, for a signal, the bytes per row it wrote to disk:
+
+    python scaling.py --backbone builtin:tiny-bert --max-length 32 --batch-size 256 --rows 10000 100000 1000000
+
+(``--batch-size``: the teacher's and the student's, else config.yaml's; at 16 a tiny model's steps are mostly
+per-step overhead.)
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import sys
 import tempfile
 from datetime import date
@@ -95,7 +108,14 @@ def main() -> None:
     p.add_argument("--max-length", type=int, default=96)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--plot", type=Path, default=Path(__file__).parent / "scaling.png")
+    p.add_argument("--backbone", default=None, help="time every step of a run on this backbone, e.g. builtin:tiny-bert")
+    p.add_argument("--text-chars", type=int, default=200, help="with --backbone: each text cut to this many characters")
+    p.add_argument("--keep", type=Path, default=None, help="with --backbone: work in this folder and keep it")
+    p.add_argument("--batch-size", type=int, default=None, help="with --backbone: teacher and student batch size")
     args = p.parse_args()
+    if args.backbone:
+        steps_main(args)
+        return
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -237,6 +257,164 @@ def report(records: list[dict], args) -> None:
     fig.tight_layout()
     fig.savefig(args.plot, dpi=100)
     print(f"\nplot: {args.plot}")
+
+
+# ---- every step of one run on a given backbone (--backbone) ------------------------------------------------------
+
+# The stage's own seconds in its summary line (kdpipe.core.progress.summary_line), without the process start-up
+STAGE_SECONDS = re.compile(r"^\[kdpipe\] .* in ([0-9.]+) s\b", re.MULTILINE)
+
+
+def steps_plan(files: dict, args) -> Plan:
+    """config.yaml with the given data files, one teacher (1 epoch) and one vanilla-KD student (1 epoch) on
+    ``args.backbone``, MC-dropout with T = 4 on the training split."""
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["dataset"] = {"name": "scaling", "files": files, "dedup": False}
+    config["teacher_defaults"] = {**config["teacher_defaults"], "backbone": args.backbone}
+    batch = {"batch_size": args.batch_size} if args.batch_size else {}
+    config["teachers"] = {"teacher": {"epochs": 1, "max_length": args.max_length, **batch}}
+    config["mc_dropout"] = {"samples": 4, "splits": ["train"]}
+    config["students"] = {
+        "vkd": {
+            "method": "vanilla_kd",
+            "epochs": 1,
+            "max_length": args.max_length,
+            "model": {"init": {"from": args.backbone}},
+            **batch,
+        }
+    }
+    config["evaluate"]["oracle"] = []
+    validate(config, str(SCHEMA), set_default=True)
+    return Plan(config, yaml.safe_load(SCHEMA.read_text()))
+
+
+def folder_bytes(*paths: Path) -> int:
+    return sum(f.stat().st_size for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
+
+
+def steps_main(args) -> None:
+    """Every step of a run at each N: wall time, the stage's own time, peak memory and the bytes written per row."""
+    records = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = args.keep or Path(tmp)
+        tmp.mkdir(parents=True, exist_ok=True)
+        prepare(
+            {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}},
+            tmp / "bbc",
+        )
+        splits = {s: read_split(tmp / "bbc", s)[["text", "label"]] for s in ("train", "validation", "test")}
+        for frame in splits.values():
+            frame["text"] = frame["text"].str.slice(0, args.text_chars)
+        for s in ("validation", "test"):
+            splits[s].to_csv(tmp / f"{s}.csv", index=False)
+        for n in sorted(args.rows):
+            work = tmp / f"n{n}"
+            work.mkdir(exist_ok=True)
+            train = splits["train"].sample(n=n, replace=n > len(splits["train"]), random_state=0)
+            train.to_csv(work / "train.csv", index=False)
+            del train
+            files = {"train": str(work / "train.csv"), **{s: str(tmp / f"{s}.csv") for s in ("validation", "test")}}
+            plan = steps_plan(files, args)
+            data, teacher, signals, student = work / "data", work / "teacher", work / "signals", work / "student"
+            evaluation = work / "evaluate"
+            evaluation.mkdir(exist_ok=True)
+
+            def step(name: str, command: list[str], written: list[Path] = (), n=n, work=work):
+                log = work / f"{name.replace(' ', '_')}.log"
+                anon = {}
+                cmd = [sys.executable, "-m", "kdpipe", "--threads", str(args.threads), *command]
+                wall, rss = timed_command(cmd, log, args.threads, anon)
+                found = STAGE_SECONDS.findall(log.read_text())
+                rec = {
+                    "step": name,
+                    "rows": n,
+                    "wall_s": wall,
+                    "stage_s": float(found[-1]) if found else None,
+                    "peak_mb": rss,
+                    "anon_mb": anon["mb"],
+                    "disk_bytes_per_row": folder_bytes(*written) / n if written else None,
+                    "log_bytes": log.stat().st_size,
+                }
+                records.append(rec)
+                print(rec, flush=True)
+
+            step("prepare", ["prepare", "--params", json.dumps(plan.prepare_params()), "--out", str(data)])
+            step(
+                "teacher",
+                ["finetune-teacher", "--params", json.dumps(plan.teacher_params("teacher")), "--data", str(data),
+                 "--out", str(teacher), "--prototypes"],
+            )  # fmt: skip
+            for signal in ("logits", "mc"):
+                params = json.dumps(plan.signal_params("teacher", "train", signal))
+                part, out = work / "parts" / signal, signals / "teacher" / "train"
+                step(
+                    f"{signal} shard",
+                    ["signal-shard", "--params", params, "--teacher", str(teacher), "--data", str(data),
+                     "--shard", "1-of-1", "--out-part", str(part)],
+                )  # fmt: skip
+                before = {p.name for p in out.glob("*")} if out.exists() else set()
+                step(f"{signal} gather", ["signal-gather", "--params", params, "--parts", str(part), "--out", str(out)])
+                files_written = [p for p in out.glob("*") if p.name not in before and p.suffix != ".json"]
+                records[-1]["disk_bytes_per_row"] = folder_bytes(*files_written) / n
+                records[-1]["files"] = sorted(p.name for p in files_written)
+            step(
+                "student epoch",
+                ["distill", "--params", json.dumps(plan.student_params("vkd")), "--data", str(data),
+                 "--signals-root", str(signals), "--out", str(student), "--prototypes", "--route"],
+            )  # fmt: skip
+            step(
+                "evaluate",
+                ["evaluate", "--params", json.dumps(plan.eval_params("vkd", "train")), "--model", str(student),
+                 "--data", str(data), "--out-json", str(evaluation / "train.json"),
+                 "--out-predictions", str(evaluation / "train.predictions.parquet")],
+                [evaluation / "train.predictions.parquet"],
+            )  # fmt: skip
+    steps_report(records, args)
+
+
+def steps_report(records: list[dict], args) -> None:
+    frame = pd.DataFrame(records)
+    OUT.mkdir(exist_ok=True)
+    stamp = {
+        "date": date.today().isoformat(),
+        "machine": platform.node(),
+        "threads": args.threads,
+        "max_length": args.max_length,
+        "backbone": args.backbone,
+        "text_chars": args.text_chars,
+        "batch_size": args.batch_size,
+    }
+    with open(OUT / "scaling.jsonl", "a") as fh:
+        for rec in frame.to_dict("records"):
+            fh.write(json.dumps({**stamp, **rec}) + "\n")
+    print(f"\n{stamp['date']}, {args.backbone}, {args.threads} threads, max_length {args.max_length}\n")
+    print("| step | rows | wall s | stage s | µs per row (wall) | µs per row (stage) | peak RSS MB | peak anonymous MB "
+          "| disk bytes per row |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for rec in frame.to_dict("records"):
+        stage, disk, n = rec["stage_s"], rec["disk_bytes_per_row"], rec["rows"]
+        stage_cells = ("", "") if pd.isna(stage) else (f"{stage:.1f}", f"{1e6 * stage / n:.0f}")
+        disk = "" if pd.isna(disk) else f"{disk:.1f}"
+        print(
+            f"| {rec['step']} | {n:,} | {rec['wall_s']:.1f} | {stage_cells[0]} | {1e6 * rec['wall_s'] / n:.0f} | "
+            f"{stage_cells[1]} | {rec['peak_mb']:.0f} | {rec['anon_mb']:.0f} | {disk} |"
+        )
+    if frame["rows"].nunique() < 2:
+        return
+    print("\n| step | µs per row (stage), smallest to largest N | change | peak RSS MB | growth per row (bytes) |")
+    print("| --- | --- | ---: | --- | ---: |")
+    for step, rows in frame.groupby("step", sort=False):
+        rows = rows.sort_values("rows")
+        seconds = rows["stage_s"].fillna(rows["wall_s"])
+        per_row = 1e6 * seconds / rows["rows"]
+        change = per_row.iloc[-1] / per_row.iloc[0] - 1
+        growth = np.diff(rows["peak_mb"].iloc[[0, -1]])[0] * 2**20 / np.diff(rows["rows"].iloc[[0, -1]])[0]
+        print(
+            f"| {step} | {' → '.join(f'{v:.0f}' for v in per_row)} | {100 * change:+.0f}% | "
+            f"{' → '.join(f'{m:.0f}' for m in rows['peak_mb'])} | {growth:.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from kdpipe.core.finished import job_identity_of_process, set_job_identity
@@ -116,6 +117,34 @@ def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
     os.execv(sys.executable, command)
 
 
+def job_name(command: str, params: dict, args: dict) -> str:
+    """What a job's summary line calls it: a signal pass by its signal, teacher and split (``logits
+    minilm_a/train``, ``mc minilm_a/train shard 2-of-4``, ``logits gather minilm_a/train``), an evaluation by its
+    model and split, any other job by its command and output folder (``distill vkd``)."""
+    if command in ("signal-shard", "signal-gather") and "signal" in params:
+        teacher = Path(args["teacher"]).name if args.get("teacher") else Path(args["out"]).parent.name
+        name = f"{params['signal']}{' gather' if command == 'signal-gather' else ''} {teacher}/{params.get('split')}"
+        return name + (f" shard {args['shard']}" if args.get("shard") not in (None, "1-of-1") else "")
+    if command == "evaluate" and "model" in params:
+        return f"evaluate {params['model']}/{params.get('split')}"
+    out = next((v for n, v in args.items() if n.startswith("out") and isinstance(v, Path)), None)
+    return f"{command} {out.name}" if out is not None else command
+
+
+def _rows_done() -> int:
+    from kdpipe.core.progress import rows_done
+
+    return rows_done()
+
+
+def _summary(command: str, params: dict, args: dict, rows: int, seconds: float) -> None:
+    """The job's one-line summary on stderr (its log): the rows its passes went through, its time (the stage's own,
+    without the start-up) and its peak memory (docs/design.md, "Compute")."""
+    from kdpipe.core.progress import peak_memory_mb, summary_line
+
+    print(summary_line(job_name(command, params, args), rows, seconds, peak_memory_mb()), file=sys.stderr, flush=True)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = vars(parser().parse_args(argv))
@@ -139,6 +168,9 @@ def main(argv=None) -> int:
             _launch(processes, threads, argv)
         if stage.device:
             claim_gpu()
+        from kdpipe.core.memory import use_system_allocator
+
+        use_system_allocator()  # (memory flat in N: docs/design.md, "Compute")
         if threads:
             from kdpipe.core.device import set_threads
 
@@ -149,7 +181,11 @@ def main(argv=None) -> int:
 
             distributed.init(pick_device())
         args.pop("inputs", None)  # (a rank's: the launcher read them)
-        importlib.import_module(stage.module).run(params, **args)
+        module = importlib.import_module(stage.module)
+        started, rows = time.perf_counter(), _rows_done()
+        module.run(params, **args)
+        if not rank or int(os.environ.get("RANK", "0")) == 0:
+            _summary(command, params, args, _rows_done() - rows, time.perf_counter() - started)
         if rank:
             distributed.close()
         if stage.cached and (not rank or int(os.environ.get("RANK", "0")) == 0):

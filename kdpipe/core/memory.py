@@ -4,12 +4,27 @@ Reading a split (Arrow buffers, then a pandas frame) and tokenising it (the fast
 chunk at a time) allocate several times what they leave behind. Arrow's allocator (mimalloc) and glibc's keep the
 freed pages for reuse, so without this a signal pass kept about 25 KB per row more resident than the token ids it
 holds (measured for BBC News at max_length 64: 609 MB at 500 rows, 711 MB at 4,000): its memory grew with N.
+
+A job run from the command line also lets Arrow allocate with the C library's malloc (:func:`use_system_allocator`):
+reading a split of 200-character texts (about 230 bytes a row as Arrow strings) from its Parquet file raised the
+resident memory by 780 bytes a row through mimalloc, which kept them, and by 550 at the peak through malloc, 270 after
+(docs/design.md, "Compute").
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+
+
+def use_system_allocator() -> None:
+    """Arrow's default memory pool becomes the C library's malloc, unless ``ARROW_DEFAULT_MEMORY_POOL`` names one."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    import pyarrow
+
+    pyarrow.set_memory_pool(pyarrow.system_memory_pool())
 
 
 def release_freed_memory() -> None:

@@ -1,58 +1,123 @@
 """Tokenisation and length-bucketed batching (docs/design.md, "Compute": no padding to max_length).
 
-A split is tokenised once into variable-length id arrays (:class:`Encoded`). Batches are index arrays into it:
-for training, indices are shuffled, cut into windows of ``window`` batches, sorted by length inside each window
-and cut into batches whose order is shuffled again; for inference, all rows are sorted by length. A batch is padded
-only to its own longest row.
+A split is tokenised once into variable-length id rows (:class:`Encoded`), stored flat (:class:`Ragged`: one array
+of every row's ids one after the other, and where each row starts), so its memory is the ids themselves and not one
+Python object per row. Batches are index arrays into it (:class:`Batches`, one array for all of them): for training,
+indices are shuffled, cut into windows of ``window`` batches, sorted by length inside each window and cut into
+batches whose order is shuffled again; for inference, all rows are sorted by length. A batch is padded only to its
+own longest row, gathered from the flat arrays in one step.
 """
 
 from __future__ import annotations
 
+import itertools
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 
+def _spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i] .. starts[i] + counts[i] - 1`` of every span, one span after the other."""
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(counts)
+    return np.arange(total, dtype=np.int64) + np.repeat(np.asarray(starts, dtype=np.int64) - (ends - counts), counts)
+
+
+class Ragged(Sequence):
+    """Rows of integers of different lengths stored flat: row i is ``values[offsets[i]:offsets[i + 1]]`` (a view).
+
+    Indexing gives one row, iteration every row, as the list of arrays it replaces did; :meth:`pad` gathers a batch
+    of rows into one padded array without a Python loop over them."""
+
+    __slots__ = ("values", "offsets")
+
+    def __init__(self, values: np.ndarray, offsets: np.ndarray):
+        self.values = values
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i) -> np.ndarray:
+        if isinstance(i, slice):
+            raise TypeError("Ragged takes one row at a time; use take() for several")
+        i = range(len(self))[i]  # (negative indices, and IndexError past the end)
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def pad(self, index: np.ndarray, fill: int, width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The rows ``index`` as int64 [B, width] (``width``: their longest row by default), ``fill`` past each
+        row's end, and the mask of their real positions (bool)."""
+        index = np.asarray(index, dtype=np.int64)
+        starts = self.offsets[index]
+        lengths = self.offsets[index + 1] - starts
+        width = int(lengths.max(initial=0)) if width is None else width
+        columns = np.arange(width)
+        mask = columns < lengths[:, None]
+        source = starts[:, None] + columns
+        np.minimum(source, max(len(self.values) - 1, 0), out=source)  # (past a row's end: any valid position)
+        values = self.values[source].astype(np.int64) if len(self.values) else np.zeros(source.shape, np.int64)
+        return np.where(mask, values, np.int64(fill)), mask
+
+
+def _row_crcs(ids: Ragged, pairs: Ragged | None, chunk: int = 65536) -> np.ndarray:
+    """zlib.crc32 of each row's ids followed by its pair's ids, both as int64 bytes."""
+    out = np.zeros(len(ids), dtype=np.int64)
+    for start in range(0, len(ids), chunk):
+        stop = min(start + chunk, len(ids))
+        sides = []
+        for side in (ids, pairs) if pairs is not None else (ids,):
+            off = side.offsets[start : stop + 1]
+            data = side.values[off[0] : off[-1]].astype(np.int64).tobytes()
+            sides.append((data, (8 * (off - off[0])).tolist()))
+        for j in range(stop - start):
+            crc = 0
+            for data, bounds in sides:
+                crc = zlib.crc32(data[bounds[j] : bounds[j + 1]], crc)
+            out[start + j] = crc
+    return out
+
+
 @dataclass
 class Encoded:
-    """A tokenised split: one int array per row (already truncated), in the split's row order."""
+    """A tokenised split, in the split's row order: each row's ids (already truncated) as a flat :class:`Ragged`
+    (int32; token types int8), its row_id and its label."""
 
-    input_ids: list[np.ndarray]
-    token_type_ids: list[np.ndarray] | None
+    input_ids: Ragged
+    token_type_ids: Ragged | None
     row_ids: np.ndarray
     labels: np.ndarray | None
     pad_id: int
-    pair_ids: list[np.ndarray] | None = None  # the second text, tokenised on its own (``separate_pairs``)
+    pair_ids: Ragged | None = None  # the second text, tokenised on its own (``separate_pairs``)
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
     @property
     def lengths(self) -> np.ndarray:
-        lengths = np.fromiter((len(ids) for ids in self.input_ids), dtype=np.int64, count=len(self.input_ids))
+        lengths = self.input_ids.lengths
         if self.pair_ids is not None:
-            lengths += np.fromiter((len(ids) for ids in self.pair_ids), dtype=np.int64, count=len(self.pair_ids))
+            lengths += self.pair_ids.lengths
         return lengths
 
     @property
     def token_hashes(self) -> np.ndarray:
         """A CRC-32 of each row's token ids: two tokenisations of a split agree row by row exactly when these do
         (a cheap fingerprint that a feature dump keeps, so a student can check it tokenises as the teacher did)."""
-        pairs = self.pair_ids if self.pair_ids is not None else [()] * len(self)
-        return np.fromiter(
-            (
-                zlib.crc32(np.concatenate([ids, np.asarray(p, dtype=np.int64)]).tobytes())
-                for ids, p in zip(self.input_ids, pairs)
-            ),
-            dtype=np.int64,
-            count=len(self),
-        )
-
-
-def _arrays(rows) -> list[np.ndarray]:
-    return [np.asarray(x, dtype=np.int64) for x in rows]
+        return _row_crcs(self.input_ids, self.pair_ids)
 
 
 # Rows tokenised at a time. A fast tokenizer keeps, per row, an encoding object with the tokens, offsets and the
@@ -61,18 +126,60 @@ def _arrays(rows) -> list[np.ndarray]:
 # with the split (benchmarks/RESULTS.md, "How cost grows with the work").
 TOKENIZE_CHUNK = 512
 
+# How each field is stored: ids as int32 (every vocabulary fits), token types (0 or 1, a few at most) as int8
+FIELD_DTYPES = {"input_ids": np.int32, "token_type_ids": np.int8}
 
-def _tokenized(tokenizer, texts: list, pairs: list | None, options: dict) -> dict[str, list[np.ndarray]]:
-    """The tokenizer's ``input_ids`` and, when it makes them, ``token_type_ids`` of every row as int64 arrays,
-    tokenised TOKENIZE_CHUNK rows at a time (the same ids as one call)."""
-    out: dict[str, list[np.ndarray]] = {}
+
+class _Column:
+    """One field of a split built a chunk of rows at a time into a single array: allocated for ``capacity`` values
+    up front (the rows times max_length; pages the ids never reach are never touched, so they take no memory) and
+    grown only when a tokenizer returns more, so the split's ids are never held twice (chunks and their
+    concatenation). Values are stored as ``dtype`` while they fit it, else as int64."""
+
+    def __init__(self, rows: int, capacity: int, dtype):
+        self.values = np.empty(max(capacity, 1), dtype=dtype)
+        self.offsets = np.zeros(rows + 1, dtype=np.int64)
+        self.rows = self.used = 0
+
+    def add(self, ids: list[list[int]]) -> None:
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        values = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        info = np.iinfo(self.values.dtype)
+        if len(values) and (values.min() < info.min or values.max() > info.max):
+            self.values = self.values.astype(np.int64)
+        end = self.used + len(values)
+        if end > len(self.values):
+            grown = np.empty(max(end, 2 * len(self.values)), dtype=self.values.dtype)
+            grown[: self.used] = self.values[: self.used]
+            self.values = grown
+        self.values[self.used : end] = values
+        self.offsets[self.rows + 1 : self.rows + 1 + len(ids)] = self.used + np.cumsum(lengths)
+        self.rows, self.used = self.rows + len(ids), end
+
+    def ragged(self) -> Ragged:
+        return Ragged(self.values[: self.used], self.offsets)
+
+
+def _rows(texts, start: int, end: int) -> list:
+    """Rows ``start:end`` of a list or a pandas column as a list (a column's Python strings made a chunk at a
+    time, never for the whole split at once)."""
+    return texts.iloc[start:end].tolist() if hasattr(texts, "iloc") else list(texts[start:end])
+
+
+def _tokenized(tokenizer, texts, pairs, options: dict) -> dict[str, Ragged]:
+    """The tokenizer's ``input_ids`` and, when it makes them, ``token_type_ids`` of every row, flat
+    (:data:`FIELD_DTYPES`), tokenised TOKENIZE_CHUNK rows at a time (the same ids as one call)."""
+    columns: dict[str, _Column] = {}
     for start in range(0, len(texts), TOKENIZE_CHUNK):
         end = start + TOKENIZE_CHUNK
-        part = tokenizer(texts[start:end], pairs[start:end] if pairs is not None else None, **options)
-        for field in ("input_ids", "token_type_ids"):
+        part = tokenizer(_rows(texts, start, end), _rows(pairs, start, end) if pairs is not None else None, **options)
+        for field, dtype in FIELD_DTYPES.items():
             if part.get(field) is not None:
-                out.setdefault(field, []).extend(_arrays(part[field]))
-    return out
+                if field not in columns:  # (room for every row at max_length, up to 2^28 values, grown past that)
+                    capacity = min(len(texts) * options["max_length"], 1 << 28)
+                    columns[field] = _Column(len(texts), capacity, dtype)
+                columns[field].add(part[field])
+    return {field: column.ragged() for field, column in columns.items()}
 
 
 def encode(
@@ -80,17 +187,19 @@ def encode(
 ) -> Encoded:
     """Tokenise without padding. Pairs are encoded as one pair sequence (``truncation="longest_first"``), the
     transformer way, or with ``separate_pairs`` each side on its own, each cut to ``max_length`` (the BiLSTM's
-    way: it encodes the two sides apart, docs/methods.md §5)."""
-    texts = list(texts)
-    pairs = list(text_pairs) if text_pairs is not None else None
+    way: it encodes the two sides apart, docs/methods.md §5). ``texts`` and ``text_pairs``: lists, or pandas
+    columns (turned into Python strings a chunk at a time)."""
+    texts = texts if hasattr(texts, "iloc") else list(texts)
+    pairs = None if text_pairs is None else text_pairs if hasattr(text_pairs, "iloc") else list(text_pairs)
     options = dict(truncation=True, max_length=max_length, padding=False, return_attention_mask=False)
+    empty = Ragged(np.zeros(0, FIELD_DTYPES["input_ids"]), np.zeros(1, np.int64))
     pair_ids = types = None
     if separate_pairs:
-        ids = _tokenized(tokenizer, texts, None, options).get("input_ids", [])
-        pair_ids = _tokenized(tokenizer, pairs, None, options).get("input_ids", []) if pairs is not None else None
+        ids = _tokenized(tokenizer, texts, None, options).get("input_ids", empty)
+        pair_ids = _tokenized(tokenizer, pairs, None, options).get("input_ids", empty) if pairs is not None else None
     else:
         out = _tokenized(tokenizer, texts, pairs, options)
-        ids, types = out.get("input_ids", []), out.get("token_type_ids")
+        ids, types = out.get("input_ids", empty), out.get("token_type_ids")
     return Encoded(
         input_ids=ids,
         token_type_ids=types,
@@ -101,25 +210,66 @@ def encode(
     )
 
 
-def training_batches(
-    lengths: np.ndarray, batch_size: int, *, seed: int, epoch: int, window: int = 50
-) -> list[np.ndarray]:
+class Batches(Sequence):
+    """Batches of row indices in one array: batch i is ``rows[bounds[i]:bounds[i + 1]]`` (a view), so a pass over
+    N rows holds two arrays, not N / batch_size of them. Indexing gives one batch; a slice (``batches[k::S]``, a
+    shard's) or :meth:`take` gives a new Batches."""
+
+    __slots__ = ("rows", "bounds")
+
+    def __init__(self, rows: np.ndarray, bounds: np.ndarray):
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.bounds = np.asarray(bounds, dtype=np.int64)
+
+    @classmethod
+    def cut(cls, rows: np.ndarray, batch_size: int) -> Batches:
+        """``rows`` cut into batches of ``batch_size`` (the last one shorter)."""
+        bounds = np.append(np.arange(0, len(rows), batch_size, dtype=np.int64), len(rows))
+        return cls(rows, bounds if len(rows) else np.zeros(1, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(np.arange(len(self))[i])
+        i = range(len(self))[i]
+        return self.rows[self.bounds[i] : self.bounds[i + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self.rows[self.bounds[i] : self.bounds[i + 1]]
+
+    def take(self, which: np.ndarray) -> Batches:
+        """The batches ``which``, in that order."""
+        which = np.asarray(which, dtype=np.int64)
+        sizes = self.bounds[which + 1] - self.bounds[which]
+        bounds = np.zeros(len(which) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        return Batches(self.rows[_spans(self.bounds[which], sizes)], bounds)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.bounds)
+
+
+def training_batches(lengths: np.ndarray, batch_size: int, *, seed: int, epoch: int, window: int = 50) -> Batches:
     """Shuffled, length-bucketed batches; the same (seed, epoch) always gives the same batches (for resume)."""
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(lengths))
     span = batch_size * window
-    batches = []
-    for start in range(0, len(order), span):
+    for start in range(0, len(order), span):  # sorted by length inside each window, in place
         chunk = order[start : start + span]
-        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
-    return [batches[i] for i in rng.permutation(len(batches))]
+        order[start : start + span] = chunk[np.argsort(lengths[chunk], kind="stable")]
+    # each window is cut into batches on its own, so that no batch straddles two windows
+    starts = [np.arange(s, min(s + span, len(order)), batch_size) for s in range(0, len(order), span)]
+    batches = Batches(order, np.concatenate([*starts, [len(order)]]))
+    return batches.take(rng.permutation(len(batches)))
 
 
-def inference_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+def inference_batches(lengths: np.ndarray, batch_size: int) -> Batches:
     """All rows sorted by length (longest first, so running out of memory shows at once), in fixed batches."""
-    order = np.argsort(-lengths, kind="stable")
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    return Batches.cut(np.argsort(-lengths, kind="stable"), batch_size)
 
 
 # A shard of a pass: (k, S) runs every S-th batch from the k-th (0-based k); WHOLE is the unsharded pass
@@ -127,37 +277,22 @@ def inference_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
 WHOLE = (0, 1)
 
 
-def shard_batches(batches: list[np.ndarray], shard: tuple[int, int]) -> list[np.ndarray]:
+def shard_batches(batches: Batches, shard: tuple[int, int]) -> Batches:
     """The batches shard ``(k, S)`` runs: every S-th batch from the k-th."""
     k, count = shard
     return batches[k::count]
 
 
-def _pad(rows: list[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows padded to the longest of them, and their attention mask."""
-    width = max(len(r) for r in rows)
-    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    for j, r in enumerate(rows):
-        ids[j, : len(r)] = r
-        mask[j, : len(r)] = 1
-    return ids, mask
-
-
 def collate(encoded: Encoded, index: np.ndarray, device: torch.device | None = None) -> dict:
     """Pad the rows ``index`` to their longest length; returns model inputs plus ``index`` and ``labels`` (and
     ``pair_input_ids`` / ``pair_attention_mask``, padded apart, when the pairs were tokenised separately)."""
-    input_ids, mask = _pad([encoded.input_ids[i] for i in index], encoded.pad_id)
-    batch = {"input_ids": input_ids, "attention_mask": mask}
+    input_ids, mask = encoded.input_ids.pad(index, encoded.pad_id)
+    batch = {"input_ids": input_ids, "attention_mask": mask.astype(np.int64)}
     if encoded.pair_ids is not None:
-        batch["pair_input_ids"], batch["pair_attention_mask"] = _pad(
-            [encoded.pair_ids[i] for i in index], encoded.pad_id
-        )
+        pair_ids, pair_mask = encoded.pair_ids.pad(index, encoded.pad_id)
+        batch["pair_input_ids"], batch["pair_attention_mask"] = pair_ids, pair_mask.astype(np.int64)
     if encoded.token_type_ids is not None:
-        types = np.zeros_like(input_ids)
-        for j, i in enumerate(index):
-            types[j, : len(encoded.token_type_ids[i])] = encoded.token_type_ids[i]
-        batch["token_type_ids"] = types
+        batch["token_type_ids"] = encoded.token_type_ids.pad(index, 0, input_ids.shape[1])[0]
     tensors = {k: torch.from_numpy(v) for k, v in batch.items()}
     tensors["index"] = torch.from_numpy(np.asarray(index, dtype=np.int64))
     if encoded.labels is not None:
@@ -177,13 +312,18 @@ def model_inputs(batch: dict) -> dict:
 
 def encode_frame(tokenizer, frame, *, max_length: int, label_ids=None, separate_pairs: bool = False) -> Encoded:
     """Tokenise a prepared split (columns ``text``, optional ``text_pair``; see ``kdpipe.data.prepare``)."""
-    pairs = frame["text_pair"].tolist() if "text_pair" in frame.columns else None
     return encode(
         tokenizer,
-        frame["text"].tolist(),
-        pairs,
+        frame["text"],
+        frame["text_pair"] if "text_pair" in frame.columns else None,
         max_length=max_length,
         row_ids=frame["row_id"].to_numpy(),
         labels=label_ids,
         separate_pairs=separate_pairs,
     )
+
+
+def without_texts(frame):
+    """A prepared split without its text columns: once tokenised, a job needs only its row ids, labels and domains,
+    and a split's texts held for the whole job would make its memory grow with N."""
+    return frame.drop(columns=[c for c in ("text", "text_pair") if c in frame.columns])

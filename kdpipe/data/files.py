@@ -47,6 +47,7 @@ def read_table(path: str | Path, key: str, params: dict) -> pd.DataFrame:
             raw = pd.read_parquet(io.BytesIO(data))
         else:
             text = decode(path, data, params.get("encoding", "utf-8"))
+            del data  # (parsed from the text: one copy of the file less held, memory flat in N)
             raw = {"jsonl": _read_jsonl, "tsv": _read_tsv, "csv": _read_csv}[fmt](path, text, records)
     except (ValueError, pa.ArrowException) as err:
         raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
@@ -57,19 +58,26 @@ def read_table(path: str | Path, key: str, params: dict) -> pd.DataFrame:
     return raw
 
 
-# The line breaks of CSV and TSV readers (not the Unicode separators that str.splitlines also splits on).
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+# A non-blank line: characters between the line breaks of CSV and TSV readers (\r\n, \r, \n; not the Unicode
+# separators that str.splitlines also splits on), one of them not whitespace (str.strip's whitespace)
+_FILLED_LINE = re.compile(r"[^\r\n]*\S[^\r\n]*")
 
 
-def _lines(text: str) -> list[str]:
-    """The non-blank lines (what a reader that skips blank lines turns into records)."""
-    return [line for line in _LINE_BREAK.split(text) if line.strip()]
+def _lines(text: str) -> int:
+    """The number of non-blank lines (what a reader that skips blank lines turns into records), counted without
+    holding them (memory flat in N)."""
+    return sum(1 for _ in _FILLED_LINE.finditer(text))
+
+
+def _utf8(text: str) -> io.BytesIO:
+    """The decoded text for pandas' reader as UTF-8 bytes: a StringIO would hold it as 4 bytes a character."""
+    return io.BytesIO(text.encode("utf-8"))
 
 
 def _read_tsv(path: Path, text: str, records: dict) -> pd.DataFrame:
     # keep_default_na=False: words such as "NA" or "None" are text, not missing values
-    raw = pd.read_csv(io.StringIO(text), sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE)
-    records["lines"] = len(_lines(text)) - 1
+    raw = pd.read_csv(_utf8(text), sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE, encoding="utf-8")
+    records["lines"] = _lines(text) - 1
     if len(raw) != records["lines"]:
         raise KdpipeError(
             f"{path}: {records['lines']} data lines but {len(raw)} rows were read; each line of a TSV file must be one "
@@ -79,8 +87,8 @@ def _read_tsv(path: Path, text: str, records: dict) -> pd.DataFrame:
 
 
 def _read_csv(path: Path, text: str, records: dict) -> pd.DataFrame:
-    raw = pd.read_csv(io.StringIO(text), sep=",", dtype=str, keep_default_na=False)
-    records["lines"] = len(_lines(text)) - 1
+    raw = pd.read_csv(_utf8(text), sep=",", dtype=str, keep_default_na=False, encoding="utf-8")
+    records["lines"] = _lines(text) - 1
     multiline = raw.apply(lambda column: column.str.contains("\n", regex=False)).any(axis=1)
     records["multiline_rows"] = int(multiline.sum())
     if records["multiline_rows"]:

@@ -54,14 +54,14 @@ def _container(value) -> str | None:
     return None
 
 
-def cell_texts(values: pd.Series, whole_floats: bool) -> np.ndarray:
+def cell_texts(values: pd.Series, whole_floats: bool) -> np.ndarray | pd.api.extensions.ExtensionArray:
     """The cells as strings; with ``whole_floats``, a column of floats only (a Parquet float column, pandas' reading
     of whole numbers with gaps) writes its whole numbers as integers (``1.0`` -> ``1``). A column that mixes
     spellings (a JSONL file with ``1`` and ``1.0``) keeps each as written, so that the labels that are equal as
     numbers are caught (:func:`check_or_merge`) instead of merged without a word."""
     if whole_floats and pd.api.types.is_float_dtype(values.dtype):
         return np.array([_text(value) for value in values], dtype=object)
-    return values.astype(str).to_numpy()
+    return values.astype(str).array  # (pandas' strings: not one Python object per cell, memory flat in N)
 
 
 def _text(value) -> str:

@@ -389,7 +389,9 @@ def _select_columns(raw: pd.DataFrame, params: dict, where: str) -> pd.DataFrame
             raise KdpipeError(f"{where}: no column '{column}' (dataset.{key}); the columns are {available}{hint}")
         values = raw[column]
         check_scalars(values, name, column, key, where)
-        empty = values.isna().to_numpy() | (values.astype(str).str.strip() == "").to_numpy()
+        texts = values.astype(str)  # (blank after strip: checked a chunk at a time, no stripped copy of the column)
+        blank = [(texts.iloc[i : i + 65536].str.strip() == "").to_numpy() for i in range(0, len(texts), 65536)]
+        empty = values.isna().to_numpy() | np.concatenate([np.zeros(0, bool), *blank])
         if empty.any():
             rows = np.flatnonzero(empty) + 1
             more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from kdpipe.core.store import atomic_path, write_json
 from kdpipe.evaluation.metrics import classification_metrics, uncertainty_split, uncertainty_summary
@@ -68,20 +70,50 @@ def write_evaluation(
     result = {key: params.get(key) for key in INFO}
     result.update(extra, members=int(member_probs.shape[0]), classes=classes, metrics=metrics)
     pred = probs.argmax(1)
-    table = pd.DataFrame(
-        {
-            "row_id": row_ids,
-            "label": np.asarray(classes)[y],
-            "pred": np.asarray(classes)[pred],
-            "correct": pred == y,
-            "confidence": probs.max(1),
-            "probs": list(probs.astype(np.float32)),
-            **uncertainty_split(member_probs),
-        }
-    )
+    columns = {
+        "row_id": row_ids,
+        "label": y,  # (class indices: predictions_table names them)
+        "pred": pred,
+        "correct": pred == y,
+        "confidence": probs.max(1),
+        "probs": probs.astype(np.float32),
+        **uncertainty_split(member_probs),
+    }
     if domains is not None:
-        table["domain"] = domains
+        columns["domain"] = domains
     with atomic_path(out_predictions) as tmp:
-        table.to_parquet(tmp, index=False)
+        pq.write_table(predictions_table(columns, classes), tmp, compression="snappy")
     write_json(out_json, result)
     return result
+
+
+def _pandas_frame(columns: dict, classes: list[str], rows) -> pd.DataFrame:
+    """The rows ``rows`` of the predictions as pandas held them: class names, ``probs`` one array per row."""
+    frame = {key: np.asarray(value)[rows] for key, value in columns.items()}
+    frame["label"], frame["pred"] = (np.asarray(classes)[frame[key]] for key in ("label", "pred"))
+    frame["probs"] = list(frame["probs"])
+    return pd.DataFrame(frame)
+
+
+def predictions_table(columns: dict, classes: list[str]) -> pa.Table:
+    """The predictions table as Arrow, built column by column: the same table, schema and pandas metadata as
+    ``pandas.DataFrame(...).to_parquet`` makes from one array object per row of ``probs`` and class names as
+    strings, without those N objects (docs/design.md, "Compute": memory flat in N). ``columns``: each column's
+    values in row order, ``label`` and ``pred`` as class indices, ``probs`` as one [N, C] array."""
+    rows = len(columns["row_id"])
+    if rows == 0:  # (the empty table's column types are pandas' own guesses: made the way pandas makes them)
+        return pa.Table.from_pandas(_pandas_frame(columns, classes, slice(None)), preserve_index=False)
+    template = pa.Table.from_pandas(_pandas_frame(columns, classes, slice(0, 1)), preserve_index=False)
+    names = pa.array(classes, type=pa.large_string())
+    arrays = []
+    for field in template.schema:
+        values = columns[field.name]
+        if field.name in ("label", "pred"):
+            arrays.append(names.take(pa.array(values, type=pa.int64())).cast(field.type))
+        elif field.name == "probs":
+            flat = pa.array(np.ascontiguousarray(values, dtype=np.float32).ravel(), type=field.type.value_type)
+            offsets = pa.array(np.arange(0, rows * values.shape[1] + 1, values.shape[1], dtype=np.int32))
+            arrays.append(pa.ListArray.from_arrays(offsets, flat, type=field.type))
+        else:
+            arrays.append(pa.array(np.asarray(values), type=field.type))
+    return pa.Table.from_arrays(arrays, schema=template.schema)

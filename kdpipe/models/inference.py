@@ -1,4 +1,5 @@
-"""Batched eval-mode forward passes over an encoded split, with results returned in the split's row order."""
+"""Batched eval-mode forward passes over an encoded split, with results returned in the split's row order, and a
+progress bar in rows (docs/design.md, "Compute")."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from kdpipe.core import progress
 from kdpipe.core.device import autocast
-from kdpipe.data.batching import WHOLE, Encoded, collate, inference_batches, model_inputs, shard_batches
+from kdpipe.data.batching import WHOLE, Batches, Encoded, collate, inference_batches, model_inputs, shard_batches
 
 
-def pass_batches(encoded: Encoded, batch_size: int, shard: tuple[int, int] = WHOLE) -> list[np.ndarray]:
+def pass_batches(encoded: Encoded, batch_size: int, shard: tuple[int, int] = WHOLE) -> Batches:
     """The row-index batches of an inference pass, longest first; shard ``(k, S)``: every S-th from the k-th
     (:mod:`kdpipe.signals.shards`: S shards run exactly the batches of one unsharded pass)."""
     return shard_batches(inference_batches(encoded.lengths, batch_size), shard)
@@ -22,10 +23,12 @@ def pass_batches(encoded: Encoded, batch_size: int, shard: tuple[int, int] = WHO
 def iterate(
     encoded: Encoded, batch_size: int, device: torch.device, desc: str | None = None, shard: tuple[int, int] = WHOLE
 ) -> Iterator[dict]:
-    """Collated batches, longest first, with a progress bar when ``desc`` is given."""
+    """Collated batches, longest first, with a progress bar in rows (rows/s, time left) when ``desc`` is given."""
     batches = pass_batches(encoded, batch_size, shard)
-    for index in tqdm(batches, desc=desc, disable=desc is None, mininterval=5, dynamic_ncols=True):
-        yield collate(encoded, index, device)
+    with progress.bar(len(batches.rows), desc) as bar:
+        for index in batches:
+            yield collate(encoded, index, device)
+            bar.update(len(index))
 
 
 @torch.inference_mode()

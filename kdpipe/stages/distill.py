@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from kdpipe.core.store import KdpipeError, make_manifest, read_json
+from kdpipe.data.batching import without_texts
 from kdpipe.data.dataset import domain_ids
 from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.evaluation.results import combined_label_use
@@ -54,6 +55,8 @@ def run(
     online = importlib.import_module("kdpipe.signals.online") if params.get("signals") == "online" else None
     computed = online.online_signals(params, method.signals, teacher_dirs, job) if online else {}
     cached = online.cached_signals(method.signals) if online else method.signals
+    for name in ("train", "valid", "transfer"):  # tokenised: the texts go (memory flat in N)
+        setattr(job, name, None if getattr(job, name) is None else without_texts(getattr(job, name)))
     device, labels = job.device, job.labels
     teachers = list(params["teachers"])
     positions = job.train_positions

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from kdpipe.core.device import pick_device
+from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import read_json
-from kdpipe.data.batching import encode_frame
+from kdpipe.data.batching import encode_frame, without_texts
 from kdpipe.data.dataset import dataset_domains, read_split, restrict_to_domain
 from kdpipe.evaluation.results import write_evaluation
 from kdpipe.models.inference import predict_member_logits, softmax
@@ -54,6 +55,8 @@ def run(params: dict, model: Path, data: Path, out_json: Path, out_predictions: 
         label_ids=y,
         separate_pairs=getattr(model, "separate_pairs", False),
     )
+    frame = without_texts(frame)
+    release_freed_memory()
     started = time.perf_counter()
     member_probs = softmax(
         predict_member_logits(

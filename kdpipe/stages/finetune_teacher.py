@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.device import pick_device
+from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import KdpipeError, make_manifest
-from kdpipe.data.batching import encode_frame
+from kdpipe.data.batching import encode_frame, without_texts
 from kdpipe.data.dataset import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.models.heads import teacher_classes
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer
@@ -32,7 +33,8 @@ from kdpipe.training.objective import Objective
 def rows_of_classes(frame, classes: list[str]):
     """The rows whose label is one of ``classes``, with ``local_id`` = index in ``classes``."""
     local = {c: i for i, c in enumerate(classes)}
-    sub = frame[frame["label"].isin(classes)].reset_index(drop=True)
+    keep = frame["label"].isin(classes).to_numpy()
+    sub = (frame if keep.all() else frame[keep]).reset_index(drop=True)  # (all kept: no copy of the texts)
     return sub, sub["label"].map(local).to_numpy(dtype=np.int64)
 
 
@@ -71,10 +73,14 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
         split: restrict_to_domain(read_split(data_dir, split), params.get("domain"), domains, f"{where}.domain")
         for split in ("train", "validation")
     }
-    train, train_y = rows_of_classes(frames["train"], classes)
-    valid, valid_y = validation_rows(frames["validation"], classes, where)
+    train, train_y = rows_of_classes(frames.pop("train"), classes)
+    valid, valid_y = validation_rows(frames.pop("validation"), classes, where)
     enc_train = encode_frame(tokenizer, train, max_length=params["max_length"], label_ids=train_y)
     enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
+    # tokenised: the texts go (a copy of the split's would otherwise stay for the whole training, memory growing with N)
+    train, rows = without_texts(train), {"train": len(train), "validation": len(valid)}
+    del valid
+    release_freed_memory()
     settings = TrainSettings.from_params(params)
     model = load_classifier(backbone, classes, seed=settings.seed, keep_head=keep_head)
     if params.get("layers"):
@@ -91,7 +97,7 @@ def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> 
         labels=classes,
         dataset_labels=labels,
         tokenizer=backbone,
-        rows={"train": len(train), "validation": len(valid)},
+        rows=rows,
         domains=domains if params.get("objective", "ce") != "ce" else None,
         # a checkpoint trained further: what it read before is not known to kdpipe
         gold_labels={"checkpoint": "trained outside kdpipe"} if params.get("checkpoint") else {},

@@ -1,7 +1,7 @@
 """The one training loop shared by teacher fine-tuning and every distillation method (docs/design.md, "Style").
 
 AdamW with linear warmup and decay, gradient clipping, length-bucketed batches, bf16 autocast on CUDA,
-evaluation on validation after each epoch keeping the best weights, a tqdm progress bar, a JSONL training log,
+evaluation on validation after each epoch keeping the best weights, a progress bar in rows, a JSONL training log,
 and resume: the full state (model and extra modules, optimiser, scheduler, best weights, history, position in the
 epoch) is checkpointed atomically to a resume directory outside the job's declared outputs (Snakemake deletes
 those before a rerun), after every epoch and every ``checkpoint_every`` steps (:mod:`kdpipe.training.checkpoint`).
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,14 +32,14 @@ import numpy as np
 import torch
 import yaml
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from kdpipe.core import progress
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast
 from kdpipe.core.finished import job_identity_of_process
 from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, tensor_bytes, write_json
-from kdpipe.data.batching import Encoded, collate, training_batches
+from kdpipe.data.batching import Batches, Encoded, collate, training_batches
 from kdpipe.evaluation.information import nll
 from kdpipe.evaluation.results import combined_label_use
 from kdpipe.models.card import model_card
@@ -350,25 +349,22 @@ def _open_log(log_path: Path | None, state: dict) -> TextIO | None:
     return open(log_path, "a")  # noqa: SIM115 (closed by fit)
 
 
-def _train_epoch(run: _Run, batches: list) -> None:
+def _train_epoch(run: _Run, batches: Batches) -> None:
     """The steps of the current epoch not done yet (``batches``: each step's rows), logged every ``log_every`` steps
-    and checkpointed every ``checkpoint_every``."""
+    and checkpointed every ``checkpoint_every``, with a progress bar in rows (rows/s, time left)."""
     settings, state = run.settings, run.state
     run.set_training(True)
     params = [p for g in run.optimizer.param_groups for p in g["params"]]
     started = time.perf_counter()
-    bar = tqdm(
-        total=len(batches),
-        initial=state["step_in_epoch"],
-        desc=f"{run.desc} epoch {state['epoch'] + 1}/{settings.epochs}",
-        file=sys.stderr,
-        dynamic_ncols=True,
-        mininterval=5,
+    bar = progress.bar(
+        int(batches.sizes.sum()),
+        f"{run.desc} epoch {state['epoch'] + 1}/{settings.epochs}",
+        initial=int(batches.sizes[: state["step_in_epoch"]].sum()),
         disable=not distributed.is_main(),
     )
     for step in range(state["step_in_epoch"], len(batches)):
         loss_value, terms = _step(run, batches[step], params, step)
-        bar.update(1)
+        bar.update(len(batches[step]))
         bar.set_postfix(loss=f"{loss_value:.4f}", refresh=False)
         state["step_in_epoch"] = step + 1
         if step % settings.log_every == 0:
