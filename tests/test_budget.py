@@ -182,3 +182,17 @@ def test_an_online_student_needs_no_dump_and_takes_its_teachers_as_inputs(in_tmp
 def test_online_is_refused_where_a_method_reads_no_token_level_signal(in_tmp):
     with pytest.raises(KdpipeError, match=r"students\.s_vkd\.signals: online .* method 'vanilla_kd' reads none"):
         load(edit=online("s_vkd"))
+
+
+def test_the_message_names_students_as_the_config_does(in_tmp):
+    """Seeds and Meta-KD's first stage are jobs of their own; the message names the config's entry once."""
+
+    def edit(config):
+        max_gb(1e-4)(config)
+        config["students"]["s_dfa"]["seeds"] = [0, 1]
+
+    plan = load(edit=edit)
+    assert len(plan.planned_dumps()[("hidden", "ta", "train")]) == 2  # (both seeds' jobs read the dump)
+    with pytest.raises(KdpipeError) as err:
+        plan.check_dump_budget()
+    assert "(read by s_dfa)," in str(err.value) and "signals: online on s_dfa (" in str(err.value)

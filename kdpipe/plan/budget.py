@@ -221,7 +221,9 @@ class Budget:
                 "dump's shard parts beside it; dump.max_gb sets another budget)"
             )
         room = (budget - (need - largest.bytes)) / factor
-        readers = ", ".join(sorted(planned[(largest.signal, largest.teacher, largest.split)]))
+        # the students as the config names them (a seed's job or Meta-KD's first stage is its entry's)
+        jobs = planned[(largest.signal, largest.teacher, largest.split)]
+        readers = ", ".join(sorted({self.students[s].entry for s in jobs}))
         online = f"signals: online on {readers} (the students run the teacher in their own jobs; no dump)"
         if room > 0:
             fixes = [*largest.fitting(room), online]
