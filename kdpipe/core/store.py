@@ -1,15 +1,19 @@
 """Reading and writing artifacts: atomic outputs, JSON, manifests and their checks (docs/design.md, "Contracts").
 
 Every output is first written under a temporary name beside its final path and renamed into place only when
-complete, so a killed job never leaves a file or directory that looks finished.
+complete, so a killed job never leaves a file or directory that looks finished. The temporary name says which
+process wrote it (``.{name}.tmp-{host}-{pid}-…``), so that the next write of the same path removes what a killed
+process left behind (a hidden folder can hold a whole dump) without touching a live writer's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,10 +39,12 @@ def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_left_behind(path)
+    prefix = f".{path.name}.tmp-{_HOST}-{os.getpid()}-"
     if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=path.parent))
     else:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+        fd, name = tempfile.mkstemp(prefix=prefix, dir=path.parent)
         os.close(fd)
         tmp = Path(name)
     try:
@@ -53,6 +59,28 @@ def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+
+
+_HOST = socket.gethostname().replace("-", "_")  # (no "-": the name's fields are split on it)
+
+
+def _remove_left_behind(path: Path) -> None:
+    """Remove the temporary paths of ``path`` left by a process of this host that is gone (killed mid-write).
+    Another host's are kept: its process ids mean nothing here (a shared file system under SLURM)."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-{glob.escape(_HOST)}-*"):
+        pid = tmp.name[len(f".{path.name}.tmp-{_HOST}-") :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's live process)
+        return True
+    return True
 
 
 def _default_permissions(path: Path) -> None:
