@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kdpipe.core.finished import job_identity_of_process, set_job_identity
 from kdpipe.core.gpus import claim_gpu
+from kdpipe.core.identity import check_local_content
 from kdpipe.core.store import KdpipeError
 from kdpipe.stages import STAGES
 
@@ -127,8 +128,9 @@ def job_name(command: str, params: dict, args: dict) -> str:
         return name + (f" shard {args['shard']}" if args.get("shard") not in (None, "1-of-1") else "")
     if command == "evaluate" and "model" in params:
         return f"evaluate {params['model']}/{params.get('split')}"
-    out = next((v for n, v in args.items() if n.startswith("out") and isinstance(v, Path)), None)
-    return f"{command} {out.name}" if out is not None else command
+    out = next((v for n, v in args.items() if n.startswith("out") and isinstance(v, Path)), args.get("route"))
+    name = Path(out).name if out is not None else command  # (route-transfer writes into its route's folder)
+    return command if name == command else f"{command} {name}"
 
 
 def _rows_done() -> int:
@@ -145,21 +147,30 @@ def _summary(command: str, params: dict, args: dict, rows: int, seconds: float) 
     print(summary_line(job_name(command, params, args), rows, seconds, peak_memory_mb()), file=sys.stderr, flush=True)
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _arguments(argv: list[str]) -> dict:
+    """The command line's arguments by name; an optional path not given is None."""
     args = vars(parser().parse_args(argv))
-    command, threads, params = args.pop("command"), args.pop("threads"), args.pop("params")
-    processes = args.pop("processes")
-    stage = STAGES[command]
-    for spec in stage.arguments:  # an optional path not given is None
+    for spec in STAGES[args["command"]].arguments:
         name = spec.split(":")[0]
         if name.endswith("?") and not spec.endswith(":str?"):
             given = args[name[:-1]]
             args[name[:-1]] = given[0] if given else None
+    return args
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not sys.stderr.isatty():  # a job's log: the libraries' own bars (loading, saving weights) redraw in it
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    args = _arguments(argv)
+    command, threads, params = args.pop("command"), args.pop("threads"), args.pop("params")
+    processes = args.pop("processes")
+    stage = STAGES[command]
     rank = LAUNCHED in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
     try:
         if processes < 1:
             raise KdpipeError(f"--processes {processes}: give at least 1")
+        check_local_content(params)
         if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
             set_job_identity(os.environ[LAUNCHED] or None)
         elif (stage.trains or stage.cached) and _made_already(stage, params, args):

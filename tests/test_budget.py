@@ -65,6 +65,8 @@ def test_what_would_fit_by_hand():
         "max_length 32 instead of 64 (teachers.t.max_length, and the same for the students that read it)",
     ]
     assert hidden.fitting(hidden.bytes / 64) == []  # under one layer, under max_length 8
+    transfer = DumpBound("hidden", "t", "transfer", rows=1000, max_length=64, layers=1, width=10)
+    assert transfer.fitting(transfer.bytes * 0.4)[-1] == "dataset.transfer_max_rows: 400 (of 1,000 transfer rows)"
     attentions = DumpBound("attentions", "t", "train", rows=10, max_length=64, layers=1, width=16)
     fixes = attentions.fitting(attentions.bytes / 16)  # a sixteenth: a quarter of the length, or the mean of heads
     assert fixes[0].startswith("max_length 16 instead of 64") and "attention_heads: mean" in fixes[1]

@@ -584,3 +584,20 @@ def test_a_teacher_job_holds_its_cache_lock_while_it_trains(processes, cache, ti
             if waiter.poll() is None:
                 waiter.kill()
             waiter.wait(timeout=30)
+
+
+def test_a_job_stops_when_a_local_file_changed_after_the_plan_digested_it(tmp_path):
+    """The plan digests a local file into the slice when it builds the DAG; a job that starts after an edit would
+    read the new bytes under the old identity (and the shared cache would file them so)."""
+    from kdpipe.core.identity import check_local_content
+    from kdpipe.core.store import KdpipeError
+    from kdpipe.plan.slices import with_local_content
+
+    extra = tmp_path / "extra.csv"
+    extra.write_text("text\na\n")
+    params = with_local_content({"transfer": [str(extra)], "name": "x"})
+    check_local_content(params)  # unchanged: the job runs
+    check_local_content({"name": "x"})  # a slice that names no local file
+    extra.write_text("text\nb\n")
+    with pytest.raises(KdpipeError, match=r"transfer\[0\]: the file or folder changed after the workflow was planned"):
+        check_local_content(params)

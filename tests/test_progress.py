@@ -72,6 +72,8 @@ def test_job_names():
     assert job_name("signal-gather", logits, gather) == "logits gather minilm_a/train"
     assert job_name("evaluate", {"model": "vkd", "split": "test"}, {"out_json": Path("x")}) == "evaluate vkd/test"
     assert job_name("distill", {}, {"data": Path("d"), "out": Path("results/students/vkd")}) == "distill vkd"
+    assert job_name("report", {}, {"out": Path("results/report")}) == "report"
+    assert job_name("route-transfer", {}, {"route": Path("results/routes/muki")}) == "route-transfer muki"
 
 
 def test_an_inference_pass_counts_its_rows():

@@ -242,12 +242,18 @@ def test_the_plan_checks_each_transfer_file_before_any_job(tmp_path):
     pd.DataFrame({"text": ["a"]}).to_csv(tmp_path / "ok.csv", index=False)
     pd.DataFrame({"body": ["a"]}).to_csv(tmp_path / "body.csv", index=False)
     pd.DataFrame({"body": ["a"]}).to_parquet(tmp_path / "body.parquet")
+    pd.DataFrame({"body": ["a"]}).to_json(tmp_path / "body.jsonl", orient="records", lines=True)
+    pd.DataFrame({"text": []}, dtype=str).to_parquet(tmp_path / "header.parquet")
     (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "header.csv").write_text("text\n\n")
     with pytest.raises(KdpipeError, match="missing.csv: file not found.*check dataset.transfer"):
         check("missing.csv")
     with pytest.raises(KdpipeError, match="empty.csv: the file is empty"):
         check("empty.csv")
-    for name in ("body.csv", "body.parquet"):
+    for name in ("header.csv", "header.parquet"):
+        with pytest.raises(KdpipeError, match=rf"{name}: no data rows, only a header"):
+            check(name)
+    for name in ("body.csv", "body.parquet", "body.jsonl"):
         with pytest.raises(
             KdpipeError, match=rf"{name}: no column 'text' \(dataset.text_column\); the columns are \['body'\]"
         ):
@@ -269,12 +275,48 @@ def test_the_plan_bounds_the_transfer_rows_from_the_files_before_reading_them(tm
     assert transfer_rows_bound({"transfer": "hf:imdb"}) is None
 
 
-def test_a_test_text_with_other_white_space_is_still_dropped_as_evaluation(tmp_path, tiny_data):
+def test_a_saved_dataset_without_the_text_column_or_rows_stops_the_plan(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    from kdpipe.data.transfer_sources import check_transfer_files
+
+    Dataset.from_dict({"body": ["a"]}).save_to_disk(str(tmp_path / "body"))
+    DatasetDict({"a": Dataset.from_dict({"text": ["x"]}), "b": Dataset.from_dict({"body": ["y"]})}).save_to_disk(
+        str(tmp_path / "mixed")
+    )
+    Dataset.from_dict({"text": []}).save_to_disk(str(tmp_path / "none"))
+    for name, message in (("body", "no column 'text'"), ("mixed", "no column 'text'"), ("none", "has no rows")):
+        with pytest.raises(KdpipeError, match=message):
+            check_transfer_files({"transfer": str(tmp_path / name), "text_column": "text"})
+
+
+def test_a_csv_text_longer_than_a_block_is_read(tmp_path, tiny_data, monkeypatch):
+    import kdpipe.data.transfer as transfer
+
+    monkeypatch.setattr(transfer, "CSV_BLOCK", 1 << 10)  # (a 1 KiB block: the same as 4 MiB against a longer text)
+    texts = [f"short text {i}" for i in range(30)]
+    texts[20] = "long " * 2000  # 10 KB, past the first block and past 4 of them
+    pd.DataFrame({"text": texts}).to_csv(tmp_path / "long.csv", index=False)
+    build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "long.csv")}, tiny_data, tmp_path / "t")
+    assert read_split(tmp_path / "t", "transfer")["text"].tolist() == texts  # each row once, in order
+
+
+def test_multiline_texts_are_counted_per_file_and_not_for_the_withheld_rows(tmp_path, withheld_data, capsys):
+    (tmp_path / "stray.csv").write_text('text\nfirst\n"stray quote\nthird\nfourth\n')  # a quote never closed
+    (tmp_path / "clean.csv").write_text("text\none\ntwo\n")
+    files = [str(tmp_path / "clean.csv"), str(tmp_path / "stray.csv")]
+    manifest = build_transfer({**TINY_DATASET, "transfer": files}, withheld_data, tmp_path / "t")
+    assert manifest["multiline_texts"] == {files[1]: 1}  # (the withheld rows hold paragraphs: not counted)
+    assert f"{files[1]}: 1 of 2 texts span several lines" in capsys.readouterr().err
+
+
+def test_a_test_text_with_other_white_space_case_or_accents_is_still_dropped_as_evaluation(tmp_path, tiny_data):
     text = read_split(tiny_data, "test")["text"][0]
-    variants = [text + " ", text.replace("\n", "\r\n"), "  " + text.replace("\n", "\n\n")]
+    variants = [text + " ", text.replace("\n", "\r\n"), "  " + text.replace("\n", "\n\n"), text.upper()]
+    variants += [text.replace(" ", " \u200b", 1), text.replace("e", "\u00e9")]  # zero-width space, accents
     pd.DataFrame({"text": variants + ["a new text"]}).to_parquet(tmp_path / "near.parquet")
     manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "near.parquet")}, tiny_data, tmp_path / "t")
-    assert manifest["dropped"]["evaluation"] == 1 and manifest["dropped"]["duplicate"] == 2
+    assert manifest["dropped"]["evaluation"] == 1 and manifest["dropped"]["duplicate"] == 5
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["a new text"]
 
 

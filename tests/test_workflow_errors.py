@@ -60,6 +60,12 @@ def project(tmp_path_factory):
             "config: students.s_vkd.seeds: an empty list would train the student once, with seed 0; omit the key for "
             "that, or list the seeds, e.g. [0, 1, 2]",
         ),
+        # a value the schema refuses: the key and the reason, not the schema entry
+        (
+            "  max_per_class: 12\n",
+            "  max_per_class: 12\n  transfer_max_rows: 0\n",
+            "config: dataset.transfer_max_rows: 0 is less than the minimum of 1",
+        ),
         # feature dumps over their disk budget (kdpipe.plan.budget; numbers by hand in tests/test_budget.py)
         (
             "dump:\n  batch_size: 32\n",

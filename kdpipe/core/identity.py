@@ -83,6 +83,21 @@ def local_content(config_slice: dict, where: str = "") -> dict[str, str]:
     return found
 
 
+def check_local_content(params: dict) -> None:
+    """Stop a job whose local files changed after the plan digested them into its slice (``local_content``): the
+    job would read the new bytes under the old identity, and the shared cache would file them under it."""
+    planned = params.get("local_content") or {}
+    now = local_content({key: value for key, value in params.items() if key != "local_content"}) if planned else {}
+    changed = [key for key in planned if now.get(key) != planned[key]]
+    if changed:
+        from kdpipe.core.store import KdpipeError
+
+        raise KdpipeError(
+            f"{', '.join(changed)}: the file or folder changed after the workflow was planned; run the workflow "
+            "again, so that this job's identity is made from what it reads"
+        )
+
+
 def content_digest(path: str | Path) -> str:
     """``xxh3_128:<hex>`` of a file's bytes, or of a folder's files (relative paths and bytes, sorted, links
     followed)."""

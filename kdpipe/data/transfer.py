@@ -16,7 +16,8 @@ counted in the manifest (``dropped``) and the log:
 - a text equal to a validation or test text (``evaluation``): a teacher's view of it would leak into the student;
 - a text equal to a labelled training text (``labelled``): that row is already in the student's data with its label;
 - rows beyond ``dataset.transfer_max_rows`` (``over_max_rows``), a seeded random choice.
-Texts are compared by a 64-bit hash of (text, text pair). Every kept row gets a ``row_id`` after the dataset's
+Texts are compared by a 64-bit hash of (text, text pair), folded as an uncased tokenizer reads them (:func:`_hashes`).
+Every kept row gets a ``row_id`` after the dataset's
 largest (the withheld training rows keep theirs) and ``draw``, its rank in a seeded random order: a student that
 reads a fraction f of the transfer rows (``students.<name>.transfer``) takes the rows with ``draw < round(f·N)``,
 so a smaller fraction's rows are part of every larger one's.
@@ -45,6 +46,7 @@ from kdpipe.data.transfer_sources import transfer_sources
 
 BATCH_ROWS = 65_536
 _REASONS = ("empty", "duplicate", "evaluation", "labelled", "over_max_rows")
+WITHHELD = "the withheld training rows (dataset.split.unlabelled)"
 
 
 def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
@@ -58,9 +60,7 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
     if unlabelled.is_file():
         manifest = read_manifest(data_dir / "manifest.json", kind="dataset")
         verify(manifest, data_dir / "manifest.json", [UNLABELLED], target=data_dir)
-        readers.append(
-            ("the withheld training rows (dataset.split.unlabelled)", lambda: _parquet_batches(unlabelled, columns))
-        )
+        readers.append((WITHHELD, lambda: _parquet_batches(unlabelled, columns)))
     readers += [(where, reader) for source in transfer_sources(params) for where, reader in _readers(source, params)]
     if not readers:
         raise KdpipeError("dataset.transfer is not set and dataset.split.unlabelled is 0: there are no transfer rows")
@@ -95,13 +95,13 @@ def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) 
     """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept), each row's hash, and what
     was read (rows per source, texts spanning several lines)."""
     held = {split: _hashes(read_split(data_dir, split), columns) for split in SPLITS}
-    hashes, reasons, counts, multiline = [], [], {}, 0
+    hashes, reasons, counts, multiline = [], [], {}, {}
     for where, reader in readers:
-        read = 0
+        read = lines = 0
         for batch in reader():
             hashes.append(_hashes(batch, columns))
             reasons.append(np.where(_empty(batch, columns), 1, 0).astype(np.int8))
-            multiline += int(batch["text"].str.contains("\n", regex=False).sum())
+            lines += int(batch["text"].str.contains("\n", regex=False).sum())
             read += len(batch)
         if not read:
             raise KdpipeError(f"{where}: no data rows (dataset.transfer)")
@@ -110,8 +110,10 @@ def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) 
             copy += 1
             key = f"{where} (listed {copy} times)"
         counts[key] = read
-    if multiline:  # as a stray opening quote in a CSV file also makes them (kdpipe.data.files)
-        print(f"[kdpipe] transfer: {multiline:,} texts span several lines", file=sys.stderr)
+        if lines and where != WITHHELD:  # (the dataset's own texts: their paragraphs were checked by prepare)
+            # as a stray opening quote in a CSV file also makes them (kdpipe.data.files)
+            multiline[key] = lines
+            print(f"[kdpipe] transfer: {where}: {lines:,} of {read:,} texts span several lines", file=sys.stderr)
     counts = {"rows": counts, "multiline_texts": multiline}
     hashed, reason = np.concatenate(hashes), np.concatenate(reasons)
     first = np.zeros(len(hashed), bool)
@@ -185,11 +187,29 @@ def _next_row_id(data_dir: Path) -> int:
     return largest + 1
 
 
+# What the comparison of texts ignores beside white space: accents and other combining marks (after NFKD; the common
+# blocks) and invisible format characters (soft hyphen, zero-width spaces and joiners, direction marks, BOM)
+_IGNORED = (
+    r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+    r"\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]"
+)
+
+
 def _hashes(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
-    """A 64-bit hash of each row's (text, text pair), each with its white space collapsed to one space and trimmed:
-    a copy of a test text with a trailing space or Windows line breaks is the same text to a tokenizer."""
+    """A 64-bit hash of each row's (text, text pair), each folded the way an uncased tokenizer reads it: Unicode
+    compatibility forms (NFKD), accents and invisible characters removed (:data:`_IGNORED`), case folded, white
+    space collapsed to one space and trimmed. A copy of a test text in capitals, without its accents, with a
+    zero-width space, a trailing space or Windows line breaks is the same text to an uncased tokenizer (the builtin
+    MiniLM's), so it leaks all the same."""
     normal = {
-        column: frame[column].fillna("").astype(str).str.replace(r"\s+", " ", regex=True).str.strip()
+        column: frame[column]
+        .fillna("")
+        .astype(str)
+        .str.normalize("NFKD")
+        .str.replace(_IGNORED, "", regex=True)
+        .str.casefold()
+        .str.replace(r"\s+", " ", regex=True)
+        .str.strip()
         for column in columns
     }
     return pd.util.hash_pandas_object(pd.DataFrame(normal), index=False).to_numpy(np.uint64)
@@ -306,34 +326,44 @@ def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str)
     return read
 
 
+# Arrow's CSV reader parses a file in blocks and needs every record inside one: the first block size, and the most
+# it grows to when a record is larger (a whole long document in one cell)
+CSV_BLOCK, CSV_BLOCK_MAX = 1 << 22, (1 << 31) - 1
+
+
 def _delimited_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
     import pyarrow.csv as csv
 
+    tsv = fmt == "tsv"
+    parse = csv.ParseOptions(
+        delimiter="\t" if tsv else ",", quote_char=False if tsv else '"', newlines_in_values=not tsv
+    )
+    convert = csv.ConvertOptions(
+        include_columns=list(wanted.values()),
+        column_types={column: pa.string() for column in wanted.values()},
+        strings_can_be_null=False,
+    )
+
     def read() -> Iterator[pd.DataFrame]:
-        tsv = fmt == "tsv"
-        options = dict(
-            read_options=csv.ReadOptions(encoding=encoding, block_size=1 << 22),
-            parse_options=csv.ParseOptions(
-                delimiter="\t" if tsv else ",", quote_char=False if tsv else '"', newlines_in_values=not tsv
-            ),
-        )
-        try:
-            stream = csv.open_csv(path, **options)
-            names = stream.schema.names
-            _check_columns(str(path), names, wanted)
-            stream = csv.open_csv(
-                path,
-                **options,
-                convert_options=csv.ConvertOptions(
-                    include_columns=list(wanted.values()),
-                    column_types={column: pa.string() for column in wanted.values()},
-                    strings_can_be_null=False,
-                ),
-            )
-            for batch in stream:
-                yield batch.to_pandas()
-        except pa.ArrowInvalid as err:
-            raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
+        block, done = CSV_BLOCK, 0
+        while True:  # (again with larger blocks, past the rows already given, when a record does not fit one)
+            options = dict(read_options=csv.ReadOptions(encoding=encoding, block_size=block), parse_options=parse)
+            try:
+                _check_columns(str(path), csv.open_csv(path, **options).schema.names, wanted)
+                skip = done
+                for batch in csv.open_csv(path, **options, convert_options=convert):
+                    if skip >= len(batch):
+                        skip -= len(batch)
+                        continue
+                    batch, skip = batch.slice(skip), 0
+                    done += len(batch)
+                    yield batch.to_pandas()
+                return
+            except pa.ArrowInvalid as err:
+                if "straddl" in str(err) and block < min(path.stat().st_size + 1, CSV_BLOCK_MAX):
+                    block = min(4 * block, path.stat().st_size + 1, CSV_BLOCK_MAX)
+                    continue
+                raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
 
     return read
 

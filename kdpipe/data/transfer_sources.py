@@ -23,7 +23,8 @@ def has_transfer(dataset: dict) -> bool:
 
 def check_transfer_files(dataset: dict) -> None:
     """The cheap checks of every local transfer file, made when the DAG is built so that a mistake stops the run
-    before any job: the file exists, is not empty, and (CSV, TSV, Parquet) has the text column(s). The full read,
+    before any job: the file exists, is not empty, has a data row, and has the text column(s) (in a CSV/TSV header,
+    a Parquet schema, the first JSONL record or a saved dataset's features). The full read,
     with its encoding check, is the ``transfer`` job's (kdpipe.data.transfer)."""
     from pathlib import Path
 
@@ -44,14 +45,19 @@ def check_transfer_files(dataset: dict) -> None:
                     "dataset_dict.json or state.json in it); give a file, a list of files, hf:NAME or such a folder "
                     "(dataset.transfer)"
                 )
-            continue
-        if not path.is_file():
+            if _saved_rows(path) == 0:
+                raise KdpipeError(f"{path}: the saved dataset has no rows (dataset.transfer)")
+            columns = _saved_columns(path)
+        elif not path.is_file():
             where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
             raise KdpipeError(f"{path}: file not found{where}; check dataset.transfer")
-        with open(path, "rb") as handle:
-            if not handle.read(1 << 20).strip():
-                raise KdpipeError(f"{path}: the file is empty (dataset.transfer)")
-        columns = _header(path, dataset)
+        else:
+            with open(path, "rb") as handle:
+                if not handle.read(1 << 20).strip():
+                    raise KdpipeError(f"{path}: the file is empty (dataset.transfer)")
+            if not _has_rows(path, dataset):
+                raise KdpipeError(f"{path}: no data rows, only a header (dataset.transfer)")
+            columns = _header(path, dataset)
         missing = [column for column in wanted if columns is not None and column not in columns]
         if missing:
             import difflib
@@ -64,11 +70,61 @@ def check_transfer_files(dataset: dict) -> None:
             )
 
 
-def _header(path, dataset: dict) -> list[str] | None:
-    """The column names of a CSV/TSV header or a Parquet schema (None for JSONL or what cannot be read cheaply)."""
-    import csv
+def _suffix(path, dataset: dict) -> str:
+    """The file's format as its reader sees it: ``dataset.format``, or the extension with format ``auto``."""
+    return path.suffix.lower() if dataset.get("format", "auto") == "auto" else f".{dataset['format']}"
 
-    suffix = path.suffix.lower() if dataset.get("format", "auto") == "auto" else f".{dataset['format']}"
+
+def _has_rows(path, dataset: dict) -> bool:
+    """Whether a file that is not empty has a data row: a Parquet file's metadata, or a non-blank line after a
+    CSV/TSV header (True for what cannot be told cheaply: the transfer job reads it)."""
+    suffix = _suffix(path, dataset)
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(path).metadata.num_rows > 0
+        except Exception:  # not Parquet: the transfer job says so with the reader's message
+            return True
+    if suffix not in (".csv", ".tsv"):
+        return True  # (JSONL: a file that is not blank has a record)
+    with open(path, "rb") as handle:
+        handle.readline()
+        return any(line.strip() for line in handle)
+
+
+def _saved_columns(folder) -> list[str] | None:
+    """The columns of a ``save_to_disk`` folder, from the features in its ``dataset_info.json`` files (of every
+    split of a ``DatasetDict``: those all splits have); None when they cannot be read."""
+    import json
+
+    found = None
+    for info in sorted(folder.rglob("dataset_info.json")):
+        try:
+            features = json.loads(info.read_text()).get("features")
+        except (OSError, ValueError):
+            return None
+        if not isinstance(features, dict):
+            return None
+        found = list(features) if found is None else [c for c in found if c in features]
+    return found
+
+
+def _header(path, dataset: dict) -> list[str] | None:
+    """The column names of a CSV/TSV header, a Parquet schema or the first JSONL record (None for what cannot be
+    read cheaply)."""
+    import csv
+    import json
+
+    suffix = _suffix(path, dataset)
+    if suffix == ".jsonl":
+        try:
+            with open(path, encoding=dataset.get("encoding", "utf-8")) as handle:
+                first = next((line for line in handle if line.strip()), "").removeprefix("\ufeff")
+            record = json.loads(first)
+        except (UnicodeDecodeError, LookupError, ValueError):
+            return None  # the transfer job reports the encoding or the bad line
+        return list(record) if isinstance(record, dict) else None
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -106,7 +162,7 @@ def transfer_rows_bound(dataset: dict) -> int | None:
             continue
         if source.startswith("hf:") or not path.is_file():
             return None
-        suffix = path.suffix.lower() if dataset.get("format", "auto") == "auto" else f".{dataset['format']}"
+        suffix = _suffix(path, dataset)
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 

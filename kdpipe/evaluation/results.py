@@ -112,7 +112,8 @@ def predictions_table(columns: dict, classes: list[str]) -> pa.Table:
             arrays.append(names.take(pa.array(values, type=pa.int64())).cast(field.type))
         elif field.name == "probs":
             flat = pa.array(np.ascontiguousarray(values, dtype=np.float32).ravel(), type=field.type.value_type)
-            offsets = pa.array(np.arange(0, rows * values.shape[1] + 1, values.shape[1], dtype=np.int32))
+            # (int32 offsets, as pandas writes them; made from int64 so that past 2^31 values Arrow refuses to wrap)
+            offsets = pa.array(np.arange(0, rows * values.shape[1] + 1, values.shape[1]), type=pa.int32())
             arrays.append(pa.ListArray.from_arrays(offsets, flat, type=field.type))
         else:
             arrays.append(pa.array(np.asarray(values), type=field.type))

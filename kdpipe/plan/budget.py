@@ -25,6 +25,7 @@ from kdpipe.signals.catalog import FEATURES
 from kdpipe.signals.catalog import SIGNALS as CATALOG
 
 GB = 1_000_000_000
+TRANSFER_SPLIT = "transfer"  # (kdpipe.data.dataset.TRANSFER, which imports numpy: the plan must not)
 MIN_MAX_LENGTH = 8  # the schema's least max_length
 
 
@@ -74,6 +75,9 @@ class DumpBound:
                 f"max_length {length} instead of {self.max_length} (teachers.{self.teacher.split('.')[0]}.max_length, "
                 "and the same for the students that read it)"
             )
+        rows = int(room // (self.layers * self.per_row_and_layer)) if self.layers else self.rows
+        if self.split == TRANSFER_SPLIT and 1 <= rows < self.rows:  # (a student's share does not shrink it)
+            out.append(f"dataset.transfer_max_rows: {rows:,} (of {self.rows:,} transfer rows)")
         if self.signal == "attentions" and self.width > 1 and self.bytes / self.width <= room:
             out.append("attentions averaged over heads (method_args.stage1.attention_heads: mean)")
         return out

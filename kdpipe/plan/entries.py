@@ -59,14 +59,16 @@ def split_stages(student: Student, first_stage: str) -> tuple[Student, Student]:
     return first, second
 
 
-def validate_entry(entry: dict, schema: dict, where: str) -> None:
+def validate_entry(entry: dict, schema: dict, where: str = "") -> None:
+    """Stop at the first value ``schema`` refuses, with one line naming its full key (``where`` and the path in
+    ``entry``); run on the whole config before Snakemake's own check, which prints the schema entry too."""
     import jsonschema
 
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(entry), key=lambda e: list(e.path))
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(entry), key=lambda e: list(map(str, e.path)))
     if errors:
         err = errors[0]
-        key = ".".join([where, *map(str, err.path)])
-        raise KdpipeError(f"{key}: {err.message}")
+        key = ".".join([*([where] if where else []), *map(str, err.path)])
+        raise KdpipeError(f"{key}: {err.message}" if key else err.message)
 
 
 def ensemble_seeds(spec: dict, where: str) -> list[int]:

@@ -30,6 +30,7 @@ from kdpipe.plan import (
     TRAINED_ROOTS,
 )
 from kdpipe.data.transfer_sources import check_transfer_files
+from kdpipe.plan.entries import validate_entry
 from kdpipe.plan.numbers import check_numbers
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, signal_files, signal_spec
 
@@ -39,6 +40,7 @@ with open(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml") as fh:
     SCHEMA = yaml.safe_load(fh)
 try:
     check_numbers(config, SCHEMA)  # before the schema, which refuses lr: 1e-3 (text to YAML) without saying why
+    validate_entry(config, SCHEMA)  # one line naming the key (Snakemake's check below prints the schema entry)
     validate(config, schema="../schemas/config.schema.yaml", set_default=True)
     PLAN = Plan(config, SCHEMA)
     check_transfer_files(config["dataset"])
