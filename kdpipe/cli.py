@@ -3,9 +3,10 @@
 Built from :data:`kdpipe.stages.STAGES`. Every stage takes its config slice as ``--params JSON`` (exactly what the
 rule's ``params`` hold) and explicit input/output paths. A stage's module is imported only when its sub-command
 runs. A stage that runs a model first claims a free GPU from the lock-file pool (:mod:`kdpipe.core.gpus`), before
-anything imports torch. A :class:`KdpipeError` (bad input or configuration) is printed as one clear line and exits
-with status 2, leaving no output behind. A training stage given ``--processes N`` (N > 1) becomes ``torchrun``
-with N copies of itself, one per device, training data-parallel (:mod:`kdpipe.training.distributed`).
+anything imports torch; a stage that needs no model imports neither torch nor transformers, which take seconds to
+start (docs/design.md, "Compute"). A :class:`KdpipeError` (bad input or configuration) is printed as one clear
+line and exits with status 2, leaving no output behind. A training stage given ``--processes N`` (N > 1) becomes
+``torchrun`` with N copies of itself, one per device, training data-parallel (:mod:`kdpipe.training.distributed`).
 """
 
 from __future__ import annotations
@@ -133,6 +134,18 @@ def job_name(command: str, params: dict, args: dict) -> str:
     return command if name == command else f"{command} {name}"
 
 
+def _use_threads(threads: int, stage) -> None:
+    """torch's CPU threads: those Snakemake granted the job (docs/design.md, "Compute"). A stage that runs no model
+    and did not import torch is not made to (it takes seconds); should it import torch later, OMP_NUM_THREADS holds
+    the number."""
+    if stage.device or "torch" in sys.modules:
+        from kdpipe.core.device import set_threads
+
+        set_threads(threads)
+    else:
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+
+
 def _rows_done() -> int:
     from kdpipe.core.progress import rows_done
 
@@ -182,17 +195,15 @@ def main(argv=None) -> int:
         from kdpipe.core.memory import use_system_allocator
 
         use_system_allocator()  # (memory flat in N: docs/design.md, "Compute")
+        module = importlib.import_module(stage.module)
         if threads:
-            from kdpipe.core.device import set_threads
-
-            set_threads(threads)
+            _use_threads(threads, stage)
         if rank:
             from kdpipe.core.device import pick_device
             from kdpipe.training import distributed
 
             distributed.init(pick_device())
         args.pop("inputs", None)  # (a rank's: the launcher read them)
-        module = importlib.import_module(stage.module)
         started, rows = time.perf_counter(), _rows_done()
         module.run(params, **args)
         if not rank or int(os.environ.get("RANK", "0")) == 0:

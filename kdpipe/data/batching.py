@@ -6,6 +6,9 @@ Python object per row. Batches are index arrays into it (:class:`Batches`, one a
 indices are shuffled, cut into windows of ``window`` batches, sorted by length inside each window and cut into
 batches whose order is shuffled again; for inference, all rows are sorted by length. A batch is padded only to its
 own longest row, gathered from the flat arrays in one step.
+
+torch is imported only where batches become tensors (:func:`collate`): a stage that reads no model (signal-gather,
+through :data:`WHOLE`) starts without it (docs/design.md, "Compute").
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ import itertools
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -286,6 +292,8 @@ def shard_batches(batches: Batches, shard: tuple[int, int]) -> Batches:
 def collate(encoded: Encoded, index: np.ndarray, device: torch.device | None = None) -> dict:
     """Pad the rows ``index`` to their longest length; returns model inputs plus ``index`` and ``labels`` (and
     ``pair_input_ids`` / ``pair_attention_mask``, padded apart, when the pairs were tokenised separately)."""
+    import torch
+
     input_ids, mask = encoded.input_ids.pad(index, encoded.pad_id)
     batch = {"input_ids": input_ids, "attention_mask": mask.astype(np.int64)}
     if encoded.pair_ids is not None:

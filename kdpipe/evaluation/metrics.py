@@ -24,8 +24,6 @@ means and histograms, and ``total_variation`` compares two such histograms.
 from __future__ import annotations
 
 import numpy as np
-import torch
-from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError, MulticlassF1Score
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.evaluation.information import entropy, nll
@@ -41,6 +39,9 @@ def classification_metrics(probs: np.ndarray, labels: np.ndarray, label_names: l
     (nats), ``per_class_accuracy`` ({name: recall, or None for a class without examples}) and ``reliability``
     ({"bin_edges", "count", "confidence", "accuracy"}; confidence/accuracy are None for empty bins).
     """
+    import torch  # (here, not above: the report and the uncertainty split start without torch)
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError, MulticlassF1Score
+
     probs, labels = _validated(probs, labels, label_names, ece_bins)
     n_classes = len(label_names)
     probs_t, labels_t = torch.from_numpy(probs), torch.from_numpy(labels)
