@@ -366,7 +366,7 @@ def steps_main(args) -> None:
             )  # fmt: skip
             step(
                 "evaluate",
-                ["evaluate", "--params", json.dumps(plan.eval_params("vkd", "train")), "--model", str(student),
+                ["evaluate", "--params", json.dumps(plan.eval_params("vkd", ["train"])), "--model", str(student),
                  "--data", str(data), "--out-json", str(evaluation / "train.json"),
                  "--out-predictions", str(evaluation / "train.predictions.parquet")],
                 [evaluation / "train.predictions.parquet"],

@@ -122,13 +122,14 @@ def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
 def job_name(command: str, params: dict, args: dict) -> str:
     """What a job's summary line calls it: a signal pass by its signal, teacher and split (``logits
     minilm_a/train``, ``mc minilm_a/train shard 2-of-4``, ``logits gather minilm_a/train``), an evaluation by its
-    model and split, any other job by its command and output folder (``distill vkd``)."""
+    model and splits (``evaluate vkd/validation,test``), any other job by its command and output folder
+    (``distill vkd``)."""
     if command in ("signal-shard", "signal-gather") and "signal" in params:
         teacher = Path(args["teacher"]).name if args.get("teacher") else Path(args["out"]).parent.name
         name = f"{params['signal']}{' gather' if command == 'signal-gather' else ''} {teacher}/{params.get('split')}"
         return name + (f" shard {args['shard']}" if args.get("shard") not in (None, "1-of-1") else "")
-    if command == "evaluate" and "model" in params:
-        return f"evaluate {params['model']}/{params.get('split')}"
+    if command in ("evaluate", "evaluate-ensemble") and "model" in params:
+        return f"{command} {params['model']}/{','.join(params.get('splits') or [])}"
     out = next((v for n, v in args.items() if n.startswith("out") and isinstance(v, Path)), args.get("route"))
     name = Path(out).name if out is not None else command  # (route-transfer writes into its route's folder)
     return command if name == command else f"{command} {name}"

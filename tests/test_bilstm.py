@@ -130,7 +130,7 @@ def test_plan_gives_a_prokt_student_its_cotrained_teacher_and_no_cached_teachers
     assert plan.student_teachers("p.seed1") == [] and plan.signal_files("p.seed1") == []
     assert plan.model_dir("p.seed1.teacher") == "results/cotrained/p.seed1"
     assert "p.seed0.teacher" in plan.models()
-    assert plan.eval_params("p.seed1.teacher", "test")["kind"] == "teacher"
+    assert plan.eval_params("p.seed1.teacher")["kind"] == "teacher"
     config["students"]["p"]["teachers"] = ["ta"]
     with pytest.raises(KdpipeError, match="students.p.teachers: method 'prokt' trains its own teacher"):
         Plan(config)

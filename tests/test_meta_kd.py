@@ -374,7 +374,7 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second(domain_csv):
     assert plan.teacher_prototype_files("plain") == [] and plan.teacher_modules("meta") == [
         "kdpipe.methods.meta_kd.teacher"
     ]
-    assert plan.eval_params("s_meta", "test")["domain"] == "books" and "domain" not in plan.eval_params("meta", "test")
+    assert plan.eval_params("s_meta")["domain"] == "books" and "domain" not in plan.eval_params("meta")
     # keys at their old defaults stay out of a plain teacher's slice (its cached artifacts stay valid)
     assert not {"objective", "objective_args", "domain"} & set(plan.teacher_params("plain"))
 
@@ -419,7 +419,7 @@ def test_per_domain_entries_expand_into_one_student_per_domain_of_the_data(tmp_p
     assert names == [f"mk.{d}.seed{s}" for d in ("books", "dvd", "home___kitchen") for s in (0, 1)]
     assert plan.student_params("mk.home___kitchen.seed1")["domain"] == "home & kitchen"
     assert plan.student_params("mk.dvd.seed0.stage1")["domain"] == "dvd"
-    evaluation = plan.eval_params("mk.dvd.seed0", "test")
+    evaluation = plan.eval_params("mk.dvd.seed0")
     assert evaluation["base"] == "mk.dvd" and evaluation["group"] == "mk" and evaluation["domain"] == "dvd"
 
     def both(c):

@@ -88,7 +88,15 @@ def test_seeds_expand_into_student_jobs_without_touching_teachers():
     plan = load(edit=edit)
     assert [s for s in plan.students if s.startswith("s_vkd.")] == ["s_vkd.seed1", "s_vkd.seed2", "s_vkd.seed3"]
     assert plan.student_params("s_vkd.seed2")["seed"] == 2
-    assert plan.eval_params("s_vkd.seed2", "test")["base"] == "s_vkd"
+    assert plan.eval_params("s_vkd.seed2")["base"] == "s_vkd"
+
+
+def test_one_evaluation_slice_per_model_covers_its_splits():
+    """One evaluate job per model: its slice names every split it is evaluated on, so adding one reruns it."""
+    plan = load(edit=lambda c: c["evaluate"].update(splits=["validation", "test"]))
+    assert plan.eval_params("ta")["splits"] == ["validation", "test"] and "split" not in plan.eval_params("ta")
+    assert plan.eval_params("oracle")["splits"] == ["validation", "test"]
+    assert plan.eval_params("ta", ["train"])["splits"] == ["train"]  # (benchmarks/scaling.py evaluates on train)
 
 
 @pytest.mark.parametrize(

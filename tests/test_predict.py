@@ -55,8 +55,8 @@ def unlabelled(tiny_data, tmp_path_factory):
 @pytest.mark.parametrize("kind", KINDS)
 def test_predict_agrees_with_kdpipes_evaluation(students, unlabelled, tiny_data, kind, tmp_path):
     out = predict.run({}, students[kind], unlabelled, tmp_path / "pred.parquet", text_column="article")
-    params = {"model": kind, "split": "test", "batch_size": 8, "ece_bins": 5}
-    evaluate.run(params, students[kind], tiny_data, tmp_path / "eval.json", tmp_path / "eval.parquet")
+    params = {"model": kind, "splits": ["test"], "batch_size": 8, "ece_bins": 5}
+    evaluate.run(params, students[kind], tiny_data, [tmp_path / "eval.json"], [tmp_path / "eval.parquet"])
     evaluated = pd.read_parquet(tmp_path / "eval.parquet")
     written = pd.read_parquet(tmp_path / "pred.parquet")
     assert list(written["row_id"].astype(int)) == list(evaluated["row_id"])  # the input's order and columns kept

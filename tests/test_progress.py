@@ -70,7 +70,9 @@ def test_job_names():
     assert job_name("signal-shard", logits, {**shard, "shard": "1-of-1"}) == "logits minilm_a/train"
     gather = {"parts": [Path("p")], "out": Path("results/signals/minilm_a/train")}
     assert job_name("signal-gather", logits, gather) == "logits gather minilm_a/train"
-    assert job_name("evaluate", {"model": "vkd", "split": "test"}, {"out_json": Path("x")}) == "evaluate vkd/test"
+    evaluation = {"model": "vkd", "splits": ["validation", "test"]}
+    assert job_name("evaluate", evaluation, {"out_json": [Path("x")]}) == "evaluate vkd/validation,test"
+    assert job_name("evaluate-ensemble", {"model": "ens", "splits": ["test"]}, {}) == "evaluate-ensemble ens/test"
     assert job_name("distill", {}, {"data": Path("d"), "out": Path("results/students/vkd")}) == "distill vkd"
     assert job_name("report", {}, {"out": Path("results/report")}) == "report"
     assert job_name("route-transfer", {}, {"route": Path("results/routes/muki")}) == "route-transfer muki"
@@ -93,9 +95,11 @@ def test_every_job_prints_its_summary(tiny_data, tmp_path, capsys, monkeypatch):
     manifest = {"kind": "student", "config": {"max_length": 16}, "labels": labels, "method": "vanilla_kd"}
     result = FitResult(best_state=state_on_cpu(model), best_metrics={"score": 0.0}, best_epoch=1)
     save_trained(tmp_path / "model", model, tokenizer, labels, result, manifest)
-    params = {"model": "tiny", "split": "test", "batch_size": 4, "ece_bins": 5}
+    splits = ["validation", "test"]  # one job, one summary line for both
+    params = {"model": "tiny", "splits": splits, "batch_size": 4, "ece_bins": 5}
     args = ["--model", str(tmp_path / "model"), "--data", str(tiny_data)]
-    out = ["--out-json", str(tmp_path / "test.json"), "--out-predictions", str(tmp_path / "test.parquet")]
+    out = ["--out-json", *(str(tmp_path / f"{s}.json") for s in splits)]
+    out += ["--out-predictions", *(str(tmp_path / f"{s}.parquet") for s in splits)]
     before = progress.rows_done()
     with progress.bar(7, None) as bar:  # (rows of an earlier pass in this process are not the job's)
         bar.update(7)
@@ -105,8 +109,8 @@ def test_every_job_prints_its_summary(tiny_data, tmp_path, capsys, monkeypatch):
     lines = capsys.readouterr().err.strip().splitlines()
     match = SUMMARY.match(lines[-1])
     assert match, lines[-1]
-    rows = len(read_split(tiny_data, "test"))
-    assert match[1] == "evaluate tiny/test" and int(match[2].replace(",", "")) == rows
+    rows = sum(len(read_split(tiny_data, s)) for s in splits)
+    assert match[1] == "evaluate tiny/validation,test" and int(match[2].replace(",", "")) == rows
     assert float(match[3]) >= 0 and int(match[5].replace(",", "")) > 0
     assert np.isfinite(float(match[4].replace(",", ""))) and progress.rows_done() - before == 7 + rows
     assert pyarrow.default_memory_pool().backend_name == "system"  # (Arrow allocates with malloc in a job)

@@ -208,8 +208,8 @@ def test_the_teachers_oracle_predicts_each_row_with_its_owner(tmp_path):
         write_json(tmp_path / f"{name}.json", {"classes": classes, "params": 10, "inference_time_s": 1.0})
         members.append(tmp_path / f"{name}.predictions.parquet")
     params = {"model": "oracle", "base": "oracle", "kind": "oracle", "members": ["ab", "c"], "combine": "oracle",
-              "split": "test", "ece_bins": 15}  # fmt: skip
-    evaluate_ensemble.run(params, members, tmp_path / "oracle.json", tmp_path / "oracle.parquet")
+              "splits": ["test"], "ece_bins": 15}  # fmt: skip
+    evaluate_ensemble.run(params, members, [tmp_path / "oracle.json"], [tmp_path / "oracle.parquet"])
     result, table = read_json(tmp_path / "oracle.json"), pd.read_parquet(tmp_path / "oracle.parquet")
     assert table["row_id"].tolist() == [0, 1, 2]
     assert np.allclose(np.stack(table["probs"]), [[0.4, 0.6, 0.0], [0.0, 0.0, 1.0], [0.3, 0.7, 0.0]])

@@ -56,9 +56,9 @@ def test_a_hand_edited_teacher_labels_file_is_refused(copy, tiny_data, tmp_path)
     message = r"teacher/labels\.json: changed since kdpipe wrote it .*rebuild it with: snakemake --forcerun .*teacher"
     with pytest.raises(ArtifactError, match=message):
         load_trained(copy / "teacher")
-    params = {"model": "t", "split": "test", "batch_size": 8, "ece_bins": 5}
+    params = {"model": "t", "splits": ["test"], "batch_size": 8, "ece_bins": 5}
     with pytest.raises(ArtifactError, match=message):
-        evaluate.run(params, copy / "teacher", tiny_data, tmp_path / "e.json", tmp_path / "e.parquet")
+        evaluate.run(params, copy / "teacher", tiny_data, [tmp_path / "e.json"], [tmp_path / "e.parquet"])
     assert not (tmp_path / "e.json").exists()
 
 

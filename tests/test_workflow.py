@@ -98,8 +98,7 @@ def student_jobs(*students):
         for s in students
         for job in (
             ("distill", f"student={s}"),
-            ("evaluate", f"model={s}, split=test"),
-            ("evaluate", f"model={s}, split=validation"),
+            ("evaluate", f"model={s}"),  # one job for both splits
         )
     }
 
@@ -271,6 +270,29 @@ def test_a_routing_setting_reruns_the_routes_and_their_students_only(done):
     assert planned_jobs(project, env, config) == {*ROUTES, *student_jobs("s_muki", "s_muki_no_mc"), ("report", "")}
 
 
+PREDICTIONS = ".predictions.parquet"
+
+
+def test_the_default_config_has_one_evaluate_job_per_model(tmp_path):
+    """One evaluate job per model writes both splits the default config evaluates on (validation, test), and one
+    evaluate_ensemble job the teachers' oracle: 8 + 1 jobs instead of one per model and split."""
+    project = copy_project(tmp_path)
+    env = environment(project, tmp_path / "cache")
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    models = {*config["teachers"], *config["students"]}
+    assert len(models) == 8 and "splits" not in config["evaluate"]  # (the schema's default: validation, test)
+    jobs = planned_jobs(project, env, configfile="config.yaml")
+    assert {job for job in jobs if job[0].startswith("evaluate")} == {
+        *(("evaluate", f"model={m}") for m in models),
+        ("evaluate_ensemble", "ensemble=oracle"),
+    }
+    text = snakemake(project, env, "--dry-run", configfile="config.yaml")
+    outputs = re.findall(r"^rule evaluate(?:_ensemble)?:\n(?:\s+input: .*\n)?\s+output: (.*)$", text, re.M)
+    files = {m: {f"results/eval/{m}/{s}{kind}" for s in ("validation", "test") for kind in (".json", PREDICTIONS)}
+             for m in (*models, "oracle")}  # fmt: skip
+    assert sorted(sorted(output.split(", ")) for output in outputs) == sorted(map(sorted, files.values()))
+
+
 def test_nothing_to_do_when_nothing_changed(done):
     project, env, _ = done
     assert planned_jobs(project, env) == set()
@@ -281,8 +303,20 @@ def test_student_lr_change_reruns_only_that_student(done):
     config = edited_config(project, lambda c: c["students"]["s_vkd"].update(lr=5e-4))
     assert planned_jobs(project, env, config) == {
         ("distill", "student=s_vkd"),
-        ("evaluate", "model=s_vkd, split=test"),
-        ("evaluate", "model=s_vkd, split=validation"),
+        ("evaluate", "model=s_vkd"),
+        ("report", ""),
+    }
+
+
+def test_evaluate_splits_edited_reruns_each_models_one_evaluate_job(done):
+    """The evaluate job of a model covers every split it is evaluated on (its slice names them): a split added or,
+    as here, dropped reruns it, the oracle's and the report; nothing upstream (docs/caching-and-reruns.md)."""
+    project, env, _ = done
+    config = edited_config(project, lambda c: c["evaluate"].update(splits=["test"]))
+    models = ("ta", "tb", BASELINE, *STUDENTS)
+    assert planned_jobs(project, env, config) == {
+        *(("evaluate", f"model={m}") for m in models),
+        ("evaluate_ensemble", "ensemble=oracle"),
         ("report", ""),
     }
 
@@ -296,10 +330,8 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
         *signal_jobs("ta", "mc", "logits", "pooled", "hidden"),
         *signal_jobs("ta", "mc", "logits", "pooled", split="validation"),  # read by the routes
         *ROUTES,
-        ("evaluate", "model=ta, split=test"),
-        ("evaluate", "model=ta, split=validation"),
-        ("evaluate_ensemble", "ensemble=oracle, split=test"),
-        ("evaluate_ensemble", "ensemble=oracle, split=validation"),
+        ("evaluate", "model=ta"),
+        ("evaluate_ensemble", "ensemble=oracle"),
         ("report", ""),
         *student_jobs(*STUDENTS),
     }

@@ -53,8 +53,7 @@ def test_small_teacher_change_reruns_only_what_reads_it(done):
     assert planned_jobs(project, env, config) == {
         ("finetune_teacher", "teacher=small"),
         *signal_jobs("small", "logits"),
-        ("evaluate", "model=small, split=test"),
-        ("evaluate", "model=small, split=validation"),
+        ("evaluate", "model=small"),
         *student_jobs("s_dyn_teacher"),
         ("report", ""),
     }
@@ -67,7 +66,7 @@ def test_ensemble_member_change_reruns_the_ensemble_and_its_students(done):
     # ens.seed1 left the ensemble, ens.seed2 joined: only the new member trains; the ensemble's students rerun.
     assert ("finetune_teacher", "teacher=ens.seed2") in jobs
     assert not any(rule == "finetune_teacher" and "seed0" in wc for rule, wc in jobs)
-    assert {("evaluate_ensemble", "ensemble=ens, split=test"), *student_jobs("s_hydra", "s_hydra_plus")} <= jobs
+    assert {("evaluate_ensemble", "ensemble=ens"), *student_jobs("s_hydra", "s_hydra_plus")} <= jobs
     assert not any("s_dyn" in wc or "s_vkd" in wc for _, wc in jobs)
 
 

@@ -83,10 +83,8 @@ def test_prokt_change_reruns_only_that_student_and_its_teacher(done):
     )
     assert planned_jobs(project, env, config) == {
         ("cotrain", "student=s_prokt"),
-        ("evaluate", "model=s_prokt, split=test"),
-        ("evaluate", "model=s_prokt, split=validation"),
-        ("evaluate", "model=s_prokt.teacher, split=test"),
-        ("evaluate", "model=s_prokt.teacher, split=validation"),
+        ("evaluate", "model=s_prokt"),
+        ("evaluate", "model=s_prokt.teacher"),
         ("report", ""),
     }
 

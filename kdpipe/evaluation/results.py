@@ -17,6 +17,14 @@ from kdpipe.evaluation.metrics import classification_metrics, uncertainty_split,
 INFO = ("model", "base", "group", "kind", "method", "seed", "split", "domain")
 
 
+def split_slices(params: dict) -> list[dict]:
+    """The slice of each split an evaluation job covers, in the order of its ``splits``: ``params`` with that
+    ``split`` in their place, as the split's own record states it (one job per model: docs/caching-and-reruns.md,
+    "Rerun rules")."""
+    rest = {key: value for key, value in params.items() if key != "splits"}
+    return [{**rest, "split": split} for split in params["splits"]]
+
+
 def sum_or_none(values) -> float | None:
     values = list(values)
     return None if any(v is None for v in values) else sum(values)

@@ -113,7 +113,10 @@ class Slices:
             params["attention_feature"] = self.attention_feature(student)
         return with_local_content(params)
 
-    def eval_params(self, model: str, split: str) -> dict:
+    def eval_params(self, model: str, splits: list[str] | None = None) -> dict:
+        """The slice of a model's one evaluation job: every split it is evaluated on (``evaluate.splits`` unless
+        ``splits`` names others), so adding a split reruns the job (docs/caching-and-reruns.md, "Rerun rules")."""
+        splits = list(self.eval_splits() if splits is None else splits)
         student = self.students.get(model)
         if model in self.cotrained:
             student = self.students[self.cotrained[model]]
@@ -123,7 +126,7 @@ class Slices:
                 "kind": "teacher",
                 "method": "prokt",
                 "seed": student.seed,
-                "split": split,
+                "splits": splits,
                 **without(self.config["evaluate"], "splits", "oracle"),
             }
         if model == ORACLE and self.oracle:
@@ -135,7 +138,7 @@ class Slices:
                 "seed": None,
                 "members": self.oracle,
                 "combine": "oracle",
-                "split": split,
+                "splits": splits,
                 **without(self.config["evaluate"], "splits", "oracle"),
             }
         if model in self.ensembles:
@@ -146,7 +149,7 @@ class Slices:
                 "method": None,
                 "seed": None,
                 "members": self.ensembles[model],
-                "split": split,
+                "splits": splits,
                 **without(self.config["evaluate"], "splits", "oracle"),
             }
         domain = (student.config if student else self.teachers[model]).get("domain")
@@ -158,7 +161,7 @@ class Slices:
             "kind": "student" if student else "teacher",
             "method": student.config["method"] if student else None,
             "seed": student.seed if student else self.teachers[model].get("seed"),
-            "split": split,
+            "splits": splits,
             **without(self.config["evaluate"], "splits", "oracle"),
             **({"domain": domain} if domain else {}),
         }

@@ -40,8 +40,8 @@ _TABLE = {
         "train a student from cached signals",
     ),
     "cotrain": ("data out out_teacher", True, "ProKT: a student and its teacher trained together"),
-    "evaluate": ("model data out_json out_predictions", True, "metrics and predictions of one model on one split"),
-    "evaluate-ensemble": ("members+ out_json out_predictions", False, "an ensemble from its members' predictions"),
+    "evaluate": ("model data out_json+ out_predictions+", True, "metrics and predictions of one model, split by split"),
+    "evaluate-ensemble": ("members+ out_json+ out_predictions+", False, "an ensemble from its members' predictions"),
     "report": ("evals+ out routes* models* title:str?", False, "summary tables and plots"),
     "predict": (
         "model input out text_column:str? text_pair_column:str? batch_size:str?",

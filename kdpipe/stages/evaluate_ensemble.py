@@ -1,5 +1,6 @@
 """The ``evaluate_ensemble`` stage: a model made from its members' saved predictions (no inference), with the outputs
-of every evaluation (:mod:`kdpipe.evaluation.results`):
+of every evaluation (:mod:`kdpipe.evaluation.results`), one job per model for all its splits
+(docs/caching-and-reruns.md, "Rerun rules"):
 
 - an ensemble of teachers: the mean of its members' probabilities;
 - the teachers' oracle (``evaluate.oracle``, docs/report.md "Baselines"): teachers on disjoint class subsets, each
@@ -15,10 +16,26 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError, read_json
-from kdpipe.evaluation.results import combined_label_use, sum_or_none, write_evaluation
+from kdpipe.evaluation.results import combined_label_use, split_slices, sum_or_none, write_evaluation
 
 
-def run(params: dict, members: list[Path], out_json: Path, out_predictions: Path) -> dict:
+def run(params: dict, members: list[Path], out_json: list[Path], out_predictions: list[Path]) -> list[dict]:
+    """Each split of ``params["splits"]`` in turn: ``members`` holds the members' predictions of the first split (in
+    the order of ``params["members"]``), then of the second...; ``out_json`` and ``out_predictions`` one path per
+    split."""
+    count, splits = len(params["members"]), split_slices(params)
+    if len(members) != count * len(splits):
+        raise KdpipeError(
+            f"{params['model']}: {len(members)} member predictions for {count} members on {len(splits)} splits"
+        )
+    evaluated = zip(splits, out_json, out_predictions, strict=True)
+    return [
+        evaluate_split(split_params, members[i * count : (i + 1) * count], *paths)
+        for i, (split_params, *paths) in enumerate(evaluated)
+    ]
+
+
+def evaluate_split(params: dict, members: list[Path], out_json: Path, out_predictions: Path) -> dict:
     """An ensemble from its members' ``{split}.predictions.parquet`` (and their JSONs beside them): the mean of
     their probabilities. Params, train and inference time are the members' sums (the cost of the ensemble)."""
     tables, records = [], []

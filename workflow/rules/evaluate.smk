@@ -1,22 +1,23 @@
 rule evaluate:
-    """Accuracy, macro-F1, NLL, ECE, Brier and predictions of one model on one split."""
+    """Accuracy, macro-F1, NLL, ECE, Brier and predictions of one model on every split it is evaluated on, the model
+    loaded once (one job per model)."""
     input:
         model=model_dir,
         data=DATA_DIR,
     output:
-        metrics=f"{EVAL}.json",
-        predictions=f"{EVAL}.predictions.parquet",
+        metrics=[f"{EVAL.format(model='{model}', split=s)}.json" for s in PLAN.eval_splits()],
+        predictions=[f"{EVAL.format(model='{model}', split=s)}.predictions.parquet" for s in PLAN.eval_splits()],
     log:
-        f"{LOGS}/evaluate/{{model}}.{{split}}.log",
+        f"{LOGS}/evaluate/{{model}}.log",
     conda:
         ENV
     threads: 2
     resources:
         mem_mb=4000,
-        runtime=30,
+        runtime=30 * len(PLAN.eval_splits()),
         gpu=1,
     params:
-        cfg=lambda wc: as_json(PLAN.eval_params(wc.model, wc.split)),
+        cfg=lambda wc: as_json(PLAN.eval_params(wc.model)),
         code=lambda wc: code("kdpipe.stages.evaluate", *PLAN.model_modules(wc.model)),
     shell:
         "python -m kdpipe --threads {threads} evaluate --params {params.cfg:q} --model {input.model} --data {input.data}"
@@ -25,17 +26,22 @@ rule evaluate:
 
 rule evaluate_ensemble:
     """An ensemble of teachers (its members' mean probabilities), or the teachers' oracle (each row from the teacher
-    that owns its gold class): metrics and predictions from the members' saved predictions (no inference)."""
+    that owns its gold class), on every split: metrics and predictions from the members' saved predictions (no
+    inference)."""
     input:
         members=lambda wc: [
-            f"{EVAL.format(model=m, split=wc.split)}.predictions.parquet" for m in PLAN.combined(wc.ensemble)
+            f"{EVAL.format(model=m, split=s)}.predictions.parquet"
+            for s in PLAN.eval_splits()
+            for m in PLAN.combined(wc.ensemble)
         ],
-        evals=lambda wc: [f"{EVAL.format(model=m, split=wc.split)}.json" for m in PLAN.combined(wc.ensemble)],
+        evals=lambda wc: [
+            f"{EVAL.format(model=m, split=s)}.json" for s in PLAN.eval_splits() for m in PLAN.combined(wc.ensemble)
+        ],
     output:
-        metrics=EVAL.replace("{model}", "{ensemble}") + ".json",
-        predictions=EVAL.replace("{model}", "{ensemble}") + ".predictions.parquet",
+        metrics=[f"{EVAL.format(model='{ensemble}', split=s)}.json" for s in PLAN.eval_splits()],
+        predictions=[f"{EVAL.format(model='{ensemble}', split=s)}.predictions.parquet" for s in PLAN.eval_splits()],
     log:
-        f"{LOGS}/evaluate/{{ensemble}}.{{split}}.log",
+        f"{LOGS}/evaluate/{{ensemble}}.log",
     conda:
         ENV
     threads: 1
@@ -43,7 +49,7 @@ rule evaluate_ensemble:
         mem_mb=2000,
         runtime=10,
     params:
-        cfg=lambda wc: as_json(PLAN.eval_params(wc.ensemble, wc.split)),
+        cfg=lambda wc: as_json(PLAN.eval_params(wc.ensemble)),
         code=code("kdpipe.stages.evaluate_ensemble"),
     shell:
         "python -m kdpipe --threads {threads} evaluate-ensemble --params {params.cfg:q} --members {input.members}"
