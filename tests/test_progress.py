@@ -70,6 +70,10 @@ def test_job_names():
     assert job_name("signal-shard", logits, {**shard, "shard": "1-of-1"}) == "logits minilm_a/train"
     gather = {"parts": [Path("p")], "out": Path("results/signals/minilm_a/train")}
     assert job_name("signal-gather", logits, gather) == "logits gather minilm_a/train"
+    forward = {"signals": [logits, {**logits, "signal": "pooled"}]}  # a pass that makes several signals
+    whole = {"teacher": Path("results/teachers/minilm_a"), "out": Path("results/signals/minilm_a/train")}
+    assert job_name("signal-pass", forward, whole) == "logits+pooled minilm_a/train"
+    assert job_name("signal-shard", forward, shard) == "logits+pooled minilm_a/train shard 2-of-4"
     assert job_name("evaluate", {"model": "vkd", "split": "test"}, {"out_json": Path("x")}) == "evaluate vkd/test"
     assert job_name("distill", {}, {"data": Path("d"), "out": Path("results/students/vkd")}) == "distill vkd"
 
