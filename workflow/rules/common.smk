@@ -156,6 +156,10 @@ SIGNALS_SHARDED = [name for name in SIGNAL_NAMES if shard_count(name) > 1]
 PASSES_SHARDED = sorted({pass_of(name) for name in SIGNALS_SHARDED})
 # one shard's part folder (a temp output): a sub-folder per signal of the pass
 PART = f"{SIGNALS}/shards/{{pass_name}}.{{scatteritem}}"
+# The signal folder a whole pass writes into, in its shell command (which cannot name a loop variable: Snakemake
+# formats it when the job runs)
+PASS_FOLDER = SIGNALS.format(teacher="{wildcards.teacher}", split="{wildcards.split}")
+PASS_RULE_JOIN = "+"
 # A whole pass is a shard job that writes its artifacts itself, in rules named after their signals (which the config
 # decides): it runs with the threads and resources a profile sets for signal_shard.
 PASS_THREADS = workflow.resource_settings.overwrite_threads.get("signal_shard", 2)
@@ -176,6 +180,11 @@ def signal_outputs(signal):
     """The files of a signal, as the catalog names them, each named by what follows its stem (npy, parquet, json;
     offsets_npy, tokens_npy for a feature dump's sidecars)."""
     return {"_".join(Path(file).name.split(".")[1:]): file for file in signal_files(signal, SIGNALS)}
+
+
+def pass_rule(signals):
+    """The name of a whole pass's rule, its signals joined by "+" (e.g. ``logits+pooled+hidden``)."""
+    return PASS_RULE_JOIN.join(signals)
 
 
 def pass_outputs(signals):

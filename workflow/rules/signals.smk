@@ -12,14 +12,14 @@ for _signals, _pairs in PASSES_WHOLE.items():
     rule:
         # A whole pass (S = 1): its signals' files, written by the job itself (no gather job).
         name:
-            "+".join(_signals)
+            pass_rule(_signals)
         input:
             teacher=TEACHER,
             data=lambda wc: PLAN.split_data(wc.split),
         output:
             **pass_outputs(_signals),
         log:
-            f"{LOGS}/{'+'.join(_signals)}/{{teacher}}.{{split}}.log",
+            f"{LOGS}/{pass_rule(_signals)}/{{teacher}}.{{split}}.log",
         wildcard_constraints:
             **pair_constraints(_pairs),
         cache: True
@@ -33,7 +33,7 @@ for _signals, _pairs in PASSES_WHOLE.items():
             code=code("kdpipe.stages.signal_pass", *PLAN.pass_modules(_signals)),
         shell:
             "python -m kdpipe --threads {threads} signal-pass --params {params.cfg:q} --teacher {input.teacher}"
-            f" --data {{input.data}} --out $(dirname {{output.{_signals[0]}_json:q}}) > {{log}} 2>&1"
+            f" --data {{input.data}} --out {PASS_FOLDER} > {{log}} 2>&1"
 
 
 rule signal_shard:
