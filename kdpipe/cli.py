@@ -120,13 +120,15 @@ def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
 
 
 def job_name(command: str, params: dict, args: dict) -> str:
-    """What a job's summary line calls it: a signal pass by its signal, teacher and split (``logits
+    """What a job's summary line calls it: a signal pass by its signals, teacher and split (``logits+pooled
     minilm_a/train``, ``mc minilm_a/train shard 2-of-4``, ``logits gather minilm_a/train``), an evaluation by its
     model and splits (``evaluate vkd/validation,test``), any other job by its command and output folder
     (``distill vkd``)."""
-    if command in ("signal-shard", "signal-gather") and "signal" in params:
+    slices = params.get("signals") or ([params] if "signal" in params else [])
+    if command in ("signal-pass", "signal-shard", "signal-gather") and slices:
         teacher = Path(args["teacher"]).name if args.get("teacher") else Path(args["out"]).parent.name
-        name = f"{params['signal']}{' gather' if command == 'signal-gather' else ''} {teacher}/{params.get('split')}"
+        signals = "+".join(s["signal"] for s in slices)
+        name = f"{signals}{' gather' if command == 'signal-gather' else ''} {teacher}/{slices[0].get('split')}"
         return name + (f" shard {args['shard']}" if args.get("shard") not in (None, "1-of-1") else "")
     if command in ("evaluate", "evaluate-ensemble") and "model" in params:
         return f"{command} {params['model']}/{','.join(params.get('splits') or [])}"

@@ -40,6 +40,7 @@ TEACHER_STAGES = (
     "finetune_teacher",
     "import_teacher",
     "prototypes",
+    "signal_pass",
     "signal_shard",
     "signal_gather",
     "route",
@@ -56,7 +57,12 @@ def test_teacher_side_stages_import_nothing_of_the_student_side(stage):
 
 
 @pytest.mark.parametrize(
-    "module", sorted({s.module for s in SIGNALS.values()} | {o.module for o in TEACHER_OBJECTIVES.values()})
+    "module",
+    sorted(
+        {s.module for s in SIGNALS.values()}
+        | {o.module for o in TEACHER_OBJECTIVES.values()}
+        | {"kdpipe.signals.forward"}  # the shared forward pass, imported by name by the pass jobs
+    ),
 )
 def test_modules_teacher_side_jobs_import_by_name_stay_teacher_side(module):
     assert not student_side(closure(module))

@@ -73,6 +73,10 @@ def test_job_names():
     evaluation = {"model": "vkd", "splits": ["validation", "test"]}
     assert job_name("evaluate", evaluation, {"out_json": [Path("x")]}) == "evaluate vkd/validation,test"
     assert job_name("evaluate-ensemble", {"model": "ens", "splits": ["test"]}, {}) == "evaluate-ensemble ens/test"
+    forward = {"signals": [logits, {**logits, "signal": "pooled"}]}  # a pass that makes several signals
+    whole = {"teacher": Path("results/teachers/minilm_a"), "out": Path("results/signals/minilm_a/train")}
+    assert job_name("signal-pass", forward, whole) == "logits+pooled minilm_a/train"
+    assert job_name("signal-shard", forward, shard) == "logits+pooled minilm_a/train shard 2-of-4"
     assert job_name("distill", {}, {"data": Path("d"), "out": Path("results/students/vkd")}) == "distill vkd"
     assert job_name("report", {}, {"out": Path("results/report")}) == "report"
     assert job_name("route-transfer", {}, {"route": Path("results/routes/muki")}) == "route-transfer muki"

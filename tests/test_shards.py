@@ -1,5 +1,13 @@
-"""Sharded signal passes: S shards gathered give byte-identical artifacts to one unsharded pass (fixed seed)."""
+"""Sharded signal passes: S shards gathered give byte-identical artifacts to one unsharded pass (fixed seed), and
+to the whole pass written by its own job (S = 1); the shared forward pass gives each signal the bytes of a pass of
+its own, and the bytes the code before the shared pass made."""
 
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from io import BytesIO
 from pathlib import Path
 
 import numpy as np
@@ -7,13 +15,17 @@ import pytest
 
 from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.signals.catalog import SIGNALS
-from kdpipe.signals.shards import gather, parse_shard, run, run_shard
+from kdpipe.signals.shards import gather, parse_shard, run, run_pass, run_shard
 from kdpipe.stages.finetune_teacher import run as finetune_teacher
-from tests.conftest import TINY_TEACHER
+from tests.conftest import REPO, TINY_TEACHER
 
 MC = {"samples": 3, "seed": 7, "batch_size": 4, "max_batch_rows": 64, "split": "train", "signal": "mc"}
 LOGITS = {"batch_size": 4, "split": "train", "signal": "logits"}
 HIDDEN = {"batch_size": 4, "split": "train", "signal": "hidden", "layers": [0, 2]}
+POOLED = {"batch_size": 4, "split": "train", "signal": "pooled"}
+ATTENTIONS = {"batch_size": 4, "split": "train", "signal": "attentions", "layers": [1, 2]}
+ATTENTIONS_MEAN = {**ATTENTIONS, "signal": "attentions_mean"}
+FORWARD = [LOGITS, POOLED, HIDDEN, ATTENTIONS, ATTENTIONS_MEAN]  # every deterministic signal of the tiny teacher
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +35,12 @@ def teacher(tiny_data, tmp_path_factory) -> Path:
     return out
 
 
-def shards(count: int, root: Path, params: dict, teacher: Path, data: Path) -> list[Path]:
+def shards(count: int, root: Path, params: dict | list[dict], teacher: Path, data: Path) -> list[Path]:
+    """The parts of ``count`` shards of the pass that makes the signal(s) of ``params``."""
     parts = []
     for k in range(1, count + 1):
         part = root / f"part.{k}-of-{count}"
-        run_shard(params["signal"], params, teacher, data, f"{k}-of-{count}", part)
+        run_shard(params if isinstance(params, list) else [params], teacher, data, f"{k}-of-{count}", part)
         parts.append(part)
     return parts[::-1]  # the gather must not depend on the order of its inputs
 
@@ -35,6 +48,74 @@ def shards(count: int, root: Path, params: dict, teacher: Path, data: Path) -> l
 def same_bytes(a: Path, b: Path, names: list[str]) -> None:
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def files_of(signals: list[dict]) -> list[str]:
+    return [name for params in signals for name in SIGNALS[params["signal"]].files]
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_the_shared_forward_gives_each_signal_the_bytes_of_its_own_pass(teacher, tiny_data, tmp_path, count):
+    """Every deterministic signal from one job (S = 1, no gather job) or from S = 3 shards of the shared forward,
+    gathered: the bytes of each signal made in a pass of its own."""
+    alone, together = tmp_path / "alone", tmp_path / "together"
+    for params in FORWARD:
+        run(params["signal"], params, teacher, tiny_data, alone)
+    if count == 1:
+        manifests = run_pass(FORWARD, teacher, tiny_data, together)
+        assert list(manifests) == [p["signal"] for p in FORWARD]
+        assert sorted(p.name for p in together.iterdir()) == sorted(files_of(FORWARD)), "no part left behind"
+    else:
+        parts = shards(count, tmp_path / "parts", FORWARD, teacher, tiny_data)
+        for params in FORWARD:
+            gather(params["signal"], params, parts, together)
+    same_bytes(alone, together, files_of(FORWARD))
+
+
+def test_mc_dropout_written_by_its_pass_job_is_the_gathered_bytes(teacher, tiny_data, tmp_path):
+    """S = 1: the MC-dropout pass job writes the artifact itself, the same bytes as one shard gathered by a job."""
+    whole, gathered = tmp_path / "whole", tmp_path / "gathered"
+    run_pass([MC], teacher, tiny_data, whole)
+    gather("mc", MC, shards(1, tmp_path / "parts", MC, teacher, tiny_data), gathered)
+    same_bytes(whole, gathered, list(SIGNALS["mc"].files))
+
+
+# The last commit before the shared forward pass: its per-signal passes are the reference bytes.
+BEFORE_SHARED_FORWARD = "0f36feabe41b24bf8ea89a3612c305dc04d3d468"
+
+
+def code_before(dest: Path) -> Path | None:
+    """kdpipe as it was at :data:`BEFORE_SHARED_FORWARD`, extracted into ``dest`` (None without that history)."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", BEFORE_SHARED_FORWARD, "kdpipe"], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        return None
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+@pytest.mark.slow
+def test_the_shared_forward_makes_the_bytes_of_the_code_before_it(teacher, tiny_data, tmp_path):
+    """Every deterministic signal (and MC-dropout) made by this code, all at once, has the bytes (artifacts and
+    manifests, nothing left out) of the per-signal passes of the commit before the shared forward pass, run from
+    that commit's own kdpipe in a separate process."""
+    old = code_before(tmp_path / "before")
+    if old is None:
+        pytest.skip(f"commit {BEFORE_SHARED_FORWARD} is not in this checkout's history")
+    script = (
+        "import json, sys; from pathlib import Path; from kdpipe.signals.shards import run\n"
+        "for params in json.loads(sys.argv[1]):\n"
+        "    run(params['signal'], params, Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))\n"
+    )
+    signals = [*FORWARD, MC]
+    env = {**os.environ, "PYTHONPATH": str(old)}
+    args = [json.dumps(signals), str(teacher), str(tiny_data), str(tmp_path / "old")]
+    subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=tmp_path, check=True, timeout=600)
+    run_pass(FORWARD, teacher, tiny_data, tmp_path / "new")
+    run_pass([MC], teacher, tiny_data, tmp_path / "new")
+    same_bytes(tmp_path / "old", tmp_path / "new", files_of(signals))
 
 
 @pytest.mark.parametrize("count", [2, 3, 20])  # 20: more shards than batches, some shards are empty
@@ -79,9 +160,9 @@ def test_the_gather_copies_runs_in_chunks(teacher, tiny_data, tmp_path, monkeypa
 
 def test_shards_that_tokenised_otherwise_are_refused(teacher, tiny_data, tmp_path):
     parts = shards(2, tmp_path, HIDDEN, teacher, tiny_data)
-    tokens = np.load(parts[0] / "hidden.tokens.npy")
+    tokens = np.load(parts[0] / "hidden/hidden.tokens.npy")
     tokens["token_hash"][0] += 1
-    np.save(parts[0] / "hidden.tokens.npy", tokens)
+    np.save(parts[0] / "hidden/hidden.tokens.npy", tokens)
     with pytest.raises(ArtifactError, match="tokenised the split otherwise"):
         gather("hidden", HIDDEN, parts, tmp_path / "out")
 

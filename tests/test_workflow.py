@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG
+from kdpipe.signals.catalog import pass_of
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -77,7 +78,7 @@ def planned_jobs(project: Path, env: dict, configfile: str = "tests/configs/tiny
     text = snakemake(project, env, "--dry-run", configfile=configfile)
     jobs, rule = set(), None
     for line in text.splitlines():
-        m = re.match(r"^(?:local)?rule (\w+):", line)
+        m = re.match(r"^(?:local)?rule ([\w+]+):", line)  # a pass's rule is named after its signals: logits+pooled
         if m:
             if rule and rule != "all":
                 jobs.add((rule, ""))
@@ -104,16 +105,22 @@ def student_jobs(*students):
 
 
 def signal_jobs(teacher, *signals, shards=1, split="train"):
-    """Signals of one teacher on a split: the shard jobs (rule signal_shard) and the gather job (the rule named
-    after the signal) of each."""
-    jobs = set()
-    for signal in signals:
-        wildcards = f"teacher={teacher}, split={split}"
-        jobs.add((signal, wildcards))
-        jobs.update(
-            ("signal_shard", f"{wildcards}, signal={signal}, scatteritem={k}-of-{shards}") for k in range(1, shards + 1)
-        )
-    return jobs
+    """The jobs that make these signals of one teacher on a split (every signal its passes make there): at S = 1
+    one job per pass, named after the signals it makes (``mc``; the shared forward's ``logits+pooled+hidden``, in
+    catalog order); at S > 1 the shard jobs of each pass (rule signal_shard) and a gather job per signal (the rule
+    named after it)."""
+    wildcards = f"teacher={teacher}, split={split}"
+    passes: dict[str, list[str]] = {}
+    for signal in SIGNAL_CATALOG:
+        if signal in signals:
+            passes.setdefault(pass_of(signal), []).append(signal)
+    if shards == 1:
+        return {("+".join(names), wildcards) for names in passes.values()}
+    return {(signal, wildcards) for signal in signals} | {
+        ("signal_shard", f"{wildcards}, pass_name={name}, scatteritem={k}-of-{shards}")
+        for name in passes
+        for k in range(1, shards + 1)
+    }
 
 
 # the routes of the tiny config's MUKI students (docs/routing.md): s_muki's MC certainty, s_muki_no_mc's logits
@@ -415,6 +422,40 @@ def test_sharded_signals_are_the_same_bytes_as_unsharded(done):
     for path in signals:
         assert (other / path).read_bytes() == (project / path).read_bytes(), path
     assert not list((other / "results/signals/ta/train/shards").glob("*")), "parts are temp files"
+
+
+def signal_pass_jobs(jobs) -> dict[str, list[tuple[str, str]]]:
+    """The jobs of signal passes in a job list by pass (``forward``, ``mc``): a whole pass's job, named after its
+    signals, or a gather job named after its signal (then also ``shard``: the shard jobs)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for rule, wildcards in sorted(jobs):
+        if rule == "signal_shard":
+            out.setdefault("shard", []).append((rule, wildcards))
+        elif set(rule.split("+")) <= set(SIGNAL_CATALOG):
+            out.setdefault(pass_of(rule.split("+")[0]), []).append((rule, wildcards))
+    return out
+
+
+def test_the_default_config_runs_one_forward_job_per_teacher_and_split(tmp_path):
+    """The default config (`make run`), dry: every deterministic signal of a teacher on a split comes from one job
+    (the shared forward pass; at S = 1 no shard and no gather job), MC-dropout from one job per teacher and split;
+    with `dump.shards` S = 2, a teacher's forward on a split is 2 shard jobs whatever its signals, and a gather each."""
+    project = copy_project(tmp_path / "default")
+    env = environment(project, tmp_path / "cache")
+    pairs = [f"teacher={t}, split={s}" for t in ("minilm_a", "minilm_b") for s in ("train", "validation")]
+    passes = signal_pass_jobs(planned_jobs(project, env, configfile="config.yaml"))
+    assert set(passes) == {"forward", "mc"}, "no shard job"
+    assert sorted(w for _, w in passes["forward"]) == pairs
+    assert {rule for rule, w in passes["forward"]} == {"logits+pooled+hidden", "logits+pooled"}
+    assert all(rule == "logits+pooled+hidden" for rule, w in passes["forward"] if "split=train" in w)
+    assert passes["mc"] == [("mc", w) for w in pairs]
+    sharded = edited_config(project, lambda c: c.setdefault("dump", {}).update(shards=2), base="config.yaml")
+    passes = signal_pass_jobs(planned_jobs(project, env, configfile=sharded))
+    assert sorted(w for _, w in passes["shard"]) == [
+        f"{w}, pass_name=forward, scatteritem={k}-of-2" for w in pairs for k in (1, 2)
+    ]
+    assert sorted(rule for rule, _ in passes["forward"]) == sorted(["logits"] * 4 + ["pooled"] * 4 + ["hidden"] * 2)
+    assert passes["mc"] == [("mc", w) for w in pairs]
 
 
 def test_cached_artifacts_are_reused_from_a_second_working_directory(done):

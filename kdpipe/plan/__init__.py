@@ -6,8 +6,8 @@ and transformers. By concern: :mod:`~kdpipe.plan.paths` (where artifacts live), 
 refuses them), :mod:`~kdpipe.plan.checks` (what the schema cannot check), :mod:`~kdpipe.plan.classes`
 (the classes of every teacher, checked against the data), :mod:`~kdpipe.plan.layers`
 (layer alignment), :mod:`~kdpipe.plan.routes` (the routes of knowledge-integration students),
-:mod:`~kdpipe.plan.slices` (each job's config slice and code modules), :mod:`~kdpipe.plan.budget` (the feature
-dumps' disk budget).
+:mod:`~kdpipe.plan.slices` (each job's config slice and code modules), :mod:`~kdpipe.plan.passes` (the teacher
+signal passes and the signals each makes), :mod:`~kdpipe.plan.budget` (the feature dumps' disk budget).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from kdpipe.plan.checks import Checks, check_empty
 from kdpipe.plan.classes import Classes
 from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
 from kdpipe.plan.layers import Layers
+from kdpipe.plan.passes import Passes
 from kdpipe.plan.paths import (
     COTRAINED,
     DATA,
@@ -63,7 +64,7 @@ __all__ = [
 ]
 
 
-class Plan(Budget, Checks, Classes, Layers, Routes, Slices):
+class Plan(Budget, Checks, Classes, Layers, Passes, Routes, Slices):
     def __init__(self, config: dict, schema: dict | None = None):
         """``config`` with its defaults filled in; ``schema`` (the config schema) validates merged entries."""
         check_empty(config)

@@ -2,9 +2,12 @@
 
 Torch-free: the plan and the workflow read it when the DAG is built. A signal of teacher ``t`` on split ``s`` lives
 in ``results/signals/<t>/<s>/`` as the files listed here, the JSON manifest last (docs/design.md, "Artifacts").
-The pass module implements the protocol of :mod:`kdpipe.signals.shards` (``compute`` one shard's part, ``write``
-the artifact from all parts); it is imported by name, so only the jobs of that signal carry it in their code
-fingerprint. To add a signal, add one line here and write its pass (docs/adding-a-method.md).
+Every signal but MC-dropout is deterministic (eval mode): they all come from one forward pass of the teacher over
+the split, one job per teacher and split (:mod:`kdpipe.signals.forward`), whose module gives a ``collector`` of the
+model's outputs and a ``write``. MC-dropout is a pass of its own (its module's ``compute`` and ``write``). Both kinds
+follow the shard protocol of :mod:`kdpipe.signals.shards` (docs/design.md, "Signals"). A module is imported by name,
+so only the jobs that make its signal carry it in their code fingerprint. To add a signal, add one line here and
+write its module (docs/adding-a-method.md).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ class Signal:
     module: str  # the pass that computes it
     shards: str  # the config section whose `shards` sets how many shard jobs it runs as
     summary: str
+    forward: bool = True  # made by the teacher's shared eval-mode forward pass (kdpipe.signals.forward)
+    attention: str | None = None  # the attention implementation its forward needs (None: the model's default)
 
     @property
     def manifest(self) -> str:
@@ -43,6 +48,7 @@ SIGNALS = {
             "kdpipe.signals.mc_dropout",
             "mc_dropout",
             "MC-dropout mean probabilities [N, C_teacher] and per-row uncertainty scores",
+            forward=False,
         ),
         Signal(
             "pooled",
@@ -64,6 +70,7 @@ SIGNALS = {
             "kdpipe.signals.features",
             "dump",
             "attention probabilities of the aligned layers, float16, each row's [L_sel, heads, len, len] packed flat",
+            attention="eager",  # the default SDPA returns no attention probabilities
         ),
         Signal(
             "attentions_mean",
@@ -76,6 +83,7 @@ SIGNALS = {
             "kdpipe.signals.features",
             "dump",
             "attention probabilities averaged over heads, float16, each row's [L_sel, len, len] packed flat",
+            attention="eager",
         ),
         Signal(
             "domain",
@@ -96,6 +104,11 @@ def signal_spec(name: str) -> Signal:
         return SIGNALS[name]
     except KeyError:
         raise KdpipeError(f"unknown signal {name!r}; signals are {', '.join(SIGNALS)}") from None
+
+
+def pass_of(name: str) -> str:
+    """The pass that makes signal ``name``: ``forward`` (the shared forward pass) or the signal itself (MC-dropout)."""
+    return "forward" if signal_spec(name).forward else name
 
 
 def signal_files(name: str, folder: str) -> list[str]:

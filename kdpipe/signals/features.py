@@ -12,10 +12,10 @@ as EasyNLP's Hugging Face models return them (the original TinyBERT-based Meta-K
 which transformers does not expose without patching its attention modules). Bytes of row i with len_i tokens:
 hidden 2·L_sel·H·len_i, attentions 2·L_sel·heads·len_i², attentions_mean 2·L_sel·len_i². A shard's rows are written
 a batch at a time with plain file writes (:mod:`kdpipe.signals.rowfile`), so memory stays flat in N, after a check
-that the disk has room for them; a large split runs as S shards gathered into the same bytes
-(:mod:`kdpipe.signals.shards`).
-Attentions need ``attn_implementation="eager"``: under the default SDPA implementation transformers returns an
-empty tuple without error, so the shapes are checked here.
+that the disk has room for them. Made by the teacher's shared forward pass (:mod:`kdpipe.signals.forward`); a large
+split runs as S shards gathered into the same bytes (:mod:`kdpipe.signals.shards`).
+Attentions need ``attn_implementation="eager"`` (the catalog's ``attention``): under the default SDPA implementation
+transformers returns an empty tuple without error, so the shapes are checked here.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ import numpy as np
 import torch
 
 from kdpipe.core.checksums import write_manifest
-from kdpipe.core.device import autocast, pick_device
 from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, make_manifest
-from kdpipe.data.batching import WHOLE, model_inputs
-from kdpipe.models.inference import iterate, pass_batches
+from kdpipe.data.batching import WHOLE
+from kdpipe.models.inference import pass_batches
 from kdpipe.signals.catalog import SIGNALS
+from kdpipe.signals.forward import forward
 from kdpipe.signals.packed import LAYOUT, TOKENS, item_shape, offsets_of, pack_rows, row_counts, sidecar
 from kdpipe.signals.rowfile import RowFile
 from kdpipe.signals.shards import gather_packed, shard_rows
-from kdpipe.signals.teacher import open_teacher
+from kdpipe.signals.teacher import TeacherPass
 
 
 def dump_bytes(feature: str, layers: int, hidden_size: int, heads: int, lengths: np.ndarray) -> int:
@@ -59,7 +59,37 @@ def selected_states(outputs, feature: str, layers: list[int]) -> torch.Tensor:
     return stacked.float().mean(2) if feature == "attentions_mean" else stacked
 
 
-@torch.inference_mode()
+class PackedWriter:
+    """Rows of one feature written packed in split order into ``out_npy`` as the forward's batches come (each row cut
+    to its own length: nothing depends on the batch's padding), after a check that the disk has room for them."""
+
+    def __init__(self, config, lengths: np.ndarray, feature: str, layers: list[int], rows: np.ndarray, out_npy: Path):
+        self.feature, self.layers, self.lengths = feature, layers, lengths
+        self.heads = config.num_attention_heads
+        counts = row_counts(feature, lengths[rows], len(layers), self.heads)
+        self.starts = np.full(len(lengths), -1, dtype=np.int64)
+        self.starts[rows] = offsets_of(counts)[:-1]
+        ensure_disk_space(
+            out_npy,
+            dump_bytes(feature, len(layers), config.hidden_size, self.heads, lengths[rows]),
+            f"the {feature} dump ({len(rows)} rows, {int(lengths[rows].sum()):,} tokens)",
+        )
+        shape = (int(counts.sum()), *item_shape(feature, len(layers), config.hidden_size))
+        self.array = RowFile.create(out_npy, shape, np.float16)
+        self.hidden_states, self.attentions = feature == "hidden", feature != "hidden"
+
+    def add(self, batch: dict, outputs) -> None:
+        values = selected_states(outputs, self.feature, self.layers).to(torch.float16).cpu().numpy()
+        if self.feature == "attentions" and values.shape[2] != self.heads:
+            raise ArtifactError(f"the model returned {values.shape[2]} attention heads, its config says {self.heads}")
+        index = batch["index"].cpu().numpy()
+        for i, block in zip(index, pack_rows(self.feature, values, self.lengths[index])):
+            self.array.write_at(int(self.starts[i]), block)
+
+    def close(self) -> None:
+        self.array.close()
+
+
 def dump_feature(
     model,
     encoded,
@@ -74,67 +104,37 @@ def dump_feature(
     """Write the feature of the shard's rows (all rows by default) packed in split order to ``out_npy``, each row cut
     to its own length (:mod:`kdpipe.signals.packed`); returns those row positions."""
     rows = shard_rows(pass_batches(encoded, batch_size, shard))
-    lengths = encoded.lengths
-    hidden_size, heads = model.config.hidden_size, model.config.num_attention_heads
-    counts = row_counts(feature, lengths[rows], len(layers), heads)
-    starts = np.full(len(encoded), -1, dtype=np.int64)
-    starts[rows] = offsets_of(counts)[:-1]
-    entries = int(counts.sum())
-    ensure_disk_space(
-        out_npy,
-        dump_bytes(feature, len(layers), hidden_size, heads, lengths[rows]),
-        f"the {feature} dump ({len(rows)} rows, {int(lengths[rows].sum()):,} tokens)",
-    )
-    array = RowFile.create(out_npy, (entries, *item_shape(feature, len(layers), hidden_size)), np.float16)
-    model.eval()
-    for batch in iterate(encoded, batch_size, device, desc=f"dump {feature}", shard=shard):
-        with autocast(device):
-            outputs = model(
-                **model_inputs(batch), output_hidden_states=feature == "hidden", output_attentions=feature != "hidden"
-            )
-        values = selected_states(outputs, feature, layers).to(torch.float16).cpu().numpy()
-        if feature == "attentions" and values.shape[2] != heads:
-            raise ArtifactError(f"the model returned {values.shape[2]} attention heads, its config says {heads}")
-        index = batch["index"].cpu().numpy()
-        # each row cut to its own length: nothing depends on the batch's padding
-        for i, block in zip(index, pack_rows(feature, values, lengths[index])):
-            array.write_at(int(starts[i]), block)
-    array.close()
+    writer = PackedWriter(model.config, encoded.lengths, feature, layers, rows, out_npy)
+    forward(model, encoded, [writer], batch_size=batch_size, device=device, desc=f"dump {feature}", shard=shard)
+    writer.close()
     return rows
 
 
-def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path):
-    """Dump the shard's rows of ``params["signal"]`` straight into the part folder (memory flat in N), with every
-    row's length and token hash beside; return (rows, manifest fields)."""
-    feature, layers = params["signal"], list(params["layers"])
-    device = pick_device()
-    teacher = open_teacher(
-        teacher_dir, data_dir, params["split"], attn="eager" if feature.startswith("attentions") else None
-    )
-    teacher.model.to(device)
-    name = f"{feature}.npy"
-    rows = dump_feature(
-        teacher.model,
-        teacher.encoded,
-        feature,
-        layers,
-        part / name,
-        batch_size=params["batch_size"],
-        device=device,
-        shard=shard,
-    )
-    tokens = np.zeros(len(teacher.encoded), dtype=TOKENS)
-    tokens["length"], tokens["token_hash"] = teacher.encoded.lengths, teacher.encoded.token_hashes
-    np.save(part / sidecar(name, "tokens"), tokens)  # students check that they tokenise the same way
-    config = teacher.model.config
-    meta = {
-        "rows": len(teacher.encoded),
-        "labels": teacher.labels,
-        "layers": layers,
-        "hidden_size": config.hidden_size,
-        "heads": config.num_attention_heads,
-    }
-    return rows, meta
+class FeatureCollector(PackedWriter):
+    """The shard's rows of ``params["signal"]`` straight into the part folder (memory flat in N), with every row's
+    length and token hash beside (students check that they tokenise the same way)."""
+
+    def __init__(self, params: dict, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
+        feature, layers = params["signal"], list(params["layers"])
+        self.teacher, self.part, self.name = teacher, part, f"{feature}.npy"
+        super().__init__(teacher.model.config, teacher.encoded.lengths, feature, layers, rows, part / self.name)
+
+    def finish(self) -> dict:
+        self.close()
+        encoded, config = self.teacher.encoded, self.teacher.model.config
+        tokens = np.zeros(len(encoded), dtype=TOKENS)
+        tokens["length"], tokens["token_hash"] = encoded.lengths, encoded.token_hashes
+        np.save(self.part / sidecar(self.name, "tokens"), tokens)
+        return {
+            "rows": len(encoded),
+            "labels": self.teacher.labels,
+            "layers": self.layers,
+            "hidden_size": config.hidden_size,
+            "heads": config.num_attention_heads,
+        }
+
+
+collector = FeatureCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
 
 
 def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:

@@ -1,7 +1,8 @@
 """The ``logits`` signal: eval-mode teacher logits of one split, for distillation from the cache.
 
 ``logits.parquet`` (row_id, logits: fixed-size list<float32>[C_teacher], split row order) + ``logits.json``.
-Runs as S shards gathered into the same bytes as one pass (:mod:`kdpipe.signals.shards`).
+Made by the teacher's shared forward pass (:mod:`kdpipe.signals.forward`); runs as S shards gathered into the same
+bytes as one pass (:mod:`kdpipe.signals.shards`).
 """
 
 from __future__ import annotations
@@ -11,32 +12,33 @@ from pathlib import Path
 import numpy as np
 
 from kdpipe.core.checksums import write_manifest
-from kdpipe.core.device import pick_device
 from kdpipe.core.store import atomic_path, ensure_disk_space, make_manifest
-from kdpipe.models.inference import pass_batches, predict_logits
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.io import write_logits
-from kdpipe.signals.shards import gather_array, shard_rows
-from kdpipe.signals.teacher import open_teacher
+from kdpipe.signals.shards import gather_array
+from kdpipe.signals.teacher import TeacherPass
 
 
-def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path):
-    """Write the shard's logits and row ids into the part folder ``part``; return (rows, manifest fields)."""
-    device = pick_device()
-    teacher = open_teacher(teacher_dir, data_dir, params["split"])
-    teacher.model.to(device)
-    logits = predict_logits(
-        teacher.model,
-        teacher.encoded,
-        batch_size=params["batch_size"],
-        device=device,
-        desc=f"logits {params['split']}",
-        shard=shard,
-    )
-    rows = shard_rows(pass_batches(teacher.encoded, params["batch_size"], shard))
-    np.save(part / "row_id.npy", teacher.encoded.row_ids[rows])
-    np.save(part / "logits.npy", logits[rows])
-    return rows, {"rows": len(teacher.encoded), "labels": teacher.labels, "teacher": teacher.teacher_config}
+class LogitsCollector:
+    """The logits of the shard's rows from the forward's outputs, into the part folder (row_id.npy, logits.npy)."""
+
+    hidden_states = attentions = False
+
+    def __init__(self, params: dict, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
+        self.teacher, self.rows, self.part = teacher, rows, part
+        self.logits = np.zeros((len(teacher.encoded), teacher.model.config.num_labels), dtype=np.float32)
+
+    def add(self, batch: dict, outputs) -> None:
+        self.logits[batch["index"].cpu().numpy()] = outputs.logits.float().cpu().numpy()
+
+    def finish(self) -> dict:
+        np.save(self.part / "row_id.npy", self.teacher.encoded.row_ids[self.rows])
+        np.save(self.part / "logits.npy", self.logits[self.rows])
+        teacher = self.teacher
+        return {"rows": len(teacher.encoded), "labels": teacher.labels, "teacher": teacher.teacher_config}
+
+
+collector = LogitsCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
 
 
 def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:

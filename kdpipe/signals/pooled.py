@@ -3,8 +3,8 @@
 The small feature the feature-space routers read (docs/routing.md, "Routers"): the mean over the row's own tokens
 (padding excluded) of the teacher's last hidden layer, the layer its classifier reads. Unlike the token-level
 ``hidden`` dump it is one vector per row, so it costs 4·H bytes per example whatever the length.
-``pooled.npy`` (row_id order of the split) + ``pooled.json``; runs as S shards gathered into the same bytes as one
-pass (:mod:`kdpipe.signals.shards`).
+``pooled.npy`` (row_id order of the split) + ``pooled.json``; made by the teacher's shared forward pass
+(:mod:`kdpipe.signals.forward`), as S shards gathered into the same bytes as one pass (:mod:`kdpipe.signals.shards`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ import numpy as np
 import torch
 
 from kdpipe.core.checksums import write_manifest
-from kdpipe.core.device import autocast, pick_device
 from kdpipe.core.store import atomic_path, ensure_disk_space, make_manifest
-from kdpipe.data.batching import WHOLE, Encoded, model_inputs
-from kdpipe.models.inference import iterate, pass_batches
+from kdpipe.data.batching import model_inputs
 from kdpipe.signals.catalog import SIGNALS
-from kdpipe.signals.shards import gather_array, shard_rows
-from kdpipe.signals.teacher import open_teacher
+from kdpipe.signals.shards import gather_array
+from kdpipe.signals.teacher import TeacherPass
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -30,44 +28,27 @@ def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (hidden.float() * weights).sum(1) / weights.sum(1).clamp_min(1.0)
 
 
-@torch.inference_mode()
-def pooled_states(
-    model: torch.nn.Module,
-    encoded: Encoded,
-    *,
-    batch_size: int,
-    device: torch.device,
-    desc: str | None = None,
-    shard: tuple[int, int] = WHOLE,
-) -> np.ndarray:
-    """Mean last-layer hidden states [N, H] in row order (for a shard, only its rows are filled)."""
-    model.eval()
-    out = np.zeros((len(encoded), model.config.hidden_size), dtype=np.float32)
-    for batch in iterate(encoded, batch_size, device, desc, shard):
-        inputs = model_inputs(batch)
-        with autocast(device):
-            hidden = model(**inputs, output_hidden_states=True).hidden_states[-1]
-        out[batch["index"].cpu().numpy()] = masked_mean(hidden, inputs["attention_mask"]).cpu().numpy()
-    return out
+class PooledCollector:
+    """The pooled last-layer states of the shard's rows from the forward's outputs, into the part folder."""
+
+    hidden_states, attentions = True, False
+
+    def __init__(self, params: dict, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
+        self.teacher, self.rows, self.part = teacher, rows, part
+        self.pooled = np.zeros((len(teacher.encoded), teacher.model.config.hidden_size), dtype=np.float32)
+
+    def add(self, batch: dict, outputs) -> None:
+        mask = model_inputs(batch)["attention_mask"]
+        self.pooled[batch["index"].cpu().numpy()] = masked_mean(outputs.hidden_states[-1], mask).cpu().numpy()
+
+    def finish(self) -> dict:
+        np.save(self.part / "pooled.npy", self.pooled[self.rows])
+        teacher = self.teacher
+        meta = {"rows": len(teacher.encoded), "labels": teacher.labels, "hidden_size": self.pooled.shape[1]}
+        return {**meta, "teacher": teacher.teacher_config}
 
 
-def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path):
-    """Write the shard's pooled states and row ids into the part folder; return (rows, manifest fields)."""
-    device = pick_device()
-    teacher = open_teacher(teacher_dir, data_dir, params["split"])
-    teacher.model.to(device)
-    pooled = pooled_states(
-        teacher.model,
-        teacher.encoded,
-        batch_size=params["batch_size"],
-        device=device,
-        desc=f"pooled {params['split']}",
-        shard=shard,
-    )
-    rows = shard_rows(pass_batches(teacher.encoded, params["batch_size"], shard))
-    np.save(part / "pooled.npy", pooled[rows])
-    meta = {"rows": len(teacher.encoded), "labels": teacher.labels, "hidden_size": pooled.shape[1]}
-    return rows, {**meta, "teacher": teacher.teacher_config}
+collector = PooledCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
 
 
 def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:

@@ -1,19 +1,25 @@
 """The one shard-and-gather protocol of every teacher signal pass (docs/design.md, "Signals"): a pass over one
-split runs as S shard jobs, each on its own GPU or node, and a gather job assembles the same artifacts as one
-unsharded pass.
+split runs as one job that writes the artifacts (S = 1), or as S shard jobs, each on its own GPU or node, and one
+gather job per signal that assembles the same artifacts as the unsharded pass.
+
+A pass makes one or more signals (their config slices, each with its ``signal``): the teacher's shared forward pass
+makes every deterministic signal the config needs of a teacher on a split (:mod:`kdpipe.signals.forward`), MC-dropout
+is a pass of its own (:data:`kdpipe.signals.catalog.SIGNALS`).
 
 A pass cuts the split into one fixed list of inference batches (rows sorted by length, ``inference_batches``);
 shard k of S runs batches k, k+S, k+2S, ... of that list. Every batch is therefore the same in a sharded and an
 unsharded pass (same rows, same padding, same per-batch MC-dropout seed), so the gathered artifacts are
 byte-identical to the unsharded ones for a fixed seed, on the same device and thread count.
 
-A shard writes a *part*: a folder with ``rows.npy`` (the row positions it computed, in split order), one ``.npy``
-per array (values of those rows) and ``part.json`` (what the whole artifact's manifest needs: rows, labels...).
-Parts are Snakemake ``temp`` outputs, deleted once gathered.
+A shard writes a *part*: a folder with one sub-folder per signal, each with ``rows.npy`` (the row positions it
+computed, in split order), one ``.npy`` per array (values of those rows) and ``part.json`` (what the whole
+artifact's manifest needs: rows, labels...). Parts are Snakemake ``temp`` outputs, deleted once gathered; at S = 1
+the pass job makes its one part in a temporary folder and writes the artifacts itself.
 
-A pass is a module named in :data:`kdpipe.signals.catalog.SIGNALS` with two functions:
-``compute(params, teacher_dir, data_dir, shard, part) -> (rows, meta)`` fills the part folder ``part`` with the
-shard's arrays, and ``write(params, meta, parts, out_dir) -> manifest`` writes the artifact from every part.
+A signal's module (named in the catalog) has ``write(params, meta, parts, out_dir) -> manifest``, which writes the
+artifact from every part, and either a ``collector`` of the shared forward's outputs (:mod:`kdpipe.signals.forward`)
+or, for a pass of its own, ``compute(params, teacher_dir, data_dir, shard, part) -> (rows, meta)``, which fills the
+part folder ``part`` with the shard's arrays.
 """
 
 from __future__ import annotations
@@ -128,26 +134,40 @@ def gather_packed(parts: list[tuple[np.ndarray, Path]], name: str, offsets: np.n
             part.close()
 
 
-def run_shard(signal: str, params: dict, teacher_dir: Path, data_dir: Path, shard: str, out_part: Path) -> None:
-    """One shard (``"k-of-S"``) of the pass of ``signal``, written atomically as a part folder."""
-    module = importlib.import_module(signal_spec(signal).module)
+def run_shard(signals: list[dict], teacher_dir: Path, data_dir: Path, shard: str, out_part: Path) -> None:
+    """One shard (``"k-of-S"``) of the pass that makes ``signals`` (their config slices), written atomically as a part
+    folder with one sub-folder per signal."""
+    teacher_dir, data_dir, where = Path(teacher_dir), Path(data_dir), parse_shard(shard)
     with atomic_path(out_part, directory=True) as tmp:
-        rows, meta = module.compute(params, Path(teacher_dir), Path(data_dir), parse_shard(shard), tmp)
-        finish_part(tmp, rows, meta)
+        if all(signal_spec(params["signal"]).forward for params in signals):
+            importlib.import_module("kdpipe.signals.forward").compute(signals, teacher_dir, data_dir, where, tmp)
+            return
+        (params,) = signals  # a pass of its own makes one signal
+        part = Path(tmp) / params["signal"]
+        part.mkdir()
+        module = importlib.import_module(signal_spec(params["signal"]).module)
+        rows, meta = module.compute(params, teacher_dir, data_dir, where, part)
+        finish_part(part, rows, meta)
 
 
 def gather(signal: str, params: dict, part_dirs: list[Path], out_dir: Path) -> dict:
-    """The artifact of ``signal`` in ``out_dir`` from the parts of all its shards; returns its manifest."""
+    """The artifact of ``signal`` in ``out_dir`` from the parts of all its pass's shards; returns its manifest."""
     module = importlib.import_module(signal_spec(signal).module)
-    meta, parts = read_parts(part_dirs)
+    meta, parts = read_parts([Path(part) / signal for part in part_dirs])
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     return module.write(params, meta, parts, Path(out_dir))
 
 
-def run(signal: str, params: dict, teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict:
-    """The whole split in one pass (one shard, gathered): the same bytes as any number of shards."""
+def run_pass(signals: list[dict], teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict[str, dict]:
+    """The pass that makes ``signals`` over the whole split, in one job (one shard, gathered in the same job): the
+    same bytes as any number of shards. Returns the manifest of each signal."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         part = Path(tmp) / "part"
-        run_shard(signal, params, teacher_dir, data_dir, "1-of-1", part)
-        return gather(signal, params, [part], out_dir)
+        run_shard(signals, teacher_dir, data_dir, "1-of-1", part)
+        return {params["signal"]: gather(params["signal"], params, [part], out_dir) for params in signals}
+
+
+def run(signal: str, params: dict, teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict:
+    """One signal over the whole split, in a pass of its own; returns its manifest."""
+    return run_pass([{**params, "signal": signal}], teacher_dir, data_dir, out_dir)[signal]

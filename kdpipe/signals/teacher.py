@@ -18,6 +18,8 @@ class TeacherPass:
     encoded: Encoded
     labels: list[str]  # the teacher's classes, in its output order
     teacher_config: dict  # the config slice the teacher was trained with (from its manifest)
+    teacher_dir: Path
+    data_dir: Path
 
 
 def open_teacher(teacher_dir: Path, data_dir: Path, split: str, *, attn: str | None = None) -> TeacherPass:
@@ -34,4 +36,5 @@ def open_teacher(teacher_dir: Path, data_dir: Path, split: str, *, attn: str | N
     encoded = encode_frame(tokenizer, frame, max_length=manifest["config"]["max_length"])
     del frame
     release_freed_memory()  # what reading and tokenising the split allocated for a while (memory flat in N)
-    return TeacherPass(model, encoded, read_json(teacher_dir / "labels.json"), manifest["config"])
+    labels = read_json(teacher_dir / "labels.json")
+    return TeacherPass(model, encoded, labels, manifest["config"], teacher_dir, data_dir)

@@ -3,8 +3,8 @@
 ``params`` is the stage's config slice (exactly what the rule's ``params.cfg`` holds, computed by
 :mod:`kdpipe.plan`); the arguments are the rule's input and output paths. :data:`STAGES` is the one table the
 command line (:mod:`kdpipe.cli`) is built from. Teacher-side stages (prepare, transfer, finetune_teacher,
-import_teacher, prototypes, signal_shard, signal_gather, route) import nothing of the student side (methods, student
-architectures, distill): a change there never reruns a teacher job (docs/caching-and-reruns.md).
+import_teacher, prototypes, signal_pass, signal_shard, signal_gather, route) import nothing of the student side
+(methods, student architectures, distill): a change there never reruns a teacher job (docs/caching-and-reruns.md).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _TABLE = {
     "prototypes": ("data out", True, "Meta-KD's prototype scores"),
     "finetune-teacher": ("data out prototypes?", True, "fine-tune one teacher"),
     "import-teacher": ("data out", True, "use a fine-tuned checkpoint as a teacher, without training"),
+    "signal-pass": ("teacher data out", True, "a teacher signal pass over a whole split, writing its signals"),
     "signal-shard": ("teacher data shard:str out_part", True, "one shard of a teacher signal pass"),
     "signal-gather": ("parts+ out", False, "a teacher signal from its shards"),
     "route": ("data signals_root out", False, "each row's teacher weights, with routing diagnostics"),

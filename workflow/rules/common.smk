@@ -32,7 +32,7 @@ from kdpipe.plan import (
 from kdpipe.data.transfer_sources import check_transfer_files
 from kdpipe.plan.entries import validate_entry
 from kdpipe.plan.numbers import check_numbers
-from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, signal_files, signal_spec
+from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, pass_of, signal_files, signal_spec
 
 import yaml
 
@@ -146,18 +146,36 @@ scattergather:
     dump=PLAN.shards("dump"),
 
 
-# one shard's part folder (a temp output)
-PART = f"{SIGNALS}/shards/{{signal}}.{{scatteritem}}"
+def shard_count(signal):
+    """S, the shard jobs the pass of ``signal`` runs as: ``--set-scatter`` wins over the config's section."""
+    section = signal_spec(signal).shards
+    return int(workflow.resource_settings.overwrite_scatter.get(section, PLAN.shards(section)))
 
 
-def signal_params(wildcards, signal=None):
+# Which passes run whole (S = 1: one job that writes its signals) and which as shards and gathers (kdpipe/plan/passes.py)
+PASSES_WHOLE = {signals: pairs for signals, pairs in PLAN.passes().items() if shard_count(signals[0]) == 1}
+SIGNALS_SHARDED = [name for name in SIGNAL_NAMES if shard_count(name) > 1]
+PASSES_SHARDED = sorted({pass_of(name) for name in SIGNALS_SHARDED})
+# one shard's part folder (a temp output): a sub-folder per signal of the pass
+PART = f"{SIGNALS}/shards/{{pass_name}}.{{scatteritem}}"
+# The signal folder a whole pass writes into, in its shell command (which cannot name a loop variable: Snakemake
+# formats it when the job runs)
+PASS_FOLDER = SIGNALS.format(teacher="{wildcards.teacher}", split="{wildcards.split}")
+PASS_RULE_JOIN = "+"
+# A whole pass is a shard job that writes its artifacts itself, in rules named after their signals (which the config
+# decides): it runs with the threads and resources a profile sets for signal_shard.
+PASS_THREADS = workflow.resource_settings.overwrite_threads.get("signal_shard", 2)
+PASS_RESOURCES = {
+    "mem_mb": 6000,
+    "runtime": 120,
+    "gpu": 1,
+    **workflow.resource_settings.overwrite_resources.get("signal_shard", {}),
+}
+
+
+def signal_params(wildcards, signal):
     """The config slice of one signal of one teacher on one split."""
-    return as_json(PLAN.signal_params(wildcards.teacher, wildcards.split, signal or wildcards.signal))
-
-
-def signal_code(wildcards, stage, signal=None):
-    """The fingerprint of a signal stage and the pass it imports by name."""
-    return code(stage, *PLAN.signal_modules(signal or wildcards.signal))
+    return as_json(PLAN.signal_params(wildcards.teacher, wildcards.split, signal))
 
 
 def signal_outputs(signal):
@@ -166,7 +184,35 @@ def signal_outputs(signal):
     return {"_".join(Path(file).name.split(".")[1:]): file for file in signal_files(signal, SIGNALS)}
 
 
+def pass_rule(signals):
+    """The name of a whole pass's rule, its signals joined by "+" (e.g. ``logits+pooled+hidden``)."""
+    return PASS_RULE_JOIN.join(signals)
+
+
+def pass_outputs(signals):
+    """The files of every signal a whole pass makes, named ``<signal>_<what follows its stem>`` (logits_parquet...;
+    the between-workflow cache needs names)."""
+    return {f"{signal}_{name}": file for signal in signals for name, file in signal_outputs(signal).items()}
+
+
+def pair_constraints(pairs):
+    """Wildcard constraints under which a pass's signal paths match exactly these (teacher, split) pairs, since
+    another pass may make other signals of the same teacher on another split. The teacher's pattern looks ahead at
+    the split that follows it in the path."""
+    return {
+        "teacher": "|".join(f"{re.escape(t)}(?=/{re.escape(s)}/)" for t, s in pairs),
+        "split": one_of(sorted({split for _, split in pairs})),
+    }
+
+
+def shard_signals(wildcards):
+    """The signals a shard job's pass makes of its teacher on its split."""
+    return PLAN.pass_signals(wildcards.teacher, wildcards.split, wildcards.pass_name)
+
+
 def gather_parts(wildcards, signal):
     """The part folders of every shard of a signal's pass (as many as its config section's shards)."""
-    part = PART.format(signal=signal, teacher=wildcards.teacher, split=wildcards.split, scatteritem="{scatteritem}")
+    part = PART.format(
+        pass_name=pass_of(signal), teacher=wildcards.teacher, split=wildcards.split, scatteritem="{scatteritem}"
+    )
     return getattr(gather, signal_spec(signal).shards)(part)

@@ -1,21 +1,52 @@
-# Teacher signals on one split (kdpipe/signals/catalog.py names each signal's files and pass). Each pass runs as S
-# shard jobs (one generic rule) and one gather job per signal, named after the signal: S = mc_dropout.shards or
-# dump.shards in the config, or `--set-scatter mc_dropout=S dump=S`. The gathered artifacts are byte-identical for
-# any S (tested), so S is in no job's config slice; the parts are temp files. Meta-KD's prototype scores close
-# the file. The helpers (signal_params, gather_parts...) are in common.smk.
+# Teacher signals on one split (kdpipe/signals/catalog.py names each signal's files and module). A pass makes some
+# signals of one teacher on one split (kdpipe/plan/passes.py): the teacher's shared forward pass every deterministic
+# signal some job reads there, MC-dropout its own. With S = 1 (mc_dropout.shards, dump.shards unset or 1) a pass is
+# one job that writes its signals' files, from a rule named after them (`mc`, `logits+pooled+hidden`...). With
+# S > 1 (or `--set-scatter mc_dropout=S dump=S`) it runs as S shard jobs (rule signal_shard) and one gather job per
+# signal (the rule named after it). The artifacts are byte-identical for any S (tested), so S is in no job's config
+# slice; the parts are temp files. Meta-KD's prototype scores close the file. The helpers are in common.smk.
+
+
+for _signals, _pairs in PASSES_WHOLE.items():
+
+    rule:
+        # A whole pass (S = 1): its signals' files, written by the job itself (no gather job).
+        name:
+            pass_rule(_signals)
+        input:
+            teacher=TEACHER,
+            data=lambda wc: PLAN.split_data(wc.split),
+        output:
+            **pass_outputs(_signals),
+        log:
+            f"{LOGS}/{pass_rule(_signals)}/{{teacher}}.{{split}}.log",
+        wildcard_constraints:
+            **pair_constraints(_pairs),
+        cache: True
+        conda:
+            ENV
+        threads: PASS_THREADS
+        resources:
+            **PASS_RESOURCES,
+        params:
+            cfg=lambda wc, s=_signals: as_json(PLAN.pass_params(wc.teacher, wc.split, s)),
+            code=code("kdpipe.stages.signal_pass", *PLAN.pass_modules(_signals)),
+        shell:
+            "python -m kdpipe --threads {threads} signal-pass --params {params.cfg:q} --teacher {input.teacher}"
+            f" --data {{input.data}} --out {PASS_FOLDER} > {{log}} 2>&1"
 
 
 rule signal_shard:
-    """One shard of a teacher signal pass (logits, MC-dropout, a feature dump, Meta-KD's domain signals)."""
+    """One shard of a teacher signal pass (the shared forward pass, or MC-dropout) when it runs as S > 1 shards."""
     input:
         teacher=TEACHER,
         data=lambda wc: PLAN.split_data(wc.split),
     output:
         part=temp(directory(PART)),
     log:
-        f"{LOGS}/{{signal}}/{{teacher}}.{{split}}.{{scatteritem}}.log",
+        f"{LOGS}/{{pass_name}}/{{teacher}}.{{split}}.{{scatteritem}}.log",
     wildcard_constraints:
-        signal=one_of(SIGNAL_NAMES),
+        pass_name=one_of(PASSES_SHARDED),
         split=SIGNAL_SPLITS,
     conda:
         ENV
@@ -25,18 +56,18 @@ rule signal_shard:
         runtime=120,
         gpu=1,
     params:
-        cfg=signal_params,
-        code=lambda wc: signal_code(wc, "kdpipe.stages.signal_shard"),
+        cfg=lambda wc: as_json(PLAN.pass_params(wc.teacher, wc.split, shard_signals(wc))),
+        code=lambda wc: code("kdpipe.stages.signal_shard", *PLAN.pass_modules(shard_signals(wc))),
     shell:
         "python -m kdpipe --threads {threads} signal-shard --params {params.cfg:q} --teacher {input.teacher}"
         " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
 
 
-for _signal in SIGNAL_NAMES:
+for _signal in SIGNALS_SHARDED:
 
     rule:
-        # A signal gathered from the parts of its shards into the files the catalog names (one rule per signal,
-        # named after it: logits, mc, hidden, attentions, attentions_mean, domain).
+        # A signal gathered from the parts of its pass's shards into the files the catalog names (one rule per
+        # signal, named after it: logits, mc, pooled, hidden, attentions, attentions_mean, domain).
         name:
             _signal
         input:
@@ -56,7 +87,7 @@ for _signal in SIGNAL_NAMES:
             runtime=30,
         params:
             cfg=lambda wc, s=_signal: signal_params(wc, s),
-            code=lambda wc, s=_signal: signal_code(wc, "kdpipe.stages.signal_gather", s),
+            code=code("kdpipe.stages.signal_gather", *PLAN.signal_modules(_signal)),
         shell:
             "python -m kdpipe signal-gather --params {params.cfg:q} --parts {input.parts} --out $(dirname {output.json:q})"
             " > {log} 2>&1"

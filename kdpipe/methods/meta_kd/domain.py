@@ -7,7 +7,8 @@
   w_i = 1 / (1 + exp((1 − p_gold)²)), which lies in [0.27, 0.5]: the teacher's confidence in the gold label;
 - ``domain.json``: the manifest (rows, labels, domains, hidden size).
 
-Runs as S shards gathered into the same bytes as one pass (:mod:`kdpipe.signals.shards`).
+Made by the teacher's shared forward pass (:mod:`kdpipe.signals.forward`); runs as S shards gathered into the same
+bytes as one pass (:mod:`kdpipe.signals.shards`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,13 @@ import torch
 from numpy.lib.format import open_memmap
 
 from kdpipe.core.checksums import write_manifest
-from kdpipe.core.device import autocast, pick_device
+from kdpipe.core.device import autocast
 from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_manifest
-from kdpipe.data.batching import model_inputs
 from kdpipe.data.dataset import domain_ids, read_domains, read_split
 from kdpipe.methods.meta_kd.branch import load_branch
-from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
-from kdpipe.signals.shards import gather_array, shard_rows
-from kdpipe.signals.teacher import open_teacher
+from kdpipe.signals.shards import gather_array
+from kdpipe.signals.teacher import TeacherPass
 
 
 def expertise_weight(p_gold: np.ndarray | torch.Tensor):
@@ -49,47 +48,55 @@ def _gold_ids(teacher_labels: list[str], frame: pd.DataFrame) -> np.ndarray:
     return frame["label"].map(local).to_numpy(dtype=np.int64)
 
 
-@torch.inference_mode()
-def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path):
-    """One shard of the pass into the part folder ``part``: domain.npy (written straight into it), p_gold.npy and
-    row_id.npy; returns (rows, manifest fields)."""
-    device = pick_device()
-    teacher = open_teacher(teacher_dir, data_dir, params["split"])
-    model = teacher.model.to(device).eval()
-    branch = load_branch(teacher_dir).to(device)
-    frame = read_split(data_dir, params["split"])
-    domains = read_domains(data_dir, "dump_domain (Meta-KD)")
-    if branch.domains != domains:
-        raise KdpipeError(f"{teacher_dir}: its domain branch knows domains {branch.domains}, the data has {domains}")
-    d = torch.as_tensor(domain_ids(frame, domains), device=device)
-    y = torch.as_tensor(_gold_ids(teacher.labels, frame), device=device)
-    rows = shard_rows(pass_batches(teacher.encoded, params["batch_size"], shard))
-    position = np.full(len(frame), -1, dtype=np.int64)
-    position[rows] = np.arange(len(rows))
-    hidden = model.config.hidden_size
-    ensure_disk_space(part / "domain.npy", 2 * len(rows) * hidden, f"the domain dump ({len(rows)} rows)")
-    g_out = open_memmap(part / "domain.npy", mode="w+", dtype=np.float16, shape=(len(rows), hidden))
-    p_gold = np.zeros(len(rows), dtype=np.float32)
-    for batch in iterate(teacher.encoded, params["batch_size"], device, desc="dump domain", shard=shard):
+class DomainCollector:
+    """The shard's domain representations (written straight into the part folder: memory flat in N), gold-label
+    probabilities and row ids, from the forward's last hidden layer and logits."""
+
+    hidden_states, attentions = True, False
+
+    def __init__(self, params: dict, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
+        teacher_dir, data_dir = teacher.teacher_dir, teacher.data_dir
+        self.teacher, self.rows, self.part, self.device = teacher, rows, part, device
+        self.branch = load_branch(teacher_dir).to(device)
+        frame = read_split(data_dir, params["split"])
+        self.domains = read_domains(data_dir, "dump_domain (Meta-KD)")
+        if self.branch.domains != self.domains:
+            raise KdpipeError(
+                f"{teacher_dir}: its domain branch knows domains {self.branch.domains}, the data has {self.domains}"
+            )
+        self.d = torch.as_tensor(domain_ids(frame, self.domains), device=device)
+        self.y = torch.as_tensor(_gold_ids(teacher.labels, frame), device=device)
+        self.position = np.full(len(frame), -1, dtype=np.int64)
+        self.position[rows] = np.arange(len(rows))
+        self.hidden = teacher.model.config.hidden_size
+        ensure_disk_space(part / "domain.npy", 2 * len(rows) * self.hidden, f"the domain dump ({len(rows)} rows)")
+        self.g_out = open_memmap(part / "domain.npy", mode="w+", dtype=np.float16, shape=(len(rows), self.hidden))
+        self.p_gold = np.zeros(len(rows), dtype=np.float32)
+
+    def add(self, batch: dict, outputs) -> None:
         index = batch["index"]
-        with autocast(device):
-            out = model(**model_inputs(batch), output_hidden_states=True)
-            g = branch.representation(out.hidden_states[-1], batch["attention_mask"], d[index])
-        local = position[index.cpu().numpy()]
-        g_out[local] = g.to(torch.float16).cpu().numpy()
-        probs = torch.softmax(out.logits.float(), -1)
-        p_gold[local] = probs.gather(1, y[index][:, None])[:, 0].cpu().numpy()
-    g_out.flush()
-    del g_out
-    np.save(part / "p_gold.npy", p_gold)
-    np.save(part / "row_id.npy", teacher.encoded.row_ids[rows])
-    return rows, {
-        "rows": len(frame),
-        "labels": teacher.labels,
-        "domains": domains,
-        "hidden_size": hidden,
-        "teacher": teacher.teacher_config,
-    }
+        with autocast(self.device):
+            g = self.branch.representation(outputs.hidden_states[-1], batch["attention_mask"], self.d[index])
+        local = self.position[index.cpu().numpy()]
+        self.g_out[local] = g.to(torch.float16).cpu().numpy()
+        probs = torch.softmax(outputs.logits.float(), -1)
+        self.p_gold[local] = probs.gather(1, self.y[index][:, None])[:, 0].cpu().numpy()
+
+    def finish(self) -> dict:
+        self.g_out.flush()
+        del self.g_out
+        np.save(self.part / "p_gold.npy", self.p_gold)
+        np.save(self.part / "row_id.npy", self.teacher.encoded.row_ids[self.rows])
+        return {
+            "rows": len(self.position),
+            "labels": self.teacher.labels,
+            "domains": self.domains,
+            "hidden_size": self.hidden,
+            "teacher": self.teacher.teacher_config,
+        }
+
+
+collector = DomainCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
 
 
 def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:

@@ -1,0 +1,86 @@
+"""The teacher's one eval-mode forward pass over a split (or a shard of it) that makes every deterministic signal
+the config needs of that teacher on that split: logits, pooled states, hidden states, attentions, Meta-KD's domain
+signals (docs/design.md, "Signals").
+
+Each signal's module (:data:`kdpipe.signals.catalog.SIGNALS`) gives a *collector*:
+``collector(params, teacher, rows, part, device)`` for the shard's ``rows``, whose ``add(batch, outputs)`` takes the
+model's outputs of every batch and fills the signal's part folder ``part``, and whose ``finish()`` returns the
+manifest fields; ``hidden_states`` and ``attentions`` say which outputs it reads. Every collector reads the outputs
+of the same batches (same rows, same padding) that a pass of its own would compute, so each artifact has the bytes
+it has when made alone (tested). Attention probabilities need the eager attention implementation, which rounds the
+other outputs otherwise than the default (SDPA): the signals that need it (``Signal.attention``) get a second
+forward in the same job, with the model loaded that way, and the others keep their bytes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from kdpipe.core.device import autocast, pick_device
+from kdpipe.core.store import KdpipeError
+from kdpipe.data.batching import WHOLE, Encoded, model_inputs
+from kdpipe.models.inference import iterate, pass_batches
+from kdpipe.signals.catalog import signal_spec
+from kdpipe.signals.shards import finish_part, shard_rows
+from kdpipe.signals.teacher import open_teacher
+
+
+@torch.inference_mode()
+def forward(
+    model: torch.nn.Module,
+    encoded: Encoded,
+    collectors: Iterable,
+    *,
+    batch_size: int,
+    device: torch.device,
+    desc: str | None = None,
+    shard: tuple[int, int] = WHOLE,
+) -> None:
+    """Run ``model`` in eval mode over the shard's batches (longest first) and hand every batch's outputs to each
+    collector, outside the autocast region (a collector that computes more enters it itself)."""
+    collectors = list(collectors)
+    hidden = any(c.hidden_states for c in collectors)
+    attentions = any(c.attentions for c in collectors)
+    model.eval()
+    for batch in iterate(encoded, batch_size, device, desc, shard):
+        with autocast(device):
+            outputs = model(**model_inputs(batch), output_hidden_states=hidden, output_attentions=attentions)
+        for collector in collectors:
+            collector.add(batch, outputs)
+
+
+def compute(signals: list[dict], teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path) -> None:
+    """The shard's part of every signal in ``signals`` (their config slices), each into ``part/<signal>``: one
+    forward per attention implementation they need (one for all but the attention dumps)."""
+    split, batch_size = signals[0]["split"], signals[0]["batch_size"]
+    if any((params["split"], params["batch_size"]) != (split, batch_size) for params in signals):
+        raise KdpipeError(f"one forward pass makes signals of one split and batch size, not {signals}")
+    device = pick_device()
+    for attention in sorted({signal_spec(p["signal"]).attention for p in signals}, key=str):
+        group = [p for p in signals if signal_spec(p["signal"]).attention == attention]
+        teacher = open_teacher(teacher_dir, data_dir, split, attn=attention)
+        teacher.model.to(device)
+        rows = shard_rows(pass_batches(teacher.encoded, batch_size, shard))
+        folders = [Path(part) / p["signal"] for p in group]
+        collectors = []
+        for params, folder in zip(group, folders):
+            folder.mkdir(parents=True, exist_ok=True)
+            module = importlib.import_module(signal_spec(params["signal"]).module)
+            collectors.append(module.collector(params, teacher, rows, folder, device))
+        names = ", ".join(p["signal"] for p in group)
+        forward(
+            teacher.model,
+            teacher.encoded,
+            collectors,
+            batch_size=batch_size,
+            device=device,
+            desc=f"{names} {split}",
+            shard=shard,
+        )
+        for collector, folder in zip(collectors, folders):
+            finish_part(folder, rows, collector.finish())
+        del teacher, collectors
