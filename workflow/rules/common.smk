@@ -165,11 +165,29 @@ PASS_RULE_JOIN = "+"
 # A whole pass is a shard job that writes its artifacts itself, in rules named after their signals (which the config
 # decides): it runs with the threads and resources a profile sets for signal_shard.
 PASS_THREADS = workflow.resource_settings.overwrite_threads.get("signal_shard", 2)
+
+
+def rule_resource(resource):
+    """A value a profile gives with set-resources (a Snakemake Resource: a number, a string, or an expression such
+    as `attempt * 120`) as a rule's own `resources:` take it: the value, or a function Snakemake calls per job."""
+    if not resource.is_evaluable():
+        return resource.value
+
+    def value(wildcards, input, attempt, threads, rulename, async_run):
+        aux = dict(input=input, attempt=attempt, threads=threads, rulename=rulename, async_run=async_run)
+        return resource.evaluate(wildcards, **aux).value
+
+    return value
+
+
 PASS_RESOURCES = {
     "mem_mb": 6000,
     "runtime": 120,
     "gpu": 1,
-    **workflow.resource_settings.overwrite_resources.get("signal_shard", {}),
+    **{
+        name: rule_resource(value)
+        for name, value in workflow.resource_settings.overwrite_resources.get("signal_shard", {}).items()
+    },
 }
 
 
