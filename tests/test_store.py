@@ -54,3 +54,15 @@ def test_another_hosts_temporary_file_is_kept(tmp_path, monkeypatch):
     with atomic_path(out) as tmp:
         tmp.write_text("ok")
     assert theirs.exists() and not dead.exists()
+
+
+def test_a_scratch_folder_is_hidden_removed_and_sweeps_a_killed_ones(tmp_path):
+    from kdpipe.core.store import scratch_folder
+
+    near = tmp_path / "signals" / "pass"
+    left = near.parent / f".pass.tmp-{store._HOST}-{2**22 + 7}-abc"  # a killed process's (no such pid)
+    left.mkdir(parents=True)
+    with scratch_folder(near) as tmp:
+        (tmp / "part").mkdir()
+        assert tmp.name.startswith(".pass.tmp-") and not left.exists()
+    assert list(near.parent.iterdir()) == []

@@ -64,6 +64,20 @@ def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
 _HOST = socket.gethostname().replace("-", "_")  # (no "-": the name's fields are split on it)
 
 
+@contextlib.contextmanager
+def scratch_folder(near: str | Path) -> Iterator[Path]:
+    """A temporary folder beside ``near``, removed at the end; named as :func:`atomic_path` names its temporary
+    paths, so that one a killed process left behind is removed by the next use."""
+    near = Path(near)
+    near.parent.mkdir(parents=True, exist_ok=True)
+    _remove_left_behind(near)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{near.name}.tmp-{_HOST}-{os.getpid()}-", dir=near.parent))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _remove_left_behind(path: Path) -> None:
     """Remove the temporary paths of ``path`` left by a process of this host that is gone (killed mid-write).
     Another host's are kept: its process ids mean nothing here (a shared file system under SLURM)."""

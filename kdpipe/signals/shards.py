@@ -27,12 +27,11 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path
+from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path, scratch_folder
 from kdpipe.data.batching import WHOLE
 from kdpipe.signals import rowfile
 from kdpipe.signals.catalog import signal_spec
@@ -162,8 +161,8 @@ def run_pass(signals: list[dict], teacher_dir: Path, data_dir: Path, out_dir: Pa
     """The pass that makes ``signals`` over the whole split, in one job (one shard, gathered in the same job): the
     same bytes as any number of shards. Returns the manifest of each signal."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        part = Path(tmp) / "part"
+    with scratch_folder(Path(out_dir) / "pass") as tmp:  # (hidden, and removed by the next pass if killed)
+        part = tmp / "part"
         run_shard(signals, teacher_dir, data_dir, "1-of-1", part)
         return {params["signal"]: gather(params["signal"], params, [part], out_dir) for params in signals}
 
