@@ -20,8 +20,6 @@ enabled explicitly (:func:`enable_dropout`) and a test checks that samples diffe
 
 from __future__ import annotations
 
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -156,7 +154,6 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
     """Write the shard's mean probabilities and scores into the part folder; return (rows, manifest fields)."""
     teacher = open_teacher(teacher_dir, data_dir, params["split"])
     set_dropout(teacher.model, params.get("dropout"), str(teacher_dir))
-    started = time.perf_counter()
     mean, scores = mc_dropout(
         teacher.model,
         teacher.encoded,
@@ -167,9 +164,6 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
         device=pick_device(),
         desc=f"mc-dropout {params['split']}",
         shard=shard,
-    )
-    print(
-        f"[kdpipe] mc-dropout shard {shard[0] + 1}/{shard[1]}: {time.perf_counter() - started:.1f} s", file=sys.stderr
     )
     rows = shard_rows(pass_batches(teacher.encoded, params["batch_size"], shard))
     arrays = {
