@@ -39,7 +39,16 @@ DEFAULT_PARTITION = PROFILE["default-resources"]["slurm_partition"]
 GPU_RULES = {r: res for r, res in PROFILE["set-resources"].items() if res["slurm_partition"] != DEFAULT_PARTITION}
 GPUS = 2  # fake GPUs on the node: two GPU jobs at a time
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
-FINISHED = re.compile(r"Finished jobid: (\d+) \(Rule: (\w+)\)")
+FINISHED = re.compile(r"Finished jobid: (\d+) \(Rule: ([\w+]+)\)")  # (a pass's rule: logits+pooled+hidden)
+
+
+def rule_resources(rule: str) -> dict | None:
+    """The profile's set-resources of a rule; a whole signal pass (S = 1, a rule named after its signals) takes
+    signal_shard's (workflow/rules/common.smk)."""
+    from kdpipe.signals.catalog import SIGNALS
+
+    whole_pass = all(name in SIGNALS for name in rule.split("+"))
+    return GPU_RULES.get(rule) or (GPU_RULES["signal_shard"] if whole_pass else None)
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +138,11 @@ def test_tiny_config_runs_every_job_as_a_slurm_job(cluster, tiny_run):
         assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", job
         assert job["Comment"] == f"rule_{rule}" or job["Comment"].startswith(f"rule_{rule}_wildcards_"), job
         assert log.name == f"{slurm_id}.log" and f"rule {rule}:" in log.read_text(), log
-        if rule in GPU_RULES:
+        if rule_resources(rule):
             # the rule's gpu=1 and the profile's cpus_per_gpu became a real allocation in the GPU partition
-            assert job["Partition"] == GPU_RULES[rule]["slurm_partition"], job
+            assert job["Partition"] == rule_resources(rule)["slurm_partition"], job
             assert job.get("JOB_GRES") == "gpu:1" and job["TresPerJob"] == "gres:gpu:1", job
-            assert job["NumCPUs"] == str(GPU_RULES[rule]["cpus_per_gpu"]), job
+            assert job["NumCPUs"] == str(rule_resources(rule)["cpus_per_gpu"]), job
         else:
             assert job["Partition"] == DEFAULT_PARTITION, job
             assert job.get("JOB_GRES", "(null)") == "(null)", f"{rule} got a GPU; is it missing in the profile? {job}"
