@@ -186,19 +186,27 @@ def main() -> None:
     report(records, args)
 
 
-def report(records: list[dict], args) -> None:
-    frame = pd.DataFrame(records)
-    frame["s_per_1k"] = frame["wall_s"] / frame["rows"] * 1000
+def append_records(frame: pd.DataFrame, args, **settings) -> dict:
+    """Append each record, stamped with the date, machine and settings, to benchmarks/out/scaling.jsonl; return the
+    stamp."""
     OUT.mkdir(exist_ok=True)
     stamp = {
         "date": date.today().isoformat(),
         "machine": platform.node(),
         "threads": args.threads,
         "max_length": args.max_length,
+        **settings,
     }
     with open(OUT / "scaling.jsonl", "a") as fh:
         for rec in frame.to_dict("records"):
             fh.write(json.dumps({**stamp, **rec}) + "\n")
+    return stamp
+
+
+def report(records: list[dict], args) -> None:
+    frame = pd.DataFrame(records)
+    frame["s_per_1k"] = frame["wall_s"] / frame["rows"] * 1000
+    stamp = append_records(frame, args)
     print(f"\n{stamp['date']}, {args.threads} threads, max_length {args.max_length}\n")
     print("| step | rows | wall s | s per 1k rows | peak RSS MB | peak anonymous MB |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -376,19 +384,7 @@ def steps_main(args) -> None:
 
 def steps_report(records: list[dict], args) -> None:
     frame = pd.DataFrame(records)
-    OUT.mkdir(exist_ok=True)
-    stamp = {
-        "date": date.today().isoformat(),
-        "machine": platform.node(),
-        "threads": args.threads,
-        "max_length": args.max_length,
-        "backbone": args.backbone,
-        "text_chars": args.text_chars,
-        "batch_size": args.batch_size,
-    }
-    with open(OUT / "scaling.jsonl", "a") as fh:
-        for rec in frame.to_dict("records"):
-            fh.write(json.dumps({**stamp, **rec}) + "\n")
+    stamp = append_records(frame, args, backbone=args.backbone, text_chars=args.text_chars, batch_size=args.batch_size)
     print(f"\n{stamp['date']}, {args.backbone}, {args.threads} threads, max_length {args.max_length}\n")
     print("| step | rows | wall s | stage s | µs per row (wall) | µs per row (stage) | peak RSS MB | peak anonymous MB "
           "| disk bytes per row |")  # fmt: skip
