@@ -14,7 +14,7 @@ from tests.conftest import REPO
 
 # Stages without a forward pass. route and route-transfer are not among them: their certainty and knn scores are
 # computed with torch (float32, as the MC-dropout pass computed the cached columns); they import no transformers.
-MODEL_FREE = ("prepare", "transfer", "signal-gather", "report", "evaluate-ensemble")
+MODEL_FREE = ("prepare", "transfer", "ood", "signal-gather", "report", "evaluate-ensemble")
 TORCH_ONLY = ("route", "route-transfer")
 
 

@@ -16,14 +16,16 @@ from kdpipe.core.store import ArtifactError, KdpipeError, check_manifest, read_j
 SPLITS = ("train", "validation", "test")
 # A transfer artifact (kdpipe.data.transfer) has this one split, of rows without a gold label
 TRANSFER = "transfer"
+# The out-of-distribution rows (evaluate.ood): a split of the dataset artifact (held-out classes) or of its own one
+OOD = "ood"
 # The label id of a row without a gold label (a transfer row): torch's cross-entropy ignores it by default
 NO_LABEL = -100
 
 
 def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:
     """One split of a dataset artifact, checked against the row count in its manifest."""
-    if split not in (*SPLITS, TRANSFER):
-        raise KdpipeError(f"unknown split '{split}'; expected one of {', '.join(SPLITS)}, {TRANSFER}")
+    if split not in (*SPLITS, TRANSFER, OOD):
+        raise KdpipeError(f"unknown split '{split}'; expected one of {', '.join(SPLITS)}, {TRANSFER}, {OOD}")
     data_dir = Path(data_dir)
     manifest = read_manifest(data_dir / "manifest.json", kind="dataset")
     path = data_dir / f"{split}.parquet"

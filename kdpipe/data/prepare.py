@@ -39,7 +39,7 @@ import pandas as pd
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
 from kdpipe.data.conflicts import resolve_conflicts
-from kdpipe.data.dataset import SPLITS, no_domains
+from kdpipe.data.dataset import OOD, SPLITS, no_domains
 from kdpipe.data.files import read_table
 from kdpipe.data.hf import is_hf_source, read_hf
 from kdpipe.data.labels import NUMERIC_NAME_COLUMNS, cell_texts, check_or_merge, check_scalars
@@ -89,7 +89,7 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
         config=params,
         name=params.get("name", "bbc_news"),
         labels=labels,
-        rows={split: len(frame) for split, frame in splits.items()},
+        rows={split: len(frame) for split, frame in splits.items()} | ({OOD: len(parts[OOD])} if OOD in parts else {}),
         **({"unlabelled_rows": len(parts["unlabelled"])} if "unlabelled" in parts else {}),
         class_counts={
             split: {label: int((frame["label"] == label).sum()) for label in labels} for split, frame in splits.items()
@@ -101,6 +101,9 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
     with atomic_path(out_dir, directory=True) as tmp:
         for split, frame in splits.items():
             frame.to_parquet(tmp / f"{split}.parquet", index=False)
+        if OOD in parts:  # the held-out classes' test rows, with their class names and no label id
+            parts[OOD].sort_values("row_id").to_parquet(tmp / f"{OOD}.parquet", index=False)
+            files.append(f"{OOD}.parquet")
         if "unlabelled" in parts:  # texts only: nothing downstream may read a withheld label
             withheld = parts["unlabelled"].sort_values("row_id")
             withheld[[c for c in ("row_id", "text", "text_pair") if c in withheld]].to_parquet(
@@ -161,8 +164,13 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     if withheld:  # training rows whose labels are withheld: their texts become transfer rows (kdpipe.data.transfer)
         train = _split_stratified(parts["train"], {"unlabelled": withheld}, seed + 1)
         parts["train"], parts["unlabelled"] = train["train"], train["unlabelled"]
+    held = list(params.get("ood_classes") or [])
+    if held:
+        parts, labels, provenance_ood = _hold_out(parts, labels, held, source)
 
     provenance = {"duplicates_dropped": duplicates, "label_renames": label_renames, "source": source}
+    if held:
+        provenance["ood"] = provenance_ood
     if merges is not None:
         provenance["label_merges"] = merges
     if conflicts:
@@ -170,6 +178,34 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     if records:  # how each file's records became rows (kdpipe.data.files)
         provenance["records"] = records
     return parts, labels, provenance
+
+
+def _hold_out(
+    parts: dict[str, pd.DataFrame], labels: list[str], held: list[str], source: str
+) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
+    """Step 6, ``evaluate.ood.classes``: the held-out classes' rows leave every split (and the withheld rows), after
+    the split, so every other class keeps the rows it has without OOD; their test rows become the ``ood`` split.
+    Returns the parts, the labels left and what was held out (a manifest field)."""
+    unknown = [c for c in held if c not in labels]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], labels, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise KdpipeError(
+            f"evaluate.ood.classes: {unknown[0]!r} is not a class of {source}{hint}; its classes are {labels}"
+        )
+    kept = [label for label in labels if label not in held]
+    if len(kept) < 2:
+        raise KdpipeError(
+            f"evaluate.ood.classes: holding out {held} leaves {len(kept)} class ({kept}) of {source}; "
+            "a classifier needs two: hold out fewer classes"
+        )
+    is_held = {origin: frame["label"].isin(held).to_numpy() for origin, frame in parts.items()}
+    out = {origin: frame[~is_held[origin]] for origin, frame in parts.items()}
+    out[OOD] = parts["test"][is_held["test"]]
+    if out[OOD].empty:
+        raise KdpipeError(f"evaluate.ood.classes: {held} have no test rows in {source}, so there is no OOD set")
+    removed = {origin: int(mask.sum()) for origin, mask in is_held.items() if origin != "test"}
+    return out, kept, {"classes": held, "rows": len(out[OOD]), "removed": removed}
 
 
 def source_domains(params: dict, where: str) -> list[str]:

@@ -226,17 +226,20 @@ def _empty(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
 # ---- readers: each source as (where, a function that yields its rows in batches as text columns)
 
 
-def _readers(source: str, params: dict) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
+def _readers(
+    source: str, params: dict, key: str = "dataset.transfer"
+) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
+    """Each part of ``source`` as (where, reader); ``key`` names the config key in messages."""
     wanted = {"text": params.get("text_column", "text")}
     if params.get("text_pair_column"):
         wanted["text_pair"] = params["text_pair_column"]
     if is_hf_source(source):
-        splits = load_splits(source, "dataset.transfer")
+        splits = load_splits(source, key)
         readers = [
             (f"{source} ({name} split)", _hf_reader(data, wanted, source, name)) for name, data in splits.items()
         ]
     else:
-        readers = [(source, _file_reader(Path(source), params, wanted))]
+        readers = [(source, _file_reader(Path(source), params, wanted, key))]
     return [(where, _texts_of(reader, wanted, where)) for where, reader in readers]
 
 
@@ -244,16 +247,16 @@ def _texts_of(reader, wanted: dict[str, str], where: str) -> Callable[[], Iterat
     return lambda: _as_text(reader(), wanted, where)
 
 
-def _file_reader(path: Path, params: dict, wanted: dict[str, str]) -> Callable[[], Iterator[pd.DataFrame]]:
+def _file_reader(path: Path, params: dict, wanted: dict[str, str], key: str) -> Callable[[], Iterator[pd.DataFrame]]:
     if not path.is_file():
         where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        raise KdpipeError(f"{path}: file not found{where}; check dataset.transfer")
+        raise KdpipeError(f"{path}: file not found{where}; check {key}")
     if not path.stat().st_size or not _has_content(path):
-        raise KdpipeError(f"{path}: the file is empty (dataset.transfer)")
+        raise KdpipeError(f"{path}: the file is empty ({key})")
     fmt = file_format(path, params.get("format", "auto"))
     encoding = params.get("encoding", "utf-8")
     if fmt != "parquet":
-        _check_encoding(path, encoding)
+        _check_encoding(path, encoding, key)
     reader = {"parquet": _parquet_reader, "jsonl": _jsonl_reader}.get(fmt, _delimited_reader)
     return reader(path, wanted, fmt, encoding)
 
@@ -430,7 +433,7 @@ def _has_content(path: Path) -> bool:
     return False
 
 
-def _check_encoding(path: Path, encoding: str) -> None:
+def _check_encoding(path: Path, encoding: str, key: str) -> None:
     """The whole file decodes in ``encoding`` (read in chunks), or an error with the byte offset and a hint."""
     try:
         decoder = codecs.getincrementaldecoder(encoding)()
@@ -448,7 +451,7 @@ def _check_encoding(path: Path, encoding: str) -> None:
                 handle.seek(0)
                 raise KdpipeError(
                     f"{path}: not valid {encoding} at byte offset {start} ({err.reason}); "
-                    f"{encoding_hint(handle.read(1 << 24))} (dataset.transfer)"
+                    f"{encoding_hint(handle.read(1 << 24))} ({key})"
                 ) from err
             if not chunk:
                 return

@@ -1,6 +1,9 @@
-"""What an evaluation writes: ``{split}.json`` (model info, :func:`kdpipe.evaluation.metrics.classification_metrics`
-and :func:`kdpipe.evaluation.metrics.uncertainty_summary`) and ``{split}.predictions.parquet`` (row_id, label, pred,
-correct, confidence, probs, and the per-row total / aleatoric / epistemic uncertainty)."""
+"""What an evaluation writes: ``{split}.json`` (model info, :func:`kdpipe.evaluation.metrics.classification_metrics`,
+:func:`kdpipe.evaluation.metrics.uncertainty_summary` and the selective-prediction AURC of every uncertainty score,
+:func:`kdpipe.evaluation.ood.selective`) and ``{split}.predictions.parquet`` (row_id, label, pred, correct,
+confidence, probs, and the per-row total / aleatoric / epistemic uncertainty; with MC-dropout at evaluation also
+their ``mc_`` estimates); for the OOD rows ``ood.json`` (:func:`write_ood`: each score's AUROC, AUPR and FPR at 95%
+TPR against the in-distribution test rows) and ``ood.predictions.parquet``."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.store import atomic_path, write_json
 from kdpipe.evaluation.metrics import classification_metrics, uncertainty_split, uncertainty_summary
+from kdpipe.evaluation.ood import detection, scores, selective
 
 INFO = ("model", "base", "group", "kind", "method", "seed", "split", "domain")
 
@@ -67,17 +71,22 @@ def write_evaluation(
     out_json: Path,
     out_predictions: Path,
     domains: np.ndarray | None = None,
+    mc_probs: np.ndarray | None = None,
 ) -> dict:
-    """Metrics of the members' mean prediction plus the uncertainty split (and the accuracy per domain, given each
-    row's domain); the JSON and the predictions table."""
+    """Metrics of the members' mean prediction plus the uncertainty split, the AURC of every uncertainty score (and
+    the accuracy per domain, given each row's domain); the JSON and the predictions table. ``mc_probs`` [T·M, N, C]:
+    MC-dropout samples, whose scores are added as ``mc_*``."""
     probs = member_probs.mean(0)
     metrics = classification_metrics(probs, y, classes, ece_bins=params["ece_bins"])
     metrics["uncertainty"] = uncertainty_summary(member_probs)
+    pred = probs.argmax(1)
+    metrics["selective"] = selective(row_scores(member_probs, mc_probs), pred == y)
     if domains is not None:
         metrics["per_domain"] = per_domain_accuracy(probs, y, domains)
     result = {key: params.get(key) for key in INFO}
     result.update(extra, members=int(member_probs.shape[0]), classes=classes, metrics=metrics)
-    pred = probs.argmax(1)
+    if mc_probs is not None:
+        result["mc_samples"] = int(params["mc_samples"])
     columns = {
         "row_id": row_ids,
         "label": y,  # (class indices: predictions_table names them)
@@ -86,6 +95,7 @@ def write_evaluation(
         "confidence": probs.max(1),
         "probs": probs.astype(np.float32),
         **uncertainty_split(member_probs),
+        **mc_columns(mc_probs),
     }
     if domains is not None:
         columns["domain"] = domains
@@ -93,6 +103,88 @@ def write_evaluation(
         pq.write_table(predictions_table(columns, classes), tmp, compression="snappy")
     write_json(out_json, result)
     return result
+
+
+def row_scores(member_probs: np.ndarray, mc_probs: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Every uncertainty score of each row (:func:`kdpipe.evaluation.ood.scores`), the MC-dropout ones as ``mc_*``."""
+    return scores(member_probs) | (scores(mc_probs, "mc_") if mc_probs is not None else {})
+
+
+def mc_columns(mc_probs: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The predictions table's MC-dropout columns: the samples' mean top probability and uncertainty split."""
+    if mc_probs is None:
+        return {}
+    split = uncertainty_split(mc_probs)
+    return {"mc_confidence": mc_probs.mean(0).max(1), **{f"mc_{kind}": values for kind, values in split.items()}}
+
+
+def write_ood(
+    params: dict,
+    in_member_probs: np.ndarray,
+    ood_member_probs: np.ndarray,
+    ood_rows: pd.DataFrame,
+    classes: list[str],
+    extra: dict,
+    out_json: Path,
+    out_predictions: Path,
+    in_accuracy: float | None,
+    in_mc: np.ndarray | None = None,
+    ood_mc: np.ndarray | None = None,
+) -> dict:
+    """``ood.json``: how well each uncertainty score tells the OOD rows from the in-distribution test rows
+    (:func:`kdpipe.evaluation.ood.detection`), and ``ood.predictions.parquet`` (row_id, ood_label: the held-out
+    class or None, pred, confidence, probs, the uncertainty split and its ``mc_*`` estimates)."""
+    in_scores, out_scores = row_scores(in_member_probs, in_mc), row_scores(ood_member_probs, ood_mc)
+    in_probs = in_member_probs.mean(0)
+    result = {key: params.get(key) for key in INFO}
+    result.update(extra, members=int(ood_member_probs.shape[0]), classes=classes)
+    if ood_mc is not None:
+        result["mc_samples"] = int(params["mc_samples"])
+    result["ood"] = {
+        **ood_description(params),
+        "in_split": "test",
+        "n_in": int(in_probs.shape[0]),
+        "n_ood": int(len(ood_rows)),
+        "accuracy_in": in_accuracy,
+        "scores": {name: detection(in_scores[name], out_scores[name]) for name in out_scores},
+    }
+    probs = ood_member_probs.mean(0)
+    columns = {
+        "row_id": ood_rows["row_id"].to_numpy(),
+        "ood_label": ood_rows["label"].to_numpy() if "label" in ood_rows else np.full(len(ood_rows), None),
+        "pred": np.asarray(classes)[probs.argmax(1)],
+        "confidence": probs.max(1),
+        "probs": list(probs.astype(np.float32)),
+        **uncertainty_split(ood_member_probs),
+        **mc_columns(ood_mc),
+    }
+    with atomic_path(out_predictions) as tmp:
+        pd.DataFrame(columns).to_parquet(tmp, index=False)
+    write_json(out_json, result)
+    return result
+
+
+def write_no_ood(params: dict, extra: dict, out_json: Path, out_predictions: Path, reason: str) -> dict:
+    """``ood.json`` of a model that has no OOD scores (``ood.scores`` null, ``ood.reason`` says why) and an empty
+    predictions table."""
+    result = {key: params.get(key) for key in INFO}
+    result.update(extra, ood={**ood_description(params), "in_split": "test", "scores": None, "reason": reason})
+    with atomic_path(out_predictions) as tmp:
+        pd.DataFrame({"row_id": pd.Series(dtype="int64"), "ood_label": pd.Series(dtype="object")}).to_parquet(
+            tmp, index=False
+        )
+    write_json(out_json, result)
+    return result
+
+
+def ood_description(params: dict) -> dict:
+    """What the OOD rows are, from the evaluation's ``ood`` setting."""
+    spec = params.get("ood") or {}
+    return {
+        "source": "classes" if spec.get("classes") else "file",
+        "classes": spec.get("classes"),
+        "file": spec.get("source"),
+    }
 
 
 def _pandas_frame(columns: dict, classes: list[str], rows) -> pd.DataFrame:

@@ -160,3 +160,21 @@ def architecture_modules(model_spec: dict) -> list[str]:
     if model_spec.get("heads"):
         modules.append("kdpipe.models.multihead")
     return modules
+
+
+# The builtin backbones keep BERT's default dropout (0.1 on hidden states and attention probabilities)
+BUILTIN_DROPOUT = {"builtin:minilm-l6": 0.1, "builtin:tiny-bert": 0.1}
+
+
+def stored_dropout(model: str) -> float | None:
+    """The largest dropout probability a stored model's config sets (every ``*dropout*`` number of a builtin's or a
+    local folder's ``config.json``), or None when that cannot be read without loading it (a hub name). MC-dropout
+    needs it above zero, or its samples are all equal."""
+    if model in BUILTIN_DROPOUT:
+        return BUILTIN_DROPOUT[model]
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    rates = [v for k, v in config.items() if "dropout" in k and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return max(rates, default=0.0)

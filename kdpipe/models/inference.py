@@ -41,10 +41,15 @@ def _predict(
     device: torch.device,
     desc: str | None,
     shard: tuple[int, int] = WHOLE,
+    dropout: bool = False,
 ) -> np.ndarray:
     """``pick(model output)`` -> tensor [..., B, C] for every batch, gathered into [..., N, C] in row order (for a
-    shard, only its rows are filled)."""
-    model.eval()
+    shard, only its rows are filled); in eval mode, or with ``dropout`` in eval mode but for dropout
+    (:func:`enable_dropout`)."""
+    if dropout:
+        enable_dropout(model)
+    else:
+        model.eval()
     out = None
     for batch in iterate(encoded, batch_size, device, desc, shard):
         with autocast(device):
@@ -72,17 +77,59 @@ def predict_logits(
     )
 
 
+def _members(out) -> torch.Tensor:
+    heads = getattr(out, "head_logits", None)
+    return heads if heads is not None else out.logits[None]
+
+
 def predict_member_logits(
     model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device, desc: str | None = None
 ) -> np.ndarray:
     """Eval-mode logits of each member [M, N, C]: the heads of a multi-head model (its ``head_logits``), else the
     one model (M = 1)."""
+    return _predict(model, encoded, _members, batch_size=batch_size, device=device, desc=desc)
 
-    def pick(out):
-        heads = getattr(out, "head_logits", None)
-        return heads if heads is not None else out.logits[None]
 
-    return _predict(model, encoded, pick, batch_size=batch_size, device=device, desc=desc)
+def enable_dropout(model: nn.Module) -> nn.Module:
+    """Eval mode everywhere except dropout: ``nn.Dropout`` modules and attention modules (whose attention-prob
+    dropout is functional and gated on the attention module's own ``training`` flag in transformers)."""
+    model.eval()
+    for module in model.modules():
+        if isinstance(module, nn.Dropout) or type(module).__name__.endswith("Attention"):
+            module.train()
+    return model
+
+
+def dropout_rates(model: nn.Module) -> list[float]:
+    """Every dropout probability of a model: its ``nn.Dropout`` modules' and the float ``*dropout*`` attributes that
+    attention modules read at run time."""
+    rates = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
+    return rates + [v for m in model.modules() for a, v in vars(m).items() if "dropout" in a and isinstance(v, float)]
+
+
+def mc_member_logits(
+    model: nn.Module,
+    encoded: Encoded,
+    *,
+    samples: int,
+    seed: int,
+    batch_size: int,
+    device: torch.device,
+    desc: str | None = None,
+) -> np.ndarray:
+    """MC-dropout at evaluation (docs/methods.md, "Judging uncertainty"): ``samples`` dropout-on passes over the
+    split, each the members' logits, as [T·M, N, C] (sample-major). Pass t is seeded by ``(seed, t)``, so a fixed
+    seed gives the same samples. A pass at a time, not the enlarged batches of the MC-dropout signal: evaluation
+    splits are small, and any model (a multi-head or BiLSTM student too) runs this way."""
+    passes = []
+    for t in range(samples):
+        torch.manual_seed(seed * 1_000_003 + t)
+        label = f"{desc} (MC-dropout {t + 1}/{samples})" if desc else None
+        passes.append(
+            _predict(model, encoded, _members, batch_size=batch_size, device=device, desc=label, dropout=True)
+        )
+    model.eval()
+    return np.concatenate(passes)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -22,12 +22,14 @@ from kdpipe.plan.checks import Checks, check_empty
 from kdpipe.plan.classes import Classes
 from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
 from kdpipe.plan.layers import Layers
+from kdpipe.plan.ood import OOD_SPLIT, Ood
 from kdpipe.plan.passes import Passes
 from kdpipe.plan.paths import (
     COTRAINED,
     DATA,
     EVAL,
     LOGS,
+    OOD_DATA,
     ORACLE,
     PROTOTYPES,
     REPORT,
@@ -50,6 +52,7 @@ __all__ = [
     "DATA",
     "EVAL",
     "LOGS",
+    "OOD_DATA",
     "PROTOTYPES",
     "REPORT",
     "ROUTE",
@@ -64,7 +67,7 @@ __all__ = [
 ]
 
 
-class Plan(Budget, Checks, Classes, Layers, Passes, Routes, Slices):
+class Plan(Budget, Checks, Classes, Layers, Ood, Passes, Routes, Slices):
     def __init__(self, config: dict, schema: dict | None = None):
         """``config`` with its defaults filled in; ``schema`` (the config schema) validates merged entries."""
         check_empty(config)
@@ -268,7 +271,8 @@ class Plan(Budget, Checks, Classes, Layers, Passes, Routes, Slices):
         return list(self.config["mc_dropout"].get("splits") or [])
 
     def eval_splits(self) -> list[str]:
-        return list(self.config["evaluate"]["splits"])
+        """The splits every model is evaluated on (``evaluate.splits``), then the OOD rows (``evaluate.ood``)."""
+        return [*self.config["evaluate"]["splits"], *([OOD_SPLIT] if self.has_ood() else [])]
 
     def trained_models(self) -> list[str]:
         """The folders of every evaluated model that has one (not an ensemble): the report reads their training

@@ -87,6 +87,8 @@ class Checks:
                     )
             self._check_heads(student, method, where)
             self._check_stage(student, method, where)
+        self._check_ood()
+        self._check_mc_samples()
         self._check_classes()
 
     def _check_own_code(self) -> None:

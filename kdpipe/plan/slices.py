@@ -39,6 +39,8 @@ class Slices:
         }
         if not dataset.get("split", {}).get("unlabelled", 1):
             dataset["split"] = without(dataset["split"], "unlabelled")
+        if self.ood_classes():  # held out of every split before any teacher trains (docs/methods.md)
+            dataset["ood_classes"] = self.ood_classes()
         return with_local_content(dataset)
 
     def transfer_params(self) -> dict:
@@ -127,7 +129,7 @@ class Slices:
                 "method": "prokt",
                 "seed": student.seed,
                 "splits": splits,
-                **without(self.config["evaluate"], "splits", "oracle"),
+                **self._eval_settings(model),
             }
         if model == ORACLE and self.oracle:
             return {
@@ -139,7 +141,7 @@ class Slices:
                 "members": self.oracle,
                 "combine": "oracle",
                 "splits": splits,
-                **without(self.config["evaluate"], "splits", "oracle"),
+                **self._eval_settings(model),
             }
         if model in self.ensembles:
             return {
@@ -150,7 +152,7 @@ class Slices:
                 "seed": None,
                 "members": self.ensembles[model],
                 "splits": splits,
-                **without(self.config["evaluate"], "splits", "oracle"),
+                **self._eval_settings(model),
             }
         domain = (student.config if student else self.teachers[model]).get("domain")
         group = {"group": student.entry} if student and student.base != student.entry else {}
@@ -162,9 +164,22 @@ class Slices:
             "method": student.config["method"] if student else None,
             "seed": student.seed if student else self.teachers[model].get("seed"),
             "splits": splits,
-            **without(self.config["evaluate"], "splits", "oracle"),
+            **self._eval_settings(model),
             **({"domain": domain} if domain else {}),
         }
+
+    def _eval_settings(self, model: str) -> dict:
+        """The ``evaluate`` keys an evaluation job of ``model`` uses; ``ood`` and ``mc_samples`` only when set (so
+        that slices made before those keys stay valid), and ``mc_samples`` only for a model that runs inference (an
+        ensemble and the oracle are made from their members' predictions)."""
+        settings = without(self.config["evaluate"], "splits", "oracle", "ood", "mc_samples")
+        if self.has_ood():
+            settings["ood"] = {key: value for key, value in self.ood_spec().items() if value is not None}
+        combined = model in self.ensembles or (model == ORACLE and self.oracle)
+        if self.config["evaluate"].get("mc_samples") and not combined:
+            settings["mc_samples"] = self.config["evaluate"]["mc_samples"]
+            settings["mc_seed"] = self.config["mc_dropout"].get("seed", 0)
+        return settings
 
     # ---- the kdpipe modules a job imports by name, added to its code fingerprint (docs/caching-and-reruns.md)
     def teacher_modules(self, teacher: str) -> list[str]:

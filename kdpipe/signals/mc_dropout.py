@@ -32,22 +32,12 @@ from kdpipe.core.device import autocast, pick_device
 from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_manifest
 from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.evaluation.information import normalized_entropy
-from kdpipe.models.inference import iterate, pass_batches
+from kdpipe.models.inference import dropout_rates, enable_dropout, iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.shards import gather_array, shard_rows
 from kdpipe.signals.teacher import open_teacher
 
 SCORES = ("entropy", "certainty", "max_prob", "variance", "mean_entropy", "mutual_info")
-
-
-def enable_dropout(model: nn.Module) -> nn.Module:
-    """Eval mode everywhere except dropout: ``nn.Dropout`` modules and attention modules (whose attention-prob
-    dropout is functional and gated on the attention module's own ``training`` flag in transformers)."""
-    model.eval()
-    for module in model.modules():
-        if isinstance(module, nn.Dropout) or type(module).__name__.endswith("Attention"):
-            module.train()
-    return model
 
 
 def set_dropout(model: nn.Module, rate: float | None, where: str) -> nn.Module:
@@ -63,9 +53,7 @@ def set_dropout(model: nn.Module, rate: float | None, where: str) -> nn.Module:
                 if "dropout" in attr and isinstance(value, float):
                     setattr(module, attr, float(rate))
         return model
-    rates = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
-    rates += [v for m in model.modules() for a, v in vars(m).items() if "dropout" in a and isinstance(v, float)]
-    if not any(r > 0 for r in rates):
+    if not any(r > 0 for r in dropout_rates(model)):
         raise KdpipeError(
             f"{where}: the teacher's dropout is zero everywhere, so MC-dropout samples would all be equal; set "
             "mc_dropout.dropout (e.g. 0.1) to sample with that dropout rate"

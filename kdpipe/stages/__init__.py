@@ -27,6 +27,7 @@ class Stage:
 _TABLE = {
     "prepare": ("out", False, "read, deduplicate and split the dataset"),
     "transfer": ("data out", False, "unlabelled transfer rows, checked against the dataset"),
+    "ood": ("data out", False, "an external out-of-distribution set, checked against the dataset"),
     "prototypes": ("data out", True, "Meta-KD's prototype scores"),
     "finetune-teacher": ("data out prototypes?", True, "fine-tune one teacher"),
     "import-teacher": ("data out", True, "use a fine-tuned checkpoint as a teacher, without training"),
@@ -41,7 +42,11 @@ _TABLE = {
         "train a student from cached signals",
     ),
     "cotrain": ("data out out_teacher", True, "ProKT: a student and its teacher trained together"),
-    "evaluate": ("model data out_json+ out_predictions+", True, "metrics and predictions of one model, split by split"),
+    "evaluate": (
+        "model data ood? out_json+ out_predictions+",
+        True,
+        "metrics and predictions of one model, split by split",
+    ),
     "evaluate-ensemble": ("members+ out_json+ out_predictions+", False, "an ensemble from its members' predictions"),
     "report": ("evals+ out routes* models* title:str?", False, "summary tables and plots"),
     "predict": (

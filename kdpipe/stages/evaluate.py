@@ -12,8 +12,14 @@ Every model gets the uncertainty split of docs/methods.md §3 (total = entropy o
 member entropy, epistemic = their difference, the mutual information) over its members: the heads of a multi-head
 student, the members of an ensemble, or the model itself (M = 1, epistemic 0).
 
+With ``evaluate.mc_samples`` (T), every split is also predicted T times with dropout on (MC-dropout at evaluation,
+docs/methods.md "Judging uncertainty"): the ``mc_*`` scores and columns; accuracy and calibration stay those of the
+deterministic pass. With ``evaluate.ood``, the last split is ``ood``: the OOD rows, every one predicted (none is a
+class of the model), scored against the test rows of this job.
+
 Outputs per split (:mod:`kdpipe.evaluation.results`): ``{split}.json`` and ``{split}.predictions.parquet`` (row_id,
-label, pred, correct, confidence, probs, and the per-row total / aleatoric / epistemic uncertainty).
+label, pred, correct, confidence, probs, and the per-row total / aleatoric / epistemic uncertainty), and
+``ood.json`` and ``ood.predictions.parquet``.
 """
 
 from __future__ import annotations
@@ -27,11 +33,11 @@ import numpy as np
 
 from kdpipe.core.device import pick_device
 from kdpipe.core.memory import release_freed_memory
-from kdpipe.core.store import read_json
+from kdpipe.core.store import KdpipeError, read_json
 from kdpipe.data.batching import encode_frame, without_texts
-from kdpipe.data.dataset import dataset_domains, read_split, restrict_to_domain
-from kdpipe.evaluation.results import split_slices, write_evaluation
-from kdpipe.models.inference import predict_member_logits, softmax
+from kdpipe.data.dataset import OOD, dataset_domains, read_split, restrict_to_domain
+from kdpipe.evaluation.results import split_slices, write_evaluation, write_ood
+from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_member_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
 
 
@@ -50,12 +56,25 @@ class Loaded:
     transfer_rows: int  # and the unlabelled rows it learnt from
 
 
-def run(params: dict, model: Path, data: Path, out_json: list[Path], out_predictions: list[Path]) -> list[dict]:
-    """``params``: model (name), base, kind, method, seed, splits, batch_size, ece_bins (and domain); ``out_json``
-    and ``out_predictions``: one path per split, in the order of ``splits``."""
+def run(
+    params: dict, model: Path, data: Path, out_json: list[Path], out_predictions: list[Path], ood: list[Path] = ()
+) -> list[dict]:
+    """``params``: model (name), base, kind, method, seed, splits, batch_size, ece_bins (and domain, ood,
+    mc_samples, mc_seed); ``out_json`` and ``out_predictions``: one path per split, in the order of ``splits``;
+    ``ood``: the artifact of an external OOD set, if any (else the OOD rows are the dataset's ``ood`` split)."""
     loaded = load(Path(model))
-    evaluated = zip(split_slices(params), out_json, out_predictions, strict=True)
-    return [evaluate_split(split_params, loaded, data, *paths) for split_params, *paths in evaluated]
+    done: dict[str, Predicted] = {}
+    results = []
+    for split_params, json_path, predictions_path in zip(split_slices(params), out_json, out_predictions, strict=True):
+        split = split_params["split"]
+        if split == OOD:  # after test (the plan puts it last): its rows are the in-distribution side
+            results.append(
+                evaluate_ood(split_params, loaded, Path(ood or data), done["test"], json_path, predictions_path)
+            )
+        else:
+            result, done[split] = evaluate_split(split_params, loaded, data, json_path, predictions_path)
+            results.append(result)
+    return results
 
 
 def load(model_dir: Path) -> Loaded:
@@ -76,7 +95,19 @@ def load(model_dir: Path) -> Loaded:
     )
 
 
-def evaluate_split(params: dict, loaded: Loaded, data_dir: Path, out_json: Path, out_predictions: Path) -> dict:
+@dataclass(frozen=True)
+class Predicted:
+    """A split's predictions, kept for the OOD rows' comparison: member probabilities [M, N, C], MC-dropout samples
+    [T·M, N, C] (or None) and the accuracy."""
+
+    member_probs: np.ndarray
+    mc_probs: np.ndarray | None
+    accuracy: float
+
+
+def evaluate_split(
+    params: dict, loaded: Loaded, data_dir: Path, out_json: Path, out_predictions: Path
+) -> tuple[dict, Predicted]:
     """One split's metrics and predictions (``params``: the split's slice, with ``split``)."""
     frame = restrict_to_domain(
         read_split(data_dir, params["split"]),
@@ -87,36 +118,8 @@ def evaluate_split(params: dict, loaded: Loaded, data_dir: Path, out_json: Path,
     frame = frame[frame["label"].isin(loaded.classes)].reset_index(drop=True)
     local = {c: i for i, c in enumerate(loaded.classes)}
     y = frame["label"].map(local).to_numpy(dtype=np.int64)
-    encoded = encode_frame(
-        loaded.tokenizer,
-        frame,
-        max_length=loaded.max_length,
-        label_ids=y,
-        separate_pairs=getattr(loaded.model, "separate_pairs", False),
-    )
-    frame = without_texts(frame)
-    release_freed_memory()
-    started = time.perf_counter()
-    member_probs = softmax(
-        predict_member_logits(
-            loaded.model,
-            encoded,
-            batch_size=params["batch_size"],
-            device=loaded.device,
-            desc=f"evaluate {params['model']} {params['split']}",
-        )
-    )
-    inference_time = time.perf_counter() - started
-    extra = {
-        "params": loaded.params,
-        "train_time_s": loaded.train_time_s,
-        "inference_time_s": inference_time,
-        "device": _describe(loaded.device),
-        "batch_size": params["batch_size"],
-        "gold_labels": loaded.gold_labels,
-        "transfer_rows": loaded.transfer_rows,
-    }
-    return write_evaluation(
+    frame, member_probs, mc_probs, extra = _predict(params, loaded, frame, y)
+    result = write_evaluation(
         params,
         member_probs,
         y,
@@ -126,7 +129,78 @@ def evaluate_split(params: dict, loaded: Loaded, data_dir: Path, out_json: Path,
         out_json,
         out_predictions,
         frame["domain"].to_numpy() if "domain" in frame else None,
+        mc_probs,
     )
+    return result, Predicted(member_probs, mc_probs, result["metrics"]["accuracy"])
+
+
+def evaluate_ood(
+    params: dict, loaded: Loaded, ood_dir: Path, test: Predicted, out_json: Path, out_predictions: Path
+) -> dict:
+    """The OOD rows (every one, whatever its class: none is a class of the model) against the test rows."""
+    frame = read_split(ood_dir, OOD)
+    frame, member_probs, mc_probs, extra = _predict(params, loaded, frame, None)
+    return write_ood(
+        params,
+        test.member_probs,
+        member_probs,
+        frame,
+        loaded.classes,
+        extra,
+        out_json,
+        out_predictions,
+        test.accuracy,
+        test.mc_probs,
+        mc_probs,
+    )
+
+
+def _predict(params: dict, loaded: Loaded, frame, y) -> tuple:
+    """(the frame without its texts, member probabilities [M, N, C], MC-dropout samples [T·M, N, C] or None, what
+    the record says of the model and the pass)."""
+    encoded = encode_frame(
+        loaded.tokenizer,
+        frame,
+        max_length=loaded.max_length,
+        label_ids=y,
+        separate_pairs=getattr(loaded.model, "separate_pairs", False),
+    )
+    frame = without_texts(frame)
+    release_freed_memory()
+    desc = f"evaluate {params['model']} {params['split']}"
+    started = time.perf_counter()
+    member_probs = softmax(
+        predict_member_logits(loaded.model, encoded, batch_size=params["batch_size"], device=loaded.device, desc=desc)
+    )
+    inference_time = time.perf_counter() - started
+    mc_probs = None
+    if params.get("mc_samples"):
+        if not any(rate > 0 for rate in dropout_rates(loaded.model)):
+            raise KdpipeError(
+                f"evaluate.mc_samples: model {params['model']} has no dropout (every dropout probability is 0), so "
+                "its MC-dropout samples would all be equal; leave evaluate.mc_samples out"
+            )
+        mc_probs = softmax(
+            mc_member_logits(
+                loaded.model,
+                encoded,
+                samples=params["mc_samples"],
+                seed=params.get("mc_seed", 0),
+                batch_size=params["batch_size"],
+                device=loaded.device,
+                desc=desc,
+            )
+        )
+    extra = {
+        "params": loaded.params,
+        "train_time_s": loaded.train_time_s,
+        "inference_time_s": inference_time,
+        "device": _describe(loaded.device),
+        "batch_size": params["batch_size"],
+        "gold_labels": loaded.gold_labels,
+        "transfer_rows": loaded.transfer_rows,
+    }
+    return frame, member_probs, mc_probs, extra
 
 
 def _describe(device) -> str:

@@ -16,7 +16,15 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError, read_json
-from kdpipe.evaluation.results import combined_label_use, split_slices, sum_or_none, write_evaluation
+from kdpipe.data.dataset import OOD
+from kdpipe.evaluation.results import (
+    combined_label_use,
+    split_slices,
+    sum_or_none,
+    write_evaluation,
+    write_no_ood,
+    write_ood,
+)
 
 
 def run(params: dict, members: list[Path], out_json: list[Path], out_predictions: list[Path]) -> list[dict]:
@@ -29,10 +37,17 @@ def run(params: dict, members: list[Path], out_json: list[Path], out_predictions
             f"{params['model']}: {len(members)} member predictions for {count} members on {len(splits)} splits"
         )
     evaluated = zip(splits, out_json, out_predictions, strict=True)
-    return [
-        evaluate_split(split_params, members[i * count : (i + 1) * count], *paths)
-        for i, (split_params, *paths) in enumerate(evaluated)
-    ]
+    results = []
+    for i, (split_params, *paths) in enumerate(evaluated):
+        split_members = members[i * count : (i + 1) * count]
+        if split_params["split"] == OOD:  # after test (the plan puts it last): test's members are the other side
+            test = splits.index(next(s for s in splits if s["split"] == "test"))
+            results.append(
+                evaluate_ood(split_params, members[test * count : (test + 1) * count], split_members, *paths)
+            )
+        else:
+            results.append(evaluate_split(split_params, split_members, *paths))
+    return results
 
 
 def evaluate_split(params: dict, members: list[Path], out_json: Path, out_predictions: Path) -> dict:
@@ -61,6 +76,42 @@ def evaluate_split(params: dict, members: list[Path], out_json: Path, out_predic
     return write_evaluation(
         params, member_probs, y, classes, tables[0]["row_id"].to_numpy(), extra, out_json, out_predictions, domains
     )
+
+
+def evaluate_ood(
+    params: dict, test_members: list[Path], ood_members: list[Path], out_json: Path, out_predictions: Path
+) -> dict:
+    """The ensemble on the OOD rows against the test rows, each side the mean of its members' probabilities (the
+    members' spread gives the expected entropy and the mutual information). The oracle has no OOD scores: it picks
+    each row's teacher by the row's gold class, which an OOD row does not have among the teachers'."""
+    test, test_records = _read(test_members)
+    ood, records = _read(ood_members)
+    extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
+    extra["gold_labels"] = combined_label_use(records, disjoint=params.get("combine") == "oracle")
+    if params.get("combine") == "oracle":
+        return write_no_ood(params, extra, out_json, out_predictions, ORACLE_REASON)
+    classes = records[0]["classes"]
+    in_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in test]).astype(np.float64)
+    ood_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in ood]).astype(np.float64)
+    accuracy = float((in_probs.mean(0).argmax(1) == test[0]["label"].map(_index(classes)).to_numpy()).mean())
+    rows = ood[0][["row_id", "ood_label"]].rename(columns={"ood_label": "label"})
+    return write_ood(params, in_probs, ood_probs, rows, classes, extra, out_json, out_predictions, accuracy)
+
+
+ORACLE_REASON = (
+    "the oracle picks each row's teacher by the row's gold class, and an OOD row's class belongs to no teacher"
+)
+
+
+def _read(paths: list[Path]) -> tuple[list[pd.DataFrame], list[dict]]:
+    """Each member's predictions table and the JSON beside it."""
+    tables = [pd.read_parquet(path) for path in map(Path, paths)]
+    records = [read_json(Path(p).with_name(Path(p).name.replace(".predictions.parquet", ".json"))) for p in paths]
+    return tables, records
+
+
+def _index(classes: list[str]) -> dict[str, int]:
+    return {c: i for i, c in enumerate(classes)}
 
 
 def _oracle(

@@ -18,6 +18,7 @@ from kdpipe.plan import (
     DATA,
     EVAL,
     LOGS,
+    OOD_DATA,
     PROTOTYPES,
     REPORT,
     ROUTE,
@@ -52,6 +53,7 @@ DATASET = PLAN.dataset
 SIGNAL_NAMES = list(SIGNAL_CATALOG)
 DATA_DIR = DATA.format(dataset=DATASET)
 TRANSFER_DIR = TRANSFER.format(dataset=DATASET)
+OOD_DIR = OOD_DATA.format(dataset=DATASET)
 SIGNAL_SPLITS = "train|validation|test|transfer"  # teachers' signals are computed on the transfer rows too
 # Every rule runs `python -m kdpipe <stage>`. Without a deployment method that `python` is the one running
 # Snakemake (its folder goes first on PATH), so `.venv/bin/snakemake` works without activating the venv. With

@@ -36,3 +36,24 @@ rule transfer:
         code=code("kdpipe.stages.transfer"),
     shell:
         "python -m kdpipe transfer --params {params.cfg:q} --data {input.data} --out {output.transfer} > {log} 2>&1"
+
+
+rule ood:
+    """An external OOD set (evaluate.ood.source): read, drop empty, repeated and dataset texts."""
+    input:
+        data=DATA_DIR,
+    output:
+        ood=directory(OOD_DIR),
+    log:
+        f"{LOGS}/ood.log",
+    conda:
+        ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        cfg=lambda wc: as_json(PLAN.ood_params()),
+        code=code("kdpipe.stages.ood"),
+    shell:
+        "python -m kdpipe ood --params {params.cfg:q} --data {input.data} --out {output.ood} > {log} 2>&1"

@@ -1,9 +1,10 @@
 rule evaluate:
-    """Accuracy, macro-F1, NLL, ECE, Brier and predictions of one model on every split it is evaluated on, the model
-    loaded once (one job per model)."""
+    """Accuracy, macro-F1, NLL, ECE, Brier, selective prediction and predictions of one model on every split it is
+    evaluated on, and its OOD detection (evaluate.ood), the model loaded once (one job per model)."""
     input:
         model=model_dir,
         data=DATA_DIR,
+        ood=PLAN.ood_inputs(),
     output:
         metrics=[f"{EVAL.format(model='{model}', split=s)}.json" for s in PLAN.eval_splits()],
         predictions=[f"{EVAL.format(model='{model}', split=s)}.predictions.parquet" for s in PLAN.eval_splits()],
@@ -21,7 +22,7 @@ rule evaluate:
         code=lambda wc: code("kdpipe.stages.evaluate", *PLAN.model_modules(wc.model)),
     shell:
         "python -m kdpipe --threads {threads} evaluate --params {params.cfg:q} --model {input.model} --data {input.data}"
-        " --out-json {output.metrics} --out-predictions {output.predictions} > {log} 2>&1"
+        " --ood {input.ood} --out-json {output.metrics} --out-predictions {output.predictions} > {log} 2>&1"
 
 
 rule evaluate_ensemble:

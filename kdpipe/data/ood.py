@@ -1,0 +1,74 @@
+"""An external out-of-distribution set (``evaluate.ood.source``, docs/methods.md "Judging uncertainty"): the texts of
+one file, read like a transfer file (:mod:`kdpipe.data.transfer`: only the text column), written by the ``ood`` job
+as a one-split dataset artifact ``results/ood/<dataset>/`` (``ood.parquet``, ``labels.json``, ``manifest.json``)
+that every evaluation job reads beside the dataset.
+
+Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a text that repeats an earlier OOD
+row, and a text equal to any text of the dataset (train, validation, test or the withheld rows), folded as an uncased
+tokenizer reads it: such a row is not unseen, and a training text would make the OOD set easier to miss.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kdpipe.core.checksums import write_manifest
+from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
+from kdpipe.data.dataset import OOD, SPLITS, read_labels, read_split
+from kdpipe.data.prepare import UNLABELLED
+from kdpipe.data.transfer import _empty, _hashes, _next_row_id, _readers
+
+_REASONS = {"empty": "empty text", "duplicate": "repeated OOD text", "dataset": "equal to a text of the dataset"}
+
+
+def build_ood(params: dict, data_dir: Path, out_dir: Path) -> dict:
+    """Write the OOD artifact of ``params`` (source, text_column...) beside the prepared dataset ``data_dir``;
+    return its manifest."""
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    columns = ["text", *(["text_pair"] if params.get("text_pair_column") else [])]
+    frames = [batch for _, reader in _readers(params["source"], params, "evaluate.ood.source") for batch in reader()]
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    if rows.empty:
+        raise KdpipeError(f"{params['source']}: no data rows (evaluate.ood.source)")
+    hashed = _hashes(rows, columns)
+    known = [_hashes(read_split(data_dir, split), columns) for split in SPLITS]
+    if (data_dir / UNLABELLED).is_file():
+        known.append(_hashes(pd.read_parquet(data_dir / UNLABELLED), columns))
+    empty = _empty(rows, columns)
+    first = np.zeros(len(rows), bool)
+    first[np.unique(hashed, return_index=True)[1]] = True
+    in_dataset = np.isin(hashed, np.concatenate(known))
+    dropped = {
+        "empty": int(empty.sum()),
+        "duplicate": int((~empty & ~first).sum()),
+        "dataset": int((~empty & first & in_dataset).sum()),
+    }
+    keep = ~empty & first & ~in_dataset
+    if not keep.any():
+        raise KdpipeError(f"evaluate.ood.source: no row is left of {len(rows):,} read ({_dropped_text(dropped)})")
+    kept = rows.loc[keep, columns].reset_index(drop=True)
+    kept.insert(0, "row_id", np.arange(_next_row_id(data_dir), _next_row_id(data_dir) + len(kept), dtype=np.int64))
+    labels = read_labels(data_dir)
+    with atomic_path(out_dir, directory=True) as tmp:
+        kept.to_parquet(tmp / f"{OOD}.parquet", index=False)
+        write_json(tmp / "labels.json", labels)
+        manifest = make_manifest(
+            "dataset",
+            config=params,
+            name=params.get("name", "bbc_news"),
+            labels=labels,
+            rows={OOD: len(kept)},
+            read=len(rows),
+            dropped=dropped,
+        )
+        manifest = write_manifest(tmp / "manifest.json", manifest, [f"{OOD}.parquet", "labels.json"])
+    print(f"[kdpipe] ood: {len(kept):,} rows kept of {len(rows):,} read ({_dropped_text(dropped)})", file=sys.stderr)
+    return manifest
+
+
+def _dropped_text(dropped: dict) -> str:
+    return ", ".join(f"{n:,} dropped as {_REASONS[k]}" for k, n in dropped.items() if n) or "none dropped"

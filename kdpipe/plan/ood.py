@@ -1,0 +1,137 @@
+"""Out-of-distribution evaluation in the plan (``evaluate.ood``, docs/methods.md "Judging uncertainty"): which rows
+are OOD, where they are prepared, and the checks that stop a config before any job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.models.backbones import stored_dropout
+from kdpipe.models.heads import head_labels
+from kdpipe.plan.paths import OOD_DATA
+
+OOD_SPLIT = "ood"  # the split of the OOD rows (kdpipe.data.dataset.OOD, without pandas)
+
+
+class Ood:
+    """Mixed into :class:`kdpipe.plan.Plan`."""
+
+    def ood_spec(self) -> dict:
+        return self.config["evaluate"].get("ood") or {}
+
+    def has_ood(self) -> bool:
+        return bool(self.ood_spec())
+
+    def ood_classes(self) -> list[str]:
+        """The classes held out of the whole run as the OOD set (``evaluate.ood.classes``)."""
+        return list(self.ood_spec().get("classes") or [])
+
+    def ood_source(self) -> bool:
+        """The OOD set is an external file (``evaluate.ood.source``), prepared by the ``ood`` job."""
+        return bool(self.ood_spec().get("source"))
+
+    def ood_dir(self) -> str:
+        """The artifact holding the OOD rows: the prepared dataset (held-out classes) or the ``ood`` job's."""
+        from kdpipe.plan.paths import DATA
+
+        return OOD_DATA.format(dataset=self.dataset) if self.ood_source() else DATA.format(dataset=self.dataset)
+
+    def ood_inputs(self) -> list[str]:
+        """What an evaluation job reads besides the dataset: the external OOD rows, when there are any."""
+        return [OOD_DATA.format(dataset=self.dataset)] if self.ood_source() else []
+
+    def ood_params(self) -> dict:
+        """The ``ood`` job's slice: the file and how to read it (the dataset's own slice is its input's)."""
+        from kdpipe.plan.slices import with_local_content
+
+        dataset, spec = self.config["dataset"], self.ood_spec()
+        params = {key: dataset[key] for key in ("name", "text_pair_column", "format", "encoding") if key in dataset}
+        params["source"] = spec["source"]
+        params["text_column"] = spec.get("text_column") or dataset.get("text_column", "text")
+        return with_local_content(params)
+
+    def _check_ood(self) -> None:
+        """What the schema cannot say: one kind of OOD set, a test split to compare with, held-out classes that
+        exist and leave every teacher two classes or more, an OOD file that exists."""
+        spec = self.ood_spec()
+        if not spec:
+            return
+        if spec.get("classes") and spec.get("source"):
+            raise KdpipeError(
+                "evaluate.ood: set classes (hold classes of the dataset out) or source (an external file), not both"
+            )
+        if not spec.get("classes") and not spec.get("source"):
+            raise KdpipeError("evaluate.ood: set classes: [...] (held-out classes) or source: FILE")
+        if spec.get("text_column") and not spec.get("source"):
+            raise KdpipeError("evaluate.ood.text_column: only an OOD source file has a text column to name")
+        if "test" not in self.eval_splits():
+            raise KdpipeError(
+                "evaluate.ood: OOD rows are compared with the in-distribution test rows, but evaluate.splits is "
+                f"{self.config['evaluate']['splits']}; add test"
+            )
+        if spec.get("source"):
+            path = Path(spec["source"])
+            if not path.exists():
+                where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+                raise KdpipeError(f"evaluate.ood.source: {path}: file not found{where}")
+        self._check_held_out()
+
+    def _check_held_out(self) -> None:
+        """No teacher trains on a held-out class (named in its classes, or known to its checkpoint), and every
+        teacher keeps two classes or more."""
+        held = self.ood_classes()
+        if not held:
+            return
+        folded = {c.lower() for c in held}
+        for teacher, spec in self.teachers.items():
+            listed = spec.get("classes")
+            named = [c for c in listed if c in held] if isinstance(listed, list) else []
+            if named:
+                raise KdpipeError(
+                    f"teachers.{teacher}.classes: {named[0]!r} is held out as OOD by evaluate.ood.classes, so no "
+                    "model may train on it; drop it from the teacher's classes"
+                )
+            head = head_labels(spec["checkpoint"], f"teachers.{teacher}") if spec.get("checkpoint") else []
+            known = [c for c in head if c.lower() in folded]
+            if known:
+                raise KdpipeError(
+                    f"teachers.{teacher}: its checkpoint already predicts {known[0]!r}, which evaluate.ood.classes "
+                    "holds out as unseen; hold out a class the checkpoint never learnt, or use another teacher"
+                )
+        for teacher in self.teachers:
+            classes = self.teacher_classes(teacher)
+            if len(classes) < 2:
+                raise KdpipeError(
+                    f"teachers.{teacher}: with evaluate.ood.classes {held} held out it is left with "
+                    f"{len(classes)} class ({classes}); a classifier needs two: hold out fewer classes or give "
+                    "the teacher more"
+                )
+
+    def _check_mc_samples(self) -> None:
+        """``evaluate.mc_samples`` on a model whose dropout is zero everywhere would give T equal samples: named
+        before any job (a model whose config cannot be read without loading it is checked by its job)."""
+        if not self.config["evaluate"].get("mc_samples"):
+            return
+        for teacher, spec in self.teachers.items():
+            source = spec.get("checkpoint") or spec.get("backbone")
+            if isinstance(source, str) and stored_dropout(source) == 0:
+                raise _no_dropout(f"teachers.{teacher.split('.')[0]}", source)
+        for name, student in self.students.items():
+            if name in self.first_stages:
+                continue
+            model = student.config["model"]
+            where = f"students.{student.entry}.model"
+            if model.get("type") == "bilstm":
+                if float(model.get("dropout", 0.4)) == 0:
+                    raise _no_dropout(where, "its BiLSTM (dropout: 0)")
+                continue
+            source = (model.get("init") or {}).get("from")
+            if isinstance(source, str) and stored_dropout(source) == 0:
+                raise _no_dropout(where, source)
+
+
+def _no_dropout(where: str, source: str) -> KdpipeError:
+    return KdpipeError(
+        f"{where}: {source} has no dropout (every dropout probability of its config is 0), so evaluate.mc_samples "
+        "would draw T identical samples; leave evaluate.mc_samples out, or use a model with dropout"
+    )
