@@ -1,6 +1,6 @@
-"""The report's out-of-distribution (OOD) table (docs/report.md, "Out-of-distribution detection and selective
-prediction"): from each model's ``ood.json``, how well each uncertainty score tells the OOD rows from the
-in-distribution rows, as ``ood.tsv`` and ``ood.md`` (summary.html and the landing page show it too, kdpipe.report.html).
+"""The report's out-of-distribution (OOD) table, from each model's ``ood.json``: how well each uncertainty score
+tells the OOD rows from the in-distribution rows, as ``ood.tsv`` and ``ood.md`` (summary.html and the landing page
+show it too, kdpipe.report.html). See docs/report.md, "Out-of-distribution detection and selective prediction".
 
 An ``ood.json`` has no metrics of a labelled split: its ``ood`` field holds, per score (``max_prob``, ``entropy``,
 ``expected_entropy``, ``mutual_info`` and their MC-dropout ``mc_`` versions), the AUROC, AUPR and FPR at 95% TPR of
