@@ -291,3 +291,17 @@ def test_seeds_of_one_base_must_agree_on_their_kind(tmp_path):
     hp4["method"] = "vanilla_kd"
     with pytest.raises(KdpipeError, match="share the base name 'hp4' but differ in 'method'"):
         build_report(_write(tmp_path, records), tmp_path / "report")
+
+
+def test_single_models_have_no_epistemic_score(tmp_path):
+    """Models of one member without MC-dropout samples: the landing table says — for the epistemic score, and the
+    ROC curve falls back on the entropy."""
+    records = [_labelled("sup", "sup", "student", "supervised", 0, "test", aurc=0.04)]
+    records.append(_ood("sup", "sup", "student", "supervised", 0, BASE_SCORES, 0.55, 0.58))
+    build_report(_write(tmp_path, records), tmp_path / "report")
+    fragment = (tmp_path / "report/landing.html").read_text()
+    ood = fragment[fragment.index("<h3>Out-of-distribution detection</h3>") :]
+    row = re.search(r"<tr><td[^>]*>sup</td>.*?</tr>", ood).group(0)
+    assert re.findall(r">([^<]*)</td>", row) == ["sup", "student", "1", "0.550", "0.650", "—", "—", "—"]
+    assert '<td class="best" data-sort="0.55">0.550</td>' in row  # the only model: the best max_prob AUROC
+    assert (tmp_path / "report/ood_roc.png").stat().st_size > 20_000
