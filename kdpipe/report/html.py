@@ -1,6 +1,8 @@
 """The comparison as HTML: ``summary.html``, a page of its own (the tables of summary.md, sortable by a click on a
 column), and ``landing.html``, the fragment that the landing page of ``snakemake --report`` includes
-(workflow/report/workflow.rst) so that the report opens on the results rather than on the rule graph.
+(workflow/report/workflow.rst) so that the report opens on the results rather than on the rule graph. With OOD
+evaluations, both show the out-of-distribution table too (kdpipe.report.ood): summary.html in full, the landing
+fragment compactly.
 
 Sorting is a few lines of inline JavaScript written by hand: the report viewer shows the page in a frame and the
 landing fragment as markup, where a library would have to be embedded in every report.
@@ -16,7 +18,24 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.report.errors import per_class_rows
-from kdpipe.report.markdown import PER_CLASS_NOTE, SUMMARY_NOTE, UNCERTAINTY_NOTE, summary_cells, table_columns
+from kdpipe.report.markdown import (
+    PER_CLASS_NOTE,
+    SELECTIVE_NOTE,
+    SUMMARY_NOTE,
+    UNCERTAINTY_NOTE,
+    summary_cells,
+    table_columns,
+)
+from kdpipe.report.ood import (
+    DETECTION,
+    LOWER_IS_BETTER,
+    MARKDOWN_HEAD,
+    OOD_NOTE,
+    epistemic_score,
+    ood_cells,
+    ood_notes,
+    table_scores,
+)
 from kdpipe.report.summary import comparable
 
 # Sort a table by the clicked column: numbers by their data-sort value, text alphabetically; a second click reverses.
@@ -38,7 +57,12 @@ STYLE = """
 .kdpipe .warning { background: #fff4e5; border-left: 4px solid #e8a33d; padding: 6px 10px; margin: 0.6em 0; }
 .kdpipe .note { color: #555; font-size: 12px; max-width: 60em; }
 """
-LEFT = {"model", "kind", "method", "gold labels read"}
+# Only on pages with the OOD table, so that the pages of a run without OOD evaluations are as before.
+OOD_STYLE = """
+.kdpipe th.group { cursor: default; text-align: center; background: #fff; border-bottom: 2px solid #9ca3af; }
+.kdpipe .wide { overflow-x: auto; }
+"""
+LEFT = {"model", "kind", "method", "gold labels read", "score"}
 # The columns compared on the landing page, and the summary column each sorts by (higher is better: ↑).
 LANDING = (
     ("model", None), ("kind", None), ("method", None), ("gold labels read", None), ("classes", None),
@@ -51,20 +75,30 @@ SORT_KEYS = {
     "seeds": "seeds", "params": "params", "accuracy (%)": "accuracy", "macro-F1 (%)": "macro_f1", "NLL": "nll",
     "ECE": "ece", "Brier": "brier", "train time": "train_time_s", "inference time": "inference_time_s",
     "members": "members", "entropy": "entropy", "aleatoric": "aleatoric", "epistemic": "epistemic",
-    "TV total": "tv_total", "TV aleatoric": "tv_aleatoric", "TV epistemic": "tv_epistemic",
+    "TV total": "tv_total", "TV aleatoric": "tv_aleatoric", "TV epistemic": "tv_epistemic", "AURC": "aurc",
 }  # fmt: skip
+# The OOD table's columns before the scores' (kdpipe.report.ood.MARKDOWN_HEAD) and the column each sorts by.
+OOD_SORT_KEYS = {"seeds": "seeds", "rows in / OOD": "n_in", "accuracy in (%)": "accuracy_in"}
+METRIC_HEADERS = {m: f"{name} {'↓' if m in LOWER_IS_BETTER else '↑'}" for m, name in DETECTION.items()}
+# The landing page's OOD metric columns, (column group, metric): the epistemic group has the score's name first.
+LANDING_OOD = (("max_prob", "auroc"), ("max_prob", "fpr95"), ("epistemic", "auroc"), ("epistemic", "fpr95"))
 
 
-def summary_html(summary: pd.DataFrame, warnings: list[str], title: str) -> str:
+def summary_html(summary: pd.DataFrame, warnings: list[str], title: str, ood: pd.DataFrame | None = None) -> str:
     """A self-contained page: the routing warnings, then per split the comparison table and the accuracy per
-    class."""
-    header, uncertainty, inference = table_columns(summary)
+    class, then the OOD table when there is one (``ood``: :func:`kdpipe.report.ood.ood_table`)."""
+    header, uncertainty, inference, selective = table_columns(summary)
     parts = [f"<h1>{html.escape(title)}</h1>", *_warnings(warnings), _note(SUMMARY_NOTE)]
+    if selective:
+        parts.append(_note(SELECTIVE_NOTE))
     if uncertainty:
         parts.append(_note(UNCERTAINTY_NOTE))
     for split, table in summary.groupby("split", sort=False):
         rows = [
-            (summary_cells(row, uncertainty, inference), [_sort_value(row, SORT_KEYS.get(name)) for name in header])
+            (
+                summary_cells(row, uncertainty, inference, selective),
+                [_sort_value(row, SORT_KEYS.get(name)) for name in header],
+            )
             for row in table.itertuples(index=False)
         ]
         parts += [f"<h2>{html.escape(split)} split</h2>", _table(header, rows, _best(table, header))]
@@ -72,18 +106,24 @@ def summary_html(summary: pd.DataFrame, warnings: list[str], title: str) -> str:
         if per_class:
             parts += [f"<h3>Accuracy (%) per class, {html.escape(split)} split</h3>", _note(PER_CLASS_NOTE)]
             parts.append(_table(("model", "kind", *classes), [(cells, [None] * len(cells)) for cells in per_class]))
+    if ood is not None:
+        parts += _ood_section(ood)
     body = "\n".join(parts)
     return (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>body {{ font-family: sans-serif; margin: 1.5em; }}{STYLE}</style></head>\n"
+        f"<style>body {{ font-family: sans-serif; margin: 1.5em; }}{STYLE}{'' if ood is None else OOD_STYLE}</style>"
+        "</head>\n"
         f'<body><div class="kdpipe">\n{body}\n</div></body></html>\n'
     )
 
 
-def landing_html(summary: pd.DataFrame, warnings: list[str], title: str, plots: list[Path] = ()) -> str:
+def landing_html(
+    summary: pd.DataFrame, warnings: list[str], title: str, plots: list[Path] = (), ood: pd.DataFrame | None = None
+) -> str:
     """The fragment at the top of the report's landing page: the title, the routing warnings, the compact
-    comparison of the first split (test when evaluated) and the key ``plots`` (PNG files, embedded, so that the
-    fragment stands alone); the rest is one click away in the Summary category."""
+    comparison of the first split (test when evaluated), the compact OOD table when there is one (``ood``:
+    :func:`kdpipe.report.ood.ood_table`) and the key ``plots`` (PNG files, embedded, so that the fragment stands
+    alone); the rest is one click away in the Summary category."""
     split = summary["split"].iloc[0]
     table = summary[summary["split"] == split]
     header = tuple(name for name, _ in LANDING)
@@ -97,7 +137,7 @@ def landing_html(summary: pd.DataFrame, warnings: list[str], title: str, plots: 
     style = (
         "<style>.prose.max-w-lg { max-width: 64rem; } "
         ".grow.flex.items-center.justify-center.h-screen { align-items: flex-start; justify-content: flex-start; }"
-        f"{STYLE}</style>"
+        f"{STYLE}{'' if ood is None else OOD_STYLE}</style>"
     )
     return "\n".join(
         [
@@ -110,10 +150,87 @@ def landing_html(summary: pd.DataFrame, warnings: list[str], title: str, plots: 
             "teachers' oracle reads gold labels. Full tables (± std over seeds, per class), curves, confusion "
             "matrices, cost and calibration: category <i>Summary</i> in the menu.</p>",
             _table(header, rows, _best(table, header, landing=True)),
+            *(_landing_ood(ood) if ood is not None else ()),
             *(_figure(path) for path in plots),
             "</div>",
         ]
     )
+
+
+def _ood_section(ood: pd.DataFrame) -> list[str]:
+    """summary.html's OOD section: what the rows are, the metrics explained, the table with a column group per
+    score (the best value of each column among the comparable models in bold), and the models without scores."""
+    sentence, unscored = ood_notes(ood)
+    scores = table_scores(ood)
+    scored = ood[ood["reason"].isna()].reset_index(drop=True)
+    keys = [OOD_SORT_KEYS.get(name) for name in MARKDOWN_HEAD] + [f"{s}_{m}" for s in scores for m in DETECTION]
+    header = (*MARKDOWN_HEAD, *(METRIC_HEADERS[m] for _ in scores for m in DETECTION))
+    rows = [(ood_cells(row, scores), [_value(row, key) for key in keys]) for row in scored.to_dict("records")]
+    groups = [("", len(MARKDOWN_HEAD)), *((score, len(DETECTION)) for score in scores)]
+    best = _best_ood(scored, [(keys.index(f"{s}_{m}"), f"{s}_{m}", m) for s in scores for m in DETECTION])
+    parts = ["<h2>Out-of-distribution detection</h2>", _note(f"{sentence} {OOD_NOTE}")]
+    if rows:  # a column group per score: the table scrolls on its own rather than the page
+        parts.append(f'<div class="wide">{_table(header, rows, best, groups)}</div>')
+    if unscored:
+        parts.append(_note("No OOD scores: " + "; ".join(unscored)))
+    return parts
+
+
+def _landing_ood(ood: pd.DataFrame) -> list[str]:
+    """The landing page's OOD table: AUROC and FPR@95 of the maximum probability and of each model's epistemic
+    score (:func:`kdpipe.report.ood.epistemic_score`), means over seeds."""
+    sentence, unscored = ood_notes(ood)
+    scored = ood[ood["reason"].isna()].reset_index(drop=True)
+    records = scored.to_dict("records")
+    epistemic = [epistemic_score(row) for row in records]
+    shown = scored[["model", "kind", "seeds", "n_classes"]].copy()
+    for metric in ("auroc", "fpr95"):
+        shown[f"max_prob_{metric}"] = [_value(row, f"max_prob_{metric}") for row in records]
+        shown[f"epistemic_{metric}"] = [_value(row, f"{s}_{metric}") if s else None
+                                        for row, s in zip(records, epistemic)]  # fmt: skip
+    header = ("model", "kind", "seeds", *(METRIC_HEADERS[m] for _, m in LANDING_OOD[:2]), "score",
+              *(METRIC_HEADERS[m] for _, m in LANDING_OOD[2:]))  # fmt: skip
+    keys = (None, None, "seeds", "max_prob_auroc", "max_prob_fpr95", None, "epistemic_auroc", "epistemic_fpr95")
+    rows = []
+    for row, score in zip(shown.to_dict("records"), epistemic):
+        values = [_value(row, key) for key in keys]
+        cells = [row["model"], row["kind"], str(row["seeds"])]
+        cells += ["—" if v is None else f"{v:.3f}" for v in values[3:5]] + [score or "—"]
+        cells += ["—" if v is None else f"{v:.3f}" for v in values[6:]]
+        rows.append((cells, values))
+    best = _best_ood(shown, [(keys.index(f"{g}_{m}"), f"{g}_{m}", m) for g, m in LANDING_OOD])
+    parts = [
+        "<h3>Out-of-distribution detection</h3>",
+        f"<p>{html.escape(sentence)} How well the maximum probability and the model's epistemic score (mutual "
+        "information of its members or heads, else of its MC-dropout samples) flag the OOD rows: AUROC (higher is "
+        "better, 0.5 = chance) and the false positive rate at 95% true positive rate (lower is better), mean over "
+        "seeds. Every score, AUPR and ± std over seeds: the comparison table (<i>summary.html</i>) in category "
+        "<i>Summary</i>.</p>",
+    ]
+    if rows:
+        parts.append(_table(header, rows, best, [("", 3), ("max_prob", 2), ("epistemic", 3)]))
+    if unscored:
+        parts.append(_note("No OOD scores: " + "; ".join(unscored)))
+    return parts
+
+
+def _best_ood(table: pd.DataFrame, columns) -> set[tuple[int, int]]:
+    """(row, column) of the best value of each (column index, table column, metric) among the comparable models."""
+    full = comparable(table) if len(table) else np.zeros(0, dtype=bool)
+    best = set()
+    for index, column, metric in columns:
+        values = np.where(full, table[column].to_numpy(dtype=float), np.nan)
+        if np.isfinite(values).any():
+            pick = np.nanargmin(values) if metric in LOWER_IS_BETTER else np.nanargmax(values)
+            best.add((int(pick), index))
+    return best
+
+
+def _value(row: dict, key: str | None):
+    """The sort value of a table column (None: sort as text, or no value)."""
+    if key is None or key not in row or pd.isna(row[key]):
+        return None
+    return float(row[key])
 
 
 def _figure(path: Path) -> str:
@@ -136,17 +253,17 @@ def _landing_cells(row) -> list[str]:
 
 
 def _best(table: pd.DataFrame, header, landing: bool = False) -> set[tuple[int, int]]:
-    """(row, column) of the best value of accuracy and macro-F1 (highest) and ECE (lowest) among the comparable
-    models, set in bold."""
+    """(row, column) of the best value of accuracy and macro-F1 (highest) and ECE and AURC (lowest) among the
+    comparable models, set in bold."""
     full = comparable(table)
     names = {"accuracy": ("accuracy (%) ↑", "accuracy (%)"), "macro_f1": ("macro-F1 (%) ↑", "macro-F1 (%)"),
-             "ece": ("ECE ↓", "ECE")}  # fmt: skip
+             "ece": ("ECE ↓", "ECE"), "aurc": (None, "AURC")}  # fmt: skip
     best = set()
     for column, (landing_name, name) in names.items():
         name = landing_name if landing else name
         values = np.where(full, table[column].to_numpy(dtype=float), np.nan)
         if name in header and np.isfinite(values).any():
-            pick = np.nanargmin(values) if column == "ece" else np.nanargmax(values)
+            pick = np.nanargmin(values) if column in ("ece", "aurc") else np.nanargmax(values)
             best.add((int(pick), header.index(name)))
     return best
 
@@ -158,9 +275,14 @@ def _sort_value(row, key: str | None):
     return None if pd.isna(value) else float(value)
 
 
-def _table(header, rows, best=frozenset()) -> str:
+def _table(header, rows, best=frozenset(), groups=()) -> str:
+    """A sortable table; ``groups``: (label, columns spanned) of a header row above the column names (the sort reads
+    the column names' row)."""
     sort = html.escape(SORT)
     head = "".join(f'<th class="{_align(name)}" onclick="{sort}">{html.escape(name)}</th>' for name in header)
+    if groups:
+        spans = "".join(f'<th class="group" colspan="{span}">{html.escape(label)}</th>' for label, span in groups)
+        head = f"{spans}</tr><tr>{head}"
     lines = []
     for r, (cells, keys) in enumerate(rows):
         tds = []

@@ -1,4 +1,5 @@
-"""``summary.md``: the report's tables as Markdown (results, uncertainty when present, accuracy per domain)."""
+"""``summary.md``: the report's tables as Markdown (results, selective prediction and uncertainty when present,
+accuracy per domain)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,15 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.report.errors import per_class_rows
-from kdpipe.report.summary import UNCERTAINTY_COLUMNS, has_members
+from kdpipe.report.summary import UNCERTAINTY_COLUMNS, has_members, has_selective
 
 MARKDOWN_HEADER = (
     "model", "kind", "method", "gold labels read", "classes", "seeds", "params",
     "accuracy (%)", "macro-F1 (%)", "NLL", "ECE", "Brier", "train time",
 )  # fmt: skip
-# Optional column groups: shown only when some model has the fields, so older evaluations keep a narrow table.
+# Optional column groups: shown only when some model has the fields, so older evaluations keep a narrow table. The
+# AURC goes after the Brier score, before the train time.
+SELECTIVE_HEADER = ("AURC",)
 UNCERTAINTY_HEADER = ("members", "entropy", "aleatoric", "epistemic", "TV total", "TV aleatoric", "TV epistemic")
 INFERENCE_HEADER = ("inference time",)
 MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method", "gold labels read", "trained on"}
@@ -27,11 +30,13 @@ def summary_markdown(summary: pd.DataFrame, warnings: list[str] = (), title: str
         *[f"> **Routing warning** ({text}). See routing.md.\n" for text in warnings],
         f"{SUMMARY_NOTE}\n",
     ]
-    header, uncertainty, inference = table_columns(summary)
+    header, uncertainty, inference, selective = table_columns(summary)
+    if selective:
+        parts.append(f"{SELECTIVE_NOTE}\n")
     if uncertainty:
         parts.append(f"{UNCERTAINTY_NOTE}\n")
     for split, table in summary.groupby("split", sort=False):
-        rows = [summary_cells(row, uncertainty, inference) for row in table.itertuples(index=False)]
+        rows = [summary_cells(row, uncertainty, inference, selective) for row in table.itertuples(index=False)]
         parts.append(f"## {split} split\n\n{_markdown_table(header, rows)}\n")
         classes, per_class = per_class_rows(table)
         if per_class:
@@ -56,16 +61,26 @@ UNCERTAINTY_NOTE = (
     "total variation distance between the model's histogram of that uncertainty and its reference ensemble's "
     "(0 = same distribution, 1 = disjoint)."
 )
+SELECTIVE_NOTE = (
+    "AURC: area under the risk–coverage curve of the maximum probability. Keep the rows the model is most confident "
+    "of; the risk is the error rate of the rows kept, and AURC its mean over every coverage, from the single most "
+    "confident row to all of them. Lower is better: the model's confidence ranks its errors last."
+)
 PER_CLASS_NOTE = "Accuracy on each gold class's rows, mean over seeds; — : a class the model does not predict."
 
 
-def table_columns(summary: pd.DataFrame) -> tuple[tuple[str, ...], bool, bool]:
-    """The comparison table's header, and whether it shows the uncertainty and the inference-time columns (only
-    when some model has them: one model's uncertainty split says nothing, and older evaluations lack times)."""
+def table_columns(summary: pd.DataFrame) -> tuple[tuple[str, ...], bool, bool, bool]:
+    """The comparison table's header, and whether it shows the uncertainty, the inference-time and the AURC columns
+    (only when some model has them: one model's uncertainty split says nothing, and older evaluations lack times and
+    selective metrics)."""
     uncertainty = bool(summary["entropy"].notna().any()) and has_members(summary)
     inference = bool(summary["inference_time_s"].notna().any())
-    header = (*MARKDOWN_HEADER, *(UNCERTAINTY_HEADER if uncertainty else ()), *(INFERENCE_HEADER if inference else ()))
-    return header, uncertainty, inference
+    selective = has_selective(summary)
+    header = (
+        *MARKDOWN_HEADER[:-1], *(SELECTIVE_HEADER if selective else ()), MARKDOWN_HEADER[-1],
+        *(UNCERTAINTY_HEADER if uncertainty else ()), *(INFERENCE_HEADER if inference else ()),
+    )  # fmt: skip
+    return header, uncertainty, inference, selective
 
 
 def _domain_markdown(split: str, table: pd.DataFrame) -> str:
@@ -104,7 +119,7 @@ def _domain_markdown(split: str, table: pd.DataFrame) -> str:
     )
 
 
-def summary_cells(row, uncertainty: bool, inference: bool) -> list[str]:
+def summary_cells(row, uncertainty: bool, inference: bool, selective: bool = False) -> list[str]:
     """The cells of one model, with the optional column groups that the table shows."""
     cells = [
         str(row.model), str(row.kind), text(row.method), row.gold_labels, row.classes,
@@ -114,6 +129,7 @@ def summary_cells(row, uncertainty: bool, inference: bool) -> list[str]:
         format_mean_std(row.nll, row.nll_std, 3),
         format_mean_std(row.ece, row.ece_std, 3),
         format_mean_std(row.brier, row.brier_std, 3),
+        *([format_mean_std(row.aurc, row.aurc_std, 4)] if selective else []),
         _format_duration(row.train_time_s, row.train_time_s_std),
     ]  # fmt: skip
     if uncertainty:

@@ -1,5 +1,5 @@
 """The report's table of runs: evaluation JSONs read and checked, grouped over seeds, with pooled reliability,
-uncertainty and per-domain accuracy."""
+uncertainty and per-domain accuracy, and the AURC of selective prediction where evaluations have it."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ REQUIRED_METRICS = ("accuracy", "macro_f1", "nll", "ece", "brier", "reliability"
 REQUIRED_BINS = ("bin_edges", "count", "confidence", "accuracy")
 UNCERTAINTY_PARTS = ("total", "aleatoric", "epistemic")
 REQUIRED_UNCERTAINTY = (*UNCERTAINTY_PARTS, "bin_edges", "hist")
+REQUIRED_CURVE = ("score", "coverage", "risk")
 TABLE_METRICS = ("accuracy", "macro_f1", "nll", "ece", "brier")
 # Summary column of each part's mean over examples: the total uncertainty is the mean predictive entropy.
 UNCERTAINTY_MEANS = {"total": "entropy", "aleatoric": "aleatoric", "epistemic": "epistemic"}
@@ -27,6 +28,10 @@ TSV_COLUMNS = (
     "split", "model", "kind", "method", "domain", "classes", "gold_labels", "seeds", "params", "members",
     *(name for column in AVERAGED for name in (column, f"{column}_std")),
 )  # fmt: skip
+# The AURC of the maximum probability (metrics.selective): columns of summary.tsv only when some evaluation has it, so
+# that the table of older evaluations keeps its columns.
+SELECTIVE_COLUMNS = ("aurc", "aurc_std")
+SELECTIVE_SCORE = "max_prob"
 SPLIT_ORDER = ("test", "validation")
 KIND_ORDER = ("teacher", "ensemble", "oracle", "student")
 
@@ -35,7 +40,12 @@ KIND_ORDER = ("teacher", "ensemble", "oracle", "student")
 
 def read_eval(path: str | Path) -> dict:
     """An evaluation JSON, checked for every field the report uses."""
-    record = read_json(path)
+    return check_eval(read_json(path), path)
+
+
+def check_eval(record: dict, path: str | Path) -> dict:
+    """``record``, the evaluation JSON read from ``path``, checked for every field the report uses, with its
+    ``source``."""
     missing = [f for f in REQUIRED_FIELDS if f not in record]
     metrics = record.get("metrics") or {}
     missing += [f"metrics.{f}" for f in REQUIRED_METRICS if metrics.get(f) is None]
@@ -46,6 +56,11 @@ def read_eval(path: str | Path) -> dict:
         missing += [f"metrics.uncertainty.{f}" for f in REQUIRED_UNCERTAINTY if uncertainty.get(f) is None]
         if isinstance(uncertainty.get("hist"), dict):
             missing += [f"metrics.uncertainty.hist.{f}" for f in UNCERTAINTY_PARTS if f not in uncertainty["hist"]]
+    selective = metrics.get("selective")
+    if isinstance(selective, dict):
+        missing += [f"metrics.selective.{f}" for f in ("aurc", "curve") if not isinstance(selective.get(f), dict)]
+        if isinstance(selective.get("curve"), dict):
+            missing += [f"metrics.selective.curve.{f}" for f in REQUIRED_CURVE if selective["curve"].get(f) is None]
     if missing:
         raise KdpipeError(f"{path}: evaluation lacks field(s) {', '.join(missing)}; re-run its evaluate job")
     if not record["classes"]:
@@ -55,7 +70,8 @@ def read_eval(path: str | Path) -> dict:
 
 def runs_table(records: list[dict]) -> pd.DataFrame:
     """One row per evaluation file, metrics flattened into columns, in input order; the optional fields (members,
-    inference time, uncertainty) NaN or None where missing, and the TV distances to each run's reference."""
+    inference time, uncertainty, selective prediction) NaN or None where missing, and the TV distances to each run's
+    reference."""
     runs = pd.DataFrame(
         [
             {
@@ -86,6 +102,8 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
                 "reliability": r["metrics"]["reliability"],
                 **_uncertainty_means(r["metrics"].get("uncertainty")),
                 "uncertainty": r["metrics"].get("uncertainty"),
+                "aurc": ((r["metrics"].get("selective") or {}).get("aurc") or {}).get(SELECTIVE_SCORE),
+                "selective": r["metrics"].get("selective"),
             }  # fmt: skip
             for r in records
         ]
@@ -97,7 +115,7 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
             f"more than once: {', '.join(duplicated['source'])}"
         )
     runs = _with_distances(runs)
-    for column in ("params", "members", *AVERAGED):
+    for column in ("params", "members", "aurc", *AVERAGED):
         runs[column] = pd.to_numeric(runs[column]).astype(float)
     return runs
 
@@ -199,6 +217,8 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
                 "members": first["members"],
                 **{c: group[c].mean() for c in AVERAGED},
                 **{f"{c}_std": group[c].std(ddof=1) for c in AVERAGED},
+                "aurc": group["aurc"].mean(),
+                "aurc_std": group["aurc"].std(ddof=1),
                 "reliability": _pool_reliability(group),
                 "uncertainty": _pool_uncertainty(group),
                 "per_class": _pool_per_class(group),
@@ -274,6 +294,17 @@ def _common_edges(models, edges: list, what: str) -> np.ndarray:
     if any(len(e) != len(first) or not np.allclose(e, first) for e in edges[1:]):
         raise KdpipeError(f"report: {', '.join(models)} were evaluated with different {what}")
     return first
+
+
+def tsv_columns(summary: pd.DataFrame) -> tuple[str, ...]:
+    """The columns of summary.tsv: :data:`TSV_COLUMNS`, then the AURC and its std when some evaluation has selective
+    metrics (so the table of older evaluations is unchanged)."""
+    return (*TSV_COLUMNS, *(SELECTIVE_COLUMNS if has_selective(summary) else ()))
+
+
+def has_selective(summary: pd.DataFrame) -> bool:
+    """Some evaluation has the AURC of its maximum probability (``metrics.selective``)."""
+    return bool(summary["aurc"].notna().any())
 
 
 def has_members(summary: pd.DataFrame) -> bool:

@@ -140,6 +140,23 @@ UNCERTAINTY_REPORT = (
     if PLAN.has_members()
     else {}
 )
+# The out-of-distribution table and figures, and the risk–coverage curves, when OOD rows are evaluated (split "ood")
+OOD_REPORT = (
+    {
+        "ood": report(f"{REPORT}/ood.tsv", caption="../report/ood_tsv.rst", category="OOD and selective prediction"),
+        "ood_md": f"{REPORT}/ood.md",
+        "ood_roc": report(
+            f"{REPORT}/ood_roc.png", caption="../report/ood_roc.rst", category="OOD and selective prediction"
+        ),
+        "risk_coverage": report(
+            f"{REPORT}/risk_coverage.png",
+            caption="../report/risk_coverage.rst",
+            category="OOD and selective prediction",
+        ),
+    }
+    if PLAN.has_ood()
+    else {}
+)
 
 
 # ---- teacher signals (workflow/rules/signals.smk)

@@ -70,6 +70,7 @@ rule report:
         **ROUTING_REPORT,
         **UNCERTAINTY_REPORT,
         **TRANSFER_REPORT,
+        **OOD_REPORT,
         html=report(
             f"{REPORT}/summary.html",
             caption="../report/summary.rst",
