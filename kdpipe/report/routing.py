@@ -1,7 +1,9 @@
 """The report's routing section (docs/routing.md, "Diagnostics"): from every route's manifest, a table of each
-router's routing and target accuracy (``routing.tsv``, ``routing.md``, the routes' warnings first), beside it in
-``routing.md`` each teacher's certainty scores as OOD detection where the route recorded them (docs/routing.md,
-"Certainty scores as OOD detection"), and a plot of the per-class validation routing accuracy (``routing.png``).
+router's routing and target accuracy (``routing.tsv``, ``routing.md``, the routes' warnings first) and a plot of the
+per-class validation routing accuracy (``routing.png``). Beside each route's table in ``routing.md``, where the route
+recorded them, its teachers' certainty scores as OOD detection
+(docs/routing.md, "Certainty scores as OOD detection").
+
 The warnings are computed here, from the figures each route recorded and the threshold ``routing.warn_below``
 (:func:`kdpipe.routing.diagnostics.warning`): a route's files do not depend on the threshold, so changing it reruns
 the report only."""
@@ -56,8 +58,8 @@ def _percent(value: float) -> str:
 OOD_NOTE = (
     "AUROC of each teacher's certainty score at telling the rows of another teacher's classes from the rows of its "
     "own, the score oriented so that larger means less certain (+ as stored, − negated): 1.0 separates them "
-    "perfectly, 0.5 means the score cannot tell own from other rows, so a router using it cannot pick the right "
-    "teacher (below 0.5, the teacher is more certain outside its classes). MC-dropout scores as cached, "
+    "perfectly, 0.5 means the score cannot tell own from other rows, so it gives a router nothing to pick this "
+    "teacher by (below 0.5, the teacher is more certain outside its classes). MC-dropout scores as cached, "
     "logit_max_prob the max softmax of the eval-mode logits, none calibrated; —: not measured (no MC-dropout signal "
     "read on the split, a column the signal lacks, or no row on one side).\n"
 )
