@@ -440,6 +440,43 @@ def test_the_routing_warning_is_computed_by_the_report_at_warn_below(eval_paths,
         assert "router certainty/entropy sends" not in text and "older route job" not in text, name
 
 
+def test_routing_md_shows_certainty_as_ood_detection_where_the_route_recorded_it(tmp_path):
+    """routing.md has a "Certainty as OOD detection" table (teacher and split × score AUROC, — for null) under a
+    route that recorded ood_auroc, and none under an older route without it, whose router table is unchanged."""
+    from kdpipe.report.routing import routing_markdown, routing_table
+
+    older = _route_manifest(tmp_path / "routes/a+b.knn")
+    recorded = _route_manifest(tmp_path / "routes/a+b.certainty-entropy")
+    manifest = read_json(recorded)
+
+    def teacher(entropy):
+        scores = dict.fromkeys(("entropy", "certainty", "max_prob", "variance", "mean_entropy", "mutual_info"))
+        scores.update(entropy=entropy, certainty=entropy, logit_max_prob=0.625)
+        return {"n_own": 30, "n_other": 20, "mc": entropy is not None, "auroc": scores}
+
+    manifest["ood_auroc"] = {
+        "train": {"a": teacher(0.5), "b": teacher(0.9)},
+        "validation": {"a": teacher(None), "b": teacher(None)},
+    }
+    write_json(recorded, manifest)
+    routes = read_routes([older, recorded])
+    text = routing_markdown(routes, routing_table(routes))
+    before, after = text.split("## a+b.certainty-entropy")
+    assert "Certainty as OOD detection" not in before and "| **certainty/entropy** (chosen) |" in before
+    assert after.count("### Certainty as OOD detection (AUROC)") == 1
+    lines = [line for line in after.splitlines() if line.startswith("|")]
+    header = lines.index(next(line for line in lines if line.startswith("| teacher |")))
+    assert _cells(lines[header]) == [
+        "teacher", "split", "own rows", "other rows", "+entropy", "−certainty", "−max_prob", "+variance",
+        "+mean_entropy", "+mutual_info", "−logit_max_prob",
+    ]  # fmt: skip
+    rows = [_cells(line) for line in lines[header + 2 :]]
+    assert rows[0] == ["a", "validation", "30", "20", *["—"] * 6, "0.625"]
+    assert rows[1] == ["a", "train", "30", "20", "0.500", "0.500", "—", "—", "—", "—", "0.625"]
+    assert rows[3][:5] == ["b", "train", "30", "20", "0.900"] and len(rows) == 4
+    assert "0.5 means the score cannot tell own from other rows" in after
+
+
 def _report_imports(path: Path, modules: set[str]) -> tuple[set[str], list[str]]:
     """The modules of kdpipe.report that ``path`` imports (``__init__`` for the package itself), and those it
     imports anywhere but at its top level."""

@@ -1,7 +1,9 @@
 """Routers, calibration and routing diagnostics (docs/routing.md) against hand-computed values."""
 
+import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -13,7 +15,16 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.routing import route_name, route_signals, route_spec
 from kdpipe.routing.calibration import fit_temperature
 from kdpipe.routing.certainty import certainty_scores
-from kdpipe.routing.diagnostics import misrouted, routing_accuracy, suggestion, target_accuracy, warning
+from kdpipe.routing.diagnostics import (
+    OOD_MC_SCORES,
+    misrouted,
+    ood_auroc,
+    routing_accuracy,
+    suggestion,
+    target_accuracy,
+    teacher_ood,
+    warning,
+)
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
 from kdpipe.routing.knn import fold_assignment, knn_scores, kth_distance, normalise, percentile
 from kdpipe.routing.learned import learned_router
@@ -255,3 +266,119 @@ def test_two_teachers_certainty_routes_wrongly_and_the_learned_router_correctly(
     _, crossfit, _ = learned_router(features, owners, features, 2, folds=4, seed=0)
     learned = routing_accuracy(crossfit, owners, gold, labels)
     assert learned["accuracy"] >= 0.95 > certainty["accuracy"] == 0.5
+
+
+def _two_class_logits(max_prob: list[float]) -> np.ndarray:
+    """Logits of a two-class teacher whose max softmax is ``max_prob`` on each row: z = (log p/(1 − p), 0)."""
+    p = np.asarray(max_prob, np.float64)
+    return np.stack([np.log(p / (1 - p)), np.zeros_like(p)], -1).astype(np.float32)
+
+
+def test_certainty_as_ood_detection_by_hand():
+    """Six rows, the first three of the teacher's own classes (negatives), the last three of another teacher's
+    (positives). AUROC = the share of (other, own) pairs whose oriented score is larger on the other row, a tie
+    counting half (Mann-Whitney), over 3 × 3 = 9 pairs."""
+    own = np.array([True, True, True, False, False, False])
+    table = pd.DataFrame(
+        {
+            "entropy": [0.1, 0.2, 0.3, 0.7, 0.8, 0.9],  # every other row above every own row: 9/9
+            "certainty": [0.9, 0.8, 0.7, 0.3, 0.2, 0.1],  # negated: −0.3 > −0.7 ...: 9/9
+            "max_prob": [0.6] * 6,  # all 9 pairs tie: 4.5/9
+            "variance": [0.05, 0.06, 0.07, 0.01, 0.02, 0.03],  # every other row below every own row: 0/9
+            # own 0.1, 0.4, 0.6; other 0.4 (> 0.1, ties 0.4: 1.5), 0.5 (> 0.1, 0.4: 2), 0.7 (> all: 3): 6.5/9
+            "mutual_info": [0.1, 0.4, 0.6, 0.4, 0.5, 0.7],
+        }  # no mean_entropy: an MC signal made before the column existed
+    )
+    # max softmax own 0.9, 0.6, 0.8; other 0.7, 0.55, 0.95, negated: an other row counts where its max softmax is
+    # below the own row's: 0.7 (< 0.9, 0.8: 2), 0.55 (< all three: 3), 0.95 (none: 0): 5/9
+    logits = _two_class_logits([0.9, 0.6, 0.8, 0.7, 0.55, 0.95])
+    record = teacher_ood(own, logits, table)
+    assert record["n_own"] == 3 and record["n_other"] == 3 and record["mc"] is True
+    assert record["auroc"] == pytest.approx(
+        {
+            "entropy": 1.0,
+            "certainty": 1.0,
+            "max_prob": 0.5,
+            "variance": 0.0,
+            "mean_entropy": None,
+            "mutual_info": 6.5 / 9,
+            "logit_max_prob": 5 / 9,
+        }
+    )
+    # without the MC-dropout table only the logit score is measured
+    bare = teacher_ood(own, logits, None)
+    assert bare["mc"] is False and bare["auroc"]["logit_max_prob"] == pytest.approx(5 / 9)
+    assert all(bare["auroc"][score] is None for score in OOD_MC_SCORES)
+
+
+def test_certainty_as_ood_detection_on_every_split_and_none_without_rows_on_one_side():
+    """ood_auroc measures every teacher on train and validation; an MC score only where the route reads the MC
+    signal (train here); a teacher with no row of its classes on a split gets None for every score."""
+    gold = {"train": np.array([0, 0, 1, 1]), "validation": np.array([0, 0, 0, 0])}  # teacher tb owns class 1
+    blocks = {"ta": np.array([0]), "tb": np.array([1])}
+    table = pd.DataFrame({"entropy": [0.1, 0.2, 0.8, 0.9]})  # ta: its own rows the most certain
+    inputs = SimpleNamespace(
+        teachers=["ta", "tb"],
+        logits={(t, s): _two_class_logits([0.9] * 4) for t in blocks for s in gold},
+        mc={("ta", "train"): (None, table), ("tb", "train"): (None, table)},
+        own_rows=lambda t, s: np.isin(gold[s], blocks[t]),
+    )
+    record = ood_auroc(inputs)
+    assert list(record) == ["train", "validation"] and list(record["train"]) == ["ta", "tb"]
+    assert record["train"]["ta"]["auroc"]["entropy"] == 1.0
+    assert record["train"]["tb"]["auroc"]["entropy"] == 0.0  # the same entropies: tb's own rows the least certain
+    assert record["train"]["ta"]["auroc"]["logit_max_prob"] == 0.5  # the same max softmax on every row
+    assert record["validation"]["ta"]["mc"] is False and record["validation"]["ta"]["auroc"]["entropy"] is None
+    assert record["validation"]["ta"]["auroc"]["logit_max_prob"] is None  # ta owns every validation row
+    assert (record["validation"]["tb"]["n_own"], record["validation"]["tb"]["n_other"]) == (0, 4)
+    assert set(record["validation"]["tb"]["auroc"].values()) == {None}
+
+
+@pytest.mark.parametrize("mc_splits", [[], ["train"]])
+def test_route_json_records_certainty_as_ood_detection(tmp_path, monkeypatch, mc_splits):
+    """The route job writes ood_auroc into route.json: the MC scores null on a split whose MC-dropout signal the
+    route does not read (every split for a route without it, as muki_no_mc's with mc_dropout.splits: []), the
+    logit score measured on both."""
+    from kdpipe.routing import inputs as module
+    from kdpipe.routing.build import build_route
+
+    labels, classes = ["a", "b", "c"], {"ta": ["a", "b"], "tb": ["c"]}
+    gold = np.tile([0, 1, 2], 8)
+    frame = pd.DataFrame({"row_id": np.arange(len(gold)), "label_id": gold})
+    monkeypatch.setattr(module, "read_labels", lambda data: labels)
+    monkeypatch.setattr(module, "read_split", lambda data, split: frame)
+    rng = np.random.default_rng(0)
+    # ta is sure on its own rows (max softmax 0.95) and unsure on tb's (0.55): logit_max_prob AUROC 1.0
+    ta_logits = _two_class_logits(np.where(np.isin(gold, [0, 1]), 0.95, 0.55))
+    entropy = np.where(np.isin(gold, [0, 1]), 0.8, 0.2)  # ta's MC entropy: more certain on tb's rows: AUROC 0.0
+
+    def read_logits(path, row_ids, *args):
+        teacher = Path(path).relative_to(tmp_path).parts[0]
+        return (ta_logits if teacher == "ta" else np.zeros((len(row_ids), 1), np.float32)), classes[teacher]
+
+    def read_mc(path, row_ids, labels):
+        table = pd.DataFrame({"row_id": row_ids, "entropy": entropy, "certainty": 1 - entropy, "max_prob": 0.7})
+        return np.full((len(row_ids), len(labels)), 1 / len(labels)), table
+
+    monkeypatch.setattr(module, "read_logits", read_logits)
+    monkeypatch.setattr(module, "read_pooled", lambda path, row_ids: (rng.normal(size=(len(row_ids), 4)), None))
+    monkeypatch.setattr(module, "read_mc", read_mc)
+    spec = {"router": "certainty", "score": "logit_entropy", "temperature": 1.0}
+    params = {
+        **spec,
+        "teachers": ["ta", "tb"],
+        "routing": {"neighbours": 2, "folds": 2, "seed": 0},
+        "signals": route_signals(spec, mc_splits=mc_splits),
+    }
+    build_route(params, tmp_path / "data", tmp_path, tmp_path / "route")
+    record = json.loads((tmp_path / "route/route.json").read_text())["ood_auroc"]
+    for split in ("train", "validation"):
+        ta = record[split]["ta"]
+        assert (ta["n_own"], ta["n_other"]) == (16, 8) and ta["auroc"]["logit_max_prob"] == 1.0
+        assert ta["mc"] is (split in mc_splits)
+        assert ta["auroc"]["entropy"] == (0.0 if split in mc_splits else None)
+        assert ta["auroc"]["certainty"] == (0.0 if split in mc_splits else None)
+        assert ta["auroc"]["max_prob"] == (0.5 if split in mc_splits else None)  # the same on every row
+        assert ta["auroc"]["variance"] is None  # a column this MC table lacks
+        # tb, a teacher of one class, is equally sure of every row
+        assert record[split]["tb"]["auroc"]["logit_max_prob"] == 0.5

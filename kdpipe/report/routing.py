@@ -1,8 +1,12 @@
 """The report's routing section (docs/routing.md, "Diagnostics"): from every route's manifest, a table of each
 router's routing and target accuracy (``routing.tsv``, ``routing.md``, the routes' warnings first) and a plot of the
-per-class validation routing accuracy (``routing.png``). The warnings are computed here, from the figures each route
-recorded and the threshold ``routing.warn_below`` (:func:`kdpipe.routing.diagnostics.warning`): a route's files do
-not depend on the threshold, so changing it reruns the report only."""
+per-class validation routing accuracy (``routing.png``). Beside each route's table in ``routing.md``, where the route
+recorded them, its teachers' certainty scores as OOD detection
+(docs/routing.md, "Certainty scores as OOD detection").
+
+The warnings are computed here, from the figures each route recorded and the threshold ``routing.warn_below``
+(:func:`kdpipe.routing.diagnostics.warning`): a route's files do not depend on the threshold, so changing it reruns
+the report only."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import pandas as pd
 from kdpipe.core.store import atomic_path, read_manifest
 from kdpipe.report.figures import pyplot, save
 from kdpipe.report.markdown import table_cell
-from kdpipe.routing.diagnostics import WARN_BELOW, warning
+from kdpipe.routing.diagnostics import OOD_ORIENTATION, WARN_BELOW, warning
 
 COLUMNS = (
     "route", "router", "chosen", "gold_labels",
@@ -51,6 +55,42 @@ def _percent(value: float) -> str:
     return "—" if pd.isna(value) else f"{100 * value:.1f}"
 
 
+OOD_NOTE = (
+    "AUROC of each teacher's certainty score at telling the rows of another teacher's classes from the rows of its "
+    "own, the score oriented so that larger means less certain (+ as stored, − negated): 1.0 separates them "
+    "perfectly, 0.5 means the score cannot tell own from other rows, so it gives a router nothing to pick this "
+    "teacher by (below 0.5, the teacher is more certain outside its classes). MC-dropout scores as cached, "
+    "logit_max_prob the max softmax of the eval-mode logits, none calibrated; —: not measured (no MC-dropout signal "
+    "read on the split, a column the signal lacks, or no row on one side).\n"
+)
+OOD_SPLITS = ("validation", "train")  # in the order of the routing table's columns
+
+
+def _auroc(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def ood_markdown(route: dict) -> str | None:
+    """The table "Certainty as OOD detection" of a route: one row per teacher and split, one column per score, the
+    AUROC of :func:`kdpipe.routing.diagnostics.ood_auroc`; None for a route that did not record it (an older
+    route.json)."""
+    record = route.get("ood_auroc")
+    if not record:
+        return None
+    scores = list(OOD_ORIENTATION)
+    header = ["teacher", "split", "own rows", "other rows"]
+    header += [("+" if OOD_ORIENTATION[s] > 0 else "−") + s for s in scores]
+    lines = ["| " + " | ".join(header) + " |", "| --- | --- | " + " | ".join(["---:"] * (len(header) - 2)) + " |"]
+    teachers = list(dict.fromkeys(t for split in record.values() for t in split))
+    for teacher in teachers:
+        for split in (s for s in OOD_SPLITS if teacher in record.get(s, {})):
+            entry = record[split][teacher]
+            cells = [table_cell(teacher), split, str(entry["n_own"]), str(entry["n_other"])]
+            cells += [_auroc(entry["auroc"].get(s)) for s in scores]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "### Certainty as OOD detection (AUROC)\n\n" + "\n".join(lines) + "\n\n" + OOD_NOTE
+
+
 def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
     parts = ["# Routing\n"]
     parts += [f"> **Warning** ({r['route']}): {r['warning']}\n" for r in routes if r.get("warning")]
@@ -60,6 +100,7 @@ def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
         "(each row routed by a router fitted without it). *gold labels*: the router reads gold labels (the learned "
         "router those of the validation split, the oracle every split's): a diagnostic or a ceiling, not MUKI.\n"
     )
+    by_name = {route["route"]: route for route in routes}
     for name, rows in table.groupby("route", sort=False):
         lines = [
             "| router | routing val (%) | routing train (%) | target val (%) | target train (%) |",
@@ -71,6 +112,9 @@ def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
             cells = (row.routing_validation, row.routing_train, row.target_validation, row.target_train)
             lines.append(f"| {label} | " + " | ".join(_percent(v) for v in cells) + " |")
         parts.append(f"## {name}\n\n" + "\n".join(lines) + "\n")
+        ood = ood_markdown(by_name.get(name, {}))
+        if ood:
+            parts.append(ood)
     return "\n".join(parts)
 
 

@@ -5,8 +5,8 @@
 - ``transfer.parquet`` and ``transfer.json`` (its manifest), when a student learns from transfer rows: their scores
   (kdpipe.routing.transfer);
 - ``route.json``: the manifest: teachers, router, how scores become weights (``weighting``: ``softmax`` of s/τ_s
-  or the ``scores`` themselves), each teacher's calibration temperature when calibrated, and the diagnostics of
-  every router the cached signals allow.
+  or the ``scores`` themselves), each teacher's calibration temperature when calibrated, the diagnostics of
+  every router the cached signals allow, and ``ood_auroc``: each teacher's certainty scores as OOD detection.
 """
 
 from __future__ import annotations

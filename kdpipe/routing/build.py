@@ -2,9 +2,10 @@
 student, from the cached teacher signals the route declared, with the diagnostics of every router they allow.
 
 Writes ``train.parquet`` / ``validation.parquet`` (row_id, scores [K]) and ``route.json``
-(:mod:`kdpipe.routing.artifact`), and prints the diagnostics table. What it writes depends only on its config slice
-(the route's teachers and router settings, the ``routing`` settings that change scores, the signals it reads) and
-its inputs; the warning of a poor routing is the report's (:func:`kdpipe.routing.diagnostics.warning`).
+(:mod:`kdpipe.routing.artifact`, with every teacher's certainty scores measured as OOD detection,
+:func:`kdpipe.routing.diagnostics.ood_auroc`), and prints the diagnostics table. What it writes depends only on its
+config slice (the route's teachers and router settings, the ``routing`` settings that change scores, the signals it
+reads) and its inputs; the warning of a poor routing is the report's (:func:`kdpipe.routing.diagnostics.warning`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
 from kdpipe.routing import ROUTE_SPLITS, SCORES, route_label_use, route_signals
 from kdpipe.routing.artifact import FILES, write_scores
-from kdpipe.routing.diagnostics import diagnose, text_table
+from kdpipe.routing.diagnostics import diagnose, ood_auroc, text_table
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
 from kdpipe.routing.scoring import all_routers, calibrate, chosen_name
 
@@ -57,5 +58,6 @@ def build_route(params: dict, data: Path, signals_root: Path, out: Path) -> dict
         calibration=temps,
         rows={s: len(inputs.row_ids[s]) for s in ROUTE_SPLITS},
         diagnostics=diagnostics,
+        ood_auroc=ood_auroc(inputs),
     )
     return write_manifest(out / FILES[-1], manifest, list(FILES[:-1]))

@@ -5,18 +5,36 @@ rows whose distillation target under hard routing (the prediction of the teacher
 student's label order) has its argmax on the gold class. Both overall and per gold class, for every router a route
 measures (:func:`diagnose`), recorded in its ``route.json``, printed by the route job (:func:`text_table`).
 
+Certainty as OOD detection (:func:`ood_auroc`): for every teacher, how well each of its certainty scores tells the
+rows of another teacher's class (out of its distribution) from the rows of its own classes, as an AUROC per split,
+recorded in ``route.json`` under ``ood_auroc`` (docs/routing.md, "Certainty scores as OOD detection").
+
 The warning (:func:`warning`) is computed from those recorded figures where it is shown, in the report, with the
 threshold ``routing.warn_below``: a display setting, in no route's config slice, so changing it reruns the report
-only. Torch-free: the report imports this module.
+only. Torch-free: the report imports this module (and not scikit-learn, which only :func:`auroc` imports).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kdpipe.routing import GOLD_LABEL_ROUTERS
+from kdpipe.routing import GOLD_LABEL_ROUTERS, ROUTE_SPLITS
 
 WARN_BELOW = 0.8  # routing.warn_below's default (workflow/schemas/config.schema.yaml), for a report built by hand
+
+# The scores whose AUROC as OOD detection a route records, each with the sign that orients it so that a larger
+# value means a less certain teacher, so more likely a row of another teacher's class: the columns of the MC-dropout
+# signal's mc.parquet (kdpipe.signals.mc_dropout.SCORES), then the eval-mode logits' max softmax (τ = 1, uncalibrated)
+OOD_ORIENTATION = {
+    "entropy": 1.0,  # H(p̄)/log C
+    "certainty": -1.0,  # MUKI's u = 1 − H(p̄)/log C: the same AUROC as entropy's
+    "max_prob": -1.0,  # max p̄
+    "variance": 1.0,  # mean over classes of the variance of the T samples' probabilities
+    "mean_entropy": 1.0,  # (1/T) Σ_t H(p_t)/log C, the aleatoric part
+    "mutual_info": 1.0,  # H(p̄)/log C − (1/T) Σ_t H(p_t)/log C, the epistemic part
+    "logit_max_prob": -1.0,  # max softmax(z) of the eval-mode logits
+}
+OOD_MC_SCORES = tuple(score for score in OOD_ORIENTATION if score != "logit_max_prob")
 
 
 def routing_accuracy(scores: np.ndarray, owners: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
@@ -57,6 +75,54 @@ def diagnose(inputs, routers: dict) -> dict:
                 "target": target_accuracy(scores, inputs.predictions[split], *args),
             }
         out[name] = entry
+    return out
+
+
+def auroc(other: np.ndarray, scores: np.ndarray) -> float | None:
+    """The AUROC of ``scores`` (larger: more likely a positive) for the positives ``other`` (bool [N]): the chance
+    that a random positive scores above a random negative, ties counting half. None without rows on one side, or
+    with a score that is not finite."""
+    from sklearn.metrics import roc_auc_score  # here, not above: the report imports this module
+
+    other = np.asarray(other, bool)
+    scores = np.asarray(scores, np.float64)
+    if other.all() or not other.any() or not np.isfinite(scores).all():
+        return None
+    return float(roc_auc_score(other, scores))
+
+
+def max_softmax(logits: np.ndarray) -> np.ndarray:
+    """max softmax(z) of every row of ``logits`` [N, C], float64 [N]: 1 / Σ_c exp(z_c − max z)."""
+    z = np.asarray(logits, np.float64)
+    return 1.0 / np.exp(z - z.max(-1, keepdims=True)).sum(-1)
+
+
+def teacher_ood(own: np.ndarray, logits: np.ndarray, mc_table=None) -> dict:
+    """One teacher on one split: the AUROC of each score of :data:`OOD_ORIENTATION`, oriented, for the rows not of
+    its classes (``own``: bool [N], its own classes' rows) against those of its classes; an MC score is None without
+    the MC-dropout table ``mc_table`` (or without its column, in a signal made before the column existed), every
+    score None without rows on one side."""
+    other = ~np.asarray(own, bool)
+    scores = {}
+    for name in OOD_MC_SCORES:
+        present = mc_table is not None and name in mc_table
+        scores[name] = auroc(other, OOD_ORIENTATION[name] * mc_table[name].to_numpy()) if present else None
+    scores["logit_max_prob"] = auroc(other, OOD_ORIENTATION["logit_max_prob"] * max_softmax(logits))
+    return {"n_own": int((~other).sum()), "n_other": int(other.sum()), "mc": mc_table is not None, "auroc": scores}
+
+
+def ood_auroc(inputs) -> dict:
+    """Certainty as OOD detection on every split a route measures its routers on (train and validation), from a
+    route's :class:`~kdpipe.routing.inputs.RouteInputs`: {split: {teacher: :func:`teacher_ood`}}. The MC scores are
+    measured on the splits whose MC-dropout signal the route reads (``mc``: false and None elsewhere), the logit
+    score on every split. The cached columns are used as the MC pass wrote them: a calibrated route's temperatures
+    are not applied."""
+    out = {}
+    for split in ROUTE_SPLITS:
+        out[split] = {}
+        for t in inputs.teachers:
+            _, table = inputs.mc.get((t, split), (None, None))
+            out[split][t] = teacher_ood(inputs.own_rows(t, split), inputs.logits[t, split], table)
     return out
 
 
