@@ -1,0 +1,197 @@
+"""Out-of-distribution evaluation (docs/methods.md, "Judging uncertainty"): the detection and selective-prediction
+metrics against hand-computed values, the held-out classes in the prepared data, the external OOD set, MC-dropout at
+evaluation, and every bad input named before any job."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.data.dataset import OOD, read_labels, read_split
+from kdpipe.data.ood import build_ood
+from kdpipe.data.prepare import prepare
+from kdpipe.evaluation.metrics import uncertainty_split
+from kdpipe.evaluation.ood import detection, risk_coverage, scores, selective
+from kdpipe.models.inference import mc_member_logits
+from tests.test_data import dataset_params, tiny_frame, write_table
+from tests.test_plan import load
+
+# ---- metrics
+
+
+def test_detection_matches_hand_counts():
+    # in-distribution 1, 2, 3, 4; OOD 3.5, 5 (larger = more OOD). Pairs (OOD > in): 3.5 beats 3 of 4, 5 beats 4 of
+    # 4, so AUROC = 7/8. Ranked: 5 (OOD), 4, 3.5 (OOD), ...: precision 1/1 at recall 1/2, 2/3 at recall 1, so
+    # AP = 1/2 + 1/2 * 2/3 = 5/6. Flagging both OOD rows (threshold 3.5) flags the in-distribution 4: FPR 1/4.
+    result = detection(np.array([1.0, 2, 3, 4]), np.array([3.5, 5]))
+    assert result["auroc"] == pytest.approx(7 / 8)
+    assert result["aupr"] == pytest.approx(5 / 6)
+    assert result["fpr95"] == pytest.approx(1 / 4)
+    assert result["roc"]["fpr"][0] == 0 and result["roc"]["tpr"][-1] == 1
+
+
+def test_detection_of_a_perfect_and_a_useless_score():
+    perfect = detection(np.zeros(5), np.ones(3))
+    assert (perfect["auroc"], perfect["fpr95"]) == (1.0, 0.0)
+    useless = detection(np.ones(4), np.ones(4))  # every row tied
+    assert useless["auroc"] == 0.5 and useless["fpr95"] == 1.0
+    with pytest.raises(KdpipeError, match="rows on both sides"):
+        detection(np.ones(3), np.array([]))
+
+
+def test_risk_coverage_and_aurc_by_hand():
+    # kept most sure first: 0.1 (right), 0.3 (right), 0.5 (wrong), 0.9 (wrong): risk 0, 0, 1/3, 1/2
+    coverage, risk = risk_coverage(np.array([0.1, 0.5, 0.3, 0.9]), np.array([True, False, True, False]))
+    np.testing.assert_allclose(coverage, [0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_allclose(risk, [0, 0, 1 / 3, 1 / 2])
+    result = selective({"max_prob": np.array([0.1, 0.5, 0.3, 0.9])}, np.array([True, False, True, False]))
+    assert result["aurc"]["max_prob"] == pytest.approx((1 / 3 + 1 / 2) / 4)
+    assert result["curve"]["risk"][-1] == 0.5
+
+
+def test_scores_orient_max_prob_and_split_members():
+    members = np.array([[[0.9, 0.1], [0.5, 0.5]], [[0.7, 0.3], [0.5, 0.5]]])  # [M = 2, N = 2, C = 2]
+    got = scores(members, "mc_")
+    split = uncertainty_split(members)
+    np.testing.assert_allclose(got["mc_max_prob"], [-0.8, -0.5])  # larger = less sure
+    np.testing.assert_allclose(got["mc_mutual_info"], split["epistemic"])
+    np.testing.assert_allclose(got["mc_expected_entropy"], split["aleatoric"])
+    assert set(scores(members[:1])) == {"max_prob", "entropy"}  # one member: no epistemic part to score
+
+
+# ---- the held-out classes in the prepared data
+
+
+def three_classes(tmp_path):
+    path = write_table(tiny_frame(60, labels=("neg", "pos", "mid")), tmp_path / "d.csv")
+    return dataset_params(source=path, split={"validation": 0.2, "test": 0.2, "seed": 1})
+
+
+def test_held_out_class_leaves_train_and_validation_and_its_test_rows_are_the_ood_split(tmp_path):
+    params = three_classes(tmp_path) | {"ood_classes": ["mid"]}
+    manifest = prepare(params, tmp_path / "data")
+    assert read_labels(tmp_path / "data") == ["neg", "pos"]
+    for split in ("train", "validation", "test"):
+        assert set(read_split(tmp_path / "data", split)["label"]) == {"neg", "pos"}
+    ood = read_split(tmp_path / "data", OOD)
+    assert set(ood["label"]) == {"mid"} and len(ood) == manifest["ood"]["rows"] == 4
+    assert manifest["ood"]["removed"] == {"train": 12, "validation": 4}
+    # every other class keeps the rows it has without the hold-out
+    plain = prepare(three_classes(tmp_path), tmp_path / "plain")
+    assert plain["class_counts"]["train"]["neg"] == manifest["class_counts"]["train"]["neg"]
+
+
+@pytest.mark.parametrize(
+    ("held", "message"),
+    [(["middle"], "'middle' is not a class of .*did you mean 'mid'"), (["mid", "pos"], "leaves 1 class")],
+)
+def test_held_out_classes_that_cannot_work_are_named(tmp_path, held, message):
+    with pytest.raises(KdpipeError, match=message):
+        prepare(three_classes(tmp_path) | {"ood_classes": held}, tmp_path / "data")
+
+
+def test_external_ood_set_drops_empty_repeated_and_dataset_texts(tmp_path):
+    params = three_classes(tmp_path)
+    prepare(params, tmp_path / "data")
+    texts = ["a dispatch from nowhere", "a dispatch from nowhere", "", "SENTENCE number 3", "another one"]
+    source = write_table(pd.DataFrame({"body": texts}), tmp_path / "ood.csv")
+    ood_params = {"name": "tiny", "source": source, "text_column": "body", "format": "auto", "encoding": "utf-8"}
+    manifest = build_ood(ood_params, tmp_path / "data", tmp_path / "ood")
+    assert manifest["dropped"] == {"empty": 1, "duplicate": 1, "dataset": 1}
+    rows = read_split(tmp_path / "ood", OOD)
+    assert rows["text"].tolist() == ["a dispatch from nowhere", "another one"]
+    assert rows["row_id"].min() > read_split(tmp_path / "data", "train")["row_id"].max()
+    with pytest.raises(KdpipeError, match="no column 'text'"):
+        build_ood(ood_params | {"text_column": "text"}, tmp_path / "data", tmp_path / "ood2")
+
+
+# ---- MC-dropout at evaluation
+
+
+def test_mc_member_logits_differ_by_sample_repeat_by_seed_and_leave_eval_mode():
+    from kdpipe.data.batching import encode_frame
+    from kdpipe.models.loading import load_classifier, load_tokenizer
+
+    tokenizer = load_tokenizer("builtin:tiny-bert")
+    model = load_classifier("builtin:tiny-bert", ["a", "b", "c"], seed=0)
+    encoded = encode_frame(tokenizer, tiny_frame(6).assign(row_id=range(6)), max_length=16)
+    kwargs = {"samples": 3, "batch_size": 4, "device": torch.device("cpu")}
+    first = mc_member_logits(model, encoded, seed=5, **kwargs)
+    assert first.shape == (3, 6, 3)
+    assert not np.allclose(first[0], first[1])
+    np.testing.assert_array_equal(first, mc_member_logits(model, encoded, seed=5, **kwargs))
+    assert not model.training and not any(m.training for m in model.modules())
+
+
+# ---- bad input, before any job
+
+
+def ood_config(**evaluate):
+    def edit(config):
+        config["evaluate"] = {**config.get("evaluate", {}), "splits": ["validation", "test"], **evaluate}
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "message"),
+    [
+        ({"ood": {"classes": ["tech"], "source": "x.csv"}}, "not both"),
+        ({"ood": {"classes": ["tech"]}, "splits": ["validation"]}, "add test"),
+        ({"ood": {"source": "no/such/file.csv"}}, "file not found"),
+        ({"ood": {"classes": ["tech"], "text_column": "body"}}, "only an OOD source file"),
+        ({"ood": {"classes": ["business", "entertainment", "politics", "sport"]}}, "leaves 1 class"),
+    ],
+)
+def test_bad_ood_settings_stop_the_plan(evaluate, message):
+    with pytest.raises(KdpipeError, match=message):
+        load(edit=ood_config(**evaluate))
+
+
+def test_a_teacher_that_names_a_held_out_class_or_would_keep_one_class_stops_the_plan():
+    def names_it(config):
+        ood_config(ood={"classes": ["tech"]})(config)
+        config["teachers"]["ta"]["classes"] = ["business", "tech"]
+
+    with pytest.raises(KdpipeError, match=r"teachers.ta.classes: 'tech' is held out"):
+        load(edit=names_it)
+
+    def three_slices(config):  # four classes left in three slices: one teacher with a single class
+        ood_config(ood={"classes": ["tech"]})(config)
+        config["teachers"] = {f"t{i}": {"classes": {"slice": i, "of": 3}, "epochs": 1} for i in range(3)}
+        config["students"] = {"s_none": config["students"]["s_none"]}
+        config["evaluate"].pop("oracle", None)
+
+    with pytest.raises(KdpipeError, match="left with 1 class"):
+        load(edit=three_slices)
+
+
+def test_mc_samples_on_a_model_without_dropout_stops_the_plan(tmp_path):
+    folder = tmp_path / "nodrop"
+    folder.mkdir()
+    config = {"model_type": "bert", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    (folder / "config.json").write_text(json.dumps(config))
+
+    def no_dropout(config):
+        ood_config(mc_samples=4)(config)
+        config["teachers"]["ta"]["backbone"] = str(folder)
+
+    with pytest.raises(KdpipeError, match=r"teachers.ta: .* has no dropout .*evaluate.mc_samples"):
+        load(edit=no_dropout)
+
+
+def test_ood_and_mc_samples_enter_only_the_evaluation_slices_that_use_them():
+    plain = load()
+    held = load(edit=ood_config(ood={"classes": ["tech"]}, mc_samples=4))
+    assert "ood" not in plain.eval_params("s_vkd") and "mc_samples" not in plain.eval_params("s_vkd")
+    assert held.eval_params("s_vkd")["splits"] == ["validation", "test", OOD]
+    assert held.eval_params("s_vkd")["mc_samples"] == 4
+    assert "mc_samples" not in held.eval_params("oracle")  # made from its members' predictions
+    assert held.prepare_params()["ood_classes"] == ["tech"] and "ood_classes" not in plain.prepare_params()
+    assert held.teacher_classes("ta") == ["business", "entertainment"]
+    assert "tech" not in held.teacher_classes("tb")
