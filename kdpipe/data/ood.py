@@ -1,4 +1,4 @@
-"""An external out-of-distribution set (``evaluate.ood.source``, docs/methods.md "Judging uncertainty"): the texts of
+"""An external out-of-distribution set (``evaluate.ood.source``; docs/methods.md, "Judging uncertainty"): the texts of
 one file, read like a transfer file (:mod:`kdpipe.data.transfer`: only the text column), written by the ``ood`` job
 as a one-split dataset artifact ``results/ood/<dataset>/`` (``ood.parquet``, ``labels.json``, ``manifest.json``)
 that every evaluation job reads beside the dataset.

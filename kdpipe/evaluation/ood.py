@@ -1,5 +1,6 @@
-"""Out-of-distribution detection and selective prediction from per-row uncertainty scores (docs/methods.md,
-"Judging uncertainty").
+"""Out-of-distribution detection and selective prediction from per-row uncertainty scores.
+
+See docs/methods.md, "Judging uncertainty".
 
 A score is oriented so that a larger value means "less likely to be known": entropy, expected entropy, mutual
 information as they are, the maximum probability negated. :func:`scores` makes them from a model's member

@@ -1,5 +1,5 @@
-"""Out-of-distribution evaluation in the plan (``evaluate.ood``, docs/methods.md "Judging uncertainty"): which rows
-are OOD, where they are prepared, and the checks that stop a config before any job."""
+"""Out-of-distribution evaluation in the plan (``evaluate.ood``): which rows are OOD, where they are prepared, and
+the checks that stop a config before any job (docs/methods.md, "Judging uncertainty")."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ member entropy, epistemic = their difference, the mutual information) over its m
 student, the members of an ensemble, or the model itself (M = 1, epistemic 0).
 
 With ``evaluate.mc_samples`` (T), every split is also predicted T times with dropout on (MC-dropout at evaluation,
-docs/methods.md "Judging uncertainty"): the ``mc_*`` scores and columns; accuracy and calibration stay those of the
+docs/methods.md, "Judging uncertainty"): the ``mc_*`` scores and columns; accuracy and calibration stay those of the
 deterministic pass. With ``evaluate.ood``, the last split is ``ood``: the OOD rows, every one predicted (none is a
 class of the model), scored against the test rows of this job.
 
