@@ -7,6 +7,13 @@ SDPA attention. Both score the same rows of BBC News with the packaged MiniLM (6
 
     python benchmarks/mc_dropout.py --max-length 512 --rows 64          # long, varied lengths
     python benchmarks/mc_dropout.py --max-length 128 --rows 256 --titles  # short texts (article titles)
+    python benchmarks/mc_dropout.py --breakdown --max-length 96 --rows 64  # where an MC sample's extra cost goes
+
+``--breakdown`` times one forward of the same enlarged batch (``rows`` rows, all ``max_length`` tokens) five ways,
+interleaved and repeated so that a busy machine slows each alike: eval mode (the deterministic pass), every dropout
+on (an MC-dropout sample), only the ``nn.Dropout`` modules on (hidden states, embeddings, classifier), only the
+attention modules on (attention-probability dropout, which also sends SDPA to its math kernel), and an MC sample
+whose Bernoulli masks are free (``torch.bernoulli_`` replaced by a fill, to price the mask draws).
 
 Prints one Markdown row per setting and appends a JSON record to benchmarks/out/mc_dropout.jsonl.
 """
@@ -55,6 +62,49 @@ def timed(fn, device) -> float:
     return time.perf_counter() - start
 
 
+def breakdown(model, rows: int, width: int, repeats: int) -> dict:
+    """Seconds per forward of one [rows, width] batch in each mode (the median of ``repeats``), and each mode's
+    ratio to eval mode."""
+    from kdpipe.models.inference import enable_dropout
+
+    inputs = {
+        "input_ids": torch.randint(1000, 20000, (rows, width)),
+        "attention_mask": torch.ones(rows, width, dtype=torch.long),
+    }
+
+    def only(kind):
+        model.eval()
+        for module in model.modules():
+            is_attention = type(module).__name__.endswith("Attention")
+            if (kind == "dropout" and isinstance(module, torch.nn.Dropout)) or (kind == "attention" and is_attention):
+                module.train()
+
+    real_bernoulli = torch.Tensor.bernoulli_
+
+    def free_masks():  # every mask drawn as "keep all": the forward's cost without the random draws
+        enable_dropout(model)
+        torch.Tensor.bernoulli_ = lambda self, *a, **k: self.fill_(1.0)
+
+    modes = {
+        "eval": model.eval,
+        "mc": lambda: enable_dropout(model),
+        "hidden_dropout_only": lambda: only("dropout"),
+        "attention_dropout_only": lambda: only("attention"),
+        "mc_without_mask_draws": free_masks,
+    }
+    times = {mode: [] for mode in modes}
+    with torch.inference_mode():
+        for _ in range(repeats):
+            for mode, prepare_mode in modes.items():
+                prepare_mode()
+                start = time.perf_counter()
+                model(**inputs)
+                times[mode].append(time.perf_counter() - start)
+                torch.Tensor.bernoulli_ = real_bernoulli
+    median = {mode: float(np.median(values)) for mode, values in times.items()}
+    return {"seconds": median, "ratio": {mode: median[mode] / median["eval"] for mode in modes}}
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--max-length", type=int, default=512)
@@ -63,8 +113,19 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16, help="kdpipe's examples per batch (x T rows enlarged)")
     p.add_argument("--max-batch-rows", type=int, default=128)
     p.add_argument("--titles", action="store_true", help="use only each article's title line (short texts)")
+    p.add_argument("--breakdown", action="store_true", help="time one batch in five dropout modes (see above)")
+    p.add_argument("--repeats", type=int, default=7, help="--breakdown: forwards per mode")
     args = p.parse_args()
     device = setup(args)
+    if args.breakdown:
+        model = load_classifier("builtin:minilm-l6", list("abcde"), seed=0).to(device)
+        result = breakdown(model, args.rows, args.max_length, args.repeats)
+        rec = record("mc_dropout_breakdown", device, rows=args.rows, max_length=args.max_length, **result)
+        print("| threads | batch | " + " | ".join(result["ratio"]) + " |")
+        print("| ---: | --- |" + " ---: |" * len(result["ratio"]))
+        cells = " | ".join(f"{result['seconds'][m]:.3f} s ({result['ratio'][m]:.2f}x)" for m in result["ratio"])
+        print(f"| {rec['threads']} | {args.rows} x {args.max_length} | {cells} |")
+        return
     frame = bbc_train_rows(args.rows)
     if args.titles:
         frame = frame.assign(text=frame["text"].str.split("\n").str[0])
