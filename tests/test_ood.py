@@ -195,3 +195,90 @@ def test_ood_and_mc_samples_enter_only_the_evaluation_slices_that_use_them():
     assert held.prepare_params()["ood_classes"] == ["tech"] and "ood_classes" not in plain.prepare_params()
     assert held.teacher_classes("ta") == ["business", "entertainment"]
     assert "tech" not in held.teacher_classes("tb")
+
+
+# ---- what an outside break-it pass found
+
+
+def member_files(tmp_path, name, classes, test_rows, ood_rows, rng):
+    """One member's test and ood evaluations, written as the evaluate stage writes them."""
+    from kdpipe.evaluation.results import write_evaluation, write_ood
+
+    params = {"model": name, "base": name, "kind": "teacher", "ece_bins": 5, "split": "test"}
+    folder = tmp_path / name
+    folder.mkdir()
+    test = rng.dirichlet(np.ones(len(classes)), test_rows)[None]
+    ood = rng.dirichlet(np.ones(len(classes)), ood_rows)[None]
+    y = rng.integers(0, len(classes), test_rows)
+    ids = np.arange(test_rows) + (100 if name == "tb" else 0)
+    extra = {"gold_labels": {"train": 10}, "params": 100, "train_time_s": 1.0, "inference_time_s": 0.1}
+    write_evaluation(params, test, y, classes, ids, extra, folder / "test.json", folder / "test.predictions.parquet")
+    rows = pd.DataFrame({"row_id": 1000 + np.arange(ood_rows), "label": ["tech"] * ood_rows})
+    ood_params = params | {"split": OOD, "ood": {"classes": ["tech"]}}
+    write_ood(ood_params, test, ood, rows, classes, extra, folder / "ood.json", folder / "ood.predictions.parquet", 0.5)
+    return folder
+
+
+def test_the_oracle_has_no_ood_scores_says_why_and_the_report_lists_it(tmp_path):
+    from kdpipe.report import build_report
+    from kdpipe.stages import evaluate_ensemble
+
+    rng = np.random.default_rng(0)
+    ta = member_files(tmp_path, "ta", ["business", "entertainment"], 6, 3, rng)
+    tb = member_files(tmp_path, "tb", ["politics", "sport"], 4, 3, rng)
+    out = tmp_path / "oracle"
+    out.mkdir()
+    params = {"model": "oracle", "base": "oracle", "kind": "oracle", "members": ["ta", "tb"], "combine": "oracle"}
+    params |= {"splits": ["test", OOD], "ece_bins": 5, "ood": {"classes": ["tech"]}}
+    members = [ta / "test.predictions.parquet", tb / "test.predictions.parquet"]
+    members += [ta / "ood.predictions.parquet", tb / "ood.predictions.parquet"]
+    jsons = [out / "test.json", out / "ood.json"]
+    evaluate_ensemble.run(params, members, jsons, [out / "test.predictions.parquet", out / "ood.predictions.parquet"])
+    record = json.loads((out / "ood.json").read_text())
+    assert record["ood"]["scores"] is None and "gold class" in record["ood"]["reason"]
+    assert record["classes"] == ["business", "entertainment", "politics", "sport"]
+    evals = [ta / "test.json", ta / "ood.json", tb / "test.json", tb / "ood.json", *jsons]
+    build_report(evals, tmp_path / "report")
+    assert "oracle" in (tmp_path / "report/ood.md").read_text()
+
+
+def test_stale_evaluations_of_splits_no_longer_evaluated_are_removed(tmp_path):
+    from kdpipe.evaluation.results import remove_stale
+
+    for name in ("validation.json", "ood.json", "ood.predictions.parquet", "test.json"):
+        (tmp_path / name).write_text("{}")
+    remove_stale(tmp_path, ["validation", "test"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test.json", "validation.json"]
+
+
+def test_transfer_rows_never_hold_an_ood_text(tmp_path):
+    from kdpipe.data.transfer import build_transfer
+
+    params = three_classes(tmp_path) | {"ood_classes": ["mid"]}
+    prepare(params, tmp_path / "data")
+    ood_text = read_split(tmp_path / "data", OOD)["text"].iloc[0]
+    extra = write_table(pd.DataFrame({"text": [ood_text, "a new unlabelled text"]}), tmp_path / "extra.csv")
+    manifest = build_transfer(params | {"transfer": extra}, tmp_path / "data", tmp_path / "transfer")
+    assert manifest["rows"]["transfer"] == 1 and manifest["dropped"]["evaluation"] == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        ("body\nsome text\n", "ood.csv", r"no column 'text' \(dataset.text_column\).*\(evaluate.ood.source\)"),
+        ("text\n", "ood.csv", "only a header"),
+        ("just a line\n", "ood.txt", "by its extension"),
+        (None, "folder", "not one written by the datasets library"),
+    ],
+)
+def test_an_ood_file_that_cannot_be_read_stops_the_plan(tmp_path, content, name, message):
+    path = tmp_path / name
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_text(content)
+    with pytest.raises(KdpipeError, match=message):
+        load(edit=ood_config(ood={"source": str(path)}))
+    if name == "ood.csv" and "body" in content:  # the column the config names, under the key that names it
+        with pytest.raises(KdpipeError, match=r"no column 'article' \(evaluate.ood.text_column\)"):
+            load(edit=ood_config(ood={"source": str(path), "text_column": "article"}))

@@ -4,8 +4,8 @@ as a one-split dataset artifact ``results/ood/<dataset>/`` (``ood.parquet``, ``l
 that every evaluation job reads beside the dataset.
 
 Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a text that repeats an earlier OOD
-row, and a text equal to any text of the dataset (train, validation, test or the withheld rows), folded as an uncased
-tokenizer reads it: such a row is not unseen, and a training text would make the OOD set easier to miss.
+row, and a text equal to any text of the dataset (train, validation, test, the withheld rows) or of the transfer
+rows students learn from, folded as an uncased tokenizer reads it: such a row is not unseen.
 """
 
 from __future__ import annotations
@@ -18,16 +18,20 @@ import pandas as pd
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
-from kdpipe.data.dataset import OOD, SPLITS, read_labels, read_split
+from kdpipe.data.dataset import OOD, SPLITS, TRANSFER, read_labels, read_split
 from kdpipe.data.prepare import UNLABELLED
 from kdpipe.data.transfer import _empty, _hashes, _next_row_id, _readers
 
-_REASONS = {"empty": "empty text", "duplicate": "repeated OOD text", "dataset": "equal to a text of the dataset"}
+_REASONS = {
+    "empty": "empty text",
+    "duplicate": "repeated OOD text",
+    "dataset": "equal to a text of the dataset or the transfer rows",
+}
 
 
-def build_ood(params: dict, data_dir: Path, out_dir: Path) -> dict:
-    """Write the OOD artifact of ``params`` (source, text_column...) beside the prepared dataset ``data_dir``;
-    return its manifest."""
+def build_ood(params: dict, data_dir: Path, out_dir: Path, transfer_dir: Path | None = None) -> dict:
+    """Write the OOD artifact of ``params`` (source, text_column...) beside the prepared dataset ``data_dir`` (and
+    the transfer rows ``transfer_dir``, whose texts students learn from); return its manifest."""
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     columns = ["text", *(["text_pair"] if params.get("text_pair_column") else [])]
     frames = [batch for _, reader in _readers(params["source"], params, "evaluate.ood.source") for batch in reader()]
@@ -38,6 +42,8 @@ def build_ood(params: dict, data_dir: Path, out_dir: Path) -> dict:
     known = [_hashes(read_split(data_dir, split), columns) for split in SPLITS]
     if (data_dir / UNLABELLED).is_file():
         known.append(_hashes(pd.read_parquet(data_dir / UNLABELLED), columns))
+    if transfer_dir is not None:
+        known.append(_hashes(read_split(transfer_dir, TRANSFER), columns))
     empty = _empty(rows, columns)
     first = np.zeros(len(rows), bool)
     first[np.unique(hashed, return_index=True)[1]] = True

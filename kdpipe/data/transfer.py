@@ -13,7 +13,8 @@ an 8-byte hash per row (no text is held): pass 1 hashes every text, pass 2 write
 counted in the manifest (``dropped``) and the log:
 - an empty or missing text (``empty``);
 - a text that repeats an earlier transfer row (``duplicate``);
-- a text equal to a validation or test text (``evaluation``): a teacher's view of it would leak into the student;
+- a text equal to a validation, test or OOD text (``evaluation``; the OOD rows of held-out classes,
+  ``evaluate.ood.classes``): a teacher's view of it would leak into the student;
 - a text equal to a labelled training text (``labelled``): that row is already in the student's data with its label;
 - rows beyond ``dataset.transfer_max_rows`` (``over_max_rows``), a seeded random choice.
 Texts are compared by a 64-bit hash of (text, text pair), folded as an uncased tokenizer reads them (:func:`_hashes`).
@@ -38,7 +39,7 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.checksums import verify, write_manifest
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, read_manifest, write_json
-from kdpipe.data.dataset import SPLITS, TRANSFER, read_labels, read_split
+from kdpipe.data.dataset import OOD, SPLITS, TRANSFER, read_labels, read_split
 from kdpipe.data.files import encoding_hint, file_format
 from kdpipe.data.hf import is_hf_source, load_splits
 from kdpipe.data.prepare import UNLABELLED
@@ -95,6 +96,8 @@ def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) 
     """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept), each row's hash, and what
     was read (rows per source, texts spanning several lines)."""
     held = {split: _hashes(read_split(data_dir, split), columns) for split in SPLITS}
+    if (data_dir / f"{OOD}.parquet").is_file():  # the held-out classes' test rows are evaluated too
+        held["test"] = np.union1d(held["test"], _hashes(read_split(data_dir, OOD), columns))
     hashes, reasons, counts, multiline = [], [], {}, {}
     for where, reader in readers:
         read = lines = 0
@@ -166,7 +169,7 @@ def _dropped_text(dropped: dict) -> str:
     parts = {
         "empty": "empty text",
         "duplicate": "repeated transfer text",
-        "evaluation": "equal to a validation or test text",
+        "evaluation": "equal to a validation, test or OOD text",
         "labelled": "equal to a labelled training text",
         "over_max_rows": "over dataset.transfer_max_rows",
     }

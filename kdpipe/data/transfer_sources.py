@@ -23,51 +23,55 @@ def has_transfer(dataset: dict) -> bool:
 
 def check_transfer_files(dataset: dict) -> None:
     """The cheap checks of every local transfer file, made when the DAG is built so that a mistake stops the run
-    before any job: the file exists, is not empty, has a data row, and has the text column(s) (in a CSV/TSV header,
-    a Parquet schema, the first JSONL record or a saved dataset's features). The full read,
-    with its encoding check, is the ``transfer`` job's (kdpipe.data.transfer)."""
+    before any job (:func:`check_text_source`). The full read, with its encoding check, is the ``transfer`` job's
+    (kdpipe.data.transfer)."""
+    for source in transfer_sources(dataset):
+        check_text_source(source, dataset, "dataset.transfer")
+
+
+def check_text_source(source: str, settings: dict, key: str, column_keys: dict | None = None) -> None:
+    """A local text source (a transfer file, the OOD file) exists, is not empty, has a data row, and has the text
+    column(s) of ``settings`` (in a CSV/TSV header, a Parquet schema, the first JSONL record or a saved dataset's
+    features); ``key`` names the config key of the source, ``column_keys`` those of the columns (default
+    ``dataset.text_column``...)."""
     from pathlib import Path
 
     from kdpipe.core.store import KdpipeError
 
-    wanted = [
-        dataset.get("text_column", "text"),
-        *([dataset["text_pair_column"]] if dataset.get("text_pair_column") else []),
-    ]
-    for source in transfer_sources(dataset):
-        path = Path(source)
-        if source.startswith("hf:"):
-            continue
-        if path.is_dir():
-            if not _saved_dataset(path):
-                raise KdpipeError(
-                    f"{path}: a folder, but not one written by the datasets library's save_to_disk (no "
-                    "dataset_dict.json or state.json in it); give a file, a list of files, hf:NAME or such a folder "
-                    "(dataset.transfer)"
-                )
-            if _saved_rows(path) == 0:
-                raise KdpipeError(f"{path}: the saved dataset has no rows (dataset.transfer)")
-            columns = _saved_columns(path)
-        elif not path.is_file():
-            where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-            raise KdpipeError(f"{path}: file not found{where}; check dataset.transfer")
-        else:
-            with open(path, "rb") as handle:
-                if not handle.read(1 << 20).strip():
-                    raise KdpipeError(f"{path}: the file is empty (dataset.transfer)")
-            if not _has_rows(path, dataset):
-                raise KdpipeError(f"{path}: no data rows, only a header (dataset.transfer)")
-            columns = _header(path, dataset)
-        missing = [column for column in wanted if columns is not None and column not in columns]
-        if missing:
-            import difflib
-
-            key = "text_column" if missing[0] == wanted[0] else "text_pair_column"
-            close = difflib.get_close_matches(missing[0], columns, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+    wanted = {
+        settings.get("text_column", "text"): "text_column",
+        **({settings["text_pair_column"]: "text_pair_column"} if settings.get("text_pair_column") else {}),
+    }
+    path = Path(source)
+    if source.startswith("hf:"):
+        return
+    if path.is_dir():
+        if not _saved_dataset(path):
             raise KdpipeError(
-                f"{path}: no column '{missing[0]}' (dataset.{key}); the columns are {columns}{hint} (dataset.transfer)"
+                f"{path}: a folder, but not one written by the datasets library's save_to_disk (no "
+                f"dataset_dict.json or state.json in it); give a file, hf:NAME or such a folder ({key})"
             )
+        if _saved_rows(path) == 0:
+            raise KdpipeError(f"{path}: the saved dataset has no rows ({key})")
+        columns = _saved_columns(path)
+    elif not path.is_file():
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise KdpipeError(f"{path}: file not found{where}; check {key}")
+    else:
+        with open(path, "rb") as handle:
+            if not handle.read(1 << 20).strip():
+                raise KdpipeError(f"{path}: the file is empty ({key})")
+        if not _has_rows(path, settings):
+            raise KdpipeError(f"{path}: no data rows, only a header ({key})")
+        columns = _header(path, settings)
+    missing = [column for column in wanted if columns is not None and column not in columns]
+    if missing:
+        import difflib
+
+        column_key = (column_keys or {}).get(wanted[missing[0]], f"dataset.{wanted[missing[0]]}")
+        close = difflib.get_close_matches(missing[0], columns, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise KdpipeError(f"{path}: no column '{missing[0]}' ({column_key}); the columns are {columns}{hint} ({key})")
 
 
 def _suffix(path, dataset: dict) -> str:

@@ -29,6 +29,17 @@ def split_slices(params: dict) -> list[dict]:
     return [{**rest, "split": split} for split in params["splits"]]
 
 
+EVALUATED = ("validation", "test", "ood")  # every split an evaluation can write
+
+
+def remove_stale(folder: Path, splits: list[str]) -> None:
+    """Remove a model's evaluation files of splits this job no longer writes (``evaluate.splits`` shrunk,
+    ``evaluate.ood`` dropped), so that nothing reading ``results/eval/`` finds a result of another config."""
+    for split in set(EVALUATED) - set(splits):
+        for name in (f"{split}.json", f"{split}.predictions.parquet"):
+            (Path(folder) / name).unlink(missing_ok=True)
+
+
 def sum_or_none(values) -> float | None:
     values = list(values)
     return None if any(v is None for v in values) else sum(values)

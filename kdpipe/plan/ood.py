@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.transfer_sources import check_text_source
 from kdpipe.models.backbones import stored_dropout
 from kdpipe.models.heads import head_labels
 from kdpipe.plan.paths import OOD_DATA
 
 OOD_SPLIT = "ood"  # the split of the OOD rows (kdpipe.data.dataset.OOD, without pandas)
+OOD_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 
 
 class Ood:
@@ -45,7 +47,8 @@ class Ood:
         from kdpipe.plan.slices import with_local_content
 
         dataset, spec = self.config["dataset"], self.ood_spec()
-        params = {key: dataset[key] for key in ("name", "text_pair_column", "format", "encoding") if key in dataset}
+        params = {key: dataset[key] for key in ("name", "text_pair_column", "encoding") if key in dataset}
+        params["format"] = "auto"  # the OOD file's own extension says its format, whatever dataset.format says
         params["source"] = spec["source"]
         params["text_column"] = spec.get("text_column") or dataset.get("text_column", "text")
         return with_local_content(params)
@@ -70,11 +73,20 @@ class Ood:
                 f"{self.config['evaluate']['splits']}; add test"
             )
         if spec.get("source"):
-            path = Path(spec["source"])
-            if not path.exists():
-                where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-                raise KdpipeError(f"evaluate.ood.source: {path}: file not found{where}")
+            self._check_ood_file(spec)
         self._check_held_out()
+
+    def _check_ood_file(self, spec: dict) -> None:
+        """The OOD file is one kdpipe reads (by its extension), with its text column and a data row: checked when
+        the DAG is built, before any job (the ``ood`` job reads it whole)."""
+        path = Path(spec["source"])
+        if path.is_file() and path.suffix.lower() not in OOD_SUFFIXES:
+            raise KdpipeError(
+                f"{path}: kdpipe reads an OOD file by its extension, one of {', '.join(OOD_SUFFIXES)} "
+                "(evaluate.ood.source); rename it"
+            )
+        column_key = "evaluate.ood.text_column" if spec.get("text_column") else "dataset.text_column"
+        check_text_source(str(path), self.ood_params(), "evaluate.ood.source", {"text_column": column_key})
 
     def _check_held_out(self) -> None:
         """No teacher trains on a held-out class (named in its classes, or known to its checkpoint), and every
@@ -92,7 +104,8 @@ class Ood:
                     "model may train on it; drop it from the teacher's classes"
                 )
             head = head_labels(spec["checkpoint"], f"teachers.{teacher}") if spec.get("checkpoint") else []
-            known = [c for c in head if c.lower() in folded]
+            label_map = spec.get("label_map") or {}
+            known = [label_map.get(c, c) for c in head if label_map.get(c, c).lower() in folded]
             if known:
                 raise KdpipeError(
                     f"teachers.{teacher}: its checkpoint already predicts {known[0]!r}, which evaluate.ood.classes "
@@ -121,13 +134,16 @@ class Ood:
                 continue
             model = student.config["model"]
             where = f"students.{student.entry}.model"
-            if model.get("type") == "bilstm":
-                if float(model.get("dropout", 0.4)) == 0:
-                    raise _no_dropout(where, "its BiLSTM (dropout: 0)")
-                continue
-            source = (model.get("init") or {}).get("from")
-            if isinstance(source, str) and stored_dropout(source) == 0:
-                raise _no_dropout(where, source)
+            if model.get("type") == "bilstm" and float(model.get("dropout", 0.4)) == 0:
+                raise KdpipeError(
+                    f"{where}.dropout is 0, so evaluate.mc_samples would draw T identical samples of this BiLSTM; "
+                    "leave evaluate.mc_samples out, or give it dropout"
+                )
+            cotrained = (student.config.get("method_args") or {}).get("backbone")  # ProKT's teacher, evaluated too
+            sources = [(where, (model.get("init") or {}).get("from")), (f"{where[:-6]}.method_args", cotrained)]
+            for key, source in sources:
+                if isinstance(source, str) and stored_dropout(source) == 0:
+                    raise _no_dropout(key, source)
 
 
 def _no_dropout(where: str, source: str) -> KdpipeError:

@@ -40,7 +40,7 @@ class Slices:
         if not dataset.get("split", {}).get("unlabelled", 1):
             dataset["split"] = without(dataset["split"], "unlabelled")
         if self.ood_classes():  # held out of every split before any teacher trains (docs/methods.md)
-            dataset["ood_classes"] = self.ood_classes()
+            dataset["ood_classes"] = sorted(self.ood_classes())  # (their order changes nothing)
         return with_local_content(dataset)
 
     def transfer_params(self) -> dict:

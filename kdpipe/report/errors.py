@@ -51,13 +51,13 @@ def class_order(summary: pd.DataFrame) -> list[str]:
 
 def per_class_rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The classes and, per model, its accuracy (%) on each class's rows ("—": a class the model does not
-    predict)."""
+    predict, or without rows in the split)."""
     classes = class_order(summary)
     rows = []
     for row in summary.itertuples(index=False):
         if not row.per_class:
             continue
-        cells = [f"{100 * row.per_class[c]:.1f}" if c in row.per_class else "—" for c in classes]
+        cells = [f"{100 * row.per_class[c]:.1f}" if row.per_class.get(c) is not None else "—" for c in classes]
         rows.append([str(row.model), str(row.kind), *cells])
     return classes, rows
 

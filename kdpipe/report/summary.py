@@ -249,7 +249,9 @@ def _pool_per_class(group: pd.DataFrame) -> dict | None:
     records = [r for r in group["per_class"] if r]
     if not records:
         return None
-    return {c: float(np.mean([r[c] for r in records if c in r])) for c in records[0]}
+    pooled = {c: [r[c] for r in records if r.get(c) is not None] for c in records[0]}
+    # (a class without rows in the split has no accuracy: None, as classification_metrics gives it)
+    return {c: float(np.mean(values)) if values else None for c, values in pooled.items()}
 
 
 def _pool_domains(group: pd.DataFrame) -> dict | None:

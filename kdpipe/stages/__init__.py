@@ -27,7 +27,7 @@ class Stage:
 _TABLE = {
     "prepare": ("out", False, "read, deduplicate and split the dataset"),
     "transfer": ("data out", False, "unlabelled transfer rows, checked against the dataset"),
-    "ood": ("data out", False, "an external out-of-distribution set, checked against the dataset"),
+    "ood": ("data out transfer?", False, "an external out-of-distribution set, checked against the dataset"),
     "prototypes": ("data out", True, "Meta-KD's prototype scores"),
     "finetune-teacher": ("data out prototypes?", True, "fine-tune one teacher"),
     "import-teacher": ("data out", True, "use a fine-tuned checkpoint as a teacher, without training"),

@@ -36,7 +36,7 @@ from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import KdpipeError, read_json
 from kdpipe.data.batching import encode_frame, without_texts
 from kdpipe.data.dataset import OOD, dataset_domains, read_split, restrict_to_domain
-from kdpipe.evaluation.results import split_slices, write_evaluation, write_ood
+from kdpipe.evaluation.results import remove_stale, split_slices, write_evaluation, write_ood
 from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_member_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
 
@@ -62,6 +62,7 @@ def run(
     """``params``: model (name), base, kind, method, seed, splits, batch_size, ece_bins (and domain, ood,
     mc_samples, mc_seed); ``out_json`` and ``out_predictions``: one path per split, in the order of ``splits``;
     ``ood``: the artifact of an external OOD set, if any (else the OOD rows are the dataset's ``ood`` split)."""
+    remove_stale(Path(out_json[0]).parent, params["splits"])
     loaded = load(Path(model))
     done: dict[str, Predicted] = {}
     results = []

@@ -19,6 +19,7 @@ from kdpipe.core.store import KdpipeError, read_json
 from kdpipe.data.dataset import OOD
 from kdpipe.evaluation.results import (
     combined_label_use,
+    remove_stale,
     split_slices,
     sum_or_none,
     write_evaluation,
@@ -36,6 +37,7 @@ def run(params: dict, members: list[Path], out_json: list[Path], out_predictions
         raise KdpipeError(
             f"{params['model']}: {len(members)} member predictions for {count} members on {len(splits)} splits"
         )
+    remove_stale(Path(out_json[0]).parent, params["splits"])
     evaluated = zip(splits, out_json, out_predictions, strict=True)
     results = []
     for i, (split_params, *paths) in enumerate(evaluated):
@@ -89,6 +91,7 @@ def evaluate_ood(
     extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
     extra["gold_labels"] = combined_label_use(records, disjoint=params.get("combine") == "oracle")
     if params.get("combine") == "oracle":
+        extra["classes"] = sorted(c for r in records for c in r["classes"])
         return write_no_ood(params, extra, out_json, out_predictions, ORACLE_REASON)
     classes = records[0]["classes"]
     in_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in test]).astype(np.float64)

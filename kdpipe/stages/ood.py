@@ -7,6 +7,6 @@ from pathlib import Path
 from kdpipe.data.ood import build_ood
 
 
-def run(params: dict, data: Path, out: Path) -> dict:
-    """Read ``evaluate.ood.source``, drop empty, repeated and dataset texts; write ``out``."""
-    return build_ood(params, data, out)
+def run(params: dict, data: Path, out: Path, transfer: list[Path] = ()) -> dict:
+    """Read ``evaluate.ood.source``, drop empty, repeated, dataset and transfer texts; write ``out``."""
+    return build_ood(params, data, out, transfer[0] if transfer else None)

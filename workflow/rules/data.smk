@@ -39,9 +39,10 @@ rule transfer:
 
 
 rule ood:
-    """An external OOD set (evaluate.ood.source): read, drop empty, repeated and dataset texts."""
+    """An external OOD set (evaluate.ood.source): read, drop empty, repeated, dataset and transfer texts."""
     input:
         data=DATA_DIR,
+        transfer=[TRANSFER_DIR] if PLAN.has_transfer() else [],
     output:
         ood=directory(OOD_DIR),
     log:
@@ -56,4 +57,5 @@ rule ood:
         cfg=lambda wc: as_json(PLAN.ood_params()),
         code=code("kdpipe.stages.ood"),
     shell:
-        "python -m kdpipe ood --params {params.cfg:q} --data {input.data} --out {output.ood} > {log} 2>&1"
+        "python -m kdpipe ood --params {params.cfg:q} --data {input.data} --transfer {input.transfer}"
+        " --out {output.ood} > {log} 2>&1"
