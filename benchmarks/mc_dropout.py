@@ -9,11 +9,11 @@ SDPA attention. Both score the same rows of BBC News with the packaged MiniLM (6
     python benchmarks/mc_dropout.py --max-length 128 --rows 256 --titles  # short texts (article titles)
     python benchmarks/mc_dropout.py --breakdown --max-length 96 --rows 64  # where an MC sample's extra cost goes
 
-``--breakdown`` times one forward of the same enlarged batch (``rows`` rows, all ``max_length`` tokens) five ways,
+``--breakdown`` times one forward of the same enlarged batch (``rows`` rows, all ``max_length`` tokens) four ways,
 interleaved and repeated so that a busy machine slows each alike: eval mode (the deterministic pass), every dropout
-on (an MC-dropout sample), only the ``nn.Dropout`` modules on (hidden states, embeddings, classifier), only the
-attention modules on (attention-probability dropout, which also sends SDPA to its math kernel), and an MC sample
-whose Bernoulli masks are free (``torch.bernoulli_`` replaced by a fill, to price the mask draws).
+on (an MC-dropout sample), only the ``nn.Dropout`` modules on (hidden states, embeddings, classifier) and only the
+attention modules on (attention-probability dropout, which also sends SDPA to its math kernel); then the share of an
+MC forward's CPU time that torch's profiler gives the Bernoulli mask draws.
 
 Prints one Markdown row per setting and appends a JSON record to benchmarks/out/mc_dropout.jsonl.
 """
@@ -79,18 +79,11 @@ def breakdown(model, rows: int, width: int, repeats: int) -> dict:
             if (kind == "dropout" and isinstance(module, torch.nn.Dropout)) or (kind == "attention" and is_attention):
                 module.train()
 
-    real_bernoulli = torch.Tensor.bernoulli_
-
-    def free_masks():  # every mask drawn as "keep all": the forward's cost without the random draws
-        enable_dropout(model)
-        torch.Tensor.bernoulli_ = lambda self, *a, **k: self.fill_(1.0)
-
     modes = {
         "eval": model.eval,
         "mc": lambda: enable_dropout(model),
         "hidden_dropout_only": lambda: only("dropout"),
         "attention_dropout_only": lambda: only("attention"),
-        "mc_without_mask_draws": free_masks,
     }
     times = {mode: [] for mode in modes}
     with torch.inference_mode():
@@ -100,9 +93,15 @@ def breakdown(model, rows: int, width: int, repeats: int) -> dict:
                 start = time.perf_counter()
                 model(**inputs)
                 times[mode].append(time.perf_counter() - start)
-                torch.Tensor.bernoulli_ = real_bernoulli
+        enable_dropout(model)  # the mask draws' share of an MC forward, by torch's profiler (they run in C++)
+        with torch.profiler.profile() as prof:
+            model(**inputs)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    draws = sum(e.self_cpu_time_total for e in events if e.key in ("aten::bernoulli_", "aten::bernoulli"))
     median = {mode: float(np.median(values)) for mode, values in times.items()}
-    return {"seconds": median, "ratio": {mode: median[mode] / median["eval"] for mode in modes}}
+    ratio = {mode: median[mode] / median["eval"] for mode in modes}
+    return {"seconds": median, "ratio": ratio, "mask_draw_share": draws / total}
 
 
 def main() -> None:
@@ -113,7 +112,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16, help="kdpipe's examples per batch (x T rows enlarged)")
     p.add_argument("--max-batch-rows", type=int, default=128)
     p.add_argument("--titles", action="store_true", help="use only each article's title line (short texts)")
-    p.add_argument("--breakdown", action="store_true", help="time one batch in five dropout modes (see above)")
+    p.add_argument("--breakdown", action="store_true", help="time one batch in four dropout modes (see above)")
     p.add_argument("--repeats", type=int, default=7, help="--breakdown: forwards per mode")
     args = p.parse_args()
     device = setup(args)
@@ -125,6 +124,7 @@ def main() -> None:
         print("| ---: | --- |" + " ---: |" * len(result["ratio"]))
         cells = " | ".join(f"{result['seconds'][m]:.3f} s ({result['ratio'][m]:.2f}x)" for m in result["ratio"])
         print(f"| {rec['threads']} | {args.rows} x {args.max_length} | {cells} |")
+        print(f"mask draws (bernoulli): {100 * result['mask_draw_share']:.0f}% of an MC forward's CPU time")
         return
     frame = bbc_train_rows(args.rows)
     if args.titles:
