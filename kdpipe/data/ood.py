@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kdpipe.core.checksums import write_manifest
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
-from kdpipe.data.dataset import OOD, SPLITS, TRANSFER, read_labels, read_split
+from kdpipe.core.store import KdpipeError
+from kdpipe.data.dataset import OOD, SPLITS, TRANSFER, read_split
 from kdpipe.data.prepare import UNLABELLED
-from kdpipe.data.transfer import _empty, _hashes, _next_row_id, _readers
+from kdpipe.data.transfer import _empty, _hashes, _next_row_id, _readers, write_one_split
 
 _REASONS = {
     "empty": "empty text",
@@ -57,21 +56,18 @@ def build_ood(params: dict, data_dir: Path, out_dir: Path, transfer_dir: Path | 
     if not keep.any():
         raise KdpipeError(f"evaluate.ood.source: no row is left of {len(rows):,} read ({_dropped_text(dropped)})")
     kept = rows.loc[keep, columns].reset_index(drop=True)
-    kept.insert(0, "row_id", np.arange(_next_row_id(data_dir), _next_row_id(data_dir) + len(kept), dtype=np.int64))
-    labels = read_labels(data_dir)
-    with atomic_path(out_dir, directory=True) as tmp:
-        kept.to_parquet(tmp / f"{OOD}.parquet", index=False)
-        write_json(tmp / "labels.json", labels)
-        manifest = make_manifest(
-            "dataset",
-            config=params,
-            name=params.get("name", "bbc_news"),
-            labels=labels,
-            rows={OOD: len(kept)},
-            read=len(rows),
-            dropped=dropped,
-        )
-        manifest = write_manifest(tmp / "manifest.json", manifest, [f"{OOD}.parquet", "labels.json"])
+    first_id = _next_row_id(data_dir)
+    kept.insert(0, "row_id", np.arange(first_id, first_id + len(kept), dtype=np.int64))
+    manifest = write_one_split(
+        out_dir,
+        OOD,
+        lambda path: kept.to_parquet(path, index=False),
+        params,
+        data_dir,
+        len(kept),
+        read=len(rows),
+        dropped=dropped,
+    )
     print(f"[kdpipe] ood: {len(kept):,} rows kept of {len(rows):,} read ({_dropped_text(dropped)})", file=sys.stderr)
     return manifest
 

@@ -73,23 +73,34 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
         raise KdpipeError(f"dataset.transfer: no row is left of {len(reason):,} read ({_dropped_text(dropped)})")
     draw = np.empty(kept, np.int64)
     draw[rng.permutation(kept)] = np.arange(kept)
-    labels = read_labels(data_dir)
-    with atomic_path(out_dir, directory=True) as tmp:
-        _write(tmp / f"{TRANSFER}.parquet", readers, reason, hashed, draw, _next_row_id(data_dir), columns)
-        write_json(tmp / "labels.json", labels)
-        manifest = make_manifest(
-            "dataset",
-            config=params,
-            name=params.get("name", "bbc_news"),
-            labels=labels,
-            rows={TRANSFER: kept},
-            read=counts["rows"],
-            multiline_texts=counts["multiline_texts"],
-            dropped=dropped,
-        )
-        manifest = write_manifest(tmp / "manifest.json", manifest, [f"{TRANSFER}.parquet", "labels.json"])
+    first_id = _next_row_id(data_dir)
+    manifest = write_one_split(
+        out_dir,
+        TRANSFER,
+        lambda path: _write(path, readers, reason, hashed, draw, first_id, columns),
+        params,
+        data_dir,
+        kept,
+        read=counts["rows"],
+        multiline_texts=counts["multiline_texts"],
+        dropped=dropped,
+    )
     print(f"[kdpipe] transfer: {kept:,} rows kept of {len(reason):,} read ({_dropped_text(dropped)})", file=sys.stderr)
     return manifest
+
+
+def write_one_split(out_dir: Path, split: str, write_rows, params: dict, data_dir: Path, rows: int, **fields) -> dict:
+    """A one-split dataset artifact beside the prepared dataset ``data_dir`` (the transfer rows, an external OOD
+    set): ``write_rows(path)`` writes ``{split}.parquet``; then its labels (the dataset's) and manifest, all at once
+    (atomically). Returns the manifest."""
+    labels = read_labels(data_dir)
+    with atomic_path(out_dir, directory=True) as tmp:
+        write_rows(tmp / f"{split}.parquet")
+        write_json(tmp / "labels.json", labels)
+        manifest = make_manifest(
+            "dataset", config=params, name=params.get("name", "bbc_news"), labels=labels, rows={split: rows}, **fields
+        )
+        return write_manifest(tmp / "manifest.json", manifest, [f"{split}.parquet", "labels.json"])
 
 
 def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -46,11 +46,9 @@ def plot_ood_roc(table: pd.DataFrame, path: Path, order: list[str] = ()) -> None
         ax.plot(roc["fpr"], roc["tpr"], color=f"C{i % 10}", linestyle="-" if full else "--", linewidth=1.6,
                 label=f"{row['model']} · {score} (AUROC {auroc})")  # fmt: skip
     ax.set(xlim=(0, 1), ylim=(0, 1.01))
-    ax.set_xlabel("false positive rate (in-distribution rows flagged)", fontsize=10)
-    ax.set_ylabel("true positive rate (OOD rows flagged)", fontsize=10)
-    ax.grid(alpha=0.3, linewidth=0.5)
-    ax.tick_params(labelsize=8)
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    _axes(
+        ax, "false positive rate (in-distribution rows flagged)", "true positive rate (OOD rows flagged)", "lower right"
+    )
     ax.set_title(
         f"{ood_notes(table)[0]}\nROC of each model's epistemic score (else entropy); first seed's curve, AUROC mean "
         "± std over seeds; dashed: a subset teacher (not comparable)", fontsize=10,
@@ -88,11 +86,9 @@ def plot_risk_coverage(runs: pd.DataFrame, summary: pd.DataFrame, path: Path) ->
         fitted = risk[coverage >= FIT_FROM_COVERAGE]
         top = max(top, fitted.max() if len(fitted) else risk.max())
     ax.set(xlim=(0, 100), ylim=(0, max(100 * top * 1.15, 1.0)))
-    ax.set_xlabel("coverage (% of rows kept, the most confident first)", fontsize=10)
-    ax.set_ylabel("risk (% errors among the kept rows)", fontsize=10)
-    ax.grid(alpha=0.3, linewidth=0.5)
-    ax.tick_params(labelsize=8)
-    ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    _axes(
+        ax, "coverage (% of rows kept, the most confident first)", "risk (% errors among the kept rows)", "upper left"
+    )
     ax.set_title(
         f"Selective prediction on the {split} split: confidence by {' / '.join(scores)}; first seed's curve, AURC "
         f"mean ± std over seeds (lower is better)\nrisk axis fitted from {FIT_FROM_COVERAGE:.0%} coverage; dashed: a "
@@ -100,3 +96,12 @@ def plot_risk_coverage(runs: pd.DataFrame, summary: pd.DataFrame, path: Path) ->
     )  # fmt: skip
     save(fig, path)
     plt.close(fig)
+
+
+def _axes(ax, xlabel: str, ylabel: str, legend: str) -> None:
+    """The labels, grid, ticks and legend both OOD figures share."""
+    ax.set_xlabel(xlabel, fontsize=10)
+    ax.set_ylabel(ylabel, fontsize=10)
+    ax.grid(alpha=0.3, linewidth=0.5)
+    ax.tick_params(labelsize=8)
+    ax.legend(loc=legend, fontsize=8, framealpha=0.9)
