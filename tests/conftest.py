@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -63,5 +64,17 @@ def tiny_data(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _two_threads():
-    torch.set_num_threads(2)
+def _threads():
+    """Two torch threads, or one in each of make test's side-by-side pytest processes (pytest-xdist), which would
+    otherwise ask for more threads than the machine has cores."""
+    torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
+
+
+# The longest test files first, so that with `pytest -n 2 --dist loadfile` (make test) neither worker is left with
+# a long file at the end: SLURM's file waits on the cluster's status checks most of its time.
+FIRST = ("test_slurm.py", "test_workflow.py", "test_workflow_trust.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
