@@ -103,29 +103,24 @@ class Runner:
         return [sys.executable, "-m", "kdpipe", "--threads", str(self.args.threads), *command]
 
     def make_cache(self, plan, students: list[str]) -> None:
-        """kdpipe's cache for ``students``: every signal pass they and their routes read, then the routes."""
-        from kdpipe.signals.catalog import SIGNALS
+        """kdpipe's cache for ``students``: every signal pass they and their routes read, as the workflow runs it at
+        S = 1 (one ``signal-pass`` job per teacher, split and pass, writing its signals' files), then the routes."""
+        from kdpipe.signals.catalog import SIGNALS, pass_of
 
         by_file = {spec.files[0]: name for name, spec in SIGNALS.items()}
         routes = {plan.student_route(s) for s in students} - {None}
-        files = [f for s in students for f in plan.signal_files(s)]
-        files += [f for route in routes for f in plan.route_inputs(route)]
-        passes = sorted(
-            {(Path(f).parts[-3], Path(f).parts[-2], by_file[Path(f).name]) for f in files if Path(f).name in by_file}
-        )
-        for teacher, split, signal in passes:
-            params = json.dumps(plan.signal_params(teacher, split, signal))
-            part = self.tmp / "parts" / teacher / split / signal
-            shard = ["signal-shard", "--params", params, "--teacher", str(self.workdir / "results/teachers" / teacher)]
-            shard += ["--data", str(self.data), "--shard", "1-of-1", "--out-part", str(part)]
-            gather = ["signal-gather", "--params", params, "--parts", str(part)]
-            gather += ["--out", str(self.signals / teacher / split)]
-            name = f"{signal}.{teacher}.{split}"
-            seconds = self.time("kdpipe", self.kdpipe(*shard), name) + self.time(
-                "kdpipe", self.kdpipe(*gather), name + ".gather"
-            )
+        files = [Path(f) for s in students for f in plan.signal_files(s)]
+        files += [Path(f) for route in routes for f in plan.route_inputs(route)]
+        wanted = {(f.parts[-3], f.parts[-2], by_file[f.name]) for f in files if f.name in by_file}
+        for teacher, split, which in sorted({(t, s, pass_of(n)) for t, s, n in wanted}):
+            signals = [n for n in SIGNALS if (teacher, split, n) in wanted and pass_of(n) == which]  # catalog order
+            cmd = ["signal-pass", "--params", json.dumps(plan.pass_params(teacher, split, signals))]
+            cmd += ["--teacher", str(self.workdir / "results/teachers" / teacher), "--data", str(self.data)]
+            cmd += ["--out", str(self.signals / teacher / split)]
+            name = "+".join(signals)
+            seconds = self.time("kdpipe", self.kdpipe(*cmd), f"{name}.{teacher}.{split}")
             self.records["kdpipe"]["cache_s"] += seconds
-            print(f"  kdpipe cache: {signal} of {teacher} on {split}: {seconds:.0f} s", flush=True)
+            print(f"  kdpipe cache: {name} of {teacher} on {split}: {seconds:.0f} s", flush=True)
         for route in sorted(routes):
             route_cmd = ["route", "--params", json.dumps(plan.route_params(route)), "--data", str(self.data)]
             route_cmd += ["--signals-root", str(self.signals), "--out", str(self.tmp / "routes" / route)]

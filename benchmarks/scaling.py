@@ -1,7 +1,7 @@
 """How cost grows with the work: wall time and peak memory of the teacher-side passes and of a student epoch
 against the number of training rows N, and of MC-dropout against the number of samples T.
 
-Each step is the workflow's own command (`python -m kdpipe signal-shard` + `signal-gather`, `python -m kdpipe
+Each step is the workflow's own command (`python -m kdpipe signal-pass`, `python -m kdpipe
 distill`), run under `/usr/bin/time` for its wall time and peak resident memory, with the job settings the plan
 (`kdpipe.plan.Plan`) makes from config.yaml. The training split is BBC News' training rows repeated to N rows
 (deduplication off; validation and test splits unchanged), so only N changes. One MiniLM teacher on all five
@@ -89,16 +89,12 @@ def timed(args: list[str], threads: int, log: Path) -> tuple[float, float, float
 
 
 def signal_pass(plan: Plan, signal: str, teacher: Path, data: Path, root: Path, threads: int):
-    """One unsharded pass of ``signal`` over the training split, shard and gather, into ``root``: wall seconds,
-    peak resident and peak anonymous MB."""
-    params = json.dumps(plan.signal_params("teacher", "train", signal))
-    part, out = root / "parts" / signal, root / "teacher" / "train"
+    """One unsharded pass of ``signal`` over the training split into ``root``, as the workflow runs it at S = 1 (one
+    ``signal-pass`` job writing the signal's files): wall seconds, peak resident and peak anonymous MB."""
+    params = json.dumps(plan.pass_params("teacher", "train", [signal]))
     root.mkdir(parents=True, exist_ok=True)
-    shard = ["signal-shard", "--params", params, "--teacher", str(teacher), "--data", str(data)]
-    wall, rss, anon = timed(shard + ["--shard", "1-of-1", "--out-part", str(part)], threads, root / f"{signal}.log")
-    gather = ["signal-gather", "--params", params, "--parts", str(part), "--out", str(out)]
-    wall2, rss2, anon2 = timed(gather, threads, root / f"{signal}.gather.log")
-    return wall + wall2, max(rss, rss2), max(anon, anon2)
+    cmd = ["signal-pass", "--params", params, "--teacher", str(teacher), "--data", str(data)]
+    return timed(cmd + ["--out", str(root / "teacher" / "train")], threads, root / f"{signal}.log")
 
 
 def main() -> None:
