@@ -32,9 +32,17 @@ def module_file(module: str) -> Path | None:
     return None
 
 
-def _imports(path: Path, module: str) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+def _imports(path: Path, module: str) -> frozenset[str]:
+    return _imports_in(path.read_text(), str(path), module, path.name == "__init__.py")
+
+
+@cache
+def _imports_in(source: str, filename: str, module: str, is_package: bool) -> frozenset[str]:
+    """The kdpipe modules a module's source imports, anywhere in it (lazy imports in functions too). Cached by the
+    source text, so that the rules' many closures parse each module once per Snakemake run, and an edited module
+    is parsed again."""
+    tree = ast.parse(source, filename=filename)
+    package = module if is_package else module.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -48,7 +56,7 @@ def _imports(path: Path, module: str) -> set[str]:
             found.update(f"{base}.{alias.name}" for alias in node.names)
     # importing a submodule also runs the __init__.py of every package above it
     parents = {".".join(name.split(".")[:i]) for name in found for i in range(1, name.count(".") + 1)}
-    return {name for name in found | parents if module_file(name)}
+    return frozenset(name for name in found | parents if module_file(name))
 
 
 @cache
