@@ -184,6 +184,9 @@ PASS_RULE_JOIN = "+"
 # A whole pass is a shard job that writes its artifacts itself, in rules named after their signals (which the config
 # decides): it runs with the threads and resources a profile sets for signal_shard.
 PASS_THREADS = workflow.resource_settings.overwrite_threads.get("signal_shard", 2)
+# MC-dropout passes and routes run before other jobs that are ready: the students that read a route wait on them, and
+# started last they leave one core idle at the end of the run (Snakemake runs higher priorities first)
+ROUTE_CHAIN_PRIORITY = 1
 
 
 def rule_resource(resource):

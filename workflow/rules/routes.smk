@@ -19,6 +19,7 @@ rule route:
     wildcard_constraints:
         route=one_of(PLAN.routes()),
     cache: True
+    priority: ROUTE_CHAIN_PRIORITY
     conda:
         ENV
     threads: 2

@@ -23,6 +23,7 @@ for _signals, _pairs in PASSES_WHOLE.items():
         wildcard_constraints:
             **pair_constraints(_pairs),
         cache: True
+        priority: ROUTE_CHAIN_PRIORITY if "mc" in _signals else 0
         conda:
             ENV
         threads: PASS_THREADS
