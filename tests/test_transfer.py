@@ -291,9 +291,9 @@ def test_a_saved_dataset_without_the_text_column_or_rows_stops_the_plan(tmp_path
 
 
 def test_a_csv_text_longer_than_a_block_is_read(tmp_path, tiny_data, monkeypatch):
-    import kdpipe.data.transfer as transfer
+    import kdpipe.data.text_readers as text_readers
 
-    monkeypatch.setattr(transfer, "CSV_BLOCK", 1 << 10)  # (a 1 KiB block: the same as 4 MiB against a longer text)
+    monkeypatch.setattr(text_readers, "CSV_BLOCK", 1 << 10)  # (a 1 KiB block: the same as 4 MiB against a longer text)
     texts = [f"short text {i}" for i in range(30)]
     texts[20] = "long " * 2000  # 10 KB, past the first block and past 4 of them
     pd.DataFrame({"text": texts}).to_csv(tmp_path / "long.csv", index=False)
@@ -339,7 +339,7 @@ def test_a_file_changed_between_the_two_reads_stops_the_job(tmp_path, tiny_data,
     path = tmp_path / "moving.csv"
     pd.DataFrame({"text": ["one", "two"]}).to_csv(path, index=False)
     calls = []
-    original = transfer._hashes
+    original = transfer.text_hashes
 
     def hashes_then_edit(frame, columns):  # the file is rewritten right after pass 1 has hashed it
         calls.append(1)
@@ -347,7 +347,7 @@ def test_a_file_changed_between_the_two_reads_stops_the_job(tmp_path, tiny_data,
             pd.DataFrame({"text": [read_split(tiny_data, "test")["text"][0], "two"]}).to_csv(path, index=False)
         return original(frame, columns)
 
-    monkeypatch.setattr(transfer, "_hashes", hashes_then_edit)
+    monkeypatch.setattr(transfer, "text_hashes", hashes_then_edit)
     with pytest.raises(KdpipeError, match="changed while the transfer job read it"):
         build_transfer({**TINY_DATASET, "transfer": str(path)}, tiny_data, tmp_path / "t")
     assert not (tmp_path / "t").exists()

@@ -1,5 +1,5 @@
 """An external out-of-distribution set (``evaluate.ood.source``; docs/methods.md, "Judging uncertainty"): the texts of
-one file, read like a transfer file (:mod:`kdpipe.data.transfer`: only the text column), written by the ``ood`` job
+one file, read like a transfer file (:mod:`kdpipe.data.text_readers`: only the text column), written by the ``ood`` job
 as a one-split dataset artifact ``results/ood/<dataset>/`` (``ood.parquet``, ``labels.json``, ``manifest.json``)
 that every evaluation job reads beside the dataset.
 
@@ -18,8 +18,9 @@ import pandas as pd
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import OOD, SPLITS, TRANSFER, read_split
+from kdpipe.data.extra_split import dropped_text, empty_texts, next_row_id, text_hashes, write_one_split
 from kdpipe.data.prepare import UNLABELLED
-from kdpipe.data.transfer import _empty, _hashes, _next_row_id, _readers, write_one_split
+from kdpipe.data.text_readers import text_readers
 
 _REASONS = {
     "empty": "empty text",
@@ -33,17 +34,18 @@ def build_ood(params: dict, data_dir: Path, out_dir: Path, transfer_dir: Path | 
     the transfer rows ``transfer_dir``, whose texts students learn from); return its manifest."""
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     columns = ["text", *(["text_pair"] if params.get("text_pair_column") else [])]
-    frames = [batch for _, reader in _readers(params["source"], params, "evaluate.ood.source") for batch in reader()]
+    readers = text_readers(params["source"], params, "evaluate.ood.source")
+    frames = [batch for _, reader in readers for batch in reader()]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     if rows.empty:
         raise KdpipeError(f"{params['source']}: no data rows (evaluate.ood.source)")
-    hashed = _hashes(rows, columns)
-    known = [_hashes(read_split(data_dir, split), columns) for split in SPLITS]
+    hashed = text_hashes(rows, columns)
+    known = [text_hashes(read_split(data_dir, split), columns) for split in SPLITS]
     if (data_dir / UNLABELLED).is_file():
-        known.append(_hashes(pd.read_parquet(data_dir / UNLABELLED), columns))
+        known.append(text_hashes(pd.read_parquet(data_dir / UNLABELLED), columns))
     if transfer_dir is not None:
-        known.append(_hashes(read_split(transfer_dir, TRANSFER), columns))
-    empty = _empty(rows, columns)
+        known.append(text_hashes(read_split(transfer_dir, TRANSFER), columns))
+    empty = empty_texts(rows, columns)
     first = np.zeros(len(rows), bool)
     first[np.unique(hashed, return_index=True)[1]] = True
     in_dataset = np.isin(hashed, np.concatenate(known))
@@ -52,11 +54,11 @@ def build_ood(params: dict, data_dir: Path, out_dir: Path, transfer_dir: Path | 
         "duplicate": int((~empty & ~first).sum()),
         "dataset": int((~empty & first & in_dataset).sum()),
     }
-    keep = ~empty & first & ~in_dataset
+    keep, why = ~empty & first & ~in_dataset, dropped_text(dropped, _REASONS)
     if not keep.any():
-        raise KdpipeError(f"evaluate.ood.source: no row is left of {len(rows):,} read ({_dropped_text(dropped)})")
+        raise KdpipeError(f"evaluate.ood.source: no row is left of {len(rows):,} read ({why})")
     kept = rows.loc[keep, columns].reset_index(drop=True)
-    first_id = _next_row_id(data_dir)
+    first_id = next_row_id(data_dir)
     kept.insert(0, "row_id", np.arange(first_id, first_id + len(kept), dtype=np.int64))
     manifest = write_one_split(
         out_dir,
@@ -68,9 +70,5 @@ def build_ood(params: dict, data_dir: Path, out_dir: Path, transfer_dir: Path | 
         read=len(rows),
         dropped=dropped,
     )
-    print(f"[kdpipe] ood: {len(kept):,} rows kept of {len(rows):,} read ({_dropped_text(dropped)})", file=sys.stderr)
+    print(f"[kdpipe] ood: {len(kept):,} rows kept of {len(rows):,} read ({why})", file=sys.stderr)
     return manifest
-
-
-def _dropped_text(dropped: dict) -> str:
-    return ", ".join(f"{n:,} dropped as {_REASONS[k]}" for k, n in dropped.items() if n) or "none dropped"

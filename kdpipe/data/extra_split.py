@@ -1,0 +1,94 @@
+"""One extra split beside a prepared dataset, made of a user's unlabelled texts: the transfer rows or an OOD set.
+
+Transfer rows: docs/your-own-models-and-data.md, "Unlabelled transfer data" (the ``transfer`` job,
+:mod:`kdpipe.data.transfer`). An external OOD set: docs/methods.md, "Judging uncertainty" (the ``ood`` job,
+:mod:`kdpipe.data.ood`). Both read their texts with :mod:`kdpipe.data.text_readers`, compare them by
+:func:`text_hashes`, drop the empty ones (:func:`empty_texts`) and the others their job names (:func:`dropped_text`
+says how many of each), number the rows kept after the dataset's largest ``row_id`` (:func:`next_row_id`) and
+write them with :func:`write_one_split`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kdpipe.core.checksums import write_manifest
+from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
+from kdpipe.data.dataset import SPLITS, read_labels
+from kdpipe.data.prepare import UNLABELLED
+
+
+def write_one_split(out_dir: Path, split: str, write_rows, params: dict, data_dir: Path, rows: int, **fields) -> dict:
+    """A one-split dataset artifact beside the prepared dataset ``data_dir`` (the transfer rows, an external OOD
+    set): ``write_rows(path)`` writes ``{split}.parquet``; then its labels (the dataset's) and manifest, all at once
+    (atomically). Returns the manifest."""
+    labels = read_labels(data_dir)
+    with atomic_path(out_dir, directory=True) as tmp:
+        write_rows(tmp / f"{split}.parquet")
+        write_json(tmp / "labels.json", labels)
+        manifest = make_manifest(
+            "dataset", config=params, name=params.get("name", "bbc_news"), labels=labels, rows={split: rows}, **fields
+        )
+        return write_manifest(tmp / "manifest.json", manifest, [f"{split}.parquet", "labels.json"])
+
+
+def dropped_text(dropped: dict[str, int], reasons: dict[str, str]) -> str:
+    """The rows dropped, in words for the log and errors: ``dropped`` counts rows by reason, ``reasons`` says each
+    reason in words (the caller's)."""
+    return ", ".join(f"{n:,} dropped as {reasons[k]}" for k, n in dropped.items() if n) or "none dropped"
+
+
+def next_row_id(data_dir: Path) -> int:
+    """One more than the largest row_id of the dataset (every split and the withheld rows)."""
+    largest = -1
+    for name in [*(f"{split}.parquet" for split in SPLITS), UNLABELLED]:
+        path = data_dir / name
+        if path.is_file():
+            column = pq.read_table(path, columns=["row_id"]).column(0)
+            if len(column):
+                largest = max(largest, int(pa.compute.max(column).as_py()))
+    if largest >= np.iinfo(np.int64).max - 10**12:
+        raise KdpipeError("dataset.id_column: the ids leave no room to number the transfer rows after them")
+    return largest + 1
+
+
+# What the comparison of texts ignores beside white space: accents and other combining marks (after NFKD; the common
+# blocks) and invisible format characters (soft hyphen, zero-width spaces and joiners, direction marks, BOM)
+_IGNORED = (
+    r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+    r"\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]"
+)
+
+
+def text_hashes(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """A 64-bit hash of each row's (text, text pair), each folded the way an uncased tokenizer reads it: Unicode
+    compatibility forms (NFKD), accents and invisible characters removed (:data:`_IGNORED`), case folded, white
+    space collapsed to one space and trimmed. A copy of a test text in capitals, without its accents, with a
+    zero-width space, a trailing space or Windows line breaks is the same text to an uncased tokenizer (the builtin
+    MiniLM's), so it leaks all the same."""
+    normal = {
+        column: frame[column]
+        .fillna("")
+        .astype(str)
+        .str.normalize("NFKD")
+        .str.replace(_IGNORED, "", regex=True)
+        .str.casefold()
+        .str.replace(r"\s+", " ", regex=True)
+        .str.strip()
+        for column in columns
+    }
+    return pd.util.hash_pandas_object(pd.DataFrame(normal), index=False).to_numpy(np.uint64)
+
+
+def empty_texts(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """Whether each row's text (or text pair) is missing, empty or only white space."""
+    empty = np.zeros(len(frame), bool)
+    for column in columns:
+        values = frame[column]
+        empty |= values.isna().to_numpy() | (values.astype(str).str.strip() == "").to_numpy()
+    return empty

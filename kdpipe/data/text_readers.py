@@ -1,0 +1,255 @@
+"""The texts of a user's unlabelled files, read in batches: a transfer source or an external OOD file.
+
+Transfer sources: docs/your-own-models-and-data.md, "Unlabelled transfer data" (``dataset.transfer``; the
+``transfer`` job, :mod:`kdpipe.data.transfer`). An external OOD file: docs/methods.md, "Judging uncertainty"
+(``evaluate.ood.source``; the ``ood`` job, :mod:`kdpipe.data.ood`).
+
+A source is a CSV/TSV/JSONL/Parquet file, ``hf:NAME[:CONFIG]`` or a ``save_to_disk`` folder (every split it has);
+only the text column, and the text pair column when configured, are read, under kdpipe's names ``text`` and
+``text_pair``, as strings. :func:`text_readers` gives each part of a source as (where, a function that yields its
+rows in batches of :data:`BATCH_ROWS`), so a caller can read a source twice without holding it. Bad input stops
+the read with one line naming the file: not found, empty, not valid in its encoding, a missing column, a list,
+object or bytes in a text cell.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.data.files import encoding_hint, file_format
+from kdpipe.data.hf import is_hf_source, load_splits
+
+BATCH_ROWS = 65_536
+
+
+def text_readers(source: str, params: dict, key: str) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
+    """Each part of ``source`` as (where, reader); ``key`` names the config key in messages."""
+    wanted = {"text": params.get("text_column", "text")}
+    if params.get("text_pair_column"):
+        wanted["text_pair"] = params["text_pair_column"]
+    if is_hf_source(source):
+        splits = load_splits(source, key)
+        readers = [
+            (f"{source} ({name} split)", _hf_reader(data, wanted, source, name)) for name, data in splits.items()
+        ]
+    else:
+        readers = [(source, _file_reader(Path(source), params, wanted, key))]
+    return [(where, _texts_of(reader, wanted, where)) for where, reader in readers]
+
+
+def _texts_of(reader, wanted: dict[str, str], where: str) -> Callable[[], Iterator[pd.DataFrame]]:
+    return lambda: _as_text(reader(), wanted, where)
+
+
+def _file_reader(path: Path, params: dict, wanted: dict[str, str], key: str) -> Callable[[], Iterator[pd.DataFrame]]:
+    if not path.is_file():
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise KdpipeError(f"{path}: file not found{where}; check {key}")
+    if not path.stat().st_size or not _has_content(path):
+        raise KdpipeError(f"{path}: the file is empty ({key})")
+    fmt = file_format(path, params.get("format", "auto"))
+    encoding = params.get("encoding", "utf-8")
+    if fmt != "parquet":
+        _check_encoding(path, encoding, key)
+    reader = {"parquet": _parquet_reader, "jsonl": _jsonl_reader}.get(fmt, _delimited_reader)
+    return reader(path, wanted, fmt, encoding)
+
+
+def _missing(where: str, column: str, key: str, available: list[str]) -> KdpipeError:
+    import difflib
+
+    close = difflib.get_close_matches(column, available, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return KdpipeError(f"{where}: no column '{column}' (dataset.{key}); the columns are {available}{hint}")
+
+
+_KEYS = {"text": "text_column", "text_pair": "text_pair_column"}
+
+
+def _check_columns(where: str, available: list[str], wanted: dict[str, str]) -> None:
+    for name, column in wanted.items():
+        if column not in available:
+            raise _missing(where, column, _KEYS[name], available)
+
+
+def _as_text(batches: Iterator[pd.DataFrame], wanted: dict[str, str], where: str) -> Iterator[pd.DataFrame]:
+    """The wanted columns of each batch under kdpipe's names, as strings (None where missing); numbers become their
+    text. A list, an object or bytes in a cell stops the read, naming the row (as the labelled data's reader does)."""
+    start = 0
+    for frame in batches:
+        out = {}
+        for name, column in wanted.items():
+            values = frame[column]
+            if values.dtype != object:
+                values = values.astype(object).where(values.notna(), None)
+            kinds = values.map(_not_text)
+            bad = np.flatnonzero(kinds.notna().to_numpy())
+            if len(bad):
+                raise KdpipeError(
+                    f"{where}: data row {start + bad[0] + 1} (counting from 1) has {kinds.iloc[bad[0]]} in column "
+                    f"'{column}' (dataset.{_KEYS[name]}); a text must be a single value (a string or a number)"
+                )
+            out[name] = values.map(lambda v: v if v is None or isinstance(v, str) else str(v))
+        start += len(frame)
+        yield pd.DataFrame(out)
+
+
+def _not_text(value) -> str | None:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, (list, tuple, set, np.ndarray)):
+        return "a list"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes (a binary column)"
+    return None
+
+
+def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
+    def read() -> Iterator[pd.DataFrame]:
+        try:
+            file = pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as err:
+            raise KdpipeError(f"{path}: cannot be read as parquet ({err})") from err
+        _check_columns(str(path), file.schema_arrow.names, wanted)
+        for batch in file.iter_batches(BATCH_ROWS, columns=list(wanted.values())):
+            yield batch.to_pandas()
+
+    return read
+
+
+# Arrow's CSV reader parses a file in blocks and needs every record inside one: the first block size, and the most
+# it grows to when a record is larger (a whole long document in one cell)
+CSV_BLOCK, CSV_BLOCK_MAX = 1 << 22, (1 << 31) - 1
+
+
+def _delimited_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
+    import pyarrow.csv as csv
+
+    tsv = fmt == "tsv"
+    parse = csv.ParseOptions(
+        delimiter="\t" if tsv else ",", quote_char=False if tsv else '"', newlines_in_values=not tsv
+    )
+    convert = csv.ConvertOptions(
+        include_columns=list(wanted.values()),
+        column_types={column: pa.string() for column in wanted.values()},
+        strings_can_be_null=False,
+    )
+
+    def read() -> Iterator[pd.DataFrame]:
+        block, done = CSV_BLOCK, 0
+        while True:  # (again with larger blocks, past the rows already given, when a record does not fit one)
+            options = dict(read_options=csv.ReadOptions(encoding=encoding, block_size=block), parse_options=parse)
+            try:
+                _check_columns(str(path), csv.open_csv(path, **options).schema.names, wanted)
+                skip = done
+                for batch in csv.open_csv(path, **options, convert_options=convert):
+                    if skip >= len(batch):
+                        skip -= len(batch)
+                        continue
+                    batch, skip = batch.slice(skip), 0
+                    done += len(batch)
+                    yield batch.to_pandas()
+                return
+            except pa.ArrowInvalid as err:
+                if "straddl" in str(err) and block < min(path.stat().st_size + 1, CSV_BLOCK_MAX):
+                    block = min(4 * block, path.stat().st_size + 1, CSV_BLOCK_MAX)
+                    continue
+                raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
+
+    return read
+
+
+def _jsonl_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
+    def read() -> Iterator[pd.DataFrame]:
+        rows, seen = [], set()
+        with open(path, encoding=encoding, newline="") as handle:
+            # JSON Lines ends a record at "\n" only (a text may hold U+2028); see kdpipe.data.files
+            for number, line in enumerate(_lines(handle), start=1):
+                if number == 1:
+                    line = line.removeprefix("\ufeff")  # a byte-order mark, as spreadsheet programs write it
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise KdpipeError(
+                        f"{path}: line {number} is not valid JSON ({err.msg} at column {err.colno})"
+                    ) from err
+                if not isinstance(row, dict):
+                    raise KdpipeError(
+                        f"{path}: line {number} is a JSON {type(row).__name__}, not an object of named fields"
+                    )
+                seen.update(row)
+                rows.append({column: row.get(column) for column in wanted.values()})
+                if len(rows) == BATCH_ROWS:
+                    _check_columns(str(path), sorted(seen), wanted)
+                    yield pd.DataFrame(rows, columns=list(wanted.values()))
+                    rows = []
+        if rows:
+            _check_columns(str(path), sorted(seen), wanted)
+            yield pd.DataFrame(rows, columns=list(wanted.values()))
+
+    return read
+
+
+def _lines(handle) -> Iterator[str]:
+    """Lines ended by "\\n" only, read in chunks (``for line in file`` would also split at U+2028)."""
+    rest = ""
+    while chunk := handle.read(1 << 20):
+        parts = (rest + chunk).split("\n")
+        rest = parts.pop()
+        yield from parts
+    if rest:
+        yield rest
+
+
+def _hf_reader(data, wanted: dict[str, str], source: str, split: str):
+    def read() -> Iterator[pd.DataFrame]:
+        _check_columns(f"dataset.transfer {source} ({split} split)", list(data.column_names), wanted)
+        for start in range(0, len(data), BATCH_ROWS):
+            batch = data.select_columns(list(wanted.values()))[start : start + BATCH_ROWS]
+            yield pd.DataFrame(batch)
+
+    return read
+
+
+def _has_content(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            if chunk.strip():
+                return True
+    return False
+
+
+def _check_encoding(path: Path, encoding: str, key: str) -> None:
+    """The whole file decodes in ``encoding`` (read in chunks), or an error with the byte offset and a hint."""
+    try:
+        decoder = codecs.getincrementaldecoder(encoding)()
+    except LookupError as err:
+        raise KdpipeError(f"dataset.encoding '{encoding}' is not a known text encoding") from err
+    offset = 0
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(1 << 22)
+            pending = len(decoder.getstate()[0])  # bytes of an unfinished character, decoded with this chunk
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as err:
+                start = offset - pending + err.start
+                handle.seek(0)
+                raise KdpipeError(
+                    f"{path}: not valid {encoding} at byte offset {start} ({err.reason}); "
+                    f"{encoding_hint(handle.read(1 << 24))} ({key})"
+                ) from err
+            if not chunk:
+                return
+            offset += len(chunk)
