@@ -97,3 +97,30 @@ def test_an_edit_changes_only_the_fingerprints_that_include_the_file(tmp_path, m
     assert after["kdpipe.stages.finetune_teacher"] == before["kdpipe.stages.finetune_teacher"]
     assert after["kdpipe.signals.logits"] == before["kdpipe.signals.logits"]
     assert after["kdpipe.signals.mc_dropout"] != before["kdpipe.signals.mc_dropout"]
+
+
+def test_remembered_imports_follow_an_edit_and_a_rerun_parses_nothing(tmp_path, monkeypatch):
+    """What each module imports is kept in .snakemake/kdpipe-imports.json under a hash of its source."""
+    copy = tmp_path / "kdpipe"
+    shutil.copytree(fp.PACKAGE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(fp, "PACKAGE_ROOT", copy)
+    monkeypatch.chdir(tmp_path)
+
+    def new_run():  # a Snakemake run: nothing in memory, the memo read from disk
+        fp.module_closure.cache_clear()
+        fp._memo.cache_clear()
+
+    new_run()
+    before = closure("kdpipe.signals.logits")
+    assert "methods/muki.py" not in before and (tmp_path / ".snakemake" / "kdpipe-imports.json").is_file()
+    parse = fp._imported_names
+    monkeypatch.setattr(fp, "_imported_names", lambda *a: pytest.fail("a module was parsed again"))
+    new_run()
+    assert closure("kdpipe.signals.logits") == before
+    with open(copy / "signals" / "logits.py", "a") as fh:
+        fh.write("\n\ndef _late():\n    from kdpipe.methods import muki  # noqa\n")
+    monkeypatch.setattr(fp, "_imported_names", parse)
+    new_run()
+    after = closure("kdpipe.signals.logits")
+    new_run()
+    assert before < after and "methods/muki.py" in after

@@ -6,6 +6,9 @@ import statements with ``ast``, without importing anything), plus the modules th
 plan names (a method's module, a signal's pass, a teacher objective, a student architecture). An edit to
 ``kdpipe/signals/mc_dropout.py`` thus changes the fingerprint of the MC-dropout jobs, not that of teacher
 fine-tuning or of the logits pass.
+
+What a module imports is remembered between runs in ``.snakemake/kdpipe-imports.json``, keyed by a hash of its
+source and of this file (the rules that read it), so a no-op rerun parses nothing and an edited module is read again.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import json
 from functools import cache
 from pathlib import Path
 
+from kdpipe.core.memo import JsonMemo
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the kdpipe package
+_PARSER = hashlib.sha256(Path(__file__).read_bytes()).digest()  # a change to the parsing rules parses again
 
 
 def module_file(module: str) -> Path | None:
@@ -33,14 +39,27 @@ def module_file(module: str) -> Path | None:
 
 
 def _imports(path: Path, module: str) -> frozenset[str]:
-    return _imports_in(path.read_text(), str(path), module, path.name == "__init__.py")
+    """The kdpipe modules that ``module`` (its source file ``path``) imports, anywhere in it (lazy imports in
+    functions too)."""
+    source = path.read_bytes()
+    is_package = path.name == "__init__.py"
+    key = hashlib.sha256(_PARSER + f"{module}\0{is_package}\0".encode() + source).hexdigest()
+    names = _memo().get(key)
+    if names is None:
+        names = sorted(_imported_names(source, str(path), module, is_package))
+        _memo().put(key, names)
+    # which of the names are kdpipe modules is decided now, not remembered: a module file added since counts
+    return frozenset(name for name in names if module_file(name))
 
 
 @cache
-def _imports_in(source: str, filename: str, module: str, is_package: bool) -> frozenset[str]:
-    """The kdpipe modules a module's source imports, anywhere in it (lazy imports in functions too). Cached by the
-    source text, so that the rules' many closures parse each module once per Snakemake run, and an edited module
-    is parsed again."""
+def _memo() -> JsonMemo:
+    return JsonMemo("kdpipe-imports.json", limit=2000)
+
+
+def _imported_names(source: bytes, filename: str, module: str, is_package: bool) -> set[str]:
+    """Every module name the source imports, resolved to absolute names, with the packages above each (importing
+    a submodule also runs the ``__init__.py`` of every package above it)."""
     tree = ast.parse(source, filename=filename)
     package = module if is_package else module.rpartition(".")[0]
     found = set()
@@ -54,9 +73,8 @@ def _imports_in(source: str, filename: str, module: str, is_package: bool) -> fr
                 base = ".".join(parts + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    # importing a submodule also runs the __init__.py of every package above it
     parents = {".".join(name.split(".")[:i]) for name in found for i in range(1, name.count(".") + 1)}
-    return frozenset(name for name in found | parents if module_file(name))
+    return {name for name in found | parents if name == "kdpipe" or name.startswith("kdpipe.")}
 
 
 @cache
@@ -71,6 +89,7 @@ def module_closure(*modules: str) -> tuple[Path, ...]:
             continue
         seen[name] = path
         todo.extend(_imports(path, name))
+    _memo().save()
     return tuple(sorted(set(seen.values())))
 
 

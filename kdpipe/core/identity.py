@@ -22,6 +22,7 @@ from pathlib import Path
 import xxhash
 
 from kdpipe.core.checksums import checksum
+from kdpipe.core.memo import JsonMemo
 
 # The libraries whose version changes what a job computes; part of every job's identity and code fingerprint.
 LIBRARIES = ("torch", "transformers", "tokenizers")
@@ -31,7 +32,7 @@ PATH_KEYS = ("source", "train", "validation", "test", "transfer", "backbone", "c
 # Artifacts the workflow makes are tracked by Snakemake itself (and may not exist yet when the DAG is built)
 RESULTS = "results"
 # A large file's digest is kept with its size, times and inode, so a no-op rerun does not read it again
-_MEMO = Path(".snakemake") / "kdpipe-content.json"
+_MEMO = "kdpipe-content.json"
 _MEMO_MIN_BYTES = 1 << 20
 _RACY_NS = 2_000_000_000
 
@@ -124,11 +125,7 @@ class _Memo:
     back, so an edit in place is always read again."""
 
     def __init__(self):
-        try:
-            self.entries = json.loads(_MEMO.read_text())
-        except (OSError, ValueError):
-            self.entries = {}
-        self.changed = False
+        self.memo = JsonMemo(_MEMO)
 
     def checksum(self, file: Path) -> str:
         stat = file.stat()
@@ -136,27 +133,18 @@ class _Memo:
             return checksum(file)
         key = str(file.resolve())
         stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
-        entry = self.entries.get(key)
+        entry = self.memo.get(key)
         if entry and entry[:4] == stamp:
             return entry[4]
         value = checksum(file)
         # A file written within the last seconds may be written again within the same tick of a coarse clock
         # (same times after the edit): remember only files older than that, as git does with its index.
         if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _RACY_NS:
-            self.entries[key] = [*stamp, value]
-            self.changed = True
+            self.memo.put(key, [*stamp, value])
         return value
 
     def save(self) -> None:
-        if not self.changed:
-            return
-        try:
-            _MEMO.parent.mkdir(exist_ok=True)
-            tmp = _MEMO.with_name(f"{_MEMO.name}.{os.getpid()}")
-            tmp.write_text(json.dumps(self.entries))
-            os.replace(tmp, _MEMO)
-        except OSError:  # a read-only working directory: digests are computed again next time
-            pass
+        self.memo.save()
 
 
 def job_identity(params: dict, inputs: Iterable[str | Path]) -> str:

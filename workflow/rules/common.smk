@@ -27,23 +27,18 @@ from kdpipe.plan import (
     STUDENT,
     TEACHER,
     TRANSFER,
-    Plan,
     TRAINED_ROOTS,
 )
 from kdpipe.data.transfer_sources import check_transfer_files
-from kdpipe.plan.entries import validate_entry
-from kdpipe.plan.numbers import check_numbers
+from kdpipe.plan.checked import checked_plan
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, pass_of, signal_files, signal_spec
 
-import yaml
-
-with open(Path(workflow.basedir) / "workflow/schemas/config.schema.yaml") as fh:
-    SCHEMA = yaml.safe_load(fh)
 try:
-    check_numbers(config, SCHEMA)  # before the schema, which refuses lr: 1e-3 (text to YAML) without saying why
-    validate_entry(config, SCHEMA)  # one line naming the key (Snakemake's check below prints the schema entry)
-    validate(config, schema="../schemas/config.schema.yaml", set_default=True)
-    PLAN = Plan(config, SCHEMA)
+    PLAN = checked_plan(
+        config,
+        Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
+        lambda: validate(config, schema="../schemas/config.schema.yaml", set_default=True),
+    )
     check_transfer_files(config["dataset"])
     PLAN.check_dump_budget()  # the feature dumps fit their disk budget (kdpipe.plan.budget), before any job
 except KdpipeError as err:

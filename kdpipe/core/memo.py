@@ -1,0 +1,65 @@
+"""Small caches the workflow keeps between Snakemake runs in ``.snakemake/`` (docs/caching-and-reruns.md, "What
+the workflow remembers between runs").
+
+Each cache is one JSON file, read once per run and written whole through a temporary file renamed over it, so a run
+beside another never reads a torn file (the last writer wins; a lost entry is computed again). A cache keyed by the
+hash of everything its values are made from has a ``limit``: past it, the entries a run did not use go, oldest
+first, so it cannot grow without bound as files are edited. Written by hand: a JSON file and a rename are all this
+needs, and a database library would cost more to import than the caches save in a no-op rerun.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+MEMO_DIR = Path(".snakemake")  # Snakemake's own folder in the working directory; `make clean` removes it
+
+
+class JsonMemo:
+    """``{key: JSON value}`` remembered in ``.snakemake/<name>``; a file that cannot be read is an empty cache, one
+    that cannot be written (a read-only working directory) is left as it was."""
+
+    def __init__(self, name: str, limit: int | None = None):
+        self.path = (MEMO_DIR / name).absolute()  # the working directory when the run began
+        try:
+            self.entries = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.entries = {}
+        if not isinstance(self.entries, dict):
+            self.entries = {}
+        self.limit = limit
+        self.used: set[str] = set()
+        self.changed = False
+
+    def get(self, key: str):
+        value = self.entries.get(key)
+        if value is not None:
+            self.used.add(key)
+        return value
+
+    def put(self, key: str, value) -> None:
+        self.entries.pop(key, None)  # the newest last, so that the oldest go first
+        self.entries[key] = value
+        self.used.add(key)
+        self.changed = True
+
+    def save(self) -> None:
+        if not self.changed:
+            return
+        if self.limit is not None and len(self.entries) > self.limit:
+            unused = [key for key in self.entries if key not in self.used]
+            for key in unused[: len(self.entries) - self.limit]:
+                del self.entries[key]
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}")
+        try:
+            self.path.parent.mkdir(exist_ok=True)
+            tmp.write_text(json.dumps(self.entries))
+            os.replace(tmp, self.path)
+        except OSError:  # computed again next time
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            return
+        self.changed = False

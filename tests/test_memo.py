@@ -1,0 +1,140 @@
+"""What the workflow remembers between runs in .snakemake/ (docs/caching-and-reruns.md, "What the workflow remembers
+between runs"): the caches never serve a value made from anything else, and a broken or unwritable file is only a
+cache miss."""
+
+import copy
+import datetime
+import json
+import os
+
+import pytest
+import yaml
+
+from kdpipe.core.memo import JsonMemo
+from kdpipe.core.store import KdpipeError
+from kdpipe.plan import checked
+from tests.conftest import REPO
+
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+TINY = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())
+
+
+# ---- JsonMemo
+
+
+def test_a_memo_keeps_what_a_run_put_and_reads_it_back(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    memo = JsonMemo("m.json")
+    assert memo.get("a") is None
+    memo.put("a", [1, 2])
+    memo.save()
+    assert JsonMemo("m.json").get("a") == [1, 2]
+    assert os.listdir(tmp_path / ".snakemake") == ["m.json"]  # no temporary file left
+
+
+def test_a_torn_or_foreign_memo_file_is_an_empty_cache(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".snakemake").mkdir()
+    for text in ('{"a": [1, 2', "[1, 2]", "\x00\x01"):
+        (tmp_path / ".snakemake" / "m.json").write_text(text)
+        memo = JsonMemo("m.json")
+        assert memo.get("a") is None
+        memo.put("a", 1)
+        memo.save()
+        assert json.loads((tmp_path / ".snakemake" / "m.json").read_text()) == {"a": 1}
+
+
+def test_past_its_limit_a_memo_drops_the_oldest_entries_the_run_did_not_use(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    memo = JsonMemo("m.json")
+    for key in "abcde":
+        memo.put(key, key)
+    memo.save()
+    memo = JsonMemo("m.json", limit=3)
+    assert memo.get("a") == "a"  # used in this run: kept although it is the oldest
+    memo.put("f", "f")
+    memo.save()
+    kept = json.loads((tmp_path / ".snakemake" / "m.json").read_text())
+    assert set(kept) == {"a", "e", "f"}
+
+
+def test_a_memo_that_cannot_be_written_is_no_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".snakemake").write_text("not a folder")  # (permissions would not stop root)
+    memo = JsonMemo("m.json")
+    memo.put("a", 1)
+    memo.save()  # the value is computed again next time
+    assert os.listdir(tmp_path) == [".snakemake"] and (tmp_path / ".snakemake").read_text() == "not a folder"
+
+
+# ---- the checked plan
+
+
+def snakemake_validate(config):
+    from snakemake.utils import validate
+
+    return lambda: validate(config, str(SCHEMA), set_default=True)
+
+
+def plan_of(config, schema=SCHEMA):
+    return checked.checked_plan(config, schema, snakemake_validate(config))
+
+
+def forbid_checks(monkeypatch):
+    """Any schema check from here on fails the test: what a run takes from the memo is not checked again."""
+
+    def checked_again(*args, **kwargs):
+        pytest.fail("checked again")
+
+    monkeypatch.setattr(checked, "check_numbers", checked_again)
+    monkeypatch.setattr(checked, "validate_entry", checked_again)
+    monkeypatch.setattr("kdpipe.plan.checks.validate_entry", checked_again)
+    return checked_again
+
+
+def test_an_unchanged_config_is_taken_from_the_memo_with_its_defaults(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = copy.deepcopy(TINY)
+    plan = plan_of(first)
+    assert first["student_defaults"]["batch_size"]  # filled in by the schema's defaults
+    checked_again = forbid_checks(monkeypatch)
+    again = copy.deepcopy(TINY)
+    replan = checked.checked_plan(again, SCHEMA, checked_again)
+    assert again == first and json.dumps(again) == json.dumps(first)  # the same values in the same order
+    assert list(replan.students) == list(plan.students) and replan.teachers == plan.teachers
+    assert replan.student_params("s_vkd") == plan.student_params("s_vkd")
+
+
+def test_a_changed_config_is_checked_again(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan_of(copy.deepcopy(TINY))
+    text_number = copy.deepcopy(TINY)
+    text_number["student_defaults"]["lr"] = "1e-3"
+    with pytest.raises(KdpipeError, match="student_defaults.lr"):
+        plan_of(text_number)
+    out_of_range = copy.deepcopy(TINY)
+    out_of_range["students"]["s_vkd"]["epochs"] = -1
+    with pytest.raises(KdpipeError, match="epochs"):
+        plan_of(out_of_range)
+    reordered = copy.deepcopy(TINY)
+    reordered["teachers"] = dict(reversed(list(reordered["teachers"].items())))
+    assert list(plan_of(reordered).teachers) == list(reordered["teachers"])  # order is part of the key
+
+
+def test_a_changed_schema_is_checked_again(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan_of(copy.deepcopy(TINY))
+    schema = yaml.safe_load(SCHEMA.read_text())
+    schema["properties"]["student_defaults"]["properties"]["epochs"]["maximum"] = 0
+    stricter = tmp_path / "schema.yaml"
+    stricter.write_text(yaml.safe_dump(schema))
+    with pytest.raises(KdpipeError, match="epochs"):
+        plan_of(copy.deepcopy(TINY), stricter)
+
+
+def test_a_config_json_cannot_hold_exactly_is_never_remembered():
+    assert checked._as_json({"when": datetime.date(2026, 1, 1)}) is None
+    assert checked._as_json({1: "a"}) is None  # JSON would give the key back as "1"
+    assert checked._as_json({"a": (1, 2)}) is None
+    assert checked._as_json({"a": float("nan")}) is None
+    assert checked._as_json({"b": 1, "a": [1.5, None]}) == '{"b": 1, "a": [1.5, null]}'
