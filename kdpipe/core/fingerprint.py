@@ -26,22 +26,48 @@ _PARSER = hashlib.sha256(Path(__file__).read_bytes()).digest()  # a change to th
 
 
 def module_file(module: str) -> Path | None:
-    """The source file of a ``kdpipe.*`` module name, or None when it is not part of kdpipe."""
+    """The source file of a ``kdpipe.*`` module name, or None when it is not part of kdpipe (looked up once per
+    process: a Snakemake run)."""
+    return _module_file(PACKAGE_ROOT, module)
+
+
+@cache
+def _module_file(root: Path, module: str) -> Path | None:
     if module != "kdpipe" and not module.startswith("kdpipe."):
         return None
     if module == "kdpipe":
-        return PACKAGE_ROOT / "__init__.py"
+        return root / "__init__.py"
     rel = Path(*module.split(".")[1:])
-    for candidate in (PACKAGE_ROOT / rel.with_suffix(".py"), PACKAGE_ROOT / rel / "__init__.py"):
+    for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
         if candidate.is_file():
             return candidate
     return None
 
 
+def _source(path: Path) -> bytes:
+    """A module's source, read once per process while the file stays as it is (size, times, inode)."""
+    return _read(path, _stamp(path))
+
+
+def _stamp(path: Path) -> tuple[int, ...]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino
+
+
+@cache
+def _read(path: Path, stamp: tuple[int, ...]) -> bytes:
+    return path.read_bytes()
+
+
 def _imports(path: Path, module: str) -> frozenset[str]:
     """The kdpipe modules that ``module`` (its source file ``path``) imports, anywhere in it (lazy imports in
     functions too)."""
-    source = path.read_bytes()
+    return _imports_at(path, module, _stamp(path))
+
+
+@cache
+def _imports_at(path: Path, module: str, stamp: tuple[int, ...]) -> frozenset[str]:
+    source = _read(path, stamp)
     is_package = path.name == "__init__.py"
     key = hashlib.sha256(_PARSER + f"{module}\0{is_package}\0".encode() + source).hexdigest()
     names = _memo().get(key)
@@ -101,5 +127,5 @@ def fingerprint(*modules: str) -> str:
 
     digest = hashlib.sha256(json.dumps(software_versions(), sort_keys=True).encode())
     for path in module_closure(*modules):
-        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + _source(path) + b"\0")
     return digest.hexdigest()[:16]
