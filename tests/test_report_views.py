@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,7 @@ from kdpipe.report import build_report
 from kdpipe.report.cost import pareto_front
 from kdpipe.report.curves import read_curve
 from kdpipe.report.errors import confusion
+from tests.conftest import REPO
 
 CLASSES = ["a", "b", "c"]
 
@@ -131,6 +134,14 @@ def test_training_logs_in_tensorboard_format(report):
     for _ in range(2):
         build_report(evals, root / "rebuilt", train_logs=logs)
     assert len(list((root / "rebuilt/tensorboard/students/small").iterdir())) == 1
+    # the report runs no model: writing the events imports no torch (seconds of start-up)
+    code = (
+        "import sys; from pathlib import Path; from kdpipe.report.tensorboard import write_tensorboard; "
+        f"assert write_tensorboard({[str(log) for log in logs]!r}, Path({str(root / 'fresh')!r})); "
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
 
 
 def test_confusion_counts_gold_against_predicted(report):

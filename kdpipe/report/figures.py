@@ -22,9 +22,10 @@ def pyplot():
 
 
 def save(fig, path: Path) -> None:
-    """``fig`` as a PNG at ``path``, written in place only once complete."""
+    """``fig`` as a PNG at ``path``, written in place only once complete. A figure with a layout engine (constrained
+    layout) already fits its contents; cropping it to them as well would lay it out twice (half a report's time)."""
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches=None if fig.get_layout_engine() else "tight")
 
 
 def placeholder(path: Path, message: str) -> None:

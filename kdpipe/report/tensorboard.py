@@ -8,11 +8,15 @@ step counted over the whole run, an epoch being as many steps as the log shows) 
 epoch whose weights were kept. The events are made from ``train_log.jsonl`` when the report is built, so they
 always match the curves of ``curves.png``, and a rebuilt report replaces them instead of adding a second copy of
 every run.
+
+The events are written with TensorBoard's own event-file writer and protocol buffers, not torch's
+``SummaryWriter``, which would import torch (seconds) into a stage that runs no model (docs/design.md, "Compute").
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from numbers import Real
 from pathlib import Path
 
@@ -33,7 +37,7 @@ def write_tensorboard(train_logs: list[str | Path], out: Path) -> bool:
     """Write every log's scalars under ``out`` (replaced whole); False, writing nothing, without tensorboard."""
     if not train_logs or not tensorboard_available():
         return False
-    from torch.utils.tensorboard import SummaryWriter
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -41,17 +45,26 @@ def write_tensorboard(train_logs: list[str | Path], out: Path) -> bool:
         steps, epochs = read_log(log)
         per_epoch = max((step for _, step in steps), default=0) + 1  # an epoch's steps, as far as the log shows
         kept = [epoch for epoch, entry in epochs.items() if entry.get("best")]
-        writer = SummaryWriter(log_dir=str(tmp / log.parent.parent.name / log.parent.name))
+        writer = EventFileWriter(str(tmp / log.parent.parent.name / log.parent.name))
         for (epoch, step), entry in steps.items():
             for key, value in entry.items():
                 if key not in NOT_SCALARS and isinstance(value, Real):
-                    writer.add_scalar(f"train/{key}", value, (epoch - 1) * per_epoch + step)
+                    _add_scalar(writer, f"train/{key}", value, (epoch - 1) * per_epoch + step)
         for epoch, entry in epochs.items():
             for key, value in entry["validation"].items():
                 if isinstance(value, Real):
-                    writer.add_scalar(f"validation/{key}", value, epoch)
-            writer.add_scalar("validation/kept", float(bool(kept) and epoch == kept[-1]), epoch)
+                    _add_scalar(writer, f"validation/{key}", value, epoch)
+            _add_scalar(writer, "validation/kept", float(bool(kept) and epoch == kept[-1]), epoch)
         writer.close()
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return True
+
+
+def _add_scalar(writer, tag: str, value: float, step: int) -> None:
+    """One scalar event, as TensorBoard's own summaries write it (``simple_value``)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+    writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
