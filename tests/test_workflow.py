@@ -214,6 +214,18 @@ def test_full_run_produces_every_artifact(done):
     assert set(summary["split"]) == {"test", "validation"}
 
 
+def test_every_job_ran_as_a_copy_of_the_warm_server(done):
+    """The jobs' environment is the server's but for what Snakemake sets per job: none started afresh."""
+    project, _, _ = done
+    logs = list((project / "results" / "logs").rglob("*.log"))
+    assert len(logs) > 20
+    refused = [f"{log.name}: {line}" for log in logs for line in log.read_text().splitlines() if "warm start" in line]
+    assert not refused, refused
+    served = (project / ".snakemake" / "kdpipe-warm.log").read_text().splitlines()
+    # all but the first jobs, which start while the server is still importing (they start afresh, as before)
+    assert len(served) >= len(logs) // 2 and all("warm start: " in line for line in served), served
+
+
 def test_the_report_opens_on_the_comparison(done):
     """`snakemake --report` lands on the title and the comparison table of every model, with no docutils message
     anywhere, and holds the curves, confusion matrices and cost plot."""

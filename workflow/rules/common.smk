@@ -11,6 +11,7 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
+from kdpipe.core import warm
 from kdpipe.core.fingerprint import fingerprint
 from kdpipe.core.store import KdpipeError
 from kdpipe.plan import (
@@ -66,19 +67,28 @@ else:
 # has ended and seen its jobs finish (onsuccess, onerror). Hooks run in the main Snakemake process only.
 
 
+# Jobs run on this machine start as copies of one process that has imported torch and transformers already
+# (kdpipe.core.warm; docs/design.md, "Warm start"), started last so that it holds the jobs' environment.
+WARM = {}
+
+
 onstart:
     forced = workflow.dag_settings
     if forced.forceall or forced.forcerun or forced.forcetargets:
         os.environ[NO_RESTORE] = "1"
     drop_finished_copies(TRAINED_ROOTS, keep_if_output_exists=True)
+    if workflow.local_exec and not workflow.dryrun and not workflow.touch:
+        WARM.update(warm.start() or {})
 
 
 onsuccess:
     drop_finished_copies(TRAINED_ROOTS)
+    warm.stop(WARM)
 
 
 onerror:
     drop_finished_copies(TRAINED_ROOTS)
+    warm.stop(WARM)
 
 
 # A cached teacher job made meanwhile by another run sharing the cache stops, so that Snakemake's retry links the

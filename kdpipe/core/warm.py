@@ -1,0 +1,371 @@
+"""Warm start: jobs forked from a process that has already imported torch and transformers (docs/design.md, "Warm
+start").
+
+Importing torch, transformers and kdpipe's stages takes about 4 s of CPU, which is most of a small job. While a
+workflow runs its jobs on the local machine, it starts one server (:func:`start`, from Snakemake's ``onstart``)
+that imports them once and then waits on a Unix socket in a private folder. A job's ``python -m kdpipe ...``
+(:func:`run_warm`) hands the server its arguments, working directory, environment and standard streams; the server
+forks a copy of itself that becomes the job, and reports the copy's exit status back. The job's own process waits
+for it, passes on SIGINT, SIGTERM and SIGHUP, and exits as it did; if that process dies, even by SIGKILL, the copy
+kills itself at once, so stopping a job works as before.
+
+A job starts afresh, as without the server, whenever the copy could differ from a fresh process: another Python,
+``sys.path`` or library version, a kdpipe source file changed since the server started (its size, times or inode),
+an environment that differs in anything but what Snakemake sets per job (threads, temporary folder) or
+``CUDA_VISIBLE_DEVICES``, a multi-process training job, or no server listening. The server never initialises CUDA
+and is not started where an NVIDIA device is present (a fork after CUDA starts cannot use it); it exits when the
+workflow ends, when the Snakemake process that started it is gone, or after an idle hour.
+
+Written by hand: Python's ``multiprocessing`` forkserver serves only the process that started it, and a job here is
+a separate process started by Snakemake's shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SOCKET_ENV = "KDPIPE_WARM_SOCKET"  # the server's socket, set for the jobs by the workflow
+SWITCH_ENV = "KDPIPE_WARM"  # "0" turns warm start off
+# Set by Snakemake for each job (threads, tmpdir, the rules' shell prefix putting the venv first on PATH) or by the
+# GPU pool: read when a job runs, not when it imports; a copy takes the job's values.
+PER_JOB = {
+    "PATH",
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "TEMPDIR",
+    "CUDA_VISIBLE_DEVICES",
+    "_",
+    "SHLVL",
+    "PWD",
+    "OLDPWD",
+    SOCKET_ENV,
+}
+IDLE_S = 3600
+POLL_S = 0.05
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def available() -> bool:
+    """Whether this machine may run the server: not switched off, a POSIX system, and no NVIDIA device."""
+    return os.environ.get(SWITCH_ENV, "1") != "0" and hasattr(os, "fork") and not Path("/dev/nvidiactl").exists()
+
+
+def identity() -> dict:
+    """What the server and a job must share for a forked copy to be the job a fresh process would be."""
+    from kdpipe.core.identity import software_versions
+
+    sources = sorted(
+        [str(path.relative_to(PACKAGE)), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+        for path in PACKAGE.rglob("*.py")
+        for stat in [path.stat()]
+    )
+    return {
+        "python": [os.path.realpath(sys.executable), sys.prefix, sys.version],  # python or python3 of one venv
+        "path": sys.path,
+        "package": str(PACKAGE),
+        "versions": software_versions(),
+        "sources": sources,
+    }
+
+
+def _environment(env: dict) -> dict:
+    return {key: value for key, value in env.items() if key not in PER_JOB}
+
+
+# ---- the job's side
+
+
+def run_warm(argv: list[str]) -> int | None:
+    """Run ``python -m kdpipe argv`` as a copy of the warm server; None when the job must start afresh."""
+    path = os.environ.get(SOCKET_ENV)
+    if not path or _processes(argv) > 1:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "identity": identity()}
+        socket.send_fds(sock, [b"\0"], [0, 1, 2])  # the standard streams, then the request
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        reader = sock.makefile("r")
+        reply = json.loads(reader.readline() or "{}")
+    except (OSError, ValueError):
+        sock.close()
+        return None
+    if "pid" not in reply:
+        if reply.get("refused"):
+            print(f"[kdpipe] warm start: {reply['refused']}; starting afresh", file=sys.stderr)
+        sock.close()
+        return None
+    pid = reply["pid"]
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: _pass_on(pid, signum))
+    try:
+        status = json.loads(reader.readline() or "{}")
+    except (OSError, ValueError):
+        status = {}
+    sock.close()
+    if not status:  # the server is gone: its copy must not finish the job behind Snakemake's back
+        _end(pid)
+        print("[kdpipe] warm start: the server stopped while the job ran; the job was stopped", file=sys.stderr)
+        return 1
+    if "signal" in status:  # killed: end the same way, so that the shell and Snakemake see what happened
+        signal.signal(status["signal"], signal.SIG_DFL)
+        os.kill(os.getpid(), status["signal"])
+    return int(status.get("exit", 1))
+
+
+def _pass_on(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def _end(pid: int) -> None:
+    """SIGKILL a copy and wait until it is gone (it is the server's child, not ours)."""
+    _pass_on(pid, signal.SIGKILL)
+    for _ in range(int(10 / POLL_S)):  # SIGKILL cannot be caught: this takes milliseconds
+        try:
+            os.kill(pid, 0)
+            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                return  # dead, not yet reaped
+        except (ProcessLookupError, FileNotFoundError):
+            return
+        time.sleep(POLL_S)
+
+
+def _processes(argv: list[str]) -> int:
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--processes=") else None
+        if arg == "--processes" and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value is not None:
+            return int(value) if value.isdigit() else 1
+    return 1
+
+
+# ---- the server's side
+
+
+def start(python: str = sys.executable) -> dict | None:
+    """Start a server for this process's jobs (the caller: Snakemake); returns ``{"pid", "socket"}`` or None."""
+    if not available():
+        return None
+    folder = tempfile.mkdtemp(prefix="kdpipe-warm-")  # mode 0700: no other user can reach the socket
+    path = os.path.join(folder, "s")
+    log = Path(".snakemake") / "kdpipe-warm.log"  # why a server did not start, if it did not
+    with open(log if log.parent.is_dir() else os.devnull, "w") as stderr:
+        proc = subprocess.Popen(
+            [python, "-m", "kdpipe.core.warm", path, str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=stderr,
+            stderr=stderr,
+            start_new_session=True,  # not stopped by a Ctrl-C meant for the jobs: it stops when told or orphaned
+        )
+    os.environ[SOCKET_ENV] = path
+    return {"pid": proc.pid, "socket": path}
+
+
+def stop(server: dict | None) -> None:
+    """Stop a server :func:`start` returned (its jobs have ended) and remove its socket."""
+    os.environ.pop(SOCKET_ENV, None)
+    if not server:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(server["pid"], signal.SIGTERM)
+
+
+def serve(path: str, owner: int) -> None:
+    """Import everything a job needs, then fork one copy per request until stopped, orphaned or idle."""
+    import importlib
+
+    mine = json.loads(json.dumps(identity()))  # before importing: a file edited meanwhile is refused, not served
+    before = dict(os.environ)
+    env = _environment(before)
+    from kdpipe.stages import STAGES
+
+    for stage in STAGES.values():
+        importlib.import_module(stage.module)
+    import kdpipe.cli  # noqa: F401
+
+    # what the imports set (torch sets KMP_* variables), as they would in a fresh process
+    imported = {key: value for key, value in os.environ.items() if before.get(key) != value}
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    listener.settimeout(POLL_S)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    jobs: dict[int, socket.socket] = {}
+    last = time.monotonic()
+    # Serve until told to stop, orphaned or idle; then accept no more jobs, but report on those still running
+    while not stopping and _alive(owner) and (jobs or time.monotonic() - last < IDLE_S):
+        _reap(jobs)
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        last = time.monotonic()
+        conn.settimeout(None)
+        pid = _fork_job(conn, [listener, *jobs.values()], mine, env, imported)
+        if pid is None:
+            conn.close()
+        else:
+            jobs[pid] = conn
+    listener.close()
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+    while jobs:
+        _reap(jobs)
+        time.sleep(POLL_S)
+
+
+def _alive(owner: int) -> bool:
+    """Whether the Snakemake process that started the server still runs (it is the server's parent)."""
+    return os.getppid() == owner
+
+
+def _reap(jobs: dict[int, socket.socket]) -> None:
+    """Report each ended copy's exit status to its job."""
+    while jobs:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = jobs.pop(pid, None)
+        if conn is None:
+            continue
+        if os.WIFSIGNALED(status):
+            reply = {"signal": os.WTERMSIG(status)}
+        else:
+            reply = {"exit": os.waitstatus_to_exitcode(status)}
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+        conn.close()
+
+
+def _fork_job(conn: socket.socket, others: list[socket.socket], mine: dict, env: dict, imported: dict) -> int | None:
+    """Read one request; fork the copy that runs it and return its pid, or answer why not and return None."""
+    fds: list[int] = []
+    try:
+        _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+        with conn.makefile("rb") as reader:
+            request = json.loads(reader.readline())
+    except (OSError, ValueError):
+        for fd in fds:
+            os.close(fd)
+        return None
+    refused = _refusal(request, mine, env, fds)
+    if refused:
+        for fd in fds:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            conn.sendall(json.dumps({"refused": refused}).encode() + b"\n")
+        return None
+    pid = os.fork()
+    if pid:
+        for fd in fds:
+            os.close(fd)
+        from kdpipe.stages import STAGES
+
+        stage = next((arg for arg in request["argv"] if arg in STAGES), "?")
+        print(f"[kdpipe] warm start: {stage} as process {pid}", file=sys.stderr, flush=True)
+        try:
+            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        except OSError:
+            os.kill(pid, signal.SIGKILL)
+        return pid
+    for other in others:  # the listener and the other jobs' connections are the server's
+        other.close()
+    _become_job(conn, fds, request, imported)  # never returns: the copy exits with the job's status
+
+
+def _refusal(request: dict, mine: dict, env: dict, fds: list[int]) -> str | None:
+    if len(fds) != 3:
+        return "the job's standard streams did not arrive"
+    if request.get("identity") != mine:
+        theirs = request.get("identity") or {}
+        what = next((key for key in mine if mine[key] != theirs.get(key)), "identity")
+        return {"sources": "kdpipe's code changed since the server started"}.get(what, f"another {what}")
+    theirs = _environment(request.get("env") or {})
+    if theirs != env:
+        names = sorted(key for key in set(theirs) | set(env) if theirs.get(key) != env.get(key))
+        return f"another environment ({', '.join(names[:5])})"
+    return None
+
+
+def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: dict) -> None:
+    """In the forked copy: take the job's streams, folder, environment and arguments, run it and exit with its
+    status. The end is as ``multiprocessing`` ends a forked child: exit handlers and a flush, then ``os._exit``;
+    tearing down every imported module would touch, and so copy, all the server's memory (1.4 s)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    sys.stdout.reconfigure(line_buffering=os.isatty(1))
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.environ.update(imported)
+    tempfile.tempdir = None  # the job's TMPDIR
+    sys.argv = [sys.argv[0], *request["argv"]]
+    # the job's process gone (killed, even by SIGKILL): so is its copy
+    import threading
+
+    threading.Thread(target=_die_with_job, args=(conn,), daemon=True).start()
+    from kdpipe.cli import main
+
+    try:
+        status = _exit_status(main(request["argv"]))
+    except SystemExit as stop:
+        status = _exit_status(stop.code)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
+def _exit_status(code) -> int:
+    """The status ``sys.exit(code)`` gives a process."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _die_with_job(conn: socket.socket) -> None:
+    try:
+        conn.recv(1)
+    finally:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,148 @@
+"""Warm start (docs/design.md, "Warm start"): a job forked from the server is the job a fresh process would be, a
+signal to the job's process reaches its copy, and the server refuses whenever a copy could differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kdpipe.core import warm
+from kdpipe.training.loop import read_resume_state
+from tests.conftest import REPO, TINY_TEACHER
+
+pytestmark = pytest.mark.slow
+
+
+class Server:
+    """A warm server over a copy of the package (so that a test may edit it), started by this process."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.socket = str(Path(os.environ.get("TMPDIR", "/tmp")) / f"kdpipe-warm-test-{os.getpid()}-{id(self)}")
+        self.env = {**os.environ, "PYTHONPATH": str(root)}
+        self.env.pop(warm.SOCKET_ENV, None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kdpipe.core.warm", self.socket, str(os.getpid())], cwd=root, env=self.env
+        )
+        deadline = time.time() + 120
+        while not os.path.exists(self.socket):
+            assert self.proc.poll() is None and time.time() < deadline, "the server did not start"
+            time.sleep(0.1)
+
+    def run(self, *args, warm_start=True, env=None, **kwargs) -> subprocess.CompletedProcess:
+        env = {**self.env, **(env or {}), **({warm.SOCKET_ENV: self.socket} if warm_start else {})}
+        return subprocess.run(
+            [sys.executable, "-m", "kdpipe", *args], cwd=self.root, env=env, capture_output=True, text=True, **kwargs
+        )
+
+    def popen(self, *args) -> subprocess.Popen:
+        env = {**self.env, warm.SOCKET_ENV: self.socket}
+        return subprocess.Popen([sys.executable, "-m", "kdpipe", *args], cwd=self.root, env=env, stderr=subprocess.PIPE)
+
+    def copies(self) -> list[int]:
+        """The server's children: the jobs' copies running now."""
+        text = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        return [int(pid) for pid in text.split()]
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+
+
+def project_copy(root: Path) -> Path:
+    shutil.copytree(REPO / "kdpipe", root / "kdpipe", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    server = Server(project_copy(tmp_path_factory.mktemp("warm")))
+    yield server
+    server.stop()
+
+
+def teacher_args(data: Path, out: Path, **params) -> list[str]:
+    params = json.dumps({**TINY_TEACHER, **params})
+    return ["finetune-teacher", "--params", params, "--data", str(data), "--out", str(out)]
+
+
+def test_a_warm_job_is_the_job_a_fresh_process_runs(server, tiny_data, tmp_path):
+    for args in (["--help"], ["no-such-stage"], ["report", "--params", "{not json"]):
+        warm_run, fresh = server.run(*args), server.run(*args, warm_start=False)
+        assert (warm_run.returncode, warm_run.stdout, warm_run.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    outs = {}
+    for mode in ("warm", "fresh"):
+        outs[mode] = tmp_path / mode
+        done = server.run(*teacher_args(tiny_data, outs[mode], epochs=1), warm_start=mode == "warm")
+        assert done.returncode == 0 and "warm start" not in done.stderr, done.stderr
+    for name in ("model.safetensors", "config.json"):
+        assert (outs["warm"] / name).read_bytes() == (outs["fresh"] / name).read_bytes()
+    assert server.proc.poll() is None and server.copies() == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_signal_to_the_job_reaches_its_copy_and_the_rerun_resumes(server, tiny_data, tmp_path, sig):
+    out, resume = tmp_path / "teachers" / "t", tmp_path / "teachers" / ".resume" / "t"
+    args = teacher_args(tiny_data, out, epochs=40, batch_size=4, checkpoint_every=2)
+    job = server.popen(*args)
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((read_resume_state(resume) or {}).get("epoch", 0) >= 1):
+        time.sleep(0.2)
+    (copy,) = server.copies()
+    job.send_signal(sig)
+    assert job.wait(timeout=30) == -sig  # the job's process ends as a fresh one would
+    deadline = time.time() + 10
+    while copy in server.copies() and time.time() < deadline:
+        time.sleep(0.05)
+    assert copy not in server.copies(), "the copy outlived its job"
+    killed_at = read_resume_state(resume)
+    assert killed_at and not out.exists(), "a killed job left a finished-looking output"
+    done = server.run(*args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"resuming teacher at epoch {killed_at['epoch']} step {killed_at['step_in_epoch']}" in done.stderr
+
+
+def test_another_environment_or_edited_code_starts_afresh(tmp_path):
+    server = Server(project_copy(tmp_path))
+    try:
+        other = server.run("--help", env={"KDPIPE_SOMETHING": "1"})
+        assert other.returncode == 0 and "usage: kdpipe" in other.stdout
+        assert "warm start: another environment (KDPIPE_SOMETHING); starting afresh" in other.stderr
+        per_job = server.run("--help", env={"OMP_NUM_THREADS": "7", "TMPDIR": str(tmp_path)})
+        assert per_job.returncode == 0 and per_job.stderr == ""  # Snakemake sets these for each job
+        with open(tmp_path / "kdpipe" / "core" / "store.py", "a") as fh:
+            fh.write("\n# an edit\n")
+        edited = server.run("--help")
+        assert edited.returncode == 0 and "warm start: kdpipe's code changed since the server started" in edited.stderr
+    finally:
+        server.stop()
+    assert not os.path.exists(server.socket)
+
+
+def test_the_server_ends_with_the_process_that_started_it(tmp_path):
+    code = (
+        "import json, sys; from kdpipe.core import warm; "
+        "print(json.dumps(warm.start()))"  # the starting process exits at once
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    started = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout)
+    deadline = time.time() + 120
+    while time.time() < deadline and Path(f"/proc/{started['pid']}").exists():
+        time.sleep(0.2)
+    stat = Path(f"/proc/{started['pid']}/stat")
+    assert not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z", "an orphaned server kept running"
+    assert not os.path.exists(started["socket"])
+
+
+def test_multi_process_jobs_are_not_forked():
+    assert warm._processes(["--processes", "2", "finetune-teacher"]) == 2
+    assert warm._processes(["--processes=3", "distill"]) == 3
+    assert warm._processes(["--threads", "2", "distill"]) == 1
