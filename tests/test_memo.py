@@ -1,6 +1,6 @@
-"""What the workflow remembers between runs in .snakemake/ (docs/caching-and-reruns.md, "What the workflow remembers
-between runs"): the caches never serve a value made from anything else, and a broken or unwritable file is only a
-cache miss."""
+"""What the workflow remembers between runs in .snakemake/
+(docs/caching-and-reruns.md, "What the workflow remembers between runs"): the caches never serve a value made from
+anything else, and a broken or unwritable file is only a cache miss."""
 
 import copy
 import datetime

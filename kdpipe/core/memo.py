@@ -1,5 +1,5 @@
-"""Small caches the workflow keeps between Snakemake runs in ``.snakemake/`` (docs/caching-and-reruns.md, "What
-the workflow remembers between runs").
+"""Small caches the workflow keeps between Snakemake runs in ``.snakemake/``
+(docs/caching-and-reruns.md, "What the workflow remembers between runs").
 
 Each cache is one JSON file, read once per run and written whole through a temporary file renamed over it, so a run
 beside another never reads a torn file (the last writer wins; a lost entry is computed again). A cache keyed by the

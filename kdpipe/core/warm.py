@@ -1,5 +1,5 @@
-"""Warm start: jobs forked from a process that has already imported torch and transformers (docs/design.md, "Warm
-start").
+"""Warm start: jobs forked from a process that has already imported torch and transformers
+(docs/design.md, "Warm start").
 
 Importing torch, transformers and kdpipe's stages takes about 4 s of CPU, which is most of a small job. While a
 workflow runs its jobs on the local machine, it starts one server (:func:`start`, from Snakemake's ``onstart``)
