@@ -106,7 +106,7 @@ def test_external_ood_set_drops_empty_repeated_and_dataset_texts(tmp_path):
     rows = read_split(tmp_path / "ood", OOD)
     assert rows["text"].tolist() == ["a dispatch from nowhere", "another one"]
     assert rows["row_id"].min() > read_split(tmp_path / "data", "train")["row_id"].max()
-    with pytest.raises(KdpipeError, match="no column 'text'"):
+    with pytest.raises(KdpipeError, match=r"no column 'text' \(evaluate.ood.text_column\)"):
         build_ood(ood_params | {"text_column": "text"}, tmp_path / "data", tmp_path / "ood2")
 
 

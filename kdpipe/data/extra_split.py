@@ -53,7 +53,7 @@ def next_row_id(data_dir: Path) -> int:
             if len(column):
                 largest = max(largest, int(pa.compute.max(column).as_py()))
     if largest >= np.iinfo(np.int64).max - 10**12:
-        raise KdpipeError("dataset.id_column: the ids leave no room to number the transfer rows after them")
+        raise KdpipeError("dataset.id_column: the ids leave no room to number the new rows after them")
     return largest + 1
 
 

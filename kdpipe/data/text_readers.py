@@ -33,17 +33,26 @@ BATCH_ROWS = 65_536
 
 def text_readers(source: str, params: dict, key: str) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
     """Each part of ``source`` as (where, reader); ``key`` names the config key in messages."""
-    wanted = {"text": params.get("text_column", "text")}
+    wanted = _Wanted({"text": params.get("text_column", "text")}, section=key.rpartition(".")[0])
     if params.get("text_pair_column"):
         wanted["text_pair"] = params["text_pair_column"]
     if is_hf_source(source):
         splits = load_splits(source, key)
         readers = [
-            (f"{source} ({name} split)", _hf_reader(data, wanted, source, name)) for name, data in splits.items()
+            (f"{source} ({name} split)", _hf_reader(data, wanted, f"{key} {source}", name))
+            for name, data in splits.items()
         ]
     else:
         readers = [(source, _file_reader(Path(source), params, wanted, key))]
     return [(where, _texts_of(reader, wanted, where)) for where, reader in readers]
+
+
+class _Wanted(dict):
+    """The columns to read, ``{name: column}``, and the config section whose keys name them (for messages)."""
+
+    def __init__(self, columns: dict[str, str], section: str):
+        super().__init__(columns)
+        self.section = section
 
 
 def _texts_of(reader, wanted: dict[str, str], where: str) -> Callable[[], Iterator[pd.DataFrame]]:
@@ -69,16 +78,17 @@ def _missing(where: str, column: str, key: str, available: list[str]) -> KdpipeE
 
     close = difflib.get_close_matches(column, available, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else ""
-    return KdpipeError(f"{where}: no column '{column}' (dataset.{key}); the columns are {available}{hint}")
+    return KdpipeError(f"{where}: no column '{column}' ({key}); the columns are {available}{hint}")
 
 
 _KEYS = {"text": "text_column", "text_pair": "text_pair_column"}
 
 
 def _check_columns(where: str, available: list[str], wanted: dict[str, str]) -> None:
+    section = getattr(wanted, "section", "dataset")
     for name, column in wanted.items():
         if column not in available:
-            raise _missing(where, column, _KEYS[name], available)
+            raise _missing(where, column, f"{section}.{_KEYS[name]}", available)
 
 
 def _as_text(batches: Iterator[pd.DataFrame], wanted: dict[str, str], where: str) -> Iterator[pd.DataFrame]:
@@ -214,7 +224,7 @@ def _lines(handle) -> Iterator[str]:
 
 def _hf_reader(data, wanted: dict[str, str], source: str, split: str):
     def read() -> Iterator[pd.DataFrame]:
-        _check_columns(f"dataset.transfer {source} ({split} split)", list(data.column_names), wanted)
+        _check_columns(f"{source} ({split} split)", list(data.column_names), wanted)
         for start in range(0, len(data), BATCH_ROWS):
             batch = data.select_columns(list(wanted.values()))[start : start + BATCH_ROWS]
             yield pd.DataFrame(batch)
