@@ -41,7 +41,22 @@ def test_a_torn_or_foreign_memo_file_is_an_empty_cache(tmp_path, monkeypatch):
         assert memo.get("a") is None
         memo.put("a", 1)
         memo.save()
-        assert json.loads((tmp_path / ".snakemake" / "m.json").read_text()) == {"a": 1}
+        assert JsonMemo("m.json").get("a") == 1
+
+
+def test_an_entry_edited_or_damaged_in_place_is_a_miss(tmp_path, monkeypatch):
+    """Valid JSON of any shape where a value was is never served: each entry carries a digest of key and value."""
+    monkeypatch.chdir(tmp_path)
+    memo = JsonMemo("m.json")
+    memo.put("k", ["kdpipe.core.store"])
+    memo.save()
+    path = tmp_path / ".snakemake" / "m.json"
+    good = json.loads(path.read_text())["k"]
+    for damaged in ("not a list", [], [1, 2], {"a": 1}, [good[0], []], [good[0], ["kdpipe.core.memo"]], good[1]):
+        path.write_text(json.dumps({"k": damaged}))
+        assert JsonMemo("m.json").get("k") is None, damaged
+    path.write_text(json.dumps({"k": good}))
+    assert JsonMemo("m.json").get("k") == ["kdpipe.core.store"]
 
 
 def test_past_its_limit_a_memo_drops_the_oldest_entries_the_run_did_not_use(tmp_path, monkeypatch):

@@ -18,7 +18,10 @@ from kdpipe.core import warm
 from kdpipe.training.loop import read_resume_state
 from tests.conftest import REPO, TINY_TEACHER
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not warm.available(), reason="warm start is off here (an NVIDIA device, or KDPIPE_WARM=0)"),
+]
 
 
 class Server:
@@ -43,9 +46,19 @@ class Server:
             [sys.executable, "-m", "kdpipe", *args], cwd=self.root, env=env, capture_output=True, text=True, **kwargs
         )
 
-    def popen(self, *args) -> subprocess.Popen:
+    def popen(self, *args, **kwargs) -> subprocess.Popen:
         env = {**self.env, warm.SOCKET_ENV: self.socket}
-        return subprocess.Popen([sys.executable, "-m", "kdpipe", *args], cwd=self.root, env=env, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            [sys.executable, "-m", "kdpipe", *args], cwd=self.root, env=env, stderr=subprocess.PIPE, **kwargs
+        )
+
+    def copy_of(self, resume: Path) -> int:
+        """The copy running a training job, once it has written a checkpoint."""
+        deadline = time.time() + 120
+        while time.time() < deadline and not ((read_resume_state(resume) or {}).get("epoch", 0) >= 1):
+            time.sleep(0.2)
+        (copy,) = self.copies()
+        return copy
 
     def copies(self) -> list[int]:
         """The server's children: the jobs' copies running now."""
@@ -83,6 +96,7 @@ def test_a_warm_job_is_the_job_a_fresh_process_runs(server, tiny_data, tmp_path)
         outs[mode] = tmp_path / mode
         done = server.run(*teacher_args(tiny_data, outs[mode], epochs=1), warm_start=mode == "warm")
         assert done.returncode == 0 and "warm start" not in done.stderr, done.stderr
+        assert "Writing model shards" not in done.stderr  # the libraries' bars stay out of a log, warm or not
     for name in ("model.safetensors", "config.json"):
         assert (outs["warm"] / name).read_bytes() == (outs["fresh"] / name).read_bytes()
     assert server.proc.poll() is None and server.copies() == []
@@ -93,10 +107,7 @@ def test_a_signal_to_the_job_reaches_its_copy_and_the_rerun_resumes(server, tiny
     out, resume = tmp_path / "teachers" / "t", tmp_path / "teachers" / ".resume" / "t"
     args = teacher_args(tiny_data, out, epochs=40, batch_size=4, checkpoint_every=2)
     job = server.popen(*args)
-    deadline = time.time() + 120
-    while time.time() < deadline and not ((read_resume_state(resume) or {}).get("epoch", 0) >= 1):
-        time.sleep(0.2)
-    (copy,) = server.copies()
+    copy = server.copy_of(resume)
     job.send_signal(sig)
     assert job.wait(timeout=30) == -sig  # the job's process ends as a fresh one would
     deadline = time.time() + 10
@@ -108,6 +119,45 @@ def test_a_signal_to_the_job_reaches_its_copy_and_the_rerun_resumes(server, tiny
     done = server.run(*args)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"resuming teacher at epoch {killed_at['epoch']} step {killed_at['step_in_epoch']}" in done.stderr
+
+
+def test_a_signal_the_job_ignores_its_copy_ignores(server, tiny_data, tmp_path):
+    """As under nohup: a fresh job would run on after SIGHUP, and so does a warm one."""
+    resume = tmp_path / "teachers" / ".resume" / "t"
+    args = teacher_args(tiny_data, tmp_path / "teachers" / "t", epochs=40, batch_size=4, checkpoint_every=2)
+    job = server.popen(*args, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    copy = server.copy_of(resume)
+    job.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert job.poll() is None and copy in server.copies()
+    job.kill()
+    job.wait(timeout=30)
+
+
+def test_a_job_whose_server_dies_fails_and_its_copy_finishes_nothing(tiny_data, tmp_path):
+    server = Server(project_copy(tmp_path / "project"))
+    out, resume = tmp_path / "teachers" / "t", tmp_path / "teachers" / ".resume" / "t"
+    job = server.popen(*teacher_args(tiny_data, out, epochs=40, batch_size=4, checkpoint_every=2))
+    copy = server.copy_of(resume)
+    server.proc.kill()
+    server.proc.wait()
+    assert job.wait(timeout=30) == 1
+    assert "the server stopped while the job ran" in job.stderr.read().decode()
+    assert not Path(f"/proc/{copy}").exists() or Path(f"/proc/{copy}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    time.sleep(1.0)
+    assert not out.exists(), "the copy finished the job after it was reported failed"
+
+
+def test_a_job_that_says_nothing_holds_up_no_other(server):
+    import socket
+
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(server.socket)
+    try:
+        done = server.run("--help", timeout=30)
+        assert done.returncode == 0 and "usage: kdpipe" in done.stdout
+    finally:
+        silent.close()
 
 
 def test_another_environment_or_edited_code_starts_afresh(tmp_path):

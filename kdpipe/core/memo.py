@@ -4,13 +4,16 @@
 Each cache is one JSON file, read once per run and written whole through a temporary file renamed over it, so a run
 beside another never reads a torn file (the last writer wins; a lost entry is computed again). A cache keyed by the
 hash of everything its values are made from has a ``limit``: past it, the entries a run did not use go, oldest
-first, so it cannot grow without bound as files are edited. Written by hand: a JSON file and a rename are all this
-needs, and a database library would cost more to import than the caches save in a no-op rerun.
+first, so it cannot grow without bound as files are edited. Each entry is stored with a digest of its key and value:
+one edited by hand or damaged (any value, of any shape) is a miss, computed again and replaced. Written by hand: a
+JSON file and a rename are all this needs, and a database library would cost more to import than the caches save in
+a no-op rerun.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -35,14 +38,15 @@ class JsonMemo:
         self.changed = False
 
     def get(self, key: str):
-        value = self.entries.get(key)
-        if value is not None:
-            self.used.add(key)
-        return value
+        entry = self.entries.get(key)
+        if not (isinstance(entry, list) and len(entry) == 2 and entry[0] == _digest(key, entry[1])):
+            return None
+        self.used.add(key)
+        return entry[1]
 
     def put(self, key: str, value) -> None:
         self.entries.pop(key, None)  # the newest last, so that the oldest go first
-        self.entries[key] = value
+        self.entries[key] = [_digest(key, value), value]
         self.used.add(key)
         self.changed = True
 
@@ -63,3 +67,7 @@ class JsonMemo:
                 tmp.unlink(missing_ok=True)
             return
         self.changed = False
+
+
+def _digest(key: str, value) -> str:
+    return hashlib.sha256(json.dumps([key, value], sort_keys=True).encode()).hexdigest()[:16]

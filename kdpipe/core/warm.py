@@ -56,8 +56,12 @@ PER_JOB = {
     "OLDPWD",
     SOCKET_ENV,
 }
+# Passed on from a job's process to its copy (SIGSTOP cannot be caught: stopping the job's process does not stop
+# its copy; Ctrl-Z, SIGTSTP, stops both)
+PASSED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP, signal.SIGCONT, signal.SIGUSR1, signal.SIGUSR2)
 IDLE_S = 3600
 POLL_S = 0.05
+HANDSHAKE_S = 30
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -80,8 +84,15 @@ def identity() -> dict:
         "path": sys.path,
         "package": str(PACKAGE),
         "versions": software_versions(),
+        # any install or removal in the environment changes its folders' times: the server's libraries may be old
+        "libraries": [[entry, os.stat(entry).st_mtime_ns] for entry in sys.path if _library_folder(entry)],
         "sources": sources,
     }
+
+
+def _library_folder(entry: str) -> bool:
+    """A folder of installed libraries on ``sys.path`` (not the project's, where the jobs write)."""
+    return os.path.isdir(entry) and Path(entry).resolve() not in (PACKAGE.parent, Path.cwd().resolve())
 
 
 def _environment(env: dict) -> dict:
@@ -96,10 +107,19 @@ def run_warm(argv: list[str]) -> int | None:
     path = os.environ.get(SOCKET_ENV)
     if not path or _processes(argv) > 1:
         return None
+    # signals this process ignores (nohup, a background job of a script) its copy ignores too, and they pass on none
+    passed = [sig for sig in PASSED if signal.getsignal(sig) != signal.SIG_IGN]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(HANDSHAKE_S)  # a server too busy to answer: start afresh (a late copy sees this end closed)
     try:
         sock.connect(path)
-        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "identity": identity()}
+        request = {
+            "argv": argv,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "ignored": [int(sig) for sig in PASSED if sig not in passed],
+            "identity": identity(),
+        }
         socket.send_fds(sock, [b"\0"], [0, 1, 2])  # the standard streams, then the request
         sock.sendall(json.dumps(request).encode() + b"\n")
         reader = sock.makefile("r")
@@ -113,15 +133,15 @@ def run_warm(argv: list[str]) -> int | None:
         sock.close()
         return None
     pid = reply["pid"]
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in passed:
         signal.signal(sig, lambda signum, frame: _pass_on(pid, signum))
+    sock.settimeout(None)
     try:
         status = json.loads(reader.readline() or "{}")
     except (OSError, ValueError):
         status = {}
     sock.close()
-    if not status:  # the server is gone: its copy must not finish the job behind Snakemake's back
-        _end(pid)
+    if not status:  # the server is gone, and its copy with it (it dies with the server): nothing finished
         print("[kdpipe] warm start: the server stopped while the job ran; the job was stopped", file=sys.stderr)
         return 1
     if "signal" in status:  # killed: end the same way, so that the shell and Snakemake see what happened
@@ -131,21 +151,13 @@ def run_warm(argv: list[str]) -> int | None:
 
 
 def _pass_on(pid: int, signum: int) -> None:
+    """A signal to the job's process, for its copy. Ctrl-Z stops both and a later SIGCONT resumes both."""
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signum)
-
-
-def _end(pid: int) -> None:
-    """SIGKILL a copy and wait until it is gone (it is the server's child, not ours)."""
-    _pass_on(pid, signal.SIGKILL)
-    for _ in range(int(10 / POLL_S)):  # SIGKILL cannot be caught: this takes milliseconds
-        try:
-            os.kill(pid, 0)
-            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
-                return  # dead, not yet reaped
-        except (ProcessLookupError, FileNotFoundError):
-            return
-        time.sleep(POLL_S)
+        os.kill(pid, signal.SIGSTOP if signum == signal.SIGTSTP else signum)
+    if signum == signal.SIGTSTP:
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stops here until SIGCONT
+        signal.signal(signal.SIGTSTP, lambda signum, frame: _pass_on(pid, signum))
 
 
 def _processes(argv: list[str]) -> int:
@@ -181,18 +193,24 @@ def start(python: str = sys.executable) -> dict | None:
 
 
 def stop(server: dict | None) -> None:
-    """Stop a server :func:`start` returned (its jobs have ended) and remove its socket."""
+    """Stop a server :func:`start` returned (its jobs have ended) and remove its socket and folder."""
     os.environ.pop(SOCKET_ENV, None)
     if not server:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(server["pid"], signal.SIGTERM)
+    with contextlib.suppress(OSError):  # (the server removes them too, unless it was killed)
+        os.unlink(server["socket"])
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(server["socket"]))
 
 
 def serve(path: str, owner: int) -> None:
     """Import everything a job needs, then fork one copy per request until stopped, orphaned or idle."""
     import importlib
 
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))  # before the seconds of imports
     mine = json.loads(json.dumps(identity()))  # before importing: a file edited meanwhile is refused, not served
     before = dict(os.environ)
     env = _environment(before)
@@ -204,12 +222,14 @@ def serve(path: str, owner: int) -> None:
 
     # what the imports set (torch sets KMP_* variables), as they would in a fresh process
     imported = {key: value for key, value in os.environ.items() if before.get(key) != value}
+    if stopping:  # told to stop while importing: the workflow ended before the server was needed
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(path))
+        return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
     listener.settimeout(POLL_S)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
     jobs: dict[int, socket.socket] = {}
     last = time.monotonic()
     # Serve until told to stop, orphaned or idle; then accept no more jobs, but report on those still running
@@ -220,7 +240,7 @@ def serve(path: str, owner: int) -> None:
         except TimeoutError:
             continue
         last = time.monotonic()
-        conn.settimeout(None)
+        conn.settimeout(HANDSHAKE_S / 6)  # a job that connects and says nothing holds up no other
         pid = _fork_job(conn, [listener, *jobs.values()], mine, env, imported)
         if pid is None:
             conn.close()
@@ -229,6 +249,7 @@ def serve(path: str, owner: int) -> None:
     listener.close()
     with contextlib.suppress(OSError):
         os.unlink(path)
+    with contextlib.suppress(OSError):
         os.rmdir(os.path.dirname(path))
     while jobs:
         _reap(jobs)
@@ -279,6 +300,7 @@ def _fork_job(conn: socket.socket, others: list[socket.socket], mine: dict, env:
         with contextlib.suppress(OSError):
             conn.sendall(json.dumps({"refused": refused}).encode() + b"\n")
         return None
+    conn.settimeout(None)
     pid = os.fork()
     if pid:
         for fd in fds:
@@ -312,12 +334,14 @@ def _refusal(request: dict, mine: dict, env: dict, fds: list[int]) -> str | None
 
 
 def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: dict) -> None:
-    """In the forked copy: take the job's streams, folder, environment and arguments, run it and exit with its
-    status. The end is as ``multiprocessing`` ends a forked child: exit handlers and a flush, then ``os._exit``;
-    tearing down every imported module would touch, and so copy, all the server's memory (1.4 s)."""
+    """In the forked copy: take the job's streams, folder, environment, ignored signals and arguments, run it and
+    exit with its status. The end is as ``multiprocessing`` ends a forked child: exit handlers and a flush, then
+    ``os._exit``; tearing down every imported module would touch, and so copy, all the server's memory (1.4 s)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    for sig in request.get("ignored") or []:
+        signal.signal(sig, signal.SIG_IGN)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -331,7 +355,7 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: di
     # the job's process gone (killed, even by SIGKILL): so is its copy
     import threading
 
-    threading.Thread(target=_die_with_job, args=(conn,), daemon=True).start()
+    threading.Thread(target=_die_with_job, args=(conn, os.getppid()), daemon=True).start()
     from kdpipe.cli import main
 
     try:
@@ -360,11 +384,19 @@ def _exit_status(code) -> int:
     return 1
 
 
-def _die_with_job(conn: socket.socket) -> None:
-    try:
-        conn.recv(1)
-    finally:
-        os.kill(os.getpid(), signal.SIGKILL)
+def _die_with_job(conn: socket.socket, server: int) -> None:
+    """SIGKILL this copy as soon as the job's process is gone (its end of the connection closes) or the server is
+    (this copy is reparented): a job whose server died fails, and its copy finishes nothing behind its back."""
+    conn.settimeout(POLL_S * 10)
+    while os.getppid() == server:
+        try:
+            if not conn.recv(1):
+                break
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 if __name__ == "__main__":
