@@ -141,6 +141,7 @@ def test_a_job_whose_server_dies_fails_and_its_copy_finishes_nothing(tiny_data, 
     copy = server.copy_of(resume)
     server.proc.kill()
     server.proc.wait()
+    Path(server.socket).unlink()  # (a killed server leaves its socket)
     assert job.wait(timeout=30) == 1
     assert "the server stopped while the job ran" in job.stderr.read().decode()
     assert not Path(f"/proc/{copy}").exists() or Path(f"/proc/{copy}/stat").read_text().split(")")[-1].split()[0] == "Z"
@@ -196,3 +197,16 @@ def test_multi_process_jobs_are_not_forked():
     assert warm._processes(["--processes", "2", "finetune-teacher"]) == 2
     assert warm._processes(["--processes=3", "distill"]) == 3
     assert warm._processes(["--threads", "2", "distill"]) == 1
+
+
+def test_a_copy_takes_the_jobs_blas_threads():
+    """numpy's BLAS read its thread count when the server imported it: the copy gets the job's, as a fresh one."""
+    code = (
+        "import os, numpy, threadpoolctl; from kdpipe.core import warm; "
+        "os.environ['OPENBLAS_NUM_THREADS'] = '1'; warm._blas_threads(); "
+        "print(sorted({d['num_threads'] for d in threadpoolctl.threadpool_info() if d['user_api'] == 'blas'}))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[1]", done.stdout + done.stderr

@@ -105,7 +105,7 @@ def _environment(env: dict) -> dict:
 def run_warm(argv: list[str]) -> int | None:
     """Run ``python -m kdpipe argv`` as a copy of the warm server; None when the job must start afresh."""
     path = os.environ.get(SOCKET_ENV)
-    if not path or _processes(argv) > 1:
+    if not path or not available() or _processes(argv) > 1:
         return None
     # signals this process ignores (nohup, a background job of a script) its copy ignores too, and they pass on none
     passed = [sig for sig in PASSED if signal.getsignal(sig) != signal.SIG_IGN]
@@ -180,7 +180,7 @@ def start(python: str = sys.executable) -> dict | None:
     folder = tempfile.mkdtemp(prefix="kdpipe-warm-")  # mode 0700: no other user can reach the socket
     path = os.path.join(folder, "s")
     log = Path(".snakemake") / "kdpipe-warm.log"  # why a server did not start, if it did not
-    with open(log if log.parent.is_dir() else os.devnull, "w") as stderr:
+    with open(log if log.parent.is_dir() else os.devnull, "a") as stderr:  # (a server of an earlier run may write)
         proc = subprocess.Popen(
             [python, "-m", "kdpipe.core.warm", path, str(os.getpid())],
             stdin=subprocess.DEVNULL,
@@ -351,6 +351,7 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: di
     os.environ.update(request["env"])
     os.environ.update(imported)
     tempfile.tempdir = None  # the job's TMPDIR
+    _blas_threads()
     sys.argv = [sys.argv[0], *request["argv"]]
     # the job's process gone (killed, even by SIGKILL): so is its copy
     import threading
@@ -372,6 +373,18 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: di
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(status)
+
+
+def _blas_threads() -> None:
+    """numpy's BLAS reads its thread count once, when the server imported it: give the copy the count a fresh process
+    would have read from the job's environment (torch's comes from ``--threads``)."""
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):  # OpenBLAS's order
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=int(value), user_api="blas")
+            return
 
 
 def _exit_status(code) -> int:
