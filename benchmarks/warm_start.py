@@ -19,16 +19,15 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import date
 from pathlib import Path
 
+from workflow_overhead import SNAKEMAKE, timed
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).parent / "out"
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 COMPARED = (".safetensors", ".npy", ".parquet", "route.json")  # model weights, signals, routes, predictions
 
 
@@ -44,13 +43,7 @@ def project_copy(dest: Path) -> Path:
 
 def run(project: Path, warm: bool) -> float:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "KDPIPE_WARM": "1" if warm else "0"}
-    cmd = [SNAKEMAKE, "--profile", "profiles/cpu", "--configfile", "tests/configs/tiny.yaml"]
-    started = time.perf_counter()
-    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed in {project}:\n{done.stderr[-3000:]}")
-    return wall
+    return timed([SNAKEMAKE, "--profile", "profiles/cpu", "--configfile", "tests/configs/tiny.yaml"], project, env)[0]
 
 
 def digests(project: Path) -> dict[str, str]:

@@ -45,9 +45,10 @@ rule one:
 """
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
+def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[float, str]:
+    """The wall time and output of ``cmd`` in ``cwd``; a failure stops the benchmark with its error."""
     started = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed in {cwd}:\n{done.stderr[-3000:]}")

@@ -173,7 +173,7 @@ def _processes(argv: list[str]) -> int:
 # ---- the server's side
 
 
-def start(python: str = sys.executable) -> dict | None:
+def start() -> dict | None:
     """Start a server for this process's jobs (the caller: Snakemake); returns ``{"pid", "socket"}`` or None."""
     if not available():
         return None
@@ -182,7 +182,7 @@ def start(python: str = sys.executable) -> dict | None:
     log = Path(".snakemake") / "kdpipe-warm.log"  # why a server did not start, if it did not
     with open(log if log.parent.is_dir() else os.devnull, "a") as stderr:  # (a server of an earlier run may write)
         proc = subprocess.Popen(
-            [python, "-m", "kdpipe.core.warm", path, str(os.getpid())],
+            [sys.executable, "-m", "kdpipe.core.warm", path, str(os.getpid())],
             stdin=subprocess.DEVNULL,
             stdout=stderr,
             stderr=stderr,
