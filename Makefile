@@ -7,7 +7,8 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 CORES   ?= 2
 STAMP   := $(VENV)/.installed
-# test files run side by side in this many processes (pytest-xdist), a whole file per process
+# test files run side by side in this many processes (pytest-xdist), a whole file per process, the longest files
+# first (tests/conftest.py; --no-loadscope-reorder keeps that order)
 TEST_WORKERS ?= 2
 # profiles/workstation on a machine with an NVIDIA GPU, profiles/cpu otherwise
 PROFILE ?= $(if $(shell command -v nvidia-smi 2>/dev/null),profiles/workstation,profiles/cpu)
@@ -28,7 +29,7 @@ run: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --profile $(PROFILE) --cores $(CORES) --report results/report/report.html
 
 test: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # ruff (lint and format), snakefmt and Snakemake's own linter; each fails on any finding
 lint: $(STAMP)

@@ -9,22 +9,26 @@ SDPA attention. Both score the same rows of BBC News with the packaged MiniLM (6
     python benchmarks/mc_dropout.py --max-length 128 --rows 256 --titles  # short texts (article titles)
     python benchmarks/mc_dropout.py --breakdown --max-length 96 --rows 64  # where an MC sample's extra cost goes
 
-``--breakdown`` times one forward of the same enlarged batch (``rows`` rows, all ``max_length`` tokens) four ways,
+``--breakdown`` times one forward of the same enlarged batch (``rows`` rows, all ``max_length`` tokens) five ways,
 interleaved and repeated so that a busy machine slows each alike: eval mode (the deterministic pass), every dropout
-on (an MC-dropout sample), only the ``nn.Dropout`` modules on (hidden states, embeddings, classifier) and only the
-attention modules on (attention-probability dropout, which also sends SDPA to its math kernel); then the share of an
-MC forward's CPU time that torch's profiler gives the Bernoulli mask draws.
+on (an MC-dropout sample), only the ``nn.Dropout`` modules on (hidden states, embeddings, classifier), only the
+attention modules on (attention-probability dropout, which also sends SDPA to its math kernel), and every dropout on
+with the masks drawn by numpy instead of torch (``NumpyMasks``, an experiment kdpipe does not run); then the share
+of an MC forward's CPU time that torch's profiler gives the Bernoulli mask draws.
 
 Prints one Markdown row per setting and appends a JSON record to benchmarks/out/mc_dropout.jsonl.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from bench_common import bbc_train_rows, parser, record, setup
+from torch.overrides import TorchFunctionMode
 
 from kdpipe.data.batching import encode_frame
 from kdpipe.models.loading import load_classifier, load_tokenizer
@@ -62,6 +66,44 @@ def timed(fn, device) -> float:
     return time.perf_counter() - start
 
 
+class NumpyMasks(TorchFunctionMode):
+    """Dropout with its keep masks drawn by numpy's PCG64 instead of torch's CPU generator (an experiment: kdpipe does
+    not run this, since it would change every MC-dropout artifact). Intercepts ``F.dropout`` and, for a
+    ``scaled_dot_product_attention`` with ``dropout_p``, computes the attention by hand so that its probabilities can
+    be masked; in-place ops keep the extra passes over the masks to two."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+
+    def keep(self, shape, p: float) -> torch.Tensor:
+        """1 / (1 - p) where a unit is kept, 0 where it is dropped, as float32."""
+        u = torch.from_numpy(self.rng.random(math.prod(shape), dtype=np.float32)).view(shape)
+        return u.ge_(p).mul_(1.0 / (1.0 - p))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.dropout:
+            bound = dict(zip(("input", "p", "training", "inplace"), args), **kwargs)
+            x, p = bound["input"], bound.get("p", 0.5)
+            if bound.get("training", True) and p > 0:
+                return x * self.keep(x.shape, p)
+        elif func is F.scaled_dot_product_attention:
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+            bound = dict(zip(names, args), **kwargs)
+            p = bound.get("dropout_p", 0.0)
+            if p > 0 and not bound.get("is_causal") and not bound.get("enable_gqa"):
+                q, k, v, mask = bound["query"], bound["key"], bound["value"], bound.get("attn_mask")
+                scores = (q @ k.transpose(-2, -1)).mul_(bound.get("scale") or 1.0 / math.sqrt(q.shape[-1]))
+                if mask is not None and mask.dtype == torch.bool:
+                    scores.masked_fill_(~mask, float("-inf"))
+                elif mask is not None:
+                    scores.add_(mask)
+                probs = torch.softmax(scores, -1)
+                return probs.mul_(self.keep(probs.shape, p)) @ v
+        return func(*args, **kwargs)
+
+
 def breakdown(model, rows: int, width: int, repeats: int) -> dict:
     """Seconds per forward of one [rows, width] batch in each mode (the median of ``repeats``), and each mode's
     ratio to eval mode."""
@@ -84,14 +126,20 @@ def breakdown(model, rows: int, width: int, repeats: int) -> dict:
         "mc": lambda: enable_dropout(model),
         "hidden_dropout_only": lambda: only("dropout"),
         "attention_dropout_only": lambda: only("attention"),
+        "mc_numpy_masks": lambda: enable_dropout(model),
     }
     times = {mode: [] for mode in modes}
+    numpy_masks = NumpyMasks()
     with torch.inference_mode():
         for _ in range(repeats):
             for mode, prepare_mode in modes.items():
                 prepare_mode()
                 start = time.perf_counter()
-                model(**inputs)
+                if mode == "mc_numpy_masks":
+                    with numpy_masks:
+                        model(**inputs)
+                else:
+                    model(**inputs)
                 times[mode].append(time.perf_counter() - start)
         enable_dropout(model)  # the mask draws' share of an MC forward, by torch's profiler (they run in C++)
         with torch.profiler.profile() as prof:
@@ -112,7 +160,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16, help="kdpipe's examples per batch (x T rows enlarged)")
     p.add_argument("--max-batch-rows", type=int, default=128)
     p.add_argument("--titles", action="store_true", help="use only each article's title line (short texts)")
-    p.add_argument("--breakdown", action="store_true", help="time one batch in four dropout modes (see above)")
+    p.add_argument("--breakdown", action="store_true", help="time one batch in five dropout modes (see above)")
     p.add_argument("--repeats", type=int, default=7, help="--breakdown: forwards per mode")
     args = p.parse_args()
     device = setup(args)

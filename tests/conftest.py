@@ -70,11 +70,19 @@ def _threads():
     torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
-# The longest test files first, so that with `pytest -n 2 --dist loadfile` (make test) neither worker is left with
-# a long file at the end: SLURM's file waits on the cluster's status checks most of its time.
-FIRST = ("test_slurm.py", "test_workflow.py", "test_workflow_trust.py")
+# The longest test files first, so that with `pytest -n 2 --dist loadfile --no-loadscope-reorder` (make test)
+# neither worker is left with a long file at the end: the files of FIRST (longest first: SLURM's file waits on the
+# cluster's status checks most of its time), then every other file with an end-to-end (slow) test, then the rest,
+# each group in collection order. Without --no-loadscope-reorder, pytest-xdist would put the files with the most
+# tests first instead (the SLURM file, with three, near the end).
+FIRST = ("test_slurm.py", "test_workflow_trust.py", "test_workflow.py", "test_warm.py")
 
 
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def key(item):
+        return rank.get(item.path.name, len(FIRST) + (item.path not in slow_files))
+
+    items.sort(key=key)

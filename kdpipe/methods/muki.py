@@ -108,9 +108,9 @@ def build(ctx: DistillContext, args: dict) -> Objective:
     q = aggregate(padded, scores.to(padded.device), mode, tau_s, ctx.route.get("weighting", "softmax"))
     m = margin_weights(scores).to(q.device) if bool(args["margin"]) else None
     if ctx.train_labels is not None and (ctx.train_labels >= 0).any():
-        labelled = torch.as_tensor(ctx.train_labels >= 0)
-        gold = torch.as_tensor(ctx.train_labels)[labelled]
-        right = (q.argmax(-1).cpu()[labelled] == gold).float().mean().item()
+        labelled = ctx.train_labels >= 0
+        gold = torch.from_numpy(ctx.train_labels[labelled])  # boolean indexing copies: a writable array
+        right = (q.argmax(-1).cpu()[torch.from_numpy(labelled)] == gold).float().mean().item()
         print(
             f"[kdpipe] muki: the target's argmax is the gold class on {right:.1%} of labelled train rows",
             file=sys.stderr,
