@@ -513,12 +513,42 @@ def test_a_record_older_than_the_claim_is_ignored(cache, tmp_path):
     locks = cache / shared_cache.LOCKS
     locks.mkdir()
     (locks / "id-old.json").write_text(json.dumps({"outputs": [str(made)]}))  # an earlier run's, no one waits
+    written = time.time() - 2 * shared_cache.STORE_WAIT_S
+    os.utime(locks / "id-old.json", (written, written))
     out = tmp_path / "runB" / "t"
     assert shared_cache.claim("id-old", [out]) is False
     assert not out.exists()
     assert (locks / "id-old.lock").is_file()
     shared_cache.record("id-old", [out])  # this process holds the lock: its record replaces the old one
     assert json.loads((locks / "id-old.json").read_text()) == {"outputs": [str(out.absolute())]}
+
+
+def test_a_job_started_just_after_the_other_run_finished_stops_when_that_run_stored_it(cache, tmp_path):
+    """The lock is free (the other run's job has ended), but that run's Snakemake stored the output after this run
+    looked the job up: the fresh record says so, and the job stops instead of training it a second time (whose
+    store would nest a second copy inside the entry)."""
+    entry = cache / "entry"
+    entry.mkdir()
+    (entry / "model.safetensors").write_bytes(b"weights")
+    write_manifest(entry / "manifest.json", {"kind": "teacher"}, ["model.safetensors"])
+    stored = tmp_path / "runA" / "t"
+    stored.parent.mkdir()
+    stored.symlink_to(entry)
+    locks = cache / shared_cache.LOCKS
+    locks.mkdir()
+    (locks / "id-fresh.json").write_text(json.dumps({"outputs": [str(stored)]}))
+    out = tmp_path / "runB" / "t"
+    with pytest.raises(shared_cache.StoredMeanwhile, match="made meanwhile by another run sharing the cache"):
+        shared_cache.claim("id-fresh", [out])
+    assert not out.exists()
+
+
+def test_a_fresh_record_of_the_jobs_own_output_is_not_taken(cache, tmp_path):
+    out = tmp_path / "runA" / "t"
+    locks = cache / shared_cache.LOCKS
+    locks.mkdir()
+    (locks / "id-own.json").write_text(json.dumps({"outputs": [str(out)]}))  # an earlier try of this job
+    assert shared_cache.claim("id-own", [out]) is False
 
 
 def test_without_a_cache_folder_claim_does_nothing(tmp_path, monkeypatch):

@@ -7,7 +7,8 @@ its output after it ends; two runs that start the same job before either has sto
 second store would nest its copy inside the first entry. So a job of a cached rule takes a lock named by its
 identity in the cache folder (``.kdpipe-locks/<identity>.lock``), held until the process ends, and records where
 its output is (``<identity>.json``) when it has made it. A second job of the same identity waits for the lock
-(saying which process holds it), then:
+(saying which process holds it) — or finds the lock free, but a record written in the last ``STORE_WAIT_S``
+seconds (the other job ended between Snakemake's look-up and this job's start) — then:
 
 - when the other run's Snakemake has stored the output in the cache (its output is now a link into the cache), it
   stops without training and says so; Snakemake's retry (the rules are retried once when ``--cache`` is on) finds
@@ -64,17 +65,29 @@ def claim(identity: str, out_dirs: list[Path]) -> bool:
     made = folder / f"{identity}.json"
     waiting = f"{', '.join(map(str, out_dirs))}: another run sharing the cache is making it ({{holder}}); waiting"
     _HELD[identity], waited_since = take_lock(lock, waiting, holder=f" in {Path.cwd()}")
-    # Only a job that finished while this one waited counts: an older record is of a run whose cache entry
-    # Snakemake would have found (or was deleted since), and this job makes the output as usual.
-    if waited_since is None or not made.is_file() or made.stat().st_mtime < waited_since:
+    if not _made_meanwhile(made, waited_since):
         return False
     try:
         sources = [Path(p) for p in json.loads(made.read_text())["outputs"]]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    if len(sources) != len(out_dirs):
-        return False
+    if len(sources) != len(out_dirs) or {s.absolute() for s in sources} & {o.absolute() for o in out_dirs}:
+        return False  # (a record of this job's own outputs, from an earlier try of it)
     return _take(sources, out_dirs)
+
+
+def _made_meanwhile(made: Path, waited_since: float | None) -> bool:
+    """Whether the record says the job was finished by another run while this one waited for the lock, or just
+    before this one took it: Snakemake looked the job up in the cache a moment before starting it, and stores the
+    other run's output a moment after that run's job released the lock, so a record younger than ``STORE_WAIT_S``
+    means the other run's store may have come after the look-up. An older record is of a run whose cache entry
+    Snakemake would have found (or that was deleted since), and this job makes the output as usual."""
+    try:
+        written = made.stat().st_mtime
+    except OSError:
+        return False
+    since = time.time() - STORE_WAIT_S if waited_since is None else min(waited_since, time.time() - STORE_WAIT_S)
+    return written >= since
 
 
 def _take(sources: list[Path], out_dirs: list[Path]) -> bool:
