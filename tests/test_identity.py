@@ -538,8 +538,24 @@ def test_a_job_started_just_after_the_other_run_finished_stops_when_that_run_sto
     locks.mkdir()
     (locks / "id-fresh.json").write_text(json.dumps({"outputs": [str(stored)]}))
     out = tmp_path / "runB" / "t"
-    with pytest.raises(shared_cache.StoredMeanwhile, match="made meanwhile by another run sharing the cache"):
+    with pytest.raises(shared_cache.StoredMeanwhile, match="moments before this job started and stored there"):
         shared_cache.claim("id-fresh", [out])
+    assert not out.exists()
+
+
+def test_a_fresh_record_of_an_output_not_stored_is_not_copied_without_a_wait(cache, tmp_path, monkeypatch):
+    """Another working directory made the same teacher seconds ago and does not cache it: a job that did not wait
+    for it makes its own (copying is for jobs that waited: --forcerun elsewhere still trains)."""
+    monkeypatch.setattr(shared_cache, "STORE_GRACE_S", 0.3)
+    made = tmp_path / "runA" / "t"
+    made.mkdir(parents=True)
+    (made / "model.safetensors").write_bytes(b"weights")
+    write_manifest(made / "manifest.json", {"kind": "teacher"}, ["model.safetensors"])
+    locks = cache / shared_cache.LOCKS
+    locks.mkdir()
+    (locks / "id-unstored.json").write_text(json.dumps({"outputs": [str(made)]}))
+    out = tmp_path / "runB" / "t"
+    assert shared_cache.claim("id-unstored", [out]) is False
     assert not out.exists()
 
 

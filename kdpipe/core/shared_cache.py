@@ -7,8 +7,7 @@ its output after it ends; two runs that start the same job before either has sto
 second store would nest its copy inside the first entry. So a job of a cached rule takes a lock named by its
 identity in the cache folder (``.kdpipe-locks/<identity>.lock``), held until the process ends, and records where
 its output is (``<identity>.json``) when it has made it. A second job of the same identity waits for the lock
-(saying which process holds it) — or finds the lock free, but a record written in the last ``STORE_WAIT_S``
-seconds (the other job ended between Snakemake's look-up and this job's start) — then:
+(saying which process holds it), then:
 
 - when the other run's Snakemake has stored the output in the cache (its output is now a link into the cache), it
   stops without training and says so; Snakemake's retry (the rules are retried once when ``--cache`` is on) finds
@@ -16,6 +15,10 @@ seconds (the other job ended between Snakemake's look-up and this job's start) �
 - when that run does not cache it, the job copies the other run's output (verified against its manifest) instead
   of training;
 - when the other job did not finish (it failed or was killed), the job runs.
+
+A job that finds the lock free but a record younger than ``RACE_S`` (the other job ended between this run's cache
+look-up and this job's start) stops in the same way if the other run stores the output within ``STORE_GRACE_S``,
+and otherwise runs.
 
 ``flock`` locks hold across the processes of one machine and on most shared file systems (NFS v4, Lustre, GPFS);
 where the cache folder's file system ignores them, two runs may each make the artifact, as without the lock.
@@ -36,6 +39,11 @@ CACHE_ENV = "SNAKEMAKE_OUTPUT_CACHE"
 LOCKS = ".kdpipe-locks"
 # How long to wait for the other run's Snakemake to move a finished output into the cache before copying it
 STORE_WAIT_S = 60.0
+# A record this young, found with the lock free, may be of a job whose store came after this run's cache look-up
+# (the look-up is just before the job's process starts; the store just after the other job's process ends) ...
+RACE_S = 20.0
+# ... and how long to give that store
+STORE_GRACE_S = 5.0
 
 
 class StoredMeanwhile(KdpipeError):
@@ -65,29 +73,38 @@ def claim(identity: str, out_dirs: list[Path]) -> bool:
     made = folder / f"{identity}.json"
     waiting = f"{', '.join(map(str, out_dirs))}: another run sharing the cache is making it ({{holder}}); waiting"
     _HELD[identity], waited_since = take_lock(lock, waiting, holder=f" in {Path.cwd()}")
-    if not _made_meanwhile(made, waited_since):
-        return False
+    # Only a job finished while this one waited counts, or one finished just before this one started: an older
+    # record is of a run whose cache entry Snakemake would have found (or that was deleted since), and this job
+    # makes the output as usual.
+    since = time.time() - RACE_S if waited_since is None else waited_since
     try:
+        if made.stat().st_mtime < since:
+            return False
         sources = [Path(p) for p in json.loads(made.read_text())["outputs"]]
     except (OSError, ValueError, KeyError, TypeError):
         return False
     if len(sources) != len(out_dirs) or {s.absolute() for s in sources} & {o.absolute() for o in out_dirs}:
         return False  # (a record of this job's own outputs, from an earlier try of it)
+    if waited_since is None:
+        _stored_just_before(sources, out_dirs)
+        return False
     return _take(sources, out_dirs)
 
 
-def _made_meanwhile(made: Path, waited_since: float | None) -> bool:
-    """Whether the record says the job was finished by another run while this one waited for the lock, or just
-    before this one took it: Snakemake looked the job up in the cache a moment before starting it, and stores the
-    other run's output a moment after that run's job released the lock, so a record younger than ``STORE_WAIT_S``
-    means the other run's store may have come after the look-up. An older record is of a run whose cache entry
-    Snakemake would have found (or that was deleted since), and this job makes the output as usual."""
-    try:
-        written = made.stat().st_mtime
-    except OSError:
-        return False
-    since = time.time() - STORE_WAIT_S if waited_since is None else min(waited_since, time.time() - STORE_WAIT_S)
-    return written >= since
+def _stored_just_before(sources: list[Path], out_dirs: list[Path]) -> None:
+    """The lock was free, but another run's job of the same identity ended moments before this one started: that
+    run's Snakemake stores its output right after, possibly after this run looked the job up in the cache. Raise
+    :class:`StoredMeanwhile` if it is stored within ``STORE_GRACE_S``; otherwise return, and the job makes its
+    output (the other run does not cache it: copying it is left to jobs that waited for it)."""
+    deadline = time.monotonic() + STORE_GRACE_S
+    while not all(source.is_symlink() for source in sources) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if all(source.is_symlink() for source in sources):
+        raise StoredMeanwhile(
+            f"{', '.join(map(str, out_dirs))}: made by another run sharing the cache moments before this job "
+            "started and stored there after this run looked it up; this job stops without making it again: "
+            "Snakemake's retry, or your rerun, links it from the cache"
+        )
 
 
 def _take(sources: list[Path], out_dirs: list[Path]) -> bool:
