@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -523,30 +524,57 @@ def test_a_record_older_than_the_claim_is_ignored(cache, tmp_path):
     assert json.loads((locks / "id-old.json").read_text()) == {"outputs": [str(out.absolute())]}
 
 
-def test_a_job_started_just_after_the_other_run_finished_stops_when_that_run_stored_it(cache, tmp_path):
-    """The lock is free (the other run's job has ended), but that run's Snakemake stored the output after this run
-    looked the job up: the fresh record says so, and the job stops instead of training it a second time (whose
-    store would nest a second copy inside the entry)."""
-    entry = cache / "entry"
+def _stored_elsewhere(cache: Path, tmp_path: Path, identity: str) -> Path:
+    """Another run's teacher output, stored: a link to an entry of the cache, and a fresh record of it."""
+    entry = cache / f"entry-{identity}"
     entry.mkdir()
     (entry / "model.safetensors").write_bytes(b"weights")
     write_manifest(entry / "manifest.json", {"kind": "teacher"}, ["model.safetensors"])
-    stored = tmp_path / "runA" / "t"
-    stored.parent.mkdir()
+    stored = tmp_path / "runA" / identity
+    stored.parent.mkdir(exist_ok=True)
     stored.symlink_to(entry)
     locks = cache / shared_cache.LOCKS
-    locks.mkdir()
-    (locks / "id-fresh.json").write_text(json.dumps({"outputs": [str(stored)]}))
+    locks.mkdir(exist_ok=True)
+    (locks / f"{identity}.json").write_text(json.dumps({"outputs": [str(stored)]}))
+    return stored
+
+
+def test_a_job_started_just_after_the_other_run_finished_stops_when_that_run_stored_it(cache, tmp_path, monkeypatch):
+    """The lock is free (the other run's job has ended), but that run's Snakemake stored the output after this run
+    looked the job up: the fresh record says so, and the job stops instead of training it a second time (whose
+    store would nest a second copy inside the entry)."""
+    monkeypatch.setenv(shared_cache.CACHED_RUN_ENV, "1")
+    _stored_elsewhere(cache, tmp_path, "id-fresh")
     out = tmp_path / "runB" / "t"
     with pytest.raises(shared_cache.StoredMeanwhile, match="moments before this job started and stored there"):
         shared_cache.claim("id-fresh", [out])
     assert not out.exists()
 
 
+def test_a_fresh_stored_record_is_ignored_by_a_run_without_the_cache(cache, tmp_path, monkeypatch):
+    """A run without --cache never looks the cache up or stores: its job makes its own output (--forcerun too)."""
+    monkeypatch.delenv(shared_cache.CACHED_RUN_ENV, raising=False)
+    _stored_elsewhere(cache, tmp_path, "id-nocache")
+    assert shared_cache.claim("id-nocache", [tmp_path / "runB" / "t"]) is False
+
+
+def test_a_record_dated_in_the_future_or_a_dangling_link_is_ignored(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv(shared_cache.CACHED_RUN_ENV, "1")
+    monkeypatch.setattr(shared_cache, "STORE_WAIT_S", 0.3)
+    _stored_elsewhere(cache, tmp_path, "id-future")
+    record = cache / shared_cache.LOCKS / "id-future.json"
+    os.utime(record, (time.time() + 3600, time.time() + 3600))  # a file server's clock an hour ahead
+    assert shared_cache.claim("id-future", [tmp_path / "runB" / "t1"]) is False
+    stored = _stored_elsewhere(cache, tmp_path, "id-dangling")
+    shutil.rmtree(stored.resolve())  # the entry was deleted since (age clean-up)
+    assert shared_cache.claim("id-dangling", [tmp_path / "runB" / "t2"]) is False
+
+
 def test_a_fresh_record_of_an_output_not_stored_is_not_copied_without_a_wait(cache, tmp_path, monkeypatch):
     """Another working directory made the same teacher seconds ago and does not cache it: a job that did not wait
-    for it makes its own (copying is for jobs that waited: --forcerun elsewhere still trains)."""
-    monkeypatch.setattr(shared_cache, "STORE_GRACE_S", 0.3)
+    for it makes its own after waiting for a store that does not come (copying is for jobs that waited)."""
+    monkeypatch.setenv(shared_cache.CACHED_RUN_ENV, "1")
+    monkeypatch.setattr(shared_cache, "STORE_WAIT_S", 0.3)
     made = tmp_path / "runA" / "t"
     made.mkdir(parents=True)
     (made / "model.safetensors").write_bytes(b"weights")

@@ -16,9 +16,10 @@ its output is (``<identity>.json``) when it has made it. A second job of the sam
   of training;
 - when the other job did not finish (it failed or was killed), the job runs.
 
-A job that finds the lock free but a record younger than ``RACE_S`` (the other job ended between this run's cache
-look-up and this job's start) stops in the same way if the other run stores the output within ``STORE_GRACE_S``,
-and otherwise runs.
+A job of a run that uses the cache (``--cache``) that finds the lock free, but a record younger than ``RACE_S`` by
+the cache folder's clock (the other job ended between this run's look-up and this job's start), stops in the same
+way once the other run has stored the output (a link into this cache), waiting up to ``STORE_WAIT_S``, and
+otherwise runs. A run without ``--cache`` never looks the cache up or stores, so its jobs ignore such records.
 
 ``flock`` locks hold across the processes of one machine and on most shared file systems (NFS v4, Lustre, GPFS);
 where the cache folder's file system ignores them, two runs may each make the artifact, as without the lock.
@@ -39,11 +40,12 @@ CACHE_ENV = "SNAKEMAKE_OUTPUT_CACHE"
 LOCKS = ".kdpipe-locks"
 # How long to wait for the other run's Snakemake to move a finished output into the cache before copying it
 STORE_WAIT_S = 60.0
-# A record this young, found with the lock free, may be of a job whose store came after this run's cache look-up
-# (the look-up is just before the job's process starts; the store just after the other job's process ends) ...
+# A record this young, found with the lock free by a job of a run that uses the cache, may be of a job whose store
+# came after this run's cache look-up (the look-up is just before the job's process starts; the store begins just
+# after the other job's process ends); the job then waits up to STORE_WAIT_S for that store
 RACE_S = 20.0
-# ... and how long to give that store
-STORE_GRACE_S = 5.0
+# Set by the workflow (workflow/rules/common.smk) when this run uses the cache (--cache)
+CACHED_RUN_ENV = "KDPIPE_CACHED_RUN"
 
 
 class StoredMeanwhile(KdpipeError):
@@ -73,12 +75,19 @@ def claim(identity: str, out_dirs: list[Path]) -> bool:
     made = folder / f"{identity}.json"
     waiting = f"{', '.join(map(str, out_dirs))}: another run sharing the cache is making it ({{holder}}); waiting"
     _HELD[identity], waited_since = take_lock(lock, waiting, holder=f" in {Path.cwd()}")
-    # Only a job finished while this one waited counts, or one finished just before this one started: an older
-    # record is of a run whose cache entry Snakemake would have found (or that was deleted since), and this job
-    # makes the output as usual.
-    since = time.time() - RACE_S if waited_since is None else waited_since
+    # Only a job finished while this one waited counts, or, in a run that uses the cache, one finished just before
+    # this one started: an older record is of a run whose cache entry Snakemake would have found (or that was
+    # deleted since), and this job makes the output as usual.
+    if waited_since is None and os.environ.get(CACHED_RUN_ENV) != "1":
+        return False
     try:
-        if made.stat().st_mtime < since:
+        written = made.stat().st_mtime
+        if waited_since is None:
+            lock.touch()  # "now" by the clock of the cache folder's file system, which dated the record
+            now = lock.stat().st_mtime
+            if not now - RACE_S <= written <= now + 1.0:
+                return False
+        elif written < waited_since:
             return False
         sources = [Path(p) for p in json.loads(made.read_text())["outputs"]]
     except (OSError, ValueError, KeyError, TypeError):
@@ -86,25 +95,32 @@ def claim(identity: str, out_dirs: list[Path]) -> bool:
     if len(sources) != len(out_dirs) or {s.absolute() for s in sources} & {o.absolute() for o in out_dirs}:
         return False  # (a record of this job's own outputs, from an earlier try of it)
     if waited_since is None:
-        _stored_just_before(sources, out_dirs)
+        _stored_just_before(sources, out_dirs, folder.parent)
         return False
     return _take(sources, out_dirs)
 
 
-def _stored_just_before(sources: list[Path], out_dirs: list[Path]) -> None:
+def _stored_just_before(sources: list[Path], out_dirs: list[Path], cache: Path) -> None:
     """The lock was free, but another run's job of the same identity ended moments before this one started: that
-    run's Snakemake stores its output right after, possibly after this run looked the job up in the cache. Raise
-    :class:`StoredMeanwhile` if it is stored within ``STORE_GRACE_S``; otherwise return, and the job makes its
-    output (the other run does not cache it: copying it is left to jobs that waited for it)."""
-    deadline = time.monotonic() + STORE_GRACE_S
-    while not all(source.is_symlink() for source in sources) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if all(source.is_symlink() for source in sources):
+    run's Snakemake stores its output right after (a copy first, when the cache is on another file system), possibly
+    after this run looked the job up in the cache. Raise :class:`StoredMeanwhile` once the output is stored (a link
+    to an entry of this cache folder), waiting up to ``STORE_WAIT_S``; otherwise return, and the job makes its
+    output."""
+    deadline = time.monotonic() + STORE_WAIT_S
+    while not _stored(sources, cache) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if _stored(sources, cache):
         raise StoredMeanwhile(
             f"{', '.join(map(str, out_dirs))}: made by another run sharing the cache moments before this job "
             "started and stored there after this run looked it up; this job stops without making it again: "
             "Snakemake's retry, or your rerun, links it from the cache"
         )
+
+
+def _stored(sources: list[Path], cache: Path) -> bool:
+    """Every source is a link to an existing entry of ``cache``."""
+    root = cache.resolve()
+    return all(s.is_symlink() and s.resolve().is_dir() and s.resolve().is_relative_to(root) for s in sources)
 
 
 def _take(sources: list[Path], out_dirs: list[Path]) -> bool:

@@ -12,6 +12,7 @@ from snakemake.utils import validate
 
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
 from kdpipe.core import warm
+from kdpipe.core.shared_cache import CACHED_RUN_ENV
 from kdpipe.core.fingerprint import fingerprint
 from kdpipe.core.store import KdpipeError
 from kdpipe.plan import (
@@ -94,6 +95,10 @@ onerror:
 # A cached teacher job made meanwhile by another run sharing the cache stops, so that Snakemake's retry links the
 # stored entry (kdpipe.core.shared_cache): one more try for those rules when --cache is on (else --retries holds).
 CACHE_RETRIES = 1 if workflow.workflow_settings.cache is not None else None
+# and the teacher jobs learn whether this run looks them up in the cache and stores them (--cache, with no rule
+# named or with theirs): only then may one stop for a store it has just missed
+if workflow.workflow_settings.cache is not None:
+    os.environ[CACHED_RUN_ENV] = "1"
 
 
 wildcard_constraints:
