@@ -107,6 +107,11 @@ def _stored_just_before(sources: list[Path], out_dirs: list[Path], cache: Path) 
     to an entry of this cache folder), waiting up to ``STORE_WAIT_S``; otherwise return, and the job makes its
     output."""
     deadline = time.monotonic() + STORE_WAIT_S
+    if not _stored(sources, cache):
+        _say(
+            f"{', '.join(map(str, out_dirs))}: made by another run sharing the cache moments ago "
+            f"({', '.join(map(str, sources))}); waiting up to {STORE_WAIT_S:.0f} s for it to be stored"
+        )
     while not _stored(sources, cache) and time.monotonic() < deadline:
         time.sleep(0.5)
     if _stored(sources, cache):
