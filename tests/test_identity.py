@@ -342,7 +342,7 @@ write_manifest(tmp / "manifest.json", {"kind": "teacher"}, ["model.safetensors",
 os.rename(tmp, out)
 shared_cache.record(identity, [out])
 if mode == "store":  # what Snakemake's output cache does: move the output into the cache, link it back
-    entry = out.parent / "cache-entry"
+    entry = Path(os.environ[shared_cache.CACHE_ENV]) / f"entry-{identity}"
     os.rename(out, entry)
     out.symlink_to(entry, target_is_directory=True)
 print("done", flush=True)
@@ -444,6 +444,23 @@ class Race:
                 proc.wait(timeout=30)
 
 
+def _teacher_folder(path: Path) -> Path:
+    """A finished teacher folder as another run's job leaves it: weights and their manifest."""
+    path.mkdir(parents=True)
+    (path / "model.safetensors").write_bytes(b"weights")
+    write_manifest(path / "manifest.json", {"kind": "teacher"}, ["model.safetensors"])
+    return path
+
+
+def _record(cache: Path, identity: str, output: Path) -> Path:
+    """Another run's record that its job of ``identity`` made ``output``."""
+    locks = cache / shared_cache.LOCKS
+    locks.mkdir(exist_ok=True)
+    record = locks / f"{identity}.json"
+    record.write_text(json.dumps({"outputs": [str(output)]}))
+    return record
+
+
 def test_a_job_that_waited_copies_the_other_runs_finished_output(cache, tmp_path):
     race = Race(tmp_path, "id-copy", "finish")
     try:
@@ -487,15 +504,11 @@ def test_a_job_that_waited_stops_when_the_other_run_stored_its_output(cache, tmp
 def test_a_job_that_waited_for_a_failed_job_makes_its_output(cache, tmp_path):
     """The other job failed after taking the lock; a record of an earlier run of the same job is older than the
     wait: neither is taken for a finished output."""
-    old = tmp_path / "old" / "t"
-    old.mkdir(parents=True)
-    (old / "model.safetensors").write_bytes(b"old")
-    write_manifest(old / "manifest.json", {"kind": "teacher"}, ["model.safetensors"])
+    old = _teacher_folder(tmp_path / "old" / "t")
     race = Race(tmp_path, "id-failed", "fail")
     try:
         _wait_for(race.waiter_err, "waiting")
-        record = cache / shared_cache.LOCKS / "id-failed.json"
-        record.write_text(json.dumps({"outputs": [str(old)]}))
+        record = _record(cache, "id-failed", old)
         os.utime(record, (time.time() - 3600, time.time() - 3600))
         race.release()
         assert race.holder.wait(timeout=60) == 1
@@ -507,15 +520,10 @@ def test_a_job_that_waited_for_a_failed_job_makes_its_output(cache, tmp_path):
 
 
 def test_a_record_older_than_the_claim_is_ignored(cache, tmp_path):
-    made = tmp_path / "runA" / "t"
-    made.mkdir(parents=True)
-    (made / "model.safetensors").write_bytes(b"weights")
-    write_manifest(made / "manifest.json", {"kind": "teacher"}, ["model.safetensors"])
-    locks = cache / shared_cache.LOCKS
-    locks.mkdir()
-    (locks / "id-old.json").write_text(json.dumps({"outputs": [str(made)]}))  # an earlier run's, no one waits
+    record = _record(cache, "id-old", _teacher_folder(tmp_path / "runA" / "t"))  # an earlier run's, no one waits
     written = time.time() - 2 * shared_cache.STORE_WAIT_S
-    os.utime(locks / "id-old.json", (written, written))
+    os.utime(record, (written, written))
+    locks = cache / shared_cache.LOCKS
     out = tmp_path / "runB" / "t"
     assert shared_cache.claim("id-old", [out]) is False
     assert not out.exists()
@@ -526,16 +534,10 @@ def test_a_record_older_than_the_claim_is_ignored(cache, tmp_path):
 
 def _stored_elsewhere(cache: Path, tmp_path: Path, identity: str) -> Path:
     """Another run's teacher output, stored: a link to an entry of the cache, and a fresh record of it."""
-    entry = cache / f"entry-{identity}"
-    entry.mkdir()
-    (entry / "model.safetensors").write_bytes(b"weights")
-    write_manifest(entry / "manifest.json", {"kind": "teacher"}, ["model.safetensors"])
     stored = tmp_path / "runA" / identity
     stored.parent.mkdir(exist_ok=True)
-    stored.symlink_to(entry)
-    locks = cache / shared_cache.LOCKS
-    locks.mkdir(exist_ok=True)
-    (locks / f"{identity}.json").write_text(json.dumps({"outputs": [str(stored)]}))
+    stored.symlink_to(_teacher_folder(cache / f"entry-{identity}"))
+    _record(cache, identity, stored)
     return stored
 
 
@@ -575,13 +577,7 @@ def test_a_fresh_record_of_an_output_not_stored_is_not_copied_without_a_wait(cac
     for it makes its own after waiting for a store that does not come (copying is for jobs that waited)."""
     monkeypatch.setenv(shared_cache.CACHED_RUN_ENV, "1")
     monkeypatch.setattr(shared_cache, "STORE_WAIT_S", 0.3)
-    made = tmp_path / "runA" / "t"
-    made.mkdir(parents=True)
-    (made / "model.safetensors").write_bytes(b"weights")
-    write_manifest(made / "manifest.json", {"kind": "teacher"}, ["model.safetensors"])
-    locks = cache / shared_cache.LOCKS
-    locks.mkdir()
-    (locks / "id-unstored.json").write_text(json.dumps({"outputs": [str(made)]}))
+    _record(cache, "id-unstored", _teacher_folder(tmp_path / "runA" / "t"))
     out = tmp_path / "runB" / "t"
     assert shared_cache.claim("id-unstored", [out]) is False
     assert not out.exists()
@@ -589,9 +585,7 @@ def test_a_fresh_record_of_an_output_not_stored_is_not_copied_without_a_wait(cac
 
 def test_a_fresh_record_of_the_jobs_own_output_is_not_taken(cache, tmp_path):
     out = tmp_path / "runA" / "t"
-    locks = cache / shared_cache.LOCKS
-    locks.mkdir()
-    (locks / "id-own.json").write_text(json.dumps({"outputs": [str(out)]}))  # an earlier try of this job
+    _record(cache, "id-own", out)  # an earlier try of this job
     assert shared_cache.claim("id-own", [out]) is False
 
 

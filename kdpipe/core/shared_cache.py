@@ -95,30 +95,37 @@ def claim(identity: str, out_dirs: list[Path]) -> bool:
     if len(sources) != len(out_dirs) or {s.absolute() for s in sources} & {o.absolute() for o in out_dirs}:
         return False  # (a record of this job's own outputs, from an earlier try of it)
     if waited_since is None:
-        _stored_just_before(sources, out_dirs, folder.parent)
+        # the other job ended moments before this one started: its store may have come after this run's look-up
+        _stop_if_stored(
+            sources,
+            out_dirs,
+            folder.parent,
+            "made by another run sharing the cache moments before this job started and stored there after this run "
+            "looked it up",
+        )
         return False
-    return _take(sources, out_dirs)
+    _stop_if_stored(
+        sources, out_dirs, folder.parent, "made meanwhile by another run sharing the cache and stored there"
+    )
+    return _copy(sources, out_dirs)
 
 
-def _stored_just_before(sources: list[Path], out_dirs: list[Path], cache: Path) -> None:
-    """The lock was free, but another run's job of the same identity ended moments before this one started: that
-    run's Snakemake stores its output right after (a copy first, when the cache is on another file system), possibly
-    after this run looked the job up in the cache. Raise :class:`StoredMeanwhile` once the output is stored (a link
-    to an entry of this cache folder), waiting up to ``STORE_WAIT_S``; otherwise return, and the job makes its
-    output."""
+def _stop_if_stored(sources: list[Path], out_dirs: list[Path], cache: Path, made: str) -> None:
+    """Wait up to ``STORE_WAIT_S`` for the other run's Snakemake to store its finished output (it does so right
+    after that run's job ends; a copy first when the cache is on another file system), and raise
+    :class:`StoredMeanwhile` once it is: a link to an existing entry of this cache folder."""
     deadline = time.monotonic() + STORE_WAIT_S
     if not _stored(sources, cache):
         _say(
-            f"{', '.join(map(str, out_dirs))}: made by another run sharing the cache moments ago "
+            f"{', '.join(map(str, out_dirs))}: made by another run sharing the cache "
             f"({', '.join(map(str, sources))}); waiting up to {STORE_WAIT_S:.0f} s for it to be stored"
         )
     while not _stored(sources, cache) and time.monotonic() < deadline:
         time.sleep(0.5)
     if _stored(sources, cache):
         raise StoredMeanwhile(
-            f"{', '.join(map(str, out_dirs))}: made by another run sharing the cache moments before this job "
-            "started and stored there after this run looked it up; this job stops without making it again: "
-            "Snakemake's retry, or your rerun, links it from the cache"
+            f"{', '.join(map(str, out_dirs))}: {made}; this job stops without making it again: Snakemake's retry, "
+            "or your rerun, links it from the cache"
         )
 
 
@@ -128,15 +135,8 @@ def _stored(sources: list[Path], cache: Path) -> bool:
     return all(s.is_symlink() and s.resolve().is_dir() and s.resolve().is_relative_to(root) for s in sources)
 
 
-def _take(sources: list[Path], out_dirs: list[Path]) -> bool:
-    deadline = time.monotonic() + STORE_WAIT_S
-    while not all(source.is_symlink() for source in sources) and time.monotonic() < deadline:
-        time.sleep(1.0)  # the other run's Snakemake moves the output into the cache right after its job ends
-    if all(source.is_symlink() for source in sources):
-        raise StoredMeanwhile(
-            f"{', '.join(map(str, out_dirs))}: made meanwhile by another run sharing the cache and stored there; "
-            "this job stops without making it again: Snakemake's retry, or your rerun, links it from the cache"
-        )
+def _copy(sources: list[Path], out_dirs: list[Path]) -> bool:
+    """Copy the other run's finished outputs (not stored: that run does not cache them), unless one is damaged."""
     if any(folder_damage(source) for source in sources):
         return False
     for source, out in zip(sources, out_dirs):

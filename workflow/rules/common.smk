@@ -94,10 +94,12 @@ onerror:
 
 # A cached teacher job made meanwhile by another run sharing the cache stops, so that Snakemake's retry links the
 # stored entry (kdpipe.core.shared_cache): one more try for those rules when --cache is on (else --retries holds).
-CACHE_RETRIES = 1 if workflow.workflow_settings.cache is not None else None
-# and the teacher jobs learn whether this run looks them up in the cache and stores them (--cache, with no rule
-# named or with theirs): only then may one stop for a store it has just missed
-if workflow.workflow_settings.cache is not None:
+CACHED = workflow.workflow_settings.cache
+TEACHERS_CACHED = CACHED is not None and (not CACHED or bool({"finetune_teacher", "import_teacher"} & set(CACHED)))
+CACHE_RETRIES = 1 if TEACHERS_CACHED else None
+# and the teacher jobs learn whether this run looks them up in the cache and stores them (--cache with no rule
+# named, or with theirs): only then may one stop for a store it has just missed
+if TEACHERS_CACHED:
     os.environ[CACHED_RUN_ENV] = "1"
 
 
