@@ -89,3 +89,29 @@ def test_missing_label_column_names_the_columns(tmp_path):
     datasets.Dataset.from_dict({"sentence": ["a", "b"], "y": [0, 1]}).save_to_disk(str(folder))
     with pytest.raises(KdpipeError, match=r"no column 'label' \(dataset.label_column\); its columns are"):
         prepare(dataset_params(source=str(folder)), tmp_path / "out")
+
+
+def test_hf_splits_test_on_the_labelled_validation_split(tmp_path):
+    # GLUE's way: test labels hidden, so test on the labelled validation split and split validation off train
+    folder = tmp_path / "hfdata"
+    datasets.DatasetDict(
+        {
+            "train": class_label_dataset(80),
+            "validation": class_label_dataset(24),
+            "test": class_label_dataset(30, label_all=-1),
+        }
+    ).save_to_disk(str(folder))
+    params = dataset_params(source=str(folder), hf_splits={"test": "validation", "validation": None})
+    manifest = prepare(params, tmp_path / "out")
+    assert manifest["rows"]["test"] == 24
+    assert read_split(tmp_path / "out", "test")["text"].str.endswith(" 24").all()
+    validation = read_split(tmp_path / "out", "validation")
+    assert validation["text"].str.endswith(" 80").all()  # split off train
+    assert manifest["rows"]["train"] + manifest["rows"]["validation"] == 80
+
+
+def test_hf_splits_names_a_missing_split(tmp_path):
+    folder = tmp_path / "hfdata"
+    datasets.DatasetDict({"train": class_label_dataset(40)}).save_to_disk(str(folder))
+    with pytest.raises(KdpipeError, match=r"dataset.hf_splits.test: .* has no split 'dev'; its splits are \['train'\]"):
+        prepare(dataset_params(source=str(folder), hf_splits={"test": "dev"}), tmp_path / "out")

@@ -391,7 +391,7 @@ def test_a_pipe_in_a_class_name_stays_inside_its_markdown_cell(tmp_path):
     assert _cells(row) == ["vkd", "student", "50.0", "100.0", "75.0"]
     for line in markdown.splitlines():
         if line.startswith("|"):
-            assert len(_cells(line)) in (len(_cells(header)), 13), line
+            assert len(_cells(line)) in (len(_cells(header)), 14), line
 
     route = {"route": "r", "router": "k|nn", "diagnostics": {"k|nn": {"gold_labels": False}}}
     text = routing_markdown([route], routing_table([route]))

@@ -1,4 +1,4 @@
-"""Write a public benchmark as a local ``save_to_disk`` folder, for a machine without internet.
+"""Write a public benchmark as a local ``save_to_disk`` folder, from a copy you already have or from the internet.
 
 The benchmark configs (``experiments/glue_*.yaml`` and the others named in docs/experiments/benchmarks.md) name
 their data as a user with internet does, ``hf:NAME:CONFIG``. Without internet, make the same rows from a copy you
@@ -12,6 +12,13 @@ already have and point the run at it:
 network is needed, once). Either way the folder holds the splits, columns and ``ClassLabel`` names of the hub's
 ``nyu-mll/glue`` (test labels -1, as GLUE hides them; kdpipe then splits its test rows off train), and
 ``source.yaml`` beside it sets ``dataset.source`` to the folder, so the run reads exactly what the hub would give.
+
+20 Newsgroups (``20newsgroups``), the 20-topic benchmark, comes as scikit-learn gives it
+(``fetch_20newsgroups``: the "bydate" train and test sets, headers, signatures and quoted replies removed, as
+scikit-learn advises for a realistic score), read either from the unpacked ``20news-bydate`` folder
+(``--bydate-dir``, holding ``20news-bydate-train/`` and ``20news-bydate-test/``) or downloaded by scikit-learn
+(``--sklearn``); posts that the cleaning leaves empty are dropped (kdpipe refuses empty texts). Rows in both cases
+come in scikit-learn's unshuffled order (topic, then file name), so both give the same rows.
 """
 
 from __future__ import annotations
@@ -84,10 +91,7 @@ def write_glue(task: str, glue_dir: Path | None, out: Path) -> None:
         if missing:
             sys.exit(f"{folder}: no {', '.join(missing)}; --glue-dir is the folder holding {subfolder}/")
         loaded = datasets.DatasetDict(
-            {
-                split: datasets.Dataset.from_dict(glue_rows(task, folder, split), features=features)
-                for split in SPLITS
-            }
+            {split: datasets.Dataset.from_dict(glue_rows(task, folder, split), features=features) for split in SPLITS}
         )
     loaded.save_to_disk(str(out))
     (out / "source.yaml").write_text(
@@ -98,15 +102,83 @@ def write_glue(task: str, glue_dir: Path | None, out: Path) -> None:
     print(f"{out}: GLUE {task} ({sizes}); add {out / 'source.yaml'} after the experiment's --configfile")
 
 
+def newsgroups_rows(split_dir: Path, tabs_are_newlines: bool = False) -> tuple[list[str], list[int], list[str]]:
+    """(texts, label ids, topic names) of one bydate folder, in scikit-learn's order, cleaned as
+    ``fetch_20newsgroups(remove=("headers", "footers", "quotes"))`` cleans them. ``tabs_are_newlines``: a copy
+    that stores each post on one line, its line breaks written as tabs (the cleaning needs the line breaks)."""
+    from sklearn.datasets._twenty_newsgroups import (
+        strip_newsgroup_footer,
+        strip_newsgroup_header,
+        strip_newsgroup_quoting,
+    )
+
+    topics = sorted(p.name for p in split_dir.iterdir() if p.is_dir())
+    texts, labels = [], []
+    for label, topic in enumerate(topics):
+        posts = [p for p in (split_dir / topic).iterdir() if p.name.isdigit()]  # posts are named by number
+        for path in sorted(posts, key=lambda p: p.name):
+            text = path.read_text(encoding="latin-1")
+            if tabs_are_newlines:
+                text = text.replace("\t", "\n")
+            texts.append(strip_newsgroup_quoting(strip_newsgroup_footer(strip_newsgroup_header(text))))
+            labels.append(label)
+    return texts, labels, topics
+
+
+def write_newsgroups(bydate_dir: Path | None, out: Path, tabs_are_newlines: bool = False) -> None:
+    import datasets
+
+    splits, names = {}, None
+    for split in ("train", "test"):
+        if bydate_dir is None:
+            from sklearn.datasets import fetch_20newsgroups
+
+            bunch = fetch_20newsgroups(subset=split, shuffle=False, remove=("headers", "footers", "quotes"))
+            texts, labels, topics = list(bunch.data), [int(t) for t in bunch.target], list(bunch.target_names)
+        else:
+            folder = bydate_dir / f"20news-bydate-{split}"
+            if not folder.is_dir():
+                sys.exit(f"{folder}: not found; --bydate-dir is the folder holding 20news-bydate-{split}/")
+            texts, labels, topics = newsgroups_rows(folder, tabs_are_newlines)
+        names = names or topics
+        kept = [i for i, text in enumerate(texts) if text.strip()]  # posts the cleaning left empty (quotes only)
+        print(f"20 Newsgroups {split}: {len(texts) - len(kept)} posts empty after cleaning, dropped")
+        texts, labels = [texts[i] for i in kept], [labels[i] for i in kept]
+        features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})
+        splits[split] = datasets.Dataset.from_dict({"text": texts, "label": labels}, features=features)
+    loaded = datasets.DatasetDict(splits)
+    loaded.save_to_disk(str(out))
+    (out / "source.yaml").write_text(
+        "# written by experiments/benchmarks/public_data.py: 20 Newsgroups as scikit-learn gives it\n"
+        f"dataset:\n  source: {out.resolve()}\n"
+    )
+    sizes = ", ".join(f"{split} {len(rows)}" for split, rows in loaded.items())
+    print(f"{out}: 20 Newsgroups ({sizes}); add {out / 'source.yaml'} after the experiment's --configfile")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=sorted(GLUE))
+    parser.add_argument("task", choices=[*sorted(GLUE), "20newsgroups"])
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--glue-dir", type=Path, help="a GLUE folder as GLUE's download script writes it")
-    where.add_argument("--hub", action="store_true", help="download nyu-mll/glue from the Hugging Face hub")
+    where.add_argument("--glue-dir", type=Path, help="GLUE tasks: a GLUE folder as GLUE's download script writes it")
+    where.add_argument("--hub", action="store_true", help="GLUE tasks: download nyu-mll/glue from the hub")
+    where.add_argument("--bydate-dir", type=Path, help="20newsgroups: the unpacked 20news-bydate folder")
+    where.add_argument("--sklearn", action="store_true", help="20newsgroups: let scikit-learn download it")
     parser.add_argument("--out", type=Path, required=True, help="the save_to_disk folder to write")
+    parser.add_argument(
+        "--tabs-are-newlines",
+        action="store_true",
+        help="20newsgroups: the copy stores each post on one line with tabs for its line breaks",
+    )
     args = parser.parse_args(argv)
-    write_glue(args.task, None if args.hub else args.glue_dir, args.out)
+    if args.task == "20newsgroups":
+        if args.glue_dir or args.hub:
+            parser.error("20newsgroups comes from --bydate-dir or --sklearn")
+        write_newsgroups(None if args.sklearn else args.bydate_dir, args.out, args.tabs_are_newlines)
+    else:
+        if args.bydate_dir or args.sklearn:
+            parser.error(f"{args.task} comes from --glue-dir or --hub")
+        write_glue(args.task, None if args.hub else args.glue_dir, args.out)
 
 
 if __name__ == "__main__":

@@ -32,16 +32,15 @@ def is_hf_source(source: str) -> bool:
     )
 
 
-def read_hf(source: str, label_column: str, optional_columns: list[str]) -> tuple[dict[str, pd.DataFrame], list]:
+def read_hf(
+    source: str, label_column: str, optional_columns: list[str], roles: dict | None = None
+) -> tuple[dict[str, pd.DataFrame], list]:
     """The splits of a Hugging Face dataset as raw tables ({kdpipe split: frame}) and the label names its
     ``ClassLabel`` declares (empty when the label column is not a ``ClassLabel``). ``optional_columns`` (text
-    pair, domain) are mapped from ``ClassLabel`` ids to names too."""
+    pair, domain) are mapped from ``ClassLabel`` ids to names too. ``roles`` (``dataset.hf_splits``) names the
+    dataset's split for a kdpipe split, or None to split it off train."""
     splits = load_splits(source)
-    chosen = {}
-    for split, names in SPLIT_NAMES.items():
-        name = next((n for n in names if n in splits), None)
-        if name is not None:
-            chosen[split] = name
+    chosen = _choose_splits(source, splits, roles or {})
     if "train" not in chosen:
         raise KdpipeError(f"dataset.source {source}: no 'train' split; the dataset has splits {sorted(splits)}")
     ignored = sorted(set(splits) - set(chosen.values()))
@@ -73,6 +72,29 @@ def read_hf(source: str, label_column: str, optional_columns: list[str]) -> tupl
                     label_names = names
         tables[split] = frame
     return tables, label_names
+
+
+def _choose_splits(source: str, splits: dict, roles: dict) -> dict[str, str]:
+    """{kdpipe split: the dataset's split}: ``roles`` first, then the usual names of each role."""
+    chosen = {}
+    for split, names in SPLIT_NAMES.items():
+        if split in roles:
+            if roles[split] is None:
+                continue
+            if roles[split] not in splits:
+                raise KdpipeError(
+                    f"dataset.hf_splits.{split}: {source} has no split '{roles[split]}'; its splits are "
+                    f"{sorted(splits)}"
+                )
+            chosen[split] = roles[split]
+            continue
+        name = next((n for n in names if n in splits and n not in roles.values()), None)
+        if name is not None:
+            chosen[split] = name
+    taken = [name for name in chosen.values()]
+    if len(set(taken)) < len(taken):
+        raise KdpipeError(f"dataset.hf_splits: one split of {source} plays two roles ({chosen})")
+    return chosen
 
 
 def load_splits(source: str, key: str = "dataset.source") -> dict:

@@ -360,7 +360,9 @@ def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str],
         return {"train": _select_columns(raw, params, source)}, renames, source, [], {"train": source}
     if is_hf_source(source):
         keys = [params.get(key, default) for _, key, default in _COLUMNS]
-        raw_tables, declared = read_hf(source, params.get("label_column", "label"), [k for k in keys if k])
+        raw_tables, declared = read_hf(
+            source, params.get("label_column", "label"), [k for k in keys if k], params.get("hf_splits")
+        )
         places = {split: f"{source} ({split} split)" for split in raw_tables}
         tables = {split: _select_columns(raw, params, places[split]) for split, raw in raw_tables.items()}
         return tables, {}, source, declared, places

@@ -23,6 +23,7 @@ from kdpipe.report.markdown import (
     SELECTIVE_NOTE,
     SUMMARY_NOTE,
     UNCERTAINTY_NOTE,
+    format_interval,
     summary_cells,
     table_columns,
 )
@@ -67,12 +68,13 @@ LEFT = {"model", "kind", "method", "gold labels read", "score"}
 LANDING = (
     ("model", None), ("kind", None), ("method", None), ("gold labels read", None), ("classes", None),
     ("seeds", "seeds"),
-    ("accuracy (%) ↑", "accuracy"),
+    ("accuracy (%) ↑", "accuracy"), ("95% interval", "accuracy_low"),
     ("macro-F1 (%) ↑", "macro_f1"), ("ECE ↓", "ece"), ("params", "params"), ("ms / example", "inference_ms"),
 )  # fmt: skip
 # Summary columns behind the cells of summary_cells, for sorting (None: sort as text).
 SORT_KEYS = {
-    "seeds": "seeds", "params": "params", "accuracy (%)": "accuracy", "macro-F1 (%)": "macro_f1", "NLL": "nll",
+    "seeds": "seeds", "params": "params", "accuracy (%)": "accuracy", "95% interval": "accuracy_low",
+    "macro-F1 (%)": "macro_f1", "NLL": "nll",
     "ECE": "ece", "Brier": "brier", "train time": "train_time_s", "inference time": "inference_time_s",
     "members": "members", "entropy": "entropy", "aleatoric": "aleatoric", "epistemic": "epistemic",
     "TV total": "tv_total", "TV aleatoric": "tv_aleatoric", "TV epistemic": "tv_epistemic", "AURC": "aurc",
@@ -247,7 +249,8 @@ def _landing_cells(row) -> list[str]:
         str(row.model), str(row.kind), "—" if pd.isna(row.method) else str(row.method), str(row.gold_labels),
         str(row.classes),
         str(row.seeds),
-        number(row.accuracy, 1, 100), number(row.macro_f1, 1, 100), number(row.ece, 3), params,
+        number(row.accuracy, 1, 100), format_interval(row.accuracy_low, row.accuracy_high),
+        number(row.macro_f1, 1, 100), number(row.ece, 3), params,
         number(row.inference_ms, 2),
     ]  # fmt: skip
 

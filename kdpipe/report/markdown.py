@@ -11,7 +11,7 @@ from kdpipe.report.summary import UNCERTAINTY_COLUMNS, has_members, has_selectiv
 
 MARKDOWN_HEADER = (
     "model", "kind", "method", "gold labels read", "classes", "seeds", "params",
-    "accuracy (%)", "macro-F1 (%)", "NLL", "ECE", "Brier", "train time",
+    "accuracy (%)", "95% interval", "macro-F1 (%)", "NLL", "ECE", "Brier", "train time",
 )  # fmt: skip
 # Optional column groups: shown only when some model has the fields, so older evaluations keep a narrow table. The
 # AURC goes after the Brier score, before the train time.
@@ -119,12 +119,18 @@ def _domain_markdown(split: str, table: pd.DataFrame) -> str:
     )
 
 
+def format_interval(low: float, high: float) -> str:
+    """A 95% interval of an accuracy in percent, ``[95.1, 98.2]``; ``—`` where it could not be computed."""
+    return "—" if pd.isna(low) or pd.isna(high) else f"[{100 * low:.1f}, {100 * high:.1f}]"
+
+
 def summary_cells(row, uncertainty: bool, inference: bool, selective: bool = False) -> list[str]:
     """The cells of one model, with the optional column groups that the table shows."""
     cells = [
         str(row.model), str(row.kind), text(row.method), row.gold_labels, row.classes,
         str(row.seeds), _format_params(row.params),
         format_mean_std(row.accuracy, row.accuracy_std, 1, scale=100),
+        format_interval(row.accuracy_low, row.accuracy_high),
         format_mean_std(row.macro_f1, row.macro_f1_std, 1, scale=100),
         format_mean_std(row.nll, row.nll_std, 3),
         format_mean_std(row.ece, row.ece_std, 3),

@@ -10,6 +10,7 @@ import pandas as pd
 
 from kdpipe.core.store import KdpipeError, read_json
 from kdpipe.evaluation.metrics import total_variation
+from kdpipe.report.intervals import accuracy_interval
 
 REQUIRED_FIELDS = ("model", "base", "kind", "method", "seed", "split", "params", "train_time_s", "classes", "metrics")
 REQUIRED_METRICS = ("accuracy", "macro_f1", "nll", "ece", "brier", "reliability")
@@ -200,6 +201,7 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
                     f"'{column}' ({', '.join(map(str, group[column].unique()))})"
                 )
         first = group.iloc[0]
+        low, high = accuracy_interval(list(group["source"]))
         rows.append(
             {
                 "split": split,
@@ -217,6 +219,8 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
                 "members": first["members"],
                 **{c: group[c].mean() for c in AVERAGED},
                 **{f"{c}_std": group[c].std(ddof=1) for c in AVERAGED},
+                "accuracy_low": low,
+                "accuracy_high": high,
                 "aurc": group["aurc"].mean(),
                 "aurc_std": group["aurc"].std(ddof=1),
                 "reliability": _pool_reliability(group),

@@ -1,0 +1,100 @@
+"""Accuracy intervals and paired verdicts of a finished run, as the benchmark write-ups give them
+(docs/report.md, "Intervals and verdicts"; docs/experiments/benchmarks.md).
+
+    .venv/bin/python experiments/benchmarks/compare.py --results results \\
+        --models kd_all dd_margin_10 dd_random_10 \\
+        --claim "dd_margin_10 beats dd_random_10 by 2.9" --claim "dd_margin_10 matches kd_all within 1"
+
+A model is a base name: its seeds are ``results/eval/NAME.seed*/`` (or ``results/eval/NAME/`` for one). A claim
+is ``A beats B [by GAP]`` or ``A matches B within MARGIN``, in accuracy points. Prints Markdown: one table of the
+models (mean accuracy, 95% interval over seeds and test rows, the gold labels each read) and one of the claims
+(A − B, its interval, the paired bootstrap p-value, the smallest difference the design detects, the verdict).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from kdpipe.evaluation.paired import compare, interval
+from kdpipe.report.intervals import correct_matrix
+from kdpipe.report.summary import describe_label_use
+
+CLAIM = re.compile(r"^\s*(\S+)\s+(beats|matches)\s+(\S+)(?:\s+(?:by|within)\s+([0-9.]+))?\s*$")
+
+
+def evaluations(results: Path, model: str, split: str) -> list[Path]:
+    """The evaluation files of a model's seeds (``NAME.seedK``, in seed order) or of the model alone."""
+    seeds = sorted(
+        results.glob(f"eval/{model}.seed*/{split}.json"),
+        key=lambda p: int(p.parent.name.rsplit("seed", 1)[1]),
+    )
+    single = results / "eval" / model / f"{split}.json"
+    found = seeds or ([single] if single.is_file() else [])
+    if not found:
+        raise SystemExit(f"{results}/eval: no {split}.json of model '{model}' (or of {model}.seed*)")
+    return found
+
+
+def model_row(name: str, paths: list[Path], correct: np.ndarray) -> str:
+    records = [json.loads(p.read_text()) for p in paths]
+    mean, low, high = interval(correct)
+    f1 = [r["metrics"]["macro_f1"] for r in records]
+    uses = (describe_label_use(r.get("gold_labels"), r.get("transfer_rows")) for r in records)
+    labels = " / ".join(dict.fromkeys(uses))
+    spread = f" ± {100 * np.std(f1, ddof=1):.1f}" if len(f1) > 1 else ""
+    return (
+        f"| `{name}` | {len(paths)} | {100 * mean:.1f} | [{100 * low:.1f}, {100 * high:.1f}] | "
+        f"{100 * np.mean(f1):.1f}{spread} | {labels} |"
+    )
+
+
+def claim_row(text: str, matrices: dict[str, np.ndarray]) -> str:
+    match = CLAIM.match(text)
+    if not match:
+        raise SystemExit(f"--claim {text!r}: write 'A beats B [by GAP]' or 'A matches B within MARGIN' (points)")
+    a, kind, b, amount = match.groups()
+    missing = [m for m in (a, b) if m not in matrices]
+    if missing:
+        raise SystemExit(f"--claim {text!r}: {', '.join(missing)} not among --models")
+    points = float(amount) / 100 if amount else 0.0
+    result = compare(matrices[a], matrices[b], claim=kind, gap=points, margin=points or 0.01)
+    return (
+        f"| {text} | {100 * result.difference:+.1f} | [{100 * result.low:+.1f}, {100 * result.high:+.1f}] | "
+        f"{result.p_value:.3f} | {100 * result.detectable:.1f} | **{result.verdict}** |"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=Path("results"), help="the run's results/ folder")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--models", nargs="+", required=True, help="base names (their seeds are found)")
+    parser.add_argument("--claim", action="append", default=[], help="'A beats B [by GAP]' or 'A matches B within M'")
+    args = parser.parse_args(argv)
+
+    files = {m: evaluations(args.results, m, args.split) for m in args.models}
+    matrices, rows = {}, None
+    for model, paths in files.items():
+        ids, matrices[model] = correct_matrix(paths)
+        if rows is not None and not np.array_equal(ids, rows):
+            raise SystemExit(f"model '{model}' was evaluated on other {args.split} rows than the models before it")
+        rows = ids
+    print(f"{len(rows)} {args.split} rows; 95% intervals over seeds and rows (4,000 bootstrap draws).\n")
+    print("| model | seeds | accuracy (%) | 95% interval | macro-F1 (%) | gold labels read |")
+    print("| --- | ---: | ---: | --- | ---: | --- |")
+    for model, paths in files.items():
+        print(model_row(model, paths, matrices[model]))
+    if args.claim:
+        print("\n| claim | A − B (points) | 95% interval | p | detectable | verdict |")
+        print("| --- | ---: | --- | ---: | ---: | --- |")
+        for text in args.claim:
+            print(claim_row(text, matrices))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The 95% accuracy interval of a model over its seeds and test rows, from its evaluation files
+(docs/report.md, "Intervals and verdicts"; the statistics are :mod:`kdpipe.evaluation.paired`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from kdpipe.core.store import KdpipeError
+from kdpipe.evaluation.paired import interval
+
+
+def predictions_path(evaluation: str | Path) -> Path:
+    """``{split}.predictions.parquet`` beside an evaluation's ``{split}.json``."""
+    path = Path(evaluation)
+    return path.with_name(path.name.removesuffix(".json") + ".predictions.parquet")
+
+
+def correct_matrix(evaluations: list[str | Path]) -> tuple[np.ndarray, np.ndarray]:
+    """(row_ids [N], correct [seeds, N]) of the evaluations of one model's seeds, rows ordered by row_id. Every
+    evaluation must cover the same rows (the same split of the same data)."""
+    row_ids, rows = None, []
+    for evaluation in evaluations:
+        table = pq.read_table(predictions_path(evaluation), columns=["row_id", "correct"]).to_pandas()
+        table = table.sort_values("row_id")
+        ids = table["row_id"].to_numpy()
+        if row_ids is None:
+            row_ids = ids
+        elif not np.array_equal(ids, row_ids):
+            raise KdpipeError(
+                f"{evaluation}: its predictions cover other rows than {evaluations[0]}'s; evaluations compared "
+                "row by row must be of the same split of the same data"
+            )
+        rows.append(table["correct"].to_numpy(dtype=np.float64))
+    return row_ids, np.stack(rows)
+
+
+def accuracy_interval(evaluations: list[str | Path]) -> tuple[float, float]:
+    """(low, high) of the 95% accuracy interval over seeds and rows; NaN when some seed's predictions are missing
+    (an evaluation written without them) or the seeds cover different rows."""
+    if not all(predictions_path(e).is_file() for e in evaluations):
+        return np.nan, np.nan
+    try:
+        _, correct = correct_matrix(evaluations)
+    except KdpipeError:
+        return np.nan, np.nan
+    _, low, high = interval(correct)
+    return low, high

@@ -1,0 +1,87 @@
+"""Intervals, paired tests and verdicts (kdpipe/evaluation/paired.py) against values worked out by hand."""
+
+import numpy as np
+import pytest
+
+from kdpipe.evaluation.paired import compare, interval, verdict
+
+
+def test_identical_models_differ_by_nothing():
+    # three seeds that agree row by row: neither the rows nor the seeds can make a difference
+    a = np.tile(np.random.default_rng(1).integers(0, 2, size=200), (3, 1))
+    result = compare(a, a.copy(), claim="matches", margin=0.01)
+    assert (result.difference, result.low, result.high) == (0.0, 0.0, 0.0)
+    assert result.p_value == 1.0
+    assert result.verdict == "reproduced"
+
+
+def test_same_model_with_seeds_that_disagree_is_undecided_not_different():
+    # the seeds are drawn apart for A and B, so seed-to-seed noise widens the interval around 0 rather than
+    # showing a difference
+    a = np.random.default_rng(1).integers(0, 2, size=(3, 200))
+    result = compare(a, a.copy(), claim="beats")
+    assert result.low < 0 < result.high
+    assert result.p_value > 0.2
+    assert result.verdict == "undecided at this power"
+
+
+def test_a_right_where_b_is_wrong():
+    a, b = np.ones((3, 50)), np.zeros((3, 50))
+    result = compare(a, b, claim="beats", gap=0.03)
+    assert (result.difference, result.low, result.high, result.p_value) == (1.0, 1.0, 1.0, 0.0)
+    assert result.verdict == "reproduced"
+
+
+def test_difference_is_the_share_of_rows_only_a_gets_right():
+    # one seed, 100 rows: A right on 80, B on the same 80 less 5 of them -> A - B = 5/100 exactly
+    a = np.zeros(100)
+    a[:80] = 1
+    b = a.copy()
+    b[:5] = 0
+    result = compare(a, b)
+    assert result.difference == pytest.approx(0.05)
+    # the paired interval is that of a 5% rate over 100 rows: binomial sd sqrt(0.05 * 0.95 / 100) = 0.0218
+    assert result.low >= 0 and result.high == pytest.approx(0.05 + 1.96 * 0.0218, abs=0.015)
+    assert result.detectable == pytest.approx(2.8 * 0.0218, rel=0.15)
+
+
+def test_interval_width_matches_the_binomial_one():
+    rng = np.random.default_rng(0)
+    correct = (rng.random(2000) < 0.8).astype(float)
+    mean, low, high = interval(correct, seed=3)
+    assert mean == pytest.approx(correct.mean())
+    assert high - low == pytest.approx(2 * 1.96 * np.sqrt(0.8 * 0.2 / 2000), rel=0.12)
+
+
+def test_seeds_that_disagree_widen_the_interval():
+    # two seeds on the same 400 rows, one at 70% and one at 90%: the seeds' spread dominates the rows'
+    rows = np.arange(400)
+    spread = np.stack([(rows % 10 < 7), (rows % 10 < 9)]).astype(float)
+    steady = np.stack([(rows % 10 < 8), (rows % 10 < 8)]).astype(float)
+    _, low_s, high_s = interval(spread)
+    _, low_t, high_t = interval(steady)
+    assert high_s - low_s > 2 * (high_t - low_t)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "claim", "gap", "expected"),
+    [
+        (0.002, 0.03, "beats", 0.03, "reproduced"),
+        (-0.01, 0.02, "beats", 0.03, "not reproduced"),  # the published 3 points are ruled out
+        (-0.01, 0.04, "beats", 0.03, "undecided at this power"),
+        (-0.03, -0.01, "beats", 0.0, "not reproduced"),
+        (-0.01, 0.01, "beats", 0.0, "undecided at this power"),
+        (-0.004, 0.008, "matches", 0.0, "reproduced"),
+        (-0.03, -0.012, "matches", 0.0, "not reproduced"),
+        (-0.02, 0.005, "matches", 0.0, "undecided at this power"),
+    ],
+)
+def test_verdicts(low, high, claim, gap, expected):
+    assert verdict(low, high, claim, gap=gap, margin=0.01) == expected
+
+
+def test_unpaired_inputs_are_refused():
+    with pytest.raises(ValueError, match="different numbers of rows"):
+        compare(np.ones((2, 10)), np.ones((2, 11)))
+    with pytest.raises(ValueError, match="claim must be"):
+        verdict(0, 1, "wins")
