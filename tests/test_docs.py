@@ -116,7 +116,10 @@ def test_every_kdpipe_name_in_code_and_docs_exists():
     assert not stale, "names that do not exist:\n" + "\n".join(sorted(stale))
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "experiments").glob("*.py")))
+EXPERIMENT_SCRIPTS = sorted(str(p.relative_to(REPO / "experiments")) for p in (REPO / "experiments").rglob("*.py"))
+
+
+@pytest.mark.parametrize("script", EXPERIMENT_SCRIPTS)
 def test_experiment_scripts_run_their_help(script):
     """The experiments' helper scripts still import what they use from kdpipe (they run only on a finished run)."""
     r = subprocess.run([sys.executable, f"experiments/{script}", "--help"], cwd=REPO, capture_output=True, text=True)

@@ -1,0 +1,95 @@
+"""The benchmark suite's scripts (experiments/benchmarks/): the data converters give the hub's layout, and the
+comparison turns evaluation files into intervals and verdicts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "experiments" / "benchmarks"
+
+
+def run_script(name: str, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / name), *map(str, args)], capture_output=True, text=True, cwd=REPO
+    )
+
+
+def test_glue_mrpc_from_a_glue_folder_has_the_hubs_columns(tmp_path):
+    folder = tmp_path / "glue" / "MRPC"
+    folder.mkdir(parents=True)
+    head = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+    (folder / "train.tsv").write_text(head + '1\t1\t2\tHe said " yes .\tHe agreed .\n0\t3\t4\tA b .\tC d .\n')
+    (folder / "dev.tsv").write_text(head + "0\t5\t6\tE f .\tG h .\n")
+    (folder / "test.tsv").write_text("index\t#1 ID\t#2 ID\t#1 String\t#2 String\n0\t7\t8\tI j .\tK l .\n")
+    result = run_script("public_data.py", "mrpc", "--glue-dir", tmp_path / "glue", "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    loaded = datasets.load_from_disk(str(tmp_path / "out"))
+    assert loaded["train"].features["label"].names == ["not_equivalent", "equivalent"]
+    assert loaded["train"]["sentence1"] == ['He said " yes .', "A b ."]  # an unbalanced quote read as it is
+    assert loaded["train"]["label"] == [1, 0]
+    assert loaded["test"]["label"] == [-1]  # GLUE hides its test labels, as the hub's copy does
+    assert f"source: {(tmp_path / 'out').resolve()}" in (tmp_path / "out" / "source.yaml").read_text()
+
+
+def test_20newsgroups_from_a_bydate_copy_is_cleaned_as_scikit_learn_cleans_it(tmp_path):
+    for split in ("train", "test"):
+        for topic in ("sci.space", "alt.atheism"):
+            folder = tmp_path / f"20news-bydate-{split}" / topic
+            folder.mkdir(parents=True)
+            post = f"From: someone\tSubject: {topic}\t\tA post on {topic}.\t> a quoted reply\t"
+            (folder / "101").write_text(post, encoding="latin-1")
+            (folder / "102").write_text("From: x\tSubject: y\t\t> only a quote\t", encoding="latin-1")
+            (folder / "102-o").write_text("not a post", encoding="latin-1")
+    out = tmp_path / "out"
+    result = run_script("public_data.py", "20newsgroups", "--bydate-dir", tmp_path, "--tabs-are-newlines", "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert "train: 2 posts empty after cleaning, dropped" in result.stdout
+    loaded = datasets.load_from_disk(str(out))
+    assert loaded["train"].features["label"].names == ["alt.atheism", "sci.space"]
+    assert [t.strip() for t in loaded["test"]["text"]] == ["A post on alt.atheism.", "A post on sci.space."]
+
+
+def _evaluation(folder: Path, model: str, correct: list[int]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "test.json").write_text(
+        json.dumps({"model": model, "metrics": {"macro_f1": float(np.mean(correct))}, "gold_labels": {"validation": 4}})
+    )
+    pd.DataFrame({"row_id": range(len(correct)), "correct": correct}).iloc[::-1].to_parquet(
+        folder / "test.predictions.parquet"
+    )
+
+
+def test_compare_gives_intervals_and_verdicts(tmp_path):
+    rows = 400
+    better = [1] * 380 + [0] * 20  # 95%
+    worse = [1] * 300 + [0] * 100  # 75%, wrong on a superset of the rows
+    for seed in range(3):
+        _evaluation(tmp_path / "eval" / f"good.seed{seed}", f"good.seed{seed}", better)
+        _evaluation(tmp_path / "eval" / f"bad.seed{seed}", f"bad.seed{seed}", worse)
+    result = run_script(
+        "compare.py", "--results", tmp_path, "--models", "good", "bad",
+        "--claim", "good beats bad by 3", "--claim", "good matches bad within 1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert f"{rows} test rows" in lines[0]
+    assert "| `good` | 3 | 95.0 |" in result.stdout and "validation 4" in result.stdout
+    claims = {line.split(" | ")[0].strip("| "): line for line in lines if "beats" in line or "matches" in line}
+    assert "+20.0" in claims["good beats bad by 3"] and "**reproduced**" in claims["good beats bad by 3"]
+    assert "**not reproduced**" in claims["good matches bad within 1"]
+
+
+@pytest.mark.parametrize("claim", ["good wins bad", "good beats nobody"])
+def test_compare_refuses_a_claim_it_cannot_read(tmp_path, claim):
+    _evaluation(tmp_path / "eval" / "good", "good", [1, 0])
+    result = run_script("compare.py", "--results", tmp_path, "--models", "good", "--claim", claim)
+    assert result.returncode != 0 and claim in result.stderr
