@@ -19,12 +19,19 @@ scikit-learn advises for a realistic score), read either from the unpacked ``20n
 (``--bydate-dir``, holding ``20news-bydate-train/`` and ``20news-bydate-test/``) or downloaded by scikit-learn
 (``--sklearn``); posts that the cleaning leaves empty are dropped (kdpipe refuses empty texts). Rows in both cases
 come in scikit-learn's unshuffled order (topic, then file name), so both give the same rows.
+
+Amazon reviews in four domains (``amazon``), Blitzer et al.'s multi-domain sentiment set that Meta-KD uses (books,
+dvd, electronics, kitchen; 1,000 positive and 1,000 negative reviews each), read from the unpacked
+``sorted_data_acl`` folder (``--acl-dir``). The set has no split of its own: 20% of each domain's reviews of each
+polarity are the test split (a fixed shuffle with seed 13), the rest train; ``--little kitchen=0.1`` keeps only that
+share of one domain's training reviews, for the little-data case (the test split stays whole).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -156,22 +163,82 @@ def write_newsgroups(bydate_dir: Path | None, out: Path, tabs_are_newlines: bool
     print(f"{out}: 20 Newsgroups ({sizes}); add {out / 'source.yaml'} after the experiment's --configfile")
 
 
+ACL_DOMAINS = {"books": "books", "dvd": "dvd", "electronics": "electronics", "kitchen": "kitchen_&_housewares"}
+REVIEW_TEXT = re.compile(r"<review_text>\s*(.*?)\s*</review_text>", re.S)
+
+
+def acl_reviews(path: Path) -> list[str]:
+    """The review texts of one ``.review`` file (pseudo-XML, not well-formed: read with a pattern)."""
+    return REVIEW_TEXT.findall(path.read_text(encoding="latin-1"))
+
+
+def write_amazon(acl_dir: Path, out: Path, little: dict[str, float]) -> None:
+    import datasets
+    import numpy as np
+
+    unknown = sorted(set(little) - set(ACL_DOMAINS))
+    if unknown:
+        sys.exit(f"--little: no domain {unknown}; the domains are {sorted(ACL_DOMAINS)}")
+    names = ["negative", "positive"]
+    rows: dict[str, dict[str, list]] = {s: {"text": [], "label": [], "domain": []} for s in ("train", "test")}
+    rng = np.random.default_rng(13)
+    for domain, folder in ACL_DOMAINS.items():
+        for label, polarity in enumerate(names):
+            path = acl_dir / folder / f"{polarity}.review"
+            if not path.is_file():
+                sys.exit(f"{path}: not found; --acl-dir is the unpacked sorted_data_acl folder")
+            texts = acl_reviews(path)
+            order = rng.permutation(len(texts))
+            cut = len(texts) // 5
+            train = order[cut:][: int(round(little.get(domain, 1.0) * (len(texts) - cut)))]
+            for split, picks in (("test", sorted(order[:cut])), ("train", sorted(train))):
+                rows[split]["text"] += [texts[i] for i in picks]
+                rows[split]["label"] += [label] * len(picks)
+                rows[split]["domain"] += [domain] * len(picks)
+    string = datasets.Value("string")
+    features = datasets.Features({"text": string, "label": datasets.ClassLabel(names=names), "domain": string})
+    loaded = datasets.DatasetDict({s: datasets.Dataset.from_dict(r, features=features) for s, r in rows.items()})
+    loaded.save_to_disk(str(out))
+    (out / "source.yaml").write_text(
+        "# written by experiments/benchmarks/public_data.py: Amazon reviews in four domains\n"
+        f"dataset:\n  source: {out.resolve()}\n"
+    )
+    sizes = ", ".join(f"{split} {len(r)}" for split, r in loaded.items())
+    print(f"{out}: Amazon reviews ({sizes}); add {out / 'source.yaml'} after the experiment's --configfile")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=[*sorted(GLUE), "20newsgroups"])
+    parser.add_argument("task", choices=[*sorted(GLUE), "20newsgroups", "amazon"])
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--glue-dir", type=Path, help="GLUE tasks: a GLUE folder as GLUE's download script writes it")
     where.add_argument("--hub", action="store_true", help="GLUE tasks: download nyu-mll/glue from the hub")
     where.add_argument("--bydate-dir", type=Path, help="20newsgroups: the unpacked 20news-bydate folder")
     where.add_argument("--sklearn", action="store_true", help="20newsgroups: let scikit-learn download it")
+    where.add_argument("--acl-dir", type=Path, help="amazon: the unpacked sorted_data_acl folder")
     parser.add_argument("--out", type=Path, required=True, help="the save_to_disk folder to write")
     parser.add_argument(
         "--tabs-are-newlines",
         action="store_true",
         help="20newsgroups: the copy stores each post on one line with tabs for its line breaks",
     )
+    parser.add_argument(
+        "--little",
+        action="append",
+        default=[],
+        metavar="DOMAIN=SHARE",
+        help="amazon: keep only this share of one domain's training reviews (the little-data case)",
+    )
     args = parser.parse_args(argv)
-    if args.task == "20newsgroups":
+    if args.task == "amazon":
+        if args.acl_dir is None:
+            parser.error("amazon comes from --acl-dir")
+        little = {}
+        for item in args.little:
+            domain, _, share = item.partition("=")
+            little[domain] = float(share)
+        write_amazon(args.acl_dir, args.out, little)
+    elif args.task == "20newsgroups":
         if args.glue_dir or args.hub:
             parser.error("20newsgroups comes from --bydate-dir or --sklearn")
         write_newsgroups(None if args.sklearn else args.bydate_dir, args.out, args.tabs_are_newlines)
