@@ -93,3 +93,27 @@ def test_compare_refuses_a_claim_it_cannot_read(tmp_path, claim):
     _evaluation(tmp_path / "eval" / "good", "good", [1, 0])
     result = run_script("compare.py", "--results", tmp_path, "--models", "good", "--claim", claim)
     assert result.returncode != 0 and claim in result.stderr
+
+
+def test_amazon_reviews_split_per_domain_and_thin_one_domain(tmp_path):
+    acl = tmp_path / "sorted_data_acl"
+    for folder in ("books", "dvd", "electronics", "kitchen_&_housewares"):
+        (acl / folder).mkdir(parents=True)
+        for polarity in ("positive", "negative"):
+            reviews = "".join(
+                f"<review>\n<rating>\n5.0\n</rating>\n<review_text>\n{folder} {polarity} {i} & more\n</review_text>\n"
+                "</review>\n"
+                for i in range(20)
+            )
+            (acl / folder / f"{polarity}.review").write_text(reviews, encoding="latin-1")
+    out = tmp_path / "out"
+    result = run_script("public_data.py", "amazon", "--acl-dir", acl, "--little", "kitchen=0.25", "--out", out)
+    assert result.returncode == 0, result.stderr
+    loaded = datasets.load_from_disk(str(out))
+    train, test = loaded["train"].to_pandas(), loaded["test"].to_pandas()
+    assert test.groupby(["domain", "label"]).size().tolist() == [4] * 8  # 20% of each (domain, polarity)
+    assert train.groupby("domain").size().to_dict() == {"books": 32, "dvd": 32, "electronics": 32, "kitchen": 8}
+    assert not set(train["text"]) & set(test["text"])
+    assert train["text"].iloc[0].startswith("books ") and train["text"].iloc[0].endswith("& more")
+    bad = run_script("public_data.py", "amazon", "--acl-dir", acl, "--little", "garden=0.1", "--out", tmp_path / "x")
+    assert bad.returncode != 0 and "no domain ['garden']" in bad.stderr
