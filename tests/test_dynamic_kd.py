@@ -284,3 +284,22 @@ def test_every_documented_strategy_is_accepted_and_trains_a_step(strategy):
     optimizer.step()
     assert terms["kept"] == 2 and math.isfinite(loss.item())  # ratio 0.5 of a batch of four
     assert not torch.equal(model.z.detach(), Z_SEL)
+
+
+def test_with_ce_weight_zero_no_dynamic_kd_method_reads_the_gold_labels():
+    """``ce_weight: 0`` leaves the CE out of the loss and the batch's labels unread (the student is then not
+    recorded as trained on them, docs/report.md, "Which gold labels each model read"); the loss is the rest."""
+    from kdpipe.training.loop import LabelWatch
+
+    teacher = Z + torch.tensor([1.0, 2.0, 3.0, 4.0])[:, None]
+    cases = {
+        "dynamic_teacher": (build_teacher, context({"large": LARGE, "small": SMALL}), {"small_teacher": "small"}),
+        "dynamic_data": (build_data, context({"t": teacher}), {"strategy": "margin", "ratio": 0.5}),
+    }
+    for name, (builder, ctx, args) in cases.items():
+        for weight in (0.0, 1.0):
+            watched = LabelWatch(batch())
+            loss, terms = builder(ctx, method_args(name, {**args, "ce_weight": weight})).loss(FixedLogits(Z), watched)
+            assert watched.read_labels is bool(weight) and ("ce" in terms) is bool(weight), (name, weight)
+            if not weight:  # kd_weight 1: the loss is the KD term alone
+                assert loss.item() == pytest.approx(terms["kd"], rel=1e-5)

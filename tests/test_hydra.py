@@ -289,3 +289,19 @@ def test_build_refusals():
         build(make_ctx(model, blocks=partial), method_args("hydra_plus", {}))
     with pytest.raises(KdpipeError, match="multi-head"):
         build(make_ctx(model), method_args("hydra_plus", {})).loss(plain, BATCH)
+
+
+def test_plain_hydra_reads_no_gold_label_and_hydra_plus_does():
+    """Plain Hydra's loss (α = 1) gives the correctness term no weight, so it does not read the batch's labels and
+    the student is not recorded as trained on them (docs/report.md, "Which gold labels each model read")."""
+    from kdpipe.training.loop import LabelWatch
+
+    model = student().eval()
+    for objective, reads in (
+        (build_hydra(make_ctx(model), method_args("hydra", {})), False),
+        (build(make_ctx(model), method_args("hydra_plus", {"alpha": 1.0})), False),
+        (build(make_ctx(model), method_args("hydra_plus", {})), True),
+    ):
+        batch = LabelWatch(BATCH)
+        _, terms = objective.loss(model, batch)
+        assert batch.read_labels is reads and ("ce" in terms) is reads

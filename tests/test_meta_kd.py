@@ -456,3 +456,29 @@ def test_a_domain_the_data_lacks_is_named_in_the_error(domain_data):
         restrict_to_domain(frame, "music", ["books", "dvd", "kitchen"], "students.s.domain")
     with pytest.raises(KdpipeError, match=r"domain 'dvd' needs a domain per row.*set dataset.domain_column"):
         restrict_to_domain(frame, "dvd", None, "students.s.domain")
+
+
+def test_a_per_domain_meta_kd_students_label_count_includes_the_prototypes_labels(domain_data, tmp_path):
+    """A per-domain student's first stage trains on its domain's rows, but the prototype scores that weigh them are
+    means over every domain's train rows by gold class: its record counts those, and the second stage, started from
+    the first, inherits the record (docs/report.md, "Which gold labels each model read")."""
+    from types import SimpleNamespace
+
+    from kdpipe.methods.meta_kd.prototypes import write_prototype_scores
+    from kdpipe.methods.registry import get_method
+    from kdpipe.training.started_labels import started_label_use
+
+    scores = tmp_path / "prototypes" / "train.parquet"
+    write_prototype_scores({"backbone": "builtin:tiny-bert", "max_length": 16, "batch_size": 16}, domain_data, scores)
+    train = read_split(domain_data, "train")
+    books = int((train["domain"] == "books").sum())
+    assert 0 < books < len(train)
+    stage1 = SimpleNamespace(**get_method("meta_kd_stage1").job_spec())
+    first = started_label_use({"domain": "books"}, stage1, books, None, scores)
+    assert first == {"train": len(train)}
+    folder = tmp_path / "stage1"
+    folder.mkdir()
+    write_json(folder / "manifest.json", {"gold_labels": first})
+    stage2 = SimpleNamespace(**get_method("meta_kd").job_spec())
+    params = {"domain": "books", "model": {"init": {"from": str(folder)}}}
+    assert started_label_use(params, stage2, books, None, None) == {"train": len(train)}

@@ -282,3 +282,34 @@ def test_an_ood_file_that_cannot_be_read_stops_the_plan(tmp_path, content, name,
     if name == "ood.csv" and "body" in content:  # the column the config names, under the key that names it
         with pytest.raises(KdpipeError, match=r"no column 'article' \(evaluate.ood.text_column\)"):
             load(edit=ood_config(ood={"source": str(path), "text_column": "article"}))
+
+
+def test_a_student_or_prokt_backbone_that_already_predicts_a_held_out_class_stops_the_plan(tmp_path):
+    """As a teacher checkpoint is (kdpipe/plan/ood.py): a student starting from a classifier of the held-out class,
+    or a ProKT teacher co-trained from one, has already learnt it; one line names the key and the class."""
+    from tests.test_checkpoint_teachers import make_checkpoint
+
+    knows, other = tmp_path / "knows_tech", tmp_path / "no_tech"
+    make_checkpoint(knows, ["business", "Tech"])  # case ignored, as for a teacher's head
+    make_checkpoint(other, ["business", "sport"])
+
+    def started_from(folder, prokt=False):
+        def edit(config):
+            ood_config(ood={"classes": ["tech"]})(config)
+            if prokt:
+                config["students"] = {"s_p": {"method": "prokt", "method_args": {"backbone": str(folder)}}}
+            else:
+                config["students"]["s_vkd"]["model"] = {"init": {"from": str(folder)}}
+
+        return edit
+
+    with pytest.raises(KdpipeError) as err:
+        load(edit=started_from(knows))
+    assert str(err.value) == (
+        f"students.s_vkd.model.init.from: {knows} already predicts 'Tech', which evaluate.ood.classes holds out as "
+        "unseen; hold out a class it never learnt, or start from another model"
+    )
+    with pytest.raises(KdpipeError, match=r"^students\.s_p\.method_args\.backbone: .* already predicts 'Tech'"):
+        load(edit=started_from(knows, prokt=True))
+    assert load(edit=started_from(other)).ood_classes() == ["tech"]  # a classifier of other classes starts a student
+    assert load(edit=started_from(other, prokt=True)).ood_classes() == ["tech"]

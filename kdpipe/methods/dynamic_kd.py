@@ -172,6 +172,15 @@ def _full_label_logits(ctx: DistillContext, teacher: str) -> torch.Tensor:
     return ctx.signal(teacher, "logits")[:, torch.argsort(ctx.block(teacher))]
 
 
+def _weighted_ce(z: torch.Tensor, batch: dict, weight: float) -> tuple[torch.Tensor, dict]:
+    """(α_ce · CE with the gold labels, its ``ce`` term); with ``ce_weight: 0`` the batch's labels are not read, so
+    the student is not recorded as trained on them (docs/report.md, "Which gold labels each model read")."""
+    if not weight:
+        return z.new_zeros((), dtype=torch.float32), {}
+    ce = gold_cross_entropy(z, batch["labels"])
+    return weight * ce, {"ce": ce.item()}
+
+
 def build_teacher(ctx: DistillContext, args: dict) -> Objective:
     """``dynamic_teacher``: CE + KD from a small and a large teacher, weighted by the student's ĥ (§2a)."""
     a = _args(args)
@@ -187,14 +196,14 @@ def build_teacher(ctx: DistillContext, args: dict) -> Objective:
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce = gold_cross_entropy(z, batch["labels"])
+        ce, ce_terms = _weighted_ce(z, batch, a["ce_weight"])
         h = _entropy(z, a["entropy_grad"])
         w_small, w_large = teacher_weights(h, a["mode"], a["direction"])
         d_small = kd_distance(z, small_z[batch["index"]], distance, temperature)
         d_large = kd_distance(z, large_z[batch["index"]], distance, temperature)
         kd = (w_small * d_small + w_large * d_large).mean()
-        total = a["ce_weight"] * ce + a["kd_weight"] * kd
-        return total, {"ce": ce.item(), "kd": kd.item(), "entropy": h.mean().item(), "w_small": w_small.mean().item()}
+        total = ce + a["kd_weight"] * kd
+        return total, {**ce_terms, "kd": kd.item(), "entropy": h.mean().item(), "w_small": w_small.mean().item()}
 
     return Objective(loss=loss)
 
@@ -212,14 +221,14 @@ def build_data(ctx: DistillContext, args: dict) -> Objective:
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce = gold_cross_entropy(z, batch["labels"])
+        ce, ce_terms = _weighted_ce(z, batch, a["ce_weight"])
         kept = select_top(selection_scores(z, a["strategy"]), ratio)
         if len(kept):
             kd = kd_distance(z[kept], targets[batch["index"][kept]], distance, temperature).mean()
         else:
             kd = z.new_zeros((), dtype=torch.float32)
-        total = a["ce_weight"] * ce + a["kd_weight"] * kd
-        return total, {"ce": ce.item(), "kd": kd.item(), "kept": float(len(kept))}
+        total = ce + a["kd_weight"] * kd
+        return total, {**ce_terms, "kd": kd.item(), "kept": float(len(kept))}
 
     return Objective(loss=loss)
 
@@ -247,7 +256,7 @@ def build_objective(ctx: DistillContext, args: dict) -> Objective:
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True)
         z = out.logits
-        ce = gold_cross_entropy(z, batch["labels"])
+        ce, ce_terms = _weighted_ce(z, batch, a["ce_weight"])
         h = _entropy(z, a["entropy_grad"])
         w_logit, w_rep = objective_weights(h, a["strategy"])
         d = kd_distance(z, targets[batch["index"]], distance, temperature)
@@ -258,7 +267,7 @@ def build_objective(ctx: DistillContext, args: dict) -> Objective:
             for s, slot in pairs
         )
         kl, rep = (w_logit * d).mean(), (w_rep * r).mean()
-        total = a["ce_weight"] * ce + a["kd_weight"] * kl + a["rep_weight"] * rep
-        return total, {"ce": ce.item(), "kd": kl.item(), "rep": rep.item(), "entropy": h.mean().item()}
+        total = ce + a["kd_weight"] * kl + a["rep_weight"] * rep
+        return total, {**ce_terms, "kd": kl.item(), "rep": rep.item(), "entropy": h.mean().item()}
 
     return Objective(loss=loss)

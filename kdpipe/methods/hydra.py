@@ -162,15 +162,19 @@ def build(ctx: DistillContext, args: dict) -> Objective:
             raise KdpipeError("hydra: the student must be a multi-head model: set model.heads in the student config")
         heads = model(**model_inputs(batch)).head_logits
         targets = members[:, batch["index"]]
-        l1 = correctness_loss(heads, batch["labels"])
+        # α = 1 (plain Hydra) gives L1 no weight: the gold labels are then not read
+        # (docs/report.md, "Which gold labels each model read")
+        l1 = correctness_loss(heads, batch["labels"]) if alpha < 1 else None
         l2 = aggregation_loss(targets, heads, temp_a)
         l3 = individuality_loss(targets, heads, temp_i)
         weight = state["lambda"]
         with torch.set_grad_enabled(weight > 0 and torch.is_grad_enabled()):
             l4 = diversity_loss(model.head_linears())
-        total = (1 - alpha) * l1 + alpha * ((1 - beta) * l2 + beta * l3) + weight * l4
+        total = alpha * ((1 - beta) * l2 + beta * l3) + weight * l4
+        if l1 is not None:
+            total = total + (1 - alpha) * l1
         return total, {
-            "ce": l1.item(),
+            **({"ce": l1.item()} if l1 is not None else {}),
             "aggregate": l2.item(),
             "individual": l3.item(),
             "diversity": l4.item(),

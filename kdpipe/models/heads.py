@@ -44,6 +44,46 @@ def head_labels(checkpoint: str, where: str) -> list[str]:
     return [str(id2label[i] if i in id2label else id2label[str(i)]) for i in ids]
 
 
+def fine_tuned_classes(source: str) -> list[str] | None:
+    """The classes a model source was fine-tuned to predict, in output order, for a student's ``model.init.from``
+    or ProKT's ``method_args.backbone`` (which may, unlike a teacher's ``checkpoint``, be a plain pre-trained
+    encoder): None when it is no sequence classifier (a builtin, an encoder, a folder or hub name whose config
+    cannot be read here), else its ``id2label`` names (placeholder ``LABEL_i`` names left out). A kdpipe model folder
+    is a classifier over the classes it was trained on. See docs/methods.md, "Judging uncertainty"."""
+    config = _model_config(source)
+    architectures = (config or {}).get("architectures") or []
+    if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        return None
+    id2label = config.get("id2label") or {}
+    names = [str(id2label[key]) for key in sorted(id2label, key=int)]
+    return [name for name in names if not GENERIC.match(name)]
+
+
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def _model_config(source: str) -> dict | None:
+    """A local model folder's ``config.json``, or a hub name's config (read, or found in the local cache, by
+    transformers); None for a builtin, a path that does not exist yet (a model of this run) or a config that cannot
+    be read."""
+    if not isinstance(source, str) or source.startswith("builtin:"):
+        return None
+    config = Path(source) / "config.json"
+    if config.is_file():
+        try:
+            return json.loads(config.read_text())
+        except ValueError:
+            return None
+    if Path(source).exists() or not HUB_NAME.fullmatch(source):
+        return None
+    try:
+        from transformers import AutoConfig  # only for hub names, so the default DAG build stays light
+
+        return AutoConfig.from_pretrained(source).to_dict()
+    except (OSError, ValueError):
+        return None
+
+
 def match_labels(head: list[str], labels: list[str], label_map: dict | None, where: str) -> list[str]:
     """The dataset label of each of the head's outputs, in head order (see the module docstring)."""
     label_map = dict(label_map or {})

@@ -99,11 +99,7 @@ class Checks:
         for name, spec in self.teachers.items():
             key = "checkpoint" if spec.get("checkpoint") else "backbone"
             folders[f"teachers.{name.split('.')[0]}.{key}"] = spec.get(key)  # an ensemble member: its entry's key
-        for student in self.students.values():
-            where = f"students.{student.entry}"
-            folders[f"{where}.model.init.from"] = (student.config["model"].get("init") or {}).get("from")
-            if get_method(student.config.get("method", "")).stage == "cotrain":
-                folders[f"{where}.method_args.backbone"] = (student.config.get("method_args") or {}).get("backbone")
+        folders.update(self._student_sources())
         for where, folder in folders.items():
             if isinstance(folder, str) and _asks_for_own_code(folder):
                 from kdpipe.models.loading import refuse_own_code  # torch and transformers: only for such a folder

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.transfer_sources import check_text_source
+from kdpipe.methods.registry import get_method
 from kdpipe.models.backbones import stored_dropout
-from kdpipe.models.heads import head_labels
+from kdpipe.models.heads import fine_tuned_classes, head_labels
 from kdpipe.plan.paths import OOD_DATA
 
 OOD_SPLIT = "ood"  # the split of the OOD rows (kdpipe.data.dataset.OOD, without pandas)
@@ -104,13 +105,9 @@ class Ood:
                     "model may train on it; drop it from the teacher's classes"
                 )
             head = head_labels(spec["checkpoint"], f"teachers.{teacher}") if spec.get("checkpoint") else []
-            label_map = spec.get("label_map") or {}
-            known = [label_map.get(c, c) for c in head if label_map.get(c, c).lower() in folded]
-            if known:
-                raise KdpipeError(
-                    f"teachers.{teacher}: its checkpoint already predicts {known[0]!r}, which evaluate.ood.classes "
-                    "holds out as unseen; hold out a class the checkpoint never learnt, or use another teacher"
-                )
+            _refuse_known_class(f"teachers.{teacher}: its checkpoint", head, spec.get("label_map"), folded)
+        for where, source in self._student_sources():
+            _refuse_known_class(f"{where}: {source}", fine_tuned_classes(source) or [], None, folded)
         for teacher in self.teachers:
             classes = self.teacher_classes(teacher)
             if len(classes) < 2:
@@ -119,6 +116,18 @@ class Ood:
                     f"{len(classes)} class ({classes}); a classifier needs two: hold out fewer classes or give "
                     "the teacher more"
                 )
+
+    def _student_sources(self) -> list[tuple[str, str]]:
+        """(config key, model) of every model a student starts from: its ``model.init.from`` and, for a co-trained
+        method (ProKT), its teacher's ``method_args.backbone``."""
+        sources = []
+        for student in self.students.values():
+            where = f"students.{student.entry}"
+            config = student.config
+            sources.append((f"{where}.model.init.from", (config["model"].get("init") or {}).get("from")))
+            if get_method(config.get("method", "")).stage == "cotrain":
+                sources.append((f"{where}.method_args.backbone", (config.get("method_args") or {}).get("backbone")))
+        return [(where, source) for where, source in sources if isinstance(source, str)]
 
     def _check_mc_samples(self) -> None:
         """``evaluate.mc_samples`` on a model whose dropout is zero everywhere would give T equal samples: named
@@ -144,6 +153,18 @@ class Ood:
             for key, source in sources:
                 if isinstance(source, str) and stored_dropout(source) == 0:
                     raise _no_dropout(key, source)
+
+
+def _refuse_known_class(what: str, head: list[str], label_map: dict | None, folded: set[str]) -> None:
+    """Stop the plan when a model that a teacher or student starts from already predicts a held-out class (``head``:
+    its classes, renamed by ``label_map``; ``folded``: the held-out classes in lower case)."""
+    label_map = label_map or {}
+    known = [label_map.get(c, c) for c in head if label_map.get(c, c).lower() in folded]
+    if known:
+        raise KdpipeError(
+            f"{what} already predicts {known[0]!r}, which evaluate.ood.classes holds out as unseen; hold out a class "
+            "it never learnt, or start from another model"
+        )
 
 
 def _no_dropout(where: str, source: str) -> KdpipeError:

@@ -171,9 +171,11 @@ def _distances(run, reference) -> dict:
 
 
 def describe_label_use(use: dict | None, transfer_rows: int | None = None) -> str:
-    """The gold labels a model read to be made, in words for the tables: "none", "train 1,489 · validation 213",
-    "checkpoint: trained outside kdpipe", or "not recorded" for an evaluation made before kdpipe recorded it; then
-    the unlabelled transfer rows it learnt from, if any ("+ 1,340 transfer rows without labels").
+    """The gold labels a model read to be made, in words for the tables: "none", "train 1,489 · validation 213"
+    (a loss or example weight read the train rows', the kept epoch was chosen on the validation rows'), "router:
+    validation 213" (they fitted its route's router, kdpipe.training.started_labels), "checkpoint: trained outside
+    kdpipe", or "not recorded" for an evaluation made before kdpipe recorded it; then the unlabelled transfer rows it
+    learnt from, if any ("+ 1,340 transfer rows without labels").
 
     See docs/report.md, "Which gold labels each model read"."""
     transfer = f" + {transfer_rows:,} transfer rows without labels" if transfer_rows else ""
@@ -181,10 +183,10 @@ def describe_label_use(use: dict | None, transfer_rows: int | None = None) -> st
         return "not recorded" + transfer
     if not use:
         return "none" + transfer
-    order = {"train": 0, "validation": 1, "test": 2}
+    order = {"train": 0, "validation": 1, "router: train": 2, "router: validation": 3, "test": 4}
     parts = [
         f"{split} {rows:,}" if isinstance(rows, int) else f"{split}: {rows}"
-        for split, rows in sorted(use.items(), key=lambda item: order.get(item[0], 3))
+        for split, rows in sorted(use.items(), key=lambda item: order.get(item[0], 5))
     ]
     return " · ".join(parts) + transfer
 

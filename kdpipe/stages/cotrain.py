@@ -17,9 +17,11 @@ from pathlib import Path
 
 from kdpipe.core.store import make_manifest
 from kdpipe.data.batching import encode_frame
+from kdpipe.evaluation.results import combined_label_use
 from kdpipe.methods import prokt
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.training.loop import FitResult, encoded_validator, fit_job, save_trained, total_steps
+from kdpipe.training.started_labels import start_label_use
 from kdpipe.training.student import student_data
 
 
@@ -64,6 +66,11 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
         desc="student (prokt)",
     )
     rows = {"train": len(job.train), "validation": len(job.valid)}
+    # what the models they start from read (a classifier fine-tuned elsewhere: "trained outside kdpipe"); the
+    # student's job trains the teacher too, so the student records the teacher's start as well
+    teacher_start = start_label_use(args["backbone"])
+    init = ((params.get("model") or {}).get("init") or {}).get("from")
+    student_start = combined_label_use([{"gold_labels": teacher_start}, {"gold_labels": start_label_use(init)}])
     teacher_result = FitResult(
         best_state=cotrained.best_state,
         best_metrics=cotrained.best_metrics,
@@ -87,10 +94,18 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
             cotrained_with=str(out),
             tokenizer=args["backbone"],
             rows=rows,
+            gold_labels=teacher_start,
         ),
     )
     manifest = make_manifest(
-        "student", config=params, labels=labels, method="prokt", teachers=[], tokenizer=params["model"], rows=rows
+        "student",
+        config=params,
+        labels=labels,
+        method="prokt",
+        teachers=[],
+        tokenizer=params["model"],
+        rows=rows,
+        gold_labels=student_start,
     )
     save_trained(out, job.model, job.tokenizer, labels, result, manifest)
     return manifest

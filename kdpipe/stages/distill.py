@@ -19,17 +19,17 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from kdpipe.core.store import KdpipeError, make_manifest, read_json
+from kdpipe.core.store import KdpipeError, make_manifest
 from kdpipe.data.batching import without_texts
 from kdpipe.data.dataset import domain_ids
 from kdpipe.data.labelspace import teacher_blocks
-from kdpipe.evaluation.results import combined_label_use
 from kdpipe.methods.base import DistillContext
 from kdpipe.routing.artifact import read_route
 from kdpipe.signals.io import read_prototype_scores
 from kdpipe.signals.join import join_parts
 from kdpipe.signals.load import load_signals, subset_signals
 from kdpipe.training.loop import fit_job, save_trained
+from kdpipe.training.started_labels import started_label_use
 from kdpipe.training.student import student_data
 
 
@@ -115,24 +115,17 @@ def run(
             raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
         scores, manifest = zip(*(read_route(route, p.split, p.split_row_ids, teachers) for p in job.parts))
         scores = np.concatenate([split_scores[p.positions] for split_scores, p in zip(scores, job.parts)])
-        manifest = manifest[0]
-        route_labels = manifest.get("gold_labels")  # what the route read to weigh the teachers (None: not recorded)
+        route_manifest = manifest[0]
         ctx.route = {
             "scores": torch.as_tensor(scores, device=device),
-            "weighting": manifest["weighting"],
-            "temperatures": manifest.get("temperatures"),
+            "weighting": route_manifest["weighting"],
+            "temperatures": route_manifest.get("temperatures"),
         }
     else:
-        route_labels = {}
-    # Meta-KD's example weights come from the train split's gold labels (p_T(gold) in the domain expertise, each row's
-    # class prototype), and a second stage starts from its first stage's weights.
-    # See docs/report.md, "Which gold labels each model read".
-    if "domain" in method.signals or method.prototypes:
-        route_labels = combined_label_use([{"gold_labels": route_labels}, {"gold_labels": {"train": len(job.train)}}])
-    start = (params.get("model") or {}).get("init", {}).get("from")
-    if start and (Path(start) / "manifest.json").is_file():
-        started = read_json(Path(start) / "manifest.json").get("gold_labels")
-        route_labels = combined_label_use([{"gold_labels": route_labels}, {"gold_labels": started}])
+        route_manifest = None
+    # what its route, Meta-KD's example weights and its starting model read
+    # (docs/report.md, "Which gold labels each model read")
+    started = started_label_use(params, method, len(job.train), route_manifest, prototypes)
     builder = getattr(importlib.import_module(method.module), method.builder)
     objective = builder(ctx, params["method_args"])
     result = fit_job(
@@ -159,7 +152,7 @@ def run(
             **({"transfer": len(job.transfer)} if job.transfer is not None else {}),
             "validation": len(job.valid),
         },
-        gold_labels=route_labels,  # with what training reads (kdpipe.training.loop.label_use)
+        gold_labels=started,  # with what training reads (kdpipe.training.loop.label_use)
     )
     save_trained(out, job.model, job.tokenizer, labels, result, manifest)
     return manifest
