@@ -22,6 +22,7 @@ from pathlib import Path
 from kdpipe.core.finished import job_identity_of_process, set_job_identity
 from kdpipe.core.gpus import claim_gpu
 from kdpipe.core.identity import check_local_content
+from kdpipe.core.killed import say_when_killed
 from kdpipe.core.store import KdpipeError
 from kdpipe.stages import STAGES
 
@@ -199,6 +200,7 @@ def main(argv=None) -> int:
     processes = args.pop("processes")
     stage = STAGES[command]
     rank = LAUNCHED in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    say_when_killed(job_name(command, params, args))  # (kdpipe.core.killed)
     try:
         if processes < 1:
             raise KdpipeError(f"--processes {processes}: give at least 1")

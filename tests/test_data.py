@@ -87,8 +87,9 @@ def test_bbc_news_dir_holds_the_five_topic_folders():
 
 def test_bbc_rows_duplicates_and_labels(bbc):
     manifest, splits, out = bbc
-    assert manifest["duplicates_dropped"] == 98
-    assert sum(manifest["rows"].values()) == 2127
+    # 98 exact copies, and 3 that differ only in a capital letter or a paragraph break (compared folded)
+    assert manifest["duplicates_dropped"] == 101 and manifest["duplicates_by_split"] == {"train": 101}
+    assert sum(manifest["rows"].values()) == 2124
     assert {split: len(frame) for split, frame in splits.items()} == manifest["rows"]
     assert manifest["labels"] == BBC_LABELS
     assert read_labels(out) == BBC_LABELS
@@ -119,14 +120,14 @@ def test_bbc_splits_are_disjoint_and_stratified(bbc):
     manifest, splits, _ = bbc
     ids = [set(frame["row_id"]) for frame in splits.values()]
     assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
-    assert set().union(*ids) == set(range(2127))
+    assert set().union(*ids) == set(range(2124))
     class_totals = pd.concat(splits.values())["label"].value_counts()
     for split, fraction in (("validation", 0.1), ("test", 0.2)):
         counts = splits[split]["label"].value_counts()
         for label in BBC_LABELS:
             assert abs(counts[label] - fraction * class_totals[label]) <= 1, (split, label)
         assert manifest["class_counts"][split] == {label: int(counts[label]) for label in BBC_LABELS}
-    assert len(splits["test"]) == 425 and len(splits["validation"]) == 213
+    assert len(splits["test"]) == 425 and len(splits["validation"]) == 212
 
 
 def test_prepare_is_deterministic(bbc, tmp_path):
@@ -263,6 +264,44 @@ def test_duplicates_across_files_stay_in_test(tmp_path):
     assert len(splits["test"]) == 6
     train_texts = set(pd.concat([splits["train"], splits["validation"]])["text"])
     assert not train_texts & set(splits["test"]["text"])
+
+
+def folded(frame: pd.DataFrame) -> pd.Series:
+    from kdpipe.data.folding import fold
+
+    return fold(frame["text"])
+
+
+@pytest.mark.parametrize("dedup", [True, False])
+def test_a_folded_copy_never_stays_beside_its_original_with_another_label(tmp_path, capfd, dedup):
+    """prepare compares texts as the leak filters do: an upper-cased copy with another label is a conflict (both
+    dropped), a copy with an entity or curly quotes and the same label a duplicate; both counted per file."""
+    train = tiny_frame(30)  # "sentence number i", labels neg/pos alternating
+    train.loc[len(train)] = ("SENTENCE NUMBER 0", "pos")  # row 0 is neg: a conflict
+    train.loc[len(train)] = ("sentence&#32;number 1", "pos")  # row 1 is pos: a duplicate
+    train.loc[len(train)] = ('he said "yes"', "neg")
+    test = pd.DataFrame(
+        {"text": ["He said \u201cyes\u201d", "sentence number 3", "fresh"], "label": ["neg", "neg", "neg"]}
+    )
+    # the first is neg in train too (a duplicate across files, kept in test); "number 3" is pos there (a conflict)
+    files = {"train": write_table(train, tmp_path / "train.csv"), "test": write_table(test, tmp_path / "test.csv")}
+    manifest = prepare(dataset_params(files=files, dedup=dedup), tmp_path / "out")
+    conflicts = manifest["conflicting_duplicates"]
+    assert conflicts["texts"] == 2 and conflicts["by_split"] == {"train": 3, "test": 1}
+    assert conflicts["rows_dropped"] == 4
+    splits = all_splits(tmp_path / "out")
+    rows = pd.concat(splits.values(), ignore_index=True)
+    keys = folded(rows)
+    assert "sentence number 0" not in set(keys) and "sentence number 3" not in set(keys)
+    assert rows.groupby(keys)["label"].nunique().max() == 1  # no folded text with two labels
+    err = capfd.readouterr().err
+    assert "2 texts appear with different labels, compared folded (drop: 4 rows dropped: 3 of train, 1 of test)" in err
+    if dedup:
+        assert manifest["duplicates_by_split"] == {"train": 2, "test": 0} and not keys.duplicated().any()
+        assert "2 duplicate rows dropped (2 of train)" in err
+        assert "He said \u201cyes\u201d" in set(splits["test"]["text"])  # the test file's copy kept
+    else:
+        assert manifest["duplicates_by_split"] == {} and keys.duplicated().sum() == 2
 
 
 # ---- subsampling ----------------------------------------------------------------------------------------------
@@ -475,3 +514,20 @@ def test_read_labels_checks_the_manifest(tmp_path):
     (out / "labels.json").write_text(json.dumps(["neg", "pos", "extra"]))
     with pytest.raises(ArtifactError, match="labels"):
         read_labels(out)
+
+
+@pytest.mark.parametrize("rows_per_class", [1, 2])
+def test_classes_too_small_to_split_are_named_not_the_fraction(tmp_path, rows_per_class):
+    """50,000 one-row classes: the fraction is not too small, the classes are (each keeps its row for training)."""
+    n = 50_000 if rows_per_class == 1 else 200
+    frame = pd.DataFrame({"text": [f"t {i}" for i in range(n)], "label": [f"c{i // rows_per_class}" for i in range(n)]})
+    source = write_table(frame, tmp_path / "d.csv")
+    with pytest.raises(KdpipeError) as err:
+        prepare(dataset_params(source=source, split={"validation": 0.2, "test": 0.2, "seed": 1}), tmp_path / "out")
+    message = str(err.value)
+    assert "too small" not in message and "no row goes to validation: each class keeps one row for training" in message
+    assert (
+        f"the {n // rows_per_class:,} classes of the {n:,} rows being split have at most {rows_per_class} row"
+        in message
+    )
+    assert "give the classes more rows" in message

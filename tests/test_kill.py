@@ -1,10 +1,12 @@
 """A teacher job killed with SIGKILL mid-training leaves no finished-looking output; the rerun resumes."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +48,34 @@ def test_sigkill_during_teacher_training_then_resume(tiny_data, tmp_path):
     assert (out / "model.safetensors").exists() and not resume.exists()
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in log if "validation" in r] == list(range(1, 41))
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (its SigCgt mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (sig - 1) & 1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_job_killed_by_a_signal_says_so_in_its_log(tmp_path, sig):
+    """A job started afresh (no warm server) and stopped by a signal writes a last line that says so, then ends as
+    the signal ends a process (SIGINT through KeyboardInterrupt, as before)."""
+    code = (
+        "import sys, time\nimport kdpipe.stages.prepare as stage\n"
+        "stage.run = lambda params, **paths: time.sleep(60)  # a job that takes a while\n"
+        "from kdpipe.cli import main\nsys.exit(main(['prepare', '--out', sys.argv[1]]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KDPIPE_WARM_SOCKET"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "data")], stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.time() + 60
+    while not _catches(proc.pid, signal.SIGTERM):  # (Python catches SIGINT from the start: wait for ours)
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    status = proc.wait(timeout=30)
+    err = proc.stderr.read()
+    assert f"[kdpipe] prepare data: killed by {sig.name} (signal {int(sig)}); its outputs were not finished" in err
+    assert status == -sig and not (tmp_path / "data").exists()

@@ -262,6 +262,41 @@ def test_transfer_rows_never_hold_an_ood_text(tmp_path):
     assert manifest["rows"]["transfer"] == 1 and manifest["dropped"]["evaluation"] == 1
 
 
+def test_no_row_of_a_held_out_class_reaches_the_transfer_rows_from_any_split(tmp_path):
+    """The held-out classes' training, validation and withheld rows are evaluation texts as their test rows are:
+    a transfer file that copies them (in capitals, for one) loses every such row, counted as evaluation."""
+    from kdpipe.data.prepare import HELD_OUT
+    from kdpipe.data.transfer import build_transfer
+
+    source = write_table(tiny_frame(80, labels=("neg", "pos", "mid")), tmp_path / "d.csv")
+    params = dataset_params(source=source, split={"validation": 0.2, "test": 0.2, "seed": 1, "unlabelled": 0.25})
+    params |= {"ood_classes": ["mid"]}
+    manifest = prepare(params, tmp_path / "data")
+    held = pd.read_parquet(tmp_path / "data" / HELD_OUT)
+    assert set(held["label"]) == {"mid"} and len(held) == sum(manifest["ood"]["removed"].values())
+    assert set(manifest["ood"]["removed"]) == {"train", "validation", "unlabelled"}
+    every_mid = pd.concat([held["text"], read_split(tmp_path / "data", OOD)["text"]])
+    texts = [*every_mid.str.upper(), "a new unlabelled text"]
+    extra = write_table(pd.DataFrame({"text": texts}), tmp_path / "extra.csv")
+    built = build_transfer(params | {"transfer": extra}, tmp_path / "data", tmp_path / "transfer")
+    kept = read_split(tmp_path / "transfer", "transfer")["text"]
+    assert built["dropped"]["evaluation"] == len(every_mid) == 26  # every "mid" row of the 80
+    assert set(kept) & set(every_mid.str.upper()) == set() and "a new unlabelled text" in set(kept)
+    assert not set(kept) & set(every_mid)  # the withheld rows kept as transfer rows are of the other classes only
+
+
+def test_an_external_ood_set_drops_a_copy_of_a_held_out_classs_training_text(tmp_path):
+    params = three_classes(tmp_path) | {"ood_classes": ["mid"]}
+    prepare(params, tmp_path / "data")
+    from kdpipe.data.prepare import HELD_OUT
+
+    copied = pd.read_parquet(tmp_path / "data" / HELD_OUT)["text"].iloc[0]
+    source = write_table(pd.DataFrame({"body": [copied, "never seen"]}), tmp_path / "ood.csv")
+    ood_params = {"name": "tiny", "source": source, "text_column": "body", "format": "auto", "encoding": "utf-8"}
+    assert build_ood(ood_params, tmp_path / "data", tmp_path / "ood")["dropped"]["dataset"] == 1
+    assert read_split(tmp_path / "ood", OOD)["text"].tolist() == ["never seen"]
+
+
 @pytest.mark.parametrize(
     ("content", "name", "message"),
     [

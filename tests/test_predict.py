@@ -103,3 +103,14 @@ def test_bad_input_gets_a_clear_message(students, unlabelled, tmp_path, capsys):
     status, err = kdpipe(students["bilstm"], tmp_path / "nope.csv")
     assert status == 2 and "nope.csv: file not found" in err and "--input" in err
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_nul_characters_are_read_as_spaces_and_counted(students, tmp_path, capsys):
+    texts = ["a market\x00report", "no nul here", "\x00sports\x00\x00news"]
+    pd.DataFrame({"text": texts}).to_parquet(tmp_path / "in.parquet")
+    pd.DataFrame({"text": [t.replace("\x00", " ") for t in texts]}).to_parquet(tmp_path / "spaces.parquet")
+    nul = predict.run({}, students["transformer"], tmp_path / "in.parquet", tmp_path / "nul.csv")
+    assert "[kdpipe] predict: 4 NUL characters in 2 rows of column 'text' read as spaces" in capsys.readouterr().err
+    spaced = predict.run({}, students["transformer"], tmp_path / "spaces.parquet", tmp_path / "spaced.csv")
+    assert "NUL" not in capsys.readouterr().err
+    assert nul["score"].tolist() == spaced["score"].tolist() and nul["text"].tolist() == texts  # the input as given

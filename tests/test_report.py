@@ -362,6 +362,27 @@ def test_single_models_get_no_uncertainty_split(tmp_path):
     assert "members" in pd.read_csv(tmp_path / "r/summary.tsv", sep="\t").columns
 
 
+def test_html_in_a_class_name_is_text_in_summary_md(tmp_path):
+    """A class, model or warning with HTML in it shows as written: no tag reaches summary.md or routing.md."""
+    from kdpipe.report.markdown import summary_markdown
+    from kdpipe.report.routing import routing_markdown, routing_table
+    from kdpipe.report.summary import read_eval, runs_table, summarise
+
+    classes = ["<img src=x onerror=alert(1)>", "</script><b>tech</b>", "R&D"]
+    record = _eval("vkd", "vkd", "student", "vanilla_kd", 1, "test", classes, 0.9, 0.05, 10.0, 1_000_000)
+    record["metrics"]["per_class_accuracy"] = dict(zip(classes, (0.5, 1.0, 0.75)))
+    summary = summarise(runs_table([read_eval(path) for path in _write_evals(tmp_path, [record])]))
+    warning = f"router knn sends 10% of {classes[0]}"
+    markdown = summary_markdown(summary, warnings=[warning], title="<i>run</i>")
+    route = {"route": "r", "router": "knn", "warning": warning, "diagnostics": {"knn": {"gold_labels": False}}}
+    routing = routing_markdown([route], routing_table([route]))
+    for text in (markdown, routing):
+        assert "<img" not in text and "</script>" not in text and "<b>" not in text and "<i>" not in text
+        assert "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "&lt;/script&gt;&lt;b&gt;tech&lt;/b&gt;" in markdown and "R&amp;D" in markdown
+    assert markdown.startswith("# &lt;i&gt;run&lt;/i&gt;\n")
+
+
 def test_percentage_axes_start_near_the_data():
     summary = pd.DataFrame({"accuracy": [0.86, 0.9], "accuracy_std": [0.02, None], "macro_f1": [0.85, 0.89]})
     summary["macro_f1_std"] = None

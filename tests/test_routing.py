@@ -382,3 +382,46 @@ def test_route_json_records_certainty_as_ood_detection(tmp_path, monkeypatch, mc
         assert ta["auroc"]["variance"] is None  # a column this MC table lacks
         # tb, a teacher of one class, is equally sure of every row
         assert record[split]["tb"]["auroc"]["logit_max_prob"] == 0.5
+
+
+def test_the_route_job_says_the_routing_warning_as_soon_as_it_routes(tmp_path, monkeypatch, capfd):
+    """The route job warns in its own output (the rule sends it to its log and to Snakemake's console), with the
+    better router's method_args, at the threshold the command line gives (routing.warn_below, outside the slice);
+    the report repeats it from route.json."""
+    from kdpipe.cli import main
+    from kdpipe.report.routing import read_routes
+    from kdpipe.routing import inputs as module
+
+    labels, classes = ["a", "b", "c", "d"], {"ta": ["a", "b"], "tb": ["c", "d"]}
+    gold = np.tile([0, 1, 2, 3], 10)
+    owner = np.isin(gold, [2, 3]).astype(float)
+    frame = pd.DataFrame({"row_id": np.arange(len(gold)), "label_id": gold})
+    monkeypatch.setattr(module, "read_labels", lambda data: labels)
+    monkeypatch.setattr(module, "read_split", lambda data, split: frame)
+    confident, hesitant = _two_class_logits([0.98] * len(gold)), _two_class_logits([0.55] * len(gold))
+
+    def read_logits(path, row_ids, *args):  # ta is sure of every row, tb of none: certainty sends all to ta
+        teacher = Path(path).relative_to(tmp_path).parts[0]
+        return (confident if teacher == "ta" else hesitant), classes[teacher]
+
+    features = np.random.default_rng(0).normal(size=(len(gold), 4)) + 3 * owner[:, None] * np.eye(4)[0]
+    monkeypatch.setattr(module, "read_logits", read_logits)
+    monkeypatch.setattr(module, "read_pooled", lambda path, row_ids: (features, None))
+    spec = {"router": "certainty", "score": "logit_max_prob", "temperature": 1.0}
+    params = {**spec, "teachers": ["ta", "tb"], "routing": {"neighbours": 2, "folds": 2, "seed": 0}}
+    params["signals"] = route_signals(spec, mc_splits=[])
+
+    def route(*threshold):
+        args = ["route", "--params", json.dumps(params), "--data", str(tmp_path / "data")]
+        args += ["--signals-root", str(tmp_path), "--out", str(tmp_path / "route"), *threshold]
+        assert main(args) == 0
+        return capfd.readouterr().err
+
+    said = route("--warn-below", "0.8")
+    assert "[kdpipe] routing warning: router certainty/logit_max_prob sends 50% of validation rows" in said
+    assert "(below routing.warn_below = 80%)" in said and "method_args: {router: learned}" in said
+    assert "routing warning" in route()  # 0.8 without the option, as the report's default
+    assert "routing warning" not in route("--warn-below", "0.4")
+    # the report says it again from what the route recorded, at its own threshold
+    (reported,) = read_routes([tmp_path / "route/route.json"], 0.8)
+    assert reported["warning"] in said

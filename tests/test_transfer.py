@@ -5,6 +5,7 @@ labels of ``dataset.split.unlabelled``, the gold-label loss that skips transfer 
 from __future__ import annotations
 
 import copy
+import html
 import math
 
 import numpy as np
@@ -23,7 +24,14 @@ from kdpipe.plan import Plan
 from kdpipe.signals.join import StackedRows, join_parts
 from tests.conftest import REPO, TINY_DATASET
 
-NONE_DROPPED = {"empty": 0, "duplicate": 0, "evaluation": 0, "labelled": 0, "over_max_rows": 0}
+NONE_DROPPED = {
+    "empty": 0,
+    "duplicate": 0,
+    "evaluation": 0,
+    "evaluation_truncated": 0,
+    "labelled": 0,
+    "over_max_rows": 0,
+}
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 
 
@@ -59,7 +67,7 @@ def test_withheld_training_rows_lose_their_labels_and_every_class_keeps_labelled
 def test_dropped_rows_are_counted_by_reason_and_kept_rows_are_numbered_after_the_data(tmp_path, withheld_data):
     corpus(withheld_data).to_csv(tmp_path / "extra.csv", index=False)
     manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "extra.csv")}, withheld_data, tmp_path / "t")
-    assert manifest["dropped"] == {"empty": 2, "duplicate": 1, "evaluation": 1, "labelled": 1, "over_max_rows": 0}
+    assert manifest["dropped"] == {**NONE_DROPPED, "empty": 2, "duplicate": 1, "evaluation": 1, "labelled": 1}
     withheld = pd.read_parquet(withheld_data / UNLABELLED)
     assert manifest["rows"] == {"transfer": 30 + len(withheld)}
     rows = read_split(tmp_path / "t", "transfer")
@@ -182,6 +190,16 @@ def plan_of(edit=None) -> Plan:
 
 def with_transfer(config):
     config["dataset"]["transfer"] = "extra.csv"
+
+
+def test_the_transfer_slice_has_the_smallest_max_length_of_any_model():
+    def shorter_student(config):
+        with_transfer(config)
+        name = next(iter(config["students"]))
+        config["students"][name]["max_length"] = 16
+
+    assert plan_of(with_transfer).transfer_params()["max_length"] == 32  # tests/configs/tiny.yaml's
+    assert plan_of(shorter_student).transfer_params()["max_length"] == 16
 
 
 def test_without_transfer_rows_no_slice_changes():
@@ -318,6 +336,39 @@ def test_a_test_text_with_other_white_space_case_or_accents_is_still_dropped_as_
     manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "near.parquet")}, tiny_data, tmp_path / "t")
     assert manifest["dropped"]["evaluation"] == 1 and manifest["dropped"]["duplicate"] == 5
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["a new text"]
+
+
+def test_entity_and_curly_quote_variants_of_a_test_text_are_dropped_as_evaluation(tmp_path, tiny_data):
+    test = read_split(tiny_data, "test")["text"]
+    quoted = test[test.str.contains("'") & test.str.contains('"')].tolist()
+    variants = [
+        html.escape(quoted[0]).replace("e", "&#101;", 1),  # HTML entities (&amp; &quot; &#x27; and a letter's)
+        quoted[1].replace("'", "\u2019").replace('"', "\u201c"),  # curly quotes
+        html.escape(quoted[2].replace("'", "\u2019")).upper(),  # both, and capitals
+    ]
+    assert all(variant != text for variant, text in zip(variants, quoted))
+    pd.DataFrame({"text": [*variants, "a new text"]}).to_parquet(tmp_path / "near.parquet")
+    manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "near.parquet")}, tiny_data, tmp_path / "t")
+    assert manifest["dropped"]["evaluation"] == 3
+    assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["a new text"]
+
+
+def test_a_test_text_with_a_sentence_appended_is_the_same_model_input_and_is_dropped(tmp_path, tiny_data):
+    """Cut at max_length tokens, a test text with more text after it is the test text: dropped as a copy, for the
+    smallest max_length of the run's models; a text that is only the start of a test text is another input."""
+    test = read_split(tiny_data, "test")["text"]
+    long = test[test.str.len() > 200].iloc[0]
+    texts = [long + " And one more sentence.", long[:150] + " but then something else entirely", long[:20], "new"]
+    pd.DataFrame({"text": texts}).to_parquet(tmp_path / "appended.parquet")
+    params = {**TINY_DATASET, "transfer": str(tmp_path / "appended.parquet")}
+    manifest = build_transfer(params | {"max_length": 32}, tiny_data, tmp_path / "t")
+    assert manifest["copy_prefix"] == 30 and manifest["dropped"]["evaluation_truncated"] == 2
+    assert read_split(tmp_path / "t", "transfer")["text"].tolist() == [long[:20], "new"]
+    # a model that reads 64 tokens sees where the second text departs (after 150 characters): that one is kept
+    manifest = build_transfer(params | {"max_length": 256}, tiny_data, tmp_path / "t256")
+    assert manifest["copy_prefix"] == 254 and manifest["dropped"]["evaluation_truncated"] == 1
+    # without a max_length (a transfer job called by hand) only whole texts are compared
+    assert build_transfer(params, tiny_data, tmp_path / "whole")["dropped"] == NONE_DROPPED
 
 
 def test_a_list_object_or_bytes_is_not_taken_for_a_text(tmp_path, tiny_data):

@@ -183,3 +183,31 @@ def test_a_damaged_file_linked_from_the_shared_cache_names_the_entry_to_remove(t
     with pytest.raises(ArtifactError) as err:
         verify(manifest, plain / "manifest.json", ["model.safetensors"], plain)
     assert "shared cache" not in str(err.value) and f"snakemake --forcerun {plain}" in str(err.value)
+
+
+def test_a_tiny_students_folder_is_estimated_from_its_files_and_fits_a_small_disk(tmp_path, monkeypatch):
+    """The free space a model folder asks is its weights, its tokenizer's files and a little more, not 64 MB on
+    top: a 4 MB student is saved on a disk with 100 MB free (64 MB of it kept in reserve)."""
+    import collections
+
+    import kdpipe.core.store as store
+    from kdpipe.models.students import build_student
+    from kdpipe.training.loop import FitResult, model_folder_bytes, save_trained, state_on_cpu
+
+    tiny = {
+        "tokenizer": "builtin:tiny-bert",
+        "hidden_size": 32,
+        "num_layers": 2,
+        "num_heads": 2,
+        "intermediate_size": 64,
+    }
+    model, tokenizer = build_student({"config": tiny}, ["a", "b"], seed=1)
+    asked = model_folder_bytes(model, tokenizer)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(store.shutil, "disk_usage", lambda _: usage(100_000_000, 0, 100_000_000))
+    result = FitResult(best_state=state_on_cpu(model), best_metrics={"score": 0.5, "accuracy": 0.5}, best_epoch=1)
+    manifest = {"kind": "student", "config": {"max_length": 16}, "labels": ["a", "b"], "method": "supervised"}
+    save_trained(tmp_path / "s", model, tokenizer, ["a", "b"], result, manifest)
+    written = sum(path.stat().st_size for path in (tmp_path / "s").rglob("*") if path.is_file())
+    assert written <= asked <= written + 5_000_000  # an upper bound, and a close one
+    assert asked + store.disk_reserve(asked) <= 100_000_000

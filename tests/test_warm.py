@@ -111,6 +111,8 @@ def test_a_signal_to_the_job_reaches_its_copy_and_the_rerun_resumes(server, tiny
     copy = server.copy_of(resume)
     job.send_signal(sig)
     assert job.wait(timeout=30) == -sig  # the job's process ends as a fresh one would
+    if sig == signal.SIGTERM:  # its copy says so in the log (a SIGKILL'd job's process can say nothing)
+        assert "killed by SIGTERM (signal 15); its outputs were not finished" in job.stderr.read().decode()
     deadline = time.time() + 10
     while copy in server.copies() and time.time() < deadline:
         time.sleep(0.05)
@@ -120,6 +122,17 @@ def test_a_signal_to_the_job_reaches_its_copy_and_the_rerun_resumes(server, tiny
     done = server.run(*args)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"resuming teacher at epoch {killed_at['epoch']} step {killed_at['step_in_epoch']}" in done.stderr
+
+
+def test_a_copy_killed_by_sigkill_is_named_in_the_jobs_log(server, tiny_data, tmp_path):
+    """The kernel's out-of-memory killer kills the copy, which can say nothing: the job's process says it."""
+    resume = tmp_path / "teachers" / ".resume" / "t"
+    job = server.popen(
+        *teacher_args(tiny_data, tmp_path / "teachers" / "t", epochs=20, batch_size=4, checkpoint_every=2)
+    )
+    os.kill(server.copy_of(resume), signal.SIGKILL)
+    status, said = job.wait(timeout=30), job.stderr.read().decode()
+    assert status == -signal.SIGKILL and "killed by SIGKILL (signal 9) (out of memory?" in said, said[-3000:]
 
 
 def test_a_signal_the_job_ignores_its_copy_ignores(server, tiny_data, tmp_path):

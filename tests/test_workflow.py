@@ -292,6 +292,24 @@ def test_a_routing_setting_reruns_the_routes_and_their_students_only(done):
     assert planned_jobs(project, env, config) == {*ROUTES, *student_jobs("s_muki", "s_muki_no_mc"), ("report", "")}
 
 
+def test_each_route_job_said_its_warning_and_a_new_threshold_reruns_the_report_only(done):
+    """The route job says the warning the report gives (routing.warn_below, 0.8 here) in its log, which the rule
+    also sends to Snakemake's output; a new threshold reaches the route job's command line, yet reruns no route."""
+    from kdpipe.report.routing import read_routes
+
+    project, env, _ = done
+    for route in ROUTES:
+        name = route[1].removeprefix("route=")
+        (recorded,) = read_routes([project / f"results/routes/{name}/route.json"], 0.8)
+        said = (project / f"results/logs/route/{name}.log").read_text()
+        assert ("[kdpipe] routing warning: " in said) == bool(recorded["warning"]), name
+        assert not recorded["warning"] or recorded["warning"] in said
+    config = edited_config(project, lambda c: c.update(routing={**c.get("routing", {}), "warn_below": 0.99}))
+    assert planned_jobs(project, env, config) == {("report", "")}
+    text = snakemake(project, env, "--dry-run", "--printshellcmds", "--forcerun", "route", configfile=config)
+    assert text.count("--warn-below 0.99") == len(ROUTES)
+
+
 PREDICTIONS = ".predictions.parquet"
 
 

@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kdpipe.core.killed import CAUGHT, killed_line
+
 SOCKET_ENV = "KDPIPE_WARM_SOCKET"  # the server's socket, set for the jobs by the workflow
 SWITCH_ENV = "KDPIPE_WARM"  # "0" turns warm start off
 # Set by Snakemake for each job (threads, tmpdir, the rules' shell prefix putting the venv first on PATH) or by the
@@ -145,7 +147,10 @@ def run_warm(argv: list[str]) -> int | None:
         print("[kdpipe] warm start: the server stopped while the job ran; the job was stopped", file=sys.stderr)
         return 1
     if "signal" in status:  # killed: end the same way, so that the shell and Snakemake see what happened
-        signal.signal(status["signal"], signal.SIG_DFL)
+        if status["signal"] not in CAUGHT:  # (the copy said it of the others itself: kdpipe.core.killed)
+            print(killed_line(f"the job's copy {pid}", status["signal"]), file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # (SIGKILL and SIGSTOP take no handler: they end a process anyway)
+            signal.signal(status["signal"], signal.SIG_DFL)
         os.kill(os.getpid(), status["signal"])
     return int(status.get("exit", 1))
 

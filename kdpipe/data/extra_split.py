@@ -2,10 +2,11 @@
 
 Transfer rows: docs/your-own-models-and-data.md, "Unlabelled transfer data" (the ``transfer`` job,
 :mod:`kdpipe.data.transfer`). An external OOD set: docs/methods.md, "Judging uncertainty" (the ``ood`` job,
-:mod:`kdpipe.data.ood`). Both read their texts with :mod:`kdpipe.data.text_readers`, compare them by
-:func:`text_hashes`, drop the empty ones (:func:`empty_texts`) and the others their job names (:func:`dropped_text`
-says how many of each), number the rows kept after the dataset's largest ``row_id`` (:func:`next_row_id`) and
-write them with :func:`write_one_split`.
+:mod:`kdpipe.data.ood`). Both read their texts with :mod:`kdpipe.data.text_readers`, compare them folded
+(:mod:`kdpipe.data.folding`) with the dataset's, the held-out classes' rows among them (:func:`held_out_rows`), drop
+the empty ones (:func:`empty_texts`) and the others their job names (:func:`dropped_text` says how many of each),
+number the rows kept after the dataset's largest ``row_id`` (:func:`next_row_id`) and write them with
+:func:`write_one_split`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kdpipe.core.checksums import write_manifest
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_json
+from kdpipe.core.checksums import verify, write_manifest
+from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path, make_manifest, read_manifest, write_json
 from kdpipe.data.dataset import SPLITS, read_labels
-from kdpipe.data.prepare import UNLABELLED
+from kdpipe.data.prepare import HELD_OUT, UNLABELLED
 
 
 def write_one_split(out_dir: Path, split: str, write_rows, params: dict, data_dir: Path, rows: int, **fields) -> dict:
@@ -57,32 +58,15 @@ def next_row_id(data_dir: Path) -> int:
     return largest + 1
 
 
-# What the comparison of texts ignores beside white space: accents and other combining marks (after NFKD; the common
-# blocks) and invisible format characters (soft hyphen, zero-width spaces and joiners, direction marks, BOM)
-_IGNORED = (
-    r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
-    r"\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]"
-)
-
-
-def text_hashes(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
-    """A 64-bit hash of each row's (text, text pair), each folded the way an uncased tokenizer reads it: Unicode
-    compatibility forms (NFKD), accents and invisible characters removed (:data:`_IGNORED`), case folded, white
-    space collapsed to one space and trimmed. A copy of a test text in capitals, without its accents, with a
-    zero-width space, a trailing space or Windows line breaks is the same text to an uncased tokenizer (the builtin
-    MiniLM's), so it leaks all the same."""
-    normal = {
-        column: frame[column]
-        .fillna("")
-        .astype(str)
-        .str.normalize("NFKD")
-        .str.replace(_IGNORED, "", regex=True)
-        .str.casefold()
-        .str.replace(r"\s+", " ", regex=True)
-        .str.strip()
-        for column in columns
-    }
-    return pd.util.hash_pandas_object(pd.DataFrame(normal), index=False).to_numpy(np.uint64)
+def held_out_rows(data_dir: Path) -> pd.DataFrame:
+    """The rows of the classes held out by ``evaluate.ood.classes`` outside the test split (training, validation,
+    withheld; their test rows are the ``ood`` split), checked against the dataset's manifest: texts no transfer or
+    OOD row may copy."""
+    manifest = read_manifest(data_dir / "manifest.json", kind="dataset")
+    if not (data_dir / HELD_OUT).is_file():
+        raise ArtifactError(f"{data_dir / HELD_OUT}: missing; the dataset holds classes out: rerun the prepare stage")
+    verify(manifest, data_dir / "manifest.json", [HELD_OUT], target=data_dir)
+    return pd.read_parquet(data_dir / HELD_OUT)
 
 
 def empty_texts(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:

@@ -4,8 +4,9 @@ as a one-split dataset artifact ``results/ood/<dataset>/`` (``ood.parquet``, ``l
 that every evaluation job reads beside the dataset.
 
 Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a text that repeats an earlier OOD
-row, and a text equal to any text of the dataset (train, validation, test, the withheld rows) or of the transfer
-rows students learn from, folded as an uncased tokenizer reads it: such a row is not unseen.
+row, and a text equal to any text of the dataset (train, validation, test, the withheld rows, the rows of classes
+held out by ``evaluate.ood.classes``) or of the transfer rows students learn from, folded as an uncased tokenizer
+reads it (:func:`kdpipe.data.folding.text_hashes`): such a row is not unseen.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pandas as pd
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import OOD, SPLITS, TRANSFER, read_split
-from kdpipe.data.extra_split import dropped_text, empty_texts, next_row_id, text_hashes, write_one_split
+from kdpipe.data.extra_split import dropped_text, empty_texts, held_out_rows, next_row_id, write_one_split
+from kdpipe.data.folding import text_hashes
 from kdpipe.data.prepare import UNLABELLED
 from kdpipe.data.text_readers import text_readers
 
@@ -43,6 +45,8 @@ def build_ood(params: dict, data_dir: Path, out_dir: Path, transfer_dir: Path | 
     known = [text_hashes(read_split(data_dir, split), columns) for split in SPLITS]
     if (data_dir / UNLABELLED).is_file():
         known.append(text_hashes(pd.read_parquet(data_dir / UNLABELLED), columns))
+    if (data_dir / f"{OOD}.parquet").is_file():  # held-out classes: their test rows, then the others
+        known += [text_hashes(read_split(data_dir, OOD), columns), text_hashes(held_out_rows(data_dir), columns)]
     if transfer_dir is not None:
         known.append(text_hashes(read_split(transfer_dir, TRANSFER), columns))
     empty = empty_texts(rows, columns)

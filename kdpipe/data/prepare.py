@@ -9,14 +9,18 @@ Order of operations, all seeded by ``dataset.split.seed`` and deterministic:
 1. read and validate every configured column of every row (errors name the file, config key, column and row:
    an empty cell, a list or an object); labels that are one class written differently stop here, or are merged
    (``dataset.normalize_labels``, kdpipe.data.labels);
-2. drop exact duplicates of (text, text_pair); with explicit files a duplicate is kept in test over validation over
-   train, so the given evaluation sets stay intact and no training text leaks into them;
+2. drop duplicates of (text, text_pair), compared as the leak filters compare them (folded as an uncased tokenizer
+   reads them: kdpipe.data.folding; a copy with another label is a conflict, kdpipe.data.conflicts, resolved first);
+   with explicit files a duplicate is kept in test over validation over train, so the given evaluation sets stay
+   intact and no training text leaks into them; what was dropped is counted per file (``duplicates_by_split``);
 3. assign ``row_id``: the position in the deduplicated order (explicit files: train, then validation, then test);
 4. cap rows per class (``max_per_class``), then subsample to ``max_rows`` stratified by label; with explicit files
    both caps apply to each file on its own;
 5. split stratified by label, and by domain within each label when a domain column is configured (so every domain
    keeps its classes in every split: Meta-KD's per-domain students are trained, validated and tested on their own
-   domain's rows); the validation and test fractions are of the rows being split.
+   domain's rows); the validation and test fractions are of the rows being split;
+6. hold out the classes of ``evaluate.ood.classes``: their test rows become the ``ood`` split, their other rows
+   (training, validation, withheld) ``held_out.parquet``, texts the transfer and OOD filters treat as evaluated.
 
 Before anything is written, every class must have training rows (a class only in a validation or test file
 stops the run, naming it and its file), and validation and test must have rows. These checks run when the plan
@@ -41,10 +45,12 @@ from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, write_jso
 from kdpipe.data.conflicts import resolve_conflicts
 from kdpipe.data.dataset import OOD, SPLITS, no_domains
 from kdpipe.data.files import read_table
+from kdpipe.data.folding import text_hashes
 from kdpipe.data.hf import is_hf_source, read_hf
 from kdpipe.data.labels import NUMERIC_NAME_COLUMNS, cell_texts, check_or_merge, check_scalars
 
 UNLABELLED = "unlabelled.parquet"  # the training rows whose labels dataset.split.unlabelled withholds (texts only)
+HELD_OUT = "held_out.parquet"  # the held-out classes' rows outside test (evaluate.ood.classes): no job trains on them
 # (output column, config key, default column name); optional columns default to None (not configured).
 _COLUMNS = (
     ("text", "text_column", "text"),
@@ -110,6 +116,12 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
                 tmp / UNLABELLED, index=False
             )
             files.append(UNLABELLED)
+        if HELD_OUT in parts:  # what the transfer and OOD filters must also keep out (kdpipe.data.extra_split)
+            held = parts[HELD_OUT].sort_values("row_id")
+            held[[c for c in ("row_id", "text", "text_pair", "label") if c in held]].to_parquet(
+                tmp / HELD_OUT, index=False
+            )
+            files.append(HELD_OUT)
         write_json(tmp / "labels.json", labels)
         manifest = write_manifest(tmp / "manifest.json", manifest, files)
     return manifest
@@ -141,7 +153,7 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     train_labels = {"read": set(tables["train"]["label"])}
     tables, conflicts = resolve_conflicts(tables, params.get("conflicts", "drop"))
     train_labels["conflicts"] = set(tables["train"]["label"])
-    duplicates = 0
+    duplicates = {}
     if params.get("dedup", True):
         keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]
         tables, duplicates = _drop_duplicates(tables, keys)
@@ -168,7 +180,12 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     if held:
         parts, labels, provenance_ood = _hold_out(parts, labels, held, source)
 
-    provenance = {"duplicates_dropped": duplicates, "label_renames": label_renames, "source": source}
+    provenance = {
+        "duplicates_dropped": sum(duplicates.values()),
+        "duplicates_by_split": duplicates,
+        "label_renames": label_renames,
+        "source": source,
+    }
     if held:
         provenance["ood"] = provenance_ood
     if merges is not None:
@@ -184,8 +201,9 @@ def _hold_out(
     parts: dict[str, pd.DataFrame], labels: list[str], held: list[str], source: str
 ) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     """Step 6, ``evaluate.ood.classes``: the held-out classes' rows leave every split (and the withheld rows), after
-    the split, so every other class keeps the rows it has without OOD; their test rows become the ``ood`` split.
-    Returns the parts, the labels left and what was held out (a manifest field)."""
+    the split, so every other class keeps the rows it has without OOD; their test rows become the ``ood`` split, their
+    other rows :data:`HELD_OUT`, which no model trains on and no transfer or OOD row may copy. Returns the parts, the
+    labels left and what was held out (a manifest field)."""
     unknown = [c for c in held if c not in labels]
     if unknown:
         close = difflib.get_close_matches(unknown[0], labels, n=1)
@@ -202,6 +220,7 @@ def _hold_out(
     is_held = {origin: frame["label"].isin(held).to_numpy() for origin, frame in parts.items()}
     out = {origin: frame[~is_held[origin]] for origin, frame in parts.items()}
     out[OOD] = parts["test"][is_held["test"]]
+    out[HELD_OUT] = pd.concat([frame[is_held[origin]] for origin, frame in parts.items() if origin != "test"])
     if out[OOD].empty:
         raise KdpipeError(f"evaluate.ood.classes: {held} have no test rows in {source}, so there is no OOD set")
     removed = {origin: int(mask.sum()) for origin, mask in is_held.items() if origin != "test"}
@@ -274,6 +293,16 @@ def _check_split_rows(
             continue
         if split in split_off:
             rows = sum(len(parts[s]) for s in ("train", *split_off))
+            if _round_half_up(rows * fractions[split]) > 0:  # a share of rows, but no class could give one
+                sizes = pd.concat([parts[s]["label"] for s in ("train", *split_off)]).value_counts()
+                first = " and gives test its rows first" if split == "validation" and "test" in split_off else ""
+                most = f"{sizes.max():,} row{'s' if sizes.max() > 1 else ''}"
+                raise KdpipeError(
+                    f"dataset.split.{split} is {fractions[split]}, but no row goes to {split}: each class keeps one "
+                    f"row for training{first}, and the {len(sizes):,} classes of the {rows:,} rows being split have "
+                    f"at most {most} each; {_NEEDED[split]}: give the classes more rows (merge or drop the "
+                    f"smallest), or a {split} file (dataset.files.{split})"
+                )
             raise KdpipeError(
                 f"dataset.split.{split} is {fractions[split]}, too small for the {rows} rows being split: no row "
                 f"goes to {split}; {_NEEDED[split]}; give a larger fraction or a {split} file "
@@ -441,13 +470,20 @@ def _select_columns(raw: pd.DataFrame, params: dict, where: str) -> pd.DataFrame
     return pd.DataFrame(selected)
 
 
-def _drop_duplicates(tables: dict[str, pd.DataFrame], keys: list[str]) -> tuple[dict[str, pd.DataFrame], int]:
-    """Drop exact duplicates of ``keys``, keeping the first occurrence in ``_KEEP_PRIORITY`` order of the files."""
+def _drop_duplicates(
+    tables: dict[str, pd.DataFrame], keys: list[str]
+) -> tuple[dict[str, pd.DataFrame], dict[str, int]]:
+    """Drop duplicates of ``keys`` (folded: :func:`kdpipe.data.folding.text_hashes`), keeping the first occurrence in
+    ``_KEEP_PRIORITY`` order of the files; returns the tables and the rows dropped from each (said in the log)."""
     order = [origin for origin in _KEEP_PRIORITY if origin in tables]
-    ranked = pd.concat([tables[origin] for origin in order], keys=order)
-    keep = ~ranked.duplicated(subset=keys)
-    kept = {origin: tables[origin][keep.loc[origin].to_numpy()] for origin in order}
-    return kept, int((~keep).sum())
+    first = ~pd.Series(np.concatenate([text_hashes(tables[origin], keys) for origin in order])).duplicated()
+    bounds = np.cumsum([0, *(len(tables[origin]) for origin in order)])
+    keep = {origin: first.to_numpy()[start:end] for origin, start, end in zip(order, bounds, bounds[1:])}
+    dropped = {origin: int((~keep[origin]).sum()) for origin in tables}
+    if any(dropped.values()):
+        each = ", ".join(f"{n:,} of {origin}" for origin, n in dropped.items() if n)
+        print(f"[kdpipe] dataset: {sum(dropped.values()):,} duplicate rows dropped ({each})", file=sys.stderr)
+    return {origin: tables[origin][keep[origin]] for origin in tables}, dropped
 
 
 def _assign_row_ids(tables: dict[str, pd.DataFrame], places: dict[str, str]) -> dict[str, pd.DataFrame]:

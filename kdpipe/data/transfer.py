@@ -9,16 +9,21 @@ their texts to ``unlabelled.parquet``). The ``transfer`` stage writes them as a 
 passes read it like any split.
 
 Rows are read in batches and written in batches, in two passes over the sources, so memory is flat in N beyond
-an 8-byte hash per row (no text is held): pass 1 hashes every text, pass 2 writes the rows kept. Dropped, and
-counted in the manifest (``dropped``) and the log:
+an 8-byte hash and a reason per row (no text is held): pass 1 hashes every text, pass 2 writes the rows kept.
+Dropped, and counted in the manifest (``dropped``) and the log:
 - an empty or missing text (``empty``);
 - a text that repeats an earlier transfer row (``duplicate``);
-- a text equal to a validation, test or OOD text (``evaluation``; the OOD rows of held-out classes,
-  ``evaluate.ood.classes``): a teacher's view of it would leak into the student;
+- a text equal to an evaluation text (``evaluation``): a validation or test text, or a row of a class held out by
+  ``evaluate.ood.classes`` from any split (its test rows are the OOD set, the others ``held_out.parquet``): a
+  teacher's view of it would leak into the student;
+- a text that is the same model input as an evaluation text once both are cut at ``max_length`` tokens
+  (``evaluation_truncated``: a test text with a sentence appended): the same first
+  :func:`kdpipe.data.folding.copy_prefix` folded characters, for the smallest ``max_length`` of any teacher or
+  student (``params["max_length"]``, recorded as ``copy_prefix``);
 - a text equal to a labelled training text (``labelled``): that row is already in the student's data with its label;
 - rows beyond ``dataset.transfer_max_rows`` (``over_max_rows``), a seeded random choice.
 Texts are compared by a 64-bit hash of (text, text pair), folded as an uncased tokenizer reads them
-(:func:`kdpipe.data.extra_split.text_hashes`). Every kept row gets a ``row_id`` after the dataset's
+(:func:`kdpipe.data.folding.text_hashes`). Every kept row gets a ``row_id`` after the dataset's
 largest (the withheld training rows keep theirs) and ``draw``, its rank in a seeded random order: a student that
 reads a fraction f of the transfer rows (``students.<name>.transfer``) takes the rows with ``draw < round(f·N)``,
 so a smaller fraction's rows are part of every larger one's.
@@ -37,8 +42,9 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.checksums import verify
 from kdpipe.core.store import KdpipeError, read_manifest
-from kdpipe.data.dataset import OOD, SPLITS, TRANSFER, read_split
-from kdpipe.data.extra_split import dropped_text, empty_texts, next_row_id, text_hashes, write_one_split
+from kdpipe.data.dataset import OOD, TRANSFER, read_split
+from kdpipe.data.extra_split import dropped_text, empty_texts, held_out_rows, next_row_id, write_one_split
+from kdpipe.data.folding import copy_prefix, text_hashes
 from kdpipe.data.prepare import UNLABELLED
 from kdpipe.data.text_readers import BATCH_ROWS, text_readers
 from kdpipe.data.transfer_sources import transfer_sources
@@ -46,7 +52,8 @@ from kdpipe.data.transfer_sources import transfer_sources
 _REASONS = {  # why a row is dropped, in words; in code order (1-based)
     "empty": "empty text",
     "duplicate": "repeated transfer text",
-    "evaluation": "equal to a validation, test or OOD text",
+    "evaluation": "equal to a validation, test or held-out class's text",
+    "evaluation_truncated": "the same input as a validation, test or held-out class's text once cut at max_length",
     "labelled": "equal to a labelled training text",
     "over_max_rows": "over dataset.transfer_max_rows",
 }
@@ -73,7 +80,8 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
     if not readers:
         raise KdpipeError("dataset.transfer is not set and dataset.split.unlabelled is 0: there are no transfer rows")
     rng = np.random.default_rng([int((params.get("split") or {}).get("seed", 13)), 7])
-    reason, hashed, counts = _reasons(readers, data_dir, columns, params.get("transfer_max_rows"), rng)
+    prefix = copy_prefix(params["max_length"], len(columns) > 1) if params.get("max_length") else None
+    reason, hashed, counts = _reasons(readers, data_dir, columns, prefix, params.get("transfer_max_rows"), rng)
     dropped = {name: int((reason == code).sum()) for code, name in enumerate(_REASONS, start=1)}
     kept, why = int((reason == 0).sum()), dropped_text(dropped, _REASONS)
     if not kept:
@@ -91,23 +99,36 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
         read=counts["rows"],
         multiline_texts=counts["multiline_texts"],
         dropped=dropped,
+        copy_prefix=prefix,
     )
     print(f"[kdpipe] transfer: {kept:,} rows kept of {len(reason):,} read ({why})", file=sys.stderr)
     return manifest
 
 
-def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) -> tuple[np.ndarray, np.ndarray, dict]:
+def _reasons(
+    readers, data_dir: Path, columns: list[str], prefix: int | None, cap: int | None, rng
+) -> tuple[np.ndarray, np.ndarray, dict]:
     """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept), each row's hash, and what
-    was read (rows per source, texts spanning several lines)."""
-    held = {split: text_hashes(read_split(data_dir, split), columns) for split in SPLITS}
-    if (data_dir / f"{OOD}.parquet").is_file():  # the held-out classes' test rows are evaluated too
-        held["test"] = np.union1d(held["test"], text_hashes(read_split(data_dir, OOD), columns))
+    was read (rows per source, texts spanning several lines). ``prefix``: the folded characters that make a copy of
+    an evaluation text (None: whole texts only)."""
+    code = {name: i for i, name in enumerate(_REASONS, start=1)}
+    evaluated = [read_split(data_dir, split) for split in ("validation", "test")]
+    if (data_dir / f"{OOD}.parquet").is_file():  # the held-out classes' rows are evaluated too: test, then the others
+        evaluated += [read_split(data_dir, OOD), held_out_rows(data_dir)]
+    evaluation = np.unique(np.concatenate([text_hashes(frame, columns) for frame in evaluated]))
+    if prefix is not None:
+        starts = np.unique(np.concatenate([text_hashes(frame, columns, prefix) for frame in evaluated]))
     hashes, reasons, counts, multiline = [], [], {}, {}
     for where, reader in readers:
         read = lines = 0
         for batch in reader():
             hashes.append(text_hashes(batch, columns))
-            reasons.append(np.where(empty_texts(batch, columns), 1, 0).astype(np.int8))
+            reason = np.where(empty_texts(batch, columns), code["empty"], 0).astype(np.int8)
+            if prefix is not None:  # (a reason for now: the rows that are not also a full copy or a duplicate)
+                reason[(reason == 0) & np.isin(text_hashes(batch, columns, prefix), starts)] = code[
+                    "evaluation_truncated"
+                ]
+            reasons.append(reason)
             lines += int(batch["text"].str.contains("\n", regex=False).sum())
             read += len(batch)
         if not read:
@@ -125,12 +146,14 @@ def _reasons(readers, data_dir: Path, columns: list[str], cap: int | None, rng) 
     hashed, reason = np.concatenate(hashes), np.concatenate(reasons)
     first = np.zeros(len(hashed), bool)
     first[np.unique(hashed, return_index=True)[1]] = True
-    reason[(reason == 0) & ~first] = 2
-    reason[(reason == 0) & np.isin(hashed, np.union1d(held["validation"], held["test"]))] = 3
-    reason[(reason == 0) & np.isin(hashed, held["train"])] = 4
+    open_ = (reason == 0) | (reason == code["evaluation_truncated"])
+    reason[open_ & ~first] = code["duplicate"]
+    reason[open_ & first & np.isin(hashed, evaluation)] = code["evaluation"]
+    labelled = text_hashes(read_split(data_dir, "train"), columns)
+    reason[(reason == 0) & np.isin(hashed, labelled)] = code["labelled"]
     kept = np.flatnonzero(reason == 0)
     if cap is not None and len(kept) > cap:
-        reason[np.sort(rng.choice(kept, len(kept) - cap, replace=False))] = 5
+        reason[np.sort(rng.choice(kept, len(kept) - cap, replace=False))] = code["over_max_rows"]
     return reason, hashed, counts
 
 

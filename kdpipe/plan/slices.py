@@ -45,11 +45,14 @@ class Slices:
 
     def transfer_params(self) -> dict:
         """The transfer job's slice: what the transfer rows are read from and how (the dataset's own slice is its
-        input's, the prepared dataset)."""
+        input's, the prepared dataset), and the smallest ``max_length`` of any teacher or student, which says how
+        much of a text makes it a copy of an evaluation text (kdpipe.data.transfer)."""
         dataset = self.config["dataset"]
         keys = (*TRANSFER_KEYS, "name", "text_column", "text_pair_column", "format", "encoding")
         params = {key: dataset[key] for key in keys if key in dataset}
         params["split"] = {"seed": dataset.get("split", {}).get("seed", 13)}
+        models = [*self.teachers.values(), *(student.config for student in self.students.values())]
+        params["max_length"] = min(int(model.get("max_length", 128)) for model in models)
         return with_local_content(params)
 
     def teacher_params(self, teacher: str) -> dict:

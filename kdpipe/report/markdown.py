@@ -1,7 +1,10 @@
 """``summary.md``: the report's tables as Markdown (results, selective prediction and uncertainty when present,
-accuracy per domain)."""
+accuracy per domain). Names from the data or the config (classes, models, the title) are written as text
+(:func:`plain`): a class named ``<img onerror=...>`` shows as such, and never becomes HTML in a Markdown viewer."""
 
 from __future__ import annotations
+
+import html
 
 import numpy as np
 import pandas as pd
@@ -26,8 +29,8 @@ def summary_markdown(summary: pd.DataFrame, warnings: list[str] = (), title: str
     accuracy per class (and per domain where there are domains); the routing ``warnings`` first (routing.md has the
     details)."""
     parts = [
-        f"# {title}\n",
-        *[f"> **Routing warning** ({text}). See routing.md.\n" for text in warnings],
+        f"# {plain(title)}\n",
+        *[f"> **Routing warning** ({plain(text)}). See routing.md.\n" for text in warnings],
         f"{SUMMARY_NOTE}\n",
     ]
     header, uncertainty, inference, selective = table_columns(summary)
@@ -152,11 +155,23 @@ def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
 
+def plain(value) -> str:
+    """``value`` as Markdown text that shows it as it is: ``<``, ``>`` and ``&`` as HTML entities, which every
+    Markdown viewer shows as the characters (raw HTML in Markdown is HTML: ``</script>``, ``<img onerror=...>``)."""
+    return html.escape(str(value), quote=False)
+
+
 def table_cell(value) -> str:
-    """A Markdown table cell showing ``value`` as it is: a ``|`` (a class named ``a|b``) would end the cell, so it
-    is escaped, and so is a backslash (which would escape it); a line break would end the row, so it is a space."""
+    """A Markdown table cell showing ``value`` as it is (:func:`plain`): a ``|`` (a class named ``a|b``) would end the
+    cell, so it is escaped, and so is a backslash (which would escape it); a line break would end the row, so it is a
+    space."""
     return (
-        str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+        plain(value)
+        .replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("\r\n", " ")
+        .replace("\n", " ")
+        .replace("\r", " ")
     )
 
 

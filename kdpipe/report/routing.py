@@ -16,7 +16,7 @@ import pandas as pd
 
 from kdpipe.core.store import atomic_path, read_manifest
 from kdpipe.report.figures import pyplot, save
-from kdpipe.report.markdown import table_cell
+from kdpipe.report.markdown import plain, table_cell
 from kdpipe.routing.diagnostics import OOD_ORIENTATION, WARN_BELOW, warning
 
 COLUMNS = (
@@ -93,7 +93,7 @@ def ood_markdown(route: dict) -> str | None:
 
 def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
     parts = ["# Routing\n"]
-    parts += [f"> **Warning** ({r['route']}): {r['warning']}\n" for r in routes if r.get("warning")]
+    parts += [f"> **Warning** ({plain(r['route'])}): {plain(r['warning'])}\n" for r in routes if r.get("warning")]
     parts.append(
         "Routing: % of rows whose gold class's teacher gets the largest weight. Target: % of rows whose hard-routed "
         "distillation target predicts the gold class. The validation figures of the learned router are cross-fitted "

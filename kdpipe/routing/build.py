@@ -3,13 +3,15 @@ student, from the cached teacher signals the route declared, with the diagnostic
 
 Writes ``train.parquet`` / ``validation.parquet`` (row_id, scores [K]) and ``route.json``
 (:mod:`kdpipe.routing.artifact`, with every teacher's certainty scores measured as OOD detection,
-:func:`kdpipe.routing.diagnostics.ood_auroc`), and prints the diagnostics table. What it writes depends only on its
-config slice (the route's teachers and router settings, the ``routing`` settings that change scores, the signals it
-reads) and its inputs; the warning of a poor routing is the report's (:func:`kdpipe.routing.diagnostics.warning`).
+:func:`kdpipe.routing.diagnostics.ood_auroc`), and prints the diagnostics table and, when the chosen router routes
+poorly, the warning (:func:`kdpipe.routing.diagnostics.warning`) that the report repeats. What it writes depends only
+on its config slice (the route's teachers and router settings, the ``routing`` settings that change scores, the
+signals it reads) and its inputs: the warning's threshold is said, not written.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +20,16 @@ from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
 from kdpipe.routing import ROUTE_SPLITS, SCORES, route_label_use, route_signals
 from kdpipe.routing.artifact import FILES, write_scores
-from kdpipe.routing.diagnostics import diagnose, ood_auroc, text_table
+from kdpipe.routing.diagnostics import WARN_BELOW, diagnose, ood_auroc, text_table, warning
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
 from kdpipe.routing.scoring import all_routers, calibrate, chosen_name
 
 
-def build_route(params: dict, data: Path, signals_root: Path, out: Path) -> dict:
+def build_route(params: dict, data: Path, signals_root: Path, out: Path, warn_below: float = WARN_BELOW) -> dict:
     """Route the rows of train and validation for ``params["teachers"]`` with ``params["router"]``, reading only
     the signals ``params["signals"]`` declares (without it, those the router needs); write the artifact to the
-    folder ``out`` and return its manifest."""
+    folder ``out`` and return its manifest. Warns on stderr when the chosen router sends fewer than ``warn_below``
+    of the validation rows to the teacher of their class."""
     signals = DeclaredSignals(signals_root, params.get("signals") or route_signals(params))
     inputs = RouteInputs(params["teachers"], Path(data), signals)
     chosen = chosen_name(params)
@@ -36,6 +39,9 @@ def build_route(params: dict, data: Path, signals_root: Path, out: Path) -> dict
     routers = all_routers(inputs, params, temps)
     diagnostics = diagnose(inputs, routers)
     print(f"[kdpipe] routing of {', '.join(inputs.teachers)} (* the chosen router):\n{text_table(diagnostics, chosen)}")
+    warned = warning(diagnostics, chosen, warn_below, bool(params.get("calibrate")))
+    if warned:  # before any student reads the route (the report says it again)
+        print(f"[kdpipe] routing warning: {warned}", file=sys.stderr, flush=True)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for split in ROUTE_SPLITS:

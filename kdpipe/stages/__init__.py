@@ -34,7 +34,7 @@ _TABLE = {
     "signal-pass": ("teacher data out", True, "a teacher signal pass over a whole split, writing its signals"),
     "signal-shard": ("teacher data shard:str out_part", True, "one shard of a teacher signal pass"),
     "signal-gather": ("parts+ out", False, "a teacher signal from its shards"),
-    "route": ("data signals_root out", False, "each row's teacher weights, with routing diagnostics"),
+    "route": ("data signals_root out warn_below:str?", False, "each row's teacher weights, with routing diagnostics"),
     "route-transfer": ("data transfer signals_root route", False, "a route's teacher weights of the transfer rows"),
     "distill": (
         "data signals_root out prototypes? route? transfer? teacher_dirs*",

@@ -6,11 +6,13 @@ Face classifier, a multi-head or a BiLSTM student) for every row of an unlabelle
 Rows are tokenised as kdpipe evaluated the model (its tokenizer, its training ``max_length``), run in
 length-bucketed batches with a progress bar, and written in the input's order: the input's columns, then ``label``
 (the predicted class), ``score`` (its probability) and ``prob_<class>`` for every class. The output format follows
-the ``--out`` extension (docs/your-own-models-and-data.md, "Using a trained student").
+the ``--out`` extension (docs/your-own-models-and-data.md, "Using a trained student"). A NUL character in a text
+(a C string's end, a damaged export) is read as a space, and the command says how many it read so.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +61,8 @@ def run(
     classes = read_json(model_dir / "labels.json")
     max_length = int(params.get("max_length") or read_json(model_dir / "manifest.json")["config"]["max_length"])
     net = load_trained(model_dir)
-    texts = frame[text_column].astype(str).tolist()
-    pairs = frame[text_pair_column].astype(str).tolist() if text_pair_column else None
+    texts = _without_nul(frame[text_column], text_column)
+    pairs = _without_nul(frame[text_pair_column], text_pair_column) if text_pair_column else None
     encoded = encode(
         load_tokenizer(str(model_dir)),
         texts,
@@ -86,3 +88,19 @@ def run(
         WRITERS[out.suffix.lower()](result, tmp)
     print(f"[kdpipe] predicted {len(result)} rows with {model_dir}: {out}")
     return result
+
+
+def _without_nul(column: pd.Series, name: str) -> list[str]:
+    """The texts of ``column`` with every NUL character a space, said with counts on stderr when there are any: a
+    tokenizer drops a NUL (joining the words beside it) or reads it as an unknown token, never as the word break it
+    usually stands for."""
+    texts = column.astype(str)
+    counts = texts.str.count("\x00")
+    if counts.any():
+        print(
+            f"[kdpipe] predict: {int(counts.sum()):,} NUL characters in {int((counts > 0).sum()):,} rows of column "
+            f"{name!r} read as spaces",
+            file=sys.stderr,
+        )
+        texts = texts.str.replace("\x00", " ", regex=False)
+    return texts.tolist()
