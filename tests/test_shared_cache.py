@@ -252,7 +252,10 @@ def test_no_decision_reads_a_clock():
     source = inspect.getsource(shared_cache)
     names = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
     imported = {
-        alias.name for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.Import, ast.ImportFrom)) for alias in n.names
+        alias.name
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for alias in n.names
     }
     assert not {"time", "datetime"} & (names | imported)
     assert "mtime" not in source and "monotonic" not in source and "sleep" not in source
