@@ -66,27 +66,23 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _made_already(stage, params: dict, args: dict) -> bool:
-    """Set the identity of a job with one (:func:`kdpipe.core.identity.job_identity`), after locking its outputs,
-    and say whether its outputs are in place without making them: a training job's finished copy restored
-    (:func:`kdpipe.core.finished.restore_finished`), or a cached job made meanwhile by another run sharing the
-    cache (:mod:`kdpipe.core.shared_cache`). ``args`` loses the declared inputs (``--inputs``), which only the
-    identity reads."""
-    from kdpipe.core import shared_cache
+    """Lock a training job's outputs, set its identity (:func:`kdpipe.core.identity.job_identity`) and say whether
+    its finished outputs were restored (:func:`kdpipe.core.finished.restore_finished`). ``args`` loses the declared
+    inputs (``--inputs``) and the code fingerprint (``--code``), which only the identity reads."""
+    from kdpipe.core.fingerprint import fingerprint
     from kdpipe.core.finished import lock_outputs, restore_finished
     from kdpipe.core.identity import job_identity
 
-    declared = args.pop("inputs", None)
+    declared, code = args.pop("inputs", None), args.pop("code", None)
     paths = {name: value for name, value in args.items() if isinstance(value, (Path, list)) and value}
     outputs = [Path(v) for name, v in paths.items() if name.startswith("out")]
     inputs = declared or [
         p for name, v in paths.items() if not name.startswith("out") for p in (v if isinstance(v, list) else [v])
     ]
     lock_outputs(outputs)
-    identity = job_identity(params, inputs)
+    identity = job_identity(params, inputs, code or fingerprint(stage.module))
     set_job_identity(identity)
-    if stage.trains and restore_finished(identity, outputs):
-        return True
-    return stage.cached and shared_cache.claim(identity, outputs)
+    return restore_finished(identity, outputs)
 
 
 # Set for the ranks that _launch starts: the launcher holds the output lock and knows the job's identity
@@ -97,7 +93,6 @@ def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
     """Become ``torchrun`` running this same command as ``processes`` ranks on this machine (``--standalone``: a free
     port of its own). The output lock, taken by this process, stays held by torchrun (its descriptor survives the
     exec); each rank gets an equal part of the job's CPU threads."""
-    from kdpipe.core import shared_cache
     from kdpipe.core.finished import held_locks
 
     rest, skip = [], False
@@ -109,7 +104,7 @@ def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
         elif not arg.startswith(("--processes=", "--threads=")):
             rest.append(arg)
     per_rank = max(1, (threads or os.cpu_count() or 1) // processes)
-    for handle in held_locks() + shared_cache.held():  # held by torchrun, then, until the job ends
+    for handle in held_locks():  # held by torchrun, then, until the job ends
         os.set_inheritable(handle.fileno(), True)
     os.environ[LAUNCHED] = job_identity_of_process() or ""
     os.environ["OMP_NUM_THREADS"] = str(per_rank)
@@ -207,7 +202,7 @@ def main(argv=None) -> int:
         check_local_content(params)
         if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
             set_job_identity(os.environ[LAUNCHED] or None)
-        elif (stage.trains or stage.cached) and _made_already(stage, params, args):
+        elif stage.trains and _made_already(stage, params, args):
             return 0
         elif stage.trains and processes > 1:
             _launch(processes, threads, argv)
@@ -224,17 +219,13 @@ def main(argv=None) -> int:
             from kdpipe.training import distributed
 
             distributed.init(pick_device())
-        args.pop("inputs", None)  # (a rank's: the launcher read them)
+        args.pop("inputs", None), args.pop("code", None)  # (a rank's: the launcher read them)
         started, rows = time.perf_counter(), _rows_done()
         module.run(params, **args)
         if not rank or int(os.environ.get("RANK", "0")) == 0:
             _summary(command, params, args, _rows_done() - rows, time.perf_counter() - started)
         if rank:
             distributed.close()
-        if stage.cached and (not rank or int(os.environ.get("RANK", "0")) == 0):
-            from kdpipe.core import shared_cache
-
-            shared_cache.record(job_identity_of_process() or "", [v for n, v in args.items() if n.startswith("out")])
     except KdpipeError as err:
         print(f"kdpipe {command}: error: {err}", file=sys.stderr)
         return 2

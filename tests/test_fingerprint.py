@@ -124,3 +124,12 @@ def test_remembered_imports_follow_an_edit_and_a_rerun_parses_nothing(tmp_path, 
     after = closure("kdpipe.signals.logits")
     new_run()
     assert before < after and "methods/muki.py" in after
+
+
+def test_the_code_identity_modules_do_not_import_each_other():
+    """The fingerprint uses the library versions of kdpipe.core.identity; the identity takes the fingerprint as a
+    value (docs/caching-and-reruns.md, "One identity per job") and imports none of it."""
+    assert "core/identity.py" in closure("kdpipe.core.fingerprint")
+    assert "core/fingerprint.py" not in closure("kdpipe.core.identity")
+    for module in ("kdpipe.core.finished", "kdpipe.core.shared_cache", "kdpipe.training.checkpoint"):
+        assert "core/fingerprint.py" not in closure(module), module

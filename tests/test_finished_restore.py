@@ -13,6 +13,7 @@ import pytest
 
 from kdpipe.cli import main
 from kdpipe.core.checksums import checksum
+from kdpipe.core.fingerprint import fingerprint
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
 from kdpipe.core.identity import job_identity
 from kdpipe.core.store import KdpipeError
@@ -131,7 +132,8 @@ def test_an_interrupted_teacher_resumes_on_the_same_inputs(tiny_data, tmp_path, 
     out = tmp_path / "teachers" / "t"
     checkpoint = interrupted(monkeypatch, TINY_TEACHER, tiny_data, out)
     state = json.loads((checkpoint / "state.json").read_text())
-    assert state["resume_key"] == job_identity(TINY_TEACHER, [tiny_data])  # the job's identity, not its slice
+    code = fingerprint("kdpipe.stages.finetune_teacher")  # (the rule passes its fingerprint; called directly: this)
+    assert state["resume_key"] == job_identity(TINY_TEACHER, [tiny_data], code)  # the job's identity, not its slice
     assert state["epoch"] == 1
     capfd.readouterr()
 
@@ -156,7 +158,7 @@ def test_an_interrupted_teacher_whose_data_changed_starts_again(tiny_data, tmp_p
     assert finetune(TINY_TEACHER, data, out) == 0
     err = capfd.readouterr().err
     resume = out.parent / ".resume" / "t"
-    assert f"[kdpipe] {resume}: a checkpoint made from other settings, inputs or code; discarded" in err
+    assert f"[kdpipe] {resume}: a checkpoint made from other inputs; discarded, training starts from scratch" in err
     assert "resuming" not in err and "teacher epoch 1" in err
     assert [r["epoch"] for r in validation_records(out)] == [1]  # the log of the discarded attempt is not kept
 

@@ -1,7 +1,9 @@
-"""A teacher job killed with SIGKILL mid-training leaves no finished-looking output; the rerun resumes."""
+"""A teacher job killed with SIGKILL mid-training leaves no finished-looking output; the rerun resumes, unless the
+teacher's own code changed meanwhile."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kdpipe.training.loop import read_resume_state
-from tests.conftest import TINY_TEACHER
+from tests.conftest import REPO, TINY_TEACHER
 
 pytestmark = pytest.mark.slow
 
@@ -79,3 +81,52 @@ def test_a_job_killed_by_a_signal_says_so_in_its_log(tmp_path, sig):
     err = proc.stderr.read()
     assert f"[kdpipe] prepare data: killed by {sig.name} (signal {int(sig)}); its outputs were not finished" in err
     assert status == -sig and not (tmp_path / "data").exists()
+
+
+def test_a_killed_teacher_resumes_after_an_edit_outside_its_code_and_starts_over_after_an_edit_of_its_loss(
+    tiny_data, tmp_path
+):
+    """Resume checkpoints are keyed on the stage's code fingerprint (docs/caching-and-reruns.md,
+    "One identity per job"): an edit to a report module, outside the teacher's import closure, keeps a killed
+    teacher's checkpoint; an edit to its loss (kdpipe/training/objective.py) discards it, and the log says why."""
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "kdpipe", project / "kdpipe", ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "teachers" / "t"
+    resume = out.parent / ".resume" / "t"
+    params = json.dumps({**TINY_TEACHER, "epochs": 40, "batch_size": 4, "checkpoint_every": 2})
+    cmd = [sys.executable, "-m", "kdpipe", "finetune-teacher", "--params", params]
+    cmd += ["--data", str(tiny_data), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(project)}
+
+    def killed_after_a_checkpoint(after_epoch: int) -> tuple[dict, str]:
+        proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 120
+        while time.time() < deadline and (read_resume_state(resume) or {}).get("epoch", 0) <= after_epoch:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        said = proc.communicate()[1].decode()
+        state = read_resume_state(resume)
+        assert state and not out.exists()
+        return state, said
+
+    def append(module: str, text: str) -> None:
+        path = project / "kdpipe" / module
+        path.write_text(path.read_text() + text)
+
+    first, _ = killed_after_a_checkpoint(0)
+    append("report/html.py", "\n# an edit outside the teacher's code\n")
+    second, said = killed_after_a_checkpoint(first["epoch"])
+    assert f"resuming teacher at epoch {first['epoch']} step {first['step_in_epoch']}" in said
+    assert "discarded" not in said
+
+    append("training/objective.py", "\nLOSS_EDITED = True  # an edit of the teacher's loss module\n")
+    result = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"[kdpipe] {resume}: a checkpoint made from other code; discarded, training starts from scratch" in (
+        result.stderr
+    )
+    assert "resuming" not in result.stderr and "teacher epoch 1:" in result.stderr
+    assert second["epoch"] > first["epoch"] >= 1
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log if "validation" in r] == list(range(1, 41))  # one run from scratch

@@ -19,6 +19,7 @@ import json
 from functools import cache
 from pathlib import Path
 
+from kdpipe.core.identity import software_versions
 from kdpipe.core.memo import JsonMemo
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the kdpipe package
@@ -123,8 +124,6 @@ def fingerprint(*modules: str) -> str:
     """sha256 (16 hex digits) over the relative paths and contents of :func:`module_closure` and the versions of
     the libraries that compute a job's numbers (:func:`kdpipe.core.identity.software_versions`): upgrading torch
     or transformers reruns the jobs, and the shared cache keeps their outputs apart."""
-    from kdpipe.core.identity import software_versions
-
     digest = hashlib.sha256(json.dumps(software_versions(), sort_keys=True).encode())
     for path in module_closure(*modules):
         digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + _source(path) + b"\0")

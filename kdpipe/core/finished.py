@@ -6,7 +6,7 @@ Snakemake stopped by a signal while a job runs (or a cluster job that outlives t
 the job finish but leaves its output recorded as incomplete; the rerun (``--rerun-incomplete``) deletes the output
 and runs the job again. A training job therefore keeps a copy of its finished output folder beside it
 (``.resume/<name>.done``: a real copy, so damage to one never reaches the other) with the job's identity
-(:func:`kdpipe.core.identity.job_identity`: settings, local files, inputs, code, library versions). The copy is
+(:func:`kdpipe.core.identity.job_identity`: settings, local files, inputs, the stage's code fingerprint). The copy is
 used only for that case:
 
 - only by a job of the same identity, and only when every file of the copy still has the checksum its manifest
@@ -27,9 +27,9 @@ import os
 import shutil
 import socket
 import sys
-import time
 from pathlib import Path
 
+from kdpipe.core.identity import what_changed
 from kdpipe.core.store import ArtifactError, atomic_path, read_json
 
 # What a finished output was made from, set by the command line for the training stages (kdpipe.cli); None when a
@@ -109,7 +109,7 @@ def restore_finished(identity: str, out_dirs: list[Path]) -> bool:
             _drop(done)
             return False
         if marker.read_text() != identity:
-            _say(f"{done}: a finished copy made from other settings, inputs or code; removed, not used")
+            _say(f"{done}: a finished copy made from {what_changed(marker.read_text(), identity)}; removed, not used")
             _drop(done)
             return False
         damage = folder_damage(done)
@@ -170,26 +170,24 @@ def lock_outputs(out_dirs: list[Path]) -> None:
         if path in _LOCKS:  # this process holds it already
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        _LOCKS[path], _ = take_lock(
+        _LOCKS[path] = take_lock(
             path,
             f"{out}: another job is already making it ({{holder}}), e.g. one left running by a Snakemake that was "
             "killed; waiting for it to end (stop that process to go on at once)",
         )
 
 
-def take_lock(path: Path, waiting: str, holder: str = "") -> tuple[object, float | None]:
+def take_lock(path: Path, waiting: str, holder: str = ""):
     """An exclusive ``flock`` on the file ``path``, held as long as the returned handle is open (the system releases
     it when the process ends, even on SIGKILL). When another process holds it, say ``waiting`` (``{holder}``: what
-    that process wrote in the file) and wait for it. Returns the handle and when the wait began (None: no wait).
-    The file then names this process (pid, host, and ``holder``)."""
+    that process wrote in the file) and wait for it, without a time limit. The file then names this process (pid,
+    host, and ``holder``)."""
     import fcntl
 
     handle = open(path, "a+")  # noqa: SIM115 (held open on purpose: the lock lives as long as the file is open)
-    waited_since = None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        waited_since = time.time()
         handle.seek(0)
         _say(waiting.format(holder=handle.read().strip() or "another process"))
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -197,4 +195,4 @@ def take_lock(path: Path, waiting: str, holder: str = "") -> tuple[object, float
     handle.truncate()
     handle.write(f"pid {os.getpid()} on {socket.gethostname()}{holder}")
     handle.flush()
-    return handle, waited_since
+    return handle

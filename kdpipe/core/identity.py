@@ -2,9 +2,10 @@
 
 A job's identity covers its config slice, the content of every local file or folder the config names (a dataset
 file, a local backbone or checkpoint: :func:`local_content`, added to the slice by the plan, so Snakemake's params
-trigger and its output cache see an edit in place), the checksums of its input artifacts, kdpipe's code and the
-versions of the libraries that compute its numbers (:func:`software_versions`). Resume checkpoints, kept copies of
-finished outputs and the locks of the shared cache are all keyed on it: one of another identity is never used.
+trigger and its output cache see an edit in place), the checksums of its input artifacts, and its code: the
+stage's code fingerprint (:mod:`kdpipe.core.fingerprint`, the same one the rule's rerun trigger and Snakemake's
+cache use, with the versions of the libraries that compute its numbers). Resume checkpoints and kept copies of
+finished outputs are keyed on it: one of another identity is never used, and :func:`what_changed` says why.
 
 Torch-free: the plan calls :func:`local_content` while Snakemake builds the DAG.
 """
@@ -23,8 +24,9 @@ import xxhash
 
 from kdpipe.core.checksums import checksum
 from kdpipe.core.memo import JsonMemo
+from kdpipe.core.store import KdpipeError
 
-# The libraries whose version changes what a job computes; part of every job's identity and code fingerprint.
+# The libraries whose version changes what a job computes; part of every code fingerprint.
 LIBRARIES = ("torch", "transformers", "tokenizers")
 # Config keys whose value may name a local file or folder (dataset.source, dataset.files.<split>, a teacher's
 # backbone or checkpoint, a student's model.init.from or model.config.tokenizer, a method's *_backbone argument).
@@ -91,8 +93,6 @@ def check_local_content(params: dict) -> None:
     now = local_content({key: value for key, value in params.items() if key != "local_content"}) if planned else {}
     changed = [key for key in planned if now.get(key) != planned[key]]
     if changed:
-        from kdpipe.core.store import KdpipeError
-
         raise KdpipeError(
             f"{', '.join(changed)}: the file or folder changed after the workflow was planned; run the workflow "
             "again, so that this job's identity is made from what it reads"
@@ -147,28 +147,33 @@ class _Memo:
         self.memo.save()
 
 
-def job_identity(params: dict, inputs: Iterable[str | Path]) -> str:
-    """What a job's outputs are made from, as one digest: its config slice (with the digests of local files, see
-    :func:`local_content`), kdpipe's code (every module: any edit counts), :func:`software_versions`, and its input
-    artifacts: a folder by its JSON files (whose manifests hold the checksums of the large files), a JSON file by
-    its bytes, any other file by the checksum a manifest beside it records for it (else by its bytes). Two jobs
+def job_identity(params: dict, inputs: Iterable[str | Path], code: str) -> str:
+    """What a job's outputs are made from, in three parts (``settings=… inputs=… code=…``): its config slice (with
+    the digests of local files, see :func:`local_content`); its input artifacts, a folder by its JSON files (whose
+    manifests hold the checksums of the large files), a JSON file by its bytes, any other file by the checksum a
+    manifest beside it records for it (else by its bytes); and ``code``, the stage's code fingerprint. Two jobs
     with the same identity make the same outputs."""
-    from kdpipe.core.fingerprint import PACKAGE_ROOT
-
-    digest = xxhash.xxh3_128()
-    digest.update(json.dumps(params, sort_keys=True).encode())
-    digest.update(json.dumps(software_versions(), sort_keys=True).encode())
-    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
-        digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    settings = xxhash.xxh3_64(json.dumps(params, sort_keys=True).encode())
+    artifacts = xxhash.xxh3_64()
     for item in sorted({str(i) for i in inputs}):
         path = Path(item)
-        digest.update(item.encode() + b"\0")
+        artifacts.update(item.encode() + b"\0")
         if path.is_dir():
             for file in sorted(path.rglob("*.json")):
-                digest.update(file.relative_to(path).as_posix().encode() + b"\0" + checksum(file).encode())
+                artifacts.update(file.relative_to(path).as_posix().encode() + b"\0" + checksum(file).encode())
         elif path.is_file():
-            digest.update(_recorded_checksum(path).encode())
-    return digest.hexdigest()
+            artifacts.update(_recorded_checksum(path).encode())
+    return f"settings={settings.hexdigest()} inputs={artifacts.hexdigest()} code={code}"
+
+
+def what_changed(old: str, new: str) -> str:
+    """Why something kept under identity ``old`` is not used by a job of identity ``new``, for its log line:
+    ``other code``, ``other settings and inputs``... (an identity of another form: all three may have)."""
+    parts = [dict(part.split("=", 1) for part in key.split() if "=" in part) for key in (old, new)]
+    names = [name for name in ("settings", "inputs", "code") if parts[0].get(name) != parts[1].get(name)]
+    if set(parts[0]) != {"settings", "inputs", "code"} or not names:
+        return "other settings, inputs or code"
+    return "other " + " and ".join(names)
 
 
 def _recorded_checksum(path: Path) -> str:

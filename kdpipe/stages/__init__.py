@@ -20,7 +20,6 @@ class Stage:
     device: bool = True  # runs a model: claims a GPU from the pool first
     summary: str = ""
     trains: bool = False  # a training job: a rerun of the same job restores its finished outputs (kdpipe.cli)
-    cached: bool = False  # its rule is in the shared output cache and writes a folder: concurrent runs wait for it
 
 
 # name: (its arguments, runs a model, what it does); the module is kdpipe.stages.<name with "_" for "-">
@@ -56,18 +55,17 @@ _TABLE = {
     ),
 }
 TRAINING = ("finetune-teacher", "distill", "cotrain")
-CACHED = ("finetune-teacher", "import-teacher")
-# The jobs with an identity (kdpipe.core.identity) take the rule's declared inputs too (``--inputs {input}``): their
-# checksums are part of it. The command line reads them; the stage's ``run`` does not get them.
-IDENTITY_INPUTS = "inputs*"
+# The training jobs have an identity (kdpipe.core.identity): they take the rule's declared inputs too (``--inputs
+# {input}``), whose checksums are part of it, and the rule's code fingerprint (``--code {params.code}``; a stage
+# called without it uses its module's). The command line reads them; the stage's ``run`` does not get them.
+IDENTITY = ("inputs*", "code:str?")
 STAGES = {
     name: Stage(
         f"kdpipe.stages.{name.replace('-', '_')}",
-        tuple(arguments.split()) + ((IDENTITY_INPUTS,) if name in TRAINING + CACHED else ()),
+        tuple(arguments.split()) + (IDENTITY if name in TRAINING else ()),
         device,
         summary,
         name in TRAINING,
-        name in CACHED,
     )
     for name, (arguments, device, summary) in _TABLE.items()
 }

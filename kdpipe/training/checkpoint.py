@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from kdpipe.core.checksums import checksum
 from kdpipe.core.finished import keep_finished, work_dir
+from kdpipe.core.identity import what_changed
 from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, read_json, write_json
 from kdpipe.training import distributed
 
@@ -50,7 +51,8 @@ class Checkpoint:
                 return None
             state = read_json(current / "state.json")
             if state.get("resume_key") != self.key:
-                say(f"[kdpipe] {self.root}: a checkpoint made from other settings, inputs or code; discarded")
+                why = what_changed(str(state.get("resume_key")), self.key)
+                say(f"[kdpipe] {self.root}: a checkpoint made from {why}; discarded, training starts from scratch")
                 self.clear()  # never resume from it
                 return None
             damaged = [

@@ -449,7 +449,7 @@ def fit_job(
     """:func:`fit` for a stage job writing ``out_dir``: its :class:`~kdpipe.training.objective.Objective` (loss,
     extra modules, epoch hook, extra state), with the resume folder and training log beside the output. The resume
     key is the job's identity (:func:`kdpipe.core.identity.job_identity`: settings, local files, input artifacts,
-    code, library versions), set by the command line; a stage called directly keys on its config slice ``params``.
+    the stage's code fingerprint), set by the command line; a stage called directly keys on its config slice ``params``.
     A checkpoint of another key is discarded, never resumed."""
     resume, log_path = work_paths(Path(out_dir))
     return fit(

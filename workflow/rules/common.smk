@@ -12,7 +12,7 @@ from snakemake.utils import validate
 
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
 from kdpipe.core import warm
-from kdpipe.core.shared_cache import CACHED_RUN_ENV
+from kdpipe.core import shared_cache
 from kdpipe.core.fingerprint import fingerprint
 from kdpipe.core.store import KdpipeError
 from kdpipe.plan import (
@@ -92,15 +92,9 @@ onerror:
     warm.stop(WARM)
 
 
-# A cached teacher job made meanwhile by another run sharing the cache stops, so that Snakemake's retry links the
-# stored entry (kdpipe.core.shared_cache): one more try for those rules when --cache is on (else --retries holds).
-CACHED = workflow.workflow_settings.cache
-TEACHERS_CACHED = CACHED is not None and (not CACHED or bool({"finetune_teacher", "import_teacher"} & set(CACHED)))
-CACHE_RETRIES = 1 if TEACHERS_CACHED else None
-# and the teacher jobs learn whether this run looks them up in the cache and stores them (--cache with no rule
-# named, or with theirs): only then may one stop for a store it has just missed
-if TEACHERS_CACHED:
-    os.environ[CACHED_RUN_ENV] = "1"
+# With --cache, each cached job holds a lock named by its cache key from its look-up to its store, so that two runs
+# sharing the cache make it once (kdpipe.core.shared_cache); a cache folder that cannot take outputs stops the run.
+shared_cache.install(workflow)
 
 
 wildcard_constraints:

@@ -30,7 +30,7 @@ rule distill:
         "python -m kdpipe --threads {threads} --processes {resources.gpu} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
         " --out {output.model} --prototypes {input.prototypes} --route {params.route} --transfer {input.transfer}"
         " --teacher-dirs {input.teachers}"
-        " --inputs {input} > {log} 2>&1"
+        " --inputs {input} --code {params.code} > {log} 2>&1"
 
 
 rule cotrain:
@@ -56,4 +56,4 @@ rule cotrain:
         code=lambda wc: code("kdpipe.stages.cotrain", *PLAN.student_modules(wc.student)),
     shell:
         "python -m kdpipe --threads {threads} --processes {resources.gpu} cotrain --params {params.cfg:q} --data {input.data} --out {output.model}"
-        " --out-teacher {output.teacher} --inputs {input} > {log} 2>&1"
+        " --out-teacher {output.teacher} --inputs {input} --code {params.code} > {log} 2>&1"

@@ -10,7 +10,6 @@ rule finetune_teacher:
     wildcard_constraints:
         teacher=one_of([t for t in PLAN.teachers if not PLAN.imported(t)]),
     cache: True
-    retries: CACHE_RETRIES
     conda:
         ENV
     threads: 2
@@ -23,7 +22,7 @@ rule finetune_teacher:
         code=lambda wc: code("kdpipe.stages.finetune_teacher", *PLAN.teacher_modules(wc.teacher)),
     shell:
         "python -m kdpipe --threads {threads} --processes {resources.gpu} finetune-teacher --params {params.cfg:q} --data {input.data} --out {output.model}"
-        " --prototypes {input.prototypes} --inputs {input} > {log} 2>&1"
+        " --prototypes {input.prototypes} --inputs {input} --code {params.code} > {log} 2>&1"
 
 
 rule import_teacher:
@@ -38,7 +37,6 @@ rule import_teacher:
     wildcard_constraints:
         teacher=one_of(PLAN.imported_teachers()),
     cache: True
-    retries: CACHE_RETRIES
     conda:
         ENV
     threads: 2
@@ -51,4 +49,4 @@ rule import_teacher:
         code=code("kdpipe.stages.import_teacher"),
     shell:
         "python -m kdpipe --threads {threads} import-teacher --params {params.cfg:q} --data {input.data} --out {output.model}"
-        " --inputs {input} > {log} 2>&1"
+        " > {log} 2>&1"

@@ -1,0 +1,272 @@
+"""Runs sharing one output cache (docs/caching-and-reruns.md, "Two runs at once"): real Snakemake runs of a small
+Snakefile whose one cached rule writes a folder, as a teacher does, and records each time it "trains". Snakemake's
+store is wrapped (slowed, or held open until the test lets it go) and the runs' clocks set apart, in a launcher
+that patches Snakemake before running it. Each artifact is made once, its entry holds one copy, every run ends.
+"""
+
+from __future__ import annotations
+
+import ast
+import errno
+import inspect
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kdpipe.core import shared_cache
+from tests.conftest import REPO
+
+SNAKEFILE = """
+from kdpipe.core import shared_cache
+
+shared_cache.install(workflow)
+
+
+rule teacher:
+    output:
+        directory("results/teachers/t"),
+    cache: True
+    params:
+        code="v1",
+    shell:
+        "echo trained >> $TRAINED; sleep 1; mkdir {output}.tmp; echo w > {output}.tmp/model.bin;"
+        " echo m > {output}.tmp/manifest.json; mv {output}.tmp {output}"
+"""
+
+# Snakemake with its store slowed (STORE_S), or held until a file exists (STORE_GATE), and its clock set apart
+LAUNCHER = """
+import os, sys, time
+from snakemake.caching.local import OutputFileCache
+
+store = OutputFileCache.store
+
+async def slow_store(self, job):
+    print("storing", flush=True)
+    gate = os.environ.get("STORE_GATE")
+    while gate and not os.path.exists(gate):
+        time.sleep(0.05)
+    time.sleep(float(os.environ.get("STORE_S", "0")))
+    return await store(self, job)
+
+OutputFileCache.store = slow_store
+offset = float(os.environ.get("CLOCK_OFFSET_S", "0"))
+for name in ("time", "monotonic"):
+    real = getattr(time, name)
+    setattr(time, name, lambda real=real: real() + offset)
+from snakemake.cli import main
+sys.argv[0] = "snakemake"
+sys.exit(main())
+"""
+
+
+class Run:
+    """One Snakemake run in its own working directory, its output read line by line as it comes."""
+
+    def __init__(self, workdir: Path, cache: Path, *args: str, **env: str):
+        workdir.mkdir(parents=True)
+        (workdir / "Snakefile").write_text(SNAKEFILE)
+        environment = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "SNAKEMAKE_OUTPUT_CACHE": str(cache),
+            "TRAINED": str(cache.parent / "trained.txt"),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            **env,
+        }
+        command = [sys.executable, "-c", LAUNCHER, "--cores", "1", "results/teachers/t", *args]
+        self.workdir = workdir
+        self.proc = subprocess.Popen(
+            command, cwd=workdir, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, text: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.seen.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"{self.workdir}: no line with {text!r}; got:\n{''.join(self.seen)}")
+
+    def finish(self, timeout: float = 180) -> str:
+        self.proc.wait(timeout=timeout)
+        while (line := self.lines.get(timeout=30)) is not None:
+            self.seen.append(line)
+        return "".join(self.seen)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def cache(tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    return folder
+
+
+def trained(cache: Path) -> int:
+    path = cache.parent / "trained.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def one_entry(cache: Path) -> Path:
+    """The cache's one entry, a folder with the output's files and no folder inside it (no nested copy)."""
+    entries = [entry for entry in cache.iterdir() if not entry.name.startswith(".")]
+    assert len(entries) == 1, entries
+    (entry,) = entries
+    assert sorted(p.name for p in entry.iterdir()) == ["manifest.json", "model.bin"], "a nested copy in the entry"
+    return entry
+
+
+def assert_linked(runs: list[Run], entry: Path) -> None:
+    for run in runs:
+        assert (run.workdir / "results/teachers/t/model.bin").resolve() == (entry / "model.bin").resolve()
+
+
+def finish_all(runs: list[Run]) -> list[str]:
+    try:
+        outputs = [run.finish() for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
+    assert [run.proc.returncode for run in runs] == [0] * len(runs), "\n\n".join(outputs)
+    return outputs
+
+
+def test_three_directories_at_once_with_a_store_slowed_to_9_s(cache, tmp_path):
+    runs = [Run(tmp_path / name, cache, "--cache", STORE_S="9") for name in ("one", "two", "three")]
+    outputs = finish_all(runs)
+    assert trained(cache) == 1
+    assert sum("another run sharing the cache is making it" in out for out in outputs) >= 1, outputs
+    assert_linked(runs, one_entry(cache))
+
+
+@pytest.mark.parametrize("offset", [30, -30])
+def test_a_store_held_open_is_waited_for_whatever_the_clocks_say(offset, cache, tmp_path):
+    """The first run's store does not end until both other runs wait for it (a store of 90 s, or of any length):
+    they wait without a limit, whatever their clocks (30 s ahead of or behind the first run's) and the lock file's
+    time say, then link the entry."""
+    gate = tmp_path / "store-may-end"
+    first = Run(tmp_path / "one", cache, "--cache", STORE_GATE=str(gate))
+    runs = [first]
+    try:
+        first.wait_for("storing")  # trained; its store is held open
+        lock = next((cache / shared_cache.LOCKS).glob("*.lock"))
+        os.utime(lock, (time.time() + offset, time.time() + offset))  # as a file server's clock would date it
+        runs += [
+            Run(tmp_path / name, cache, "--cache", CLOCK_OFFSET_S=str(offset), STORE_GATE=str(gate))
+            for name in ("two", "three")
+        ]
+        for run in runs[1:]:
+            said = run.wait_for("waiting for it to be stored")
+            assert f"(pid {first.proc.pid} on " in said and str(first.workdir) in said
+        time.sleep(3)
+        assert trained(cache) == 1 and all(run.proc.poll() is None for run in runs)
+        gate.touch()
+    finally:
+        outputs = finish_all(runs)
+    assert trained(cache) == 1
+    assert all("storing" not in out for out in outputs[1:])  # they linked the entry: nothing stored twice
+    assert_linked(runs, one_entry(cache))
+
+
+def test_a_run_without_cache_beside_one_with_it(cache, tmp_path):
+    """The run without --cache neither looks the cache up nor stores: it makes its own output and never waits."""
+    gate = tmp_path / "store-may-end"
+    cached = Run(tmp_path / "one", cache, "--cache", STORE_GATE=str(gate))
+    runs = [cached]
+    try:
+        cached.wait_for("storing")
+        runs.append(Run(tmp_path / "two", cache))
+        runs[1].proc.wait(timeout=120)  # while the other run's store is held open
+        gate.touch()
+    finally:
+        outputs = finish_all(runs)
+    assert "waiting" not in outputs[1] and "from cache" not in outputs[1] and "to cache" not in outputs[1]
+    assert trained(cache) == 2  # once for the cache, once by the run that asked not to use it
+    entry = one_entry(cache)
+    assert_linked([cached], entry)
+    own = runs[1].workdir / "results/teachers/t"
+    assert own.is_dir() and not own.is_symlink() and not (own / "model.bin").is_symlink()
+
+
+@pytest.mark.parametrize("broken", ["missing", "a file"])
+def test_a_broken_cache_folder_stops_only_a_run_with_cache_and_in_one_line(broken, tmp_path):
+    folder = tmp_path / "cache"
+    if broken == "a file":
+        folder.write_text("not a folder")
+    why = {"missing": "it does not exist", "a file": "it is not a folder"}[broken]
+    plain = Run(tmp_path / "plain", folder)
+    assert plain.finish() and plain.proc.returncode == 0, "".join(plain.seen)
+    cached = Run(tmp_path / "cached", folder, "--cache")
+    out = cached.finish()
+    assert cached.proc.returncode != 0
+    (line,) = [line for line in out.splitlines() if why in line]
+    assert f"SNAKEMAKE_OUTPUT_CACHE={folder}: {why}; --cache stores the cached rules' outputs there" in line
+    assert "Traceback" not in out and not (tmp_path / "cached/results/teachers/t").exists()
+
+
+@pytest.mark.parametrize(
+    ("err", "why"),
+    [
+        (errno.EROFS, "it is on a read-only file system"),
+        (errno.ENOSPC, "its file system is full"),
+        (errno.EACCES, "you may not write to it"),
+    ],
+)
+def test_folder_problem_names_a_read_only_or_full_folder(err, why, cache, monkeypatch):
+    assert shared_cache.folder_problem(str(cache)) is None
+    assert (cache / shared_cache.LOCKS).is_dir() and not [p for p in cache.iterdir() if p.is_file()]
+
+    def fail(fd):
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(shared_cache.os, "fsync", fail)  # where a full disk or a read-only mount shows
+    assert shared_cache.folder_problem(str(cache)) == why
+
+
+def test_no_decision_reads_a_clock():
+    """The lock is the only thing the runs share: shared_cache reads no time, date or file time."""
+    source = inspect.getsource(shared_cache)
+    names = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
+    imported = {
+        alias.name
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for alias in n.names
+    }
+    assert not {"time", "datetime"} & (names | imported)
+    assert "mtime" not in source and "monotonic" not in source and "sleep" not in source
+
+
+def test_the_lock_spans_snakemakes_look_up_run_and_store():
+    """What the lock wraps (``Executor.cached_or_run``) looks the job up, runs it and stores it, in that order: the
+    contract the lock relies on, checked against the installed Snakemake."""
+    from snakemake.executors.local import Executor
+
+    assert "acached_or_run" in inspect.getsource(Executor.cached_or_run)
+    body = inspect.getsource(Executor.acached_or_run)
+    fetch, run, store = (body.index(text) for text in ("cache.fetch(job)", "run_func(*args)", "cache.store(job)"))
+    assert fetch < run < store
