@@ -1,23 +1,15 @@
-"""Warm start: jobs forked from a process that has already imported torch and transformers
-(docs/design.md, "Warm start").
+"""Warm start: jobs forked from a process that has already imported torch and transformers (docs/design.md, "Warm
+start").
 
-Importing torch, transformers and kdpipe's stages takes about 4 s of CPU, which is most of a small job. While a
-workflow runs its jobs on the local machine, it starts one server (:func:`start`, from Snakemake's ``onstart``)
-that imports them once and then waits on a Unix socket in a private folder. A job's ``python -m kdpipe ...``
-(:func:`run_warm`) hands the server its arguments, working directory, environment and standard streams; the server
-forks a copy of itself that becomes the job, and reports the copy's exit status back. The job's own process waits
-for it, passes on SIGINT, SIGTERM and SIGHUP, and exits as it did; if that process dies, even by SIGKILL, the copy
-kills itself at once, so stopping a job works as before.
-
-A job starts afresh, as without the server, whenever the copy could differ from a fresh process: another Python,
-``sys.path`` or library version, a kdpipe source file changed since the server started (its size, times or inode),
-an environment that differs in anything but what Snakemake sets per job (threads, temporary folder) or
-``CUDA_VISIBLE_DEVICES``, a multi-process training job, or no server listening. The server never initialises CUDA
-and is not started where an NVIDIA device is present (a fork after CUDA starts cannot use it); it exits when the
-workflow ends, when the Snakemake process that started it is gone, or after an idle hour.
-
-Written by hand: Python's ``multiprocessing`` forkserver serves only the process that started it, and a job here is
-a separate process started by Snakemake's shell.
+While a workflow runs its jobs on a Linux machine without an NVIDIA or ROCm device, it starts one server
+(:func:`start`, from Snakemake's ``onstart``) that imports every stage once and waits on a Unix socket in a private
+folder. A job's ``python -m kdpipe ...`` (:func:`run_warm`) hands the server its arguments, working directory,
+environment and standard streams; the server forks a single-threaded copy of itself that becomes the job. The job's
+process passes its signals on to the copy and exits as the copy did; it waits on the copy's own report, and on the
+state of the copy and the server (``/proc``), so a stopped or dead server never holds it. A job starts afresh
+whenever the copy could differ from a fresh process (another Python, ``sys.path``, library or kdpipe source, or
+environment), when the server runs more than one thread (said once, then the server stops), or when no server
+answers. Written by hand: Python's ``multiprocessing`` forkserver serves only the process that started it.
 """
 
 from __future__ import annotations
@@ -27,6 +19,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -35,39 +28,30 @@ from pathlib import Path
 
 SOCKET_ENV = "KDPIPE_WARM_SOCKET"  # the server's socket, set for the jobs by the workflow
 SWITCH_ENV = "KDPIPE_WARM"  # "0" turns warm start off
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")  # NVIDIA's and ROCm's: a process forked after CUDA/HIP starts cannot use it
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")  # in OpenBLAS's order
 # Set by Snakemake for each job (threads, tmpdir, the rules' shell prefix putting the venv first on PATH) or by the
 # GPU pool: read when a job runs, not when it imports; a copy takes the job's values.
 PER_JOB = {
-    "PATH",
-    "OMP_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "TMPDIR",
-    "TMP",
-    "TEMP",
-    "TEMPDIR",
-    "CUDA_VISIBLE_DEVICES",
-    "_",
-    "SHLVL",
-    "PWD",
-    "OLDPWD",
-    SOCKET_ENV,
+    *BLAS_THREADS,
+    *("PATH", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "CUDA_VISIBLE_DEVICES", SOCKET_ENV),
+    *("TMPDIR", "TMP", "TEMP", "TEMPDIR", "_", "SHLVL", "PWD", "OLDPWD"),
 }
-# Passed on from a job's process to its copy (SIGSTOP cannot be caught: stopping the job's process does not stop
-# its copy; Ctrl-Z, SIGTSTP, stops both)
+# What the server imports with, so that no library starts a thread: numpy's OpenBLAS pool, Arrow's jemalloc purger
+SINGLE_THREADED = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+# Passed on from a job's process to its copy (SIGSTOP cannot be caught; Ctrl-Z, SIGTSTP, stops both)
 PASSED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP, signal.SIGCONT, signal.SIGUSR1, signal.SIGUSR2)
 IDLE_S = 3600
 POLL_S = 0.05
-HANDSHAKE_S = 30
-PACKAGE = Path(__file__).resolve().parents[1]
+HANDSHAKE_S = 30  # the longest a job waits for a running server to fork its copy
+REPORT_S = 30  # the longest a job waits for a running server to report a copy that ended without a word
+PACKAGE = Path(__file__).resolve().parent
 
 
 def available() -> bool:
-    """Whether this machine may run the server: not switched off, a POSIX system, and no NVIDIA device."""
-    return os.environ.get(SWITCH_ENV, "1") != "0" and hasattr(os, "fork") and not Path("/dev/nvidiactl").exists()
+    """Whether this machine may run the server: not switched off, Linux, and no NVIDIA or ROCm device."""
+    gpu = any(map(os.path.exists, GPU_DEVICES))
+    return os.environ.get(SWITCH_ENV, "1") != "0" and sys.platform == "linux" and not gpu
 
 
 def identity() -> dict:
@@ -99,6 +83,40 @@ def _environment(env: dict) -> dict:
     return {key: value for key, value in env.items() if key not in PER_JOB}
 
 
+def _state(pid: int) -> str:
+    """Process ``pid``'s state as ``/proc`` shows it (R, S, D: running; T, t: stopped; Z: ended), "" when gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _read_line(sock: socket.socket, server: int, copy: int | None = None, limit: float = HANDSHAKE_S) -> dict:
+    """The next JSON line on the connection, or ``{}`` when none will come: the connection closed; or neither the
+    copy (when there is one) runs nor the server, which is stopped or gone; or the server, running, has not
+    answered for ``limit`` seconds since the copy ended (or since the request, before a copy)."""
+    line, quiet = b"", 0.0
+    sock.settimeout(POLL_S * 10)
+    while not line.endswith(b"\n"):
+        try:
+            byte = sock.recv(1)
+        except TimeoutError:
+            copy_runs = copy is not None and _state(copy) not in ("Z", "X", "")  # (a stopped copy may go on)
+            quiet = 0.0 if copy_runs else quiet + POLL_S * 10
+            # a stopped (SIGSTOP, a debugger, a frozen cgroup) or ended server never answers
+            if not copy_runs and (quiet > limit or _state(server) in ("T", "t", "Z", "X", "")):
+                return {}
+            continue
+        except OSError:
+            return {}
+        if not byte:
+            return {}
+        line += byte
+    with contextlib.suppress(ValueError):
+        return json.loads(line)
+    return {}
+
+
 # ---- the job's side
 
 
@@ -110,9 +128,10 @@ def run_warm(argv: list[str]) -> int | None:
     # signals this process ignores (nohup, a background job of a script) its copy ignores too, and they pass on none
     passed = [sig for sig in PASSED if signal.getsignal(sig) != signal.SIG_IGN]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(HANDSHAKE_S)  # a server too busy to answer: start afresh (a late copy sees this end closed)
+    sock.settimeout(HANDSHAKE_S)
     try:
         sock.connect(path)
+        server = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
         request = {
             "argv": argv,
             "cwd": os.getcwd(),
@@ -120,29 +139,28 @@ def run_warm(argv: list[str]) -> int | None:
             "ignored": [int(sig) for sig in PASSED if sig not in passed],
             "identity": identity(),
         }
-        socket.send_fds(sock, [b"\0"], [0, 1, 2])  # the standard streams, then the request
         sock.sendall(json.dumps(request).encode() + b"\n")
-        reader = sock.makefile("r")
-        reply = json.loads(reader.readline() or "{}")
-    except (OSError, ValueError):
-        sock.close()
-        return None
+        # the standard streams go once the server has read the request (held by a stopped server, a pipe's other
+        # end would wait on it), then it forks
+        reply = _read_line(sock, server)  # a stopped server: at once; a busy one: after HANDSHAKE_S
+        if reply.get("ready"):
+            socket.send_fds(sock, [b"\0"], [0, 1, 2])
+            reply = _read_line(sock, server)
+    except OSError:
+        reply = {}
     if "pid" not in reply:
         if reply.get("refused"):
             print(f"[kdpipe] warm start: {reply['refused']}; starting afresh", file=sys.stderr)
         sock.close()
         return None
-    pid = reply["pid"]
+    copy = reply["pid"]
     for sig in passed:
-        signal.signal(sig, lambda signum, frame: _pass_on(pid, signum))
-    sock.settimeout(None)
-    try:
-        status = json.loads(reader.readline() or "{}")
-    except (OSError, ValueError):
-        status = {}
+        signal.signal(sig, lambda signum, frame: _pass_on(copy, signum))
+    status = _read_line(sock, server, copy, limit=REPORT_S)  # the copy's report, else the server's
     sock.close()
-    if not status:  # the server is gone, and its copy with it (it dies with the server): nothing finished
-        print("[kdpipe] warm start: the server stopped while the job ran; the job was stopped", file=sys.stderr)
+    if not status:  # the copy ended without a word (the server died, and it with it): nothing finished
+        state = "stopped" if _state(server) in ("T", "t") else "gone"
+        print(f"[kdpipe] warm start: the server stopped while the job ran (process {server}: {state})", file=sys.stderr)
         return 1
     if "signal" in status:  # killed: end the same way, so that the shell and Snakemake see what happened
         signal.signal(status["signal"], signal.SIG_DFL)
@@ -179,10 +197,10 @@ def start() -> dict | None:
         return None
     folder = tempfile.mkdtemp(prefix="kdpipe-warm-")  # mode 0700: no other user can reach the socket
     path = os.path.join(folder, "s")
-    log = Path(".snakemake") / "kdpipe-warm.log"  # why a server did not start, if it did not
-    with open(log if log.parent.is_dir() else os.devnull, "a") as stderr:  # (a server of an earlier run may write)
+    log = Path(".snakemake") / "kdpipe-warm.log"  # what the server did, and why it stopped serving if it did
+    with open(log if log.parent.is_dir() else os.devnull, "a") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kdpipe.core.warm", path, str(os.getpid())],
+            [sys.executable, "-m", "kdpipe.warm", path, str(os.getpid())],
             stdin=subprocess.DEVNULL,
             stdout=stderr,
             stderr=stderr,
@@ -195,25 +213,33 @@ def start() -> dict | None:
 def stop(server: dict | None) -> None:
     """Stop a server :func:`start` returned (its jobs have ended) and remove its socket and folder."""
     os.environ.pop(SOCKET_ENV, None)
-    if not server:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(server["pid"], signal.SIGTERM)
-    with contextlib.suppress(OSError):  # (the server removes them too, unless it was killed)
-        os.unlink(server["socket"])
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.dirname(server["socket"]))
+    if server:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server["pid"], signal.SIGTERM)
+        _remove(server["socket"])
+
+
+def _remove(path: str) -> None:
+    for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+        with contextlib.suppress(OSError):
+            remove(target)
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
 
 
 def serve(path: str, owner: int) -> None:
-    """Import everything a job needs, then fork one copy per request until stopped, orphaned or idle."""
+    """Import everything a job needs, then fork one copy per request until stopped, orphaned, idle or no longer
+    single-threaded."""
     import importlib
 
-    stopping: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))  # before the seconds of imports
+    stopping: list[str] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append("told to"))  # before the seconds of imports
     mine = json.loads(json.dumps(identity()))  # before importing: a file edited meanwhile is refused, not served
+    env = _environment(os.environ)
+    os.environ.update(SINGLE_THREADED)
     before = dict(os.environ)
-    env = _environment(before)
     from kdpipe.stages import STAGES
 
     for stage in STAGES.values():
@@ -222,10 +248,6 @@ def serve(path: str, owner: int) -> None:
 
     # what the imports set (torch sets KMP_* variables), as they would in a fresh process
     imported = {key: value for key, value in os.environ.items() if before.get(key) != value}
-    if stopping:  # told to stop while importing: the workflow ended before the server was needed
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(path))
-        return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -233,7 +255,7 @@ def serve(path: str, owner: int) -> None:
     jobs: dict[int, socket.socket] = {}
     last = time.monotonic()
     # Serve until told to stop, orphaned or idle; then accept no more jobs, but report on those still running
-    while not stopping and _alive(owner) and (jobs or time.monotonic() - last < IDLE_S):
+    while not stopping and os.getppid() == owner and (jobs or time.monotonic() - last < IDLE_S):
         _reap(jobs)
         try:
             conn, _ = listener.accept()
@@ -241,28 +263,20 @@ def serve(path: str, owner: int) -> None:
             continue
         last = time.monotonic()
         conn.settimeout(HANDSHAKE_S / 6)  # a job that connects and says nothing holds up no other
-        pid = _fork_job(conn, [listener, *jobs.values()], mine, env, imported)
+        pid = _fork_job(conn, [listener, *jobs.values()], mine, env, imported, stopping)
         if pid is None:
             conn.close()
         else:
             jobs[pid] = conn
     listener.close()
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.dirname(path))
+    _remove(path)
     while jobs:
         _reap(jobs)
         time.sleep(POLL_S)
 
 
-def _alive(owner: int) -> bool:
-    """Whether the Snakemake process that started the server still runs (it is the server's parent)."""
-    return os.getppid() == owner
-
-
 def _reap(jobs: dict[int, socket.socket]) -> None:
-    """Report each ended copy's exit status to its job."""
+    """Report each ended copy's exit status to its job (which took the copy's own report if it came first)."""
     while jobs:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -271,34 +285,33 @@ def _reap(jobs: dict[int, socket.socket]) -> None:
         if pid == 0:
             return
         conn = jobs.pop(pid, None)
-        if conn is None:
-            continue
-        if os.WIFSIGNALED(status):
-            reply = {"signal": os.WTERMSIG(status)}
-        else:
-            reply = {"exit": os.waitstatus_to_exitcode(status)}
-        with contextlib.suppress(OSError):
-            conn.sendall(json.dumps(reply).encode() + b"\n")
-        conn.close()
+        if conn is not None:
+            signalled = os.WIFSIGNALED(status)
+            reply = {"signal": os.WTERMSIG(status)} if signalled else {"exit": os.waitstatus_to_exitcode(status)}
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            conn.close()
 
 
-def _fork_job(conn: socket.socket, others: list[socket.socket], mine: dict, env: dict, imported: dict) -> int | None:
+def _fork_job(conn, others: list, mine: dict, env: dict, imported: dict, stopping: list) -> int | None:
     """Read one request; fork the copy that runs it and return its pid, or answer why not and return None."""
     fds: list[int] = []
     try:
-        _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-        with conn.makefile("rb") as reader:
+        with conn.makefile("rb") as reader:  # (nothing follows the request before the server answers it)
             request = json.loads(reader.readline())
+        refused = _refusal(request, mine, env)
+        if not refused and _threads() > 1:  # a fork copies only the calling thread: never fork then, and stop serving
+            refused = f"the server runs {_threads()} threads (a fork copies one)"
+            print(f"[kdpipe] warm start: {refused}; no more jobs are forked", file=sys.stderr, flush=True)
+            stopping.append(refused)
+        conn.sendall(json.dumps({"refused": refused} if refused else {"ready": True}).encode() + b"\n")
+        if not refused:
+            _, fds, _, _ = socket.recv_fds(conn, 1, 3)
     except (OSError, ValueError):
+        refused = "no request"
+    if refused or len(fds) != 3:
         for fd in fds:
             os.close(fd)
-        return None
-    refused = _refusal(request, mine, env, fds)
-    if refused:
-        for fd in fds:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            conn.sendall(json.dumps({"refused": refused}).encode() + b"\n")
         return None
     conn.settimeout(None)
     pid = os.fork()
@@ -319,9 +332,7 @@ def _fork_job(conn: socket.socket, others: list[socket.socket], mine: dict, env:
     _become_job(conn, fds, request, imported)  # never returns: the copy exits with the job's status
 
 
-def _refusal(request: dict, mine: dict, env: dict, fds: list[int]) -> str | None:
-    if len(fds) != 3:
-        return "the job's standard streams did not arrive"
+def _refusal(request: dict, mine: dict, env: dict) -> str | None:
     if request.get("identity") != mine:
         theirs = request.get("identity") or {}
         what = next((key for key in mine if mine[key] != theirs.get(key)), "identity")
@@ -334,9 +345,9 @@ def _refusal(request: dict, mine: dict, env: dict, fds: list[int]) -> str | None
 
 
 def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: dict) -> None:
-    """In the forked copy: take the job's streams, folder, environment, ignored signals and arguments, run it and
-    exit with its status. The end is as ``multiprocessing`` ends a forked child: exit handlers and a flush, then
-    ``os._exit``; tearing down every imported module would touch, and so copy, all the server's memory (1.4 s)."""
+    """In the forked copy: take the job's streams, folder, environment, ignored signals and arguments, run it, report
+    its status to the job and exit with it. The end is as ``multiprocessing`` ends a forked child: exit handlers and a
+    flush, then ``os._exit``; tearing down every imported module would touch, and so copy, all the server's memory."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
@@ -348,12 +359,11 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: di
     sys.stdout.reconfigure(line_buffering=os.isatty(1))
     os.chdir(request["cwd"])
     os.environ.clear()
-    os.environ.update(request["env"])
-    os.environ.update(imported)
+    os.environ.update({**request["env"], **imported})
     tempfile.tempdir = None  # the job's TMPDIR
     _blas_threads()
     sys.argv = [sys.argv[0], *request["argv"]]
-    # the job's process gone (killed, even by SIGKILL): so is its copy
+    # the job's process gone (killed, even by SIGKILL), or the server: so is its copy
     import threading
 
     threading.Thread(target=_die_with_job, args=(conn, os.getppid()), daemon=True).start()
@@ -372,19 +382,18 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: di
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    with contextlib.suppress(OSError):  # the job needs no server to learn how its copy ended
+        conn.sendall(json.dumps({"exit": status}).encode() + b"\n")
     os._exit(status)
 
 
 def _blas_threads() -> None:
-    """numpy's BLAS reads its thread count once, when the server imported it: give the copy the count a fresh process
-    would have read from the job's environment (torch's comes from ``--threads``)."""
-    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):  # OpenBLAS's order
-        value = os.environ.get(name, "")
-        if value.isdigit() and int(value) > 0:
-            from threadpoolctl import threadpool_limits
+    """numpy's BLAS read its thread count when the server imported it (one): give the copy the count a fresh process
+    would read from the job's environment, else one per usable core (torch's comes from ``--threads``)."""
+    from threadpoolctl import threadpool_limits
 
-            threadpool_limits(limits=int(value), user_api="blas")
-            return
+    value = next((os.environ[name] for name in BLAS_THREADS if os.environ.get(name, "").isdigit()), "0")
+    threadpool_limits(limits=int(value) or len(os.sched_getaffinity(0)), user_api="blas")
 
 
 def _exit_status(code) -> int:
