@@ -1,12 +1,6 @@
-"""Which kdpipe a job runs: the one in the workflow's own folder, whose code its fingerprint was computed from
-(docs/design.md, "Which kdpipe a job runs").
-
-The workflow imports kdpipe from the Snakefile's checkout to plan and fingerprint the jobs, and sets
-:func:`job_environment` for every job and the warm server: that checkout first on ``PYTHONPATH``, the working
-directory left off ``sys.path`` (``PYTHONSAFEPATH``), and where the fingerprinted package is. A job whose imported
-kdpipe is elsewhere all the same (another checkout in its working directory, an install that wins) stops
-(:func:`check_package`) with one line naming both places.
-"""
+"""Which kdpipe a job runs: the workflow's own, whose code its fingerprint was computed from (docs/design.md,
+"Which kdpipe a job runs"). The workflow sets :func:`job_environment` for its jobs and warm server; a job that
+imported another kdpipe all the same stops (:func:`check_package`)."""
 
 from __future__ import annotations
 
@@ -28,8 +22,7 @@ def job_environment(env: dict | None = None, package: Path = PACKAGE) -> dict[st
 
 
 def check_package() -> str | None:
-    """Why this process may not run a job of the workflow (one line), or None: the kdpipe it imported is not the
-    one the workflow fingerprinted."""
+    """One line naming both places when this process imported another kdpipe than the workflow fingerprinted."""
     expected = os.environ.get(PACKAGE_ENV)
     if not expected or Path(expected).resolve() == PACKAGE:
         return None

@@ -1,5 +1,5 @@
-"""Warm start: jobs forked from a process that has already imported torch and transformers (docs/design.md, "Warm
-start").
+"""Warm start: jobs forked from a process that has already imported torch and transformers (docs/design.md,
+"Warm start").
 
 While a workflow runs its jobs on a Linux machine without an NVIDIA or ROCm device, it starts one server
 (:func:`start`, from Snakemake's ``onstart``) that imports every stage once and waits on a Unix socket in a private
@@ -28,7 +28,8 @@ from pathlib import Path
 
 SOCKET_ENV = "KDPIPE_WARM_SOCKET"  # the server's socket, set for the jobs by the workflow
 SWITCH_ENV = "KDPIPE_WARM"  # "0" turns warm start off
-GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")  # NVIDIA's and ROCm's: a process forked after CUDA/HIP starts cannot use it
+# NVIDIA's and ROCm's devices: a process forked after CUDA (or HIP) has started cannot use it
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")  # in OpenBLAS's order
 # Set by Snakemake for each job (threads, tmpdir, the rules' shell prefix putting the venv first on PATH) or by the
 # GPU pool: read when a job runs, not when it imports; a copy takes the job's values.
@@ -46,6 +47,7 @@ POLL_S = 0.05
 HANDSHAKE_S = 30  # the longest a job waits for a running server to fork its copy
 REPORT_S = 30  # the longest a job waits for a running server to report a copy that ended without a word
 PACKAGE = Path(__file__).resolve().parent
+ENDED, HALTED = ("Z", "X", ""), ("T", "t", "Z", "X", "")  # process states (/proc): ended or gone; also stopped
 
 
 def available() -> bool:
@@ -95,25 +97,20 @@ def _read_line(sock: socket.socket, server: int, copy: int | None = None, limit:
     """The next JSON line on the connection, or ``{}`` when none will come: the connection closed; or neither the
     copy (when there is one) runs nor the server, which is stopped or gone; or the server, running, has not
     answered for ``limit`` seconds since the copy ended (or since the request, before a copy)."""
-    line, quiet = b"", 0.0
+    line, quiet, byte = b"", 0.0, b" "
     sock.settimeout(POLL_S * 10)
-    while not line.endswith(b"\n"):
+    while byte and not line.endswith(b"\n"):
         try:
             byte = sock.recv(1)
-        except TimeoutError:
-            copy_runs = copy is not None and _state(copy) not in ("Z", "X", "")  # (a stopped copy may go on)
+            line += byte
+        except TimeoutError:  # a stopped copy may go on; a stopped (SIGSTOP, a debugger, a frozen cgroup) server not
+            copy_runs = copy is not None and _state(copy) not in ENDED
             quiet = 0.0 if copy_runs else quiet + POLL_S * 10
-            # a stopped (SIGSTOP, a debugger, a frozen cgroup) or ended server never answers
-            if not copy_runs and (quiet > limit or _state(server) in ("T", "t", "Z", "X", "")):
-                return {}
-            continue
+            byte = b"" if not copy_runs and (quiet > limit or _state(server) in HALTED) else byte
         except OSError:
-            return {}
-        if not byte:
-            return {}
-        line += byte
+            byte = b""
     with contextlib.suppress(ValueError):
-        return json.loads(line)
+        return json.loads(line) if byte else {}
     return {}
 
 
@@ -132,13 +129,8 @@ def run_warm(argv: list[str]) -> int | None:
     try:
         sock.connect(path)
         server = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
-        request = {
-            "argv": argv,
-            "cwd": os.getcwd(),
-            "env": dict(os.environ),
-            "ignored": [int(sig) for sig in PASSED if sig not in passed],
-            "identity": identity(),
-        }
+        ignored = [int(sig) for sig in PASSED if sig not in passed]
+        request = dict(argv=argv, cwd=os.getcwd(), env=dict(os.environ), ignored=ignored, identity=identity())
         sock.sendall(json.dumps(request).encode() + b"\n")
         # the standard streams go once the server has read the request (held by a stopped server, a pipe's other
         # end would wait on it), then it forks
@@ -159,7 +151,7 @@ def run_warm(argv: list[str]) -> int | None:
     status = _read_line(sock, server, copy, limit=REPORT_S)  # the copy's report, else the server's
     sock.close()
     if not status:  # the copy ended without a word (the server died, and it with it): nothing finished
-        state = "stopped" if _state(server) in ("T", "t") else "gone"
+        state = "gone" if _state(server) in ENDED else "stopped"
         print(f"[kdpipe] warm start: the server stopped while the job ran (process {server}: {state})", file=sys.stderr)
         return 1
     if "signal" in status:  # killed: end the same way, so that the shell and Snakemake see what happened
@@ -179,11 +171,10 @@ def _pass_on(pid: int, signum: int) -> None:
 
 
 def _processes(argv: list[str]) -> int:
-    for i, arg in enumerate(argv):
-        value = arg.split("=", 1)[1] if arg.startswith("--processes=") else None
-        if arg == "--processes" and i + 1 < len(argv):
-            value = argv[i + 1]
-        if value is not None:
+    """The processes a training job asks for (``--processes N``): more than one are never forked."""
+    for arg, following in zip(argv, [*argv[1:], ""]):
+        if arg == "--processes" or arg.startswith("--processes="):
+            value = arg.partition("=")[2] or following
             return int(value) if value.isdigit() else 1
     return 1
 
@@ -223,10 +214,6 @@ def _remove(path: str) -> None:
     for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
         with contextlib.suppress(OSError):
             remove(target)
-
-
-def _threads() -> int:
-    return len(os.listdir("/proc/self/task"))
 
 
 def serve(path: str, owner: int) -> None:
@@ -284,10 +271,9 @@ def _reap(jobs: dict[int, socket.socket]) -> None:
             return
         if pid == 0:
             return
-        conn = jobs.pop(pid, None)
+        conn, exited = jobs.pop(pid, None), {"exit": os.waitstatus_to_exitcode(status)}
+        reply = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else exited
         if conn is not None:
-            signalled = os.WIFSIGNALED(status)
-            reply = {"signal": os.WTERMSIG(status)} if signalled else {"exit": os.waitstatus_to_exitcode(status)}
             with contextlib.suppress(OSError):
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             conn.close()
@@ -299,9 +285,9 @@ def _fork_job(conn, others: list, mine: dict, env: dict, imported: dict, stoppin
     try:
         with conn.makefile("rb") as reader:  # (nothing follows the request before the server answers it)
             request = json.loads(reader.readline())
-        refused = _refusal(request, mine, env)
-        if not refused and _threads() > 1:  # a fork copies only the calling thread: never fork then, and stop serving
-            refused = f"the server runs {_threads()} threads (a fork copies one)"
+        refused, threads = _refusal(request, mine, env), len(os.listdir("/proc/self/task"))
+        if not refused and threads > 1:  # a fork copies only the calling thread: never fork then, and stop serving
+            refused = f"the server runs {threads} threads (a fork copies one)"
             print(f"[kdpipe] warm start: {refused}; no more jobs are forked", file=sys.stderr, flush=True)
             stopping.append(refused)
         conn.sendall(json.dumps({"refused": refused} if refused else {"ready": True}).encode() + b"\n")

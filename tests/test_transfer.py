@@ -24,7 +24,7 @@ from kdpipe.signals.join import StackedRows, join_parts
 from tests.conftest import REPO, TINY_DATASET
 
 NONE_DROPPED = {"empty": 0, "duplicate": 0, "evaluation": 0, "labelled": 0, "over_max_rows": 0}
-SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "kdpipe/config.schema.yaml").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def plan_of(edit=None) -> Plan:
     config = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())
     if edit:
         edit(config)
-    validate(config, str(REPO / "workflow/schemas/config.schema.yaml"), set_default=True)
+    validate(config, str(REPO / "kdpipe/config.schema.yaml"), set_default=True)
     return Plan(copy.deepcopy(config), SCHEMA)
 
 

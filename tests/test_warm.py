@@ -20,7 +20,7 @@ from tests.conftest import REPO, TINY_TEACHER
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not warm.available(), reason="warm start is off here (not Linux, an NVIDIA or ROCm device, or KDPIPE_WARM=0)"),
+    pytest.mark.skipif(not warm.available(), reason="warm start is off here"),
 ]
 
 

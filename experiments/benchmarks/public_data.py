@@ -84,10 +84,7 @@ def write_glue(task: str, glue_dir: Path | None, out: Path) -> None:
         if missing:
             sys.exit(f"{folder}: no {', '.join(missing)}; --glue-dir is the folder holding {subfolder}/")
         loaded = datasets.DatasetDict(
-            {
-                split: datasets.Dataset.from_dict(glue_rows(task, folder, split), features=features)
-                for split in SPLITS
-            }
+            {split: datasets.Dataset.from_dict(glue_rows(task, folder, split), features=features) for split in SPLITS}
         )
     loaded.save_to_disk(str(out))
     (out / "source.yaml").write_text(

@@ -131,27 +131,17 @@ class Slices:
                 "splits": splits,
                 **self._eval_settings(model),
             }
-        if model == ORACLE and self.oracle:
+        oracle = model == ORACLE and self.oracle
+        if oracle or model in self.ensembles:  # made from its members' predictions
+            kind = {"kind": "oracle", "combine": "oracle"} if oracle else {"kind": "ensemble"}
+            members = {"members": self.oracle if oracle else self.ensembles[model], "splits": splits}
             return {
                 "model": model,
                 "base": model,
-                "kind": "oracle",
+                **kind,
                 "method": None,
                 "seed": None,
-                "members": self.oracle,
-                "combine": "oracle",
-                "splits": splits,
-                **self._eval_settings(model),
-            }
-        if model in self.ensembles:
-            return {
-                "model": model,
-                "base": model,
-                "kind": "ensemble",
-                "method": None,
-                "seed": None,
-                "members": self.ensembles[model],
-                "splits": splits,
+                **members,
                 **self._eval_settings(model),
             }
         domain = (student.config if student else self.teachers[model]).get("domain")

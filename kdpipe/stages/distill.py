@@ -50,52 +50,55 @@ def run(
     """
     method = SimpleNamespace(name=params["method"], **{"routed": False, **params["method_spec"]})
     job = student_data(params, data, attn="eager" if "attentions" in method.signals else None, transfer_dir=transfer)
-    # signals: online (kdpipe.signals.online, imported by name): the teachers of ``teacher_dirs`` compute the
-    # token-level signals here, from the rows' texts; everything else is read from the cache
-    online = importlib.import_module("kdpipe.signals.online") if params.get("signals") == "online" else None
-    computed = online.online_signals(params, method.signals, teacher_dirs, job) if online else {}
-    cached = online.cached_signals(method.signals) if online else method.signals
-    for name in ("train", "valid", "transfer"):  # tokenised: the texts go (memory flat in N)
-        setattr(job, name, None if getattr(job, name) is None else without_texts(getattr(job, name)))
-    device, labels = job.device, job.labels
+    signals = teacher_signals(params, method, job, Path(signals_root), teacher_dirs)
+    ctx = context(params, method, job, signals, prototypes)
+    route_labels = routed(ctx, method, job, route) if method.routed else {}
+    builder = getattr(importlib.import_module(method.module), method.builder)
+    result = fit_job(
+        job.model,
+        builder(ctx, params["method_args"]),
+        job.enc_train,
+        job.validator(params.get("eval_batch_size", 64)),
+        job.settings,
+        job.device,
+        out_dir=out,
+        params=params,
+        desc=f"student ({method.name})",
+    )
+    transfer_rows = {} if job.transfer is None else {"transfer": len(job.transfer)}
+    manifest = make_manifest(
+        "student",
+        config=params,
+        labels=job.labels,
+        method=method.name,
+        teachers=ctx.teachers,
+        tokenizer=params["model"],
+        domain=params.get("domain"),
+        rows={"train": len(job.train), **transfer_rows, "validation": len(job.valid)},
+        gold_labels=label_use(params, method, job, route_labels),  # (kdpipe.training.loop.label_use)
+    )
+    save_trained(out, job.model, job.tokenizer, job.labels, result, manifest)
+    return manifest
+
+
+def context(params: dict, method, job, signals: dict, prototypes: Path | None) -> DistillContext:
+    """What the method receives: the teachers' signals and class blocks, the student's rows, their domains and
+    Meta-KD's prototype scores."""
     teachers = list(params["teachers"])
-    positions = job.train_positions
-    signals = {
-        t: computed.get(t, {})
-        | join_parts(
-            [
-                subset_signals(
-                    load_signals(
-                        cached,
-                        Path(signals_root) / t / part.split,
-                        part.split_row_ids,
-                        device,
-                        params.get("attention_feature", "attentions"),
-                    ),
-                    part.positions,
-                )
-                for part in job.parts
-            ],
-            f"{signals_root}/{t}",
-        )
-        for t in teachers
-    }
-    blocks = (
-        teacher_blocks(
+    ctx = DistillContext(
+        labels=job.labels,
+        teachers=teachers,
+        # (none for a baseline without teachers: method supervised)
+        blocks=teacher_blocks(
             {t: signals[t]["labels"] for t in teachers},
-            labels,
+            job.labels,
             policy=method.teacher_classes,
             where=f"student with method {method.name}",
         )
         if teachers
-        else {}  # a baseline without teachers (method supervised)
-    )
-    ctx = DistillContext(
-        labels=labels,
-        teachers=teachers,
-        blocks=blocks,
+        else {},
         signals=signals,
-        device=device,
+        device=job.device,
         student_config=job.model.config,
         train_lengths=job.enc_train.lengths,
         train_tokens=job.enc_train.token_hashes,
@@ -103,63 +106,62 @@ def run(
         domains=job.domains,
     )
     if job.domains and job.transfer is None:  # transfer rows have no domain (no method reading domains takes them)
-        ctx.domain_ids = torch.as_tensor(domain_ids(job.train, job.domains), device=device)
+        ctx.domain_ids = torch.as_tensor(domain_ids(job.train, job.domains), device=job.device)
     if method.prototypes:
         if prototypes is None:
             raise KdpipeError(f"method {method.name} reads the prototype scores: pass --prototypes")
-        scores = read_prototype_scores(prototypes, job.split_row_ids)[positions]
-        ctx.prototype_scores = torch.as_tensor(scores, device=device)
+        scores = read_prototype_scores(prototypes, job.split_row_ids)[job.train_positions]
+        ctx.prototype_scores = torch.as_tensor(scores, device=job.device)
     ctx.train_labels = job.enc_train.labels
-    if method.routed:
-        if route is None:
-            raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
-        scores, manifest = zip(*(read_route(route, p.split, p.split_row_ids, teachers) for p in job.parts))
-        scores = np.concatenate([split_scores[p.positions] for split_scores, p in zip(scores, job.parts)])
-        manifest = manifest[0]
-        route_labels = manifest.get("gold_labels")  # what the route read to weigh the teachers (None: not recorded)
-        ctx.route = {
-            "scores": torch.as_tensor(scores, device=device),
-            "weighting": manifest["weighting"],
-            "temperatures": manifest.get("temperatures"),
-        }
-    else:
-        route_labels = {}
-    # Meta-KD's example weights come from the train split's gold labels (p_T(gold) in the domain expertise, each row's
-    # class prototype), and a second stage starts from its first stage's weights.
-    # See docs/report.md, "Which gold labels each model read".
+    return ctx
+
+
+def teacher_signals(params: dict, method, job, signals_root: Path, teacher_dirs: list[Path]) -> dict[str, dict]:
+    """Each teacher's signals of the student's train (and transfer) rows: read from the cache, restricted to the
+    rows and joined over the parts; with ``signals: online`` (kdpipe.signals.online, imported by name) the teachers of
+    ``teacher_dirs`` compute the token-level ones here, from the rows' texts. The texts go once tokenised (memory
+    flat in N)."""
+    online = importlib.import_module("kdpipe.signals.online") if params.get("signals") == "online" else None
+    computed = online.online_signals(params, method.signals, teacher_dirs, job) if online else {}
+    cached = online.cached_signals(method.signals) if online else method.signals
+    for name in ("train", "valid", "transfer"):
+        setattr(job, name, None if getattr(job, name) is None else without_texts(getattr(job, name)))
+    feature = params.get("attention_feature", "attentions")
+
+    def read(teacher: str, part) -> dict:
+        found = load_signals(cached, signals_root / teacher / part.split, part.split_row_ids, job.device, feature)
+        return subset_signals(found, part.positions)
+
+    return {
+        t: computed.get(t, {}) | join_parts([read(t, part) for part in job.parts], f"{signals_root}/{t}")
+        for t in params["teachers"]
+    }
+
+
+def routed(ctx: DistillContext, method, job, route: Path | None) -> dict:
+    """Each row's teacher weights from the route (``ctx.route``); returns the gold labels the route read to weigh the
+    teachers (None: not recorded)."""
+    if route is None:
+        raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
+    scores, manifests = zip(*(read_route(route, p.split, p.split_row_ids, ctx.teachers) for p in job.parts))
+    scores = np.concatenate([split_scores[p.positions] for split_scores, p in zip(scores, job.parts)])
+    manifest = manifests[0]
+    ctx.route = {
+        "scores": torch.as_tensor(scores, device=job.device),
+        "weighting": manifest["weighting"],
+        "temperatures": manifest.get("temperatures"),
+    }
+    return manifest.get("gold_labels")
+
+
+def label_use(params: dict, method, job, route_labels: dict | None) -> dict | None:
+    """The gold labels the student's training read besides its own (docs/report.md,
+    "Which gold labels each model read"): the route's; Meta-KD's example weights, from the train split's (p_T(gold)
+    in the domain expertise, each row's class prototype); and those of the first stage a second stage starts from."""
     if "domain" in method.signals or method.prototypes:
         route_labels = combined_label_use([{"gold_labels": route_labels}, {"gold_labels": {"train": len(job.train)}}])
     start = (params.get("model") or {}).get("init", {}).get("from")
     if start and (Path(start) / "manifest.json").is_file():
         started = read_json(Path(start) / "manifest.json").get("gold_labels")
         route_labels = combined_label_use([{"gold_labels": route_labels}, {"gold_labels": started}])
-    builder = getattr(importlib.import_module(method.module), method.builder)
-    objective = builder(ctx, params["method_args"])
-    result = fit_job(
-        job.model,
-        objective,
-        job.enc_train,
-        job.validator(params.get("eval_batch_size", 64)),
-        job.settings,
-        device,
-        out_dir=out,
-        params=params,
-        desc=f"student ({method.name})",
-    )
-    manifest = make_manifest(
-        "student",
-        config=params,
-        labels=labels,
-        method=method.name,
-        teachers=teachers,
-        tokenizer=params["model"],
-        domain=params.get("domain"),
-        rows={
-            "train": len(job.train),
-            **({"transfer": len(job.transfer)} if job.transfer is not None else {}),
-            "validation": len(job.valid),
-        },
-        gold_labels=route_labels,  # with what training reads (kdpipe.training.loop.label_use)
-    )
-    save_trained(out, job.model, job.tokenizer, labels, result, manifest)
-    return manifest
+    return route_labels

@@ -10,7 +10,7 @@ from pathlib import Path
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from kdpipe import launch, warm
+from kdpipe import CONFIG_SCHEMA, launch, warm
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
 from kdpipe.core.shared_cache import CACHED_RUN_ENV
 from kdpipe.core.fingerprint import fingerprint
@@ -38,8 +38,8 @@ from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, pass_of, signal_fi
 try:
     PLAN = checked_plan(
         config,
-        Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
-        lambda: validate(config, schema="../schemas/config.schema.yaml", set_default=True),
+        CONFIG_SCHEMA,
+        lambda: validate(config, schema=str(CONFIG_SCHEMA), set_default=True),
     )
     check_transfer_files(config["dataset"])
     PLAN.check_dump_budget()  # the feature dumps fit their disk budget (kdpipe.plan.budget), before any job
