@@ -12,9 +12,8 @@ PACKAGE = Path(__file__).resolve().parent
 
 
 def job_environment(env: dict | None = None, package: Path = PACKAGE) -> dict[str, str]:
-    """The variables that make ``python -m kdpipe`` import ``package`` (this one): its folder's parent first on
-    ``PYTHONPATH`` (once, before what ``env`` had there), no working directory on ``sys.path``, and
-    :data:`PACKAGE_ENV`."""
+    """What makes ``python -m kdpipe`` import ``package``: its folder's parent first on ``PYTHONPATH`` (then what
+    ``env`` had there), no working directory on ``sys.path``, and :data:`PACKAGE_ENV`."""
     env = os.environ if env is None else env
     root = str(package.parent)
     rest = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry and entry != root]
@@ -28,6 +27,5 @@ def check_package() -> str | None:
         return None
     return (
         f"kdpipe: this job imported kdpipe from {PACKAGE}, but the workflow computed its code fingerprint from "
-        f"{expected}; run the workflow's own checkout (its folder first on PYTHONPATH, no kdpipe in the working "
-        "directory)"
+        f"{expected}; put the workflow's checkout first on PYTHONPATH, with PYTHONSAFEPATH=1"
     )

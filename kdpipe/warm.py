@@ -14,7 +14,9 @@ answers. Written by hand: Python's ``multiprocessing`` forkserver serves only th
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -23,8 +25,11 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+from kdpipe.stages import STAGES  # (the table only: a stage's module is imported when it runs)
 
 SOCKET_ENV = "KDPIPE_WARM_SOCKET"  # the server's socket, set for the jobs by the workflow
 SWITCH_ENV = "KDPIPE_WARM"  # "0" turns warm start off
@@ -44,8 +49,7 @@ SINGLE_THREADED = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "backgro
 PASSED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTSTP, signal.SIGCONT, signal.SIGUSR1, signal.SIGUSR2)
 IDLE_S = 3600
 POLL_S = 0.05
-HANDSHAKE_S = 30  # the longest a job waits for a running server to fork its copy
-REPORT_S = 30  # the longest a job waits for a running server to report a copy that ended without a word
+HANDSHAKE_S = 30  # the longest a job waits for a running server to fork its copy, or to report one that ended mute
 PACKAGE = Path(__file__).resolve().parent
 ENDED, HALTED = ("Z", "X", ""), ("T", "t", "Z", "X", "")  # process states (/proc): ended or gone; also stopped
 
@@ -65,20 +69,17 @@ def identity() -> dict:
         for path in PACKAGE.rglob("*.py")
         for stat in [path.stat()]
     )
+    project = (PACKAGE.parent, Path.cwd().resolve())  # not libraries: the jobs write there
+    libraries = [entry for entry in sys.path if os.path.isdir(entry) and Path(entry).resolve() not in project]
     return {
         "python": [os.path.realpath(sys.executable), sys.prefix, sys.version],  # python or python3 of one venv
         "path": sys.path,
         "package": str(PACKAGE),
         "versions": software_versions(),
         # any install or removal in the environment changes its folders' times: the server's libraries may be old
-        "libraries": [[entry, os.stat(entry).st_mtime_ns] for entry in sys.path if _library_folder(entry)],
+        "libraries": [[entry, os.stat(entry).st_mtime_ns] for entry in libraries],
         "sources": sources,
     }
-
-
-def _library_folder(entry: str) -> bool:
-    """A folder of installed libraries on ``sys.path`` (not the project's, where the jobs write)."""
-    return os.path.isdir(entry) and Path(entry).resolve() not in (PACKAGE.parent, Path.cwd().resolve())
 
 
 def _environment(env: dict) -> dict:
@@ -148,7 +149,7 @@ def run_warm(argv: list[str]) -> int | None:
     copy = reply["pid"]
     for sig in passed:
         signal.signal(sig, lambda signum, frame: _pass_on(copy, signum))
-    status = _read_line(sock, server, copy, limit=REPORT_S)  # the copy's report, else the server's
+    status = _read_line(sock, server, copy)  # the copy's report, else the server's
     sock.close()
     if not status:  # the copy ended without a word (the server died, and it with it): nothing finished
         state = "gone" if _state(server) in ENDED else "stopped"
@@ -186,8 +187,7 @@ def start() -> dict | None:
     """Start a server for this process's jobs (the caller: Snakemake); returns ``{"pid", "socket"}`` or None."""
     if not available():
         return None
-    folder = tempfile.mkdtemp(prefix="kdpipe-warm-")  # mode 0700: no other user can reach the socket
-    path = os.path.join(folder, "s")
+    path = os.path.join(tempfile.mkdtemp(prefix="kdpipe-warm-"), "s")  # mode 0700: no other user reaches the socket
     log = Path(".snakemake") / "kdpipe-warm.log"  # what the server did, and why it stopped serving if it did
     with open(log if log.parent.is_dir() else os.devnull, "a") as stderr:
         proc = subprocess.Popen(
@@ -219,16 +219,12 @@ def _remove(path: str) -> None:
 def serve(path: str, owner: int) -> None:
     """Import everything a job needs, then fork one copy per request until stopped, orphaned, idle or no longer
     single-threaded."""
-    import importlib
-
     stopping: list[str] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append("told to"))  # before the seconds of imports
     mine = json.loads(json.dumps(identity()))  # before importing: a file edited meanwhile is refused, not served
     env = _environment(os.environ)
     os.environ.update(SINGLE_THREADED)
     before = dict(os.environ)
-    from kdpipe.stages import STAGES
-
     for stage in STAGES.values():
         importlib.import_module(stage.module)
     import kdpipe.cli  # noqa: F401
@@ -304,8 +300,6 @@ def _fork_job(conn, others: list, mine: dict, env: dict, imported: dict, stoppin
     if pid:
         for fd in fds:
             os.close(fd)
-        from kdpipe.stages import STAGES
-
         stage = next((arg for arg in request["argv"] if arg in STAGES), "?")
         print(f"[kdpipe] warm start: {stage} as process {pid}", file=sys.stderr, flush=True)
         try:
@@ -350,8 +344,6 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: di
     _blas_threads()
     sys.argv = [sys.argv[0], *request["argv"]]
     # the job's process gone (killed, even by SIGKILL), or the server: so is its copy
-    import threading
-
     threading.Thread(target=_die_with_job, args=(conn, os.getppid()), daemon=True).start()
     from kdpipe.cli import main
 
@@ -362,8 +354,6 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: di
     except BaseException:
         sys.excepthook(*sys.exc_info())
         status = 1
-    import atexit
-
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -384,10 +374,8 @@ def _blas_threads() -> None:
 
 def _exit_status(code) -> int:
     """The status ``sys.exit(code)`` gives a process."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
+    if code is None or isinstance(code, int):
+        return (code or 0) & 0xFF
     print(code, file=sys.stderr)
     return 1
 

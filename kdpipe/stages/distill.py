@@ -84,19 +84,12 @@ def run(
 def context(params: dict, method, job, signals: dict, prototypes: Path | None) -> DistillContext:
     """What the method receives: the teachers' signals and class blocks, the student's rows, their domains and
     Meta-KD's prototype scores."""
-    teachers = list(params["teachers"])
+    teachers, where = list(params["teachers"]), f"student with method {method.name}"
+    labels = {t: signals[t]["labels"] for t in teachers}  # (none for a baseline without teachers: method supervised)
     ctx = DistillContext(
         labels=job.labels,
         teachers=teachers,
-        # (none for a baseline without teachers: method supervised)
-        blocks=teacher_blocks(
-            {t: signals[t]["labels"] for t in teachers},
-            job.labels,
-            policy=method.teacher_classes,
-            where=f"student with method {method.name}",
-        )
-        if teachers
-        else {},
+        blocks=teacher_blocks(labels, job.labels, policy=method.teacher_classes, where=where) if teachers else {},
         signals=signals,
         device=job.device,
         student_config=job.model.config,
