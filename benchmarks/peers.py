@@ -57,7 +57,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 from bench_common import OUT, timed_command  # noqa: E402
 
-SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+SCHEMA = REPO / "kdpipe/config.schema.yaml"
 FIVE = ("vkd", "uhc", "dfa", "muki", "muki_hard")
 TOOLS = {
     "trainer": "HF Trainer, teachers online",

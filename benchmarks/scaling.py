@@ -60,7 +60,7 @@ from kdpipe.data.prepare import prepare  # noqa: E402
 from kdpipe.plan import Plan  # noqa: E402
 
 OUT = Path(__file__).parent / "out"
-SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+SCHEMA = REPO / "kdpipe/config.schema.yaml"
 
 
 def plan_for(files: dict, samples: int, max_length: int, threads: int) -> Plan:

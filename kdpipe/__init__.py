@@ -5,4 +5,8 @@ Importing ``kdpipe`` imports nothing heavy: each stage module is imported on dem
 code fingerprint (``kdpipe.core.fingerprint``) covers exactly the modules that stage uses.
 """
 
+from pathlib import Path
+
 __version__ = "0.1.0"
+# The config schema, package data: the workflow validates every config against it (docs/configuration.md)
+CONFIG_SCHEMA = Path(__file__).with_name("config.schema.yaml")

@@ -172,7 +172,7 @@ def _arguments(argv: list[str]) -> dict:
 
 def _quiet_loaded_libraries() -> None:
     """The libraries read ``HF_HUB_DISABLE_PROGRESS_BARS`` when imported: those a warm start imported already
-    (kdpipe.core.warm) are told directly."""
+    (kdpipe.warm) are told directly."""
     if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").upper() not in ("1", "ON", "YES", "TRUE"):
         return
     if "huggingface_hub" in sys.modules:

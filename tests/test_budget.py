@@ -154,7 +154,7 @@ def test_the_budget_keeps_the_plan_torch_free(in_tmp):
     code = (
         "import sys, yaml; from snakemake.utils import validate; from kdpipe.plan import Plan; "
         f"c = yaml.safe_load(open('{REPO}/tests/configs/tiny.yaml')); "
-        f"validate(c, '{REPO}/workflow/schemas/config.schema.yaml', set_default=True); Plan(c).check_dump_budget(); "
+        f"validate(c, '{REPO}/kdpipe/config.schema.yaml', set_default=True); Plan(c).check_dump_budget(); "
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

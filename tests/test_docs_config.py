@@ -1,4 +1,4 @@
-"""docs/configuration.md is generated from workflow/schemas/config.schema.yaml and must stay in sync with it."""
+"""docs/configuration.md is generated from kdpipe/config.schema.yaml and must stay in sync with it."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.plan import checked
 from tests.conftest import REPO
 
-SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+SCHEMA = REPO / "kdpipe/config.schema.yaml"
 TINY = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())
 
 

@@ -466,7 +466,7 @@ def test_a_per_domain_meta_kd_students_label_count_includes_the_prototypes_label
 
     from kdpipe.methods.meta_kd.prototypes import write_prototype_scores
     from kdpipe.methods.registry import get_method
-    from kdpipe.training.started_labels import started_label_use
+    from kdpipe.methods.started_labels import started_label_use
 
     scores = tmp_path / "prototypes" / "train.parquet"
     write_prototype_scores({"backbone": "builtin:tiny-bert", "max_length": 16, "batch_size": 16}, domain_data, scores)

@@ -279,7 +279,7 @@ def test_head_init_defaults_agree_with_the_schema_and_make_multihead():
     from kdpipe.models.backbones import HEAD_INIT_DEFAULTS
     from tests.conftest import REPO
 
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load((REPO / "kdpipe/config.schema.yaml").read_text())
     keys = schema["properties"]["student_defaults"]["properties"]["model"]["properties"]
     assert {k: keys[k]["default"] for k in HEAD_INIT_DEFAULTS} == HEAD_INIT_DEFAULTS
     parameters = inspect.signature(make_multihead).parameters

@@ -8,7 +8,7 @@ from kdpipe.plan import Plan
 from kdpipe.plan.numbers import check_numbers
 from tests.conftest import REPO
 
-SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "kdpipe/config.schema.yaml").read_text())
 
 
 def load(path="tests/configs/tiny.yaml", edit=None):
@@ -17,7 +17,7 @@ def load(path="tests/configs/tiny.yaml", edit=None):
     config = yaml.safe_load((REPO / path).read_text())
     if edit:
         edit(config)
-    validate(config, str(REPO / "workflow/schemas/config.schema.yaml"), set_default=True)
+    validate(config, str(REPO / "kdpipe/config.schema.yaml"), set_default=True)
     return Plan(config, SCHEMA)
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.signals.catalog import SIGNALS
-from kdpipe.signals.shards import gather, parse_shard, run, run_pass, run_shard
+from kdpipe.signals.parts import parse_shard
+from kdpipe.signals.shards import gather, run, run_pass, run_shard
 from kdpipe.stages.finetune_teacher import run as finetune_teacher
 from tests.conftest import REPO, TINY_TEACHER
 

@@ -1,4 +1,4 @@
-"""The gold labels a student depends on before its own training reads any (kdpipe/training/started_labels.py,
+"""The gold labels a student depends on before its own training reads any (kdpipe/methods/started_labels.py,
 docs/report.md, "Which gold labels each model read"): a route's labels told from those that chose the kept epoch,
 the model a student starts from, and how the tables say it."""
 
@@ -10,10 +10,10 @@ import torch
 from transformers import BertConfig, BertModel
 
 from kdpipe.core.store import write_json
+from kdpipe.methods.started_labels import OUTSIDE, start_label_use, started_label_use
 from kdpipe.models.loading import TINY_BERT
 from kdpipe.report.summary import describe_label_use
 from kdpipe.training.loop import FitResult, label_use
-from kdpipe.training.started_labels import OUTSIDE, start_label_use, started_label_use
 from tests.test_checkpoint_teachers import make_checkpoint
 
 PLAIN = SimpleNamespace(signals=["logits"], prototypes=False)  # a method without Meta-KD's example weights

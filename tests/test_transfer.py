@@ -32,7 +32,7 @@ NONE_DROPPED = {
     "labelled": 0,
     "over_max_rows": 0,
 }
-SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "kdpipe/config.schema.yaml").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +184,7 @@ def plan_of(edit=None) -> Plan:
     config = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())
     if edit:
         edit(config)
-    validate(config, str(REPO / "workflow/schemas/config.schema.yaml"), set_default=True)
+    validate(config, str(REPO / "kdpipe/config.schema.yaml"), set_default=True)
     return Plan(copy.deepcopy(config), SCHEMA)
 
 

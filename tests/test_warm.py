@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from kdpipe.core import warm
+from kdpipe import warm
 from kdpipe.training.loop import read_resume_state
 from tests.conftest import REPO, TINY_TEACHER
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not warm.available(), reason="warm start is off here (an NVIDIA device, or KDPIPE_WARM=0)"),
+    pytest.mark.skipif(not warm.available(), reason="warm start is off here"),
 ]
 
 
@@ -33,7 +33,7 @@ class Server:
         self.env = {**os.environ, "PYTHONPATH": str(root)}
         self.env.pop(warm.SOCKET_ENV, None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kdpipe.core.warm", self.socket, str(os.getpid())], cwd=root, env=self.env
+            [sys.executable, "-m", "kdpipe.warm", self.socket, str(os.getpid())], cwd=root, env=self.env
         )
         deadline = time.time() + 120
         while not os.path.exists(self.socket):
@@ -163,6 +163,42 @@ def test_a_job_whose_server_dies_fails_and_its_copy_finishes_nothing(tiny_data, 
     assert not out.exists(), "the copy finished the job after it was reported failed"
 
 
+def test_a_stopped_server_holds_no_job(tiny_data, tmp_path):
+    """SIGSTOP'd (a debugger, a frozen cgroup): a job asking it starts afresh at once, and a job whose copy runs
+    learns how its copy ended from the copy itself."""
+    server = Server(project_copy(tmp_path / "project"))
+    out, resume = tmp_path / "teachers" / "t", tmp_path / "teachers" / ".resume" / "t"
+    try:
+        job = server.popen(*teacher_args(tiny_data, out, epochs=3, batch_size=4, checkpoint_every=2))
+        server.copy_of(resume)
+        server.proc.send_signal(signal.SIGSTOP)
+        assert job.wait(timeout=120) == 0, job.stderr.read().decode()[-2000:]
+        assert (out / "model.safetensors").is_file()
+        started = time.monotonic()
+        fresh = server.run("--help", timeout=60)
+        assert fresh.returncode == 0 and "usage: kdpipe" in fresh.stdout
+        assert time.monotonic() - started < warm.HANDSHAKE_S / 2, "the job waited for a stopped server"
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+        server.stop()
+
+
+def test_a_server_with_more_than_one_thread_forks_nothing(tmp_path):
+    """A fork copies only the calling thread: the first job says why and runs afresh, the server stops serving."""
+    root = project_copy(tmp_path)
+    with open(root / "kdpipe" / "cli.py", "a") as fh:  # a library that starts a thread when imported
+        fh.write("\nimport threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
+    server = Server(root)
+    try:
+        first, second = server.run("--help"), server.run("--help")
+        assert first.returncode == second.returncode == 0 and "usage: kdpipe" in first.stdout + second.stdout
+        assert "warm start: the server runs 2 threads (a fork copies one); starting afresh" in first.stderr
+        assert second.stderr == ""  # said once: the server no longer listens
+        assert server.proc.wait(timeout=30) == 0
+    finally:
+        server.stop()
+
+
 def test_a_job_that_says_nothing_holds_up_no_other(server):
     import socket
 
@@ -194,7 +230,7 @@ def test_another_environment_or_edited_code_starts_afresh(tmp_path):
 
 def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     code = (
-        "import json, sys; from kdpipe.core import warm; "
+        "import json, sys; from kdpipe import warm; "
         "print(json.dumps(warm.start()))"  # the starting process exits at once
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -216,7 +252,7 @@ def test_multi_process_jobs_are_not_forked():
 def test_a_copy_takes_the_jobs_blas_threads():
     """numpy's BLAS read its thread count when the server imported it: the copy gets the job's, as a fresh one."""
     code = (
-        "import os, numpy, threadpoolctl; from kdpipe.core import warm; "
+        "import os, numpy, threadpoolctl; from kdpipe import warm; "
         "os.environ['OPENBLAS_NUM_THREADS'] = '1'; warm._blas_threads(); "
         "print(sorted({d['num_threads'] for d in threadpoolctl.threadpool_info() if d['user_api'] == 'blas'}))"
     )

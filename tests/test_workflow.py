@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
+from kdpipe import warm
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG
 from kdpipe.signals.catalog import pass_of
 from tests.conftest import REPO
@@ -214,6 +215,7 @@ def test_full_run_produces_every_artifact(done):
     assert set(summary["split"]) == {"test", "validation"}
 
 
+@pytest.mark.skipif(not warm.available(), reason="warm start is off here")
 def test_every_job_ran_as_a_copy_of_the_warm_server(done):
     """The jobs' environment is the server's but for what Snakemake sets per job: none started afresh."""
     project, _, _ = done

@@ -125,38 +125,13 @@ class Slices:
         student = self.students.get(model)
         if model in self.cotrained:
             student = self.students[self.cotrained[model]]
-            return {
-                "model": model,
-                "base": f"{student.base}.teacher",
-                "kind": "teacher",
-                "method": "prokt",
-                "seed": student.seed,
-                "splits": splits,
-                **self._eval_settings(model),
-            }
-        if model == ORACLE and self.oracle:
-            return {
-                "model": model,
-                "base": model,
-                "kind": "oracle",
-                "method": None,
-                "seed": None,
-                "members": self.oracle,
-                "combine": "oracle",
-                "splits": splits,
-                **self._eval_settings(model),
-            }
-        if model in self.ensembles:
-            return {
-                "model": model,
-                "base": model,
-                "kind": "ensemble",
-                "method": None,
-                "seed": None,
-                "members": self.ensembles[model],
-                "splits": splits,
-                **self._eval_settings(model),
-            }
+            teacher = {"base": f"{student.base}.teacher", "kind": "teacher", "method": "prokt", "seed": student.seed}
+            return {"model": model, **teacher, "splits": splits, **self._eval_settings(model)}
+        oracle = model == ORACLE and self.oracle
+        if oracle or model in self.ensembles:  # made from its members' predictions
+            kind = {"kind": "oracle", "combine": "oracle"} if oracle else {"kind": "ensemble"}
+            kind |= {"method": None, "seed": None, "members": self.oracle if oracle else self.ensembles[model]}
+            return {"model": model, "base": model, **kind, "splits": splits, **self._eval_settings(model)}
         domain = (student.config if student else self.teachers[model]).get("domain")
         group = {"group": student.entry} if student and student.base != student.entry else {}
         return {

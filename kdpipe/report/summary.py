@@ -173,7 +173,7 @@ def _distances(run, reference) -> dict:
 def describe_label_use(use: dict | None, transfer_rows: int | None = None) -> str:
     """The gold labels a model read to be made, in words for the tables: "none", "train 1,489 · validation 213"
     (a loss or example weight read the train rows', the kept epoch was chosen on the validation rows'), "router:
-    validation 213" (they fitted its route's router, kdpipe.training.started_labels), "checkpoint: trained outside
+    validation 213" (they fitted its route's router, kdpipe.methods.started_labels), "checkpoint: trained outside
     kdpipe", or "not recorded" for an evaluation made before kdpipe recorded it; then the unlabelled transfer rows it
     learnt from, if any ("+ 1,340 transfer rows without labels").
 

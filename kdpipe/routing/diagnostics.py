@@ -20,7 +20,7 @@ import numpy as np
 
 from kdpipe.routing import GOLD_LABEL_ROUTERS, ROUTE_SPLITS
 
-WARN_BELOW = 0.8  # routing.warn_below's default (workflow/schemas/config.schema.yaml), for a report built by hand
+WARN_BELOW = 0.8  # routing.warn_below's default (kdpipe/config.schema.yaml), for a report built by hand
 
 # The scores whose AUROC as OOD detection a route records, each with the sign that orients it so that a larger
 # value means a less certain teacher, so more likely a row of another teacher's class: the columns of the MC-dropout

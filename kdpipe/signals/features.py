@@ -32,8 +32,8 @@ from kdpipe.models.inference import pass_batches
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.forward import forward
 from kdpipe.signals.packed import LAYOUT, TOKENS, item_shape, offsets_of, pack_rows, row_counts, sidecar
+from kdpipe.signals.parts import gather_packed, shard_rows
 from kdpipe.signals.rowfile import RowFile
-from kdpipe.signals.shards import gather_packed, shard_rows
 from kdpipe.signals.teacher import TeacherPass
 
 

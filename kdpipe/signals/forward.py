@@ -25,7 +25,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import signal_spec
-from kdpipe.signals.shards import finish_part, shard_rows
+from kdpipe.signals.parts import finish_part, shard_rows
 from kdpipe.signals.teacher import open_teacher
 
 

@@ -15,7 +15,7 @@ from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import atomic_path, ensure_disk_space, make_manifest
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.io import write_logits
-from kdpipe.signals.shards import gather_array
+from kdpipe.signals.parts import gather_array
 from kdpipe.signals.teacher import TeacherPass
 
 

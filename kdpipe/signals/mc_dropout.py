@@ -34,7 +34,7 @@ from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.evaluation.information import normalized_entropy
 from kdpipe.models.inference import dropout_rates, enable_dropout, iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
-from kdpipe.signals.shards import gather_array, shard_rows
+from kdpipe.signals.parts import gather_array, shard_rows
 from kdpipe.signals.teacher import open_teacher
 
 SCORES = ("entropy", "certainty", "max_prob", "variance", "mean_entropy", "mutual_info")

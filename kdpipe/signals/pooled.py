@@ -18,7 +18,7 @@ from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import atomic_path, ensure_disk_space, make_manifest
 from kdpipe.data.batching import model_inputs
 from kdpipe.signals.catalog import SIGNALS
-from kdpipe.signals.shards import gather_array
+from kdpipe.signals.parts import gather_array
 from kdpipe.signals.teacher import TeacherPass
 
 

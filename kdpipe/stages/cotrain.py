@@ -19,9 +19,9 @@ from kdpipe.core.store import make_manifest
 from kdpipe.data.batching import encode_frame
 from kdpipe.evaluation.results import combined_label_use
 from kdpipe.methods import prokt
+from kdpipe.methods.started_labels import start_label_use
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.training.loop import FitResult, encoded_validator, fit_job, save_trained, total_steps
-from kdpipe.training.started_labels import start_label_use
 from kdpipe.training.student import student_data
 
 

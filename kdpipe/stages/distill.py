@@ -24,12 +24,12 @@ from kdpipe.data.batching import without_texts
 from kdpipe.data.dataset import domain_ids
 from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
+from kdpipe.methods.started_labels import started_label_use
 from kdpipe.routing.artifact import read_route
 from kdpipe.signals.io import read_prototype_scores
 from kdpipe.signals.join import join_parts
 from kdpipe.signals.load import load_signals, subset_signals
 from kdpipe.training.loop import fit_job, save_trained
-from kdpipe.training.started_labels import started_label_use
 from kdpipe.training.student import student_data
 
 
@@ -50,52 +50,50 @@ def run(
     """
     method = SimpleNamespace(name=params["method"], **{"routed": False, **params["method_spec"]})
     job = student_data(params, data, attn="eager" if "attentions" in method.signals else None, transfer_dir=transfer)
-    # signals: online (kdpipe.signals.online, imported by name): the teachers of ``teacher_dirs`` compute the
-    # token-level signals here, from the rows' texts; everything else is read from the cache
-    online = importlib.import_module("kdpipe.signals.online") if params.get("signals") == "online" else None
-    computed = online.online_signals(params, method.signals, teacher_dirs, job) if online else {}
-    cached = online.cached_signals(method.signals) if online else method.signals
-    for name in ("train", "valid", "transfer"):  # tokenised: the texts go (memory flat in N)
-        setattr(job, name, None if getattr(job, name) is None else without_texts(getattr(job, name)))
-    device, labels = job.device, job.labels
-    teachers = list(params["teachers"])
-    positions = job.train_positions
-    signals = {
-        t: computed.get(t, {})
-        | join_parts(
-            [
-                subset_signals(
-                    load_signals(
-                        cached,
-                        Path(signals_root) / t / part.split,
-                        part.split_row_ids,
-                        device,
-                        params.get("attention_feature", "attentions"),
-                    ),
-                    part.positions,
-                )
-                for part in job.parts
-            ],
-            f"{signals_root}/{t}",
-        )
-        for t in teachers
-    }
-    blocks = (
-        teacher_blocks(
-            {t: signals[t]["labels"] for t in teachers},
-            labels,
-            policy=method.teacher_classes,
-            where=f"student with method {method.name}",
-        )
-        if teachers
-        else {}  # a baseline without teachers (method supervised)
+    signals = teacher_signals(params, method, job, Path(signals_root), teacher_dirs)
+    ctx = context(params, method, job, signals, prototypes)
+    route_manifest = routed(ctx, method, job, route) if method.routed else None
+    builder = getattr(importlib.import_module(method.module), method.builder)
+    result = fit_job(
+        job.model,
+        builder(ctx, params["method_args"]),
+        job.enc_train,
+        job.validator(params.get("eval_batch_size", 64)),
+        job.settings,
+        job.device,
+        out_dir=out,
+        params=params,
+        desc=f"student ({method.name})",
     )
+    transfer_rows = {} if job.transfer is None else {"transfer": len(job.transfer)}
+    manifest = make_manifest(
+        "student",
+        config=params,
+        labels=job.labels,
+        method=method.name,
+        teachers=ctx.teachers,
+        tokenizer=params["model"],
+        domain=params.get("domain"),
+        rows={"train": len(job.train), **transfer_rows, "validation": len(job.valid)},
+        # what its route, Meta-KD's example weights and its starting model read, with what training reads
+        # (docs/report.md, "Which gold labels each model read"; kdpipe.training.loop.label_use)
+        gold_labels=started_label_use(params, method, len(job.train), route_manifest, prototypes),
+    )
+    save_trained(out, job.model, job.tokenizer, job.labels, result, manifest)
+    return manifest
+
+
+def context(params: dict, method, job, signals: dict, prototypes: Path | None) -> DistillContext:
+    """What the method receives: the teachers' signals and class blocks, the student's rows, their domains and
+    Meta-KD's prototype scores."""
+    teachers, where = list(params["teachers"]), f"student with method {method.name}"
+    labels = {t: signals[t]["labels"] for t in teachers}  # (none for a baseline without teachers: method supervised)
     ctx = DistillContext(
-        labels=labels,
+        labels=job.labels,
         teachers=teachers,
-        blocks=blocks,
+        blocks=teacher_blocks(labels, job.labels, policy=method.teacher_classes, where=where) if teachers else {},
         signals=signals,
-        device=device,
+        device=job.device,
         student_config=job.model.config,
         train_lengths=job.enc_train.lengths,
         train_tokens=job.enc_train.token_hashes,
@@ -103,56 +101,48 @@ def run(
         domains=job.domains,
     )
     if job.domains and job.transfer is None:  # transfer rows have no domain (no method reading domains takes them)
-        ctx.domain_ids = torch.as_tensor(domain_ids(job.train, job.domains), device=device)
+        ctx.domain_ids = torch.as_tensor(domain_ids(job.train, job.domains), device=job.device)
     if method.prototypes:
         if prototypes is None:
             raise KdpipeError(f"method {method.name} reads the prototype scores: pass --prototypes")
-        scores = read_prototype_scores(prototypes, job.split_row_ids)[positions]
-        ctx.prototype_scores = torch.as_tensor(scores, device=device)
+        scores = read_prototype_scores(prototypes, job.split_row_ids)[job.train_positions]
+        ctx.prototype_scores = torch.as_tensor(scores, device=job.device)
     ctx.train_labels = job.enc_train.labels
-    if method.routed:
-        if route is None:
-            raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
-        scores, manifest = zip(*(read_route(route, p.split, p.split_row_ids, teachers) for p in job.parts))
-        scores = np.concatenate([split_scores[p.positions] for split_scores, p in zip(scores, job.parts)])
-        route_manifest = manifest[0]
-        ctx.route = {
-            "scores": torch.as_tensor(scores, device=device),
-            "weighting": route_manifest["weighting"],
-            "temperatures": route_manifest.get("temperatures"),
-        }
-    else:
-        route_manifest = None
-    # what its route, Meta-KD's example weights and its starting model read
-    # (docs/report.md, "Which gold labels each model read")
-    started = started_label_use(params, method, len(job.train), route_manifest, prototypes)
-    builder = getattr(importlib.import_module(method.module), method.builder)
-    objective = builder(ctx, params["method_args"])
-    result = fit_job(
-        job.model,
-        objective,
-        job.enc_train,
-        job.validator(params.get("eval_batch_size", 64)),
-        job.settings,
-        device,
-        out_dir=out,
-        params=params,
-        desc=f"student ({method.name})",
-    )
-    manifest = make_manifest(
-        "student",
-        config=params,
-        labels=labels,
-        method=method.name,
-        teachers=teachers,
-        tokenizer=params["model"],
-        domain=params.get("domain"),
-        rows={
-            "train": len(job.train),
-            **({"transfer": len(job.transfer)} if job.transfer is not None else {}),
-            "validation": len(job.valid),
-        },
-        gold_labels=started,  # with what training reads (kdpipe.training.loop.label_use)
-    )
-    save_trained(out, job.model, job.tokenizer, labels, result, manifest)
+    return ctx
+
+
+def teacher_signals(params: dict, method, job, signals_root: Path, teacher_dirs: list[Path]) -> dict[str, dict]:
+    """Each teacher's signals of the student's train (and transfer) rows: read from the cache, restricted to the
+    rows and joined over the parts; with ``signals: online`` (kdpipe.signals.online, imported by name) the teachers of
+    ``teacher_dirs`` compute the token-level ones here, from the rows' texts. The texts go once tokenised (memory
+    flat in N)."""
+    online = importlib.import_module("kdpipe.signals.online") if params.get("signals") == "online" else None
+    computed = online.online_signals(params, method.signals, teacher_dirs, job) if online else {}
+    cached = online.cached_signals(method.signals) if online else method.signals
+    for name in ("train", "valid", "transfer"):
+        setattr(job, name, None if getattr(job, name) is None else without_texts(getattr(job, name)))
+    feature = params.get("attention_feature", "attentions")
+
+    def read(teacher: str, part) -> dict:
+        found = load_signals(cached, signals_root / teacher / part.split, part.split_row_ids, job.device, feature)
+        return subset_signals(found, part.positions)
+
+    return {
+        t: computed.get(t, {}) | join_parts([read(t, part) for part in job.parts], f"{signals_root}/{t}")
+        for t in params["teachers"]
+    }
+
+
+def routed(ctx: DistillContext, method, job, route: Path | None) -> dict:
+    """Each row's teacher weights from the route (``ctx.route``); returns the route's manifest."""
+    if route is None:
+        raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
+    scores, manifests = zip(*(read_route(route, p.split, p.split_row_ids, ctx.teachers) for p in job.parts))
+    scores = np.concatenate([split_scores[p.positions] for split_scores, p in zip(scores, job.parts)])
+    manifest = manifests[0]
+    ctx.route = {
+        "scores": torch.as_tensor(scores, device=job.device),
+        "weighting": manifest["weighting"],
+        "temperatures": manifest.get("temperatures"),
+    }
     return manifest

@@ -34,6 +34,7 @@ import yaml
 from torch import nn
 from transformers import get_linear_schedule_with_warmup
 
+from kdpipe import CONFIG_SCHEMA  # the one place the training settings' defaults are written
 from kdpipe.core import progress
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast
@@ -50,10 +51,6 @@ from kdpipe.training.checkpoint import FREE_SPACE, Checkpoint, best_entry, finis
 from kdpipe.training.checkpoint import read_resume_state as read_resume_state  # (re-exported: watch a job's progress)
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
-
-
-# The config schema: the one place the training settings' defaults are written
-CONFIG_SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @cache

@@ -10,8 +10,8 @@ from pathlib import Path
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
+from kdpipe import CONFIG_SCHEMA, launch, warm
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
-from kdpipe.core import warm
 from kdpipe.core import shared_cache
 from kdpipe.core.fingerprint import fingerprint
 from kdpipe.core.store import KdpipeError
@@ -38,8 +38,8 @@ from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, pass_of, signal_fi
 try:
     PLAN = checked_plan(
         config,
-        Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
-        lambda: validate(config, schema="../schemas/config.schema.yaml", set_default=True),
+        CONFIG_SCHEMA,
+        lambda: validate(config, schema=str(CONFIG_SCHEMA), set_default=True),
     )
     check_transfer_files(config["dataset"])
     PLAN.check_dump_budget()  # the feature dumps fit their disk budget (kdpipe.plan.budget), before any job
@@ -52,14 +52,20 @@ DATA_DIR = DATA.format(dataset=DATASET)
 TRANSFER_DIR = TRANSFER.format(dataset=DATASET)
 OOD_DIR = OOD_DATA.format(dataset=DATASET)
 SIGNAL_SPLITS = "train|validation|test|transfer"  # teachers' signals are computed on the transfer rows too
-# Every rule runs `python -m kdpipe <stage>`. Without a deployment method that `python` is the one running
-# Snakemake (its folder goes first on PATH), so `.venv/bin/snakemake` works without activating the venv. With
-# `--software-deployment-method conda` every rule runs in envs/kdpipe.yaml instead (ENV, relative to the rule
-# files): its `python`, with kdpipe imported from this workflow's directory. The prefix is not part of a rule's
-# shell text, so neither path is part of any job's identity (code trigger, output cache).
+# Every rule runs `python -m kdpipe <stage>`, importing kdpipe from this workflow's folder, whose code the rules'
+# fingerprints are computed from, whatever the working directory (-d) and whatever kdpipe is installed: the jobs and
+# the warm server inherit kdpipe.launch's variables, and a job that imports another kdpipe stops
+# (docs/design.md, "Which kdpipe a job runs").
+if launch.PACKAGE.parent != Path(workflow.basedir).resolve():
+    raise WorkflowError(f"this workflow ({workflow.basedir}) imported kdpipe from {launch.PACKAGE}; put its own first")
+os.environ.update(launch.job_environment())
+# Without a deployment method that `python` is the one running Snakemake (its folder goes first on PATH), so
+# `.venv/bin/snakemake` works without activating the venv. With `--software-deployment-method conda` every rule runs
+# in envs/kdpipe.yaml instead (ENV, relative to the rule files). The prefix is not part of a rule's shell text, so
+# neither path is part of any job's identity (code trigger, output cache).
 ENV = "../../envs/kdpipe.yaml"
 if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
-    shell.prefix(f"set -euo pipefail; export PYTHONPATH={shlex.quote(workflow.basedir)}:$PYTHONPATH; ")
+    shell.prefix("set -euo pipefail; ")
 else:
     shell.prefix(f"set -euo pipefail; export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; ")
 
@@ -69,7 +75,7 @@ else:
 
 
 # Jobs run on this machine start as copies of one process that has imported torch and transformers already
-# (kdpipe.core.warm; docs/design.md, "Warm start"), started last so that it holds the jobs' environment.
+# (kdpipe.warm; docs/design.md, "Warm start"), started last so that it holds the jobs' environment.
 WARM = {}
 
 

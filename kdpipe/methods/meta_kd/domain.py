@@ -26,7 +26,7 @@ from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_
 from kdpipe.data.dataset import domain_ids, read_domains, read_split
 from kdpipe.methods.meta_kd.branch import load_branch
 from kdpipe.signals.catalog import SIGNALS
-from kdpipe.signals.shards import gather_array
+from kdpipe.signals.parts import gather_array
 from kdpipe.signals.teacher import TeacherPass
 
 

@@ -1,0 +1,86 @@
+"""Which kdpipe a job runs (docs/design.md, "Which kdpipe a job runs"): two checkouts and one environment, in which
+the other checkout is installed (first on PYTHONPATH) and is the working directory; the jobs and the warm server of
+a workflow import its own checkout, and a job that imports another stops with one line naming both."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kdpipe import launch, warm
+from tests.conftest import REPO
+from tests.test_workflow import copy_project
+
+
+@pytest.fixture(scope="module")
+def checkouts(tmp_path_factory) -> tuple[Path, Path]:
+    """Checkout A (the installed one, only its package) and checkout B (a whole project whose command line and
+    prepare stage say they are B's)."""
+    base = tmp_path_factory.mktemp("checkouts")
+    a = base / "a"
+    shutil.copytree(REPO / "kdpipe", a / "kdpipe", ignore=shutil.ignore_patterns("__pycache__"))
+    b = copy_project(base / "b")
+    cli = b / "kdpipe" / "cli.py"
+    cli.write_text(cli.read_text().replace('"""``python -m kdpipe <stage> ...``', '"""Checkout B: ``kdpipe``', 1))
+    with open(b / "kdpipe" / "stages" / "prepare.py", "a") as fh:
+        fh.write('\nPath("ran-from").write_text(__file__)\n')
+    return a, b
+
+
+def installed(a: Path) -> dict:
+    """One environment with checkout A installed (first on PYTHONPATH: ahead of anything in site-packages)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", launch.PACKAGE_ENV, warm.SOCKET_ENV)}
+    return {**env, "PYTHONPATH": str(a), "HF_HUB_OFFLINE": "1"}
+
+
+def test_a_job_that_imports_another_kdpipe_stops_naming_both(checkouts):
+    a, b = checkouts
+    env = {**installed(a), launch.PACKAGE_ENV: str(b / "kdpipe"), "KDPIPE_WARM": "0"}
+    wrong = subprocess.run([sys.executable, "-m", "kdpipe", "--help"], cwd=a, env=env, capture_output=True, text=True)
+    assert wrong.returncode == 1 and wrong.stdout == ""
+    (line,) = wrong.stderr.splitlines()
+    assert f"imported kdpipe from {a / 'kdpipe'}" in line and f"fingerprint from {b / 'kdpipe'}" in line
+    env.update(launch.job_environment(env, package=b / "kdpipe"))
+    right = subprocess.run([sys.executable, "-m", "kdpipe", "--help"], cwd=a, env=env, capture_output=True, text=True)
+    assert right.returncode == 0 and "Checkout B" in right.stdout, right.stderr
+
+
+def test_the_workflows_jobs_run_its_own_checkout_from_another_directory(checkouts):
+    """`snakemake -s B/Snakefile -d A`, A installed: the job ran B's code."""
+    a, b = checkouts
+    cmd = [str(Path(sys.executable).parent / "snakemake"), "-s", str(b / "Snakefile"), "-d", str(a), "--cores", "1"]
+    cmd += ["results/data/tiny_bbc", "--configfile", str(b / "tests/configs/tiny.yaml")]
+    done = subprocess.run(cmd, cwd=a, env=installed(a), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (a / "ran-from").read_text() == str(b / "kdpipe" / "stages" / "prepare.py")
+
+
+@pytest.mark.skipif(not warm.available(), reason="warm start is off here")
+def test_the_warm_server_imports_the_workflows_checkout(checkouts, tmp_path):
+    a, b = checkouts
+    env = {**installed(a), **launch.job_environment(installed(a), package=b / "kdpipe")}
+    sock = str(tmp_path / "s")
+    server = subprocess.Popen([sys.executable, "-m", "kdpipe.warm", sock, str(os.getpid())], cwd=a, env=env)
+    try:
+        deadline = time.time() + 120
+        while not os.path.exists(sock):
+            assert server.poll() is None and time.time() < deadline, "the server did not start"
+            time.sleep(0.1)
+        job = subprocess.run(
+            [sys.executable, "-m", "kdpipe", "--help"],
+            cwd=a,
+            env={**env, warm.SOCKET_ENV: sock},
+            capture_output=True,
+            text=True,
+        )
+        assert job.returncode == 0 and job.stderr == "" and "Checkout B" in job.stdout  # forked, from B's code
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
