@@ -1,25 +1,11 @@
 """A lock-file GPU pool: each stage process claims one free GPU for its whole life.
 
-Why: on a workstation, ``snakemake --profile profiles/workstation --resources gpu=N`` only *counts* GPU jobs
-(each GPU rule declares ``gpu=1``); Snakemake does not set ``CUDA_VISIBLE_DEVICES``, so without this every job
-would run on GPU 0. Set N to at most the number of GPUs; this pool decides which job gets which GPU.
-
-How: before CUDA is initialised, :func:`claim_gpu` counts the GPUs without touching CUDA in this process
-(``nvidia-smi -L``, or ``KDPIPE_GPUS=<count>``), takes an exclusive non-blocking ``flock`` on the first free
-``<pool>/gpu<i>.lock`` and sets ``CUDA_VISIBLE_DEVICES=i``, so ``cuda`` in this process means GPU i. The file
-stays open until the process ends; the kernel then drops the lock, also after a crash or SIGKILL, so no stale
-lock is ever left behind. Each lock file holds the pid of its last holder, for inspection only. When every GPU
-is taken (N larger than the GPU count, or another kdpipe run on the same machine) the claim waits, polling,
-up to ``KDPIPE_GPU_WAIT_S`` seconds (default 3600) and then fails with a :class:`KdpipeError`.
-
-Nothing is done when there is nothing to choose: ``CUDA_VISIBLE_DEVICES`` is already set (SLURM sets it for the
-GPUs it allocated; a user may set it by hand), ``KDPIPE_DEVICE`` is ``cpu`` or an explicit ``cuda:N``, or the
-machine has fewer than two GPUs.
-
-Environment: ``KDPIPE_GPU_LOCKS`` (the pool folder, shared by every process that must not share a GPU; default
-``<tempdir>/kdpipe-gpus-<uid>``, so two users on one machine only see each other's jobs if they point it at
-one common folder), ``KDPIPE_GPU_WAIT_S`` (the wait limit), ``KDPIPE_GPUS`` (the GPU count, skipping
-``nvidia-smi``; tests use it).
+Snakemake's ``--resources gpu=N`` only counts GPU jobs and does not set ``CUDA_VISIBLE_DEVICES``, so before CUDA is
+initialised :func:`claim_gpu` takes an exclusive non-blocking ``flock`` on the first free ``<pool>/gpu<i>.lock``
+and sets ``CUDA_VISIBLE_DEVICES=i``. The kernel drops the lock when the process ends, even on SIGKILL, so no stale
+lock is left. When every GPU is taken the claim polls up to ``KDPIPE_GPU_WAIT_S`` seconds, then fails. Nothing is
+claimed when there is nothing to choose (docs/cluster.md, "GPU workstation (`profiles/workstation`)", which also
+lists the environment variables).
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Intervals and paired tests over seeds and test rows (docs/report.md, "Intervals and verdicts").
 
-A model trained with S seeds and evaluated on the same N test rows gives a 0/1 matrix ``correct`` [S, N]. Its
-accuracy is the mean over seeds of each seed's accuracy. Both sources of chance are resampled together, the way a
-rerun of the experiment would draw them: the test rows (a bootstrap of the N rows, the same draw for every model
-compared, which is what makes the test *paired*) and the seeds (a bootstrap of each model's own S seeds). Each
-bootstrap draw is one weight vector over the rows (a multinomial count, so a draw costs a matrix product rather
-than a copy of the rows).
-
-- :func:`interval`: the percentile 95% interval of one model's accuracy.
-- :func:`compare`: A − B, its 95% interval, the two-sided bootstrap p-value of "no difference", and the smallest
-  difference the design detects (2.8 bootstrap standard errors: 80% power at a 5% two-sided level, the usual normal
-  approximation), then a verdict on a stated claim: ``beats`` (A is better, by ``gap`` in the published result) or
-  ``matches`` (A is within ``margin`` of B):
-
-  ============  ======================================  ==========================================
-  claim         reproduced                              not reproduced
-  ============  ======================================  ==========================================
-  ``beats``     the interval lies above 0               the interval lies below ``gap`` (the
-                                                        published gap is ruled out, no gain shown),
-                                                        or below 0 when no gap is given
-  ``matches``   the interval lies inside ±``margin``    the interval lies wholly outside ±margin
-  ============  ======================================  ==========================================
-
-  Anything else is *undecided at this power*: the data cannot tell, and more seeds or test rows are needed.
+A model trained with S seeds and evaluated on the same N test rows gives a 0/1 matrix ``correct`` [S, N]; its
+accuracy is the mean over seeds of each seed's accuracy. A bootstrap draws the test rows (the same draw for every
+model compared: the test is *paired*) and each model's own seeds together; each draw is one weight vector over the
+rows (a multinomial count, so a draw costs a matrix product rather than a copy of the rows). :func:`interval` gives
+one model's percentile 95% interval, :func:`compare` A − B with its interval, p-value, smallest detectable difference
+and the verdict on a ``beats`` or ``matches`` claim, by the table of docs/report.md.
 """
 
 from __future__ import annotations

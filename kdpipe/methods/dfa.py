@@ -2,19 +2,11 @@
 
     L = α_kd·L_VKD + α_rec·L_rec + α_amal·L_amal
 
-For each aligned pair (student layer l_s, teacher layer l_t), paired from the last layer backwards with stride
-L_t/L_s (``kdpipe.models.backbones.strided_alignment``):
-
-- an encoder E: Linear(ΣH_k → H_s) maps the concatenated teacher features to r = E([f_1; …; f_K]);
-- a decoder D: Linear(H_s → ΣH_k) reconstructs each teacher's features: L_rec = Σ_k MSE(D(r)_k, f_k);
-- a student adapter S: Linear(H_s → H_s): L_amal = MSE(S(h_s), sg(r)) (the teacher side is detached).
-
-Teacher features are token-level hidden states read from the cached dumps (float16, only the aligned layers), never
-from a live teacher, so the student must tokenise like the teachers (same tokenizer and max_length); this is
-checked. Differences from the released ``dfa.py``, on purpose: (1) all adapter parameters train at their own
-learning rate ``adapter_lr`` — the release put the adapters' weights in no optimiser group (a ``learning_rate``
-key instead of ``lr``), so only their biases trained; (2) the MSEs average over real tokens only, where the
-release also averaged over padding. Defaults: T = 1 and all α = 1, as in MUKI's scripts.
+For each layer pair (``kdpipe.models.backbones.strided_alignment``) an encoder E maps the concatenated teacher
+features to r, a decoder D reconstructs each teacher's features from r (L_rec) and a student adapter matches r
+(L_amal, the teacher side detached). Teacher features are read from the cached dumps, so the student must tokenise
+like the teachers (checked). The adapters train at ``adapter_lr``; the departures from the released ``dfa.py`` are in
+docs/methods.md §1.3.
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
 """Dynamic KD (Li et al., EMNLP 2021; docs/methods.md §2): the student's own uncertainty steers KD.
 
-The student's normalised entropy ĥ_i = H(softmax(z_s,i)) / log C is computed online every step; the teacher side
-is read from the cache (logits, and hidden states for the objective adjustment), never from a live teacher. Every
-loss is  L = α_ce·CE(z_s, y) + (the strategy's KD terms), with the KD distance D either the logit MSE
-D_i = mean_c (z_s − z_t)² (``distance: mse``, the release's default) or T²·KL(softmax(z_t/T) ‖ softmax(z_s/T))
-(``distance: kl``, T = 5).
-
-- ``dynamic_teacher`` (§2a), two teachers of different capacity on the full label set, ``small_teacher`` naming the
-  smaller one. ``hard``: the ⌊B/2⌋ most uncertain examples of the batch learn from the small teacher, the rest from
-  the large one, L = CE + α_kd(mean_{S-half} D_small + mean_{L-half} D_large); ``soft``: batch weights
-  w_S = mean_i ĥ_i, w_L = 1 − w_S; ``soft_instance``: per example, ĥ_i·D_small,i + (1 − ĥ_i)·D_large,i. The
-  direction is the released code's: an uncertain student leans on the **smaller** teacher
-  (``direction: uncertain_to_small``); ``uncertain_to_large`` is the reverse, for the comparison.
-- ``dynamic_data`` (§2b): the student scores the batch (``entropy``: highest first; ``margin``: smallest
-  p(1) − p(2) first; ``confidence``: lowest max p first; ``random``; a ``-r`` suffix reverses the order) and only
-  the top ⌊r·B⌋ examples get the KD term, L = α_ce·CE(all B) + α_kd·mean_{kept} D. With cached teacher logits this
-  saves **no teacher compute**: the paper's speed-up came from running the teacher on the kept rows only, and here
-  the teacher never runs during distillation at all. The student still forwards the whole batch (for CE and the
-  scores), so the selection changes what is learnt, not the cost.
-- ``dynamic_objective`` (§2c), one teacher on the full label set:
-  L = α_ce·CE + α_kl·(1/B)Σ_i (1 − ĥ_i)·D_i + α_rep·(1/B)Σ_i ĥ_i·R_i, with D_i the logit MSE and
-  R_i = Σ_{l=0..L_s} mean_{tokens,dims} (n(h_s^l) − n(h_t^{l·k}))², n = L2-normalisation over the hidden
-  dimension, k = L_t / L_s (embeddings included: ``kdpipe.models.backbones.uniform_alignment``). Teacher states
-  come from
-  the float16 dumps of only those layers; the mean runs over real tokens (the release also averaged padding).
-  ``strategy: uncertainty-r`` swaps the two weights, ``none`` gives both weight 1 (without the release's
-  sequence-dimension normalisation quirk).
-
-Whether ĥ carries gradient differs (§2): the released teacher and objective code keep it attached, the paper's
-plug-in detaches it. ``entropy_grad: false`` (default) is the plug-in's detached form; ``true`` the release's.
-The selection scores of ``dynamic_data`` never carry gradient.
+``dynamic_teacher`` (§2a) mixes a small and a large teacher by the student's normalised entropy ĥ, ``dynamic_data``
+(§2b) gives the KD term only to the examples the student scores most informative, and ``dynamic_objective`` (§2c)
+splits KD between logits and hidden states by ĥ. ĥ is computed online every step (detached unless
+``entropy_grad: true``); the teacher side is read from the cache, never from a live teacher. The losses, their
+keys and where they depart from the released code are in docs/methods.md §2.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Hydra and Hydra+ (docs/methods.md §3): distil an N-member ensemble into a shared core with M heads.
 
-Notation: t_n = logits of ensemble member n (n < N), s_m = logits of head m (m < M), y = gold label.
-
-    L1 correctness    = (1/M) Σ_m CE(s_m, y)
-    L2 aggregation    = T_a² · KL( (1/N) Σ_n softmax(t_n/T_a) ‖ (1/M) Σ_m softmax(s_m/T_a) )
-    L3 individuality  = (T_i² / max(N,M)) Σ_{j<max(N,M)} KL( softmax(t_{j mod N}/T_i) ‖ softmax(s_{j mod M}/T_i) )
-    L4 diversity      = Σ_layers Σ_m Σ_rows (1 + cos(θ̄^l_row, θ^{l,m}_row)) / 2
-    L                 = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4
-
-All KL and CE terms are batch means. When M < N, head m is matched to members m, m+M, m+2M, … (no learned
-assignment). In L4, θ̄^l is the mean over heads of layer l's weight (gradients flow through the mean too), rows are
-the output units of a Linear weight, and a bias (1-D) is compared elementwise: the cosine of two scalars is their
-sign agreement, (1 + sign(a·b))/2, whose gradient is zero, so biases add a constant to L4 but are not pushed apart.
-λ follows :func:`lambda_at` (constant, or a linear ramp over epochs as in the paper's CIFAR-10 setting).
-
-Departures from the release: the KL uses 0·log 0 = 0 (``kdpipe.methods.losses.kl_divergence``) instead of adding
-1e-8 inside the logs, and the explicit wd·½‖θ‖² term is not added: the shared training loop's AdamW
-``weight_decay`` plays that role. The ensemble members are the student's teachers, which must all cover the full
-label set; their cached train logits are placed in the student's label order. The student must be a multi-head
-model (``model.heads`` in the student config, see ``kdpipe.models.multihead``) with M ≤ N heads.
-
-Plain Hydra (:func:`build_hydra`) is α = 1, β = 1, λ = 0, i.e. L3 only.
+L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4 with L1 the heads' CE, L2 the KL of the mean predictions, L3 each head's KL
+to its members (head m matched to members m, m+M, …) and L4 the heads' weight diversity; λ follows
+:func:`lambda_at`. Plain Hydra (:func:`build_hydra`) is α = 1, β = 1, λ = 0, i.e. L3 only. The student must be a
+multi-head model (``kdpipe.models.multihead``) with M ≤ N heads, the members full-label teachers whose cached train
+logits are placed in the student's label order. The formulas and the departures from the release are in
+docs/methods.md §3.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """MUKI, Model Uncertainty-aware Knowledge Integration (docs/methods.md §1):
 
-    u_k = 1 − H(p̄_k) / log C_k                          teacher k's certainty on an example
-    q   = p̃_{argmax_k u_k}            (hard)  or  Σ_k softmax(u / τ_s)_k · p̃_k   (soft)
-    m   = |u_(1) − u_(2)| + 1e−6                          margin between the two best scores
-    L   = (1/B) Σ_i m_i · KL(q_i ‖ softmax(z_s,i / τ))    no T² factor, no gold labels
+    L = (1/B) Σ_i m_i · KL(q_i ‖ softmax(z_s,i / τ)),   no T² factor, no gold labels
 
-p̃_k is teacher k's distribution softmax(z_k / τ) (from the cached eval-mode logits) zero-padded into the student's
-label order; teachers cover disjoint blocks of the student's classes. The scores come from the student's route
-(``ctx.route``, the cached artifact of the ``route`` stage, docs/routing.md): by default the certainty router with
-MUKI's u from the MC-dropout signal (the mean of M dropout-on passes at T = 1), or for ``muki_no_mc`` the same
-formula on one deterministic pass at τ (MUKI's ``no_mc=1``). Other routers give scores that are already weights
-(``weighting: scores``: soft aggregation uses them as they are, hard their argmax). With ``margin`` off the loss is
-a plain batch-mean KL. A calibrated route also divides each teacher's logits by its fitted temperature before p̃_k.
-
-q and m depend only on the teachers, so both are computed once for every train row when the objective is built
-(docs/methods.md §6: MUKI is fully precomputable) and each batch only indexes them.
-
-Divergences from the released code, where kdpipe implements the intended behaviour: MUKI's ``run_mc.py`` loads the
-teachers in eval mode and never enables dropout, so its 16 "MC" passes are identical; kdpipe's ``mc_dropout`` stage
-does run with dropout on, as the README snippet intends. ``run_muki.py`` passes an argument the released model
-does not accept and ``muki.sh`` calls a missing ``run_uka_m.py``, so the released MUKI entry points do not run.
+q aggregates the teachers' zero-padded distributions p̃_k = softmax(z_k / τ) (hard: the most certain teacher's;
+soft: weighted by softmax(u / τ_s)) and m is the margin between the two best scores u. The scores come from the
+student's route (``ctx.route``, docs/routing.md): by default MUKI's certainty u from the MC-dropout signal, for
+``muki_no_mc`` the same formula on one deterministic pass. q and m depend only on the teachers, so both are computed
+once for every train row when the objective is built (docs/methods.md §6) and each batch only indexes them. The
+details and the departures from the released code are in docs/methods.md §1.4.
 """
 
 from __future__ import annotations

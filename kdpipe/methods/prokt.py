@@ -1,19 +1,9 @@
 """ProKT: a teacher trained jointly with the student (docs/methods.md §5).
 
-The one method whose teacher signals cannot be cached: the teacher starts from the *pre-trained* backbone (not a
-fine-tuned teacher) and changes every step, and its targets depend on the current student. Each training step
-(every softmax at T = 1):
-
-1. p_S = softmax(f_S(x)), the student in eval mode, detached;
-2. one teacher step on L_T = (1 − λ)·CE(f_T(x), y) + λ·KL(p_S ‖ softmax(f_T(x))) (λ = ``move_back_weight``), or in
-   the dual variant L_T = CE + β·(KL − ε) followed by β ← max(0, β + η·(KL − ε));
-3. p_T = softmax(f_T(x)), the *updated* teacher in eval mode, detached;
-4. the student's loss L_S = KL(p_T ‖ softmax(f_S(x))), no CE (the shared training loop takes that step).
-
-Both classifiers start at zero. Each model has its own AdamW, learning rate and linear schedule over the same total
-steps, and gradient clipping (both at the student's ``max_grad_norm``). The teacher's warm-up and weight decay are its
-own, ``teacher_warmup`` and ``teacher_weight_decay`` (default 0 and 0, as the released code's Trainer defaults),
-not the student's. The KL is Σ p_tgt (log p_tgt − log p), averaged over the batch.
+The one method whose teacher signals cannot be cached: the teacher starts from the *pre-trained* backbone and takes
+one step per student step towards the task and towards the student's current prediction (or, with ``dual``, under a
+constraint with a dual variable β), and the student learns the updated teacher's prediction, with no CE. Each model
+has its own AdamW, learning rate and schedule (docs/methods.md §5 gives the steps and the teacher's settings).
 
 The teacher reads the batch through its own tokenisation of the train split (looked up by the batch's row
 positions), so a student with another tokenisation (a BiLSTM encoding the two sides of a pair apart) works too.

@@ -1,17 +1,11 @@
 """The BiLSTM student of ProKT's text experiments (docs/methods.md §5), trained from scratch.
 
-Embedding → dropout → one bidirectional LSTM layer → max-pooling over the real tokens (padding never wins the
-max) gives u ∈ ℝ^{2h}. For sentence pairs the two sides are encoded separately by the same encoder and combined as
-[u; v; |u − v|; u ∘ v] ∈ ℝ^{8h}. The features go through Linear(→ fc) + ReLU + dropout, then the classifier
-Linear(fc → C). Defaults follow ProKT's README: embeddings 300, 300 units per direction, dropout 0.4, fc 600 (the
-README's Linear(2400 → 600) for pairs). Single texts use the same fc layer on u (the README only describes pairs).
-
-It reads WordPiece ids from a Hugging Face tokenizer (the teacher's by default), so every cached signal keyed by
-row_id works for it as for a transformer student. Its ``forward`` takes the batch keys the transformer students
-take (plus ``pair_input_ids`` / ``pair_attention_mask`` when the two sides are tokenised separately) and returns
-an object with ``.logits``. Saved as ``bilstm.json`` (its sizes and label map) plus ``model.safetensors``.
-
-Written by hand: no maintained library ships this small text classifier.
+Embedding → dropout → one bidirectional LSTM layer → max-pooling over the real tokens gives u ∈ ℝ^{2h}; a sentence
+pair's two sides are encoded apart and combined as [u; v; |u − v|; u ∘ v]. Then Linear(→ fc) + ReLU + dropout and
+the classifier Linear(fc → C); the defaults follow ProKT's README. It reads WordPiece ids from a Hugging Face
+tokenizer (the teacher's by default), so every cached signal keyed by row_id works for it, and its ``forward`` takes
+the transformer students' batch keys (plus ``pair_input_ids`` / ``pair_attention_mask``) and returns ``.logits``.
+Saved as ``bilstm.json`` (its sizes and label map) plus ``model.safetensors``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The training logs in TensorBoard's event format, for ``tensorboard --logdir results/``, written only when the
 optional ``tensorboard`` package is installed (``pip install -e ".[tracking]"``; docs/report.md, "Training logs").
 
-Each trained model becomes one TensorBoard run, ``<out>/<family>/<model>`` (family: teachers, students,
-cotrained): ``train/<term>`` per logged step (the loss, each loss term the method logs, the learning rate; the
-step counted over the whole run, an epoch being as many steps as the log shows) and
-``validation/<metric>`` per epoch (accuracy, NLL...; the x axis is the epoch), plus ``validation/kept``, 1 on the
-epoch whose weights were kept. The events are made from ``train_log.jsonl`` when the report is built, so they
-always match the curves of ``curves.png``, and a rebuilt report replaces them instead of adding a second copy of
-every run.
-
-The events are written with TensorBoard's own event-file writer and protocol buffers, not torch's
-``SummaryWriter``, which would import torch (seconds) into a stage that runs no model (docs/design.md, "Compute").
+Each trained model becomes one run, ``<out>/<family>/<model>``, with ``train/<term>`` per logged step and
+``validation/<metric>`` (plus ``validation/kept``) per epoch, made from ``train_log.jsonl`` when the report is
+built, so they match ``curves.png``; a rebuilt report replaces them. Written with TensorBoard's own event-file
+writer, not torch's ``SummaryWriter``, which would import torch into a stage that runs no model.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The ``certainty`` router: a score per teacher computed from that teacher's own output (docs/routing.md,
 "Certainty scores"). Higher is more certain; MUKI turns the scores into weights softmax(s/τ_s) (docs/methods.md §1).
 
-- ``entropy`` (MUKI's u, the default): 1 − H(p̄)/log C from the MC-dropout mean p̄, as cached in ``mc.parquet``;
-- ``mutual_info``: −I with I = H(p̄)/log C − (1/T) Σ_t H(p_t)/log C, the epistemic part of the MC samples;
-- ``max_prob``: max p̄;
-- ``logit_entropy`` (MUKI's ``no_mc``): 1 − H(softmax(z/τ))/log C from the eval-mode logits;
-- ``logit_max_prob``: max softmax(z/τ);
-- ``energy`` (Liu et al., NeurIPS 2020): τ·log Σ_c exp(z_c/τ).
-
-A calibrated teacher (temperature T_k fitted on its own classes' validation rows, :mod:`kdpipe.routing.calibration`)
-uses τ·T_k for the logit scores and p̄ tempered to softmax(log p̄ / T_k) for the MC ones; the mutual information of
-the samples has no temperature to apply and is left as it is. The entropy scores use the MC pass's own function
+The scores (``entropy``, ``mutual_info``, ``max_prob`` from the MC-dropout signal; ``logit_entropy``,
+``logit_max_prob``, ``energy`` from the eval-mode logits) are defined in docs/routing.md. A calibrated teacher
+(:mod:`kdpipe.routing.calibration`) uses τ·T_k for the logit scores and p̄ tempered to softmax(log p̄ / T_k) for the
+MC ones; the mutual information is left as it is. The entropy scores use the MC pass's own function
 (:func:`kdpipe.evaluation.information.normalized_entropy`, in float32), so the same probabilities give the cached
-``certainty`` column bit for bit; energy is computed in float32 with torch.
+``certainty`` column bit for bit.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The ``knn`` router: how close a row is to a teacher's own labelled validation rows in that teacher's feature space
 (docs/routing.md, "Routers"; Sun et al., ICML 2022, "Out-of-distribution detection with deep nearest neighbors").
 
-For teacher k with pooled last-layer states f_k (L2-normalised), the reference rows are the validation rows of k's
-own classes, found with the validation split's gold labels (the one split whose labels a router may read; the train
-rows a teacher learnt from are not known for a checkpoint teacher, and reading train labels would make the router a
-classifier of the training data). d_k(x) is the cosine distance from x to its ``neighbours``-th nearest reference
-row. Distances of different teachers are not comparable, so each becomes a percentile: s_k(x) = share of the
-reference rows' own distances (each to its ``neighbours``-th nearest other reference row) that are at least d_k(x),
-in [0, 1] (1: closer than any of them). MUKI weighs the scores by softmax(s/τ_s).
-
-The validation rows' scores are cross-fitted: the validation rows fall into ``folds`` seeded folds (the same for
-every teacher), and the rows of each fold are scored against the reference rows of the other folds, so a row's own
-label never decides its score and the validation routing accuracy is measured as for unseen rows.
+d_k(x) is the cosine distance from x to its ``neighbours``-th nearest reference row (the validation rows of
+teacher k's own classes, in its L2-normalised pooled states); each teacher's distances become a percentile s_k(x)
+among the reference rows' own distances, so that teachers compare. The validation rows' scores are cross-fitted over
+``folds`` seeded folds, so a row's own label never decides its score.
 """
 
 from __future__ import annotations

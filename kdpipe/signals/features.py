@@ -3,19 +3,13 @@
 - ``hidden``: hidden states of the chosen layers (0 = embeddings);
 - ``attentions``: post-softmax attention probabilities of the chosen layers (1-based, as layer l's output), every
   head;
-- ``attentions_mean``: the same averaged over the heads (for a student with another head count; ``heads`` times
-  smaller).
+- ``attentions_mean``: the same averaged over the heads (for a student with another head count).
 
-Each is stored packed, without padding: every row's real tokens only, float16, with the rows' offsets and lengths
-beside (:mod:`kdpipe.signals.packed`; docs/design.md, "Feature dumps and their size"). Post-softmax probabilities,
-as EasyNLP's Hugging Face models return them (the original TinyBERT-based Meta-KD code matched pre-softmax scores,
-which transformers does not expose without patching its attention modules). Bytes of row i with len_i tokens:
-hidden 2·L_sel·H·len_i, attentions 2·L_sel·heads·len_i², attentions_mean 2·L_sel·len_i². A shard's rows are written
-a batch at a time with plain file writes (:mod:`kdpipe.signals.rowfile`), so memory stays flat in N, after a check
-that the disk has room for them. Made by the teacher's shared forward pass (:mod:`kdpipe.signals.forward`); a large
-split runs as S shards gathered into the same bytes (:mod:`kdpipe.signals.shards`).
-Attentions need ``attn_implementation="eager"`` (the catalog's ``attention``): under the default SDPA implementation
-transformers returns an empty tuple without error, so the shapes are checked here.
+Each is stored packed, without padding (:mod:`kdpipe.signals.packed`;
+docs/design.md, "Feature dumps and their size"), written a batch at a time with plain file writes
+(:mod:`kdpipe.signals.rowfile`) after a check that the disk has room. Attentions need
+``attn_implementation="eager"`` (the catalog's ``attention``): under SDPA transformers returns an empty tuple
+without error, so the shapes are checked here.
 """
 
 from __future__ import annotations

@@ -2,14 +2,10 @@
 the config needs of that teacher on that split: logits, pooled states, hidden states, attentions, Meta-KD's domain
 signals (docs/design.md, "Signals").
 
-Each signal's module (:data:`kdpipe.signals.catalog.SIGNALS`) gives a *collector*:
-``collector(params, teacher, rows, part, device)`` for the shard's ``rows``, whose ``add(batch, outputs)`` takes the
-model's outputs of every batch and fills the signal's part folder ``part``, and whose ``finish()`` returns the
-manifest fields; ``hidden_states`` and ``attentions`` say which outputs it reads. Every collector reads the outputs
-of the same batches (same rows, same padding) that a pass of its own would compute, so each artifact has the bytes
-it has when made alone (tested). Attention probabilities need the eager attention implementation, which rounds the
-other outputs otherwise than the default (SDPA): the signals that need it (``Signal.attention``) get a second
-forward in the same job, with the model loaded that way, and the others keep their bytes.
+Each signal's module (:data:`kdpipe.signals.catalog.SIGNALS`) gives a *collector*
+``collector(params, teacher, rows, part, device)`` whose ``add(batch, outputs)`` fills the signal's part folder and
+whose ``finish()`` returns the manifest fields. The signals that need eager attention (``Signal.attention``) get a
+second forward in the same job, so the others keep the bytes they have when made alone.
 """
 
 from __future__ import annotations

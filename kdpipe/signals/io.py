@@ -2,21 +2,9 @@
 
 Every per-example signal is stored in the row_id order of its split with a JSON manifest beside it
 (``<signal>.json``) that records the row count, the teacher's label list and the split. Readers check the file
-against its manifest and the manifest against what the reader expects, and name the file when they differ.
-
-Files:
-- ``logits.parquet`` (row_id, logits: list<float32>[C_teacher]) + ``logits.json``: eval-mode logits;
-- ``mc.npy`` (float32 [N, C_teacher], MC-dropout mean probabilities) + ``mc.parquet`` (row_id, entropy,
-  certainty, max_prob, variance) + ``mc.json``;
-- ``pooled.npy`` (float32 [N, H], the mean last-layer hidden state) + ``pooled.json``;
-- ``hidden.npy`` / ``attentions.npy`` / ``attentions_mean.npy`` (float16 without padding, each with
-  ``.offsets.npy`` and ``.tokens.npy`` beside: ``kdpipe.signals.packed``) + their ``.json``;
-- ``domain.npy`` (float16 [N, H], a meta-teacher's domain representation) + ``domain.parquet`` (row_id, p_gold,
-  expertise) + ``domain.json`` (``kdpipe.methods.meta_kd.domain``).
-
-Beside the teachers' signals, the prototype scores of the train split (``kdpipe.methods.meta_kd.prototypes``:
-row_id, domain,
-label, score) + their ``.json``.
+against its manifest and the manifest against what the reader expects, and name the file when they differ. The
+files of each signal are listed in docs/design.md, "The signal catalog"; the prototype scores of the train split
+(``kdpipe.methods.meta_kd.prototypes``) are read here too.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """The ``mc`` signal: offline MC-dropout uncertainty of a teacher on a split (docs/methods.md §1).
 
-T stochastic passes with dropout on and everything else in eval mode. The T samples of a batch run as one
-enlarged batch of T·B rows (split into chunks of at most ``max_batch_rows`` rows and ``MAX_BATCH_TOKENS``
-tokens), under
+T stochastic passes with dropout on (:func:`enable_dropout`) and everything else in eval mode, run as one enlarged
+batch of T·B rows (in chunks of at most ``max_batch_rows`` rows and ``MAX_BATCH_TOKENS`` tokens) under
 ``torch.inference_mode()``. The RNG is re-seeded per batch from ``(seed, smallest row_id of the batch)``, so a fixed
-seed reproduces the samples exactly whatever the order the batches run in.
+seed reproduces the samples whatever order or shard the batches run in (docs/design.md, "Signals").
 
 Outputs: the mean probabilities p̄ (``mc.npy``, float32 [N, C_teacher], row_id order) and per-row scores
-(``mc.parquet``): normalised entropy H(p̄)/log C, MUKI's certainty score u = 1 − H(p̄)/log C, max p̄, the variance
-of the sampled probabilities (mean over classes of the per-class variance across the T samples), the samples' mean
-normalised entropy (1/T) Σ_t H(p^(t))/log C (the aleatoric part) and the mutual information
-H(p̄)/log C − (1/T) Σ_t H(p^(t))/log C (the epistemic part, ≥ 0), both read by the certainty router
+(``mc.parquet``): normalised entropy, MUKI's certainty u, max p̄, the samples' variance, their mean normalised entropy
+(aleatoric) and the mutual information (epistemic), read by the certainty router
 (docs/routing.md, "Certainty scores"). Every entropy is :func:`kdpipe.evaluation.information.normalized_entropy`.
-A large split runs as S shards gathered into the same bytes (:mod:`kdpipe.signals.shards`).
-
-Note: MUKI's released ``run_mc.py`` never switched dropout on, so its 16 passes were identical; here dropout is
-enabled explicitly (:func:`enable_dropout`) and a test checks that samples differ.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The packed layout of token-level dumps: each row's real tokens only, no padding
 (docs/design.md, "Feature dumps and their size").
 
-A dump of feature f on a split of N rows is three files:
-
-- ``f.npy``: float16, the rows one after the other in split order. Hidden states are [T, L_sel, H] with T = Σ len_i
-  (row i's tokens are T-rows ``offsets[i]:offsets[i + 1]``); attentions are one flat array of the rows' blocks
-  [L_sel, heads, len_i, len_i] (attentions_mean: [L_sel, len_i, len_i]), row i's elements
-  ``offsets[i]:offsets[i + 1]``;
-- ``f.offsets.npy``: int64 [N + 1], where each row starts along the first axis of ``f.npy`` (the last: its length);
-- ``f.tokens.npy``: the columns ``length`` (tokens of each row) and ``token_hash`` (a CRC-32 of its token ids, so a
-  student can check that it tokenises as the teacher did), int64, one record per row.
-
-Bytes of row i: 2·L_sel·H·len_i (hidden), 2·L_sel·heads·len_i² (attentions), 2·L_sel·len_i² (attentions_mean). The
-writer (:mod:`kdpipe.signals.features`) and the checked reader (:func:`kdpipe.signals.io.read_features`) share these
-functions, numpy only.
+A dump of feature f on a split of N rows is ``f.npy`` (float16, the rows one after the other in split order),
+``f.offsets.npy`` (int64 [N + 1], where each row starts along the first axis) and ``f.tokens.npy`` (each row's
+``length`` and ``token_hash``, a CRC-32 of its token ids). The writer (:mod:`kdpipe.signals.features`) and the
+checked reader (:func:`kdpipe.signals.io.read_features`) share these functions, numpy only.
 """
 
 from __future__ import annotations

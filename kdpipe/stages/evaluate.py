@@ -1,25 +1,15 @@
 """The ``evaluate`` stage: metrics and predictions of one trained model on every split it is evaluated on.
 
 One job per model (docs/caching-and-reruns.md, "Rerun rules"): the model is loaded once, then each split is read,
-tokenised, predicted and written in turn, exactly as a job of that split alone would write it.
+tokenised, predicted and written in turn, exactly as a job of that split alone would write it. A subset teacher is
+evaluated on the rows of its own classes, a model trained for one ``domain`` on that domain's rows, every other
+model on all rows; with domains the JSON also gives each domain's accuracy (``metrics.per_domain``).
 
-A trained model (teacher or student). A subset teacher is evaluated on the rows of its own classes
-(its label space), a model trained for one ``domain`` on that domain's rows; every other model on all rows. When
-the data has domains, the JSON also gives each domain's accuracy (``metrics.per_domain``), so a model of all
-domains can be compared with per-domain students on each domain's rows.
-
-Every model gets the uncertainty split of docs/methods.md §3 (total = entropy of the mean prediction, aleatoric = mean
-member entropy, epistemic = their difference, the mutual information) over its members: the heads of a multi-head
-student, the members of an ensemble, or the model itself (M = 1, epistemic 0).
-
-With ``evaluate.mc_samples`` (T), every split is also predicted T times with dropout on (MC-dropout at evaluation,
-docs/methods.md, "Judging uncertainty"): the ``mc_*`` scores and columns; accuracy and calibration stay those of the
-deterministic pass. With ``evaluate.ood``, the last split is ``ood``: the OOD rows, every one predicted (none is a
-class of the model), scored against the test rows of this job.
-
-Outputs per split (:mod:`kdpipe.evaluation.results`): ``{split}.json`` and ``{split}.predictions.parquet`` (row_id,
-label, pred, correct, confidence, probs, and the per-row total / aleatoric / epistemic uncertainty), and
-``ood.json`` and ``ood.predictions.parquet``.
+Every model gets the uncertainty split of docs/methods.md §3 over its members (the heads of a multi-head student,
+or the model itself); with ``evaluate.mc_samples`` also the MC-dropout scores
+(docs/methods.md, "Judging uncertainty"), and with ``evaluate.ood`` the last split is ``ood``, scored against the
+test rows of this job. Outputs per split: ``{split}.json`` and ``{split}.predictions.parquet``
+(:mod:`kdpipe.evaluation.results`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Meta-KD's domain branch (docs/methods.md §4), shared by the meta-teacher and the Meta-KD student.
 
-From a model's last hidden layer and a row's domain id d:
-
-    ē = token mean of the last hidden state over the row's real tokens
-    g = W_g(E_dom[d] + ē)                      the domain representation (dumped, and matched by the student)
-    ℓ = W_d · Dropout(tanh(g))                  domain logits (the meta-teacher's domain-corruption loss)
-
-The meta-teacher's classifier stays the backbone's own sequence-classification head (Dropout then Linear on the
-pooler), not the release's W_c·ReLU(pooler): the teacher then is an ordinary checkpoint that every other stage
-(evaluation, logit dumps, MC-dropout) loads as it is. The branch is saved beside it as
-``domain_branch.safetensors`` + ``domain_branch.json``.
+g = W_g(E_dom[d] + ē), with ē the token mean of the last hidden state over the row's real tokens, is the domain
+representation (dumped, and matched by the student); ℓ = W_d · Dropout(tanh(g)) the domain logits of the
+meta-teacher's domain-corruption loss. The meta-teacher keeps the backbone's own classification head, so it loads
+like any teacher; the branch is saved beside it as ``domain_branch.safetensors`` + ``domain_branch.json``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The ``prototypes`` stage: Meta-KD's per-example prototype scores (docs/methods.md §4).
 
-How transferable a training example looks, from the **un-fine-tuned** backbone:
-
-- e_i: the token mean of the backbone's last hidden state over the row's real tokens, [CLS] left out. (The
-  published scripts drop [CLS] too but average over the padding of a fixed length-128 batch; kdpipe pads each batch
-  only to its longest row, so padding would make e_i depend on the batch: it is masked out.)
-- prototypes, from the train split: ``by: domain_class`` (the default) gives one per (domain k, class y),
-  c_{k,y} = mean of e_i over the rows of domain k and class y: the paper's description and the OneFlow port's;
-  ``by: domain`` gives one per domain whatever the class, as EasyNLP's code does.
-- t_i = ½·[cos(e_i, c_{d_i,y_i}) + cos(e_i, mean_{k≠d_i} c_{k,y_i})]: the cosine to the row's own domain's prototype
-  and to the mean of the other domains' prototypes (of the same class, with ``domain_class``). Where no other
-  domain has rows of the class, the second cosine is missing and t_i is the first alone (counted in the manifest).
+How transferable a training example looks, from the **un-fine-tuned** backbone: t_i averages the cosine of the
+row's token-mean embedding e_i ([CLS] and padding left out) to its own domain's prototype and to the mean of the
+other domains' prototypes (per class with ``by: domain_class``, the default; per domain with ``by: domain``). Where
+no other domain has rows of the class, t_i is the first cosine alone (counted in the manifest).
 
 Output: ``train.parquet`` (row_id, domain, label, score; the train split's row order) and ``train.json``. The
 embeddings go through a float32 ``open_memmap`` beside the output, so memory stays flat in N.

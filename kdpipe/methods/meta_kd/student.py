@@ -1,30 +1,11 @@
 """Meta-KD's student (Pan et al., ACL-IJCNLP 2021; docs/methods.md §4), distilled in two stages
 from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). The plan runs the
-stages as two
-distill jobs: ``<student>.stage1`` (method ``meta_kd_stage1``, settings from ``method_args.stage1``), then
-``<student>`` (method ``meta_kd``), initialised from stage 1's weights, so a change to stage 2 reruns stage 2 only.
+stages as two distill jobs: ``<student>.stage1`` (method ``meta_kd_stage1``, settings from ``method_args.stage1``),
+then ``<student>`` (method ``meta_kd``), initialised from stage 1's weights, so a change to stage 2 reruns stage 2 only.
 
-**Stage 1** matches intermediate features, each example weighted by λ_i = (1 + t_i)·w_i (t_i its prototype score,
-w_i the teacher's domain expertise on it), kept per example and averaged over the batch only at the end:
-
-    L₁ = (1/B) Σ_i λ_i [ Σ_{l=1..L_s} MSE_i(A_s^l, A_t^{l·k}) + Σ_{l=0..L_s} MSE_i(W_f h_s^l, h_t^{l·k})
-                         + γ·MSE_i(W_f g_s, g_t) ]
-
-with k = L_t / L_s (student layer l pairs with the last teacher layer of block l; hidden states 0, k, 2k, …,
-embeddings included), each MSE_i a mean over example i's real tokens (and for attentions its real (query, key)
-pairs and heads) and the feature dimension, W_f ("fit_dense") a learned Linear(H_s → H_t) (the identity when the
-widths agree), and g_s = W_g^s(E_dom^s[d_i] + ē_s) the student's own domain representation
-(``kdpipe.methods.meta_kd.branch``). Attentions are post-softmax probabilities (``kdpipe.signals.features``). When
-the student's head
-count differs from the teacher's, both sides are averaged over heads (``attention_heads: auto`` does this only
-then; ``mean`` always, ``per_head`` never). γ = 0.5 (EasyNLP). Stage 1 trains no classifier, so it keeps its last
-epoch rather than the best validation accuracy. Deviations, on purpose: EasyNLP's ``mse_loss`` reduced each term to
-a batch scalar, so λ_i collapsed to a batch-mean factor; here λ_i weights each example's own terms, as the original
-code did (its domain term too). EasyNLP also passed g_t through the teacher's never-trained fit_dense; here g_t is
-used as the teacher computed it.
-
-**Stage 2** matches the soft labels: L₂ = (1/B) Σ_i −Σ_c softmax(z_t/T)_c · log softmax(z_s/T)_c, no hard-label CE
-and no λ_i; T = 2 (EasyNLP; the original used 1).
+Stage 1 matches intermediate features (hidden states, attentions and the domain representation), each example
+weighted by its own λ_i; stage 2 matches the soft labels at T = 2. The losses, the head averaging of
+``attention_heads`` and where kdpipe departs from EasyNLP are in docs/methods.md §4.
 """
 
 from __future__ import annotations

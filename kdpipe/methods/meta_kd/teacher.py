@@ -1,16 +1,11 @@
 """Meta-KD's meta-teacher objective (docs/methods.md §4): ``finetune_teacher`` with
 ``objective: meta``.
 
-The teacher learns the union of the domains. Each example is weighted by its prototype score t_i (how transferable
-it looks, ``kdpipe.methods.meta_kd.prototypes``), and a domain branch (``kdpipe.methods.meta_kd.branch``) is
-trained to predict *corrupted*
-domain labels, the domains of a random permutation π of the batch, which pushes the encoder towards
-domain-invariant features:
+Each example's CE is weighted by its prototype score t_i (``kdpipe.methods.meta_kd.prototypes``), and a domain
+branch (``kdpipe.methods.meta_kd.branch``) learns the *corrupted* domain labels of a random permutation of the batch,
+which pushes the encoder towards domain-invariant features:
 
     L_T = (1/B) Σ_i t_i · [CE(z_i, y_i) + γ · CE(ℓ_i, d_π(i))]
-
-Defaults: γ = 0.5 (EasyNLP's scripts; the original default is 0.2), sample weights and the domain loss on
-(``sample_weights``, ``domain_loss``: both True in the released scripts), branch dropout 0.1.
 """
 
 from __future__ import annotations
