@@ -1,13 +1,10 @@
 """Small caches the workflow keeps between Snakemake runs in ``.snakemake/``
 (docs/caching-and-reruns.md, "What the workflow remembers between runs").
 
-Each cache is one JSON file, read once per run and written whole through a temporary file renamed over it, so a run
-beside another never reads a torn file (the last writer wins; a lost entry is computed again). A cache keyed by the
-hash of everything its values are made from has a ``limit``: past it, the entries a run did not use go, oldest
-first, so it cannot grow without bound as files are edited. Each entry is stored with a digest of its key and value:
-one edited by hand or damaged (any value, of any shape) is a miss, computed again and replaced. Written by hand: a
-JSON file and a rename are all this needs, and a database library would cost more to import than the caches save in
-a no-op rerun.
+Each cache is one JSON file, read once per run and written whole through a temporary file renamed over it (the
+last writer wins; a lost entry is computed again). A cache with a ``limit`` drops, past it, the entries a run did
+not use, oldest first. Each entry carries a digest of its key and value, so one edited by hand or damaged is a miss.
+Written by hand: a database library would cost more to import than the caches save in a no-op rerun.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Giving freed memory back to the operating system after a large transient allocation.
 
-Reading a split (Arrow buffers, then a pandas frame) and tokenising it (the fast tokenizer's per-row encodings, a
-chunk at a time) allocate several times what they leave behind. Arrow's allocator (mimalloc) and glibc's keep the
-freed pages for reuse, so without this a signal pass kept about 25 KB per row more resident than the token ids it
-holds (measured for BBC News at max_length 64: 609 MB at 500 rows, 711 MB at 4,000): its memory grew with N.
-
-A job run from the command line also lets Arrow allocate with the C library's malloc (:func:`use_system_allocator`):
-reading a split of 200-character texts (about 230 bytes a row as Arrow strings) from its Parquet file raised the
-resident memory by 780 bytes a row through mimalloc, which kept them, and by 550 at the peak through malloc, 270 after
-(docs/design.md, "Compute").
+Reading a split (Arrow buffers, then a pandas frame) and tokenising it allocate several times what they leave
+behind, and Arrow's allocator (mimalloc) and glibc's keep the freed pages: without this a signal pass kept about
+25 KB per row more resident than the token ids it holds. A job run from the command line also lets Arrow allocate
+with the C library's malloc (:func:`use_system_allocator`; docs/design.md, "Compute").
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """Tokenisation and length-bucketed batching (docs/design.md, "Compute": no padding to max_length).
 
-A split is tokenised once into variable-length id rows (:class:`Encoded`), stored flat (:class:`Ragged`: one array
-of every row's ids one after the other, and where each row starts), so its memory is the ids themselves and not one
-Python object per row. Batches are index arrays into it (:class:`Batches`, one array for all of them): for training,
-indices are shuffled, cut into windows of ``window`` batches, sorted by length inside each window and cut into
-batches whose order is shuffled again; for inference, all rows are sorted by length. A batch is padded only to its
-own longest row, gathered from the flat arrays in one step.
-
-torch is imported only where batches become tensors (:func:`collate`): a stage that reads no model (signal-gather,
-through :data:`WHOLE`) starts without it (docs/design.md, "Compute").
+A split is tokenised once into variable-length id rows (:class:`Encoded`), stored flat (:class:`Ragged`); batches
+are index arrays into it (:class:`Batches`, one array for all of them), each padded only to its own longest row.
+torch is imported only where batches become tensors (:func:`collate`), so a stage that reads no model starts
+without it.
 """
 
 from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,10 +50,6 @@ class Ragged(Sequence):
             raise TypeError("Ragged takes one row at a time; use take() for several")
         i = range(len(self))[i]  # (negative indices, and IndexError past the end)
         return self.values[self.offsets[i] : self.offsets[i + 1]]
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for i in range(len(self)):
-            yield self.values[self.offsets[i] : self.offsets[i + 1]]
 
     @property
     def lengths(self) -> np.ndarray:
@@ -241,10 +232,6 @@ class Batches(Sequence):
             return self.take(np.arange(len(self))[i])
         i = range(len(self))[i]
         return self.rows[self.bounds[i] : self.bounds[i + 1]]
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for i in range(len(self)):
-            yield self.rows[self.bounds[i] : self.bounds[i + 1]]
 
     def take(self, which: np.ndarray) -> Batches:
         """The batches ``which``, in that order."""

@@ -1,14 +1,9 @@
 """Reading a local CSV/TSV/JSONL/Parquet file faithfully: every record of the file becomes one row, or the reader
-says why not (docs/your-own-models-and-data.md, "Your own data").
+says why not (docs/your-own-models-and-data.md, "Your own data", which gives each format's rules).
 
-- TSV is read as TSV: no quote character, so a stray ``"`` in a text is text; a row whose tab count is wrong is an
-  error naming its line. The rows read must equal the file's non-blank lines minus the header.
-- CSV follows RFC 4180 quoting, so a quoted field may hold line breaks: the records that span several lines are
-  counted and reported (``records`` in the dataset manifest, and a note with examples in the prepare log), since a
-  stray opening quote also looks like that.
-- JSONL: one JSON object per non-blank line, lines ending in ``\n`` (or ``\r\n``) only, so a text may hold the
-  Unicode line and paragraph separators (U+2028, U+2029, U+0085); a malformed line is reported by its line number.
-- A file that does not decode in the configured encoding gets a hint with the encoding that does decode it.
+TSV has no quote character and a row with the wrong tab count is an error naming its line; CSV follows RFC 4180
+(records spanning several lines are counted and reported); JSONL ends a record at a line feed only. A file that
+does not decode in the configured encoding gets a hint with the encoding that does decode it.
 """
 
 from __future__ import annotations

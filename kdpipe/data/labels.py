@@ -1,14 +1,9 @@
 """Cell values and labels as the prepare stage reads them (docs/your-own-models-and-data.md, "Your own data").
 
-- Every configured cell must hold a single value: a list, array or object (JSONL, Parquet lists and structs, a
-  Hugging Face sequence) is refused, naming the file, column and row.
-- Numbers in the label, domain and id columns become text without a float's ``.0``: a JSON ``1.0`` and ``1`` are
-  both the label ``1`` (a Parquet float column of whole numbers likewise); ``0.5`` stays ``0.5``.
-- Labels that are one class written differently (``sport``, ``Sport``, ``sport ``; ``1``, ``1.0``, ``01``) stop the
-  run, listing each group with its row counts, unless ``dataset.normalize_labels`` merges them: spaces trimmed,
-  equal numbers written as one number (``1.0`` and ``01`` become ``1``), then spellings that differ only in case
-  take the most frequent one (a tie: the first in sorted order). The merges go to the prepare log and the
-  dataset manifest (``label_merges``).
+Every configured cell must hold a single value (a list, array or object is refused, naming the file, column and
+row); numbers in the label, domain and id columns become text without a float's ``.0``; labels that are one class
+written differently stop the run unless ``dataset.normalize_labels`` merges them, by the rules of
+docs/configuration.md (``dataset.normalize_labels``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Class subsets of teachers and the student's label layout (docs/methods.md §1).
 
-Dataset labels have one order, fixed when the data is prepared (``kdpipe.data.prepare.label_order``: a
-``ClassLabel``'s declared order, numeric for integer labels, else sorted as text). A teacher covers all of them, an
-explicit list, or MUKI's contiguous slice ``{slice: k, of: K}`` of that order: teacher k gets
-``[k*floor(C/K), (k+1)*floor(C/K))`` and the last teacher also takes the remainder. A teacher kdpipe trains has local
-ids in the dataset's order restricted to its classes; an imported checkpoint keeps its own head's order
-(``labels.json`` of the teacher says which).
-
-The student predicts over the dataset's labels in their order. MUKI's union layout (teacher blocks concatenated
-in teacher order) is the same set of classes; kdpipe keeps the dataset order and places each teacher's block
-through an index map, so students, teachers and evaluation share one label order.
+Dataset labels have one order, fixed when the data is prepared (``kdpipe.data.prepare.label_order``). A teacher
+covers all of them, an explicit list, or MUKI's contiguous slice ``{slice: k, of: K}`` of that order; a teacher
+kdpipe trains has local ids in the dataset's order restricted to its classes, an imported checkpoint keeps its own
+head's order (its ``labels.json`` says which). The student predicts over the dataset's labels in their order, and
+each teacher's block is placed through an index map, so students, teachers and evaluation share one label order.
 """
 
 from __future__ import annotations

@@ -2,17 +2,10 @@
 
 See docs/methods.md, "Judging uncertainty".
 
-A score is oriented so that a larger value means "less likely to be known": entropy, expected entropy, mutual
-information as they are, the maximum probability negated. :func:`scores` makes them from a model's member
-probabilities (and, with ``evaluate.mc_samples``, from its MC-dropout samples).
-
-- OOD detection (:func:`detection`): the OOD rows are the positives, the in-distribution test rows the negatives.
-  AUROC and AUPR (average precision, OOD as the positive class) come from scikit-learn; FPR at 95% TPR is read off
-  its ROC curve: the share of in-distribution rows flagged at the first threshold that flags 95% of the OOD rows.
-- Selective prediction (:func:`risk_coverage`): keep the rows a score is most sure of; the risk at coverage k/N is the
-  error rate of the k kept rows, and AURC the mean of the risk over k = 1..N (the area under the curve, Geifman and
-  El-Yaniv's form). Written by hand: scikit-learn has no risk–coverage curve. Ties in the score are broken by the
-  row order, a stable sort, so the curve is deterministic.
+A score is oriented so that a larger value means "less likely to be known" (the maximum probability negated).
+:func:`detection` gives AUROC and AUPR from scikit-learn and the FPR at 95% TPR read off its ROC curve;
+:func:`risk_coverage` the risk–coverage curve and its AURC, written by hand (scikit-learn has none), ties broken by
+row order so that the curve is deterministic.
 """
 
 from __future__ import annotations

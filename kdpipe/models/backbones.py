@@ -27,16 +27,21 @@ def model_shape(model: str) -> tuple[int, int]:
     the default config's DAG build does without it."""
     if model in BUILTIN_SHAPES:
         return BUILTIN_SHAPES[model]
+    config = _auto_config(model, f"how many layers and heads '{model}' has")
+    return _config_int(config, LAYER_KEYS, model, "layers"), _config_int(config, HEAD_KEYS, model, "heads")
+
+
+def _auto_config(model: str, what: str):
+    """``model``'s config through ``AutoConfig``, or a KdpipeError saying that kdpipe cannot tell ``what``."""
     try:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(model)
+        return AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as err:
         raise KdpipeError(
-            f"cannot tell how many layers and heads '{model}' has: not a builtin, not a local model folder, and "
-            f"not reachable on the hub from here ({type(err).__name__})"
+            f"cannot tell {what}: not a builtin, not a local model folder, and not reachable on the hub from here "
+            f"({type(err).__name__})"
         ) from err
-    return _config_int(config, LAYER_KEYS, model, "layers"), _config_int(config, HEAD_KEYS, model, "heads")
 
 
 def _config_int(config, keys: tuple[str, ...], model: str, what: str) -> int:
@@ -64,16 +69,7 @@ def hidden_size(model: str) -> int:
         except ValueError as err:
             raise KdpipeError(f"{config_file}: not JSON ({err}); cannot tell the hidden size of '{model}'") from err
         return _config_int(SimpleNamespace(**{"model_type": None, **config}), HIDDEN_KEYS, model, "hidden units")
-    try:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(model)
-    except (OSError, ValueError) as err:
-        raise KdpipeError(
-            f"cannot tell the hidden size of '{model}': not a builtin, not a local model folder, and not reachable "
-            f"on the hub from here ({type(err).__name__})"
-        ) from err
-    return _config_int(config, HIDDEN_KEYS, model, "hidden units")
+    return _config_int(_auto_config(model, f"the hidden size of '{model}'"), HIDDEN_KEYS, model, "hidden units")
 
 
 def num_layers(model: str) -> int:

@@ -175,22 +175,27 @@ def load_classifier(
 
 def _fresh_head(model: nn.Module, seed: int) -> None:
     """Re-initialise everything of a classifier outside its base model (the head), seeded, as transformers
-    initialises a new head: linear weights normal with the config's ``initializer_range``, biases zero, norms 1/0.
-    (The model's own ``_init_weights`` skips weights that were loaded from the checkpoint.)"""
+    initialises a new head (the model's own ``_init_weights`` skips weights that were loaded from the checkpoint)."""
     generator = torch.Generator().manual_seed(seed)
-    std = getattr(model.config, "initializer_range", 0.02)
+    for child in model.children():
+        if child is not model.base_model:
+            reinit(child, getattr(model.config, "initializer_range", 0.02), generator)
+
+
+def reinit(module: nn.Module, std: float, generator: torch.Generator) -> None:
+    """Re-initialise ``module`` as BERT-family models initialise new weights: Linear weights normal(0, ``std`` =
+    ``config.initializer_range``) and zero biases, LayerNorm weights 1 and biases 0, drawn from ``generator``."""
     with torch.no_grad():
-        for child in model.children():
-            if child is model.base_model:
-                continue
-            for module in child.modules():
-                if isinstance(module, nn.Linear):
-                    module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * std)
-                    if module.bias is not None:
-                        module.bias.zero_()
-                elif isinstance(module, nn.LayerNorm):
-                    module.weight.fill_(1.0)
-                    module.bias.zero_()
+        for sub in module.modules():
+            if isinstance(sub, nn.Linear):
+                sub.weight.copy_(torch.randn(sub.weight.shape, generator=generator) * std)
+                if sub.bias is not None:
+                    sub.bias.zero_()
+            elif isinstance(sub, nn.LayerNorm):
+                if sub.weight is not None:
+                    sub.weight.fill_(1.0)
+                if sub.bias is not None:
+                    sub.bias.zero_()
 
 
 def load_encoder(backbone: str, *, seed: int = 0) -> nn.Module:

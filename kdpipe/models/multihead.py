@@ -1,23 +1,13 @@
 """A multi-head (Hydra) student on a BERT-like sequence classifier (docs/methods.md §3).
 
-Hydra distils an N-member ensemble into one network: a shared core plus M heads. Here the core is the
-embeddings and the lower L − k transformer layers of a Hugging Face BERT-family sequence classifier
-(``BertForSequenceClassification``: ``bert.embeddings``, ``bert.encoder.layer``, ``bert.pooler``, ``dropout``,
-``classifier``); each head is its own copy of the top k layers, the pooler, the dropout and a classifier Linear.
-The core runs once per batch and every head runs on its output. The prediction is the mean over heads of their
-softmax probabilities (docs/methods.md §3), returned as its log in ``.logits`` so that code which takes
-``softmax(logits)`` gets the Hydra prediction.
+The core is the embeddings and the lower L − k transformer layers of a Hugging Face BERT-family sequence
+classifier; each head is its own copy of the top k layers, the pooler, the dropout and a classifier Linear. The core
+runs once per batch and every head on its output. The prediction, the mean over heads of their softmax
+probabilities, is returned as its log in ``.logits``, so code that takes ``softmax(logits)`` gets the Hydra
+prediction. How the heads start (``head_init``) is in docs/methods.md §3; saved models do not record it.
 
-How the heads start (``head_init``, docs/methods.md §3): ``copy`` (every head a copy of the base's top layers and
-pooler, head m ≥ 1 with a re-initialised classifier), ``noise`` (those copies plus seeded Gaussian noise on every
-Linear weight of head m ≥ 1) or ``reinit`` (the top layers and pooler of head m ≥ 1 re-initialised as the model
-initialises new weights). Head 0 is the base model's own top in every case. Saved models do not record it: it only
-sets the starting point of training.
-
-Saved layout (``save_pretrained``): ``config.json`` (the Hugging Face config of the full-depth base, plus
-``multihead_heads`` / ``multihead_head_layers``), ``multihead.json`` (``{"heads": M, "head_layers": k}``) and
-``model.safetensors`` (this module's state dict). :func:`load_multihead` rebuilds the base from the config and
-loads the weights.
+Saved layout (``save_pretrained``): ``config.json`` (points to kdpipe's loader), ``multihead.json`` (heads, head
+layers and the base's config) and ``model.safetensors``; :func:`load_multihead` rebuilds the model.
 """
 
 from __future__ import annotations
@@ -37,7 +27,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 from transformers.masking_utils import create_bidirectional_mask
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.models.loading import write_kdpipe_config
+from kdpipe.models.loading import reinit, write_kdpipe_config
 
 MULTIHEAD_FILE = "multihead.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -68,13 +58,7 @@ class Head(nn.Module):
 
 
 class MultiHeadClassifier(nn.Module):
-    """Shared core (embeddings + lower layers) and M heads (docs/methods.md §3). Build it with :func:`make_multihead`.
-
-    With ``head_init="copy"`` the heads' copied top layers and poolers start identical (copies of the base's);
-    only their classifiers differ at the start (see :func:`make_multihead`). Since the diversity term's gradient
-    vanishes where all heads are equal, the heads first drift apart through their classifiers, dropout and the
-    individuality loss; ``"noise"`` and ``"reinit"`` start them apart, so that the diversity term acts at once.
-    """
+    """Shared core (embeddings + lower layers) and M heads (docs/methods.md §3), made by :func:`make_multihead`."""
 
     def __init__(self, config, embeddings: nn.Module, core: nn.ModuleList, heads: list[Head]):
         super().__init__()
@@ -158,31 +142,6 @@ def add_noise(head: nn.Module, scale: float, generator: torch.Generator) -> None
                 weight.add_((noise * scale * weight.float().std()).to(weight.dtype))
 
 
-def reinit(module: nn.Module, std: float, generator: torch.Generator) -> None:
-    """Re-initialise ``module`` as BERT-family models initialise new weights (their ``_init_weights``, which skips
-    weights loaded from a checkpoint, so it is not called): Linear weights normal(0, ``std`` =
-    ``config.initializer_range``) and zero biases, LayerNorm weights 1 and biases 0, drawn from ``generator``."""
-    with torch.no_grad():
-        for sub in module.modules():
-            if isinstance(sub, nn.Linear):
-                sub.weight.copy_(torch.randn(sub.weight.shape, generator=generator) * std)
-                if sub.bias is not None:
-                    sub.bias.zero_()
-            elif isinstance(sub, nn.LayerNorm):
-                if sub.weight is not None:
-                    sub.weight.fill_(1.0)
-                if sub.bias is not None:
-                    sub.bias.zero_()
-
-
-def _reinit_linear(linear: nn.Linear, std: float, seed: int, head: int) -> None:
-    """BERT's Linear init (normal(0, std) weight, zero bias) from a generator seeded by (seed, head)."""
-    generator = _generator(seed, head)
-    with torch.no_grad():
-        linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * std)
-        linear.bias.zero_()
-
-
 def make_multihead(
     model: nn.Module,
     heads: int,
@@ -193,18 +152,10 @@ def make_multihead(
 ) -> MultiHeadClassifier:
     """A Hydra student from a BERT-like classifier with L layers: core = embeddings + layers 0..L−k−1, M heads.
 
-    The wrapper takes over ``model``'s modules (do not use ``model`` afterwards). Every head gets deep copies of
-    the top ``head_layers`` layers, the pooler and the dropout. Head 0 keeps the base's classifier (so one head
-    reproduces the base model exactly); head m ≥ 1 gets a copy re-initialised with BERT's init from a generator
-    seeded by (``seed``, m). Then, by ``head_init`` (docs/methods.md §3), for head m ≥ 1 only:
-
-    - ``"copy"``: nothing more; its top layers and pooler start identical to head 0's;
-    - ``"noise"``: every Linear weight W of the head (layers, pooler, classifier) gets Gaussian noise of standard
-      deviation ``head_noise``·std(W), drawn from a generator seeded by (``seed``, m, 1);
-    - ``"reinit"``: its top layers and pooler are re-initialised (:func:`reinit`, normal(0,
-      ``config.initializer_range``) Linear weights) from a generator seeded by (``seed``, m, 2).
-
-    The core keeps at least one transformer layer: ``head_layers`` must lie in 1..L−1.
+    The wrapper takes over ``model``'s modules (do not use ``model`` afterwards). Head 0 is the base's own top (one
+    head reproduces the base model exactly); head m ≥ 1 gets a classifier re-initialised from a generator seeded by
+    (``seed``, m), then ``head_init`` (docs/methods.md §3) from (``seed``, m, stream). The core keeps at least one
+    transformer layer: ``head_layers`` must lie in 1..L−1.
     """
     embeddings, layers, pooler, dropout, classifier = _parts(model)
     n = len(layers)
@@ -232,7 +183,7 @@ def make_multihead(
             copy.deepcopy(classifier),
         )
         if m:
-            _reinit_linear(head.classifier, std, seed, m)
+            reinit(head.classifier, std, _generator(seed, m))  # BERT's init of a new classifier
             if head_init == "noise":
                 add_noise(head, float(head_noise), _generator(seed, m, _NOISE_STREAM))
             elif head_init == "reinit":

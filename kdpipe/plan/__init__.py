@@ -1,13 +1,8 @@
 """The experiment plan: from a validated config to jobs, their config slices and the artifact paths.
 
 Imported by the workflow (``workflow/rules/common.smk``) when Snakemake builds the DAG, so it stays free of torch
-and transformers. By concern: :mod:`~kdpipe.plan.paths` (where artifacts live), :mod:`~kdpipe.plan.entries`
-(config entries to jobs), :mod:`~kdpipe.plan.numbers` (numbers YAML read as text, named before the schema
-refuses them), :mod:`~kdpipe.plan.checks` (what the schema cannot check), :mod:`~kdpipe.plan.classes`
-(the classes of every teacher, checked against the data), :mod:`~kdpipe.plan.layers`
-(layer alignment), :mod:`~kdpipe.plan.routes` (the routes of knowledge-integration students),
-:mod:`~kdpipe.plan.slices` (each job's config slice and code modules), :mod:`~kdpipe.plan.passes` (the teacher
-signal passes and the signals each makes), :mod:`~kdpipe.plan.budget` (the feature dumps' disk budget).
+and transformers. :class:`Plan` gathers one mixin per concern, each a module of this package (docs/design.md,
+"Layers", lists them).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """The plan of a config that has passed every schema check, remembered between runs (docs/caching-and-reruns.md,
 "What the workflow remembers between runs").
 
-The schema checks (:func:`~kdpipe.plan.numbers.check_numbers`, :func:`~kdpipe.plan.entries.validate_entry` on the
-whole config and on each merged teacher and student entry, and Snakemake's ``validate``, which fills in the
-defaults) depend on nothing but the config as given, the schema, kdpipe's plan code and the versions of Snakemake
-and jsonschema. A config that passed them is kept in ``.snakemake/kdpipe-config.json`` with its defaults, under a
-hash of all of these, so an unchanged rerun takes it from there instead of importing jsonschema and checking again;
-any change to one of them checks again. Checks that read files (transfer files, the dump budget) run every time.
+The schema checks depend on nothing but the config as given, the schema, kdpipe's plan code and the versions of
+Snakemake and jsonschema, so a config that passed them is kept in ``.snakemake/kdpipe-config.json`` with its
+defaults under a hash of all of these, and an unchanged rerun takes it from there instead of importing jsonschema
+and checking again. Checks that read files (transfer files, the dump budget) run every time.
 """
 
 from __future__ import annotations

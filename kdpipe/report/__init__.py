@@ -2,21 +2,9 @@
 (metrics, reliability, confusion matrices, cost against accuracy, training curves, uncertainty), from the per-model
 evaluation JSONs and predictions written by the evaluate stage and the training logs.
 
-A row of the summary is one base model on one split; the seeds of a base model (``vkd.seed1``, ``vkd.seed2``...)
-are summarised by their mean and sample standard deviation (ddof=1), because seed variation is the yardstick a
-difference between methods has to beat. Reliability diagrams pool the seeds' bins (count-weighted), which is the
-diagram of all their predictions together; their titles show the mean ECE of the table, so numbers agree.
-
-Evaluations may carry an uncertainty split (docs/methods.md §3): mean total, aleatoric and epistemic uncertainty and
-histograms of their per-example values. Each run's histograms are compared with those of its reference ensemble
-(kind "ensemble", same split and classes) by total variation distance; the seeds' distances are then averaged like
-any metric, and uncertainty.png draws the seeds' pooled histograms. Older evaluations without these fields get blank
-cells.
-
-Evaluations may also carry selective-prediction metrics (``metrics.selective``): the summary then has an AURC column
-(that of the maximum probability). The out-of-distribution evaluations (``ood.json``, split ``ood``) are no split of
-the summary: they make their own table (kdpipe.report.ood) and figures (kdpipe.report.ood_plots), and the landing
-page shows them beside the comparison.
+A row of the summary is one base model on one split, its seeds summarised by their mean and sample standard
+deviation; reliability diagrams pool the seeds' bins. What each table and figure shows is in docs/report.md; the OOD
+evaluations make their own table (kdpipe.report.ood) and figures (kdpipe.report.ood_plots).
 """
 
 from __future__ import annotations
@@ -53,23 +41,13 @@ def build_report(
     warn_below: float = WARN_BELOW,
     transfer_curve: bool = False,
 ) -> None:
-    """Write into ``out_dir``: summary.tsv, summary.md and summary.html (the tables), landing.html (the landing
-    page's comparison, with metrics.png and cost.png embedded), reliability.png, metrics.png, confusion.png and
-    cost.png for ``eval_paths`` (with their predictions beside them), curves.png from the ``train_logs`` (and the
-    same logs in TensorBoard's format under tensorboard/ when the optional package is installed), and
-    uncertainty.png when a model on the plotted split averages several members or heads (otherwise a stale one is
-    removed: the workflow's report rule declares it exactly when the plan has such a model, ``Plan.has_members``), and
-    transfer.png when a student learnt from transfer rows or ``transfer_curve`` asks for it (the rule declares it
-    when ``Plan.has_transfer_students``; a placeholder says so when every share came to 0 rows).
-    The tables show the uncertainty columns only when some model averages several members or heads, and the AURC
-    columns only when some evaluation has selective-prediction metrics. The OOD evaluations among ``eval_paths``
-    (split ``ood``) make :data:`OOD_OUTPUTS`: ood.tsv and ood.md (the OOD table, also a section of summary.html and,
-    compactly, of landing.html), ood_roc.png and risk_coverage.png (among the landing page's key plots); without
-    them, stale ones are removed and every other output is as before (the rule declares them when
-    ``Plan.has_ood``). With the
-    manifests of the experiment's ``routes``: routing.tsv, routing.md and routing.png, and a routing warning at the
-    top of the summaries for each route whose chosen router sends fewer than ``warn_below`` of the validation rows
-    to the teacher that owns their class (``routing.warn_below``)."""
+    """Write into ``out_dir`` the tables and figures of docs/report.md for ``eval_paths`` (with their predictions
+    beside them) and the ``train_logs``. uncertainty.png (a model with several members or heads), transfer.png (a
+    student that learnt from transfer rows, or ``transfer_curve``), :data:`OOD_OUTPUTS` (OOD evaluations among
+    ``eval_paths``) and the routing files (the manifests of ``routes``) only when there is something to show, which
+    is when the report rule declares them (``Plan.has_members``, ``Plan.has_transfer_students``, ``Plan.has_ood``);
+    otherwise a stale one is removed. A route whose chosen router sends fewer than ``warn_below`` of the validation
+    rows to the teacher that owns their class gets a routing warning at the top of the summaries."""
     if not eval_paths:
         raise KdpipeError("report: no evaluation files given")
     records, oods = _read(eval_paths)

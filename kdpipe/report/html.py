@@ -99,11 +99,11 @@ def summary_html(summary: pd.DataFrame, warnings: list[str], title: str, ood: pd
         rows = [
             (
                 summary_cells(row, uncertainty, inference, selective),
-                [_sort_value(row, SORT_KEYS.get(name)) for name in header],
+                [_value(row._asdict(), SORT_KEYS.get(name)) for name in header],
             )
             for row in table.itertuples(index=False)
         ]
-        parts += [f"<h2>{html.escape(split)} split</h2>", _table(header, rows, _best(table, header))]
+        parts += [f"<h2>{html.escape(split)} split</h2>", _table(header, rows, _best_summary(table, header))]
         classes, per_class = per_class_rows(table)
         if per_class:
             parts += [f"<h3>Accuracy (%) per class, {html.escape(split)} split</h3>", _note(PER_CLASS_NOTE)]
@@ -130,7 +130,8 @@ def landing_html(
     table = summary[summary["split"] == split]
     header = tuple(name for name, _ in LANDING)
     rows = [
-        (_landing_cells(row), [_sort_value(row, key) for _, key in LANDING]) for row in table.itertuples(index=False)
+        (_landing_cells(row), [_value(row._asdict(), key) for _, key in LANDING])
+        for row in table.itertuples(index=False)
     ]
     # The viewer narrows its description column for prose; the table needs the room. It also centres the landing
     # view vertically in the window, which cuts off the top (title and table) of a view taller than the window and
@@ -151,7 +152,7 @@ def landing_html(
             "teacher of some of the classes (<i>classes</i> 2/5) is scored on its own classes' rows only; the "
             "teachers' oracle reads gold labels. Full tables (± std over seeds, per class), curves, confusion "
             "matrices, cost and calibration: category <i>Summary</i> in the menu.</p>",
-            _table(header, rows, _best(table, header, landing=True)),
+            _table(header, rows, _best_summary(table, header, landing=True)),
             *(_landing_ood(ood) if ood is not None else ()),
             *(_figure(path) for path in plots),
             "</div>",
@@ -169,7 +170,9 @@ def _ood_section(ood: pd.DataFrame) -> list[str]:
     header = (*MARKDOWN_HEAD, *(METRIC_HEADERS[m] for _ in scores for m in DETECTION))
     rows = [(ood_cells(row, scores), [_value(row, key) for key in keys]) for row in scored.to_dict("records")]
     groups = [("", len(MARKDOWN_HEAD)), *((score, len(DETECTION)) for score in scores)]
-    best = _best_ood(scored, [(keys.index(f"{s}_{m}"), f"{s}_{m}", m) for s in scores for m in DETECTION])
+    best = _best(
+        scored, [(keys.index(f"{s}_{m}"), f"{s}_{m}", m in LOWER_IS_BETTER) for s in scores for m in DETECTION]
+    )
     parts = ["<h2>Out-of-distribution detection</h2>", _note(f"{sentence} {OOD_NOTE}")]
     if rows:  # a column group per score: the table scrolls on its own rather than the page
         parts.append(f'<div class="wide">{_table(header, rows, best, groups)}</div>')
@@ -200,7 +203,7 @@ def _landing_ood(ood: pd.DataFrame) -> list[str]:
         cells += ["—" if v is None else f"{v:.3f}" for v in values[3:5]] + [score or "—"]
         cells += ["—" if v is None else f"{v:.3f}" for v in values[6:]]
         rows.append((cells, values))
-    best = _best_ood(shown, [(keys.index(f"{g}_{m}"), f"{g}_{m}", m) for g, m in LANDING_OOD])
+    best = _best(shown, [(keys.index(f"{g}_{m}"), f"{g}_{m}", m in LOWER_IS_BETTER) for g, m in LANDING_OOD])
     parts = [
         "<h3>Out-of-distribution detection</h3>",
         f"<p>{html.escape(sentence)} How well the maximum probability and the model's epistemic score (mutual "
@@ -216,15 +219,15 @@ def _landing_ood(ood: pd.DataFrame) -> list[str]:
     return parts
 
 
-def _best_ood(table: pd.DataFrame, columns) -> set[tuple[int, int]]:
-    """(row, column) of the best value of each (column index, table column, metric) among the comparable models."""
+def _best(table: pd.DataFrame, columns) -> set[tuple[int, int]]:
+    """(row, column) of the best value of each (column index, table column, lower is better) among the comparable
+    models, set in bold."""
     full = comparable(table) if len(table) else np.zeros(0, dtype=bool)
     best = set()
-    for index, column, metric in columns:
+    for index, column, lower in columns:
         values = np.where(full, table[column].to_numpy(dtype=float), np.nan)
         if np.isfinite(values).any():
-            pick = np.nanargmin(values) if metric in LOWER_IS_BETTER else np.nanargmax(values)
-            best.add((int(pick), index))
+            best.add((int(np.nanargmin(values) if lower else np.nanargmax(values)), index))
     return best
 
 
@@ -255,27 +258,13 @@ def _landing_cells(row) -> list[str]:
     ]  # fmt: skip
 
 
-def _best(table: pd.DataFrame, header, landing: bool = False) -> set[tuple[int, int]]:
-    """(row, column) of the best value of accuracy and macro-F1 (highest) and ECE and AURC (lowest) among the
-    comparable models, set in bold."""
-    full = comparable(table)
+def _best_summary(table: pd.DataFrame, header, landing: bool = False) -> set[tuple[int, int]]:
+    """:func:`_best` of accuracy and macro-F1 (highest) and ECE and AURC (lowest)."""
     names = {"accuracy": ("accuracy (%) ↑", "accuracy (%)"), "macro_f1": ("macro-F1 (%) ↑", "macro-F1 (%)"),
              "ece": ("ECE ↓", "ECE"), "aurc": (None, "AURC")}  # fmt: skip
-    best = set()
-    for column, (landing_name, name) in names.items():
-        name = landing_name if landing else name
-        values = np.where(full, table[column].to_numpy(dtype=float), np.nan)
-        if name in header and np.isfinite(values).any():
-            pick = np.nanargmin(values) if column in ("ece", "aurc") else np.nanargmax(values)
-            best.add((int(pick), header.index(name)))
-    return best
-
-
-def _sort_value(row, key: str | None):
-    if key is None:
-        return None
-    value = getattr(row, key)
-    return None if pd.isna(value) else float(value)
+    shown = {column: pair[0] if landing else pair[1] for column, pair in names.items()}
+    return _best(table, [(header.index(name), column, column in ("ece", "aurc"))
+                         for column, name in shown.items() if name in header])  # fmt: skip
 
 
 def _table(header, rows, best=frozenset(), groups=()) -> str:

@@ -1,12 +1,9 @@
 """The report's routing section (docs/routing.md, "Diagnostics"): from every route's manifest, a table of each
-router's routing and target accuracy (``routing.tsv``, ``routing.md``, the routes' warnings first) and a plot of the
-per-class validation routing accuracy (``routing.png``). Beside each route's table in ``routing.md``, where the route
-recorded them, its teachers' certainty scores as OOD detection
-(docs/routing.md, "Certainty scores as OOD detection").
-
-The warnings are computed here, from the figures each route recorded and the threshold ``routing.warn_below``
-(:func:`kdpipe.routing.diagnostics.warning`): a route's files do not depend on the threshold, so changing it reruns
-the report only."""
+router's routing and target accuracy (``routing.tsv``, ``routing.md``, the routes' warnings first, and where
+recorded the teachers' certainty scores as OOD detection) and a plot of the per-class validation routing accuracy
+(``routing.png``). The warnings are computed here from the threshold ``routing.warn_below``
+(:func:`kdpipe.routing.diagnostics.warning`), so changing it reruns the report only.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Routing: each row's weight for every teacher of a knowledge-integration student (docs/routing.md).
 
-Torch-free names read by the registry and the plan when the DAG is built; the routers themselves are in
-:mod:`~kdpipe.routing.certainty`, :mod:`~kdpipe.routing.knn` and :mod:`~kdpipe.routing.learned`, what a route
-reads in :mod:`~kdpipe.routing.inputs`, every router's scores (the oracle's too) in :mod:`~kdpipe.routing.scoring`,
-the routing accuracy, its table and the warning in :mod:`~kdpipe.routing.diagnostics`, the cached artifact in
-:mod:`~kdpipe.routing.artifact`, and the ``route`` job itself in :mod:`~kdpipe.routing.build`.
+Torch-free names read by the registry and the plan when the DAG is built; the routers, their inputs, scores,
+diagnostics and cached artifact are the other modules of this package, the ``route`` job :mod:`~kdpipe.routing.build`.
 """
 
 from __future__ import annotations

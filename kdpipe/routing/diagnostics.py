@@ -1,17 +1,11 @@
 """How well a router sends rows to the teacher that knows them (docs/routing.md, "Diagnostics").
 
-Routing accuracy: the share of rows whose gold class's owner gets the largest score. Target accuracy: the share of
-rows whose distillation target under hard routing (the prediction of the teacher with the largest score, in the
-student's label order) has its argmax on the gold class. Both overall and per gold class, for every router a route
-measures (:func:`diagnose`), recorded in its ``route.json``, printed by the route job (:func:`text_table`).
-
-Certainty as OOD detection (:func:`ood_auroc`): for every teacher, how well each of its certainty scores tells the
-rows of another teacher's class (out of its distribution) from the rows of its own classes, as an AUROC per split,
-recorded in ``route.json`` under ``ood_auroc`` (docs/routing.md, "Certainty scores as OOD detection").
-
-The warning (:func:`warning`) is computed from those recorded figures where it is shown, in the report, with the
-threshold ``routing.warn_below``: a display setting, in no route's config slice, so changing it reruns the report
-only. Torch-free: the report imports this module (and not scikit-learn, which only :func:`auroc` imports).
+:func:`diagnose` measures the routing accuracy and the target accuracy under hard routing, overall and per gold
+class, for every router a route measures; :func:`ood_auroc` how well each teacher's certainty scores tell other
+teachers' rows from its own (docs/routing.md, "Certainty scores as OOD detection"). Both are recorded in
+``route.json``; :func:`warning` is computed from them where it is shown, in the report, with the display setting
+``routing.warn_below``. Torch-free: the report imports this module (and not scikit-learn, which only :func:`auroc`
+imports).
 """
 
 from __future__ import annotations

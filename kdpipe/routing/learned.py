@@ -1,12 +1,10 @@
 """The ``learned`` router: a regularised linear classifier that predicts which teacher owns a row's class from
 the teachers' features (docs/routing.md, "Routers").
 
-Features: for every teacher, its pooled last-layer state and its logits, concatenated, standardised. Target: the
-index of the teacher that owns the gold class. Fitted on the labelled validation rows (it uses their gold labels),
-by scikit-learn's multinomial logistic regression with the inverse regularisation strength C chosen by
-cross-validation (``LogisticRegressionCV``). Validation rows are cross-fitted: each fold's rows are routed by a
-model fitted on the other folds, so the validation routing accuracy is measured on rows the router did not see.
-Train rows are routed by the model fitted on all validation rows. The weights are the predicted probabilities.
+Features: every teacher's pooled last-layer state and logits, concatenated, standardised; fitted on the labelled
+validation rows by scikit-learn's ``LogisticRegressionCV`` (multinomial). Validation rows are cross-fitted (each
+fold routed by a model fitted on the other folds), train rows routed by the model fitted on all validation rows.
+The weights are the predicted probabilities.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Every cached teacher signal, named once: its files, the pass that computes it and how it is sharded.
 
-Torch-free: the plan and the workflow read it when the DAG is built. A signal of teacher ``t`` on split ``s`` lives
-in ``results/signals/<t>/<s>/`` as the files listed here, the JSON manifest last (docs/design.md, "Artifacts").
-Every signal but MC-dropout is deterministic (eval mode): they all come from one forward pass of the teacher over
-the split, one job per teacher and split (:mod:`kdpipe.signals.forward`), whose module gives a ``collector`` of the
-model's outputs and a ``write``. MC-dropout is a pass of its own (its module's ``compute`` and ``write``). Both kinds
-follow the shard protocol of :mod:`kdpipe.signals.shards` (docs/design.md, "Signals"). A module is imported by name,
-so only the jobs that make its signal carry it in their code fingerprint. To add a signal, add one line here and
-write its module (docs/adding-a-method.md).
+Torch-free: the plan and the workflow read it when the DAG is built (docs/design.md, "The signal catalog"). Every
+signal but MC-dropout comes from the teacher's one forward pass over a split (:mod:`kdpipe.signals.forward`); all
+follow the shard protocol of :mod:`kdpipe.signals.shards`. A module is imported by name, so only the jobs that make
+its signal carry it in their code fingerprint. To add a signal, add one line here and write its module
+(docs/adding-a-method.md).
 """
 
 from __future__ import annotations

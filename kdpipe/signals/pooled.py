@@ -1,10 +1,8 @@
 """The ``pooled`` signal: each row's mean last-layer hidden state under a teacher, float32 [N, H].
 
 The small feature the feature-space routers read (docs/routing.md, "Routers"): the mean over the row's own tokens
-(padding excluded) of the teacher's last hidden layer, the layer its classifier reads. Unlike the token-level
-``hidden`` dump it is one vector per row, so it costs 4·H bytes per example whatever the length.
-``pooled.npy`` (row_id order of the split) + ``pooled.json``; made by the teacher's shared forward pass
-(:mod:`kdpipe.signals.forward`), as S shards gathered into the same bytes as one pass (:mod:`kdpipe.signals.shards`).
+(padding excluded) of the teacher's last hidden layer, 4·H bytes per example whatever the length. Made by the
+teacher's shared forward pass (:mod:`kdpipe.signals.forward`).
 """
 
 from __future__ import annotations

@@ -2,22 +2,11 @@
 split runs as one job that writes the artifacts (S = 1), or as S shard jobs, each on its own GPU or node, and one
 gather job per signal that assembles the same artifacts as the unsharded pass.
 
-A pass makes one or more signals (their config slices, each with its ``signal``): the teacher's shared forward pass
-makes every deterministic signal the config needs of a teacher on a split (:mod:`kdpipe.signals.forward`), MC-dropout
-is a pass of its own (:data:`kdpipe.signals.catalog.SIGNALS`).
-
-A pass cuts the split into one fixed list of inference batches (rows sorted by length, ``inference_batches``);
-shard k of S runs batches k, k+S, k+2S, ... of that list. Every batch is therefore the same in a sharded and an
-unsharded pass (same rows, same padding, same per-batch MC-dropout seed), so the gathered artifacts are
-byte-identical to the unsharded ones for a fixed seed, on the same device and thread count.
-
-A shard writes a *part* (:mod:`kdpipe.signals.parts`). Parts are Snakemake ``temp`` outputs, deleted once
-gathered; at S = 1 the pass job makes its one part in a temporary folder and writes the artifacts itself.
-
-A signal's module (named in the catalog) has ``write(params, meta, parts, out_dir) -> manifest``, which writes the
-artifact from every part, and either a ``collector`` of the shared forward's outputs (:mod:`kdpipe.signals.forward`)
-or, for a pass of its own, ``compute(params, teacher_dir, data_dir, shard, part) -> (rows, meta)``, which fills the
-part folder ``part`` with the shard's arrays.
+Shard k of S runs batches k, k+S, k+2S, ... of the split's one fixed list of inference batches, so the gathered
+artifacts are byte-identical to the unsharded ones. A shard writes a *part* (:mod:`kdpipe.signals.parts`), which a
+signal module's ``write(params, meta, parts, out_dir) -> manifest`` turns into the artifact; the module computes its
+part with a ``collector`` of the shared forward (:mod:`kdpipe.signals.forward`) or, for a pass of its own,
+``compute(params, teacher_dir, data_dir, shard, part) -> (rows, meta)``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """Data-parallel training over several processes (docs/cluster.md, "One job on several devices").
 
-A training job started with ``--processes N`` (the rule's ``gpu`` resource, set by a teacher's or student's
-``devices``) runs as N processes under ``torchrun``, one per device (NCCL on GPUs, gloo on CPUs). Every process
-builds the same batches (same seed and epoch) and takes every N-th row of each global batch; each scales its loss
-by its share of the global batch's rows, and the gradients are summed over the processes before clipping and the
-optimiser step. The update is therefore the one-process update on the same global batch, and every process keeps
-identical weights, optimiser state and schedule. Rank 0 alone writes the training log, checkpoints and outputs.
+A training job started with ``--processes N`` runs as N processes under ``torchrun``. Every process builds the same
+batches and takes every N-th row of each global batch, scales its loss by its share of the batch's rows, and the
+gradients are summed over the processes before clipping and the optimiser step: the one-process update on the same
+global batch. Rank 0 alone writes the training log, checkpoints and outputs.
 
 Why by hand and not ``DistributedDataParallel``: DDP wraps one module and hooks its backward, but kdpipe's methods
 call the model and their own trained modules (adapters, a co-trained teacher with its own optimiser) directly inside
-their losses. One all-reduce of the flattened gradients after ``backward`` gives the same update for any set of
-modules; it forgoes DDP's overlap of communication with the backward pass, which matters little next to a
-transformer step.
-
-When the process group is not initialised every function here is the one-process identity, so the loop has one
-code path.
+their losses; one all-reduce of the flattened gradients after ``backward`` serves any set of modules. When the
+process group is not initialised every function here is the one-process identity, so the loop has one code path.
 """
 
 from __future__ import annotations
