@@ -3,10 +3,9 @@ one file, read like a transfer file (:mod:`kdpipe.data.text_readers`: only the t
 as a one-split dataset artifact ``results/ood/<dataset>/`` (``ood.parquet``, ``labels.json``, ``manifest.json``)
 that every evaluation job reads beside the dataset.
 
-Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a text that repeats an earlier OOD
-row, and a text equal to any text of the dataset (train, validation, test, the withheld rows, the rows of classes
-held out by ``evaluate.ood.classes``) or of the transfer rows students learn from, folded as an uncased tokenizer
-reads it (:func:`kdpipe.data.folding.text_hashes`): such a row is not unseen.
+Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a repeated one, and one equal, folded
+as an uncased tokenizer reads it (:func:`kdpipe.data.folding.text_hashes`), to any text of the dataset or of the
+transfer rows students learn from: such a row is not unseen.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The texts of a user's unlabelled files, read in batches: a transfer source or an external OOD file.
 
-Transfer sources: docs/your-own-models-and-data.md, "Unlabelled transfer data" (``dataset.transfer``; the
-``transfer`` job, :mod:`kdpipe.data.transfer`). An external OOD file: docs/methods.md, "Judging uncertainty"
-(``evaluate.ood.source``; the ``ood`` job, :mod:`kdpipe.data.ood`).
-
-A source is a CSV/TSV/JSONL/Parquet file, ``hf:NAME[:CONFIG]`` or a ``save_to_disk`` folder (every split it has);
-only the text column, and the text pair column when configured, are read, under kdpipe's names ``text`` and
-``text_pair``, as strings. :func:`text_readers` gives each part of a source as (where, a function that yields its
-rows in batches of :data:`BATCH_ROWS`), so a caller can read a source twice without holding it. Bad input stops
-the read with one line naming the file: not found, empty, not valid in its encoding, a missing column, a list,
-object or bytes in a text cell.
+Transfer sources: docs/your-own-models-and-data.md, "Unlabelled transfer data" (:mod:`kdpipe.data.transfer`). An
+external OOD file: docs/methods.md, "Judging uncertainty" (:mod:`kdpipe.data.ood`). :func:`text_readers` gives each
+part of a source (a CSV/TSV/JSONL/Parquet file, ``hf:NAME[:CONFIG]`` or a ``save_to_disk`` folder) as (where, a
+function that yields its ``text`` and ``text_pair`` columns as strings in batches of :data:`BATCH_ROWS`), so a
+caller can read a source twice without holding it. Bad input stops the read with one line naming the file.
 """
 
 from __future__ import annotations

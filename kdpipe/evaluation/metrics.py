@@ -1,24 +1,11 @@
 """Classification metrics of predicted class probabilities: accuracy, macro-F1, NLL, ECE, Brier, reliability bins.
 
-Accuracy, macro-F1 and ECE come from torchmetrics, the reference implementations the field reports. NLL and entropy
-(:mod:`kdpipe.evaluation.information`), the multi-class Brier score and the reliability bins are computed in numpy:
-torchmetrics has no multi-class Brier score of this form (Brier 1950: the squared error over the whole probability
-vector, not only the top class), its calibration-error metric returns only the scalar and not the per-bin
-statistics a reliability diagram needs, and NLL from probabilities needs a clamp that its cross-entropy-from-logits
-metrics do not offer.
-
-Conventions:
-- ``macro_f1`` averages the per-class F1 over the classes that occur among the labels or the predictions, as
-  scikit-learn's ``f1_score(average="macro")`` does. A class that has examples but is never predicted, or is
-  predicted but has no example, counts with F1 = 0; a class with neither (F1 = 0/0) is left out of the average.
-  torchmetrics ``MulticlassF1Score(average="macro")`` follows exactly this rule (checked in the tests).
-- ``ece`` uses equal-width bins on the top-class probability, [k/M, (k+1)/M), L1 gap weighted by bin counts
-  (Guo et al. 2017). The reliability bins below use the same bins, so the diagram shows what the number sums
-  up; they differ only in where a confidence of exactly 1.0 goes (see ``reliability_bins``).
-
-Ensembles and multi-head models (docs/methods.md §3): ``uncertainty_split`` decomposes the total predictive entropy
-into aleatoric (mean member entropy) and epistemic (mutual information) parts, ``uncertainty_summary`` gives their
-means and histograms, and ``total_variation`` compares two such histograms.
+Accuracy, macro-F1 and ECE come from torchmetrics; NLL and entropy (:mod:`kdpipe.evaluation.information`), the
+multi-class Brier score and the reliability bins are computed in numpy, where torchmetrics has no such metric
+(docs/design.md, "Design notes"). ``macro_f1`` averages over the classes that occur among the labels or the
+predictions, as scikit-learn's ``f1_score(average="macro")`` does; ``ece`` and the reliability bins share their
+equal-width bins on the top-class probability (Guo et al. 2017). ``uncertainty_split`` decomposes the total
+predictive entropy of several members into aleatoric and epistemic parts (docs/methods.md §3).
 """
 
 from __future__ import annotations

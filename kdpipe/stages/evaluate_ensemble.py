@@ -1,11 +1,10 @@
 """The ``evaluate_ensemble`` stage: a model made from its members' saved predictions (no inference), with the outputs
 of every evaluation (:mod:`kdpipe.evaluation.results`), one job per model for all its splits
-(docs/caching-and-reruns.md, "Rerun rules"):
+(docs/caching-and-reruns.md, "Rerun rules").
 
-- an ensemble of teachers: the mean of its members' probabilities;
-- the teachers' oracle (``evaluate.oracle``, docs/report.md "Baselines"): teachers on disjoint class subsets, each
-  evaluated on the rows of its own classes, so that each row is predicted by the teacher that owns its gold class.
-  The oracle's probabilities are that teacher's, placed at its classes in the full label space (0 elsewhere).
+An ensemble of teachers is the mean of its members' probabilities; the teachers' oracle
+(docs/report.md, "Baselines") takes each row's probabilities from the teacher that owns its gold class, placed at
+its classes in the full label space.
 """
 
 from __future__ import annotations

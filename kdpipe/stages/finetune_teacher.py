@@ -1,14 +1,10 @@
 """The ``finetune_teacher`` stage: fine-tune one teacher, possibly on a subset of the classes (docs/methods.md §1).
 
 A teacher with a ``checkpoint`` continues training a fine-tuned classifier, keeping its head when its classes are
-the teacher's (:mod:`kdpipe.models.heads`). A teacher with ``layers`` keeps only those transformer layers of its
-backbone before fine-tuning (a smaller teacher of the same family). A teacher restricted to ``classes`` trains only
-on the rows of those classes, with its own local label ids (dataset order restricted to its classes; a kept head's
-own order); one restricted to a ``domain`` only on that domain's rows. The objective is the plain cross-entropy
-(``objective: ce``) or Meta-KD's meta-teacher loss (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``:
-prototype-weighted CE plus the domain-corruption loss of a domain branch, saved beside the model). Output: a
-``save_pretrained`` directory with safetensors weights, the tokenizer, ``labels.json`` (its output order),
-``metrics.json`` and ``manifest.json``.
+the teacher's (:mod:`kdpipe.models.heads`); one with ``layers`` keeps only those layers of its backbone; one
+restricted to ``classes`` or a ``domain`` trains on those rows only (local label ids in the dataset's order). The
+objective is plain cross-entropy or Meta-KD's meta-teacher loss (``objective: meta``,
+``kdpipe.methods.meta_kd.teacher``). Output: the teacher's model folder (docs/design.md, "Artifacts").
 """
 
 from __future__ import annotations

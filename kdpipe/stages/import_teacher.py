@@ -1,10 +1,8 @@
 """The ``import_teacher`` stage: a fine-tuned sequence classifier from elsewhere, used as a teacher without training.
 
-Writes the same artifact as ``finetune_teacher`` (docs/design.md, "Artifacts"): the checkpoint's weights and
-tokenizer, ``labels.json`` (the dataset label of each of the head's outputs, in the head's order: see
-:mod:`kdpipe.models.heads`), ``metrics.json`` (its accuracy on the validation rows of its classes) and
-``manifest.json``. The model's own ``id2label`` is rewritten to the dataset's names, so every description of the
-head agrees.
+Writes the same artifact as ``finetune_teacher`` (docs/design.md, "Artifacts"), ``labels.json`` giving the dataset
+label of each of the head's outputs in the head's order (:mod:`kdpipe.models.heads`) and ``metrics.json`` its
+accuracy on the validation rows of its classes. The model's own ``id2label`` is rewritten to the dataset's names.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The one training loop shared by teacher fine-tuning and every distillation method (docs/design.md, "Style").
 
-AdamW with linear warmup and decay, gradient clipping, length-bucketed batches, bf16 autocast on CUDA,
-evaluation on validation after each epoch keeping the best weights, a progress bar in rows, a JSONL training log,
-and resume: the full state (model and extra modules, optimiser, scheduler, best weights, history, position in the
-epoch) is checkpointed atomically to a resume directory outside the job's declared outputs (Snakemake deletes
-those before a rerun), after every epoch and every ``checkpoint_every`` steps (:mod:`kdpipe.training.checkpoint`).
-A resume directory made by another configuration (different ``resume_key``) is discarded, never reused. Under
-``torchrun`` the same loop trains data-parallel over several processes (:mod:`kdpipe.training.distributed`): same
-global batch, schedule, checkpoints and outputs as one process.
-
-A method differs only by its ``loss_fn(model, batch) -> (loss, {name: float})`` and, when it trains modules of its
-own (e.g. DFA adapters), by ``extra_modules`` with their own learning rates (None: the model's). A loss that
-carries training state of
-its own across steps (ProKT's co-trained teacher with its optimiser) passes it as ``extra_state``, an object with
-``state_dict()`` / ``load_state_dict()``, so that it is checkpointed and resumed with everything else.
+AdamW with linear warmup and decay, gradient clipping, length-bucketed batches, bf16 autocast on CUDA, validation
+after each epoch keeping the best weights, a progress bar in rows, a JSONL training log, and resume from the full
+state checkpointed beside the job's outputs (:mod:`kdpipe.training.checkpoint`;
+docs/caching-and-reruns.md, "Interrupted jobs and resume"). Under ``torchrun`` the same loop trains data-parallel
+(:mod:`kdpipe.training.distributed`). A method differs only by its ``loss_fn(model, batch) -> (loss, {name: float})``
+and, when it trains modules or keeps state of its own, by ``extra_modules`` and ``extra_state``
+(:class:`kdpipe.training.objective.Objective`).
 """
 
 from __future__ import annotations
