@@ -43,14 +43,6 @@ def offsets_of(counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def row_block(feature: str, flat: np.ndarray, length: int, layers: int, heads: int | None) -> np.ndarray:
-    """Row entries as stored (``flat``) -> [L_sel, len, H] (hidden) or [L_sel, (heads,) len, len]."""
-    if feature == "hidden":
-        return flat.transpose(1, 0, 2)
-    inner = (heads,) if feature == "attentions" else ()
-    return flat.reshape(layers, *inner, length, length)
-
-
 def pack_rows(feature: str, values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     """Rows padded to a common width, [B, L_sel, S, H] (hidden) or [B, L_sel, (heads,) S, S], as stored: each row
     cut to its own length, hidden states token-major [len, L_sel, H], attentions flattened."""
