@@ -1,14 +1,9 @@
 """Code fingerprints: a hash of the kdpipe modules a stage uses (docs/caching-and-reruns.md, "Rerun rules").
 
-Snakemake does not see edits inside an imported package. Each rule passes ``params: code=fingerprint(...)``
-computed from the stage's entry module and every kdpipe module it imports, transitively (found by reading the
-import statements with ``ast``, without importing anything), plus the modules the stage imports by name, which the
-plan names (a method's module, a signal's pass, a teacher objective, a student architecture). An edit to
-``kdpipe/signals/mc_dropout.py`` thus changes the fingerprint of the MC-dropout jobs, not that of teacher
-fine-tuning or of the logits pass.
-
-What a module imports is remembered between runs in ``.snakemake/kdpipe-imports.json``, keyed by a hash of its
-source and of this file (the rules that read it), so a no-op rerun parses nothing and an edited module is read again.
+Each rule passes ``params: code=fingerprint(...)`` over the stage's entry module, its static import closure (found
+with ``ast``, importing nothing) and the modules the plan names for it to import by name, so that an edit reruns
+exactly the jobs whose closure holds it. What a module imports is remembered in ``.snakemake/kdpipe-imports.json``
+(docs/caching-and-reruns.md, "What the workflow remembers between runs").
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """A lock-file GPU pool: each stage process claims one free GPU for its whole life.
 
-Snakemake's ``--resources gpu=N`` only counts GPU jobs and does not set ``CUDA_VISIBLE_DEVICES``, so before CUDA is
-initialised :func:`claim_gpu` takes an exclusive non-blocking ``flock`` on the first free ``<pool>/gpu<i>.lock``
-and sets ``CUDA_VISIBLE_DEVICES=i``. The kernel drops the lock when the process ends, even on SIGKILL, so no stale
-lock is left. When every GPU is taken the claim polls up to ``KDPIPE_GPU_WAIT_S`` seconds, then fails. Nothing is
-claimed when there is nothing to choose (docs/cluster.md, "GPU workstation (`profiles/workstation`)", which also
-lists the environment variables).
+Snakemake's ``--resources gpu=N`` only counts GPU jobs, so before CUDA is initialised :func:`claim_gpu` takes an
+exclusive non-blocking ``flock`` on the first free ``<pool>/gpu<i>.lock`` (released by the kernel when the process
+ends, even on SIGKILL) and sets ``CUDA_VISIBLE_DEVICES=i``; when every GPU is taken it polls up to
+``KDPIPE_GPU_WAIT_S`` seconds. See docs/cluster.md, "GPU workstation (`profiles/workstation`)".
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """One extra split beside a prepared dataset, made of a user's unlabelled texts: the transfer rows or an OOD set.
 
-Transfer rows: docs/your-own-models-and-data.md, "Unlabelled transfer data" (the ``transfer`` job,
-:mod:`kdpipe.data.transfer`). An external OOD set: docs/methods.md, "Judging uncertainty" (the ``ood`` job,
-:mod:`kdpipe.data.ood`). Both read their texts with :mod:`kdpipe.data.text_readers`, compare them folded
-(:mod:`kdpipe.data.folding`) with the dataset's, the held-out classes' rows among them (:func:`held_out_rows`), drop
-the empty ones (:func:`empty_texts`) and the others their job names (:func:`dropped_text` says how many of each),
-number the rows kept after the dataset's largest ``row_id`` (:func:`next_row_id`) and write them with
-:func:`write_one_split`.
+Both the ``transfer`` job (:mod:`kdpipe.data.transfer`) and the ``ood`` job (:mod:`kdpipe.data.ood`) read their
+texts with :mod:`kdpipe.data.text_readers`, compare them folded (:mod:`kdpipe.data.folding`) with the dataset's
+(:func:`held_out_rows`), drop and count what they must (:func:`empty_texts`, :func:`dropped_text`), number the rows
+kept after the dataset's largest ``row_id`` (:func:`next_row_id`) and write them with :func:`write_one_split`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Out-of-distribution detection and selective prediction from per-row uncertainty scores.
 
-See docs/methods.md, "Judging uncertainty".
-
-A score is oriented so that a larger value means "less likely to be known" (the maximum probability negated).
-:func:`detection` gives AUROC and AUPR from scikit-learn and the FPR at 95% TPR read off its ROC curve;
+See docs/methods.md, "Judging uncertainty". A score is oriented so that larger means "less likely to be known".
+:func:`detection` gives AUROC and AUPR from scikit-learn and the FPR at 95% TPR off its ROC curve;
 :func:`risk_coverage` the risk–coverage curve and its AURC, written by hand (scikit-learn has none), ties broken by
-row order so that the curve is deterministic.
+row order.
 """
 
 from __future__ import annotations

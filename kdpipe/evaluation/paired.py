@@ -1,11 +1,9 @@
 """Intervals and paired tests over seeds and test rows (docs/report.md, "Intervals and verdicts").
 
-A model trained with S seeds and evaluated on the same N test rows gives a 0/1 matrix ``correct`` [S, N]; its
-accuracy is the mean over seeds of each seed's accuracy. A bootstrap draws the test rows (the same draw for every
-model compared: the test is *paired*) and each model's own seeds together; each draw is one weight vector over the
-rows (a multinomial count, so a draw costs a matrix product rather than a copy of the rows). :func:`interval` gives
-one model's percentile 95% interval, :func:`compare` A − B with its interval, p-value, smallest detectable difference
-and the verdict on a ``beats`` or ``matches`` claim, by the table of docs/report.md.
+A model of S seeds on N test rows is a 0/1 matrix ``correct`` [S, N]. A bootstrap draws the test rows (one draw
+shared by every model compared: the test is *paired*) and each model's own seeds together, each draw one
+multinomial weight vector over the rows. :func:`interval` gives a model's 95% interval, :func:`compare` A − B with
+its interval, p-value, smallest detectable difference and the verdict on a ``beats`` or ``matches`` claim.
 """
 
 from __future__ import annotations

@@ -18,16 +18,13 @@ __all__ = ["DistillContext", "Objective", "student_logits"]
 
 @dataclass
 class DistillContext:
-    """Everything a method may read: cached teacher signals on the train split, never a teacher model.
+    """Everything a method may read: cached teacher signals on the train split, never a teacher model
+    (docs/adding-a-method.md).
 
-    ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, row order of the student's train
-    rows), ``"mc"`` (tensor [N, C_k] mean MC-dropout probabilities), ``"certainty"`` (tensor [N], MUKI's u) and
-    ``"mc_scores"`` (DataFrame); ``"hidden"`` / ``"attentions"`` (token-level dumps without padding,
-    :class:`kdpipe.signals.load.TokenFeature`: ``layers``, ``lengths``, ``token_hashes``, ``hidden_size``, ``heads``;
-    read only through :meth:`teacher_feature`); ``"domain"`` (float16 memmap [N, H], a meta-teacher's domain
-    representations) and ``"expertise"`` (tensor [N]).
-    ``blocks[teacher]``: student-label index of each of the teacher's local classes. Meta-KD also reads
-    ``prototype_scores`` (tensor [N]) and ``domain_ids`` (tensor [N], index into ``domains``).
+    ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, in the student's train row order),
+    ``"mc"``, ``"certainty"``, ``"domain"``, ``"expertise"``; the token-level dumps ``"hidden"`` / ``"attentions"``
+    (:class:`kdpipe.signals.load.TokenFeature`) are read only through :meth:`teacher_feature`. ``blocks[teacher]``:
+    the student-label index of each of the teacher's local classes.
     """
 
     labels: list[str]
@@ -40,8 +37,8 @@ class DistillContext:
     train_tokens: np.ndarray | None = None  # student token-id hash per train row (Encoded.token_hashes)
     alignment: dict | None = None  # teacher -> [[student_layer, teacher_layer], ...]
     domains: list[str] | None = None
-    domain_ids: torch.Tensor | None = None
-    prototype_scores: torch.Tensor | None = None
+    domain_ids: torch.Tensor | None = None  # Meta-KD: each train row's index into ``domains``
+    prototype_scores: torch.Tensor | None = None  # Meta-KD: each train row's prototype score
     train_labels: np.ndarray | None = None  # gold label index per train row (for diagnostics, never a loss
     # of a method that trains without labels)
     route: dict | None = None  # the student's route (docs/routing.md): "scores" (tensor [N, K], teachers in

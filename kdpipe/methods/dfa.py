@@ -2,11 +2,10 @@
 
     L = α_kd·L_VKD + α_rec·L_rec + α_amal·L_amal
 
-For each layer pair (``kdpipe.models.backbones.strided_alignment``) an encoder E maps the concatenated teacher
-features to r, a decoder D reconstructs each teacher's features from r (L_rec) and a student adapter matches r
-(L_amal, the teacher side detached). Teacher features are read from the cached dumps, so the student must tokenise
-like the teachers (checked). The adapters train at ``adapter_lr``; the departures from the released ``dfa.py`` are in
-docs/methods.md §1.3.
+For each layer pair (``kdpipe.models.backbones.strided_alignment``) trained adapters encode the concatenated
+teacher features to r, reconstruct each teacher's features from r (L_rec) and match the student to r (L_amal).
+Teacher features come from the cached dumps, so the student must tokenise like the teachers (checked); see
+docs/methods.md §1.3 for the adapters and the departures from the released ``dfa.py``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Hydra and Hydra+ (docs/methods.md §3): distil an N-member ensemble into a shared core with M heads.
 
-L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4 with L1 the heads' CE, L2 the KL of the mean predictions, L3 each head's KL
-to its members (head m matched to members m, m+M, …) and L4 the heads' weight diversity; λ follows
-:func:`lambda_at`. Plain Hydra (:func:`build_hydra`) is α = 1, β = 1, λ = 0, i.e. L3 only. The student must be a
-multi-head model (``kdpipe.models.multihead``) with M ≤ N heads, the members full-label teachers whose cached train
-logits are placed in the student's label order. The formulas and the departures from the release are in
-docs/methods.md §3.
+L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4: the heads' CE, the KL of the mean predictions, each head's KL to its
+members (head m matched to members m, m+M, …) and the heads' weight diversity, λ following :func:`lambda_at`.
+Plain Hydra (:func:`build_hydra`) is α = 1, β = 1, λ = 0. The student is a multi-head model
+(``kdpipe.models.multihead``) with M ≤ N heads; the members are full-label teachers.
 """
 
 from __future__ import annotations

@@ -2,12 +2,9 @@
 
     L = (1/B) Σ_i m_i · KL(q_i ‖ softmax(z_s,i / τ)),   no T² factor, no gold labels
 
-q aggregates the teachers' zero-padded distributions p̃_k = softmax(z_k / τ) (hard: the most certain teacher's;
-soft: weighted by softmax(u / τ_s)) and m is the margin between the two best scores u. The scores come from the
-student's route (``ctx.route``, docs/routing.md): by default MUKI's certainty u from the MC-dropout signal, for
-``muki_no_mc`` the same formula on one deterministic pass. q and m depend only on the teachers, so both are computed
-once for every train row when the objective is built (docs/methods.md §6) and each batch only indexes them. The
-details and the departures from the released code are in docs/methods.md §1.4.
+q aggregates the teachers' zero-padded distributions softmax(z_k / τ) by the scores of the student's route
+(``ctx.route``, docs/routing.md), hard or soft, and m is the margin between the two best scores. q and m depend only
+on the teachers, so both are computed once for every train row when the objective is built (docs/methods.md §6).
 """
 
 from __future__ import annotations

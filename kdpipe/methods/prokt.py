@@ -1,12 +1,9 @@
 """ProKT: a teacher trained jointly with the student (docs/methods.md §5).
 
 The one method whose teacher signals cannot be cached: the teacher starts from the *pre-trained* backbone and takes
-one step per student step towards the task and towards the student's current prediction (or, with ``dual``, under a
-constraint with a dual variable β), and the student learns the updated teacher's prediction, with no CE. Each model
-has its own AdamW, learning rate and schedule (docs/methods.md §5 gives the steps and the teacher's settings).
-
-The teacher reads the batch through its own tokenisation of the train split (looked up by the batch's row
-positions), so a student with another tokenisation (a BiLSTM encoding the two sides of a pair apart) works too.
+one step per student step towards the task and the student's current prediction, and the student learns the
+updated teacher's prediction. The teacher reads the batch through its own tokenisation of the train split (looked
+up by the batch's row positions), so a student with another tokenisation (a BiLSTM) works too.
 """
 
 from __future__ import annotations

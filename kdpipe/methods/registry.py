@@ -1,12 +1,10 @@
 """The one place a method is registered, importable without torch (the plan reads it when the DAG is built).
 
 Each :class:`MethodSpec` names the module that builds the method's loss, the cached teacher signals it reads, how
-its teachers' classes must relate, and its ``method_args`` (:class:`Arg`: name, type, default, meaning). The plan
-checks a student's ``method_args`` against them before any job runs and passes the completed arguments to the
-job, so an unknown, misspelt or mistyped key stops the run with a message naming the student and the keys the
-method knows (:func:`complete_args`). The distill stage imports the method's module by name: only the students of
-a method carry its module in their code fingerprint, and registering a new method reruns nothing.
-How to add a method: docs/adding-a-method.md. The losses: docs/methods.md (section numbers below).
+its teachers' classes must relate, and its ``method_args`` (:class:`Arg`), which the plan checks and completes
+(:func:`complete_args`) before any job runs. The distill stage imports the method's module by name, so only its
+students carry it in their code fingerprint. How to add a method: docs/adding-a-method.md. The losses:
+docs/methods.md (section numbers below).
 """
 
 from __future__ import annotations

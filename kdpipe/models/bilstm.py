@@ -1,11 +1,10 @@
 """The BiLSTM student of ProKT's text experiments (docs/methods.md §5), trained from scratch.
 
-Embedding → dropout → one bidirectional LSTM layer → max-pooling over the real tokens gives u ∈ ℝ^{2h}; a sentence
-pair's two sides are encoded apart and combined as [u; v; |u − v|; u ∘ v]. Then Linear(→ fc) + ReLU + dropout and
-the classifier Linear(fc → C); the defaults follow ProKT's README. It reads WordPiece ids from a Hugging Face
-tokenizer (the teacher's by default), so every cached signal keyed by row_id works for it, and its ``forward`` takes
-the transformer students' batch keys (plus ``pair_input_ids`` / ``pair_attention_mask``) and returns ``.logits``.
-Saved as ``bilstm.json`` (its sizes and label map) plus ``model.safetensors``.
+Embedding → dropout → one bidirectional LSTM layer → max-pooling over the real tokens; a sentence pair's two sides
+are encoded apart and combined as [u; v; |u − v|; u ∘ v]; then Linear + ReLU + dropout and the classifier (sizes
+after ProKT's README). It reads WordPiece ids from a Hugging Face tokenizer, so every cached signal keyed by row_id
+works for it, takes the transformer students' batch keys (plus ``pair_input_ids`` / ``pair_attention_mask``) and
+returns ``.logits``. Saved as ``bilstm.json`` (its sizes and label map) plus ``model.safetensors``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Classifier heads of existing checkpoints: which classes they predict, matched to the dataset's labels by name.
 
-A teacher entry with ``checkpoint:`` uses a sequence classifier trained elsewhere
-(docs/your-own-models-and-data.md, "Your own teachers"). Its head's classes are read from the checkpoint's
-``id2label`` and matched to the dataset's labels: by name, ignoring case when that is unambiguous, or through the
-entry's ``label_map`` ({checkpoint label: dataset label}). The head keeps its own order; the teacher's
-``labels.json`` says which dataset label each output is, so a head's classes are never renamed by position.
-Torch-free: the plan reads heads when the DAG is built.
+A teacher entry with ``checkpoint:`` (docs/your-own-models-and-data.md, "Your own teachers") has its head's
+``id2label`` matched to the dataset's labels by name (ignoring case when unambiguous) or through its
+``label_map``; the head keeps its own order, which the teacher's ``labels.json`` records, so a head's classes are
+never renamed by position. Torch-free: the plan reads heads when the DAG is built.
 """
 
 from __future__ import annotations

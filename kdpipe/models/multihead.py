@@ -1,13 +1,10 @@
 """A multi-head (Hydra) student on a BERT-like sequence classifier (docs/methods.md §3).
 
-The core is the embeddings and the lower L − k transformer layers of a Hugging Face BERT-family sequence
-classifier; each head is its own copy of the top k layers, the pooler, the dropout and a classifier Linear. The core
-runs once per batch and every head on its output. The prediction, the mean over heads of their softmax
-probabilities, is returned as its log in ``.logits``, so code that takes ``softmax(logits)`` gets the Hydra
-prediction. How the heads start (``head_init``) is in docs/methods.md §3; saved models do not record it.
-
-Saved layout (``save_pretrained``): ``config.json`` (points to kdpipe's loader), ``multihead.json`` (heads, head
-layers and the base's config) and ``model.safetensors``; :func:`load_multihead` rebuilds the model.
+The core is the embeddings and the lower L − k transformer layers; each head is its own copy of the top k layers,
+the pooler, the dropout and a classifier Linear. The prediction, the heads' mean softmax probability, is returned
+as its log in ``.logits``, so code that takes ``softmax(logits)`` gets the Hydra prediction. Saved as
+``config.json`` (pointing to kdpipe's loader), ``multihead.json`` (heads, head layers and the base's config) and
+``model.safetensors``; :func:`load_multihead` rebuilds it.
 """
 
 from __future__ import annotations

@@ -20,18 +20,11 @@ from kdpipe.models.loading import keep_layers, label_maps, load_classifier, load
 def build_student(
     spec: dict, labels: list[str], *, seed: int, pairs: bool = False, attn: str | None = None
 ) -> tuple[nn.Module, object]:
-    """The student model and its tokenizer.
-
-    ``spec`` is either ``{"init": {"from": BACKBONE, "layers": [0, 5]}}`` (layer-subset init; all layers when
-    ``layers`` is omitted) or ``{"config": {"tokenizer": BACKBONE, "hidden_size": .., "num_layers": ..,
-    "num_heads": .., "intermediate_size": ..}}`` (a smaller BERT from scratch) or ``{"type": "bilstm",
-    "tokenizer": BACKBONE, ...sizes}`` (ProKT's BiLSTM from scratch, ``kdpipe.models.bilstm``; ``pairs``: the data has
-    sentence pairs). With ``"heads": {"count": M, "layers": k}`` (k defaults to 1) a transformer becomes a
-    multi-head (Hydra) student whose M heads each own a copy of its top k layers (``kdpipe.models.multihead``,
-    docs/methods.md §3); ``"head_init"`` (``copy``, ``noise`` or ``reinit``) and ``"head_noise"`` say how the heads
-    start (absent: make_multihead's defaults, ``copy``). ``attn``: the attention implementation of a transformer
-    student (``"eager"`` where a loss reads its attention maps, which SDPA does not return).
-    """
+    """The student model and its tokenizer, from the student's ``model`` config (docs/configuration.md,
+    ``students.<name>.model``): a layer subset of a backbone, a smaller BERT from scratch or ProKT's BiLSTM
+    (``kdpipe.models.bilstm``; ``pairs``: the data has sentence pairs), made a multi-head (Hydra) student by
+    ``heads`` (``kdpipe.models.multihead``, started as ``head_init`` says). ``attn``: the attention implementation of
+    a transformer student (``"eager"`` where a loss reads its attention maps, which SDPA does not return)."""
     heads = spec.get("heads")
     if spec.get("head_init", "copy") != "copy" and not heads:
         raise KdpipeError(f"model.head_init: {spec['head_init']!r} starts the heads of a multi-head student; set heads")

@@ -1,11 +1,9 @@
 """The disk budget of the feature dumps, checked when the DAG is built (docs/design.md, "Feature dumps and their size").
 
-Every hidden-state and attention dump the plan asks for is bounded from what is known before any job runs: the rows
-of its split (:func:`split_rows`, the one place the plan asks the data for a split's size), the teacher's hidden
-size and attention heads (:mod:`kdpipe.models.backbones`), the layers kept and the teacher's ``max_length`` (no row
-has more tokens). A plan whose dumps would not fit ``dump.max_gb`` (by default the free space of the disk that holds
-``results/``, less a margin) stops with one message naming the largest dump, its size and what would make it fit.
-A dump already made with the same settings is not counted. Torch-free and numpy-free, like the whole plan.
+Every hidden-state and attention dump the plan asks for is bounded from what is known before any job runs (the rows
+of its split, :func:`split_rows`; the teacher's width and heads; the layers kept; ``max_length``), and a plan whose
+dumps would not fit ``dump.max_gb`` stops with one message naming the largest dump and what would make it fit.
+Torch-free and numpy-free, like the whole plan.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The comparison as HTML: ``summary.html``, a page of its own (the tables of summary.md, sortable by a click on a
 column), and ``landing.html``, the fragment that the landing page of ``snakemake --report`` includes
-(workflow/report/workflow.rst) so that the report opens on the results rather than on the rule graph. With OOD
-evaluations, both show the out-of-distribution table too (kdpipe.report.ood): summary.html in full, the landing
-fragment compactly.
-
-Sorting is a few lines of inline JavaScript written by hand: the report viewer shows the page in a frame and the
-landing fragment as markup, where a library would have to be embedded in every report.
+(workflow/report/workflow.rst) so that the report opens on the results rather than on the rule graph. Sorting is a
+few lines of inline JavaScript written by hand, where a library would have to be embedded in every report.
 """
 
 from __future__ import annotations

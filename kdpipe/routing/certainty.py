@@ -1,12 +1,9 @@
 """The ``certainty`` router: a score per teacher computed from that teacher's own output (docs/routing.md,
 "Certainty scores"). Higher is more certain; MUKI turns the scores into weights softmax(s/τ_s) (docs/methods.md §1).
 
-The scores (``entropy``, ``mutual_info``, ``max_prob`` from the MC-dropout signal; ``logit_entropy``,
-``logit_max_prob``, ``energy`` from the eval-mode logits) are defined in docs/routing.md. A calibrated teacher
-(:mod:`kdpipe.routing.calibration`) uses τ·T_k for the logit scores and p̄ tempered to softmax(log p̄ / T_k) for the
-MC ones; the mutual information is left as it is. The entropy scores use the MC pass's own function
-(:func:`kdpipe.evaluation.information.normalized_entropy`, in float32), so the same probabilities give the cached
-``certainty`` column bit for bit.
+A calibrated teacher's scores are tempered as docs/routing.md, "Calibrated teachers", says. The entropy scores use
+the MC pass's own :func:`kdpipe.evaluation.information.normalized_entropy` (float32), so the same probabilities give
+the cached ``certainty`` column bit for bit.
 """
 
 from __future__ import annotations

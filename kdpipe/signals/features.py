@@ -1,15 +1,10 @@
 """The feature signals: token-level teacher states of one split, for methods that align with them.
 
-- ``hidden``: hidden states of the chosen layers (0 = embeddings);
-- ``attentions``: post-softmax attention probabilities of the chosen layers (1-based, as layer l's output), every
-  head;
-- ``attentions_mean``: the same averaged over the heads (for a student with another head count).
-
-Each is stored packed, without padding (:mod:`kdpipe.signals.packed`;
-docs/design.md, "Feature dumps and their size"), written a batch at a time with plain file writes
-(:mod:`kdpipe.signals.rowfile`) after a check that the disk has room. Attentions need
-``attn_implementation="eager"`` (the catalog's ``attention``): under SDPA transformers returns an empty tuple
-without error, so the shapes are checked here.
+``hidden`` (hidden states of the chosen layers, 0 = embeddings), ``attentions`` (post-softmax attention
+probabilities of the chosen layers, 1-based, every head) and ``attentions_mean`` (averaged over the heads), each
+stored packed (:mod:`kdpipe.signals.packed`; docs/design.md, "Feature dumps and their size") and written a batch at
+a time after a check that the disk has room. Attentions need ``attn_implementation="eager"``: under SDPA
+transformers returns an empty tuple without error, so the shapes are checked here.
 """
 
 from __future__ import annotations

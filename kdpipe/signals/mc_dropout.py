@@ -1,14 +1,10 @@
 """The ``mc`` signal: offline MC-dropout uncertainty of a teacher on a split (docs/methods.md §1).
 
 T stochastic passes with dropout on (:func:`enable_dropout`) and everything else in eval mode, run as one enlarged
-batch of T·B rows (in chunks of at most ``max_batch_rows`` rows and ``MAX_BATCH_TOKENS`` tokens) under
-``torch.inference_mode()``. The RNG is re-seeded per batch from ``(seed, smallest row_id of the batch)``, so a fixed
-seed reproduces the samples whatever order or shard the batches run in (docs/design.md, "Signals").
-
-Outputs: the mean probabilities p̄ (``mc.npy``, float32 [N, C_teacher], row_id order) and per-row scores
-(``mc.parquet``): normalised entropy, MUKI's certainty u, max p̄, the samples' variance, their mean normalised entropy
-(aleatoric) and the mutual information (epistemic), read by the certainty router
-(docs/routing.md, "Certainty scores"). Every entropy is :func:`kdpipe.evaluation.information.normalized_entropy`.
+batch of T·B rows (in chunks of at most ``max_batch_rows`` rows and ``MAX_BATCH_TOKENS`` tokens), the RNG re-seeded
+per batch from ``(seed, smallest row_id of the batch)`` (docs/design.md, "Signals"). Outputs: the mean
+probabilities p̄ (``mc.npy``) and per-row scores (``mc.parquet``) read by the certainty router
+(docs/routing.md, "Certainty scores"); every entropy is :func:`kdpipe.evaluation.information.normalized_entropy`.
 """
 
 from __future__ import annotations

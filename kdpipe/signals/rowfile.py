@@ -1,11 +1,9 @@
 """Rows of a large ``.npy`` file written and read with plain file I/O (``os.pwrite``, ``readinto``).
 
-A feature dump is written row by row (batches of rows in length order) and a gather copies shards' rows into the
-whole artifact. Through a memory map, every page written or read stays mapped into the process until it ends, so
-its resident memory grows with the file (hundreds of KB per row for hidden states) even though the kernel could
-drop those pages; plain file I/O moves the same bytes through the page cache without mapping them, so a pass's
-memory stays flat in N (benchmarks/RESULTS.md, "How cost grows with the work"). The file is a standard ``.npy``
-(written header, C order): ``numpy.load(path, mmap_mode="r")`` reads it, as the students do.
+Through a memory map every page written or read stays mapped into the process, so its resident memory grows with
+the file; plain file I/O moves the same bytes through the page cache, so a pass's memory stays flat in N
+(benchmarks/RESULTS.md, "How cost grows with the work"). The file is a standard ``.npy``: ``numpy.load(path,
+mmap_mode="r")`` reads it, as the students do.
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 split runs as one job that writes the artifacts (S = 1), or as S shard jobs, each on its own GPU or node, and one
 gather job per signal that assembles the same artifacts as the unsharded pass.
 
-Shard k of S runs batches k, k+S, k+2S, ... of the split's one fixed list of inference batches, so the gathered
-artifacts are byte-identical to the unsharded ones. A shard writes a *part* (:mod:`kdpipe.signals.parts`), which a
-signal module's ``write(params, meta, parts, out_dir) -> manifest`` turns into the artifact; the module computes its
-part with a ``collector`` of the shared forward (:mod:`kdpipe.signals.forward`) or, for a pass of its own,
-``compute(params, teacher_dir, data_dir, shard, part) -> (rows, meta)``.
+Shard k of S runs batches k, k+S, ... of the split's one list of inference batches and writes a *part*
+(:mod:`kdpipe.signals.parts`); a signal module's ``write(params, meta, parts, out_dir) -> manifest`` turns the parts
+into the artifact, which it computes with a ``collector`` of the shared forward (:mod:`kdpipe.signals.forward`) or
+its own ``compute(params, teacher_dir, data_dir, shard, part) -> (rows, meta)``.
 """
 
 from __future__ import annotations

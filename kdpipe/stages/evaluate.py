@@ -3,13 +3,9 @@
 One job per model (docs/caching-and-reruns.md, "Rerun rules"): the model is loaded once, then each split is read,
 tokenised, predicted and written in turn, exactly as a job of that split alone would write it. A subset teacher is
 evaluated on the rows of its own classes, a model trained for one ``domain`` on that domain's rows, every other
-model on all rows; with domains the JSON also gives each domain's accuracy (``metrics.per_domain``).
-
-Every model gets the uncertainty split of docs/methods.md §3 over its members (the heads of a multi-head student,
-or the model itself); with ``evaluate.mc_samples`` also the MC-dropout scores
-(docs/methods.md, "Judging uncertainty"), and with ``evaluate.ood`` the last split is ``ood``, scored against the
-test rows of this job. Outputs per split: ``{split}.json`` and ``{split}.predictions.parquet``
-(:mod:`kdpipe.evaluation.results`).
+model on all rows. Every model gets the uncertainty split of docs/methods.md §3 over its members, with
+``evaluate.mc_samples`` also the MC-dropout scores, and with ``evaluate.ood`` a last split ``ood``
+(docs/methods.md, "Judging uncertainty"); the outputs are :mod:`kdpipe.evaluation.results`'.
 """
 
 from __future__ import annotations

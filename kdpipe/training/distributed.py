@@ -1,14 +1,11 @@
 """Data-parallel training over several processes (docs/cluster.md, "One job on several devices").
 
-A training job started with ``--processes N`` runs as N processes under ``torchrun``. Every process builds the same
-batches and takes every N-th row of each global batch, scales its loss by its share of the batch's rows, and the
-gradients are summed over the processes before clipping and the optimiser step: the one-process update on the same
-global batch. Rank 0 alone writes the training log, checkpoints and outputs.
-
-Why by hand and not ``DistributedDataParallel``: DDP wraps one module and hooks its backward, but kdpipe's methods
-call the model and their own trained modules (adapters, a co-trained teacher with its own optimiser) directly inside
-their losses; one all-reduce of the flattened gradients after ``backward`` serves any set of modules. When the
-process group is not initialised every function here is the one-process identity, so the loop has one code path.
+A training job started with ``--processes N`` runs as N processes under ``torchrun``; each takes every N-th row of
+each global batch and scales its loss by its share of the batch's rows, and the gradients are summed before
+clipping and the optimiser step: the one-process update. Rank 0 alone writes. Not ``DistributedDataParallel``,
+which wraps one module and hooks its backward: kdpipe's losses call the model and their own trained modules
+directly, and one all-reduce of the flattened gradients after ``backward`` serves any set of modules. Without a
+process group every function here is the one-process identity, so the loop has one code path.
 """
 
 from __future__ import annotations

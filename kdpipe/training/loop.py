@@ -251,12 +251,9 @@ def fit(
     """Train ``model`` (plus ``extra_modules``: ``{name: (module, lr)}``) and return the best validation state of
     every module (``best_state`` of ``model``, ``best_modules`` of the others).
 
-    ``validate(model)`` returns a dict with a ``score`` (higher is better, e.g. accuracy) and optionally an ``nll``
-    that breaks ties of the score (lower is better, :func:`is_better`); ``validate=None`` skips
-    validation and keeps the last epoch's state (Meta-KD's first stage matches teacher features and trains no
-    classifier, so accuracy cannot pick its best epoch). ``on_epoch(epoch,
-    epochs)`` (0-based epoch) is called before each epoch's first step, also after a resume, so epoch-level
-    schedules of a loss (e.g. Hydra+'s λ ramp) follow the same epochs.
+    ``validate(model)`` returns a ``score`` (higher is better) and optionally an ``nll`` that breaks its ties
+    (:func:`is_better`); ``validate=None`` keeps the last epoch (Meta-KD's first stage trains no classifier).
+    ``on_epoch(epoch, epochs)`` (0-based) is called before each epoch's first step, also after a resume.
     """
     # each process its own dropout masks; the first process those of a one-process run
     torch.manual_seed(settings.seed + distributed.rank())

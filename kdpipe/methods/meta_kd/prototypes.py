@@ -1,12 +1,9 @@
 """The ``prototypes`` stage: Meta-KD's per-example prototype scores (docs/methods.md §4).
 
 How transferable a training example looks, from the **un-fine-tuned** backbone: t_i averages the cosine of the
-row's token-mean embedding e_i ([CLS] and padding left out) to its own domain's prototype and to the mean of the
-other domains' prototypes (per class with ``by: domain_class``, the default; per domain with ``by: domain``). Where
-no other domain has rows of the class, t_i is the first cosine alone (counted in the manifest).
-
-Output: ``train.parquet`` (row_id, domain, label, score; the train split's row order) and ``train.json``. The
-embeddings go through a float32 ``open_memmap`` beside the output, so memory stays flat in N.
+row's token-mean embedding ([CLS] and padding left out) to its own domain's prototype and to the mean of the other
+domains' (per class with ``by: domain_class``, per domain with ``by: domain``). Output: ``train.parquet`` (row_id,
+domain, label, score) and ``train.json``; the embeddings go through a float32 ``open_memmap``, so memory stays flat.
 """
 
 from __future__ import annotations

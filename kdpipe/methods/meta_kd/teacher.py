@@ -1,11 +1,9 @@
 """Meta-KD's meta-teacher objective (docs/methods.md §4): ``finetune_teacher`` with
 ``objective: meta``.
 
-Each example's CE is weighted by its prototype score t_i (``kdpipe.methods.meta_kd.prototypes``), and a domain
-branch (``kdpipe.methods.meta_kd.branch``) learns the *corrupted* domain labels of a random permutation of the batch,
-which pushes the encoder towards domain-invariant features:
-
-    L_T = (1/B) Σ_i t_i · [CE(z_i, y_i) + γ · CE(ℓ_i, d_π(i))]
+Each example's CE is weighted by its prototype score t_i, and a domain branch (``kdpipe.methods.meta_kd.branch``)
+learns the *corrupted* domain labels of a random permutation π of the batch:
+L_T = (1/B) Σ_i t_i · [CE(z_i, y_i) + γ · CE(ℓ_i, d_π(i))].
 """
 
 from __future__ import annotations
