@@ -91,10 +91,14 @@ def check_code(stage, params: dict, code: str) -> None:
     """Stop a job whose kdpipe code is not the code its fingerprint ``code`` (``--code``, computed when Snakemake
     scheduled it) was computed from: an edit made since, while the job waited, would otherwise run under the old
     fingerprint (resume checkpoints, kept copies, the shared cache's entry). Rerun: Snakemake schedules it again."""
-    from kdpipe.core.fingerprint import fingerprint
+    from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint
     from kdpipe.plan.slices import modules_named_in
 
-    here = fingerprint(stage.module, *modules_named_in(params))
+    try:  # the workflow's library versions: a job in another environment (conda) compares the code alone
+        versions = json.loads(os.environ[VERSIONS_ENV])
+    except (KeyError, ValueError):
+        versions = None
+    here = fingerprint(stage.module, *modules_named_in(params), versions=versions)
     if here != code:
         raise KdpipeError(
             f"the kdpipe code changed after this job was scheduled (code fingerprint {code} then, {here} now); "

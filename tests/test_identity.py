@@ -380,10 +380,16 @@ def test_a_job_stops_when_its_code_changed_after_it_was_scheduled(tmp_path):
     stage = "kdpipe.stages.finetune_teacher"
     scheduled = fingerprint.fingerprint(stage)  # this checkout's code, the same as the copy's
 
-    def job(code: str) -> subprocess.CompletedProcess:
+    def job(code: str, out: str = "teachers/t", **more: str) -> subprocess.CompletedProcess:
         cmd = [sys.executable, "-m", "kdpipe", "finetune-teacher", "--params", json.dumps(TINY_TEACHER)]
-        cmd += ["--data", str(tmp_path / "no-data"), "--out", str(tmp_path / "teachers/t"), "--code", code]
-        return subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        cmd += ["--data", str(tmp_path / "no-data"), "--out", str(tmp_path / out), "--code", code]
+        return subprocess.run(cmd, cwd=project, env={**env, **more}, capture_output=True, text=True, timeout=300)
+
+    # a job in another environment (conda) than the workflow's: its library versions are the workflow's
+    other = {"torch": "0.0-elsewhere"}
+    code = fingerprint.fingerprint(stage, versions=other)
+    elsewhere = job(code, "elsewhere/t", **{fingerprint.VERSIONS_ENV: json.dumps(other)})
+    assert "code changed" not in elsewhere.stderr and "no-data" in elsewhere.stderr
 
     objective = project / "kdpipe/training/objective.py"
     objective.write_text(objective.read_text() + "\nEDITED = True  # an edit of the teacher's loss\n")
