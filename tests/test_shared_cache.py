@@ -314,7 +314,7 @@ def test_the_lock_spans_snakemakes_look_up_run_and_store():
     assert fetch < run < store
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_run_stopped_while_it_waits_for_the_lock_ends_at_once_without_running_the_job(sig, cache, tmp_path):
     """Ctrl-C (SIGINT) or SIGTERM to a run whose job waits for another run's lock: the wait ends, the job fails
     without running (it would otherwise train once the holder ends), and the run exits; the holder goes on."""
