@@ -74,6 +74,8 @@ def _made_already(stage, params: dict, args: dict) -> bool:
     from kdpipe.core.identity import job_identity
 
     declared, code = args.pop("inputs", None), args.pop("code", None)
+    if code:
+        check_code(stage, params, code)
     paths = {name: value for name, value in args.items() if isinstance(value, (Path, list)) and value}
     outputs = [Path(v) for name, v in paths.items() if name.startswith("out")]
     inputs = declared or [
@@ -83,6 +85,25 @@ def _made_already(stage, params: dict, args: dict) -> bool:
     identity = job_identity(params, inputs, code or fingerprint(stage.module))
     set_job_identity(identity)
     return restore_finished(identity, outputs)
+
+
+def check_code(stage, params: dict, code: str) -> None:
+    """Stop a job whose kdpipe code is not the code its fingerprint ``code`` (``--code``, computed when Snakemake
+    scheduled it) was computed from: an edit made since, while the job waited, would otherwise run under the old
+    fingerprint (resume checkpoints, kept copies, the shared cache's entry). Rerun: Snakemake schedules it again."""
+    from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint
+    from kdpipe.plan.slices import modules_named_in
+
+    try:  # the workflow's library versions: a job in another environment (conda) compares the code alone
+        versions = json.loads(os.environ[VERSIONS_ENV])
+    except (KeyError, ValueError):
+        versions = None
+    here = fingerprint(stage.module, *modules_named_in(params), versions=versions)
+    if here != code:
+        raise KdpipeError(
+            f"the kdpipe code changed after this job was scheduled (code fingerprint {code} then, {here} now); "
+            "nothing was run: rerun Snakemake, which schedules the job again with the code as it is now"
+        )
 
 
 # Set for the ranks that _launch starts: the launcher holds the output lock and knows the job's identity

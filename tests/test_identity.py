@@ -343,3 +343,73 @@ def test_a_job_stops_when_a_local_file_changed_after_the_plan_digested_it(tmp_pa
     extra.write_text("text\nb\n")
     with pytest.raises(KdpipeError, match=r"transfer\[0\]: the file or folder changed after the workflow was planned"):
         check_local_content(params)
+
+
+# ---- the code a job runs is the code it was scheduled with
+
+
+@pytest.mark.parametrize("config", ["tests/configs/tiny.yaml", "tests/configs/tiny_full.yaml"])
+def test_the_modules_a_job_names_in_its_slice_are_those_the_plan_fingerprints(config):
+    """A training job checks its ``--code`` with the modules its slice names (kdpipe.plan.slices.modules_named_in),
+    which must be the modules the plan adds to its fingerprint."""
+    from kdpipe.plan.slices import modules_named_in
+    from tests.test_plan import load
+
+    plan = load(config)
+    named = [sorted(modules_named_in(plan.teacher_params(t))) == sorted(plan.teacher_modules(t)) for t in plan.teachers]
+    named += [
+        sorted(modules_named_in(plan.student_params(s))) == sorted(plan.student_modules(s)) for s in plan.students
+    ]
+    assert named and all(named)
+    assert any(plan.student_modules(s) for s in plan.students)
+
+
+def test_a_job_stops_when_its_code_changed_after_it_was_scheduled(tmp_path):
+    """An edit of kdpipe between the moment Snakemake scheduled a job (its ``--code``) and the moment it starts (it
+    waited for the shared cache's lock): the job stops before anything, in one line naming both fingerprints; with
+    the fingerprint of the code as it is, it goes on."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, TINY_TEACHER
+
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "kdpipe", project / "kdpipe", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(project)}
+    stage = "kdpipe.stages.finetune_teacher"
+    scheduled = fingerprint.fingerprint(stage)  # this checkout's code, the same as the copy's
+
+    def job(code: str, out: str = "teachers/t", **more: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "kdpipe", "finetune-teacher", "--params", json.dumps(TINY_TEACHER)]
+        cmd += ["--data", str(tmp_path / "no-data"), "--out", str(tmp_path / out), "--code", code]
+        return subprocess.run(cmd, cwd=project, env={**env, **more}, capture_output=True, text=True, timeout=300)
+
+    # a job in another environment (conda) than the workflow's: its library versions are the workflow's
+    other = {"torch": "0.0-elsewhere"}
+    code = fingerprint.fingerprint(stage, versions=other)
+    elsewhere = job(code, "elsewhere/t", **{fingerprint.VERSIONS_ENV: json.dumps(other)})
+    assert "code changed" not in elsewhere.stderr and "no-data" in elsewhere.stderr
+
+    objective = project / "kdpipe/training/objective.py"
+    objective.write_text(objective.read_text() + "\nEDITED = True  # an edit of the teacher's loss\n")
+    now = subprocess.run(
+        [sys.executable, "-c", f"from kdpipe.core.fingerprint import fingerprint; print(fingerprint({stage!r}))"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert now != scheduled
+    stopped = job(scheduled)
+    assert stopped.returncode == 2
+    (line,) = stopped.stderr.splitlines()
+    assert line == (
+        f"kdpipe finetune-teacher: error: the kdpipe code changed after this job was scheduled (code fingerprint "
+        f"{scheduled} then, {now} now); nothing was run: rerun Snakemake, which schedules the job again with the "
+        f"code as it is now"
+    )
+    assert not (tmp_path / "teachers").exists()
+    went_on = job(now)
+    assert "code changed" not in went_on.stderr and "no-data" in went_on.stderr  # past the check, to the data

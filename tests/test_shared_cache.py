@@ -11,6 +11,8 @@ import errno
 import inspect
 import os
 import queue
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -35,8 +37,17 @@ rule teacher:
     params:
         code="v1",
     shell:
-        "echo trained >> $TRAINED; sleep 1; mkdir {output}.tmp; echo w > {output}.tmp/model.bin;"
+        "echo trained >> $TRAINED; sleep 1; mkdir {output}.tmp; echo ${{RUN_TAG:-w}} > {output}.tmp/model.bin;"
         " echo m > {output}.tmp/manifest.json; mv {output}.tmp {output}"
+
+
+rule signals:
+    output:
+        a="results/signals/a.txt",
+        b="results/signals/b.txt",
+    cache: True
+    shell:
+        "echo trained >> $TRAINED; echo a > {output.a}; echo b > {output.b}"
 """
 
 # Snakemake with its store slowed (STORE_S), or held until a file exists (STORE_GATE), and its clock set apart
@@ -55,6 +66,33 @@ async def slow_store(self, job):
     return await store(self, job)
 
 OutputFileCache.store = slow_store
+# A cache on another file system that fills up: the copies out of the working directory after the first
+# STORE_ENOSPC_AFTER fail with ENOSPC, as shutil.move's copy across file systems does
+after = os.environ.get("STORE_ENOSPC_AFTER")
+if after is not None:
+    import errno, shutil, types
+    import snakemake.caching.local as local
+
+    copies = [int(after)]
+
+    def copy(src, dst, *args, **kwargs):
+        if copies[0] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        copies[0] -= 1
+        return shutil.copy(src, dst)
+
+    def move(src, dst, copy_function=None):
+        if str(src).startswith(os.environ["SNAKEMAKE_OUTPUT_CACHE"]):
+            return shutil.move(src, dst)  # within the cache: a rename
+        if os.path.isdir(src):
+            shutil.copytree(src, dst, copy_function=copy, symlinks=True)
+            shutil.rmtree(src)
+        else:
+            copy(src, dst)
+            os.unlink(src)
+        return dst
+
+    local.shutil = types.SimpleNamespace(**{**vars(shutil), "move": move})
 offset = float(os.environ.get("CLOCK_OFFSET_S", "0"))
 for name in ("time", "monotonic"):
     real = getattr(time, name)
@@ -68,8 +106,8 @@ sys.exit(main())
 class Run:
     """One Snakemake run in its own working directory, its output read line by line as it comes."""
 
-    def __init__(self, workdir: Path, cache: Path, *args: str, **env: str):
-        workdir.mkdir(parents=True)
+    def __init__(self, workdir: Path, cache: Path, *args: str, targets=("results/teachers/t",), **env: str):
+        workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "Snakefile").write_text(SNAKEFILE)
         environment = {
             **os.environ,
@@ -79,7 +117,7 @@ class Run:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             **env,
         }
-        command = [sys.executable, "-c", LAUNCHER, "--cores", "1", "results/teachers/t", *args]
+        command = [sys.executable, "-c", LAUNCHER, "--cores", "1", *targets, *args]
         self.workdir = workdir
         self.proc = subprocess.Popen(
             command, cwd=workdir, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -262,11 +300,125 @@ def test_no_decision_reads_a_clock():
 
 
 def test_the_lock_spans_snakemakes_look_up_run_and_store():
-    """What the lock wraps (``Executor.cached_or_run``) looks the job up, runs it and stores it, in that order: the
-    contract the lock relies on, checked against the installed Snakemake."""
+    """The wrapper replaces Snakemake's look-up, run and store of a cached job (``Executor.cached_or_run``, which
+    calls ``acached_or_run``) with the same three steps in the same order under the lock: checked against the
+    installed Snakemake, so that an upgrade that changes them is seen."""
     from snakemake.executors.local import Executor
 
     assert "acached_or_run" in inspect.getsource(Executor.cached_or_run)
     body = inspect.getsource(Executor.acached_or_run)
     fetch, run, store = (body.index(text) for text in ("cache.fetch(job)", "run_func(*args)", "cache.store(job)"))
     assert fetch < run < store
+    ours = inspect.getsource(shared_cache._locked) + inspect.getsource(shared_cache._store)
+    fetch, run, store = (ours.index(text) for text in ("cache.fetch(job)", "run_func(*args)", "cache.store(job)"))
+    assert fetch < run < store
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_run_stopped_while_it_waits_for_the_lock_ends_at_once_without_running_the_job(sig, cache, tmp_path):
+    """Ctrl-C (SIGINT) or SIGTERM to a run whose job waits for another run's lock: the wait ends, the job fails
+    without running (it would otherwise train once the holder ends), and the run exits; the holder goes on."""
+    gate = tmp_path / "store-may-end"
+    first = Run(tmp_path / "one", cache, "--cache", STORE_GATE=str(gate))
+    runs = [first]
+    try:
+        first.wait_for("storing")
+        second = Run(tmp_path / "two", cache, "--cache")
+        second.wait_for("waiting for it to be stored")
+        second.proc.send_signal(sig)
+        second.proc.wait(timeout=60)  # before: it waited on, and trained once the holder ended
+        out = second.finish()
+        assert second.proc.returncode != 0
+        assert "not run: the run was stopped while the job waited for the cache lock" in out, out
+        assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+        assert trained(cache) == 1 and first.proc.poll() is None
+        gate.touch()
+    finally:
+        gate.touch()
+        outputs = finish_all(runs)
+    assert trained(cache) == 1 and "Traceback" not in outputs[0]
+    assert_linked(runs, one_entry(cache))
+    assert not (tmp_path / "two/results/teachers/t").exists()
+
+
+@pytest.mark.parametrize(
+    ("targets", "after"),
+    [(("results/teachers/t",), 1), (("results/signals/a.txt", "results/signals/b.txt"), 1)],
+    ids=["a folder, cut short", "two files, the second fails"],
+)
+def test_a_store_that_fails_keeps_the_output_in_the_working_directory(targets, after, cache, tmp_path):
+    """The cache fills up during the store (a copy across file systems that fails with ENOSPC): the job's outputs
+    stay in the working directory, whole (a second output fails after the first was moved into the cache), the
+    cache keeps nothing of them, one line says why, the run succeeds."""
+    run = Run(tmp_path / "one", cache, "--cache", targets=targets, STORE_ENOSPC_AFTER=str(after))
+    out = run.finish()
+    assert run.proc.returncode == 0, out
+    assert "Traceback" not in out
+    (line,) = [line for line in out.splitlines() if "could not be stored in the shared cache" in line]
+    assert f"could not be stored in the shared cache {cache} (its file system is full)" in line
+    assert "the output stays in this working directory" in line
+    assert trained(cache) == 1
+    assert [p.name for p in cache.iterdir()] == [shared_cache.LOCKS]
+    for target in targets:
+        path = run.workdir / target
+        files = [path / "model.bin", path / "manifest.json"] if path.suffix == "" else [path]
+        assert not path.is_symlink() and all(f.is_file() and not f.is_symlink() for f in files), target
+    assert [p.name for p in (run.workdir / Path(targets[0]).parent).iterdir() if "kdpipe" in p.name] == []
+
+
+def test_a_lock_that_cannot_be_taken_fails_its_job_in_one_line(cache, tmp_path):
+    first = Run(tmp_path / "one", cache, "--cache")
+    assert first.finish() and first.proc.returncode == 0, "".join(first.seen)
+    (lock,) = (cache / shared_cache.LOCKS).glob("*.lock")
+    for entry in cache.iterdir():
+        if entry.name != shared_cache.LOCKS:
+            shutil.rmtree(entry)
+    lock.unlink()
+    lock.mkdir()  # (as root, a folder without write permission would not stop this test)
+    second = Run(tmp_path / "two", cache, "--cache")
+    out = second.finish()
+    assert second.proc.returncode != 0
+    assert f"results/teachers/t: cannot take the lock {lock} (" in out and "); not run" in out, out
+    assert "Traceback" not in out and trained(cache) == 1
+
+
+def test_folder_problem_names_a_locks_folder_it_may_not_write_to(cache, monkeypatch):
+    locks = cache / shared_cache.LOCKS
+    real = shared_cache.tempfile.TemporaryFile
+
+    def refused(*args, dir=None, **kwargs):
+        if Path(dir) == locks:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dir))
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(shared_cache.tempfile, "TemporaryFile", refused)
+    assert shared_cache.folder_problem(str(cache)) == f"its locks' folder {locks}: you may not write to it"
+
+
+def test_a_dry_run_neither_checks_nor_writes_the_cache_folder(tmp_path):
+    folder = tmp_path / "cache"
+    run = Run(tmp_path / "one", folder, "--cache", "-n")
+    out = run.finish()
+    assert run.proc.returncode == 0, out
+    assert "teacher" in out and not folder.exists()
+    folder.mkdir()
+    run = Run(tmp_path / "one", folder, "--cache", "-n")
+    assert run.finish() and run.proc.returncode == 0 and list(folder.iterdir()) == []
+
+
+def test_forcerun_with_cache_trains_again_and_replaces_the_entry(cache, tmp_path):
+    """``--forcerun`` skips the look-up, trains, and replaces the entry under the lock (the old one moved aside, never
+    nested): the other directory's links now read the new entry."""
+    first = Run(tmp_path / "one", cache, "--cache", RUN_TAG="first")
+    finish_all([first])
+    finish_all([Run(tmp_path / "two", cache, "--cache", RUN_TAG="second")])  # linked
+    assert trained(cache) == 1
+    entry = one_entry(cache)
+    assert (entry / "model.bin").read_text() == "first\n"
+    forced = Run(tmp_path / "two", cache, "--forcerun", "teacher", "--cache", RUN_TAG="forced")
+    finish_all([forced])
+    assert trained(cache) == 2
+    assert one_entry(cache) == entry and (entry / "model.bin").read_text() == "forced\n"
+    assert_linked([first, forced], entry)
+    assert (first.workdir / "results/teachers/t/model.bin").read_text() == "forced\n"
+    assert list((cache / shared_cache.LOCKS).glob("*.replaced")) == []

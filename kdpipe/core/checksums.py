@@ -38,8 +38,8 @@ def with_checksums(manifest: dict, folder: str | Path, names: Iterable[str]) -> 
 
 def rebuild_hint(target: str | Path, path: str | Path | None = None) -> str:
     """How to rebuild ``target`` (what ``--forcerun`` makes again), given the damaged ``path`` in it: a file linked
-    from the shared output cache is damaged in the cache entry itself, which ``--cache`` would link again, so the
-    entry has to go first."""
+    from the shared output cache is damaged in the cache entry itself, which any run with ``--cache`` that does not
+    force the job links again (``--forcerun`` with ``--cache`` replaces it), so the entry had better go first."""
     hint = f"rebuild it with: snakemake --forcerun {target} (plus your usual options)"
     entry = _linked_entry(Path(target), Path(path) if path is not None else None)
     if entry is None:

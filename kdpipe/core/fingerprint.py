@@ -115,11 +115,18 @@ def module_closure(*modules: str) -> tuple[Path, ...]:
     return tuple(sorted(set(seen.values())))
 
 
-def fingerprint(*modules: str) -> str:
+# The library versions the workflow's fingerprints were computed with, in its jobs' environment: a job that checks
+# its fingerprint (kdpipe.cli) uses them, so that a job run in another environment (conda) compares the code alone
+VERSIONS_ENV = "KDPIPE_FINGERPRINT_VERSIONS"
+
+
+def fingerprint(*modules: str, versions: dict[str, str] | None = None) -> str:
     """sha256 (16 hex digits) over the relative paths and contents of :func:`module_closure` and the versions of
-    the libraries that compute a job's numbers (:func:`kdpipe.core.identity.software_versions`): upgrading torch
-    or transformers reruns the jobs, and the shared cache keeps their outputs apart."""
-    digest = hashlib.sha256(json.dumps(software_versions(), sort_keys=True).encode())
+    the libraries that compute a job's numbers (``versions``, by default those installed here:
+    :func:`kdpipe.core.identity.software_versions`): upgrading torch or transformers reruns the jobs, and the shared
+    cache keeps their outputs apart."""
+    versions = software_versions() if versions is None else versions
+    digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode())
     for path in module_closure(*modules):
         digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + _source(path) + b"\0")
     return digest.hexdigest()[:16]

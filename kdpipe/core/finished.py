@@ -38,6 +38,8 @@ _JOB_IDENTITY: str | None = None
 # Set (to "1") by the workflow when the run forces jobs to run again: no finished copy is restored then.
 NO_RESTORE = "KDPIPE_NO_RESTORE"
 RESUME = ".resume"
+# How often a lock wait that can be called off (take_lock's ``stop``) tries the lock again: how soon it ends
+LOCK_POLL_S = 0.2
 
 
 def set_job_identity(identity: str | None) -> None:
@@ -177,11 +179,12 @@ def lock_outputs(out_dirs: list[Path]) -> None:
         )
 
 
-def take_lock(path: Path, waiting: str, holder: str = ""):
+def take_lock(path: Path, waiting: str, holder: str = "", stop=None):
     """An exclusive ``flock`` on the file ``path``, held as long as the returned handle is open (the system releases
     it when the process ends, even on SIGKILL). When another process holds it, say ``waiting`` (``{holder}``: what
-    that process wrote in the file) and wait for it, without a time limit. The file then names this process (pid,
-    host, and ``holder``)."""
+    that process wrote in the file) and wait for it, without a time limit; with ``stop`` (a ``threading.Event``),
+    give up as soon as it is set and return None (the wait tries the lock again every :data:`LOCK_POLL_S`). The
+    file then names this process (pid, host, and ``holder``)."""
     import fcntl
 
     handle = open(path, "a+")  # noqa: SIM115 (held open on purpose: the lock lives as long as the file is open)
@@ -190,9 +193,27 @@ def take_lock(path: Path, waiting: str, holder: str = ""):
     except BlockingIOError:
         handle.seek(0)
         _say(waiting.format(holder=handle.read().strip() or "another process"))
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        if stop is None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        elif not _wait_for_lock(handle, stop):
+            handle.close()
+            return None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} on {socket.gethostname()}{holder}")
     handle.flush()
     return handle
+
+
+def _wait_for_lock(handle, stop) -> bool:
+    """Wait for the lock on ``handle`` until it is taken (True) or ``stop`` is set (False): ``flock`` itself cannot
+    be interrupted from another thread, so the lock is tried again every :data:`LOCK_POLL_S`."""
+    import fcntl
+
+    while not stop.wait(LOCK_POLL_S):
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            continue
+    return False

@@ -9,6 +9,10 @@ looks up, finds the entry and links it. Nothing is timed: the lock is a ``flock`
 the Snakemake that holds it ends, however it ends. A run without ``--cache`` neither looks up nor stores, and
 nothing here runs in it.
 
+Under the lock, a job that the run forces (``--forcerun``, ``--forceall``, ``--force``) skips the look-up, runs
+and replaces the entry; a store that fails (a full cache folder) leaves the output in the working directory; a
+Snakemake stopped (Ctrl-C, SIGTERM) while a job waits for the lock fails the job without running it.
+
 ``flock`` locks hold across the processes of one machine and on most shared file systems (NFS v4, Lustre, GPFS).
 """
 
@@ -16,7 +20,11 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
+import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from kdpipe.core.finished import take_lock
@@ -35,24 +43,36 @@ _WHY = {
 
 
 def folder_problem(cache: str) -> str | None:
-    """What keeps a run from storing in the cache folder ``cache``, in a few words, or None: the folder is made
-    to take the locks' folder and a small file (a missing, read-only or full folder fails here)."""
+    """What keeps a run from storing in the cache folder ``cache``, in a few words, or None: the folder and its
+    locks' folder are made to take a small file each (a missing, read-only or full folder, or a locks' folder
+    this user may not write to, fails here)."""
+    locks = Path(cache) / LOCKS
     try:
-        (Path(cache) / LOCKS).mkdir(exist_ok=True)
-        _group_writable(Path(cache) / LOCKS, 0o2775)
-        with tempfile.TemporaryFile(dir=cache) as probe:
-            probe.write(b"\0" * 4096)
-            probe.flush()
-            os.fsync(probe.fileno())
+        locks.mkdir(exist_ok=True)
+        _group_writable(locks, 0o2775)
+        _probe(cache)
     except OSError as err:
         return _WHY.get(err.errno, err.strerror or str(err))
+    try:
+        _probe(locks)  # a lock of a new key is a new file there
+    except OSError as err:
+        return f"its locks' folder {locks}: {_WHY.get(err.errno, err.strerror or str(err))}"
     return None
+
+
+def _probe(folder: str | Path) -> None:
+    with tempfile.TemporaryFile(dir=folder) as probe:
+        probe.write(b"\0" * 4096)
+        probe.flush()
+        os.fsync(probe.fileno())
 
 
 def install(workflow) -> None:
     """For a run with ``--cache`` that stores in a folder: stop at once, with one line, when the folder cannot
-    take the outputs (:func:`folder_problem`), and lock every cached job's look-up, run and store by its key."""
-    if workflow.workflow_settings.cache is None or workflow.dryrun or not os.environ.get(CACHE_ENV):
+    take the outputs (:func:`folder_problem`), and lock every cached job's look-up, run and store by its key. A dry
+    run (``-n``, known at parse time from the output settings) neither checks nor writes the folder."""
+    dry = workflow.dryrun or getattr(workflow.output_settings, "dryrun", False)
+    if workflow.workflow_settings.cache is None or dry or not os.environ.get(CACHE_ENV):
         return
     storage = workflow.storage_settings
     if storage is not None and storage.default_storage_provider is not None:
@@ -62,40 +82,184 @@ def install(workflow) -> None:
     if problem:
         from snakemake.exceptions import WorkflowError
 
-        raise WorkflowError(
-            f"{CACHE_ENV}={cache}: {problem}; --cache stores the cached rules' outputs there: fix the folder, "
-            f"or run without --cache"
-        )
+        raise WorkflowError(_folder_line(cache, problem))
     from snakemake.executors.local import Executor
+    from snakemake.scheduling.job_scheduler import JobScheduler
 
+    workflow.kdpipe_locks = Path(cache) / LOCKS
+    workflow.kdpipe_stop = threading.Event()  # set when the run stops: a wait for a lock ends then
     if not getattr(Executor.cached_or_run, "kdpipe_locked", False):
-        Executor.cached_or_run = _locked(Executor.cached_or_run, Path(cache) / LOCKS)
+        Executor.cached_or_run = _locked(Executor.cached_or_run)
+        Executor.cancel = _stopping(Executor.cancel)  # Ctrl-C (and any error of the scheduler)
+        Executor.shutdown = _stopping(Executor.shutdown)
+        JobScheduler.exit_gracefully = _stopping(JobScheduler.exit_gracefully)  # SIGTERM
 
 
-def _locked(cached_or_run, locks: Path):
+def _folder_line(cache: str, problem: str) -> str:
+    return (
+        f"{CACHE_ENV}={cache}: {problem}; --cache stores the cached rules' outputs there: fix the folder, "
+        f"or run without --cache"
+    )
+
+
+def _stopping(method):
+    """``method`` of Snakemake's executor or scheduler, first setting the run's stop event (its ``workflow``)."""
+
+    def stopping(self, *args):
+        stop = getattr(self.workflow, "kdpipe_stop", None)
+        if stop is not None:
+            stop.set()
+        return method(self, *args)
+
+    return stopping
+
+
+def _locked(cached_or_run):
     """Snakemake's look-up, run and store of one job (``Executor.cached_or_run``), under the lock of its key."""
 
     def locked(executor, job, run_func, *args):
-        cache = executor.workflow.output_file_cache
-        if cache is None or not (job.rule.cache and job.rule.cache.output):
+        workflow = executor.workflow
+        cache = workflow.output_file_cache
+        locks = getattr(workflow, "kdpipe_locks", None)
+        if cache is None or locks is None or not (job.rule.cache and job.rule.cache.output):
             return cached_or_run(executor, job, run_func, *args)
-        key = executor.workflow.async_run(cache.provenance_hash_map.get_provenance_hash(job))
+        from snakemake.exceptions import CacheMissException, WorkflowError
+
+        key = workflow.async_run(cache.provenance_hash_map.get_provenance_hash(job))
         outputs = ", ".join(map(str, job.output))
+        stop = getattr(workflow, "kdpipe_stop", None)
         lock = locks / f"{key}.lock"
-        lock.touch()
-        _group_writable(lock, 0o664)
-        handle = take_lock(
-            lock,
-            f"{outputs}: another run sharing the cache is making it ({{holder}}); waiting for it to be stored",
-            holder=f" in {Path.cwd()}",
-        )
         try:
-            return cached_or_run(executor, job, run_func, *args)
+            lock.touch()
+            _group_writable(lock, 0o664)
+            handle = take_lock(
+                lock,
+                f"{outputs}: another run sharing the cache is making it ({{holder}}); waiting for it to be stored",
+                holder=f" in {Path.cwd()}",
+                stop=stop,
+            )
+        except OSError as err:
+            why = _WHY.get(err.errno, err.strerror or str(err))
+            raise WorkflowError(f"{outputs}: cannot take the lock {lock} ({why}); not run") from None
+        if handle is None or (stop is not None and stop.is_set()):
+            if handle is not None:
+                handle.close()
+            raise WorkflowError(f"{outputs}: not run: the run was stopped while the job waited for the cache lock")
+        try:
+            # Snakemake's own look-up, run and store (Executor.acached_or_run), but a forced job is not looked up
+            # and its entry is replaced, and a failed store keeps the output (_store)
+            if not _forced(workflow, job):
+                try:
+                    workflow.async_run(job.rule.cache.fetch(job))
+                    return None
+                except CacheMissException:
+                    pass
+            run_func(*args)
+            _store(workflow, cache, job, locks)
         finally:
             handle.close()
+        return None
 
     locked.kdpipe_locked = True
     return locked
+
+
+def _forced(workflow, job) -> bool:
+    """Whether the run forces ``job`` (``--forcerun``, ``--forceall``, ``--force``: Snakemake's reason ``forced``).
+    A run that forces nothing may still call a job with an incomplete output forced: it is looked up."""
+    settings = workflow.dag_settings
+    if not (settings.forceall or settings.forcerun or settings.forcetargets):
+        return False
+    return bool(workflow.dag.reason(job).forced)
+
+
+def _store(workflow, cache, job, locks: Path) -> None:
+    """Snakemake's store of ``job``'s outputs, under the lock: an entry already there (a forced job's, or a part
+    left by a store that failed) is moved aside first and removed once the store succeeds, so that a store never
+    lands inside an entry. A store that fails (a full folder, a copy across file systems that fails) removes what
+    it put in the cache, puts back the entry moved aside and the job's outputs (kept meanwhile as hard links), and
+    says so in one line: the job has made its output, the run goes on."""
+    pairs = workflow.async_run(cache.get_outputfiles_and_cachefiles(job))
+    if not all(os.path.lexists(out) for out, _ in pairs):
+        workflow.async_run(cache.store(job))  # Snakemake names the missing output
+        return
+    kept = {out: _hard_linked(out) for out, _ in pairs}
+    aside, storing = {}, False
+    try:
+        for _, entry in pairs:
+            if os.path.lexists(entry):
+                old = locks / f"{entry.name}.replaced"
+                _remove(old)
+                os.rename(entry, old)
+                aside[entry] = old
+        storing = True  # from here on, an entry in the cache is this store's
+        workflow.async_run(cache.store(job))
+    except Exception as err:
+        from snakemake.exceptions import WorkflowError
+
+        if not isinstance(err, (OSError, WorkflowError)):
+            raise
+        for _, entry in pairs if storing else []:
+            _remove(entry)
+        for entry, old in aside.items():
+            os.rename(old, entry)
+        for out, backup in kept.items():
+            if backup is not None:
+                _remove(out)
+                os.rename(backup, out)
+        outputs = ", ".join(str(out) for out, _ in pairs)
+        _say(
+            f"{outputs}: could not be stored in the shared cache {cache.path} ({_failure(err)}); the output stays "
+            f"in this working directory, not in the cache"
+        )
+        return
+    finally:
+        for backup in kept.values():
+            if backup is not None:
+                _remove(backup)
+    for old in aside.values():
+        _remove(old)
+
+
+def _hard_linked(out: Path) -> Path | None:
+    """A copy of the output ``out`` beside it made of hard links (no space, no time), or None where the file system
+    has none."""
+    backup = out.with_name(f".{out.name}.kdpipe-unstored")
+    _remove(backup)
+    try:
+        if out.is_dir() and not out.is_symlink():
+            shutil.copytree(out, backup, copy_function=os.link, symlinks=True)
+        else:
+            os.link(out, backup, follow_symlinks=False)
+    except OSError:
+        _remove(backup)
+        return None
+    return backup
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
+def _failure(err: BaseException) -> str:
+    """Why a store failed, in a few words: a full folder, a read-only one... (``shutil.Error`` lists its copies'
+    errors as text)."""
+    number = getattr(err, "errno", None)
+    if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) and err.args[0]:
+        text = str(err.args[0][0][-1])
+        found = re.search(r"\[Errno (\d+)\]", text)
+        number = int(found.group(1)) if found else None
+        return _WHY.get(number, text) if number else text
+    if number in _WHY:
+        return _WHY[number]
+    return (getattr(err, "strerror", None) or str(err)).splitlines()[0]
+
+
+def _say(message: str) -> None:
+    print(f"[kdpipe] {message}", file=sys.stderr, flush=True)
 
 
 def _group_writable(path: Path, mode: int) -> None:

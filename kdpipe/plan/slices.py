@@ -25,6 +25,18 @@ def with_local_content(params: dict) -> dict:
     return {**params, "local_content": content} if content else params
 
 
+def modules_named_in(params: dict) -> list[str]:
+    """The kdpipe modules a training job imports by name, read from its config slice: what
+    :meth:`Slices.teacher_modules` and :meth:`Slices.student_modules` give for its teacher or student (an objective's
+    module; a method's module, a student architecture's, ``kdpipe.signals.online`` with ``signals: online``). The
+    job checks its code fingerprint with them (kdpipe.cli)."""
+    named = [params["objective_module"]] if params.get("objective_module") else []
+    if isinstance(params.get("method_spec"), dict):
+        named += [params["method_spec"]["module"], *architecture_modules(params.get("model") or {})]
+        named += ["kdpipe.signals.online"] if params.get("signals") == "online" else []
+    return named
+
+
 class Slices:
     """Mixed into :class:`kdpipe.plan.Plan`."""
 

@@ -13,7 +13,8 @@ from snakemake.utils import validate
 from kdpipe import CONFIG_SCHEMA, launch, warm
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
 from kdpipe.core import shared_cache
-from kdpipe.core.fingerprint import fingerprint
+from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint
+from kdpipe.core.identity import software_versions
 from kdpipe.core.store import KdpipeError
 from kdpipe.plan import (
     COTRAINED,
@@ -120,6 +121,11 @@ def code(*modules):
     """Fingerprint of the kdpipe modules a stage uses, so an edit to them reruns the stage (and only it): the stage's
     module with every kdpipe module it imports, plus those it imports by name (given by the plan)."""
     return fingerprint(*modules)
+
+
+# The library versions in those fingerprints, for the jobs that check theirs (kdpipe.cli.check_code) in another
+# environment
+os.environ[VERSIONS_ENV] = json.dumps(software_versions(), sort_keys=True)
 
 
 def one_of(names):
