@@ -1,18 +1,13 @@
 """``python -m kdpipe``: the command line (kdpipe.cli), run only from the kdpipe the workflow fingerprinted
-(kdpipe.launch), as a copy of the workflow's warm server when one is listening and the copy would be the same job
-(kdpipe.warm), else started afresh."""
+(kdpipe.launch)."""
 
 import sys
 
 from kdpipe.launch import check_package
-from kdpipe.warm import run_warm
 
 wrong = check_package()
 if wrong:
     sys.exit(wrong)
-status = run_warm(sys.argv[1:])
-if status is None:
-    from kdpipe.cli import main
+from kdpipe.cli import main  # noqa: E402 (after the check: a job of another checkout imports nothing more)
 
-    status = main()
-sys.exit(status)
+sys.exit(main())

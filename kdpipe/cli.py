@@ -191,26 +191,10 @@ def _arguments(argv: list[str]) -> dict:
     return args
 
 
-def _quiet_loaded_libraries() -> None:
-    """The libraries read ``HF_HUB_DISABLE_PROGRESS_BARS`` when imported: those a warm start imported already
-    (kdpipe.warm) are told directly."""
-    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").upper() not in ("1", "ON", "YES", "TRUE"):
-        return
-    if "huggingface_hub" in sys.modules:
-        from huggingface_hub.utils import disable_progress_bars
-
-        disable_progress_bars()
-    if "transformers" in sys.modules:
-        from transformers.utils.logging import disable_progress_bar
-
-        disable_progress_bar()
-
-
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not sys.stderr.isatty():  # a job's log: the libraries' own bars (loading, saving weights) redraw in it
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        _quiet_loaded_libraries()
     args = _arguments(argv)
     command, threads, params = args.pop("command"), args.pop("threads"), args.pop("params")
     processes = args.pop("processes")

@@ -1,5 +1,5 @@
 """Which kdpipe a job runs: the workflow's own, whose code its fingerprint was computed from (docs/design.md,
-"Which kdpipe a job runs"). The workflow sets :func:`job_environment` for its jobs and warm server; a job that
+"Which kdpipe a job runs"). The workflow sets :func:`job_environment` for its jobs; a job that
 imported another kdpipe all the same stops (:func:`check_package`)."""
 
 from __future__ import annotations

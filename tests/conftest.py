@@ -75,7 +75,7 @@ def _threads():
 # cluster's status checks most of its time), then every other file with an end-to-end (slow) test, then the rest,
 # each group in collection order. Without --no-loadscope-reorder, pytest-xdist would put the files with the most
 # tests first instead (the SLURM file, with three, near the end).
-FIRST = ("test_slurm.py", "test_workflow_trust.py", "test_workflow.py", "test_warm.py")
+FIRST = ("test_slurm.py", "test_workflow_trust.py", "test_workflow.py")
 
 
 def pytest_collection_modifyitems(items):

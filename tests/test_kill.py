@@ -61,14 +61,14 @@ def _catches(pid: int, sig: int) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_job_killed_by_a_signal_says_so_in_its_log(tmp_path, sig):
-    """A job started afresh (no warm server) and stopped by a signal writes a last line that says so, then ends as
+    """A job stopped by a signal writes a last line that says so, then ends as
     the signal ends a process (SIGINT through KeyboardInterrupt, as before)."""
     code = (
         "import sys, time\nimport kdpipe.stages.prepare as stage\n"
         "stage.run = lambda params, **paths: time.sleep(60)  # a job that takes a while\n"
         "from kdpipe.cli import main\nsys.exit(main(['prepare', '--out', sys.argv[1]]))"
     )
-    env = {k: v for k, v in os.environ.items() if k != "KDPIPE_WARM_SOCKET"}
+    env = dict(os.environ)
     proc = subprocess.Popen(
         [sys.executable, "-c", code, str(tmp_path / "data")], stderr=subprocess.PIPE, text=True, env=env
     )

@@ -1,20 +1,18 @@
 """Which kdpipe a job runs (docs/design.md, "Which kdpipe a job runs"): two checkouts and one environment, in which
-the other checkout is installed (first on PYTHONPATH) and is the working directory; the jobs and the warm server of
-a workflow import its own checkout, and a job that imports another stops with one line naming both."""
+the other checkout is installed (first on PYTHONPATH) and is the working directory; the jobs of a workflow import
+its own checkout, and a job that imports another stops with one line naming both."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from kdpipe import launch, warm
+from kdpipe import launch
 from tests.conftest import REPO
 from tests.test_workflow import copy_project
 
@@ -36,13 +34,13 @@ def checkouts(tmp_path_factory) -> tuple[Path, Path]:
 
 def installed(a: Path) -> dict:
     """One environment with checkout A installed (first on PYTHONPATH: ahead of anything in site-packages)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", launch.PACKAGE_ENV, warm.SOCKET_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", launch.PACKAGE_ENV)}
     return {**env, "PYTHONPATH": str(a), "HF_HUB_OFFLINE": "1"}
 
 
 def test_a_job_that_imports_another_kdpipe_stops_naming_both(checkouts):
     a, b = checkouts
-    env = {**installed(a), launch.PACKAGE_ENV: str(b / "kdpipe"), "KDPIPE_WARM": "0"}
+    env = {**installed(a), launch.PACKAGE_ENV: str(b / "kdpipe")}
     wrong = subprocess.run([sys.executable, "-m", "kdpipe", "--help"], cwd=a, env=env, capture_output=True, text=True)
     assert wrong.returncode == 1 and wrong.stdout == ""
     (line,) = wrong.stderr.splitlines()
@@ -60,27 +58,3 @@ def test_the_workflows_jobs_run_its_own_checkout_from_another_directory(checkout
     done = subprocess.run(cmd, cwd=a, env=installed(a), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (a / "ran-from").read_text() == str(b / "kdpipe" / "stages" / "prepare.py")
-
-
-@pytest.mark.skipif(not warm.available(), reason="warm start is off here")
-def test_the_warm_server_imports_the_workflows_checkout(checkouts, tmp_path):
-    a, b = checkouts
-    env = {**installed(a), **launch.job_environment(installed(a), package=b / "kdpipe")}
-    sock = str(tmp_path / "s")
-    server = subprocess.Popen([sys.executable, "-m", "kdpipe.warm", sock, str(os.getpid())], cwd=a, env=env)
-    try:
-        deadline = time.time() + 120
-        while not os.path.exists(sock):
-            assert server.poll() is None and time.time() < deadline, "the server did not start"
-            time.sleep(0.1)
-        job = subprocess.run(
-            [sys.executable, "-m", "kdpipe", "--help"],
-            cwd=a,
-            env={**env, warm.SOCKET_ENV: sock},
-            capture_output=True,
-            text=True,
-        )
-        assert job.returncode == 0 and job.stderr == "" and "Checkout B" in job.stdout  # forked, from B's code
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)

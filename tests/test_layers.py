@@ -20,9 +20,9 @@ FLOORS = (
     ("routing",),
     ("methods", "report"),
     ("plan", "stages"),
-    ("launcher",),  # the package's own modules: __main__, cli, launch, warm
+    ("launcher",),  # the package's own modules: __main__, cli, launch
 )
-LAUNCHER = ("__main__", "cli", "launch", "warm")
+LAUNCHER = ("__main__", "cli", "launch")
 
 
 def modules() -> dict[str, Path]:

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import yaml
 
-from kdpipe import warm
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG
 from kdpipe.signals.catalog import pass_of
 from tests.conftest import REPO
@@ -213,19 +212,6 @@ def test_full_run_produces_every_artifact(done):
         "muki_no_mc",
     }
     assert set(summary["split"]) == {"test", "validation"}
-
-
-@pytest.mark.skipif(not warm.available(), reason="warm start is off here")
-def test_every_job_ran_as_a_copy_of_the_warm_server(done):
-    """The jobs' environment is the server's but for what Snakemake sets per job: none started afresh."""
-    project, _, _ = done
-    logs = list((project / "results" / "logs").rglob("*.log"))
-    assert len(logs) > 20
-    refused = [f"{log.name}: {line}" for log in logs for line in log.read_text().splitlines() if "warm start" in line]
-    assert not refused, refused
-    served = (project / ".snakemake" / "kdpipe-warm.log").read_text().splitlines()
-    # all but the first jobs, which start while the server is still importing (they start afresh, as before)
-    assert len(served) >= len(logs) // 2 and all("warm start: " in line for line in served), served
 
 
 def test_the_report_opens_on_the_comparison(done):

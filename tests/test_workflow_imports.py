@@ -35,14 +35,14 @@ atexit.register(_record)
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> list[dict]:
-    """The tiny workflow run with every job a fresh process (a warm copy would hold every stage's modules)."""
+    """The tiny workflow run, each job recording the kdpipe modules it imported."""
     base = tmp_path_factory.mktemp("imports")
     project = copy_project(base / "one")
     (base / "site").mkdir()
     (base / "site" / "sitecustomize.py").write_text(RECORDER)
     (base / "records").mkdir()
     env = environment(project, base / "cache")
-    env.update(PYTHONPATH=f"{project}:{base / 'site'}", KDPIPE_WARM="0", KDPIPE_TEST_IMPORTS=str(base / "records"))
+    env.update(PYTHONPATH=f"{project}:{base / 'site'}", KDPIPE_TEST_IMPORTS=str(base / "records"))
     snakemake(project, env)
     return [json.loads(path.read_text()) for path in (base / "records").glob("*.json")]
 
@@ -68,7 +68,7 @@ def names(*modules: str) -> set[str]:
 
 def test_every_module_a_job_imported_is_in_its_code_fingerprint(recorded):
     plan = load()
-    launcher = names("kdpipe.cli", "kdpipe.launch", "kdpipe.warm")  # what `python -m kdpipe` imports before the stage
+    launcher = names("kdpipe.cli", "kdpipe.launch")  # what `python -m kdpipe` imports before the stage
     stages = [next(arg for arg in record["argv"] if arg in STAGES) for record in recorded]
     assert len(recorded) > 20 and {"finetune-teacher", "signal-pass", "distill", "evaluate", "report"} <= set(stages)
     for stage, record in zip(stages, recorded):

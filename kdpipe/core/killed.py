@@ -1,10 +1,9 @@
 """The last line of a job killed by a signal (docs/design.md, "Compute"): its log says so, instead of ending mid-way.
 
 A job's own process says it for the signals it can catch (:data:`CAUGHT`: Snakemake's and SLURM's SIGTERM, a closed
-terminal's SIGHUP, Ctrl-C), then ends by the same signal, so that the shell and Snakemake see what happened. A warm
-job's process (kdpipe.warm) says it for its copy when the copy was killed by a signal it could not catch: SIGKILL
-(the kernel's out-of-memory killer, a cluster's time limit), SIGSEGV, SIGBUS. A job started afresh and killed by
-SIGKILL leaves no line: only Snakemake's own log says the job failed, with exit status 137.
+terminal's SIGHUP, Ctrl-C), then ends by the same signal, so that the shell and Snakemake see what happened. A job
+killed by a signal no process can catch (SIGKILL: the kernel's out-of-memory killer, a cluster's time limit) leaves
+no line: only Snakemake's own log says the job failed, with exit status 137.
 """
 
 from __future__ import annotations

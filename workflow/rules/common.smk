@@ -10,7 +10,7 @@ from pathlib import Path
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from kdpipe import CONFIG_SCHEMA, launch, warm
+from kdpipe import CONFIG_SCHEMA, launch
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
 from kdpipe.core import shared_cache
 from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint
@@ -54,8 +54,8 @@ TRANSFER_DIR = TRANSFER.format(dataset=DATASET)
 OOD_DIR = OOD_DATA.format(dataset=DATASET)
 SIGNAL_SPLITS = "train|validation|test|transfer"  # teachers' signals are computed on the transfer rows too
 # Every rule runs `python -m kdpipe <stage>`, importing kdpipe from this workflow's folder, whose code the rules'
-# fingerprints are computed from, whatever the working directory (-d) and whatever kdpipe is installed: the jobs and
-# the warm server inherit kdpipe.launch's variables, and a job that imports another kdpipe stops
+# fingerprints are computed from, whatever the working directory (-d) and whatever kdpipe is installed: the jobs
+# inherit kdpipe.launch's variables, and a job that imports another kdpipe stops
 # (docs/design.md, "Which kdpipe a job runs").
 if launch.PACKAGE.parent != Path(workflow.basedir).resolve():
     raise WorkflowError(f"this workflow ({workflow.basedir}) imported kdpipe from {launch.PACKAGE}; put its own first")
@@ -75,28 +75,20 @@ else:
 # has ended and seen its jobs finish (onsuccess, onerror). Hooks run in the main Snakemake process only.
 
 
-# Jobs run on this machine start as copies of one process that has imported torch and transformers already
-# (kdpipe.warm; docs/design.md, "Warm start"), started last so that it holds the jobs' environment.
-WARM = {}
-
 
 onstart:
     forced = workflow.dag_settings
     if forced.forceall or forced.forcerun or forced.forcetargets:
         os.environ[NO_RESTORE] = "1"
     drop_finished_copies(TRAINED_ROOTS, keep_if_output_exists=True)
-    if workflow.local_exec and not workflow.dryrun and not workflow.touch:
-        WARM.update(warm.start() or {})
 
 
 onsuccess:
     drop_finished_copies(TRAINED_ROOTS)
-    warm.stop(WARM)
 
 
 onerror:
     drop_finished_copies(TRAINED_ROOTS)
-    warm.stop(WARM)
 
 
 # With --cache, each cached job holds a lock named by its cache key from its look-up to its store, so that two runs
