@@ -81,12 +81,24 @@ def test_pipeline_truncates_as_kdpipe_evaluated(students, unlabelled, tmp_path):
 def test_model_cards_say_how_to_load(students):
     card = (students["transformer"] / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-classification")
-    assert "method `vanilla_kd` from `ta`" in card and 'pipeline("text-classification"' in card
-    assert "`business`, `entertainment`, `politics`, `sport`, `tech`" in card and "accuracy 0.5000 at epoch 1" in card
+    assert "method `vanilla_kd` from ta." in card and 'pipeline("text-classification"' in card
+    assert "order: business, entertainment, politics, sport, tech." in card and "accuracy 0.5000 at epoch 1" in card
     assert f"cuts texts at {MAX_LENGTH} tokens" in card
     for kind in ("multihead", "bilstm"):
         card = (students[kind] / "README.md").read_text()
         assert f"A {kind} model: transformers cannot load it" in card and "load_trained(" in card
+
+
+def test_model_card_writes_names_as_plain_text_not_code_spans():
+    """Class and teacher names are Markdown text (as in the report's files): a backtick, HTML or Markdown syntax in a
+    name shows as written."""
+    from kdpipe.models.card import model_card
+
+    labels = ["a`b", "<b>x</b>", "**bold** [l](http://x)"]
+    manifest = {"kind": "student", "config": {}, "labels": labels, "method": "vanilla_kd", "teachers": ["t_a`"]}
+    card = model_card(manifest, {}, params=10, loader="transformers")
+    assert "Classes, in output order: a\\`b, &lt;b&gt;x&lt;/b&gt;, \\*\\*bold\\*\\* \\[l\\](http://x)." in card
+    assert "method `vanilla_kd` from t_a\\`." in card
 
 
 def test_bad_input_gets_a_clear_message(students, unlabelled, tmp_path, capsys):

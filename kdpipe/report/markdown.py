@@ -1,10 +1,12 @@
 """``summary.md``: the report's tables as Markdown (results, selective prediction and uncertainty when present,
-accuracy per domain). Names from the data or the config (classes, models, the title) are written as text
-(:func:`plain`): a class named ``<img onerror=...>`` shows as such, and never becomes HTML in a Markdown viewer."""
+accuracy per domain). Names from the data or the config (classes, models, the title) are written as plain text
+(:func:`plain`), never inside code spans: a class named ``<img onerror=...>`` or ``**bold** [l](http://x)`` shows as
+written, and never becomes HTML, emphasis or a link in a Markdown viewer."""
 
 from __future__ import annotations
 
 import html
+import re
 
 import numpy as np
 import pandas as pd
@@ -155,24 +157,26 @@ def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
 
+# The ASCII characters that start or end Markdown inline syntax outside code spans: the backslash itself, code spans,
+# emphasis, links and images, GFM strikethrough, tables and math, an ATX heading's closing sequence; an underscore
+# between two letters or digits opens and closes no emphasis (CommonMark's flanking rules), so ``max_prob`` stays so
+MARKDOWN_ACTIVE = re.compile(r"([\\`*\[\]|~$#]|(?<![^\W_])_|_(?![^\W_]))")
+
+
 def plain(value) -> str:
-    """``value`` as Markdown text that shows it as it is: ``<``, ``>`` and ``&`` as HTML entities, which every
-    Markdown viewer shows as the characters (raw HTML in Markdown is HTML: ``</script>``, ``<img onerror=...>``)."""
-    return html.escape(str(value), quote=False)
+    """``value`` as Markdown text that shows it as it is, outside code spans: each character of Markdown syntax
+    (:data:`MARKDOWN_ACTIVE`) backslash-escaped (CommonMark escapes any ASCII punctuation so), so ``**bold**`` and
+    ``[l](http://x)`` are no emphasis and no link, and a ``|`` (a class named ``a|b``) does not end a table cell;
+    ``<``, ``>`` and ``&`` as HTML entities, which every Markdown viewer shows as the characters (raw HTML in Markdown
+    is HTML: ``</script>``, ``<img onerror=...>``; a backslash before ``<`` does not escape it in every viewer); a
+    line break as a space (it would end a table row, or start a heading or a list)."""
+    escaped = html.escape(MARKDOWN_ACTIVE.sub(r"\\\1", str(value)), quote=False)
+    return escaped.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
 
 
 def table_cell(value) -> str:
-    """A Markdown table cell showing ``value`` as it is (:func:`plain`): a ``|`` (a class named ``a|b``) would end the
-    cell, so it is escaped, and so is a backslash (which would escape it); a line break would end the row, so it is a
-    space."""
-    return (
-        plain(value)
-        .replace("\\", "\\\\")
-        .replace("|", "\\|")
-        .replace("\r\n", " ")
-        .replace("\n", " ")
-        .replace("\r", " ")
-    )
+    """A Markdown table cell showing ``value`` as it is: :func:`plain` text."""
+    return plain(value)
 
 
 def text(value) -> str:

@@ -111,7 +111,7 @@ def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
             label += " · gold labels" if row.gold_labels else ""
             cells = (row.routing_validation, row.routing_train, row.target_validation, row.target_train)
             lines.append(f"| {label} | " + " | ".join(_percent(v) for v in cells) + " |")
-        parts.append(f"## {name}\n\n" + "\n".join(lines) + "\n")
+        parts.append(f"## {plain(name)}\n\n" + "\n".join(lines) + "\n")
         ood = ood_markdown(by_name.get(name, {}))
         if ood:
             parts.append(ood)
