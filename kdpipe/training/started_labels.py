@@ -1,7 +1,7 @@
 """The gold labels a student depends on before its own training reads any: what its route read to fit the router,
 what Meta-KD's per-example weights read, and what the model it starts from read
-(docs/report.md, "Which gold labels each model read"). The training loop adds what the loss and the choice of the kept epoch read
-(:func:`kdpipe.training.loop.label_use`).
+(docs/report.md, "Which gold labels each model read"). The training loop adds what the loss and the choice of the
+kept epoch read (:func:`kdpipe.training.loop.label_use`).
 
 The record is ``{key: rows}``, a key being a split (``train``: a loss or an example weight read them;
 ``validation``: they chose the kept epoch), a split under :data:`ROUTER` (``router: validation``: they fitted the
