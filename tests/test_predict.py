@@ -117,6 +117,30 @@ def test_bad_input_gets_a_clear_message(students, unlabelled, tmp_path, capsys):
     assert not (tmp_path / "o.csv").exists()
 
 
+def test_a_missing_text_stops_with_one_line_naming_the_file_column_and_row(students, tmp_path, capsys):
+    """A Parquet or JSON null in the text column (or the pair column) has no text to predict from: exit status 2 and
+    one line naming the file, the column and the first such row, no traceback and no output file."""
+    pd.DataFrame({"text": ["a report", None, "more", None]}).to_parquet(tmp_path / "gap.parquet")
+    (tmp_path / "gap.jsonl").write_text('{"text": "a report"}\n\n{"text": "x", "b": null}\n{"text": null}\n')
+    (tmp_path / "pair.jsonl").write_text('{"text": "a", "b": "c"}\n{"text": "a", "b": null}\n')
+    (tmp_path / "list.jsonl").write_text('{"text": "a"}\n{"text": ["a", "b"]}\n')
+    cases = {
+        "gap.parquet": (None, "data row 2 (counting from 1) has no text (a missing value) in column 'text' "
+                              "(--text-column) (and 1 more rows)"),  # fmt: skip
+        "gap.jsonl": (None, "data row 3 (counting from 1) has no text (a missing value) in column 'text'"),
+        "pair.jsonl": ("b", "data row 2 (counting from 1) has no text (a missing value) in column 'b' "
+                            "(--text-pair-column)"),  # fmt: skip
+        "list.jsonl": (None, "data row 2 (counting from 1) has a list in column 'text'"),
+    }
+    for name, (pair, message) in cases.items():
+        args = ["predict", "--model", str(students["bilstm"]), "--input", str(tmp_path / name)]
+        args += ["--out", str(tmp_path / "o.csv"), *(["--text-pair-column", pair] if pair else [])]
+        status = main(args)
+        err = capsys.readouterr().err
+        assert status == 2 and f"{tmp_path / name}: {message}" in err, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "o.csv").exists()
+
+
 def test_nul_characters_are_read_as_spaces_and_counted(students, tmp_path, capsys):
     texts = ["a market\x00report", "no nul here", "\x00sports\x00\x00news"]
     pd.DataFrame({"text": texts}).to_parquet(tmp_path / "in.parquet")
