@@ -124,12 +124,11 @@ def test_a_missing_text_stops_with_one_line_naming_the_file_column_and_row(stude
     (tmp_path / "gap.jsonl").write_text('{"text": "a report"}\n\n{"text": "x", "b": null}\n{"text": null}\n')
     (tmp_path / "pair.jsonl").write_text('{"text": "a", "b": "c"}\n{"text": "a", "b": null}\n')
     (tmp_path / "list.jsonl").write_text('{"text": "a"}\n{"text": ["a", "b"]}\n')
+    missing = "(counting from 1) has no text (a missing value) in column"
     cases = {
-        "gap.parquet": (None, "data row 2 (counting from 1) has no text (a missing value) in column 'text' "
-                              "(--text-column) (and 1 more rows)"),  # fmt: skip
-        "gap.jsonl": (None, "data row 3 (counting from 1) has no text (a missing value) in column 'text'"),
-        "pair.jsonl": ("b", "data row 2 (counting from 1) has no text (a missing value) in column 'b' "
-                            "(--text-pair-column)"),  # fmt: skip
+        "gap.parquet": (None, f"data row 2 {missing} 'text' (--text-column) (and 1 more rows)"),
+        "gap.jsonl": (None, f"data row 3 {missing} 'text'"),
+        "pair.jsonl": ("b", f"data row 2 {missing} 'b' (--text-pair-column)"),
         "list.jsonl": (None, "data row 2 (counting from 1) has a list in column 'text'"),
     }
     for name, (pair, message) in cases.items():
