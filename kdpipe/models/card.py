@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from kdpipe.core.markdown import plain  # (names as plain text, as the report writes them; not code spans)
+
 # Settings worth a line in the card, in this order (a model's config slice has many more)
 SETTINGS = ("max_length", "epochs", "lr", "batch_size", "seed")
 
@@ -24,8 +26,6 @@ def model_card(manifest: dict, metrics: dict, *, params: int, loader: str) -> st
         "---",
         "",
     ]
-    from kdpipe.report.markdown import plain  # (names as plain text, as the report writes them; not code spans)
-
     if kind == "student":
         teachers = ", ".join(plain(t) for t in manifest.get("teachers") or []) or "a teacher trained with it"
         what = f"A student distilled by kdpipe with the method `{manifest.get('method')}` from {teachers}."

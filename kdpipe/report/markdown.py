@@ -1,16 +1,14 @@
 """``summary.md``: the report's tables as Markdown (results, selective prediction and uncertainty when present,
 accuracy per domain). Names from the data or the config (classes, models, the title) are written as plain text
-(:func:`plain`), never inside code spans: a class named ``<img onerror=...>`` or ``**bold** [l](http://x)`` shows as
-written, and never becomes HTML, emphasis or a link in a Markdown viewer."""
+(:func:`kdpipe.core.markdown.plain`), never inside code spans: a class named ``<img onerror=...>`` or
+``**bold** [l](http://x)`` shows as written, and never becomes HTML, emphasis or a link in a Markdown viewer."""
 
 from __future__ import annotations
-
-import html
-import re
 
 import numpy as np
 import pandas as pd
 
+from kdpipe.core.markdown import plain
 from kdpipe.report.errors import per_class_rows
 from kdpipe.report.summary import UNCERTAINTY_COLUMNS, has_members, has_selective
 
@@ -155,23 +153,6 @@ def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
     align = ["---" if name in MARKDOWN_LEFT_ALIGNED else "---:" for name in header]
     lines = [[table_cell(cell) for cell in header], align, *([table_cell(cell) for cell in row] for row in rows)]
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
-
-
-# The ASCII characters that start or end Markdown inline syntax outside code spans: the backslash itself, code spans,
-# emphasis, links and images, GFM strikethrough, tables and math, an ATX heading's closing sequence; an underscore
-# between two letters or digits opens and closes no emphasis (CommonMark's flanking rules), so ``max_prob`` stays so
-MARKDOWN_ACTIVE = re.compile(r"([\\`*\[\]|~$#]|(?<![^\W_])_|_(?![^\W_]))")
-
-
-def plain(value) -> str:
-    """``value`` as Markdown text that shows it as it is, outside code spans: each character of Markdown syntax
-    (:data:`MARKDOWN_ACTIVE`) backslash-escaped (CommonMark escapes any ASCII punctuation so), so ``**bold**`` and
-    ``[l](http://x)`` are no emphasis and no link, and a ``|`` (a class named ``a|b``) does not end a table cell;
-    ``<``, ``>`` and ``&`` as HTML entities, which every Markdown viewer shows as the characters (raw HTML in Markdown
-    is HTML: ``</script>``, ``<img onerror=...>``; a backslash before ``<`` does not escape it in every viewer); a
-    line break as a space (it would end a table row, or start a heading or a list)."""
-    escaped = html.escape(MARKDOWN_ACTIVE.sub(r"\\\1", str(value)), quote=False)
-    return escaped.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
 
 
 def table_cell(value) -> str:
