@@ -102,7 +102,7 @@ def test_a_warm_job_is_the_job_a_fresh_process_runs(server, tiny_data, tmp_path)
     assert server.proc.poll() is None and server.copies() == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_job_reaches_its_copy_and_the_rerun_resumes(server, tiny_data, tmp_path, sig):
     out, resume = tmp_path / "teachers" / "t", tmp_path / "teachers" / ".resume" / "t"
     # killed in its first epochs (copy_of); the rerun trains the rest
@@ -111,8 +111,10 @@ def test_a_signal_to_the_job_reaches_its_copy_and_the_rerun_resumes(server, tiny
     copy = server.copy_of(resume)
     job.send_signal(sig)
     assert job.wait(timeout=30) == -sig  # the job's process ends as a fresh one would
-    if sig == signal.SIGTERM:  # its copy says so in the log (a SIGKILL'd job's process can say nothing)
-        assert "killed by SIGTERM (signal 15); its outputs were not finished" in job.stderr.read().decode()
+    if sig != signal.SIGKILL:  # its copy says so in the log (a SIGKILL'd job's process can say nothing), and ends
+        said = job.stderr.read().decode()  # (after Ctrl-C, without a KeyboardInterrupt traceback)
+        assert f"t: killed by {sig.name} (signal {int(sig)}); its outputs were not finished" in said
+        assert "Traceback" not in said and said.rstrip().endswith("not finished"), said[-3000:]
     deadline = time.time() + 10
     while copy in server.copies() and time.time() < deadline:
         time.sleep(0.05)
@@ -130,9 +132,11 @@ def test_a_copy_killed_by_sigkill_is_named_in_the_jobs_log(server, tiny_data, tm
     job = server.popen(
         *teacher_args(tiny_data, tmp_path / "teachers" / "t", epochs=20, batch_size=4, checkpoint_every=2)
     )
-    os.kill(server.copy_of(resume), signal.SIGKILL)
+    copy = server.copy_of(resume)
+    os.kill(copy, signal.SIGKILL)
     status, said = job.wait(timeout=30), job.stderr.read().decode()
-    assert status == -signal.SIGKILL and "killed by SIGKILL (signal 9) (out of memory?" in said, said[-3000:]
+    line = f"[kdpipe] finetune-teacher t (warm copy {copy}): killed by SIGKILL (signal 9) (out of memory?"
+    assert status == -signal.SIGKILL and line in said, said[-3000:]
 
 
 def test_a_signal_the_job_ignores_its_copy_ignores(server, tiny_data, tmp_path):

@@ -148,11 +148,23 @@ def run_warm(argv: list[str]) -> int | None:
         return 1
     if "signal" in status:  # killed: end the same way, so that the shell and Snakemake see what happened
         if status["signal"] not in CAUGHT:  # (the copy said it of the others itself: kdpipe.core.killed)
-            print(killed_line(f"the job's copy {pid}", status["signal"]), file=sys.stderr, flush=True)
+            print(killed_line(f"{_job_name(argv)} (warm copy {pid})", status["signal"]), file=sys.stderr, flush=True)
         with contextlib.suppress(OSError):  # (SIGKILL and SIGSTOP take no handler: they end a process anyway)
             signal.signal(status["signal"], signal.SIG_DFL)
         os.kill(os.getpid(), status["signal"])
     return int(status.get("exit", 1))
+
+
+def _job_name(argv: list[str]) -> str:
+    """The job's name as its copy's own line would say it (kdpipe.cli.job_name); "the job" when its arguments do not
+    parse (they did in the copy)."""
+    try:
+        from kdpipe.cli import _arguments, job_name
+
+        args = _arguments(argv)
+        return job_name(args.pop("command"), args.pop("params"), args)
+    except (Exception, SystemExit):
+        return "the job"
 
 
 def _pass_on(pid: int, signum: int) -> None:
@@ -365,7 +377,7 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict, imported: di
     from kdpipe.cli import main
 
     try:
-        status = _exit_status(main(request["argv"]))
+        status = _exit_status(main())  # (the process's own command: sys.argv, as a fresh process runs it)
     except SystemExit as stop:
         status = _exit_status(stop.code)
     except BaseException:
