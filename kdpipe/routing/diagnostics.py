@@ -9,12 +9,17 @@ Certainty as OOD detection (:func:`ood_auroc`): for every teacher, how well each
 rows of another teacher's class (out of its distribution) from the rows of its own classes, as an AUROC per split,
 recorded in ``route.json`` under ``ood_auroc`` (docs/routing.md, "Certainty scores as OOD detection").
 
-The warning (:func:`warning`) is computed from those recorded figures where it is shown, in the report, with the
-threshold ``routing.warn_below``: a display setting, in no route's config slice, so changing it reruns the report
-only. Torch-free: the report imports this module (and not scikit-learn, which only :func:`auroc` imports).
+The warning (:func:`warning`) is computed from those recorded figures where it is shown, with the threshold
+``routing.warn_below``: by the route job as soon as it has routed, by every student job that reads the route at its
+start (:func:`say_route_warning`: a route linked from the shared cache runs no job, so its students say it), and by
+the report. The threshold is a display setting, in no route's or student's config slice: changing it reruns the
+report only. Torch-free: the report imports this module (and not scikit-learn, which only :func:`auroc` imports).
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -176,3 +181,25 @@ def warning(diagnostics: dict, chosen: str, threshold: float, calibrate: bool = 
         )
         text += f": method_args: {suggestion(best, calibrate)} (docs/routing.md)"
     return text
+
+
+def route_warning(manifest: dict, threshold: float) -> str | None:
+    """:func:`warning` of a route from its ``route.json`` (``manifest``), as the report and its students say it."""
+    return warning(manifest["diagnostics"], manifest["router"], threshold, bool(manifest.get("calibration")))
+
+
+def say_warning(text: str | None) -> None:
+    """The routing warning's line on stderr (a job's log; the rules send it to Snakemake's output too)."""
+    if text:
+        print(f"[kdpipe] routing warning: {text}", file=sys.stderr, flush=True)
+
+
+def say_route_warning(route_dir: str | Path | None, threshold: str | float | None) -> None:
+    """Say the warning of the route in the folder ``route_dir`` at ``threshold`` (``--warn-below``; 0.8 when None),
+    as the route job said it: a student job does before it trains. Nothing without a route."""
+    if not route_dir:
+        return
+    from kdpipe.core.store import read_manifest
+
+    manifest = read_manifest(Path(route_dir) / "route.json", kind="route")
+    say_warning(route_warning(manifest, WARN_BELOW if threshold is None else float(threshold)))
