@@ -184,8 +184,12 @@ def warning(diagnostics: dict, chosen: str, threshold: float, calibrate: bool = 
 
 
 def route_warning(manifest: dict, threshold: float) -> str | None:
-    """:func:`warning` of a route from its ``route.json`` (``manifest``), as the report and its students say it."""
-    return warning(manifest["diagnostics"], manifest["router"], threshold, bool(manifest.get("calibration")))
+    """:func:`warning` of a route from its ``route.json`` (``manifest``), as the report and its students say it; None
+    for a route that recorded no diagnostics of its router (one written by hand)."""
+    diagnostics = manifest.get("diagnostics") or {}
+    if manifest.get("router") not in diagnostics:
+        return None
+    return warning(diagnostics, manifest["router"], threshold, bool(manifest.get("calibration")))
 
 
 def say_warning(text: str | None) -> None:
