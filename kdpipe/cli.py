@@ -22,7 +22,7 @@ from pathlib import Path
 from kdpipe.core.finished import job_identity_of_process, set_job_identity
 from kdpipe.core.gpus import claim_gpu
 from kdpipe.core.identity import check_local_content
-from kdpipe.core.killed import say_when_killed
+from kdpipe.core.killed import end_if_interrupted, say_when_killed
 from kdpipe.core.store import KdpipeError
 from kdpipe.stages import STAGES
 
@@ -192,7 +192,20 @@ def _arguments(argv: list[str]) -> dict:
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The command line ``kdpipe COMMAND ...``, its exit status. Run as the process's own command (``argv`` None: the
+    ``kdpipe`` script, ``python -m kdpipe``), a Ctrl-C ends the process by SIGINT after the line that
+    says so, without a traceback (kdpipe.core.killed); called with a list, it raises KeyboardInterrupt as a function
+    does."""
+    if argv is not None:
+        return _main(list(argv))
+    try:
+        return _main(sys.argv[1:])
+    except KeyboardInterrupt:
+        end_if_interrupted()
+        raise
+
+
+def _main(argv: list[str]) -> int:
     if not sys.stderr.isatty():  # a job's log: the libraries' own bars (loading, saving weights) redraw in it
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     args = _arguments(argv)

@@ -304,6 +304,48 @@ def test_a_folded_copy_never_stays_beside_its_original_with_another_label(tmp_pa
         assert manifest["duplicates_by_split"] == {} and keys.duplicated().sum() == 2
 
 
+# The same input to BERT's uncased tokenizer, written differently: pre-tokenised spacing around punctuation (SST,
+# the Penn Treebank), control characters (deleted by the tokenizer, vertical tab and form feed too), format characters,
+# spaces around CJK ideographs; each pair's first text is the second's variant
+SAME_INPUT = [
+    ("the company 's plan , he said , is `` bold '' .", "The company's plan, he said, is ``bold''."),
+    ("it 's a ( very ) good film -- really !", "It's a (very) good film--really!"),
+    ("a\x01b c\x7fd\x0be\x0cf\x85g h\u2066i\ufffdj", "ab cdefg hij"),
+    ("prices rose 5 % to $ 10", "Prices rose 5% to $10"),
+    ("東京 の 会社", "東京の会社"),
+    ("\u0130stanbul \u00e9t\u00e9", "istanbul ete"),
+]
+# ... and texts the tokenizer reads differently, which the folding keeps apart
+OTHER_INPUT = [("5 \u20ac each", "5\u20ac each"), ("a \u00a9 b", "a\u00a9b"), ("ab", "a b")]
+
+
+def test_texts_folded_equal_are_one_input_to_the_builtin_uncased_tokenizer():
+    from kdpipe.data.folding import fold
+    from kdpipe.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer("builtin:minilm-l6")
+    for pairs, same in ((SAME_INPUT, True), (OTHER_INPUT, False)):
+        for variant, text in pairs:
+            folded = fold(pd.Series([variant, text]))
+            assert (folded[0] == folded[1]) is same, (variant, text, folded.tolist())
+            ids = tokenizer([variant, text])["input_ids"]
+            assert (ids[0] == ids[1]) is same, (variant, text)
+
+
+def test_pre_tokenised_and_control_character_copies_are_duplicates_and_conflicts(tmp_path):
+    """prepare's duplicate and conflict checks use the same folding: a pre-tokenised copy with another label is a
+    conflict (every copy dropped), a copy with a control character and the same label a duplicate."""
+    train = tiny_frame(30)  # "sentence number i", labels neg/pos alternating
+    train.loc[len(train)] = ("The company's plan.", "neg")
+    train.loc[len(train)] = ("the company 's plan .", "pos")  # a conflict
+    train.loc[len(train)] = ("sentence\x01 number 2", "neg")  # row 2 is neg: a duplicate
+    manifest = prepare(dataset_params(files={"train": write_table(train, tmp_path / "train.parquet")}), tmp_path / "o")
+    assert manifest["conflicting_duplicates"]["texts"] == 1 and manifest["conflicting_duplicates"]["rows_dropped"] == 2
+    assert manifest["duplicates_by_split"] == {"train": 1}
+    rows = pd.concat(all_splits(tmp_path / "o").values(), ignore_index=True)
+    assert "company" not in " ".join(rows["text"]) and not folded(rows).duplicated().any()
+
+
 # ---- subsampling ----------------------------------------------------------------------------------------------
 
 

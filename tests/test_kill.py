@@ -61,12 +61,12 @@ def _catches(pid: int, sig: int) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_job_killed_by_a_signal_says_so_in_its_log(tmp_path, sig):
-    """A job stopped by a signal writes a last line that says so, then ends as
-    the signal ends a process (SIGINT through KeyboardInterrupt, as before)."""
+    """A job stopped by a signal writes a last line that says so, then ends as the signal ends a process: SIGINT
+    unwinds the job as a KeyboardInterrupt, then ends it quietly (no traceback)."""
     code = (
         "import sys, time\nimport kdpipe.stages.prepare as stage\n"
         "stage.run = lambda params, **paths: time.sleep(60)  # a job that takes a while\n"
-        "from kdpipe.cli import main\nsys.exit(main(['prepare', '--out', sys.argv[1]]))"
+        "from kdpipe.cli import main\nsys.argv[1:] = ['prepare', '--out', sys.argv[1]]\nsys.exit(main())"
     )
     env = dict(os.environ)
     proc = subprocess.Popen(
@@ -81,6 +81,7 @@ def test_a_job_killed_by_a_signal_says_so_in_its_log(tmp_path, sig):
     err = proc.stderr.read()
     assert f"[kdpipe] prepare data: killed by {sig.name} (signal {int(sig)}); its outputs were not finished" in err
     assert status == -sig and not (tmp_path / "data").exists()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and err.rstrip().endswith("not finished"), err
 
 
 def test_a_killed_teacher_resumes_after_an_edit_outside_its_code_and_starts_over_after_an_edit_of_its_loss(

@@ -285,6 +285,42 @@ def test_no_row_of_a_held_out_class_reaches_the_transfer_rows_from_any_split(tmp
     assert not set(kept) & set(every_mid)  # the withheld rows kept as transfer rows are of the other classes only
 
 
+@pytest.mark.parametrize("cap", [{"max_per_class": 8}, {"max_rows": 30}])
+def test_held_out_class_rows_that_a_cap_or_a_conflict_removed_are_evaluation_texts_too(tmp_path, cap):
+    """Rows of a held-out class that max_per_class or max_rows left out, or that a conflict dropped, are in no split,
+    yet they are known texts of the unseen class: held_out.parquet keeps them (row_id -1), so a transfer file or an
+    external OOD set that copies one loses it."""
+    from kdpipe.data.prepare import HELD_OUT
+    from kdpipe.data.transfer import build_transfer
+
+    frame = tiny_frame(60, labels=("neg", "pos", "mid"))
+    frame.loc[len(frame)] = ("a text both neg and mid", "neg")
+    frame.loc[len(frame)] = ("A text both neg and MID", "mid")  # a conflict: both copies dropped
+    source = write_table(frame, tmp_path / "d.csv")
+    params = dataset_params(source=source, split={"validation": 0.2, "test": 0.2, "seed": 1}, **cap)
+    params |= {"ood_classes": ["mid"]}
+    manifest = prepare(params, tmp_path / "data")
+    held = pd.read_parquet(tmp_path / "data" / HELD_OUT)
+    every_mid = frame[frame["label"] == "mid"]["text"]
+    outside = held[held["row_id"] == -1]
+    assert len(outside) == manifest["ood"]["removed"]["before_hold_out"] and len(held) == len(set(held["text"]))
+    assert "A text both neg and MID" in set(outside["text"]) and set(held["label"]) == {"mid"}
+    ood = read_split(tmp_path / "data", OOD)
+    assert set(every_mid) == set(held["text"]) | set(ood["text"])  # every "mid" text as read, once
+    assert len(held) == sum(manifest["ood"]["removed"].values())
+    extra = write_table(pd.DataFrame({"text": [*every_mid.str.upper(), "a new unlabelled text"]}), tmp_path / "x.csv")
+    built = build_transfer(params | {"transfer": extra}, tmp_path / "data", tmp_path / "transfer")
+    assert built["dropped"]["evaluation"] == len(every_mid) == 21
+    assert read_split(tmp_path / "transfer", "transfer")["text"].tolist() == ["a new unlabelled text"]
+    copied = outside["text"].iloc[0]
+    ood_params = {
+        "name": "tiny",
+        "source": write_table(pd.DataFrame({"text": [copied, "never seen"]}), tmp_path / "o.csv"),
+    }
+    ood_params |= {"text_column": "text", "format": "auto", "encoding": "utf-8"}
+    assert build_ood(ood_params, tmp_path / "data", tmp_path / "ood")["dropped"]["dataset"] == 1
+
+
 def test_an_external_ood_set_drops_a_copy_of_a_held_out_classs_training_text(tmp_path):
     params = three_classes(tmp_path) | {"ood_classes": ["mid"]}
     prepare(params, tmp_path / "data")

@@ -81,12 +81,24 @@ def test_pipeline_truncates_as_kdpipe_evaluated(students, unlabelled, tmp_path):
 def test_model_cards_say_how_to_load(students):
     card = (students["transformer"] / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-classification")
-    assert "method `vanilla_kd` from `ta`" in card and 'pipeline("text-classification"' in card
-    assert "`business`, `entertainment`, `politics`, `sport`, `tech`" in card and "accuracy 0.5000 at epoch 1" in card
+    assert "method `vanilla_kd` from ta." in card and 'pipeline("text-classification"' in card
+    assert "order: business, entertainment, politics, sport, tech." in card and "accuracy 0.5000 at epoch 1" in card
     assert f"cuts texts at {MAX_LENGTH} tokens" in card
     for kind in ("multihead", "bilstm"):
         card = (students[kind] / "README.md").read_text()
         assert f"A {kind} model: transformers cannot load it" in card and "load_trained(" in card
+
+
+def test_model_card_writes_names_as_plain_text_not_code_spans():
+    """Class and teacher names are Markdown text (as in the report's files): a backtick, HTML or Markdown syntax in a
+    name shows as written."""
+    from kdpipe.models.card import model_card
+
+    labels = ["a`b", "<b>x</b>", "**bold** [l](http://x)"]
+    manifest = {"kind": "student", "config": {}, "labels": labels, "method": "vanilla_kd", "teachers": ["t_a`"]}
+    card = model_card(manifest, {}, params=10, loader="transformers")
+    assert "Classes, in output order: a\\`b, &lt;b&gt;x&lt;/b&gt;, \\*\\*bold\\*\\* \\[l\\](http://x)." in card
+    assert "method `vanilla_kd` from t_a\\`." in card
 
 
 def test_bad_input_gets_a_clear_message(students, unlabelled, tmp_path, capsys):
@@ -103,6 +115,29 @@ def test_bad_input_gets_a_clear_message(students, unlabelled, tmp_path, capsys):
     status, err = kdpipe(students["bilstm"], tmp_path / "nope.csv")
     assert status == 2 and "nope.csv: file not found" in err and "--input" in err
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_a_missing_text_stops_with_one_line_naming_the_file_column_and_row(students, tmp_path, capsys):
+    """A Parquet or JSON null in the text column (or the pair column) has no text to predict from: exit status 2 and
+    one line naming the file, the column and the first such row, no traceback and no output file."""
+    pd.DataFrame({"text": ["a report", None, "more", None]}).to_parquet(tmp_path / "gap.parquet")
+    (tmp_path / "gap.jsonl").write_text('{"text": "a report"}\n\n{"text": "x", "b": null}\n{"text": null}\n')
+    (tmp_path / "pair.jsonl").write_text('{"text": "a", "b": "c"}\n{"text": "a", "b": null}\n')
+    (tmp_path / "list.jsonl").write_text('{"text": "a"}\n{"text": ["a", "b"]}\n')
+    missing = "(counting from 1) has no text (a missing value) in column"
+    cases = {
+        "gap.parquet": (None, f"data row 2 {missing} 'text' (--text-column) (and 1 more rows)"),
+        "gap.jsonl": (None, f"data row 3 {missing} 'text'"),
+        "pair.jsonl": ("b", f"data row 2 {missing} 'b' (--text-pair-column)"),
+        "list.jsonl": (None, "data row 2 (counting from 1) has a list in column 'text'"),
+    }
+    for name, (pair, message) in cases.items():
+        args = ["predict", "--model", str(students["bilstm"]), "--input", str(tmp_path / name)]
+        args += ["--out", str(tmp_path / "o.csv"), *(["--text-pair-column", pair] if pair else [])]
+        status = main(args)
+        err = capsys.readouterr().err
+        assert status == 2 and f"{tmp_path / name}: {message}" in err, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "o.csv").exists()
 
 
 def test_nul_characters_are_read_as_spaces_and_counted(students, tmp_path, capsys):

@@ -383,6 +383,54 @@ def test_html_in_a_class_name_is_text_in_summary_md(tmp_path):
     assert markdown.startswith("# &lt;i&gt;run&lt;/i&gt;\n")
 
 
+MARKDOWN_NAMES = ["**bold** [l](http://x)", "_em_ ~~gone~~ `code`", "<img src=x onerror=alert(1)>", "R&amp;D \\ $x$"]
+
+
+def rendered(markdown: str) -> str:
+    """``markdown`` as a CommonMark viewer with GFM tables and strikethrough shows it (HTML)."""
+    markdown_it = pytest.importorskip("markdown_it")
+    return markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(markdown)
+
+
+def shown(name: str) -> str:
+    """``name`` as text in rendered HTML."""
+    return name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def _named_markdown(tmp_path, names: list[str]) -> tuple[str, str]:
+    """summary.md and routing.md with ``names`` as the classes, the title, a route, a router and in a warning."""
+    from kdpipe.report.markdown import summary_markdown
+    from kdpipe.report.routing import routing_markdown, routing_table
+    from kdpipe.report.summary import read_eval, runs_table, summarise
+
+    record = _eval("vkd", "vkd", "student", "vanilla_kd", 1, "test", names, 0.9, 0.05, 10.0, 1_000_000)
+    record["metrics"]["per_class_accuracy"] = dict.fromkeys(names, 0.5)
+    summary = summarise(runs_table([read_eval(path) for path in _write_evals(tmp_path, [record])]))
+    warning = f"router knn sends 10% of {names[0]}"
+    markdown = summary_markdown(summary, warnings=[warning], title=names[1])
+    route = {"route": names[1], "router": names[2], "warning": warning, "diagnostics": {names[2]: {"gold_labels": 0}}}
+    return markdown, routing_markdown([route], routing_table([route]))
+
+
+def test_markdown_syntax_in_a_name_is_text_in_summary_md_and_routing_md(tmp_path):
+    """A class, route, router or warning with Markdown syntax in it shows as written: no emphasis, link, code span,
+    strikethrough or HTML beyond what the report writes itself (backslash escapes outside code spans, entities for
+    <, > and &)."""
+    markdown, routing = _named_markdown(tmp_path / "odd", MARKDOWN_NAMES)
+    for text in (markdown, routing):
+        assert "**bold**" not in text and "[l](" not in text and "`code`" not in text and "<img" not in text
+    assert "\\*\\*bold\\*\\* \\[l\\](http://x)" in markdown
+    plain_names = [f"name{i}" for i in range(len(MARKDOWN_NAMES))]
+    for text, same in zip((markdown, routing), _named_markdown(tmp_path / "plain", plain_names)):
+        page, expected = rendered(text), rendered(same)
+        for tag in ("strong", "em", "a", "code", "s", "del", "img"):
+            assert len(re.findall(rf"<{tag}\b", page)) == len(re.findall(rf"<{tag}\b", expected)), (tag, page)
+        assert f"router knn sends 10% of {shown(MARKDOWN_NAMES[0])}" in page and shown(MARKDOWN_NAMES[1]) in page
+    page = rendered(markdown)
+    assert all(f">{shown(name)}</th>" in page for name in MARKDOWN_NAMES)
+    assert f"<strong>{shown(MARKDOWN_NAMES[2])}</strong> (chosen)" in rendered(routing)
+
+
 def test_percentage_axes_start_near_the_data():
     summary = pd.DataFrame({"accuracy": [0.86, 0.9], "accuracy_std": [0.02, None], "macro_f1": [0.85, 0.89]})
     summary["macro_f1_std"] = None

@@ -181,6 +181,23 @@ def test_ood_markdown(ood_report):
     assert f"No OOD scores:\n\n- oracle: {ORACLE_REASON}" in text
 
 
+def test_held_out_class_names_and_the_ood_file_are_text_in_ood_md():
+    """The held-out classes and the OOD file's path are names from the config: no HTML or Markdown of theirs reaches
+    ood.md (escaped as summary.md escapes them, kdpipe.report.markdown.plain)."""
+    from kdpipe.report.markdown import plain
+    from kdpipe.report.ood import describe_ood_rows, ood_markdown, ood_table
+
+    odd = ["<img src=x onerror=alert(1)>", "**bold** [l](http://x)"]
+    for ood in ({"source": "classes", "classes": odd}, {"source": "file", "file": "data/</script><b>ood</b>_x_.csv"}):
+        record = _ood("kd.seed0", "kd", "student", "vanilla_kd", 0, BASE_SCORES, 0.6, 0.65)
+        record["ood"] |= ood
+        reason = {**_oracle("ood"), "ood": {**_oracle("ood")["ood"], **ood}}
+        text = ood_markdown(ood_table([{**record, "source": "a.json"}, {**reason, "source": "b.json"}]))
+        assert "<img" not in text and "</script>" not in text and "<b>" not in text and "**bold**" not in text
+        assert f"OOD rows: {plain(describe_ood_rows(ood))}. In-distribution rows: the test split." in text
+    assert "&lt;/script&gt;&lt;b&gt;ood&lt;/b&gt;\\_x\\_.csv" in text
+
+
 def test_summary_html_has_the_ood_section(ood_report):
     page = (ood_report / "summary.html").read_text()
     section = page[page.index("<h2>Out-of-distribution detection</h2>") :]

@@ -425,3 +425,22 @@ def test_the_route_job_says_the_routing_warning_as_soon_as_it_routes(tmp_path, m
     # the report says it again from what the route recorded, at its own threshold
     (reported,) = read_routes([tmp_path / "route/route.json"], 0.8)
     assert reported["warning"] in said
+    # and so does every student that reads the route, before it trains, also when the route job did not run here (a
+    # route linked from the shared cache): the same line, at the threshold of its own --warn-below
+    from kdpipe.stages import distill
+
+    line = next(line for line in said.splitlines() if line.startswith("[kdpipe] routing warning: "))
+
+    def student_data(*args, **kwargs):
+        raise RuntimeError("training starts")
+
+    monkeypatch.setattr(distill, "student_data", student_data)
+    for threshold, warned in (("0.8", True), (None, True), ("0.4", False)):
+        with pytest.raises(RuntimeError, match="training starts"):
+            distill.run({"method": "muki", "method_spec": {"signals": []}}, tmp_path / "data", tmp_path, tmp_path / "s",
+                        route=tmp_path / "route", warn_below=threshold)  # fmt: skip
+        assert capfd.readouterr().err.splitlines() == ([line] if warned else [])
+    from kdpipe.cli import _arguments
+
+    parsed = _arguments(["distill", "--data", "d", "--signals-root", "s", "--out", "o", "--warn-below", "0.8"])
+    assert parsed["warn_below"] == "0.8"

@@ -353,6 +353,22 @@ def test_entity_and_curly_quote_variants_of_a_test_text_are_dropped_as_evaluatio
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["a new text"]
 
 
+def test_pre_tokenised_and_control_character_variants_of_a_test_text_are_dropped_as_evaluation(tmp_path, tiny_data):
+    """Spaces around punctuation (a pre-tokenised corpus) and control characters change no token of an uncased
+    tokenizer: such a copy of a test text is the test text."""
+    test = read_split(tiny_data, "test")["text"]
+    texts = test[test.str.contains(r"\w[.,']", regex=True)].tolist()
+    variants = [
+        " ".join(texts[0].replace(".", " . ").replace(",", " , ").replace("'", " '").split()),
+        texts[1].replace(" ", " \x01", 3).replace("e", "e\x7f", 2),
+    ]
+    assert all(variant != text for variant, text in zip(variants, texts))
+    pd.DataFrame({"text": [*variants, "a new text"]}).to_parquet(tmp_path / "near.parquet")
+    manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "near.parquet")}, tiny_data, tmp_path / "t")
+    assert manifest["dropped"]["evaluation"] == 2
+    assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["a new text"]
+
+
 def test_a_test_text_with_a_sentence_appended_is_the_same_model_input_and_is_dropped(tmp_path, tiny_data):
     """Cut at max_length tokens, a test text with more text after it is the test text: dropped as a copy, for the
     smallest max_length of the run's models; a text that is only the start of a test text is another input."""

@@ -293,9 +293,14 @@ def test_each_route_job_said_its_warning_and_a_new_threshold_reruns_the_report_o
         assert ("[kdpipe] routing warning: " in said) == bool(recorded["warning"]), name
         assert not recorded["warning"] or recorded["warning"] in said
     config = edited_config(project, lambda c: c.update(routing={**c.get("routing", {}), "warn_below": 0.99}))
-    assert planned_jobs(project, env, config) == {("report", "")}
+    assert planned_jobs(project, env, config) == {("report", "")}  # no route, no student
     text = snakemake(project, env, "--dry-run", "--printshellcmds", "--forcerun", "route", configfile=config)
-    assert text.count("--warn-below 0.99") == len(ROUTES)
+    commands = [line for line in text.splitlines() if "python -m kdpipe" in line]
+    routes = [line for line in commands if " route --params " in line]
+    assert len(routes) == len(ROUTES) and all("--warn-below 0.99" in line for line in routes)
+    # every student job says the warning of the route it reads (the distill rule passes the threshold the same way)
+    distills = [line for line in commands if " distill --params " in line]  # (forced: downstream of the routes)
+    assert len(distills) == 2 and all("--warn-below 0.99" in line for line in distills)
 
 
 PREDICTIONS = ".predictions.parquet"
@@ -480,9 +485,16 @@ def test_the_default_config_runs_one_forward_job_per_teacher_and_split(tmp_path)
 
 
 def test_cached_artifacts_are_reused_from_a_second_working_directory(done):
+    """A second working directory links the teacher-side artifacts from the cache; its routes run no job, so the
+    students that read them say the routing warning (at this run's routing.warn_below), in their logs and in
+    Snakemake's output, before they train."""
+    from kdpipe.report.routing import read_routes
+
     _, _, base = done
     project = copy_project(base / "two")
     env = environment(project, base / "cache")
+    with open(project / "tests/configs/tiny.yaml", "a") as config:  # (appended: the other settings stay as written)
+        config.write("\nrouting:\n  warn_below: 1.0\n")
     out = snakemake(project, env, "--cache")
     weights = project / "results/teachers/ta/model.safetensors"  # a cached directory's files are symlinked
     assert weights.is_symlink() and Path(os.path.realpath(weights)).is_relative_to(base / "cache")
@@ -492,3 +504,13 @@ def test_cached_artifacts_are_reused_from_a_second_working_directory(done):
     assert all(log.stat().st_size == 0 for log in (project / "results/logs/finetune_teacher").glob("*.log"))
     assert (project / "results/report/summary.md").exists()
     assert "Symlinking output file results/teachers/ta" in out
+    for route in ROUTES:
+        name = route[1].removeprefix("route=")
+        assert (project / f"results/routes/{name}/route.json").is_symlink()  # linked: the route job did not run
+        assert (project / f"results/logs/route/{name}.log").stat().st_size == 0
+        (recorded,) = read_routes([project / f"results/routes/{name}/route.json"], 1.0)
+        assert recorded["warning"] and f"[kdpipe] routing warning: {recorded['warning']}" in out
+    said = {s: (project / f"results/logs/distill/{s}.log").read_text() for s in ("s_muki", "s_muki_no_mc")}
+    for student, log in said.items():
+        first = log.index("[kdpipe] routing warning: ")  # said first, before the student trains
+        assert "epoch" not in log[:first].lower() and "epoch" in log[first:].lower(), student

@@ -1,19 +1,23 @@
 """The last line of a job killed by a signal (docs/design.md, "Compute"): its log says so, instead of ending mid-way.
 
 A job's own process says it for the signals it can catch (:data:`CAUGHT`: Snakemake's and SLURM's SIGTERM, a closed
-terminal's SIGHUP, Ctrl-C), then ends by the same signal, so that the shell and Snakemake see what happened. A job
-killed by a signal no process can catch (SIGKILL: the kernel's out-of-memory killer, a cluster's time limit) leaves
-no line: only Snakemake's own log says the job failed, with exit status 137.
+terminal's SIGHUP, Ctrl-C), then ends by the same signal, so that the shell and Snakemake see what happened. Ctrl-C
+(SIGINT) first unwinds the job as a KeyboardInterrupt, so that its cleanup runs; the command then ends by SIGINT
+without a traceback (:func:`end_if_interrupted`: status 130 to a shell, -2 to Python's ``subprocess``). A job killed
+by a signal no process can catch (SIGKILL: the kernel's out-of-memory killer, a cluster's time limit) leaves no
+line: only Snakemake's own log says the job failed, with exit status 137.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 
 CAUGHT = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_said: set[int] = set()  # the signals that this process said it was killed by and unwinds (SIGINT)
 
 
 def killed_line(what: str, signum: int) -> str:
@@ -28,13 +32,15 @@ def killed_line(what: str, signum: int) -> str:
 
 def say_when_killed(what: str) -> None:
     """From now on, a signal of :data:`CAUGHT` that this process does not ignore writes :func:`killed_line` to
-    stderr (the job's log) first; SIGINT then raises KeyboardInterrupt as before, the others end the process."""
+    stderr (the job's log) first; SIGINT then raises KeyboardInterrupt (:func:`end_if_interrupted` ends the command
+    after it), the others end the process."""
     if threading.current_thread() is not threading.main_thread():
         return
 
     def handler(signum, frame):
         print(killed_line(what, signum), file=sys.stderr, flush=True)
         if signum == signal.SIGINT:
+            _said.add(signum)
             raise KeyboardInterrupt
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -42,3 +48,16 @@ def say_when_killed(what: str) -> None:
     for sig in CAUGHT:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, handler)
+
+
+def end_if_interrupted() -> None:
+    """After a KeyboardInterrupt reached the command: when it came from Ctrl-C whose line :func:`say_when_killed`
+    wrote, end this process by SIGINT at once (as Python does after an uncaught KeyboardInterrupt, without the
+    traceback, which says nothing the line did not); otherwise return, and the caller raises it on."""
+    if signal.SIGINT not in _said:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)

@@ -2,11 +2,15 @@
 for prepare's duplicate and conflict checks (kdpipe.data.prepare, kdpipe.data.conflicts) and for the leak filters of
 the transfer rows and an external OOD set (kdpipe.data.transfer, kdpipe.data.ood).
 
-A text is folded the way an uncased tokenizer reads it: HTML entities decoded (``&amp;`` is ``&``, ``&#8217;`` is
-``’``), typographic quotes made plain (``’`` is ``'``, ``“`` is ``"``), Unicode compatibility forms (NFKD), accents and
-invisible characters removed (:data:`IGNORED`), case folded, white space collapsed to one space and trimmed. A copy of
-a test text in capitals, without its accents, with a zero-width space, a trailing space, Windows line breaks, curly
-quotes or ``&quot;`` is the same text to the builtin MiniLM's tokenizer, so it leaks all the same.
+A text is folded the way an uncased (BERT-style WordPiece) tokenizer reads it: HTML entities decoded (``&amp;`` is
+``&``, ``&#8217;`` is ``’``), typographic quotes made plain (``’`` is ``'``, ``“`` is ``"``), Unicode compatibility
+forms (NFKD), case folded, accents, control characters other than tab and line breaks, format characters and U+FFFD
+removed (:data:`IGNORED`, :func:`ignored`), white space collapsed to one space, white space next to a punctuation mark
+or a CJK ideograph removed (:func:`split_marks`: the tokenizer splits there, with or without a space) and trimmed. A
+copy of a test text in capitals, without its accents, with a zero-width space or a control character, a trailing
+space, Windows line breaks, curly quotes, ``&quot;``, or tokenised with spaces around its punctuation (``the company
+'s plan .``, as in SST or the Penn Treebank) gives the builtin MiniLM's tokenizer the same ``input_ids``, so it
+leaks all the same.
 
 :func:`copy_prefix` bounds what a model sees of a long text: a text that begins with the same folded characters as
 another is the same model input once both are cut at ``max_length`` tokens.
@@ -14,21 +18,77 @@ another is the same model input once both are cut at ``max_length`` tokens.
 
 from __future__ import annotations
 
+import functools
 import html
+import sys
+import unicodedata
 
 import numpy as np
 import pandas as pd
 
 # What the comparison of texts ignores beside white space: accents and other combining marks (after NFKD; the common
-# blocks) and invisible format characters (soft hyphen, zero-width spaces and joiners, direction marks, BOM)
+# blocks), control characters other than tab and line breaks (which BERT's tokenizer deletes, \x0b, \x0c and \x85
+# included), the replacement character U+FFFD, and invisible format characters (soft hyphen, zero-width spaces and
+# joiners, direction marks, BOM; :func:`ignored` adds every other format character, Unicode category Cf)
 IGNORED = (
     r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+    r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd"
     r"\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]"
 )
 # Typographic quotes and apostrophes as the plain ones (NFKD leaves them): single, then double
 QUOTES = str.maketrans(dict.fromkeys("\u2018\u2019\u201a\u201b\u2032\u2035\u02bc", "'") | dict.fromkeys(
     "\u201c\u201d\u201e\u201f\u2033\u2036", '"'
 ))  # fmt: skip
+# The CJK ideograph blocks that BERT's tokenizer puts spaces around (BasicTokenizer._is_chinese_char)
+CJK = (
+    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+)  # fmt: skip
+
+
+def _char_class(chars: list[int], ranges: tuple[tuple[int, int], ...] = ()) -> str:
+    """A regular expression character class of the code points ``chars`` and the inclusive ``ranges``."""
+    spans = sorted([(c, c) for c in chars] + list(ranges))
+    merged: list[list[int]] = []
+    for first, last in spans:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return "[" + "".join(_escape(a) if a == b else f"{_escape(a)}-{_escape(b)}" for a, b in merged) + "]"
+
+
+def _escape(code: int) -> str:
+    return f"\\U{code:08x}"
+
+
+@functools.cache
+def _categories() -> dict[str, list[int]]:
+    """The code points of the Unicode categories the folding needs (this Python's Unicode data; read once, 0.2 s)."""
+    found: dict[str, list[int]] = {"P": [], "Cf": []}
+    for code in range(sys.maxunicode + 1):
+        category = unicodedata.category(chr(code))
+        if category[0] == "P":
+            found["P"].append(code)
+        elif category == "Cf":
+            found["Cf"].append(code)
+    return found
+
+
+@functools.cache
+def ignored() -> str:
+    """:data:`IGNORED` and every format character (category Cf), as one character class."""
+    return IGNORED[:-1] + _char_class(_categories()["Cf"])[1:]
+
+
+@functools.cache
+def split_marks() -> str:
+    """A space next to a character that BERT's tokenizer makes a token of its own, with or without spaces around
+    it: a punctuation mark (every ASCII character that is not a letter, digit or space, and Unicode category P) or
+    a CJK ideograph. "the company 's plan ." and "the company's plan." are one token sequence."""
+    ascii_marks = [code for code in range(33, 127) if not chr(code).isalnum()]
+    marks = _char_class(ascii_marks + _categories()["P"], CJK)
+    return f" (?={marks})|(?<={marks}) "
 
 
 def fold(texts: pd.Series) -> pd.Series:
@@ -37,9 +97,10 @@ def fold(texts: pd.Series) -> pd.Series:
     return (
         texts.str.translate(QUOTES)
         .str.normalize("NFKD")
-        .str.replace(IGNORED, "", regex=True)
-        .str.casefold()
+        .str.casefold()  # (after NFKD, which makes letters of some symbols: "ℌ" is "H")
+        .str.replace(ignored(), "", regex=True)  # (after casefold, which can add a mark: "İ" is "i" and U+0307)
         .str.replace(r"\s+", " ", regex=True)
+        .str.replace(split_marks(), "", regex=True)
         .str.strip()
     )
 

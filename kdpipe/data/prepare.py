@@ -20,7 +20,8 @@ Order of operations, all seeded by ``dataset.split.seed`` and deterministic:
    keeps its classes in every split: Meta-KD's per-domain students are trained, validated and tested on their own
    domain's rows); the validation and test fractions are of the rows being split;
 6. hold out the classes of ``evaluate.ood.classes``: their test rows become the ``ood`` split, their other rows
-   (training, validation, withheld) ``held_out.parquet``, texts the transfer and OOD filters treat as evaluated.
+   (training, validation, withheld) ``held_out.parquet``, texts the transfer and OOD filters treat as evaluated; so
+   are the rows of those classes that a conflict or a cap (step 4) removed earlier (``row_id`` -1: in no split).
 
 Before anything is written, every class must have training rows (a class only in a validation or test file
 stops the run, naming it and its file), and validation and test must have rows. These checks run when the plan
@@ -117,7 +118,7 @@ def prepare(params: dict, out_dir: str | Path) -> dict:
             )
             files.append(UNLABELLED)
         if HELD_OUT in parts:  # what the transfer and OOD filters must also keep out (kdpipe.data.extra_split)
-            held = parts[HELD_OUT].sort_values("row_id")
+            held = parts[HELD_OUT].sort_values("row_id", kind="stable")
             held[[c for c in ("row_id", "text", "text_pair", "label") if c in held]].to_parquet(
                 tmp / HELD_OUT, index=False
             )
@@ -149,6 +150,9 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     tables, declared, merges = check_or_merge(
         tables, declared, bool(params.get("normalize_labels", False)), source, column
     )
+    held = list(params.get("ood_classes") or [])
+    # every row of a held-out class as read: those a conflict or a cap removes are known texts of the class too
+    held_read = pd.concat([table[table["label"].isin(held)] for table in tables.values()]) if held else None
     # the train labels after each step that drops rows, to say why a class lost its training rows
     train_labels = {"read": set(tables["train"]["label"])}
     tables, conflicts = resolve_conflicts(tables, params.get("conflicts", "drop"))
@@ -176,9 +180,8 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     if withheld:  # training rows whose labels are withheld: their texts become transfer rows (kdpipe.data.transfer)
         train = _split_stratified(parts["train"], {"unlabelled": withheld}, seed + 1)
         parts["train"], parts["unlabelled"] = train["train"], train["unlabelled"]
-    held = list(params.get("ood_classes") or [])
     if held:
-        parts, labels, provenance_ood = _hold_out(parts, labels, held, source)
+        parts, labels, provenance_ood = _hold_out(parts, labels, held, source, held_read)
 
     provenance = {
         "duplicates_dropped": sum(duplicates.values()),
@@ -198,12 +201,14 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
 
 
 def _hold_out(
-    parts: dict[str, pd.DataFrame], labels: list[str], held: list[str], source: str
+    parts: dict[str, pd.DataFrame], labels: list[str], held: list[str], source: str, read: pd.DataFrame
 ) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     """Step 6, ``evaluate.ood.classes``: the held-out classes' rows leave every split (and the withheld rows), after
     the split, so every other class keeps the rows it has without OOD; their test rows become the ``ood`` split, their
-    other rows :data:`HELD_OUT`, which no model trains on and no transfer or OOD row may copy. Returns the parts, the
-    labels left and what was held out (a manifest field)."""
+    other rows :data:`HELD_OUT`, which no model trains on and no transfer or OOD row may copy. So do the rows of
+    those classes as ``read`` whose text is in no part any more (a conflict dropped it, or ``max_per_class`` or
+    ``max_rows`` left it out): they are known texts of a class no model may see, with ``row_id`` -1 (in no split).
+    Returns the parts, the labels left and what was held out (a manifest field)."""
     unknown = [c for c in held if c not in labels]
     if unknown:
         close = difflib.get_close_matches(unknown[0], labels, n=1)
@@ -220,10 +225,18 @@ def _hold_out(
     is_held = {origin: frame["label"].isin(held).to_numpy() for origin, frame in parts.items()}
     out = {origin: frame[~is_held[origin]] for origin, frame in parts.items()}
     out[OOD] = parts["test"][is_held["test"]]
-    out[HELD_OUT] = pd.concat([frame[is_held[origin]] for origin, frame in parts.items() if origin != "test"])
+    columns = ["text", "text_pair"] if "text_pair" in read else ["text"]
+    present = np.concatenate([text_hashes(frame, columns) for frame in parts.values()])
+    keys = text_hashes(read, columns)
+    gone = read[~np.isin(keys, present) & ~pd.Series(keys).duplicated().to_numpy()]
+    gone = gone[[c for c in read.columns if c in ("text", "text_pair", "label")]].assign(row_id=-1)
+    held_parts = [frame[is_held[origin]] for origin, frame in parts.items() if origin != "test"]
+    out[HELD_OUT] = pd.concat([*held_parts, gone])
     if out[OOD].empty:
         raise KdpipeError(f"evaluate.ood.classes: {held} have no test rows in {source}, so there is no OOD set")
     removed = {origin: int(mask.sum()) for origin, mask in is_held.items() if origin != "test"}
+    if len(gone):  # (not in any split: a conflict or a cap removed them before the hold-out)
+        removed["before_hold_out"] = len(gone)
     return out, kept, {"classes": held, "rows": len(out[OOD]), "removed": removed}
 
 

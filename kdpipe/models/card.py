@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from kdpipe.core.markdown import plain  # (names as plain text, as the report writes them; not code spans)
+
 # Settings worth a line in the card, in this order (a model's config slice has many more)
 SETTINGS = ("max_length", "epochs", "lr", "batch_size", "seed")
 
@@ -25,15 +27,15 @@ def model_card(manifest: dict, metrics: dict, *, params: int, loader: str) -> st
         "",
     ]
     if kind == "student":
-        teachers = ", ".join(f"`{t}`" for t in manifest.get("teachers") or []) or "a teacher trained with it"
+        teachers = ", ".join(plain(t) for t in manifest.get("teachers") or []) or "a teacher trained with it"
         what = f"A student distilled by kdpipe with the method `{manifest.get('method')}` from {teachers}."
     elif manifest.get("imported"):
-        what = f"A teacher imported by kdpipe from the checkpoint `{config.get('checkpoint')}`, without training."
+        what = f"A teacher imported by kdpipe from the checkpoint {plain(config.get('checkpoint'))}, without training."
     else:
         source = config.get("checkpoint") or config.get("backbone")
-        what = f"A teacher fine-tuned by kdpipe from `{source}`."
+        what = f"A teacher fine-tuned by kdpipe from {plain(source)}."
     lines = [*header, f"# {kind.capitalize()}", "", what, ""]
-    lines += ["## Data", "", f"Classes, in output order: {', '.join(f'`{c}`' for c in labels)}."]
+    lines += ["## Data", "", f"Classes, in output order: {', '.join(plain(c) for c in labels)}."]
     rows = manifest.get("rows") or {}
     if rows:
         lines.append("Rows: " + ", ".join(f"{split} {n}" for split, n in rows.items()) + ".")

@@ -1,14 +1,14 @@
 """``summary.md``: the report's tables as Markdown (results, selective prediction and uncertainty when present,
-accuracy per domain). Names from the data or the config (classes, models, the title) are written as text
-(:func:`plain`): a class named ``<img onerror=...>`` shows as such, and never becomes HTML in a Markdown viewer."""
+accuracy per domain). Names from the data or the config (classes, models, the title) are written as plain text
+(:func:`kdpipe.core.markdown.plain`), never inside code spans: a class named ``<img onerror=...>`` or
+``**bold** [l](http://x)`` shows as written, and never becomes HTML, emphasis or a link in a Markdown viewer."""
 
 from __future__ import annotations
-
-import html
 
 import numpy as np
 import pandas as pd
 
+from kdpipe.core.markdown import plain
 from kdpipe.report.errors import per_class_rows
 from kdpipe.report.summary import UNCERTAINTY_COLUMNS, has_members, has_selective
 
@@ -155,24 +155,9 @@ def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
 
-def plain(value) -> str:
-    """``value`` as Markdown text that shows it as it is: ``<``, ``>`` and ``&`` as HTML entities, which every
-    Markdown viewer shows as the characters (raw HTML in Markdown is HTML: ``</script>``, ``<img onerror=...>``)."""
-    return html.escape(str(value), quote=False)
-
-
 def table_cell(value) -> str:
-    """A Markdown table cell showing ``value`` as it is (:func:`plain`): a ``|`` (a class named ``a|b``) would end the
-    cell, so it is escaped, and so is a backslash (which would escape it); a line break would end the row, so it is a
-    space."""
-    return (
-        plain(value)
-        .replace("\\", "\\\\")
-        .replace("|", "\\|")
-        .replace("\r\n", " ")
-        .replace("\n", " ")
-        .replace("\r", " ")
-    )
+    """A Markdown table cell showing ``value`` as it is: :func:`plain` text."""
+    return plain(value)
 
 
 def text(value) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError, atomic_path
-from kdpipe.report.markdown import format_mean_std, table_cell, text
+from kdpipe.report.markdown import format_mean_std, plain, table_cell, text
 from kdpipe.report.summary import KIND_ORDER
 
 OOD_SPLIT = "ood"
@@ -197,17 +197,18 @@ def ood_notes(table: pd.DataFrame) -> tuple[str, list[str]]:
 
 def ood_markdown(table: pd.DataFrame, title: str = "Out-of-distribution detection") -> str:
     """ood.md: the notes, the table (one row per model with scores), and the models without scores with their
-    reason."""
+    reason. The held-out classes, the OOD file and the models are names from the data and the config: written as
+    plain text (:func:`kdpipe.report.markdown.plain`), as in summary.md."""
     sentence, unscored = ood_notes(table)
     scores = table_scores(table)
     header = markdown_header(scores)
     rows = [ood_cells(row, scores) for row in table.to_dict("records") if pd.isna(row["reason"])]
-    parts = [f"# {title}\n", f"{sentence}\n", f"{OOD_NOTE}\n"]
+    parts = [f"# {plain(title)}\n", f"{plain(sentence)}\n", f"{OOD_NOTE}\n"]
     if rows:
         lines = [header, ["---" if c in ("model", "kind", "method") else "---:" for c in header], *rows]
         parts.append("\n".join("| " + " | ".join(table_cell(c) for c in cells) + " |" for cells in lines))
     if unscored:
-        parts.append("\nNo OOD scores:\n\n" + "\n".join(f"- {line}" for line in unscored))
+        parts.append("\nNo OOD scores:\n\n" + "\n".join(f"- {plain(line)}" for line in unscored))
     return "\n".join(parts) + "\n"
 
 

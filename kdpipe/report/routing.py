@@ -14,7 +14,7 @@ import pandas as pd
 from kdpipe.core.store import atomic_path, read_manifest
 from kdpipe.report.figures import pyplot, save
 from kdpipe.report.markdown import plain, table_cell
-from kdpipe.routing.diagnostics import OOD_ORIENTATION, WARN_BELOW, warning
+from kdpipe.routing.diagnostics import OOD_ORIENTATION, WARN_BELOW, route_warning
 
 COLUMNS = (
     "route", "router", "chosen", "gold_labels",
@@ -28,7 +28,7 @@ def read_routes(manifests: list[str | Path], warn_below: float = WARN_BELOW) -> 
     routes = []
     for path in manifests:
         route = {**read_manifest(path, kind="route"), "route": Path(path).parent.name}
-        route["warning"] = warning(route["diagnostics"], route["router"], warn_below, bool(route.get("calibration")))
+        route["warning"] = route_warning(route, warn_below)
         routes.append(route)
     return routes
 
@@ -108,7 +108,7 @@ def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
             label += " · gold labels" if row.gold_labels else ""
             cells = (row.routing_validation, row.routing_train, row.target_validation, row.target_train)
             lines.append(f"| {label} | " + " | ".join(_percent(v) for v in cells) + " |")
-        parts.append(f"## {name}\n\n" + "\n".join(lines) + "\n")
+        parts.append(f"## {plain(name)}\n\n" + "\n".join(lines) + "\n")
         ood = ood_markdown(by_name.get(name, {}))
         if ood:
             parts.append(ood)

@@ -11,7 +11,6 @@ signals it reads) and its inputs: the warning's threshold is said, not written.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
 from kdpipe.routing import ROUTE_SPLITS, SCORES, route_label_use, route_signals
 from kdpipe.routing.artifact import FILES, write_scores
-from kdpipe.routing.diagnostics import WARN_BELOW, diagnose, ood_auroc, text_table, warning
+from kdpipe.routing.diagnostics import WARN_BELOW, diagnose, ood_auroc, say_warning, text_table, warning
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
 from kdpipe.routing.scoring import all_routers, calibrate, chosen_name
 
@@ -39,9 +38,8 @@ def build_route(params: dict, data: Path, signals_root: Path, out: Path, warn_be
     routers = all_routers(inputs, params, temps)
     diagnostics = diagnose(inputs, routers)
     print(f"[kdpipe] routing of {', '.join(inputs.teachers)} (* the chosen router):\n{text_table(diagnostics, chosen)}")
-    warned = warning(diagnostics, chosen, warn_below, bool(params.get("calibrate")))
-    if warned:  # before any student reads the route (the report says it again)
-        print(f"[kdpipe] routing warning: {warned}", file=sys.stderr, flush=True)
+    # before any student reads the route (each of its students says it again, and the report)
+    say_warning(warning(diagnostics, chosen, warn_below, bool(params.get("calibrate"))))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for split in ROUTE_SPLITS:

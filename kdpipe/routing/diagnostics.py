@@ -1,14 +1,20 @@
 """How well a router sends rows to the teacher that knows them (docs/routing.md, "Diagnostics").
 
-:func:`diagnose` measures the routing accuracy and the target accuracy under hard routing, overall and per gold
-class, for every router a route measures; :func:`ood_auroc` how well each teacher's certainty scores tell other
-teachers' rows from its own (docs/routing.md, "Certainty scores as OOD detection"). Both are recorded in
-``route.json``; :func:`warning` is computed from them where it is shown, in the report, with the display setting
-``routing.warn_below``. Torch-free: the report imports this module (and not scikit-learn, which only :func:`auroc`
-imports).
+How well a router sends rows to the teacher that knows them, for every router a route measures (:func:`diagnose`:
+routing and target accuracy, overall and per gold class), and how well each teacher's certainty scores tell other
+teachers' rows from its own (:func:`ood_auroc`; docs/routing.md, "Certainty scores as OOD detection"); both are
+recorded in ``route.json``. The warning (:func:`warning`) is computed from them where it is shown, with the
+threshold ``routing.warn_below``: by the route job as soon as it has routed, by every student job that reads the
+route at its start (:func:`say_route_warning`: a route linked from the shared cache runs no job, so its students
+say it), and by the report. The threshold is a display setting, in no route's or student's config slice: changing
+it reruns the report only. Torch-free: the report imports this module (and not scikit-learn, which only
+:func:`auroc` imports).
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -170,3 +176,29 @@ def warning(diagnostics: dict, chosen: str, threshold: float, calibrate: bool = 
         )
         text += f": method_args: {suggestion(best, calibrate)} (docs/routing.md)"
     return text
+
+
+def route_warning(manifest: dict, threshold: float) -> str | None:
+    """:func:`warning` of a route from its ``route.json`` (``manifest``), as the report and its students say it; None
+    for a route that recorded no diagnostics of its router (one written by hand)."""
+    diagnostics = manifest.get("diagnostics") or {}
+    if manifest.get("router") not in diagnostics:
+        return None
+    return warning(diagnostics, manifest["router"], threshold, bool(manifest.get("calibration")))
+
+
+def say_warning(text: str | None) -> None:
+    """The routing warning's line on stderr (a job's log; the rules send it to Snakemake's output too)."""
+    if text:
+        print(f"[kdpipe] routing warning: {text}", file=sys.stderr, flush=True)
+
+
+def say_route_warning(route_dir: str | Path | None, threshold: str | float | None) -> None:
+    """Say the warning of the route in the folder ``route_dir`` at ``threshold`` (``--warn-below``; 0.8 when None),
+    as the route job said it: a student job does before it trains. Nothing without a route."""
+    if not route_dir:
+        return
+    from kdpipe.core.store import read_manifest
+
+    manifest = read_manifest(Path(route_dir) / "route.json", kind="route")
+    say_warning(route_warning(manifest, WARN_BELOW if threshold is None else float(threshold)))

@@ -36,7 +36,7 @@ _TABLE = {
     "route": ("data signals_root out warn_below:str?", False, "each row's teacher weights, with routing diagnostics"),
     "route-transfer": ("data transfer signals_root route", False, "a route's teacher weights of the transfer rows"),
     "distill": (
-        "data signals_root out prototypes? route? transfer? teacher_dirs*",
+        "data signals_root out prototypes? route? transfer? teacher_dirs* warn_below:str?",
         True,
         "train a student from cached signals",
     ),

@@ -26,6 +26,7 @@ from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.started_labels import started_label_use
 from kdpipe.routing.artifact import read_route
+from kdpipe.routing.diagnostics import say_route_warning
 from kdpipe.signals.io import read_prototype_scores
 from kdpipe.signals.join import join_parts
 from kdpipe.signals.load import load_signals, subset_signals
@@ -42,12 +43,16 @@ def run(
     route: Path | None = None,
     transfer: Path | None = None,
     teacher_dirs: list[Path] = (),
+    warn_below: str | None = None,
 ) -> dict:
-    """Train the student of ``params`` from the cached signals under ``signals_root``; write it to ``out``.
+    """Train the student of ``params`` from the cached signals under ``signals_root``; write it to ``out``. A student
+    that reads a ``route`` first says its routing warning at ``warn_below`` (``routing.warn_below``, outside the
+    slice), as the route job did: a route linked from the shared cache ran no job here.
 
     ``params["method_spec"]`` is what the registry says of the method (module, builder, signals, teacher_classes,
     prototypes), passed by the plan so that this stage imports only the method's own module.
     """
+    say_route_warning(route, warn_below)
     method = SimpleNamespace(name=params["method"], **{"routed": False, **params["method_spec"]})
     job = student_data(params, data, attn="eager" if "attentions" in method.signals else None, transfer_dir=transfer)
     signals = teacher_signals(params, method, job, Path(signals_root), teacher_dirs)

@@ -7,7 +7,8 @@ Rows are tokenised as kdpipe evaluated the model (its tokenizer, its training ``
 length-bucketed batches with a progress bar, and written in the input's order: the input's columns, then ``label``
 (the predicted class), ``score`` (its probability) and ``prob_<class>`` for every class. The output format follows
 the ``--out`` extension (docs/your-own-models-and-data.md, "Using a trained student"). A NUL character in a text
-(a C string's end, a damaged export) is read as a space, and the command says how many it read so.
+(a C string's end, a damaged export) is read as a space, and the command says how many it read so; a missing text (a
+Parquet or JSON null) stops the command, naming the file, the column and the row.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kdpipe.core.device import pick_device
 from kdpipe.core.store import KdpipeError, atomic_path, read_json
 from kdpipe.data.batching import encode
 from kdpipe.data.files import read_table
+from kdpipe.data.text_readers import _not_text
 from kdpipe.models.inference import predict_member_logits, softmax
 from kdpipe.models.loading import load_tokenizer, load_trained
 
@@ -58,11 +60,13 @@ def run(
     for option, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column)):
         if column is not None and column not in frame.columns:
             raise KdpipeError(f"{input}: no column '{column}' ({option}); the columns are {list(frame.columns)}")
+    texts = _without_nul(_texts(frame, text_column, "--text-column", input), text_column)
+    pairs = None
+    if text_pair_column:
+        pairs = _without_nul(_texts(frame, text_pair_column, "--text-pair-column", input), text_pair_column)
     classes = read_json(model_dir / "labels.json")
     max_length = int(params.get("max_length") or read_json(model_dir / "manifest.json")["config"]["max_length"])
     net = load_trained(model_dir)
-    texts = _without_nul(frame[text_column], text_column)
-    pairs = _without_nul(frame[text_pair_column], text_pair_column) if text_pair_column else None
     encoded = encode(
         load_tokenizer(str(model_dir)),
         texts,
@@ -88,6 +92,26 @@ def run(
         WRITERS[out.suffix.lower()](result, tmp)
     print(f"[kdpipe] predicted {len(result)} rows with {model_dir}: {out}")
     return result
+
+
+def _texts(frame: pd.DataFrame, column: str, option: str, input: Path) -> pd.Series:
+    """The texts of ``column``, each a single value: a missing cell (a Parquet or JSON null, which has no text to
+    predict from), a list, an object or bytes stops the command with one line naming the file, the column and the
+    first such row."""
+    values = frame[column]
+    kinds = values.map(_not_text).where(values.map(lambda value: not _missing(value)), "no text (a missing value)")
+    bad = np.flatnonzero(kinds.notna().to_numpy())
+    if len(bad):
+        more = f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else ""
+        raise KdpipeError(
+            f"{input}: data row {bad[0] + 1} (counting from 1) has {kinds.iloc[bad[0]]} in column '{column}' "
+            f"({option}){more}; every row needs a text to predict from: fill it in or leave the row out"
+        )
+    return values
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA or value is pd.NaT
 
 
 def _without_nul(column: pd.Series, name: str) -> list[str]:

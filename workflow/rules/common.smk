@@ -197,8 +197,9 @@ PASS_THREADS = workflow.resource_settings.overwrite_threads.get("signal_shard", 
 # MC-dropout passes and routes run before other jobs that are ready: the students that read a route wait on them, and
 # started last they leave one core idle at the end of the run (Snakemake runs higher priorities first)
 ROUTE_CHAIN_PRIORITY = 1
-# The threshold of the routing warning a route job says as soon as it has routed (routing.warn_below, the report's
-# setting: in the route rule's shell text by this name only, so that a change reruns no route)
+# The threshold of the routing warning a route job says as soon as it has routed, and each student that reads the
+# route before it trains (routing.warn_below, the report's setting: in the route and distill rules' shell text by this
+# name only, so that a change reruns no route and no student)
 WARN_BELOW = config["routing"]["warn_below"]
 
 

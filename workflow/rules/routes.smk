@@ -4,7 +4,8 @@
 # (PLAN.route_inputs) are named per split in its config slice, and the job opens no other; the slice leaves out the
 # display settings (routing.warn_below), which the report reads. The job says the routing warning itself, with
 # --warn-below WARN_BELOW: a name in the rule's shell text, not a value, so a new threshold reruns no route (the code
-# trigger and the output cache read the unformatted text).
+# trigger and the output cache read the unformatted text). A route linked from the cache runs no job: each student
+# that reads it says the warning again before it trains (the distill rule).
 
 
 rule route:

@@ -1,0 +1,25 @@
+"""Names from the data or the config as Markdown text (docs/report.md, "Category *Summary*"): one escaping for the
+report's Markdown files (kdpipe.report.markdown, kdpipe.report.ood, kdpipe.report.routing) and a trained model's card
+(kdpipe.models.card). Kept out of kdpipe.report, whose modules are in no teacher's code: the card is written by
+every training job, so what it imports is part of every model's code fingerprint."""
+
+from __future__ import annotations
+
+import html
+import re
+
+# The ASCII characters that start or end Markdown inline syntax outside code spans: the backslash itself, code spans,
+# emphasis, links and images, GFM strikethrough, tables and math, an ATX heading's closing sequence; an underscore
+# between two letters or digits opens and closes no emphasis (CommonMark's flanking rules), so ``max_prob`` stays so
+MARKDOWN_ACTIVE = re.compile(r"([\\`*\[\]|~$#]|(?<![^\W_])_|_(?![^\W_]))")
+
+
+def plain(value) -> str:
+    """``value`` as Markdown text that shows it as it is, outside code spans: each character of Markdown syntax
+    (:data:`MARKDOWN_ACTIVE`) backslash-escaped (CommonMark escapes any ASCII punctuation so), so ``**bold**`` and
+    ``[l](http://x)`` are no emphasis and no link, and a ``|`` (a class named ``a|b``) does not end a table cell;
+    ``<``, ``>`` and ``&`` as HTML entities, which every Markdown viewer shows as the characters (raw HTML in Markdown
+    is HTML: ``</script>``, ``<img onerror=...>``; a backslash before ``<`` does not escape it in every viewer); a
+    line break as a space (it would end a table row, or start a heading or a list)."""
+    escaped = html.escape(MARKDOWN_ACTIVE.sub(r"\\\1", str(value)), quote=False)
+    return escaped.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
