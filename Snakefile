@@ -1,8 +1,14 @@
 # kdpipe: knowledge distillation of fine-tuned language models as a cached workflow.
 # data -> teachers -> MC-dropout -> dumps -> students -> evaluation -> report (see README.md, DESIGN in docs/).
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+# kdpipe from this workflow's own folder, ahead of any other copy on sys.path, PYTHONPATH included
+# (docs/design.md, "Which kdpipe a job runs")
+sys.path.insert(0, str(Path(workflow.basedir).resolve()))
 
 
 # The default experiment, unless --configfile names another: Snakemake would otherwise deep-merge the two

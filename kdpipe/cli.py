@@ -74,8 +74,6 @@ def _made_already(stage, params: dict, args: dict) -> bool:
     from kdpipe.core.identity import job_identity
 
     declared, code = args.pop("inputs", None), args.pop("code", None)
-    if code:
-        check_code(stage, params, code)
     paths = {name: value for name, value in args.items() if isinstance(value, (Path, list)) and value}
     outputs = [Path(v) for name, v in paths.items() if name.startswith("out")]
     inputs = declared or [
@@ -218,6 +216,8 @@ def _main(argv: list[str]) -> int:
         if processes < 1:
             raise KdpipeError(f"--processes {processes}: give at least 1")
         check_local_content(params)
+        if args.get("code") and not rank:
+            check_code(stage, params, args["code"])
         if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
             set_job_identity(os.environ[LAUNCHED] or None)
         elif stage.trains and _made_already(stage, params, args):

@@ -350,8 +350,8 @@ def test_a_job_stops_when_a_local_file_changed_after_the_plan_digested_it(tmp_pa
 
 @pytest.mark.parametrize("config", ["tests/configs/tiny.yaml", "tests/configs/tiny_full.yaml"])
 def test_the_modules_a_job_names_in_its_slice_are_those_the_plan_fingerprints(config):
-    """A training job checks its ``--code`` with the modules its slice names (kdpipe.plan.slices.modules_named_in),
-    which must be the modules the plan adds to its fingerprint."""
+    """A job checks its ``--code`` with the modules its slice names (kdpipe.plan.slices.modules_named_in), which must
+    be the modules the plan adds to its fingerprint: training jobs, signal passes and gathers."""
     from kdpipe.plan.slices import modules_named_in
     from tests.test_plan import load
 
@@ -362,6 +362,16 @@ def test_the_modules_a_job_names_in_its_slice_are_those_the_plan_fingerprints(co
     ]
     assert named and all(named)
     assert any(plan.student_modules(s) for s in plan.students)
+    # the signal passes (one pass of several signals) and a gather (one signal), cached jobs too
+    passes = [(signals, pair) for signals, pairs in plan.passes().items() for pair in pairs]
+    assert passes
+    for signals, (teacher, split) in passes:
+        assert sorted(modules_named_in(plan.pass_params(teacher, split, list(signals)))) == sorted(
+            plan.pass_modules(list(signals))
+        )
+        for signal in signals:
+            gathered = modules_named_in(plan.signal_params(teacher, split, signal))
+            assert gathered == plan.signal_modules(signal)
 
 
 def test_a_job_stops_when_its_code_changed_after_it_was_scheduled(tmp_path):
@@ -413,3 +423,17 @@ def test_a_job_stops_when_its_code_changed_after_it_was_scheduled(tmp_path):
     assert not (tmp_path / "teachers").exists()
     went_on = job(now)
     assert "code changed" not in went_on.stderr and "no-data" in went_on.stderr  # past the check, to the data
+
+
+def test_any_stage_given_another_codes_fingerprint_stops_before_it_runs(tmp_path):
+    """The check is not the training jobs' alone: a signal pass, a route or (here) prepare given the fingerprint of
+    other code (``--code``) stops in one line and makes nothing."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "data"
+    cmd = [sys.executable, "-m", "kdpipe", "prepare", "--params", "{}", "--out", str(out), "--code", "0123456789abcdef"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("kdpipe prepare: error: the kdpipe code changed after this job was scheduled (code ")
+    assert "0123456789abcdef then" in done.stderr and not out.exists()

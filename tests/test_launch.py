@@ -50,11 +50,15 @@ def test_a_job_that_imports_another_kdpipe_stops_naming_both(checkouts):
     assert right.returncode == 0 and "Checkout B" in right.stdout, right.stderr
 
 
-def test_the_workflows_jobs_run_its_own_checkout_from_another_directory(checkouts):
-    """`snakemake -s B/Snakefile -d A`, A installed: the job ran B's code."""
+@pytest.mark.parametrize("pythonpath", ["a", "a:b"])
+def test_the_workflows_jobs_run_its_own_checkout_from_another_directory(checkouts, pythonpath):
+    """`snakemake -s B/Snakefile -d A`, A installed: the job ran B's code, also with B itself on PYTHONPATH behind A
+    (Snakemake adds the Snakefile's folder only when it is not on sys.path yet; the Snakefile puts it first)."""
     a, b = checkouts
+    (a / "ran-from").unlink(missing_ok=True)
     cmd = [str(Path(sys.executable).parent / "snakemake"), "-s", str(b / "Snakefile"), "-d", str(a), "--cores", "1"]
-    cmd += ["results/data/tiny_bbc", "--configfile", str(b / "tests/configs/tiny.yaml")]
-    done = subprocess.run(cmd, cwd=a, env=installed(a), capture_output=True, text=True, timeout=600)
+    cmd += ["results/data/tiny_bbc", "--configfile", str(b / "tests/configs/tiny.yaml"), "--forceall"]
+    env = {**installed(a), "PYTHONPATH": os.pathsep.join(str({"a": a, "b": b}[c]) for c in pythonpath.split(":"))}
+    done = subprocess.run(cmd, cwd=a, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (a / "ran-from").read_text() == str(b / "kdpipe" / "stages" / "prepare.py")

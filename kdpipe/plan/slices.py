@@ -12,6 +12,7 @@ from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
 from kdpipe.models.backbones import architecture_modules, model_slice
 from kdpipe.plan.classes import TRAINING_KEYS
 from kdpipe.plan.entries import LATER_KEYS, without
+from kdpipe.plan.passes import pass_modules
 from kdpipe.plan.paths import ORACLE
 from kdpipe.signals.catalog import FEATURES, signal_spec
 
@@ -26,10 +27,15 @@ def with_local_content(params: dict) -> dict:
 
 
 def modules_named_in(params: dict) -> list[str]:
-    """The kdpipe modules a training job imports by name, read from its config slice: what
-    :meth:`Slices.teacher_modules` and :meth:`Slices.student_modules` give for its teacher or student (an objective's
-    module; a method's module, a student architecture's, ``kdpipe.signals.online`` with ``signals: online``). The
-    job checks its code fingerprint with them (kdpipe.cli)."""
+    """The kdpipe modules a job imports by name, read from its config slice: what :meth:`Slices.teacher_modules`,
+    :meth:`Slices.student_modules`, :meth:`Slices.signal_modules` and ``pass_modules`` give for its teacher, student
+    or signals (an objective's module; a method's module, a student architecture's, ``kdpipe.signals.online`` with
+    ``signals: online``; a signal's pass and the shared forward). The job checks its code fingerprint with them
+    (kdpipe.cli)."""
+    if isinstance(params.get("signals"), list):  # a signal pass or shard: {"signals": [signal slices]}
+        return pass_modules([p["signal"] for p in params["signals"]])
+    if isinstance(params.get("signal"), str):  # a gather: one signal's slice
+        return [signal_spec(params["signal"]).module]
     named = [params["objective_module"]] if params.get("objective_module") else []
     if isinstance(params.get("method_spec"), dict):
         named += [params["method_spec"]["module"], *architecture_modules(params.get("model") or {})]

@@ -55,14 +55,16 @@ _TABLE = {
     ),
 }
 TRAINING = ("finetune-teacher", "distill", "cotrain")
-# The training jobs have an identity (kdpipe.core.identity): they take the rule's declared inputs too (``--inputs
-# {input}``), whose checksums are part of it, and the rule's code fingerprint (``--code {params.code}``; a stage
-# called without it uses its module's). The command line reads them; the stage's ``run`` does not get them.
-IDENTITY = ("inputs*", "code:str?")
+# Every stage takes the rule's code fingerprint (``--code {params.code}``): a job whose code is no longer the code
+# it was scheduled with stops (kdpipe.cli.check_code). The training jobs have an identity (kdpipe.core.identity):
+# they take the rule's declared inputs too (``--inputs {input}``), whose checksums are part of it, with the code
+# fingerprint (a stage called without it uses its module's). The stage's ``run`` gets neither.
+CODE = ("code:str?",)
+IDENTITY = ("inputs*",)
 STAGES = {
     name: Stage(
         f"kdpipe.stages.{name.replace('-', '_')}",
-        tuple(arguments.split()) + (IDENTITY if name in TRAINING else ()),
+        tuple(arguments.split()) + (IDENTITY if name in TRAINING else ()) + CODE,
         device,
         summary,
         name in TRAINING,

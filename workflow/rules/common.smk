@@ -75,7 +75,6 @@ else:
 # has ended and seen its jobs finish (onsuccess, onerror). Hooks run in the main Snakemake process only.
 
 
-
 onstart:
     forced = workflow.dag_settings
     if forced.forceall or forced.forcerun or forced.forcetargets:

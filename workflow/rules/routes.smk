@@ -35,7 +35,7 @@ rule route:
         signals_root=SIGNALS_ROOT,
     shell:
         # the diagnostics table and the warning go to the console as well as the log
-        "python -m kdpipe --threads {threads} route --params {params.cfg:q} --data {input.data}"
+        "python -m kdpipe --threads {threads} route --params {params.cfg:q} --code {params.code} --data {input.data}"
         " --signals-root {params.signals_root} --out $(dirname {output.manifest:q}) --warn-below {WARN_BELOW}"
         " 2>&1 | tee {log}"
 
@@ -66,5 +66,5 @@ rule route_transfer:
         code=code("kdpipe.stages.route_transfer"),
         signals_root=SIGNALS_ROOT,
     shell:
-        "python -m kdpipe --threads {threads} route-transfer --params {params.cfg:q} --data {input.data}"
+        "python -m kdpipe --threads {threads} route-transfer --params {params.cfg:q} --code {params.code} --data {input.data}"
         " --transfer {input.transfer} --signals-root {params.signals_root} --route $(dirname {input.route:q}) > {log} 2>&1"

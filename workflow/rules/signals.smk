@@ -33,7 +33,7 @@ for _signals, _pairs in PASSES_WHOLE.items():
             cfg=lambda wc, s=_signals: as_json(PLAN.pass_params(wc.teacher, wc.split, s)),
             code=code("kdpipe.stages.signal_pass", *PLAN.pass_modules(_signals)),
         shell:
-            "python -m kdpipe --threads {threads} signal-pass --params {params.cfg:q} --teacher {input.teacher}"
+            "python -m kdpipe --threads {threads} signal-pass --params {params.cfg:q} --code {params.code} --teacher {input.teacher}"
             f" --data {{input.data}} --out {PASS_FOLDER} > {{log}} 2>&1"
 
 
@@ -60,7 +60,7 @@ rule signal_shard:
         cfg=lambda wc: as_json(PLAN.pass_params(wc.teacher, wc.split, shard_signals(wc))),
         code=lambda wc: code("kdpipe.stages.signal_shard", *PLAN.pass_modules(shard_signals(wc))),
     shell:
-        "python -m kdpipe --threads {threads} signal-shard --params {params.cfg:q} --teacher {input.teacher}"
+        "python -m kdpipe --threads {threads} signal-shard --params {params.cfg:q} --code {params.code} --teacher {input.teacher}"
         " --data {input.data} --shard {wildcards.scatteritem} --out-part {output.part} > {log} 2>&1"
 
 
@@ -90,7 +90,7 @@ for _signal in SIGNALS_SHARDED:
             cfg=lambda wc, s=_signal: signal_params(wc, s),
             code=code("kdpipe.stages.signal_gather", *PLAN.signal_modules(_signal)),
         shell:
-            "python -m kdpipe signal-gather --params {params.cfg:q} --parts {input.parts} --out $(dirname {output.json:q})"
+            "python -m kdpipe signal-gather --params {params.cfg:q} --code {params.code} --parts {input.parts} --out $(dirname {output.json:q})"
             " > {log} 2>&1"
 
 
@@ -115,5 +115,5 @@ rule prototypes:
         cfg=as_json(PLAN.prototype_params()),
         code=code("kdpipe.stages.prototypes"),
     shell:
-        "python -m kdpipe --threads {threads} prototypes --params {params.cfg:q} --data {input.data} --out {output.scores}"
+        "python -m kdpipe --threads {threads} prototypes --params {params.cfg:q} --code {params.code} --data {input.data} --out {output.scores}"
         " > {log} 2>&1"

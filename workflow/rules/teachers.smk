@@ -48,5 +48,5 @@ rule import_teacher:
         cfg=lambda wc: as_json(PLAN.teacher_params(wc.teacher)),
         code=code("kdpipe.stages.import_teacher"),
     shell:
-        "python -m kdpipe --threads {threads} import-teacher --params {params.cfg:q} --data {input.data} --out {output.model}"
+        "python -m kdpipe --threads {threads} import-teacher --params {params.cfg:q} --code {params.code} --data {input.data} --out {output.model}"
         " > {log} 2>&1"
