@@ -326,7 +326,7 @@ def test_a_run_stopped_while_it_waits_for_the_lock_ends_at_once_without_running_
         second = Run(tmp_path / "two", cache, "--cache")
         second.wait_for("waiting for it to be stored")
         second.proc.send_signal(sig)
-        second.proc.wait(timeout=60)  # before: it waited on, and trained once the holder ended
+        second.proc.wait(timeout=180)  # before: it waited on (the holder ends only once the gate opens)
         out = second.finish()
         assert second.proc.returncode != 0
         assert "not run: the run was stopped while the job waited for the cache lock" in out, out
