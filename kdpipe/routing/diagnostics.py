@@ -13,6 +13,7 @@ it reruns the report only. Torch-free: the report imports this module (and not s
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,15 @@ import numpy as np
 from kdpipe.routing import GOLD_LABEL_ROUTERS, ROUTE_SPLITS
 
 WARN_BELOW = 0.8  # routing.warn_below's default (kdpipe/config.schema.yaml), for a report built by hand
+WARN_ENV = "KDPIPE_WARN_BELOW"  # routing.warn_below, set by the workflow for its route and student jobs
+
+
+def warn_threshold(given: str | float | None = None) -> float:
+    """The routing warning's threshold: ``given`` (``--warn-below``), else the workflow's (:data:`WARN_ENV`), else
+    :data:`WARN_BELOW`."""
+    value = given if given is not None else os.environ.get(WARN_ENV) or None
+    return WARN_BELOW if value is None else float(value)
+
 
 # The scores whose AUROC as OOD detection a route records, each with the sign that orients it so that a larger
 # value means a less certain teacher, so more likely a row of another teacher's class: the columns of the MC-dropout
@@ -201,4 +211,4 @@ def say_route_warning(route_dir: str | Path | None, threshold: str | float | Non
     from kdpipe.core.store import read_manifest
 
     manifest = read_manifest(Path(route_dir) / "route.json", kind="route")
-    say_warning(route_warning(manifest, WARN_BELOW if threshold is None else float(threshold)))
+    say_warning(route_warning(manifest, warn_threshold(threshold)))

@@ -14,6 +14,7 @@ from kdpipe import CONFIG_SCHEMA, launch
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
 from kdpipe.core import shared_cache
 from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint
+from kdpipe.routing.diagnostics import WARN_ENV
 from kdpipe.core.identity import software_versions
 from kdpipe.core.store import KdpipeError
 from kdpipe.plan import (
@@ -197,9 +198,9 @@ PASS_THREADS = workflow.resource_settings.overwrite_threads.get("signal_shard", 
 # started last they leave one core idle at the end of the run (Snakemake runs higher priorities first)
 ROUTE_CHAIN_PRIORITY = 1
 # The threshold of the routing warning a route job says as soon as it has routed, and each student that reads the
-# route before it trains (routing.warn_below, the report's setting: in the route and distill rules' shell text by this
-# name only, so that a change reruns no route and no student)
-WARN_BELOW = config["routing"]["warn_below"]
+# route before it trains (routing.warn_below, the report's setting): in the jobs' environment, in no rule's params or
+# shell text, so that a change reruns no route and no student (kdpipe.routing.diagnostics.WARN_ENV)
+os.environ[WARN_ENV] = str(config["routing"]["warn_below"])
 
 
 def rule_resource(resource):

@@ -2,10 +2,9 @@
 # of teachers and router settings (PLAN.routes()), shared by every student that routes the same way. It reads only
 # cached teacher signals and the data, so it is teacher-side and cached between workflows. The signals it declares
 # (PLAN.route_inputs) are named per split in its config slice, and the job opens no other; the slice leaves out the
-# display settings (routing.warn_below), which the report reads. The job says the routing warning itself, with
-# --warn-below WARN_BELOW: a name in the rule's shell text, not a value, so a new threshold reruns no route (the code
-# trigger and the output cache read the unformatted text). A route linked from the cache runs no job: each student
-# that reads it says the warning again before it trains (the distill rule).
+# display settings (routing.warn_below), which the report reads. The job says the routing warning itself, at the
+# threshold the workflow puts in the jobs' environment (common.smk), so a new threshold reruns no route. A route linked
+# from the cache runs no job: each student that reads it says the warning again before it trains (the distill rule).
 
 
 rule route:
@@ -36,7 +35,7 @@ rule route:
     shell:
         # the diagnostics table and the warning go to the console as well as the log
         "python -m kdpipe --threads {threads} route --params {params.cfg:q} --code {params.code} --data {input.data}"
-        " --signals-root {params.signals_root} --out $(dirname {output.manifest:q}) --warn-below {WARN_BELOW}"
+        " --signals-root {params.signals_root} --out $(dirname {output.manifest:q})"
         " 2>&1 | tee {log}"
 
 

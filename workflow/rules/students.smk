@@ -27,12 +27,12 @@ rule distill:
         signals_root=SIGNALS_ROOT,
         route=lambda wc: PLAN.route_dir(wc.student),
     shell:
-        # a student that reads a route says its routing warning first (--warn-below WARN_BELOW: a name in the shell
-        # text, as in the route rule, so a new threshold reruns no student), in its log and in Snakemake's output:
-        # a route linked from the shared cache ran no job that said it
+        # a student that reads a route says its routing warning first (at the threshold in the jobs' environment, as
+        # the route job, so a new threshold reruns no student), in its log and in Snakemake's output: a route linked
+        # from the shared cache ran no job that said it
         "python -m kdpipe --threads {threads} --processes {resources.gpu} distill --params {params.cfg:q} --data {input.data} --signals-root {params.signals_root}"
         " --out {output.model} --prototypes {input.prototypes} --route {params.route} --transfer {input.transfer}"
-        " --teacher-dirs {input.teachers} --warn-below {WARN_BELOW}"
+        " --teacher-dirs {input.teachers}"
         " --inputs {input} --code {params.code} 2>&1 | tee {log}"
         " | {{ grep -F --line-buffered '[kdpipe] routing warning: ' >&2 || true; }}"
 
