@@ -44,6 +44,17 @@ GLUE = {
 SPLITS = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
 
 
+def save(loaded, out: Path, what: str) -> None:
+    """Write ``loaded`` (a DatasetDict) to the folder ``out`` and ``source.yaml`` beside its splits, which points
+    ``dataset.source`` at it."""
+    loaded.save_to_disk(str(out))
+    (out / "source.yaml").write_text(
+        f"# written by experiments/benchmarks/public_data.py: {what}\ndataset:\n  source: {out.resolve()}\n"
+    )
+    sizes = ", ".join(f"{split} {len(rows)}" for split, rows in loaded.items())
+    print(f"{out}: {what} ({sizes}); add {out / 'source.yaml'} after the experiment's --configfile")
+
+
 def read_tsv(path: Path) -> list[dict]:
     """A GLUE .tsv as its header says, read without quoting (sentences hold unbalanced quotes)."""
     csv.field_size_limit(sys.maxsize)
@@ -100,13 +111,7 @@ def write_glue(task: str, glue_dir: Path | None, out: Path) -> None:
         loaded = datasets.DatasetDict(
             {split: datasets.Dataset.from_dict(glue_rows(task, folder, split), features=features) for split in SPLITS}
         )
-    loaded.save_to_disk(str(out))
-    (out / "source.yaml").write_text(
-        f"# written by experiments/benchmarks/public_data.py: the hub's nyu-mll/glue {task}, read from disk\n"
-        f"dataset:\n  source: {out.resolve()}\n"
-    )
-    sizes = ", ".join(f"{split} {len(rows)}" for split, rows in loaded.items())
-    print(f"{out}: GLUE {task} ({sizes}); add {out / 'source.yaml'} after the experiment's --configfile")
+    save(loaded, out, f"GLUE {task}")
 
 
 def newsgroups_rows(split_dir: Path, tabs_are_newlines: bool = False) -> tuple[list[str], list[int], list[str]]:
@@ -154,13 +159,7 @@ def write_newsgroups(bydate_dir: Path | None, out: Path, tabs_are_newlines: bool
         features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})
         splits[split] = datasets.Dataset.from_dict({"text": texts, "label": labels}, features=features)
     loaded = datasets.DatasetDict(splits)
-    loaded.save_to_disk(str(out))
-    (out / "source.yaml").write_text(
-        "# written by experiments/benchmarks/public_data.py: 20 Newsgroups as scikit-learn gives it\n"
-        f"dataset:\n  source: {out.resolve()}\n"
-    )
-    sizes = ", ".join(f"{split} {len(rows)}" for split, rows in loaded.items())
-    print(f"{out}: 20 Newsgroups ({sizes}); add {out / 'source.yaml'} after the experiment's --configfile")
+    save(loaded, out, "20 Newsgroups")
 
 
 ACL_DOMAINS = {"books": "books", "dvd": "dvd", "electronics": "electronics", "kitchen": "kitchen_&_housewares"}
@@ -198,13 +197,7 @@ def write_amazon(acl_dir: Path, out: Path, little: dict[str, float]) -> None:
     string = datasets.Value("string")
     features = datasets.Features({"text": string, "label": datasets.ClassLabel(names=names), "domain": string})
     loaded = datasets.DatasetDict({s: datasets.Dataset.from_dict(r, features=features) for s, r in rows.items()})
-    loaded.save_to_disk(str(out))
-    (out / "source.yaml").write_text(
-        "# written by experiments/benchmarks/public_data.py: Amazon reviews in four domains\n"
-        f"dataset:\n  source: {out.resolve()}\n"
-    )
-    sizes = ", ".join(f"{split} {len(r)}" for split, r in loaded.items())
-    print(f"{out}: Amazon reviews ({sizes}); add {out / 'source.yaml'} after the experiment's --configfile")
+    save(loaded, out, "Amazon reviews")
 
 
 def main(argv: list[str] | None = None) -> None:
