@@ -117,3 +117,21 @@ def test_amazon_reviews_split_per_domain_and_thin_one_domain(tmp_path):
     assert train["text"].iloc[0].startswith("books ") and train["text"].iloc[0].endswith("& more")
     bad = run_script("public_data.py", "amazon", "--acl-dir", acl, "--little", "garden=0.1", "--out", tmp_path / "x")
     assert bad.returncode != 0 and "no domain ['garden']" in bad.stderr
+
+
+def test_texts_writes_one_splits_column_as_an_ood_file(tmp_path):
+    folder = tmp_path / "sst2"
+    rows = {"sentence": [f"sentence {i}" for i in range(10)], "label": [i % 2 for i in range(10)]}
+    datasets.DatasetDict({"validation": datasets.Dataset.from_dict(rows)}).save_to_disk(str(folder))
+    out = tmp_path / "ood.parquet"
+    args = ["texts", "--from-dir", folder, "--split", "validation", "--column", "sentence", "--out", out]
+    result = run_script("public_data.py", *args, "--rows", 4)
+    assert result.returncode == 0, result.stderr
+    texts = pd.read_parquet(out)["text"].tolist()
+    assert len(texts) == 4 and set(texts) < set(rows["sentence"])
+    assert texts == sorted(texts, key=lambda t: int(t.split()[1]))  # the dataset's order kept
+    assert run_script("public_data.py", *args, "--rows", 4).returncode == 0
+    assert pd.read_parquet(out)["text"].tolist() == texts  # the same rows every time
+    wrong = run_script("public_data.py", *args[:-4], "--column", "text", "--out", out)
+    assert wrong.returncode != 0 and "no column 'text'; it has ['sentence', 'label']" in wrong.stderr
+    assert "no split 'test'" in run_script("public_data.py", *args[:4], "test", *args[5:]).stderr

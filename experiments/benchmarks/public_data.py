@@ -25,6 +25,13 @@ dvd, electronics, kitchen; 1,000 positive and 1,000 negative reviews each), read
 ``sorted_data_acl`` folder (``--acl-dir``). The set has no split of its own: 20% of each domain's reviews of each
 polarity are the test split (a fixed shuffle with seed 13), the rest train; ``--little kitchen=0.1`` keeps only that
 share of one domain's training reviews, for the little-data case (the test split stays whole).
+
+An external OOD set (``texts``): one split's text column of a folder written above, as a Parquet file for
+``evaluate.ood.source`` (``--rows N``: N rows of a fixed shuffle, seed 13), e.g. SST-2's validation sentences as
+far-OOD texts for a 20 Newsgroups run:
+
+    .venv/bin/python experiments/benchmarks/public_data.py texts --from-dir data/glue-sst2 --split validation \
+        --column sentence --out data/ood-sst2.parquet
 """
 
 from __future__ import annotations
@@ -200,16 +207,40 @@ def write_amazon(acl_dir: Path, out: Path, little: dict[str, float]) -> None:
     save(loaded, out, "Amazon reviews")
 
 
+def write_texts(folder: Path, split: str, column: str, rows: int | None, out: Path) -> None:
+    """``split``'s ``column`` of the ``save_to_disk`` folder ``folder`` as a Parquet file with one column, ``text``
+    (``rows``: that many rows of a fixed shuffle, seed 13; all when None)."""
+    import datasets
+    import numpy as np
+    import pandas as pd
+
+    loaded = datasets.load_from_disk(str(folder))
+    if split not in loaded:
+        sys.exit(f"{folder}: no split {split!r}; it has {sorted(loaded)}")
+    if column not in loaded[split].column_names:
+        sys.exit(f"{folder} {split}: no column {column!r}; it has {loaded[split].column_names}")
+    texts = loaded[split][column]
+    if rows is not None and rows < len(texts):
+        texts = [texts[i] for i in sorted(np.random.default_rng(13).permutation(len(texts))[:rows])]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"text": texts}).to_parquet(out, index=False)
+    print(f"{out}: {len(texts):,} texts of {folder} {split} ({column}); set evaluate.ood.source to it")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", choices=[*sorted(GLUE), "20newsgroups", "amazon"])
+    parser.add_argument("task", choices=[*sorted(GLUE), "20newsgroups", "amazon", "texts"])
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--glue-dir", type=Path, help="GLUE tasks: a GLUE folder as GLUE's download script writes it")
     where.add_argument("--hub", action="store_true", help="GLUE tasks: download nyu-mll/glue from the hub")
     where.add_argument("--bydate-dir", type=Path, help="20newsgroups: the unpacked 20news-bydate folder")
     where.add_argument("--sklearn", action="store_true", help="20newsgroups: let scikit-learn download it")
     where.add_argument("--acl-dir", type=Path, help="amazon: the unpacked sorted_data_acl folder")
-    parser.add_argument("--out", type=Path, required=True, help="the save_to_disk folder to write")
+    where.add_argument("--from-dir", type=Path, help="texts: a save_to_disk folder (one this script wrote)")
+    parser.add_argument("--out", type=Path, required=True, help="the save_to_disk folder (texts: file) to write")
+    parser.add_argument("--split", default="validation", help="texts: the split to read (default: validation)")
+    parser.add_argument("--column", default="text", help="texts: the text column to read (default: text)")
+    parser.add_argument("--rows", type=int, help="texts: keep this many rows of a fixed shuffle (default: all)")
     parser.add_argument(
         "--tabs-are-newlines",
         action="store_true",
@@ -223,7 +254,11 @@ def main(argv: list[str] | None = None) -> None:
         help="amazon: keep only this share of one domain's training reviews (the little-data case)",
     )
     args = parser.parse_args(argv)
-    if args.task == "amazon":
+    if (args.task == "texts") != (args.from_dir is not None):
+        parser.error("texts, and only texts, reads --from-dir")
+    if args.task == "texts":
+        write_texts(args.from_dir, args.split, args.column, args.rows, args.out)
+    elif args.task == "amazon":
         if args.acl_dir is None:
             parser.error("amazon comes from --acl-dir")
         little = {}
