@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from kdpipe.methods.registry import METHODS, TEACHER_OBJECTIVES
 from tests.conftest import REPO
@@ -136,3 +137,28 @@ def test_design_tables_are_generated_from_the_code():
     assert module.check() is None, module.check()
     text = (REPO / "docs" / "design.md").read_text()
     assert all(f"`{name}`" in text for name in ("signal-gather", "kdpipe.stages.route", "shared_cache", "pooled"))
+
+
+EXPERIMENT_CONFIGS = sorted(p.name for p in (REPO / "experiments").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", EXPERIMENT_CONFIGS)
+def test_experiment_configs_pass_the_schema(name):
+    """Every experiment config passes the config schema: an overlay (no ``students`` of its own) laid over the base
+    its first comment names, as its command lays it (planning would need each benchmark's data)."""
+    from snakemake.utils import update_config, validate
+
+    from kdpipe.plan.entries import validate_entry
+
+    path = REPO / "experiments" / name
+    own = yaml.safe_load(path.read_text())
+    config = {}
+    if "students" not in own:
+        base = re.search(r"experiments/(\w+)\.yaml", path.read_text()).group(1)
+        update_config(config, yaml.safe_load((REPO / "experiments" / f"{base}.yaml").read_text()))
+    update_config(config, own)
+    schema_path = REPO / "kdpipe" / "config.schema.yaml"
+    schema = yaml.safe_load(schema_path.read_text())
+    validate_entry(config, schema)
+    validate(config, str(schema_path), set_default=True)
+    assert config["students"] and config["evaluate"]["splits"]
