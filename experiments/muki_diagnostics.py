@@ -5,7 +5,12 @@ the training split that the students learn from:
 - how often each method's target q puts its largest mass on the gold class (the student never sees gold labels,
   so this bounds what a pure-KD student is told);
 - for MUKI, how often the teacher that owns the gold class gets the higher certainty score, and the mean scores of
-  each teacher on rows of its own classes and of the other teacher's classes.
+  each teacher on rows of its own classes and of the other teacher's classes;
+- MUKI's margin weight m (the gap between the two highest scores): its mean, the share of the target's weight on
+  rows whose target is right, and how often the quarter of rows with the largest m is routed to its owner;
+- where a teacher sends the rows of another teacher's class when it sends most of them (80% or more) to one class of
+  its own, with its mean top probability on them and on its own rows (a confident teacher outside its classes is
+  what breaks certainty routing).
 The ``route`` job's log and the report's routing table give the routing figures of every router
 (docs/routing.md); this script adds the targets of the methods that do not route (vanilla KD).
 
@@ -77,6 +82,33 @@ def main() -> None:
         right = (s.argmax(-1) == owner).mean()
         cells = [f"{s[owner == k, k].mean():.3f} / {s[owner != k, k].mean():.3f}" for k in range(len(args.teachers))]
         print(f"| {name} | {100 * right:.1f}% | " + " | ".join(cells) + " |")
+
+    scores = mc_scores.numpy()
+    top2 = np.sort(scores, -1)[:, -2:] if scores.shape[1] > 1 else np.c_[np.zeros(len(y)), np.ones(len(y))]
+    margin = top2[:, 1] - top2[:, 0] + 1e-6
+    right = targets["muki soft, MC scores"].argmax(-1).numpy() == y
+    routed = scores.argmax(-1) == owner
+    top = margin >= np.quantile(margin, 0.75)
+    print(
+        f"\nMUKI's margin m: mean {margin.mean():.3f}; target right on {100 * right.mean():.1f}% of rows, "
+        f"{100 * (margin * right).sum() / margin.sum():.1f}% of the m-weighted rows; the quarter of rows with the "
+        f"largest m routed to their owner {100 * routed[top].mean():.1f}% (all rows {100 * routed.mean():.1f}%)"
+    )
+
+    print("\n| teacher | rows of | sent to | share | mean top p | mean top p on own rows |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    for k, t in enumerate(args.teachers):
+        probs = torch.softmax(logits[k], -1).numpy()
+        own_top = probs[owner == k].max(-1).mean()
+        for c in np.unique(y[owner != k]):
+            rows = probs[y == c]
+            picks = np.bincount(rows.argmax(-1), minlength=probs.shape[1])
+            if picks.max() >= 0.8 * len(rows):
+                sent = classes[t][picks.argmax()]
+                print(
+                    f"| {t} | {labels[c]} | {sent} | {100 * picks.max() / len(rows):.0f}% | "
+                    f"{rows.max(-1).mean():.2f} | {own_top:.2f} |"
+                )
 
 
 if __name__ == "__main__":
