@@ -12,6 +12,7 @@ import datasets
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "experiments" / "benchmarks"
@@ -88,11 +89,24 @@ def test_compare_gives_intervals_and_verdicts(tmp_path):
     assert "**not reproduced**" in claims["good matches bad within 1"]
 
 
-@pytest.mark.parametrize("claim", ["good wins bad", "good beats nobody"])
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "good wins bad",
+        "good beats nobody",
+        "good beats bad within 1",  # a gap is "by", a margin "within"
+        "good beats bad by 1.2.3",
+        "good matches bad",  # a match needs its margin
+        "good matches bad within 0",  # which can never be shown
+        "good beats good",
+    ],
+)
 def test_compare_refuses_a_claim_it_cannot_read(tmp_path, claim):
     _evaluation(tmp_path / "eval" / "good", "good", [1, 0])
-    result = run_script("compare.py", "--results", tmp_path, "--models", "good", "--claim", claim)
+    _evaluation(tmp_path / "eval" / "bad", "bad", [0, 0])
+    result = run_script("compare.py", "--results", tmp_path, "--models", "good", "bad", "--claim", claim)
     assert result.returncode != 0 and claim in result.stderr
+    assert "| model |" not in result.stdout  # refused before any table
 
 
 def test_amazon_reviews_split_per_domain_and_thin_one_domain(tmp_path):
@@ -135,3 +149,31 @@ def test_texts_writes_one_splits_column_as_an_ood_file(tmp_path):
     wrong = run_script("public_data.py", *args[:-4], "--column", "text", "--out", out)
     assert wrong.returncode != 0 and "no column 'text'; it has ['sentence', 'label']" in wrong.stderr
     assert "no split 'test'" in run_script("public_data.py", *args[:4], "test", *args[5:]).stderr
+    settings = yaml.safe_load(out.with_suffix(".yaml").read_text())
+    assert settings == {"evaluate": {"ood": {"source": str(out.resolve())}}}  # any working directory finds it
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (["--rows", "-5"], "--rows -5: keep at least one row"),
+        (["--column", "label"], "column 'label' holds Value('int64'), not text"),
+        (["--out", "ood.csv"], "must end in .parquet"),
+        (["--from-dir", "nowhere"], "not a folder of splits written by save_to_disk"),
+    ],
+)
+def test_texts_refuses_what_would_make_a_wrong_ood_set(tmp_path, change, message):
+    folder = tmp_path / "sst2"
+    rows = {"sentence": ["a", "", "b"], "label": [0, 1, 0]}
+    datasets.DatasetDict({"validation": datasets.Dataset.from_dict(rows)}).save_to_disk(str(folder))
+    args = {"--from-dir": folder, "--column": "sentence", "--out": tmp_path / "ood.parquet"}
+    args.update(dict(zip(change[::2], change[1::2], strict=True)))
+    result = run_script("public_data.py", "texts", *[x for pair in args.items() for x in pair])
+    assert result.returncode != 0 and message in result.stderr
+    assert not (tmp_path / "ood.parquet").exists()
+
+
+def test_a_task_refuses_another_tasks_source():
+    result = run_script("public_data.py", "20newsgroups", "--acl-dir", ".", "--out", "x")
+    assert result.returncode != 0
+    assert "20newsgroups comes from --bydate-dir or --sklearn, not --acl-dir" in result.stderr

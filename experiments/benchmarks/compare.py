@@ -6,7 +6,8 @@
         --claim "dd_margin_10 beats dd_random_10 by 2.9" --claim "dd_margin_10 matches kd_all within 1"
 
 A model is a base name: its seeds are ``results/eval/NAME.seed*/`` (or ``results/eval/NAME/`` for one). A claim
-is ``A beats B [by GAP]`` or ``A matches B within MARGIN``, in accuracy points. Prints Markdown: one table of the
+is ``A beats B [by GAP]`` (GAP 0 when left out) or ``A matches B within MARGIN`` (MARGIN > 0), in accuracy points,
+between two different models. Prints Markdown: one table of the
 models (mean accuracy, 95% interval over seeds and test rows, the gold labels each read) and one of the claims
 (A − B, its interval, the paired bootstrap p-value, the smallest difference the design detects, the verdict).
 """
@@ -24,7 +25,8 @@ from kdpipe.evaluation.paired import compare, interval
 from kdpipe.report.intervals import correct_matrix
 from kdpipe.report.summary import describe_label_use
 
-CLAIM = re.compile(r"^\s*(\S+)\s+(beats|matches)\s+(\S+)(?:\s+(?:by|within)\s+([0-9.]+))?\s*$")
+NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
+CLAIM = re.compile(rf"^\s*(\S+)\s+(?:(beats)\s+(\S+)(?:\s+by\s+{NUMBER})?|(matches)\s+(\S+)\s+within\s+{NUMBER})\s*$")
 
 
 def evaluations(results: Path, model: str, split: str) -> list[Path]:
@@ -53,16 +55,27 @@ def model_row(name: str, paths: list[Path], correct: np.ndarray) -> str:
     )
 
 
-def claim_row(text: str, matrices: dict[str, np.ndarray]) -> str:
+def parse_claim(text: str, models: list[str]) -> tuple[str, str, str, float]:
+    """(A, "beats" or "matches", B, the gap or margin as a fraction) of a ``--claim``; stops on a malformed one."""
     match = CLAIM.match(text)
     if not match:
         raise SystemExit(f"--claim {text!r}: write 'A beats B [by GAP]' or 'A matches B within MARGIN' (points)")
-    a, kind, b, amount = match.groups()
-    missing = [m for m in (a, b) if m not in matrices]
+    a, beats, b_beats, gap, matches, b_matches, margin = match.groups()
+    kind, b, amount = ("beats", b_beats, gap) if beats else ("matches", b_matches, margin)
+    missing = [m for m in (a, b) if m not in models]
     if missing:
         raise SystemExit(f"--claim {text!r}: {', '.join(missing)} not among --models")
+    if a == b:
+        raise SystemExit(f"--claim {text!r}: compares {a} with itself")
     points = float(amount) / 100 if amount else 0.0
-    result = compare(matrices[a], matrices[b], claim=kind, gap=points, margin=points or 0.01)
+    if kind == "matches" and points <= 0:
+        raise SystemExit(f"--claim {text!r}: a margin of 0 can never be shown; give the largest gap that still matches")
+    return a, kind, b, points
+
+
+def claim_row(text: str, claim: tuple[str, str, str, float], matrices: dict[str, np.ndarray]) -> str:
+    a, kind, b, points = claim
+    result = compare(matrices[a], matrices[b], claim=kind, gap=points, margin=points)
     return (
         f"| {text} | {100 * result.difference:+.1f} | [{100 * result.low:+.1f}, {100 * result.high:+.1f}] | "
         f"{result.p_value:.3f} | {100 * result.detectable:.1f} | **{result.verdict}** |"
@@ -77,6 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--claim", action="append", default=[], help="'A beats B [by GAP]' or 'A matches B within M'")
     args = parser.parse_args(argv)
 
+    claims = {text: parse_claim(text, args.models) for text in args.claim}
     files = {m: evaluations(args.results, m, args.split) for m in args.models}
     matrices, rows = {}, None
     for model, paths in files.items():
@@ -92,8 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.claim:
         print("\n| claim | A − B (points) | 95% interval | p | detectable | verdict |")
         print("| --- | ---: | --- | ---: | ---: | --- |")
-        for text in args.claim:
-            print(claim_row(text, matrices))
+        for text, claim in claims.items():
+            print(claim_row(text, claim, matrices))
 
 
 if __name__ == "__main__":

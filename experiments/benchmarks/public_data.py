@@ -32,6 +32,9 @@ far-OOD texts for a 20 Newsgroups run:
 
     .venv/bin/python experiments/benchmarks/public_data.py texts --from-dir data/glue-sst2 --split validation \
         --column sentence --out data/ood-sst2.parquet
+
+It also writes ``data/ood-sst2.yaml``, which sets ``evaluate.ood.source`` to the file's absolute path: add it after
+the configs, as ``source.yaml``, to run in another working directory.
 """
 
 from __future__ import annotations
@@ -49,6 +52,13 @@ GLUE = {
     "rte": ("RTE", ["sentence1", "sentence2"], ["entailment", "not_entailment"]),
 }
 SPLITS = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
+# the options that say where each task's rows come from (one of them is given)
+SOURCES_OF = {
+    "glue": ["glue_dir", "hub"],
+    "20newsgroups": ["bydate_dir", "sklearn"],
+    "amazon": ["acl_dir"],
+    "texts": ["from_dir"],
+}
 
 
 def save(loaded, out: Path, what: str) -> None:
@@ -209,22 +219,37 @@ def write_amazon(acl_dir: Path, out: Path, little: dict[str, float]) -> None:
 
 def write_texts(folder: Path, split: str, column: str, rows: int | None, out: Path) -> None:
     """``split``'s ``column`` of the ``save_to_disk`` folder ``folder`` as a Parquet file with one column, ``text``
-    (``rows``: that many rows of a fixed shuffle, seed 13; all when None)."""
+    (``rows``: that many rows of a fixed shuffle, seed 13; all when None), and ``out`` with ``.yaml`` for
+    ``.parquet``, which sets ``evaluate.ood.source`` to it. Empty and missing texts are dropped and counted."""
     import datasets
     import numpy as np
     import pandas as pd
 
+    if not (folder / "dataset_dict.json").is_file():
+        sys.exit(f"{folder}: not a folder of splits written by save_to_disk (no dataset_dict.json)")
     loaded = datasets.load_from_disk(str(folder))
     if split not in loaded:
         sys.exit(f"{folder}: no split {split!r}; it has {sorted(loaded)}")
     if column not in loaded[split].column_names:
         sys.exit(f"{folder} {split}: no column {column!r}; it has {loaded[split].column_names}")
+    feature = loaded[split].features[column]
+    if getattr(feature, "dtype", None) not in ("string", "large_string"):
+        sys.exit(f"{folder} {split}: column {column!r} holds {feature}, not text")
     texts = loaded[split][column]
     if rows is not None and rows < len(texts):
         texts = [texts[i] for i in sorted(np.random.default_rng(13).permutation(len(texts))[:rows])]
+    kept = [text for text in texts if text is not None and text.strip()]
+    if not kept:
+        sys.exit(f"{folder} {split}: every text of {column!r} is empty")
     out.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"text": texts}).to_parquet(out, index=False)
-    print(f"{out}: {len(texts):,} texts of {folder} {split} ({column}); set evaluate.ood.source to it")
+    pd.DataFrame({"text": kept}).to_parquet(out, index=False)
+    settings = out.with_suffix(".yaml")
+    settings.write_text(
+        f"# written by experiments/benchmarks/public_data.py: {folder} {split} ({column}) as OOD texts\n"
+        f"evaluate:\n  ood: {{source: {out.resolve()}}}\n"
+    )
+    empty = f" ({len(texts) - len(kept)} empty dropped)" if len(kept) < len(texts) else ""
+    print(f"{out}: {len(kept):,} texts of {folder} {split} ({column}){empty}; add {settings} after the configs")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -254,25 +279,26 @@ def main(argv: list[str] | None = None) -> None:
         help="amazon: keep only this share of one domain's training reviews (the little-data case)",
     )
     args = parser.parse_args(argv)
-    if (args.task == "texts") != (args.from_dir is not None):
-        parser.error("texts, and only texts, reads --from-dir")
+    task = "glue" if args.task in GLUE else args.task
+    given = next(flag for flags in SOURCES_OF.values() for flag in flags if getattr(args, flag))
+    if given not in SOURCES_OF[task]:
+        wanted = " or ".join(f"--{flag.replace('_', '-')}" for flag in SOURCES_OF[task])
+        parser.error(f"{args.task} comes from {wanted}, not --{given.replace('_', '-')}")
     if args.task == "texts":
+        if args.out.suffix != ".parquet":
+            parser.error(f"texts writes a Parquet file: --out {args.out} must end in .parquet")
+        if args.rows is not None and args.rows < 1:
+            parser.error(f"--rows {args.rows}: keep at least one row")
         write_texts(args.from_dir, args.split, args.column, args.rows, args.out)
     elif args.task == "amazon":
-        if args.acl_dir is None:
-            parser.error("amazon comes from --acl-dir")
         little = {}
         for item in args.little:
             domain, _, share = item.partition("=")
             little[domain] = float(share)
         write_amazon(args.acl_dir, args.out, little)
     elif args.task == "20newsgroups":
-        if args.glue_dir or args.hub:
-            parser.error("20newsgroups comes from --bydate-dir or --sklearn")
         write_newsgroups(None if args.sklearn else args.bydate_dir, args.out, args.tabs_are_newlines)
     else:
-        if args.bydate_dir or args.sklearn:
-            parser.error(f"{args.task} comes from --glue-dir or --hub")
         write_glue(args.task, None if args.hub else args.glue_dir, args.out)
 
 
