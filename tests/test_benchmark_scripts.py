@@ -89,6 +89,45 @@ def test_compare_gives_intervals_and_verdicts(tmp_path):
     assert "**not reproduced**" in claims["good matches bad within 1"]
 
 
+def _domain_evaluation(folder: Path, record: dict, rows: list[int], correct: list[int], domains: list[str]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "test.json").write_text(json.dumps(record | {"metrics": {"macro_f1": 0.0}, "gold_labels": {}}))
+    label = ["pos"] * len(rows)
+    pred = ["pos" if c else "neg" for c in correct]
+    pd.DataFrame({"row_id": rows, "label": label, "pred": pred, "correct": correct, "domain": domains}).to_parquet(
+        folder / "test.predictions.parquet"
+    )
+
+
+def test_compare_joins_a_per_domain_family_into_one_model(tmp_path):
+    """Each domain student is scored on its own domain's rows; the family's seed is their join, paired row by row
+    with a model of every row (the teacher)."""
+    half = 100
+    books, dvd = list(range(half)), list(range(half, 2 * half))
+    for seed in range(3):
+        for domain, rows, right in (("books", books, 90), ("dvd", dvd, 70)):
+            record = {"model": f"meta_kd.{domain}.seed{seed}", "group": "meta_kd", "domain": domain, "seed": seed}
+            correct = [1] * right + [0] * (half - right)
+            _domain_evaluation(tmp_path / "eval" / record["model"], record, rows, correct, [domain] * half)
+    teacher = [1] * 60 + [0] * 40 + [1] * 60 + [0] * 40  # 60% on each domain, wrong on a superset of the rows
+    _domain_evaluation(
+        tmp_path / "eval" / "plain", {"model": "plain"}, books + dvd, teacher, ["books"] * half + ["dvd"] * half
+    )
+    result = run_script(
+        "compare.py", "--results", tmp_path, "--models", "plain", "meta_kd", "--claim", "meta_kd beats plain"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "200 test rows" in result.stdout
+    assert "| `meta_kd` | 3 | 80.0 |" in result.stdout  # (90 + 70) / 200 rows, not one domain's
+    assert "| `meta_kd` | 90.0 | 70.0 | 80.0 |" in result.stdout  # per domain, then their mean
+    assert "| `plain` | 60.0 | 60.0 | 60.0 |" in result.stdout
+    assert "+20.0" in result.stdout and "**reproduced**" in result.stdout
+
+    (tmp_path / "eval" / "meta_kd.dvd.seed2" / "test.json").unlink()  # a seed with a domain missing
+    result = run_script("compare.py", "--results", tmp_path, "--models", "plain", "meta_kd")
+    assert result.returncode != 0 and "family 'meta_kd' seed 2 has no test.json for domain dvd" in result.stderr
+
+
 @pytest.mark.parametrize(
     "claim",
     [

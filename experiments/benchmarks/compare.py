@@ -5,11 +5,14 @@
         --models kd_all dd_margin_10 dd_random_10 \\
         --claim "dd_margin_10 beats dd_random_10 by 2.9" --claim "dd_margin_10 matches kd_all within 1"
 
-A model is a base name: its seeds are ``results/eval/NAME.seed*/`` (or ``results/eval/NAME/`` for one). A claim
+A model is a base name: its seeds are ``results/eval/NAME.seed*/`` (or ``results/eval/NAME/`` for one). A student
+entry with ``per_domain: true`` is one model, its family: each seed's domain students (``NAME.DOMAIN.seedK``), each
+scored on its own domain's rows, joined into one prediction of the split. A claim
 is ``A beats B [by GAP]`` (GAP 0 when left out) or ``A matches B within MARGIN`` (MARGIN > 0), in accuracy points,
 between two different models. Prints Markdown: one table of the
 models (mean accuracy, 95% interval over seeds and test rows, the gold labels each read) and one of the claims
-(A − B, its interval, the paired bootstrap p-value, the smallest difference the design detects, the verdict).
+(A − B, its interval, the paired bootstrap p-value, the smallest difference the design detects, the verdict);
+with a domain column, also the accuracy per domain.
 """
 
 from __future__ import annotations
@@ -17,42 +20,90 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from kdpipe.evaluation.paired import compare, interval
-from kdpipe.report.intervals import correct_matrix
+from kdpipe.report.intervals import correct_matrix, prediction_rows
 from kdpipe.report.summary import describe_label_use
 
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 CLAIM = re.compile(rf"^\s*(\S+)\s+(?:(beats)\s+(\S+)(?:\s+by\s+{NUMBER})?|(matches)\s+(\S+)\s+within\s+{NUMBER})\s*$")
 
 
-def evaluations(results: Path, model: str, split: str) -> list[Path]:
-    """The evaluation files of a model's seeds (``NAME.seedK``, in seed order) or of the model alone."""
+def evaluations(results: Path, model: str, split: str) -> list[Path | list[Path]]:
+    """One entry per seed, in seed order: the evaluation file of ``NAME.seedK`` (or of ``NAME`` alone), or for a
+    per-domain family (a student entry with ``per_domain: true``) the list of its domain students' files, each on its
+    own domain's rows, which together cover the split."""
     seeds = sorted(
         results.glob(f"eval/{model}.seed*/{split}.json"),
         key=lambda p: int(p.parent.name.rsplit("seed", 1)[1]),
     )
     single = results / "eval" / model / f"{split}.json"
     found = seeds or ([single] if single.is_file() else [])
-    if not found:
-        raise SystemExit(f"{results}/eval: no {split}.json of model '{model}' (or of {model}.seed*)")
-    return found
+    if found:
+        return found
+    family: dict[int, dict[str, Path]] = defaultdict(dict)
+    for path in results.glob(f"eval/{model}.*/{split}.json"):
+        record = json.loads(path.read_text())
+        if record.get("group") == model and record.get("domain"):
+            family[record.get("seed") or 0][record["domain"]] = path
+    if not family:
+        raise SystemExit(f"{results}/eval: no {split}.json of model {model!r} ({model}.seed*, or {model}.DOMAIN.*)")
+    domains = sorted(set().union(*family.values()))
+    for seed, students in sorted(family.items()):
+        if len(students) < len(domains):
+            missing = ", ".join(d for d in domains if d not in students)
+            raise SystemExit(f"{results}/eval: family '{model}' seed {seed} has no {split}.json for domain {missing}")
+    return [[family[seed][d] for d in domains] for seed in sorted(family)]
 
 
-def model_row(name: str, paths: list[Path], correct: np.ndarray) -> str:
-    records = [json.loads(p.read_text()) for p in paths]
+def records(evaluation: Path | list[Path]) -> list[dict]:
+    return [json.loads(p.read_text()) for p in (evaluation if isinstance(evaluation, list) else [evaluation])]
+
+
+def macro_f1(evaluation: Path | list[Path]) -> float:
+    """The recorded macro-F1 of one evaluation; a family's from its joined predictions (mean over classes of
+    2·TP / (2·TP + FP + FN))."""
+    if not isinstance(evaluation, list):
+        return records(evaluation)[0]["metrics"]["macro_f1"]
+    table = prediction_rows(evaluation, ["row_id", "label", "pred"])
+    label, pred = table["label"].astype(str).to_numpy(), table["pred"].astype(str).to_numpy()
+    scores = [
+        2 * np.sum((pred == c) & (label == c)) / (np.sum(pred == c) + np.sum(label == c)) for c in np.unique(label)
+    ]
+    return float(np.mean(scores))
+
+
+def model_row(name: str, paths: list, correct: np.ndarray) -> str:
     mean, low, high = interval(correct)
-    f1 = [r["metrics"]["macro_f1"] for r in records]
-    uses = (describe_label_use(r.get("gold_labels"), r.get("transfer_rows")) for r in records)
+    f1 = [macro_f1(p) for p in paths]
+    uses = (describe_label_use(r.get("gold_labels"), r.get("transfer_rows")) for p in paths for r in records(p))
     labels = " / ".join(dict.fromkeys(uses))
     spread = f" ± {100 * np.std(f1, ddof=1):.1f}" if len(f1) > 1 else ""
     return (
         f"| `{name}` | {len(paths)} | {100 * mean:.1f} | [{100 * low:.1f}, {100 * high:.1f}] | "
         f"{100 * np.mean(f1):.1f}{spread} | {labels} |"
     )
+
+
+def domain_table(files: dict[str, list]) -> list[str]:
+    """Accuracy per domain (mean over seeds) of each model, when the predictions carry each row's domain."""
+    per_model = {}
+    for model, paths in files.items():
+        tables = [prediction_rows(p, ["row_id", "correct", "domain"]) for p in paths]
+        if "domain" not in tables[0]:
+            return []
+        per_model[model] = pd.concat(tables).groupby("domain")["correct"].mean()
+    domains = sorted(set().union(*(s.index for s in per_model.values())))
+    lines = ["| model | " + " | ".join(domains) + " | mean over domains |", "| --- |" + " ---: |" * (len(domains) + 1)]
+    for model, accuracy in per_model.items():
+        cells = [f"{100 * accuracy[d]:.1f}" if d in accuracy else "" for d in domains]
+        lines.append(f"| `{model}` | " + " | ".join(cells) + f" | {100 * accuracy.mean():.1f} |")
+    return lines
 
 
 def parse_claim(text: str, models: list[str]) -> tuple[str, str, str, float]:
@@ -103,6 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     print("| --- | ---: | ---: | --- | ---: | --- |")
     for model, paths in files.items():
         print(model_row(model, paths, matrices[model]))
+    by_domain = domain_table(files)
+    if by_domain:
+        print("\nAccuracy (%) per domain, mean over seeds:\n")
+        print("\n".join(by_domain))
     if args.claim:
         print("\n| claim | A − B (points) | 95% interval | p | detectable | verdict |")
         print("| --- | ---: | --- | ---: | ---: | --- |")

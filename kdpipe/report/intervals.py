@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 
 from kdpipe.core.store import KdpipeError
@@ -18,13 +19,29 @@ def predictions_path(evaluation: str | Path) -> Path:
     return path.with_name(path.name.removesuffix(".json") + ".predictions.parquet")
 
 
-def correct_matrix(evaluations: list[str | Path]) -> tuple[np.ndarray, np.ndarray]:
+def prediction_rows(evaluation: str | Path | list[Path], columns: list[str]) -> pd.DataFrame:
+    """The predictions of one evaluation, ordered by row_id: one ``{split}.json``'s table, or the tables of a list of
+    evaluations on disjoint rows joined (a per-domain family: each domain's student on its own domain's rows).
+    ``columns`` a table lacks (``domain`` without a domain column) are left out."""
+    parts = evaluation if isinstance(evaluation, list) else [evaluation]
+    tables = []
+    for part in parts:
+        path = predictions_path(part)
+        present = pq.read_schema(path).names
+        tables.append(pq.read_table(path, columns=[c for c in columns if c in present]).to_pandas())
+    table = pd.concat(tables, ignore_index=True).sort_values("row_id", kind="stable").reset_index(drop=True)
+    if table["row_id"].duplicated().any():
+        raise KdpipeError(f"{', '.join(map(str, parts))}: these evaluations share rows; a joined family's are disjoint")
+    return table
+
+
+def correct_matrix(evaluations: list) -> tuple[np.ndarray, np.ndarray]:
     """(row_ids [N], correct [seeds, N]) of the evaluations of one model's seeds, rows ordered by row_id. Every
-    evaluation must cover the same rows (the same split of the same data)."""
+    evaluation (a path, or a list of paths on disjoint rows: :func:`prediction_rows`) must cover the same rows (the
+    same split of the same data)."""
     row_ids, rows = None, []
     for evaluation in evaluations:
-        table = pq.read_table(predictions_path(evaluation), columns=["row_id", "correct"]).to_pandas()
-        table = table.sort_values("row_id")
+        table = prediction_rows(evaluation, ["row_id", "correct"])
         ids = table["row_id"].to_numpy()
         if row_ids is None:
             row_ids = ids
