@@ -123,6 +123,23 @@ def test_compare_joins_a_per_domain_family_into_one_model(tmp_path):
     assert "| `plain` | 60.0 | 60.0 | 60.0 |" in result.stdout
     assert "+20.0" in result.stdout and "**reproduced**" in result.stdout
 
+    for seed in range(3):  # one single-domain student per domain, joined by NAME=A+B
+        for domain, rows, right in (("books", books, 80), ("dvd", dvd, 80)):
+            record = {"model": f"kd_only_{domain}.seed{seed}", "domain": domain, "seed": seed}
+            correct = [1] * right + [0] * (half - right)
+            _domain_evaluation(tmp_path / "eval" / record["model"], record, rows, correct, [domain] * half)
+    models = ["meta_kd", "single=kd_only_books+kd_only_dvd"]
+    result = run_script("compare.py", "--results", tmp_path, "--models", *models, "--claim", "meta_kd beats single")
+    assert result.returncode == 0, result.stderr
+    assert "| `single` | 3 | 80.0 |" in result.stdout and "| `single` | 80.0 | 80.0 | 80.0 |" in result.stdout
+    assert "| meta_kd beats single | +0.0 |" in result.stdout
+    for bad in ("kd_only_books+kd_only_dvd", "single=kd_only_books+"):
+        result = run_script("compare.py", "--results", tmp_path, "--models", bad)
+        assert result.returncode != 0 and "NAME=A+B" in result.stderr
+    (tmp_path / "eval" / "kd_only_dvd.seed2" / "test.json").unlink()
+    result = run_script("compare.py", "--results", tmp_path, "--models", "single=kd_only_books+kd_only_dvd")
+    assert result.returncode != 0 and "need as many seeds each (kd_only_books 3, kd_only_dvd 2)" in result.stderr
+
     (tmp_path / "eval" / "meta_kd.dvd.seed2" / "test.json").unlink()  # a seed with a domain missing
     result = run_script("compare.py", "--results", tmp_path, "--models", "plain", "meta_kd")
     assert result.returncode != 0 and "family 'meta_kd' seed 2 has no test.json for domain dvd" in result.stderr

@@ -143,6 +143,7 @@ EXPERIMENT_CONFIGS = sorted(p.name for p in (REPO / "experiments").glob("*.yaml"
 # overlays: laid over their base on the command line (each names its base in its header, as its command does)
 OVERLAYS = {
     "amazon_little.yaml": "amazon_meta_kd.yaml",
+    "amazon_single_domain.yaml": "amazon_meta_kd.yaml",
     "newsgroups_hydra_far.yaml": "newsgroups_hydra.yaml",
     "newsgroups_hydra_near.yaml": "newsgroups_hydra.yaml",
     "uncertainty_tech.yaml": "uncertainty.yaml",

@@ -7,7 +7,8 @@
 
 A model is a base name: its seeds are ``results/eval/NAME.seed*/`` (or ``results/eval/NAME/`` for one). A student
 entry with ``per_domain: true`` is one model, its family: each seed's domain students (``NAME.DOMAIN.seedK``), each
-scored on its own domain's rows, joined into one prediction of the split. A claim
+scored on its own domain's rows, joined into one prediction of the split; ``NAME=A+B+...`` joins models on disjoint
+rows the same way (seed k of each). A claim
 is ``A beats B [by GAP]`` (GAP 0 when left out) or ``A matches B within MARGIN`` (MARGIN > 0), in accuracy points,
 between two different models. Prints Markdown: one table of the
 models (mean accuracy, 95% interval over seeds and test rows, the gold labels each read) and one of the claims
@@ -59,6 +60,27 @@ def evaluations(results: Path, model: str, split: str) -> list[Path | list[Path]
             missing = ", ".join(d for d in domains if d not in students)
             raise SystemExit(f"{results}/eval: family '{model}' seed {seed} has no {split}.json for domain {missing}")
     return [[family[seed][d] for d in domains] for seed in sorted(family)]
+
+
+def model_spec(text: str) -> tuple[str, list[str]]:
+    """(name, the models joined into it) of one ``--models`` entry: ``NAME``, or ``NAME=A+B+...``."""
+    name, _, joined_parts = text.rpartition("=") if "=" in text else (text, "", text)
+    parts = joined_parts.split("+")
+    if not name or not all(parts) or ("+" in name):
+        raise SystemExit(f"--models {text!r}: write NAME, or NAME=A+B+... to join models on disjoint rows")
+    return name, parts
+
+
+def joined(results: Path, parts: list[str], split: str) -> list[Path | list[Path]]:
+    """Per seed, the evaluations of one model, or of several models on disjoint rows (``NAME=A+B``, e.g. one
+    single-domain student per domain) joined seed by seed."""
+    if len(parts) == 1:
+        return evaluations(results, parts[0], split)
+    per_part = [evaluations(results, part, split) for part in parts]
+    if len({len(seeds) for seeds in per_part}) > 1:
+        counts = ", ".join(f"{part} {len(seeds)}" for part, seeds in zip(parts, per_part))
+        raise SystemExit(f"--models {'+'.join(parts)}: joined models need as many seeds each ({counts})")
+    return [[e for entry in seed for e in (entry if isinstance(entry, list) else [entry])] for seed in zip(*per_part)]
 
 
 def records(evaluation: Path | list[Path]) -> list[dict]:
@@ -141,8 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--claim", action="append", default=[], help="'A beats B [by GAP]' or 'A matches B within M'")
     args = parser.parse_args(argv)
 
-    claims = {text: parse_claim(text, args.models) for text in args.claim}
-    files = {m: evaluations(args.results, m, args.split) for m in args.models}
+    models = dict(model_spec(m) for m in args.models)
+    claims = {text: parse_claim(text, list(models)) for text in args.claim}
+    files = {name: joined(args.results, parts, args.split) for name, parts in models.items()}
     matrices, rows = {}, None
     for model, paths in files.items():
         ids, matrices[model] = correct_matrix(paths)
