@@ -120,6 +120,8 @@ def test_compare_joins_a_per_domain_family_into_one_model(tmp_path):
     assert "200 test rows" in result.stdout
     assert "| `meta_kd` | 3 | 80.0 |" in result.stdout  # (90 + 70) / 200 rows, not one domain's
     assert "| `meta_kd` | 90.0 | 70.0 | 80.0 |" in result.stdout  # per domain, then their mean
+    # macro-F1 over the classes of labels and predictions: pos 2·160 / (160 + 200), neg 0 (predicted, never gold)
+    assert "| `meta_kd` | 3 | 80.0 |" in result.stdout and "| 44.4 ± 0.0 |" in result.stdout
     assert "| `plain` | 60.0 | 60.0 | 60.0 |" in result.stdout
     assert "+20.0" in result.stdout and "**reproduced**" in result.stdout
 
@@ -138,11 +140,39 @@ def test_compare_joins_a_per_domain_family_into_one_model(tmp_path):
         assert result.returncode != 0 and "NAME=A+B" in result.stderr
     (tmp_path / "eval" / "kd_only_dvd.seed2" / "test.json").unlink()
     result = run_script("compare.py", "--results", tmp_path, "--models", "single=kd_only_books+kd_only_dvd")
-    assert result.returncode != 0 and "need as many seeds each (kd_only_books 3, kd_only_dvd 2)" in result.stderr
+    assert result.returncode != 0
+    assert "need the same seeds (kd_only_books [0, 1, 2], kd_only_dvd [0, 1])" in result.stderr
 
     (tmp_path / "eval" / "meta_kd.dvd.seed2" / "test.json").unlink()  # a seed with a domain missing
     result = run_script("compare.py", "--results", tmp_path, "--models", "plain", "meta_kd")
     assert result.returncode != 0 and "family 'meta_kd' seed 2 has no test.json for domain dvd" in result.stderr
+
+
+def test_compare_reads_seeds_from_folder_names_and_refuses_what_it_cannot_pair(tmp_path):
+    half = 50
+    for seed in range(3):  # no "seed" in the records: the folder names say it
+        for domain, rows in (("books", range(half)), ("dvd", range(half, 2 * half))):
+            record = {"model": f"fam.{domain}.seed{seed}", "group": "fam", "domain": domain}
+            correct = [1] * (10 * (seed + 1)) + [0] * (half - 10 * (seed + 1))  # 20%, 40%, 60%
+            _domain_evaluation(tmp_path / "eval" / record["model"], record, list(rows), correct, [domain] * half)
+    for seed in range(3):
+        _evaluation(tmp_path / "eval" / f"kd.seed{seed}", f"kd.seed{seed}", [1] * 90 + [0] * 10)
+    _evaluation(tmp_path / "eval" / "kd.seed_sweep.seed0", "kd.seed_sweep.seed0", [0] * 100)  # not a seed of kd
+    result = run_script("compare.py", "--results", tmp_path, "--models", "fam", "kd")
+    assert result.returncode == 0, result.stderr
+    assert "| `fam` | 3 | 40.0 |" in result.stdout and "| `kd` | 3 | 90.0 |" in result.stdout
+
+    result = run_script("compare.py", "--results", tmp_path, "--models", "kd", "kd=fam")
+    assert result.returncode != 0 and "a name given twice" in result.stderr
+
+    _domain_evaluation(tmp_path / "eval" / "half", {"model": "half"}, list(range(half)), [1] * half, ["books"] * half)
+    result = run_script("compare.py", "--results", tmp_path, "--models", "kd", "half")
+    assert result.returncode != 0 and "other test rows (100 and 50)" in result.stderr
+
+    wrong = tmp_path / "eval" / "fam.dvd.seed1" / "test.predictions.parquet"  # the dvd student scored on books rows
+    pd.read_parquet(wrong).assign(domain="books").to_parquet(wrong)
+    result = run_script("compare.py", "--results", tmp_path, "--models", "fam")
+    assert result.returncode != 0 and "a student of domain 'dvd' has predictions of rows of ['books']" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -26,77 +26,91 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.evaluation.paired import compare, interval
-from kdpipe.report.intervals import correct_matrix, prediction_rows
+from kdpipe.report.intervals import correct_matrix, prediction_rows, predictions_path
 from kdpipe.report.summary import describe_label_use
 
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 CLAIM = re.compile(rf"^\s*(\S+)\s+(?:(beats)\s+(\S+)(?:\s+by\s+{NUMBER})?|(matches)\s+(\S+)\s+within\s+{NUMBER})\s*$")
 
 
-def evaluations(results: Path, model: str, split: str) -> list[Path | list[Path]]:
-    """One entry per seed, in seed order: the evaluation file of ``NAME.seedK`` (or of ``NAME`` alone), or for a
-    per-domain family (a student entry with ``per_domain: true``) the list of its domain students' files, each on its
-    own domain's rows, which together cover the split."""
-    seeds = sorted(
-        results.glob(f"eval/{model}.seed*/{split}.json"),
-        key=lambda p: int(p.parent.name.rsplit("seed", 1)[1]),
-    )
-    single = results / "eval" / model / f"{split}.json"
-    found = seeds or ([single] if single.is_file() else [])
-    if found:
-        return found
+def evaluations(results: Path, model: str, split: str) -> dict[int, list[Path]]:
+    """{seed: the evaluation files whose rows make that seed's predictions}, seeds read from the folder names: the
+    one file of ``NAME.seedK`` (or of ``NAME`` alone, as seed 0), or for a per-domain family (a student entry with
+    ``per_domain: true``) the files of its domain students ``NAME.DOMAIN.seedK``, each on its own domain's rows."""
+    folders = [p.parent for p in (results / "eval").glob(f"*/{split}.json")]
+    seeds = {}
+    for folder in folders:
+        match = re.fullmatch(rf"{re.escape(model)}\.seed(\d+)", folder.name)
+        if match:
+            seeds[int(match[1])] = [folder / f"{split}.json"]
+    if not seeds and (results / "eval" / model / f"{split}.json").is_file():
+        seeds = {0: [results / "eval" / model / f"{split}.json"]}
+    if seeds:
+        return dict(sorted(seeds.items()))
     family: dict[int, dict[str, Path]] = defaultdict(dict)
-    for path in results.glob(f"eval/{model}.*/{split}.json"):
-        record = json.loads(path.read_text())
+    for folder in folders:
+        match = re.fullmatch(rf"{re.escape(model)}\.(.+)\.seed(\d+)", folder.name)
+        record = json.loads((folder / f"{split}.json").read_text()) if match else {}
         if record.get("group") == model and record.get("domain"):
-            family[record.get("seed") or 0][record["domain"]] = path
+            family[int(match[2])][record["domain"]] = folder / f"{split}.json"
+            check_domain(folder / f"{split}.json", record["domain"])
     if not family:
-        raise SystemExit(f"{results}/eval: no {split}.json of model {model!r} ({model}.seed*, or {model}.DOMAIN.*)")
+        raise SystemExit(f"{results}/eval: no {split}.json of model {model!r} ({model}.seedK, or {model}.DOMAIN.seedK)")
     domains = sorted(set().union(*family.values()))
     for seed, students in sorted(family.items()):
         if len(students) < len(domains):
             missing = ", ".join(d for d in domains if d not in students)
             raise SystemExit(f"{results}/eval: family '{model}' seed {seed} has no {split}.json for domain {missing}")
-    return [[family[seed][d] for d in domains] for seed in sorted(family)]
+    return {seed: [family[seed][d] for d in domains] for seed in sorted(family)}
+
+
+def check_domain(evaluation: Path, domain: str) -> None:
+    """A domain student's predictions must be of its own domain's rows (when they carry the rows' domains)."""
+    path = predictions_path(evaluation)
+    if "domain" in pq.read_schema(path).names:
+        found = set(pq.read_table(path, columns=["domain"]).column("domain").to_pylist())
+        if found - {domain}:
+            raise SystemExit(f"{path}: a student of domain {domain!r} has predictions of rows of {sorted(found)}")
 
 
 def model_spec(text: str) -> tuple[str, list[str]]:
     """(name, the models joined into it) of one ``--models`` entry: ``NAME``, or ``NAME=A+B+...``."""
-    name, _, joined_parts = text.rpartition("=") if "=" in text else (text, "", text)
+    name, _, joined_parts = text.partition("=") if "=" in text else (text, "", text)
     parts = joined_parts.split("+")
-    if not name or not all(parts) or ("+" in name):
+    if not name or not all(parts) or any(c in name for c in "+="):
         raise SystemExit(f"--models {text!r}: write NAME, or NAME=A+B+... to join models on disjoint rows")
     return name, parts
 
 
-def joined(results: Path, parts: list[str], split: str) -> list[Path | list[Path]]:
-    """Per seed, the evaluations of one model, or of several models on disjoint rows (``NAME=A+B``, e.g. one
-    single-domain student per domain) joined seed by seed."""
-    if len(parts) == 1:
-        return evaluations(results, parts[0], split)
+def joined(results: Path, parts: list[str], split: str) -> list[list[Path]]:
+    """Per seed, in seed order, the evaluation files of one model, or of several models on disjoint rows
+    (``NAME=A+B``, e.g. one single-domain student per domain) joined seed by seed (seed k of each)."""
     per_part = [evaluations(results, part, split) for part in parts]
-    if len({len(seeds) for seeds in per_part}) > 1:
-        counts = ", ".join(f"{part} {len(seeds)}" for part, seeds in zip(parts, per_part))
-        raise SystemExit(f"--models {'+'.join(parts)}: joined models need as many seeds each ({counts})")
-    return [[e for entry in seed for e in (entry if isinstance(entry, list) else [entry])] for seed in zip(*per_part)]
+    if len({tuple(seeds) for seeds in per_part}) > 1:
+        found = ", ".join(f"{part} {sorted(seeds)}" for part, seeds in zip(parts, per_part))
+        raise SystemExit(f"--models {'+'.join(parts)}: joined models need the same seeds ({found})")
+    return [[path for seeds in per_part for path in seeds[seed]] for seed in per_part[0]]
 
 
-def records(evaluation: Path | list[Path]) -> list[dict]:
-    return [json.loads(p.read_text()) for p in (evaluation if isinstance(evaluation, list) else [evaluation])]
+def records(evaluation: list[Path]) -> list[dict]:
+    return [json.loads(p.read_text()) for p in evaluation]
 
 
-def macro_f1(evaluation: Path | list[Path]) -> float:
-    """The recorded macro-F1 of one evaluation; a family's from its joined predictions (mean over classes of
-    2·TP / (2·TP + FP + FN))."""
-    if not isinstance(evaluation, list):
+def macro_f1(evaluation: list[Path]) -> float:
+    """The recorded macro-F1 of one evaluation; of joined ones, from their predictions, as kdpipe's metrics compute
+    it: the mean over the classes in the labels or the predictions of 2·TP / (2·TP + FP + FN); NaN without them."""
+    if len(evaluation) == 1:
         return records(evaluation)[0]["metrics"]["macro_f1"]
     table = prediction_rows(evaluation, ["row_id", "label", "pred"])
+    if not {"label", "pred"} <= set(table):
+        return float("nan")
     label, pred = table["label"].astype(str).to_numpy(), table["pred"].astype(str).to_numpy()
-    scores = [
-        2 * np.sum((pred == c) & (label == c)) / (np.sum(pred == c) + np.sum(label == c)) for c in np.unique(label)
-    ]
+    classes = np.union1d(label, pred)
+    scores = [2 * np.sum((pred == c) & (label == c)) / (np.sum(pred == c) + np.sum(label == c)) for c in classes]
     return float(np.mean(scores))
 
 
@@ -106,25 +120,28 @@ def model_row(name: str, paths: list, correct: np.ndarray) -> str:
     uses = (describe_label_use(r.get("gold_labels"), r.get("transfer_rows")) for p in paths for r in records(p))
     labels = " / ".join(dict.fromkeys(uses))
     spread = f" ± {100 * np.std(f1, ddof=1):.1f}" if len(f1) > 1 else ""
+    f1_text = f"{100 * np.mean(f1):.1f}{spread}" if not np.isnan(f1).any() else "–"
     return (
-        f"| `{name}` | {len(paths)} | {100 * mean:.1f} | [{100 * low:.1f}, {100 * high:.1f}] | "
-        f"{100 * np.mean(f1):.1f}{spread} | {labels} |"
+        f"| `{name}` | {len(paths)} | {100 * mean:.1f} | [{100 * low:.1f}, {100 * high:.1f}] | {f1_text} | {labels} |"
     )
 
 
 def domain_table(files: dict[str, list]) -> list[str]:
-    """Accuracy per domain (mean over seeds) of each model, when the predictions carry each row's domain."""
+    """Accuracy per domain (mean over seeds) of each model whose every prediction carries each row's domain; the
+    mean over domains only for a model with every domain."""
     per_model = {}
     for model, paths in files.items():
         tables = [prediction_rows(p, ["row_id", "correct", "domain"]) for p in paths]
-        if "domain" not in tables[0]:
-            return []
-        per_model[model] = pd.concat(tables).groupby("domain")["correct"].mean()
+        if all("domain" in t and t["domain"].notna().all() for t in tables):
+            per_model[model] = pd.concat(tables).groupby("domain")["correct"].mean()
+    if not per_model:
+        return []
     domains = sorted(set().union(*(s.index for s in per_model.values())))
     lines = ["| model | " + " | ".join(domains) + " | mean over domains |", "| --- |" + " ---: |" * (len(domains) + 1)]
     for model, accuracy in per_model.items():
         cells = [f"{100 * accuracy[d]:.1f}" if d in accuracy else "" for d in domains]
-        lines.append(f"| `{model}` | " + " | ".join(cells) + f" | {100 * accuracy.mean():.1f} |")
+        mean = f"{100 * accuracy.mean():.1f}" if len(accuracy) == len(domains) else ""
+        lines.append(f"| `{model}` | " + " | ".join(cells) + f" | {mean} |")
     return lines
 
 
@@ -163,15 +180,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--claim", action="append", default=[], help="'A beats B [by GAP]' or 'A matches B within M'")
     args = parser.parse_args(argv)
 
-    models = dict(model_spec(m) for m in args.models)
+    specs = [model_spec(m) for m in args.models]
+    models = dict(specs)
+    if len(models) < len(specs):
+        raise SystemExit(f"--models: a name given twice ({', '.join(name for name, _ in specs)})")
     claims = {text: parse_claim(text, list(models)) for text in args.claim}
     files = {name: joined(args.results, parts, args.split) for name, parts in models.items()}
-    matrices, rows = {}, None
-    for model, paths in files.items():
-        ids, matrices[model] = correct_matrix(paths)
-        if rows is not None and not np.array_equal(ids, rows):
-            raise SystemExit(f"model '{model}' was evaluated on other {args.split} rows than the models before it")
-        rows = ids
+    try:
+        matrices = {model: correct_matrix(paths) for model, paths in files.items()}
+    except KdpipeError as error:
+        raise SystemExit(str(error)) from None
+    rows = {model: ids for model, (ids, _) in matrices.items()}
+    first = next(iter(rows))
+    if len(rows[first]) == 0:
+        raise SystemExit(f"model '{first}': its {args.split} predictions have no rows")
+    for model, ids in rows.items():
+        if not np.array_equal(ids, rows[first]):
+            raise SystemExit(
+                f"models '{first}' and '{model}' were evaluated on other {args.split} rows ({len(rows[first]):,} and "
+                f"{len(ids):,}); a per-domain family or a NAME=A+B join must cover every domain"
+            )
+    matrices = {model: correct for model, (_, correct) in matrices.items()}
+    rows = rows[first]
     print(f"{len(rows)} {args.split} rows; 95% intervals over seeds and rows (4,000 bootstrap draws).\n")
     print("| model | seeds | accuracy (%) | 95% interval | macro-F1 (%) | gold labels read |")
     print("| --- | ---: | ---: | --- | ---: | --- |")

@@ -31,8 +31,12 @@ def prediction_rows(evaluation: str | Path | list[Path], columns: list[str]) -> 
         tables.append(pq.read_table(path, columns=[c for c in columns if c in present]).to_pandas())
     table = pd.concat(tables, ignore_index=True).sort_values("row_id", kind="stable").reset_index(drop=True)
     if table["row_id"].duplicated().any():
-        raise KdpipeError(f"{', '.join(map(str, parts))}: these evaluations share rows; a joined family's are disjoint")
+        raise KdpipeError(f"{_name(parts)}: these evaluations share rows; a joined family's are disjoint")
     return table
+
+
+def _name(evaluation: str | Path | list[Path]) -> str:
+    return ", ".join(map(str, evaluation)) if isinstance(evaluation, list) else str(evaluation)
 
 
 def correct_matrix(evaluations: list) -> tuple[np.ndarray, np.ndarray]:
@@ -47,8 +51,8 @@ def correct_matrix(evaluations: list) -> tuple[np.ndarray, np.ndarray]:
             row_ids = ids
         elif not np.array_equal(ids, row_ids):
             raise KdpipeError(
-                f"{evaluation}: its predictions cover other rows than {evaluations[0]}'s; evaluations compared "
-                "row by row must be of the same split of the same data"
+                f"{_name(evaluation)}: its predictions cover other rows than {_name(evaluations[0])}'s; evaluations "
+                "compared row by row must be of the same split of the same data"
             )
         rows.append(table["correct"].to_numpy(dtype=np.float64))
     return row_ids, np.stack(rows)
