@@ -145,6 +145,7 @@ OVERLAYS = {
     "amazon_little.yaml": "amazon_meta_kd.yaml",
     "amazon_single_domain.yaml": "amazon_meta_kd.yaml",
     "newsgroups_hydra_far.yaml": "newsgroups_hydra.yaml",
+    "newsgroups_muki_groups.yaml": "newsgroups_muki.yaml",
     "newsgroups_hydra_near.yaml": "newsgroups_hydra.yaml",
     "uncertainty_tech.yaml": "uncertainty.yaml",
 }
