@@ -91,7 +91,7 @@ def test_compare_gives_intervals_and_verdicts(tmp_path):
 
 def _domain_evaluation(folder: Path, record: dict, rows: list[int], correct: list[int], domains: list[str]) -> None:
     folder.mkdir(parents=True)
-    (folder / "test.json").write_text(json.dumps(record | {"metrics": {"macro_f1": 0.0}, "gold_labels": {}}))
+    (folder / "test.json").write_text(json.dumps({"metrics": {"macro_f1": 0.0}, "gold_labels": {}} | record))
     label = ["pos"] * len(rows)
     pred = ["pos" if c else "neg" for c in correct]
     pd.DataFrame({"row_id": rows, "label": label, "pred": pred, "correct": correct, "domain": domains}).to_parquet(
@@ -107,6 +107,7 @@ def test_compare_joins_a_per_domain_family_into_one_model(tmp_path):
     for seed in range(3):
         for domain, rows, right in (("books", books, 90), ("dvd", dvd, 70)):
             record = {"model": f"meta_kd.{domain}.seed{seed}", "group": "meta_kd", "domain": domain, "seed": seed}
+            record["gold_labels"] = {"validation": 10 + len(domain), "train": 200}  # its own validation rows
             correct = [1] * right + [0] * (half - right)
             _domain_evaluation(tmp_path / "eval" / record["model"], record, rows, correct, [domain] * half)
     teacher = [1] * 60 + [0] * 40 + [1] * 60 + [0] * 40  # 60% on each domain, wrong on a superset of the rows
@@ -120,6 +121,7 @@ def test_compare_joins_a_per_domain_family_into_one_model(tmp_path):
     assert "200 test rows" in result.stdout
     assert "| `meta_kd` | 3 | 80.0 |" in result.stdout  # (90 + 70) / 200 rows, not one domain's
     assert "| `meta_kd` | 90.0 | 70.0 | 80.0 |" in result.stdout  # per domain, then their mean
+    assert "| each: train 200 · validation 13–15 |" in result.stdout  # per domain student, not summed
     # macro-F1 over the classes of labels and predictions: pos 2·160 / (160 + 200), neg 0 (predicted, never gold)
     assert "| `meta_kd` | 3 | 80.0 |" in result.stdout and "| 44.4 ± 0.0 |" in result.stdout
     assert "| `plain` | 60.0 | 60.0 | 60.0 |" in result.stdout

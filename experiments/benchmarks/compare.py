@@ -114,11 +114,27 @@ def macro_f1(evaluation: list[Path]) -> float:
     return float(np.mean(scores))
 
 
+def label_use(parts: list[dict]) -> str:
+    """The gold labels one seed read, in words: of one evaluation as the report says it; of joined ones (the students
+    of a family, one per domain) each split's rows as a range over the parts, "each:" before them."""
+    uses = [p.get("gold_labels") for p in parts]
+    if len(parts) == 1 or not all(uses) or any(p.get("transfer_rows") for p in parts):
+        words = (describe_label_use(p.get("gold_labels"), p.get("transfer_rows")) for p in parts)
+        return " / ".join(dict.fromkeys(words))
+    ranges = {}
+    order = ["train", "validation", "router: train", "router: validation", "test"]
+    for split in sorted({k for use in uses for k in use}, key=lambda k: (order + [k]).index(k)):
+        rows = [use.get(split, 0) for use in uses]
+        if not all(isinstance(r, int) for r in rows):
+            return " / ".join(dict.fromkeys(describe_label_use(use) for use in uses))
+        ranges[split] = f"{min(rows):,}" if min(rows) == max(rows) else f"{min(rows):,}–{max(rows):,}"
+    return "each: " + " · ".join(f"{split} {rows}" for split, rows in ranges.items())
+
+
 def model_row(name: str, paths: list, correct: np.ndarray) -> str:
     mean, low, high = interval(correct)
     f1 = [macro_f1(p) for p in paths]
-    uses = (describe_label_use(r.get("gold_labels"), r.get("transfer_rows")) for p in paths for r in records(p))
-    labels = " / ".join(dict.fromkeys(uses))
+    labels = " / ".join(dict.fromkeys(label_use(records(p)) for p in paths))
     spread = f" ± {100 * np.std(f1, ddof=1):.1f}" if len(f1) > 1 else ""
     f1_text = f"{100 * np.mean(f1):.1f}{spread}" if not np.isnan(f1).any() else "–"
     return (
