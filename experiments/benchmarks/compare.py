@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+import torch
+from torchmetrics.functional.classification import multiclass_f1_score
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.evaluation.paired import compare, interval
@@ -101,17 +103,18 @@ def records(evaluation: list[Path]) -> list[dict]:
 
 
 def macro_f1(evaluation: list[Path]) -> float:
-    """The recorded macro-F1 of one evaluation; of joined ones, from their predictions, as kdpipe's metrics compute
-    it: the mean over the classes in the labels or the predictions of 2·TP / (2·TP + FP + FN); NaN without them."""
+    """The recorded macro-F1 of one evaluation; of joined ones, from their predictions with torchmetrics, as kdpipe's
+    metrics compute it (the mean over the classes in the labels or the predictions); NaN without them."""
     if len(evaluation) == 1:
         return records(evaluation)[0]["metrics"]["macro_f1"]
     table = prediction_rows(evaluation, ["row_id", "label", "pred"])
     if not {"label", "pred"} <= set(table):
         return float("nan")
-    label, pred = table["label"].astype(str).to_numpy(), table["pred"].astype(str).to_numpy()
-    classes = np.union1d(label, pred)
-    scores = [2 * np.sum((pred == c) & (label == c)) / (np.sum(pred == c) + np.sum(label == c)) for c in classes]
-    return float(np.mean(scores))
+    classes, index = np.unique(
+        np.concatenate([table["label"].astype(str), table["pred"].astype(str)]), return_inverse=True
+    )
+    label, pred = (torch.from_numpy(part) for part in np.split(index, 2))
+    return float(multiclass_f1_score(pred, label, num_classes=len(classes), average="macro"))
 
 
 def label_use(parts: list[dict]) -> str:
