@@ -3,7 +3,9 @@ comparison turns evaluation files into intervals and verdicts."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,14 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "experiments" / "benchmarks"
+
+
+def _load_script(name: str):
+    """A script of experiments/benchmarks/ as a module, to call its functions in this process."""
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), SCRIPTS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_script(name: str, *args) -> subprocess.CompletedProcess:
@@ -175,6 +185,58 @@ def test_compare_reads_seeds_from_folder_names_and_refuses_what_it_cannot_pair(t
     pd.read_parquet(wrong).assign(domain="books").to_parquet(wrong)
     result = run_script("compare.py", "--results", tmp_path, "--models", "fam")
     assert result.returncode != 0 and "a student of domain 'dvd' has predictions of rows of ['books']" in result.stderr
+
+
+def _run_with_texts(results: Path, row_ids: list[int], texts: list[str], models: dict[str, list[int]]) -> None:
+    """A run's results/: its prepared test split (row ids and texts) and models of 3 seeds, each right on the rows
+    given (positions in ``texts``)."""
+    (results / "data" / "reviews").mkdir(parents=True)
+    pd.DataFrame({"row_id": row_ids, "text": texts}).to_parquet(results / "data" / "reviews" / "test.parquet")
+    for model, right in models.items():
+        for seed in range(3):
+            folder = results / "eval" / f"{model}.seed{seed}"
+            folder.mkdir(parents=True)
+            (folder / "test.json").write_text(json.dumps({"model": model, "metrics": {"macro_f1": 0.5}}))
+            correct = [int(i in right) for i in range(len(texts))]
+            pd.DataFrame({"row_id": row_ids, "correct": correct}).to_parquet(folder / "test.predictions.parquet")
+
+
+def test_compare_tests_a_difference_of_gains_across_two_runs_of_the_same_texts(tmp_path):
+    """The little-data run and the full run score the same reviews under other row ids: rows are matched by text."""
+    texts = [f"review {i}" for i in range(200)]
+    little, full = tmp_path / "little" / "results", tmp_path / "full" / "results"
+    # little: gain 30 points (A right on 0-159, B on 0-99); its rows numbered 0..199
+    _run_with_texts(little, list(range(200)), texts, {"a": range(160), "b": range(100)})
+    # full: gain 5 points (A on 0-149, B on 0-139), rows numbered backwards from 1000
+    _run_with_texts(full, [1000 - i for i in range(200)], texts, {"a": range(150), "b": range(140)})
+    claim = "(a - b) beats (full:a - full:b) by 2"
+    args = ["--results", little, "--also", f"full={full}", "--models", "a", "b", "full:a", "full:b"]
+    result = run_script("compare.py", *args, "--claim", claim, "--claim", "a beats full:a")
+    assert result.returncode == 0, result.stderr
+    assert "| `full:a` | 3 | 75.0 |" in result.stdout
+    assert f"| {claim} | +25.0 | [+" in result.stdout and "**reproduced**" in result.stdout
+    # matched by text: a is right wherever full:a is, and on 10 rows more (5%), so the paired interval starts at
+    # +2.0 and p is 0; had full's rows kept their own order, a and full:a would disagree on 150 rows
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("| a beats full:a |")]
+    assert line.startswith("| a beats full:a | +5.0 | [+2.0, ") and "| 0.000 |" in line
+
+    compare = _load_script("compare.py")
+    refusals = {
+        ("--models", "a", "full:a", "--also", "full=" + str(tmp_path / "nowhere")): "has no eval/ folder",
+        ("--models", "a", "other:a"): "no run 'other' (give it as --also other=DIR)",
+        ("--models", "a", "j=a+full:b"): "joined models must come from one run",
+        ("--models", "a", "b", "--claim", "(a - b) beats a"): "compares a model with a gain",
+        ("--models", "a", "b", "--claim", "(a - a) beats (b - a)"): "compares a model with itself",
+    }
+    for extra, message in refusals.items():
+        with pytest.raises(SystemExit, match=re.escape(message)):
+            compare.main(["--results", str(little), "--also", f"full={full}", *extra])
+    other = pd.read_parquet(full / "data" / "reviews" / "test.parquet")  # a text the little run does not have
+    other.loc[0, "text"] = "another review"
+    other.to_parquet(full / "data" / "reviews" / "test.parquet")
+    result = run_script("compare.py", *args)
+    assert result.returncode != 0
+    assert "model 'full:a': 1 of its rows have texts that are not in the --results run's split" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kdpipe.evaluation.paired import compare, interval, verdict
+from kdpipe.evaluation.paired import compare, compare_gains, interval, verdict
 
 
 def test_identical_models_differ_by_nothing():
@@ -43,6 +43,24 @@ def test_difference_is_the_share_of_rows_only_a_gets_right():
     # the paired interval is that of a 5% rate over 100 rows: binomial sd sqrt(0.05 * 0.95 / 100) = 0.0218
     assert result.low >= 0 and result.high == pytest.approx(0.05 + 1.96 * 0.0218, abs=0.015)
     assert result.detectable == pytest.approx(2.8 * 0.0218, rel=0.15)
+
+
+def test_a_difference_of_gains_is_worked_out_on_shared_rows():
+    # one seed, 100 rows. A right on 80 rows, B on 70 of them (gain 10); C on 60, D on 55 of them (gain 5)
+    a, b, c, d = (np.zeros(100) for _ in range(4))
+    a[:80], b[:70], c[:60], d[:55] = 1, 1, 1, 1
+    result = compare_gains(a, b, c, d, claim="beats")
+    assert result.difference == pytest.approx(0.05)
+    # per row (A - B) - (C - D) is 1 on rows 70-79, -1 on rows 55-59, else 0: mean 0.05, variance
+    # (10 + 5) / 100 - 0.05^2 = 0.1475, so the bootstrap's sd over 100 rows is sqrt(0.1475 / 100) = 0.0384
+    assert (result.high - result.low) == pytest.approx(2 * 1.96 * 0.0384, rel=0.12)
+    assert result.detectable == pytest.approx(2.8 * 0.0384, rel=0.12)
+    assert result.verdict == "undecided at this power"  # 0.05 - 1.96 * 0.0384 < 0
+    # the same two models on both sides: every draw's difference of gains is exactly 0
+    same = compare_gains(a, b, a.copy(), b.copy(), claim="beats")
+    assert (same.difference, same.low, same.high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="different numbers of rows"):
+        compare_gains(a, b, c, d[:99])
 
 
 def test_interval_width_matches_the_binomial_one():

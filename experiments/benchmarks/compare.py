@@ -8,9 +8,12 @@
 A model is a base name: its seeds are ``results/eval/NAME.seed*/`` (or ``results/eval/NAME/`` for one). A student
 entry with ``per_domain: true`` is one model, its family: each seed's domain students (``NAME.DOMAIN.seedK``), each
 scored on its own domain's rows, joined into one prediction of the split; ``NAME=A+B+...`` joins models on disjoint
-rows the same way (seed k of each). A claim
-is ``A beats B [by GAP]`` (GAP 0 when left out) or ``A matches B within MARGIN`` (MARGIN > 0), in accuracy points,
-between two different models. Prints Markdown: one table of the
+rows the same way (seed k of each). ``--also LABEL=DIR`` adds another run's results/ that scored the same texts
+(e.g. the same test reviews after a domain's training rows were cut): its models are ``LABEL:NAME``, and their rows
+are matched to this run's by text, since the two runs number their rows apart. A claim is ``A beats B [by GAP]``
+(GAP 0 when left out) or ``A matches B within MARGIN`` (MARGIN > 0), in accuracy points, between two different
+models, or the same between two gains, ``(A - B) beats (C - D)``: A's gain over B is larger than C's over D,
+tested on the same rows. Prints Markdown: one table of the
 models (mean accuracy, 95% interval over seeds and test rows, the gold labels each read) and one of the claims
 (A − B, its interval, the paired bootstrap p-value, the smallest difference the design detects, the verdict);
 with a domain column, also the accuracy per domain.
@@ -31,12 +34,15 @@ import torch
 from torchmetrics.functional.classification import multiclass_f1_score
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.evaluation.paired import compare, interval
+from kdpipe.evaluation.paired import compare, compare_gains, interval
 from kdpipe.report.intervals import correct_matrix, prediction_rows, predictions_path
 from kdpipe.report.summary import describe_label_use
 
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
-CLAIM = re.compile(rf"^\s*(\S+)\s+(?:(beats)\s+(\S+)(?:\s+by\s+{NUMBER})?|(matches)\s+(\S+)\s+within\s+{NUMBER})\s*$")
+SIDE = r"(\(\s*\S+\s+-\s+\S+\s*\)|\S+)"  # a model, or a gain "(A - B)"
+CLAIM = re.compile(
+    rf"^\s*{SIDE}\s+(?:(beats)\s+{SIDE}(?:\s+by\s+{NUMBER})?|(matches)\s+{SIDE}\s+within\s+{NUMBER})\s*$"
+)
 
 
 def evaluations(results: Path, model: str, split: str) -> dict[int, list[Path]]:
@@ -88,14 +94,52 @@ def model_spec(text: str) -> tuple[str, list[str]]:
     return name, parts
 
 
-def joined(results: Path, parts: list[str], split: str) -> list[list[Path]]:
-    """Per seed, in seed order, the evaluation files of one model, or of several models on disjoint rows
-    (``NAME=A+B``, e.g. one single-domain student per domain) joined seed by seed (seed k of each)."""
-    per_part = [evaluations(results, part, split) for part in parts]
+def run_of(part: str, runs: dict[str, Path]) -> tuple[str, str]:
+    """(the run's label, "" for --results; the model's name in it) of a model name, ``NAME`` or ``LABEL:NAME``."""
+    label, _, name = part.rpartition(":")
+    if label and label not in runs:
+        raise SystemExit(f"--models {part!r}: no run {label!r} (give it as --also {label}=DIR)")
+    return label, name
+
+
+def joined(runs: dict[str, Path], parts: list[str], split: str) -> tuple[str, list[list[Path]]]:
+    """(the run's label, per seed in seed order the evaluation files) of one model, or of several models of one run
+    on disjoint rows (``NAME=A+B``, e.g. one single-domain student per domain) joined seed by seed (seed k of
+    each)."""
+    labels, names = zip(*(run_of(part, runs) for part in parts))
+    if len(set(labels)) > 1:
+        raise SystemExit(f"--models {'+'.join(parts)}: joined models must come from one run")
+    per_part = [evaluations(runs[labels[0]], name, split) for name in names]
     if len({tuple(seeds) for seeds in per_part}) > 1:
         found = ", ".join(f"{part} {sorted(seeds)}" for part, seeds in zip(parts, per_part))
         raise SystemExit(f"--models {'+'.join(parts)}: joined models need the same seeds ({found})")
-    return [[path for seeds in per_part for path in seeds[seed]] for seed in per_part[0]]
+    return labels[0], [[path for seeds in per_part for path in seeds[seed]] for seed in per_part[0]]
+
+
+def row_texts(results: Path, split: str) -> pd.Series:
+    """The text of each row of a run's split (with its pair side, if any), indexed by row_id, from its prepared data
+    (``results/data/NAME/SPLIT.parquet``)."""
+    found = sorted((results / "data").glob(f"*/{split}.parquet"))
+    if len(found) != 1:
+        raise SystemExit(f"{results}/data: expected one prepared dataset with a {split} split, found {len(found)}")
+    columns = [c for c in ("row_id", "text", "text_pair") if c in pq.read_schema(found[0]).names]
+    table = pq.read_table(found[0], columns=columns).to_pandas()
+    key = table["text"] if "text_pair" not in table else table["text"] + "\x1f" + table["text_pair"].fillna("")
+    return pd.Series(key.to_numpy(), index=table["row_id"].to_numpy())
+
+
+def to_main_rows(model: str, ids: np.ndarray, theirs: pd.Series, ours: pd.Series) -> np.ndarray:
+    """The row ids in the --results run of another run's rows ``ids``, matched by text; stops on a text it lacks."""
+    if ours.duplicated().any():
+        raise SystemExit("--also: the --results run's split repeats a text, so rows cannot be matched by text")
+    index = pd.Series(ours.index, index=ours.to_numpy())
+    mapped = index.reindex(theirs.reindex(ids).to_numpy())
+    if mapped.isna().any():
+        raise SystemExit(
+            f"model '{model}': {int(mapped.isna().sum()):,} of its rows have texts that are not in the --results "
+            "run's split; a model of another run must be scored on the same texts"
+        )
+    return mapped.to_numpy(dtype=np.int64)
 
 
 def records(evaluation: list[Path]) -> list[dict]:
@@ -164,36 +208,61 @@ def domain_table(files: dict[str, list]) -> list[str]:
     return lines
 
 
-def parse_claim(text: str, models: list[str]) -> tuple[str, str, str, float]:
-    """(A, "beats" or "matches", B, the gap or margin as a fraction) of a ``--claim``; stops on a malformed one."""
+Side = tuple[str, ...]  # a model (A,) or a gain (A, B): A - B
+
+
+def parse_claim(text: str, models: list[str]) -> tuple[Side, str, Side, float]:
+    """(A, "beats" or "matches", B, the gap or margin as a fraction) of a ``--claim``, each side a model or a gain;
+    stops on a malformed one."""
     match = CLAIM.match(text)
     if not match:
-        raise SystemExit(f"--claim {text!r}: write 'A beats B [by GAP]' or 'A matches B within MARGIN' (points)")
-    a, beats, b_beats, gap, matches, b_matches, margin = match.groups()
-    kind, b, amount = ("beats", b_beats, gap) if beats else ("matches", b_matches, margin)
-    missing = [m for m in (a, b) if m not in models]
+        raise SystemExit(
+            f"--claim {text!r}: write 'A beats B [by GAP]', 'A matches B within MARGIN' (points), or the same "
+            "between two gains, '(A - B) beats (C - D)'"
+        )
+    a_side, beats, b_beats, gap, matches, b_matches, margin = match.groups()
+    kind, b_side, amount = ("beats", b_beats, gap) if beats else ("matches", b_matches, margin)
+    a, b = (tuple(t for t in re.findall(r"[^\s()]+", side) if t != "-") for side in (a_side, b_side))
+    if len(a) != len(b):
+        raise SystemExit(f"--claim {text!r}: compares a model with a gain; compare two models or two gains")
+    missing = [m for m in a + b if m not in models]
     if missing:
         raise SystemExit(f"--claim {text!r}: {', '.join(missing)} not among --models")
-    if a == b:
-        raise SystemExit(f"--claim {text!r}: compares {a} with itself")
+    if a == b or (len(a) == 2 and (a[0] == a[1] or b[0] == b[1])):
+        raise SystemExit(f"--claim {text!r}: compares a model with itself")
     points = float(amount) / 100 if amount else 0.0
     if kind == "matches" and points <= 0:
         raise SystemExit(f"--claim {text!r}: a margin of 0 can never be shown; give the largest gap that still matches")
     return a, kind, b, points
 
 
-def claim_row(text: str, claim: tuple[str, str, str, float], matrices: dict[str, np.ndarray]) -> str:
+def claim_row(text: str, claim: tuple[Side, str, Side, float], matrices: dict[str, np.ndarray]) -> str:
     a, kind, b, points = claim
-    result = compare(matrices[a], matrices[b], claim=kind, gap=points, margin=points)
+    test = compare if len(a) == 1 else compare_gains
+    result = test(*(matrices[m] for m in a + b), claim=kind, gap=points, margin=points)
     return (
         f"| {text} | {100 * result.difference:+.1f} | [{100 * result.low:+.1f}, {100 * result.high:+.1f}] | "
         f"{result.p_value:.3f} | {100 * result.detectable:.1f} | **{result.verdict}** |"
     )
 
 
+def also_run(text: str) -> tuple[str, Path]:
+    """(LABEL, DIR) of an ``--also LABEL=DIR``."""
+    label, _, folder = text.partition("=")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", label) or not folder:
+        raise SystemExit(f"--also {text!r}: write LABEL=DIR (a label of letters, digits, '_', '.' or '-')")
+    if not (Path(folder) / "eval").is_dir():
+        raise SystemExit(f"--also {text!r}: {folder} has no eval/ folder; give a run's results/")
+    return label, Path(folder)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("results"), help="the run's results/ folder")
+    parser.add_argument(
+        "--also", action="append", default=[], metavar="LABEL=DIR",
+        help="another run's results/ that scored the same texts; its models are LABEL:NAME",
+    )  # fmt: skip
     parser.add_argument("--split", default="test")
     parser.add_argument("--models", nargs="+", required=True, help="base names (their seeds are found)")
     parser.add_argument("--claim", action="append", default=[], help="'A beats B [by GAP]' or 'A matches B within M'")
@@ -204,11 +273,20 @@ def main(argv: list[str] | None = None) -> None:
     if len(models) < len(specs):
         raise SystemExit(f"--models: a name given twice ({', '.join(name for name, _ in specs)})")
     claims = {text: parse_claim(text, list(models)) for text in args.claim}
-    files = {name: joined(args.results, parts, args.split) for name, parts in models.items()}
+    runs = {"": args.results} | dict(also_run(text) for text in args.also)
+    found = {name: joined(runs, parts, args.split) for name, parts in models.items()}
+    files = {name: paths for name, (_, paths) in found.items()}
     try:
         matrices = {model: correct_matrix(paths) for model, paths in files.items()}
     except KdpipeError as error:
         raise SystemExit(str(error)) from None
+    texts = {label: row_texts(runs[label], args.split) for label in {label for label, _ in found.values()} if label}
+    for model, (label, _) in found.items():
+        if label:  # another run's rows, renumbered as this run's and put in their order
+            ids, correct = matrices[model]
+            ours = to_main_rows(model, ids, texts[label], row_texts(args.results, args.split))
+            order = np.argsort(ours, kind="stable")
+            matrices[model] = ours[order], correct[:, order]
     rows = {model: ids for model, (ids, _) in matrices.items()}
     first = next(iter(rows))
     if len(rows[first]) == 0:

@@ -3,7 +3,8 @@
 A model of S seeds on N test rows is a 0/1 matrix ``correct`` [S, N]. A bootstrap draws the test rows (one draw
 shared by every model compared: the test is *paired*) and each model's own seeds together, each draw one
 multinomial weight vector over the rows. :func:`interval` gives a model's 95% interval, :func:`compare` A − B with
-its interval, p-value, smallest detectable difference and the verdict on a ``beats`` or ``matches`` claim.
+its interval, p-value, smallest detectable difference and the verdict on a ``beats`` or ``matches`` claim, and
+:func:`compare_gains` the same for a difference of two gains, (A − B) − (C − D).
 """
 
 from __future__ import annotations
@@ -91,11 +92,27 @@ def compare(
     ``claim`` when one is given."""
     a, b = _as_matrix(a), _as_matrix(b)
     boot_a, boot_b = _bootstrap([a, b], draws, seed)
-    diff = boot_a - boot_b
+    return _comparison(boot_a - boot_b, a.mean() - b.mean(), claim, gap, margin)
+
+
+def compare_gains(
+    a, b, c, d, *, claim: str | None = None, gap: float = 0.0, margin: float = 0.01, draws: int = 4000, seed: int = 0
+) -> Comparison:
+    """(A − B) − (C − D): how much larger A's gain over B is than C's over D, all four on the same test rows (e.g.
+    one method's gain with little data against its gain with all of it, every model scored on the same reviews).
+    One draw of the rows is shared by the four models, each model's seeds drawn apart, as in :func:`compare`."""
+    a, b, c, d = (_as_matrix(m) for m in (a, b, c, d))
+    boot_a, boot_b, boot_c, boot_d = _bootstrap([a, b, c, d], draws, seed)
+    difference = (a.mean() - b.mean()) - (c.mean() - d.mean())
+    return _comparison((boot_a - boot_b) - (boot_c - boot_d), difference, claim, gap, margin)
+
+
+def _comparison(diff: np.ndarray, difference: float, claim: str | None, gap: float, margin: float) -> Comparison:
+    """The interval, p-value, smallest detectable difference and verdict of a difference from its bootstrap draws."""
     low, high = np.percentile(diff, [2.5, 97.5])
     p_value = min(1.0, 2 * min(np.mean(diff <= 0), np.mean(diff >= 0)))
     return Comparison(
-        difference=float(a.mean() - b.mean()),
+        difference=float(difference),
         low=float(low),
         high=float(high),
         p_value=float(p_value),
