@@ -227,16 +227,48 @@ def test_compare_tests_a_difference_of_gains_across_two_runs_of_the_same_texts(t
         ("--models", "a", "j=a+full:b"): "joined models must come from one run",
         ("--models", "a", "b", "--claim", "(a - b) beats a"): "compares a model with a gain",
         ("--models", "a", "b", "--claim", "(a - a) beats (b - a)"): "compares a model with itself",
+        ("--models", "a", "b", "--claim", "(a-b) beats a"): "a-b not among --models; write a gain as (A - B)",
+        ("--models", "a", "full:a=b"): "a NAME of your own has no ':'",
+        ("--models", "a", ":a"): "write NAME, or LABEL:NAME",
+        ("--also", f"full={little}", "--models", "a"): "the label 'full' is given twice",
     }
     for extra, message in refusals.items():
         with pytest.raises(SystemExit, match=re.escape(message)):
             compare.main(["--results", str(little), "--also", f"full={full}", *extra])
-    other = pd.read_parquet(full / "data" / "reviews" / "test.parquet")  # a text the little run does not have
-    other.loc[0, "text"] = "another review"
-    other.to_parquet(full / "data" / "reviews" / "test.parquet")
+
+    data = pd.read_parquet(full / "data" / "reviews" / "test.parquet")
+    data.loc[0, "text"] = "another review"  # a text the little run does not have
+    data.to_parquet(full / "data" / "reviews" / "test.parquet")
     result = run_script("compare.py", *args)
     assert result.returncode != 0
     assert "model 'full:a': 1 of its rows have texts that are not in the --results run's split" in result.stderr
+    data.loc[0, "text"] = "review 0"
+
+    # the other run's data with a second side that is empty on every row reads as single texts, as this run's
+    data.assign(text_pair=None).to_parquet(full / "data" / "reviews" / "test.parquet")
+    assert run_script("compare.py", *args).returncode == 0
+    for seed in range(3):  # a row its run's data does not have (ids run 1000 down to 801)
+        every = full / "eval" / f"a.seed{seed}" / "test.predictions.parquet"
+        pd.read_parquet(every).replace({"row_id": {1000: 5}}).to_parquet(every)
+    with pytest.raises(SystemExit, match=re.escape("model 'full:a': 1 of its rows are not in its run's prepared")):
+        compare.main(list(map(str, args)))
+    for seed in range(3):
+        every = full / "eval" / f"a.seed{seed}" / "test.predictions.parquet"
+        pd.read_parquet(every).replace({"row_id": {5: 1000}}).to_parquet(every)
+    predictions = full / "eval" / "a.seed1" / "test.predictions.parquet"
+    table = pd.read_parquet(predictions)
+    table["correct"] = table["correct"].astype(float)
+    table.loc[3, "correct"] = np.nan  # a row without its outcome: refused, not a NaN verdict
+    table.to_parquet(predictions)
+    with pytest.raises(SystemExit, match="lack a 'correct' value for some rows"):
+        compare.main(list(map(str, args)))
+    predictions.unlink()
+    with pytest.raises(SystemExit, match="test.predictions.parquet: missing"):
+        compare.main(list(map(str, args)))
+    _run_with_texts(tmp_path / "plain" / "results", [0, 1], ["x", "y"], {"a": [0]})
+    pd.DataFrame({"row_id": [0, 1]}).to_parquet(tmp_path / "plain" / "results" / "data" / "reviews" / "test.parquet")
+    with pytest.raises(SystemExit, match="no row_id and text columns"):
+        compare.main(["--results", str(little), "--also", f"p={tmp_path / 'plain' / 'results'}", "--models", "p:a"])
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,7 @@ def evaluations(results: Path, model: str, split: str) -> dict[int, list[Path]]:
 def check_domain(evaluation: Path, domain: str) -> None:
     """A domain student's predictions must be of its own domain's rows (when they carry the rows' domains)."""
     path = predictions_path(evaluation)
-    if "domain" in pq.read_schema(path).names:
+    if path.is_file() and "domain" in pq.read_schema(path).names:  # (a missing file is refused when it is read)
         found = set(pq.read_table(path, columns=["domain"]).column("domain").to_pylist())
         if found - {domain}:
             raise SystemExit(f"{path}: a student of domain {domain!r} has predictions of rows of {sorted(found)}")
@@ -89,14 +89,19 @@ def model_spec(text: str) -> tuple[str, list[str]]:
     """(name, the models joined into it) of one ``--models`` entry: ``NAME``, or ``NAME=A+B+...``."""
     name, _, joined_parts = text.partition("=") if "=" in text else (text, "", text)
     parts = joined_parts.split("+")
-    if not name or not all(parts) or any(c in name for c in "+="):
-        raise SystemExit(f"--models {text!r}: write NAME, or NAME=A+B+... to join models on disjoint rows")
+    if not name or not all(parts) or any(c in name for c in "+=") or (":" in name and name != text):
+        raise SystemExit(
+            f"--models {text!r}: write NAME, or NAME=A+B+... to join models on disjoint rows (a NAME of your own has "
+            "no ':', which marks another run's model, LABEL:NAME)"
+        )
     return name, parts
 
 
 def run_of(part: str, runs: dict[str, Path]) -> tuple[str, str]:
     """(the run's label, "" for --results; the model's name in it) of a model name, ``NAME`` or ``LABEL:NAME``."""
-    label, _, name = part.rpartition(":")
+    label, colon, name = part.rpartition(":")
+    if colon and not label:
+        raise SystemExit(f"--models {part!r}: write NAME, or LABEL:NAME for a model of another run (--also)")
     if label and label not in runs:
         raise SystemExit(f"--models {part!r}: no run {label!r} (give it as --also {label}=DIR)")
     return label, name
@@ -122,9 +127,16 @@ def row_texts(results: Path, split: str) -> pd.Series:
     found = sorted((results / "data").glob(f"*/{split}.parquet"))
     if len(found) != 1:
         raise SystemExit(f"{results}/data: expected one prepared dataset with a {split} split, found {len(found)}")
-    columns = [c for c in ("row_id", "text", "text_pair") if c in pq.read_schema(found[0]).names]
-    table = pq.read_table(found[0], columns=columns).to_pandas()
-    key = table["text"] if "text_pair" not in table else table["text"] + "\x1f" + table["text_pair"].fillna("")
+    present = pq.read_schema(found[0]).names
+    if not {"row_id", "text"} <= set(present):
+        raise SystemExit(f"{found[0]}: no row_id and text columns, so its rows cannot be matched by text")
+    table = pq.read_table(found[0], columns=[c for c in ("row_id", "text", "text_pair") if c in present]).to_pandas()
+    if table["row_id"].duplicated().any() or table["text"].isna().any():
+        raise SystemExit(f"{found[0]}: repeated row ids or rows without a text, so rows cannot be matched by text")
+    key = table["text"]
+    if "text_pair" in table:  # a pair's second side; a row without one reads as a single text
+        pair = table["text_pair"].fillna("")
+        key = key.where(pair == "", key + "\x1f" + pair)
     return pd.Series(key.to_numpy(), index=table["row_id"].to_numpy())
 
 
@@ -132,6 +144,9 @@ def to_main_rows(model: str, ids: np.ndarray, theirs: pd.Series, ours: pd.Series
     """The row ids in the --results run of another run's rows ``ids``, matched by text; stops on a text it lacks."""
     if ours.duplicated().any():
         raise SystemExit("--also: the --results run's split repeats a text, so rows cannot be matched by text")
+    unknown = np.setdiff1d(ids, theirs.index.to_numpy())
+    if len(unknown):
+        raise SystemExit(f"model '{model}': {len(unknown):,} of its rows are not in its run's prepared split")
     index = pd.Series(ours.index, index=ours.to_numpy())
     mapped = index.reindex(theirs.reindex(ids).to_numpy())
     if mapped.isna().any():
@@ -227,7 +242,8 @@ def parse_claim(text: str, models: list[str]) -> tuple[Side, str, Side, float]:
         raise SystemExit(f"--claim {text!r}: compares a model with a gain; compare two models or two gains")
     missing = [m for m in a + b if m not in models]
     if missing:
-        raise SystemExit(f"--claim {text!r}: {', '.join(missing)} not among --models")
+        hint = "; write a gain as (A - B), with spaces" if any("-" in m for m in missing) else ""
+        raise SystemExit(f"--claim {text!r}: {', '.join(missing)} not among --models{hint}")
     if a == b or (len(a) == 2 and (a[0] == a[1] or b[0] == b[1])):
         raise SystemExit(f"--claim {text!r}: compares a model with itself")
     points = float(amount) / 100 if amount else 0.0
@@ -273,7 +289,11 @@ def main(argv: list[str] | None = None) -> None:
     if len(models) < len(specs):
         raise SystemExit(f"--models: a name given twice ({', '.join(name for name, _ in specs)})")
     claims = {text: parse_claim(text, list(models)) for text in args.claim}
-    runs = {"": args.results} | dict(also_run(text) for text in args.also)
+    runs = {"": args.results}
+    for label, folder in map(also_run, args.also):
+        if label in runs:
+            raise SystemExit(f"--also {label}=...: the label {label!r} is given twice")
+        runs[label] = folder
     found = {name: joined(runs, parts, args.split) for name, parts in models.items()}
     files = {name: paths for name, (_, paths) in found.items()}
     try:
@@ -295,7 +315,8 @@ def main(argv: list[str] | None = None) -> None:
         if not np.array_equal(ids, rows[first]):
             raise SystemExit(
                 f"models '{first}' and '{model}' were evaluated on other {args.split} rows ({len(rows[first]):,} and "
-                f"{len(ids):,}); a per-domain family or a NAME=A+B join must cover every domain"
+                f"{len(ids):,}); a per-domain family or a NAME=A+B join must cover every domain, and a model of "
+                "another run (--also) be scored on the same texts"
             )
     matrices = {model: correct for model, (_, correct) in matrices.items()}
     rows = rows[first]

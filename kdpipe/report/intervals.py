@@ -27,6 +27,8 @@ def prediction_rows(evaluation: str | Path | list[Path], columns: list[str]) -> 
     tables = []
     for part in parts:
         path = predictions_path(part)
+        if not path.is_file():
+            raise KdpipeError(f"{path}: missing; the evaluation beside it was written without its predictions")
         present = pq.read_schema(path).names
         tables.append(pq.read_table(path, columns=[c for c in columns if c in present]).to_pandas())
     table = pd.concat(tables, ignore_index=True).sort_values("row_id", kind="stable").reset_index(drop=True)
@@ -46,6 +48,8 @@ def correct_matrix(evaluations: list) -> tuple[np.ndarray, np.ndarray]:
     row_ids, rows = None, []
     for evaluation in evaluations:
         table = prediction_rows(evaluation, ["row_id", "correct"])
+        if "correct" not in table or table["correct"].isna().any():
+            raise KdpipeError(f"{_name(evaluation)}: its predictions lack a 'correct' value for some rows")
         ids = table["row_id"].to_numpy()
         if row_ids is None:
             row_ids = ids
