@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -269,6 +270,26 @@ def test_compare_tests_a_difference_of_gains_across_two_runs_of_the_same_texts(t
     pd.DataFrame({"row_id": [0, 1]}).to_parquet(tmp_path / "plain" / "results" / "data" / "reviews" / "test.parquet")
     with pytest.raises(SystemExit, match="no row_id and text columns"):
         compare.main(["--results", str(little), "--also", f"p={tmp_path / 'plain' / 'results'}", "--models", "p:a"])
+
+
+def _compare_commands():
+    """Every compare.py command the README, docs/ and the experiments' comments give, continuation lines joined."""
+    for path in [REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "experiments").rglob("*.yaml")]:
+        lines = path.read_text().splitlines()
+        if path.suffix == ".yaml":
+            lines = [re.sub(r"^\s*#\s?", "", line) for line in lines]
+        for line in "\n".join(lines).replace("\\\n", " ").splitlines():
+            if line.lstrip().startswith(".venv/bin/python experiments/benchmarks/compare.py"):
+                yield path.relative_to(REPO), shlex.split(line)[2:]
+
+
+def test_every_compare_command_the_docs_give_parses():
+    compare = _load_script("compare.py")
+    found = list(_compare_commands())
+    assert len(found) >= 8  # the write-ups' tables and the configs' comments
+    for path, argv in found:
+        args, models, _ = compare.arguments(argv)  # stops on an unknown option, a malformed model or claim
+        assert all(re.fullmatch(r"[\w.:=+-]+", m) for m in args.models), (path, args.models)
 
 
 @pytest.mark.parametrize(

@@ -272,7 +272,9 @@ def also_run(text: str) -> tuple[str, Path]:
     return label, Path(folder)
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, list[str]], dict]:
+    """(the parsed command line, {model: the models joined into it}, {claim text: parsed claim}); stops on a
+    malformed one before any file is read."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("results"), help="the run's results/ folder")
     parser.add_argument(
@@ -283,12 +285,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="+", required=True, help="base names (their seeds are found)")
     parser.add_argument("--claim", action="append", default=[], help="'A beats B [by GAP]' or 'A matches B within M'")
     args = parser.parse_args(argv)
-
     specs = [model_spec(m) for m in args.models]
     models = dict(specs)
     if len(models) < len(specs):
         raise SystemExit(f"--models: a name given twice ({', '.join(name for name, _ in specs)})")
-    claims = {text: parse_claim(text, list(models)) for text in args.claim}
+    return args, models, {text: parse_claim(text, list(models)) for text in args.claim}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, models, claims = arguments(argv)
     runs = {"": args.results}
     for label, folder in map(also_run, args.also):
         if label in runs:
