@@ -305,11 +305,12 @@ def main(argv: list[str] | None = None) -> None:
         matrices = {model: correct_matrix(paths) for model, paths in files.items()}
     except KdpipeError as error:
         raise SystemExit(str(error)) from None
-    texts = {label: row_texts(runs[label], args.split) for label in {label for label, _ in found.values()} if label}
+    labels = {label for label, _ in found.values()}
+    texts = {label: row_texts(runs[label], args.split) for label in labels | {""}} if labels - {""} else {}
     for model, (label, _) in found.items():
         if label:  # another run's rows, renumbered as this run's and put in their order
             ids, correct = matrices[model]
-            ours = to_main_rows(model, ids, texts[label], row_texts(args.results, args.split))
+            ours = to_main_rows(model, ids, texts[label], texts[""])
             order = np.argsort(ours, kind="stable")
             matrices[model] = ours[order], correct[:, order]
     rows = {model: ids for model, (ids, _) in matrices.items()}
