@@ -144,16 +144,31 @@ def landing_html(
             '<div class="kdpipe">',
             f"<h2>{html.escape(title)}</h2>",
             *_warnings(warnings),
-            f"<p>Models on the <b>{html.escape(split)}</b> split: mean over seeds; click a column to sort. A "
-            "teacher of some of the classes (<i>classes</i> 2/5) is scored on its own classes' rows only; the "
-            "teachers' oracle reads gold labels. Full tables (± std over seeds, per class), curves, confusion "
-            "matrices, cost and calibration: category <i>Summary</i> in the menu.</p>",
+            f"<p>Models on the <b>{html.escape(split)}</b> split: mean over seeds; click a column to sort. "
+            f"{_landing_caveats(table)}Full tables (± std over seeds, per class), curves, confusion matrices, cost "
+            "and calibration: category <i>Summary</i> in the menu.</p>",
             _table(header, rows, _best_summary(table, header, landing=True)),
             *(_landing_ood(ood) if ood is not None else ()),
             *(_figure(path) for path in plots),
             "</div>",
         ]
     )
+
+
+def _landing_caveats(table: pd.DataFrame) -> str:
+    """The landing sentences on rows not comparable with the others, only for the rows this run has: a teacher of
+    some of the classes (its *classes* cell, e.g. 2/5) and the teachers' oracle."""
+    counts = [str(c).split("/") for c in table["classes"]]
+    subset = [f"{k}/{n}" for k, n in (c for c in counts if len(c) == 2) if k != n]
+    parts = []
+    if subset:
+        parts.append(
+            f"A teacher of some of the classes (<i>classes</i> {html.escape(subset[0])}) is scored on its own "
+            "classes' rows only. "
+        )
+    if (table["kind"] == "oracle").any():
+        parts.append("The teachers' oracle reads gold labels. ")
+    return "".join(parts)
 
 
 def _ood_section(ood: pd.DataFrame) -> list[str]:
