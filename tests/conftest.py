@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,13 @@ import torch
 
 from kdpipe.data.prepare import prepare
 from kdpipe.methods.registry import get_method, method_args
+
+# A suite started under nohup, or as a background job of a non-interactive shell, ignores SIGHUP or SIGINT, and every
+# process it starts inherits that: the tests that stop a job with those signals would see it run to the end. The
+# tests' jobs get the signals' default handling, as under a terminal or Snakemake.
+for _signal, _handler in ((signal.SIGHUP, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+    if signal.getsignal(_signal) == signal.SIG_IGN:
+        signal.signal(_signal, _handler)
 
 REPO = Path(__file__).resolve().parents[1]
 
