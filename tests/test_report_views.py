@@ -200,10 +200,13 @@ def test_landing_fragment_compares_the_models_at_a_glance(report):
     assert ">2/3</td>" in re.search(r"<tr><td[^>]*>t_ab</td>.*?</tr>", fragment).group(0)  # a subset teacher
     # the caveats name this run's rows only: its subset teacher's 2/3, and no oracle (it has none)
     assert "A teacher of some of the classes (<i>classes</i> 2/3)" in fragment and "oracle" not in fragment
-    full_only = pd.DataFrame({"classes": ["2/2", "2/2"], "kind": ["teacher", "student"]})
+    full_only = pd.DataFrame({"classes": ["2/2", "2/2"], "n_classes": [2, 2], "kind": ["teacher", "student"]})
     assert _landing_caveats(full_only) == ""
-    with_oracle = pd.DataFrame({"classes": ["1/2", "2/2"], "kind": ["teacher", "oracle"]})
-    assert _landing_caveats(with_oracle).endswith("The teachers' oracle reads gold labels. ")
+    with_oracle = pd.DataFrame({"classes": ["1/2", "2/2"], "n_classes": [1, 2], "kind": ["teacher", "oracle"]})
+    assert _landing_caveats(with_oracle) == (
+        "A teacher of some of the classes (<i>classes</i> 1/2) is scored on its own classes' rows only. "
+        "The teachers' oracle reads gold labels. "
+    )
     # the key plots under the table, embedded: the fragment needs no other file
     embedded = re.findall(r'<img src="data:image/png;base64,([^"]+)" alt="(\w+)"', fragment)
     assert [alt for _, alt in embedded] == ["metrics", "cost"]

@@ -157,14 +157,13 @@ def landing_html(
 
 def _landing_caveats(table: pd.DataFrame) -> str:
     """The landing sentences on rows not comparable with the others, only for the rows this run has: a teacher of
-    some of the classes (its *classes* cell, e.g. 2/5) and the teachers' oracle."""
-    counts = [str(c).split("/") for c in table["classes"]]
-    subset = [f"{k}/{n}" for k, n in (c for c in counts if len(c) == 2) if k != n]
+    some of the classes (its *classes* cell, e.g. 2/5) and the teachers' oracle (as :func:`comparable` tells them)."""
+    subset = table.loc[table["n_classes"] < table["n_classes"].max(), "classes"]
     parts = []
-    if subset:
+    if len(subset):
         parts.append(
-            f"A teacher of some of the classes (<i>classes</i> {html.escape(subset[0])}) is scored on its own "
-            "classes' rows only. "
+            f"A teacher of some of the classes (<i>classes</i> {html.escape(str(subset.iloc[0]))}) is scored on its "
+            "own classes' rows only. "
         )
     if (table["kind"] == "oracle").any():
         parts.append("The teachers' oracle reads gold labels. ")
