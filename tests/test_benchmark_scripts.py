@@ -100,6 +100,72 @@ def test_compare_gives_intervals_and_verdicts(tmp_path):
     assert "**not reproduced**" in claims["good matches bad within 1"]
 
 
+def _ood_evaluation(folder: Path, model: str, test: dict, ood: dict) -> None:
+    """A model's test and OOD evaluations with the predictions columns ``test`` and ``ood`` (row ids added)."""
+    folder.mkdir(parents=True)
+    for split, columns in (("test", test), ("ood", ood)):
+        (folder / f"{split}.json").write_text(json.dumps({"model": model, "metrics": {"macro_f1": 0.5}}))
+        rows = len(next(iter(columns.values())))
+        first = 0 if split == "test" else 1000  # OOD rows are numbered after the dataset's
+        table = pd.DataFrame({"row_id": range(first, first + rows), **columns})
+        table.iloc[::-1].to_parquet(folder / f"{split}.predictions.parquet")
+
+
+def test_compare_tests_calibration_and_ood_detection(tmp_path):
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    correct = rng.permutation([1] * 480 + [0] * 120)  # 80% right: a confidence of 0.8 is calibrated
+    sharp_in, sharp_ood = rng.normal(0, 1, 600), rng.normal(2.5, 1, 200)  # entropy: OOD rows far above
+    for seed in range(3):
+        _ood_evaluation(
+            tmp_path / "eval" / f"calibrated.seed{seed}", "calibrated",
+            {"correct": correct, "confidence": np.full(600, 0.8), "total": sharp_in},
+            {"confidence": np.full(200, 0.8), "total": sharp_ood},
+        )  # fmt: skip
+        _ood_evaluation(
+            tmp_path / "eval" / f"overconfident.seed{seed}", "overconfident",
+            {"correct": correct, "confidence": np.full(600, 0.99), "total": rng.normal(0, 1, 600)},
+            {"confidence": np.full(200, 0.99), "total": rng.normal(0, 1, 200)},
+        )  # fmt: skip
+    base = ["compare.py", "--results", tmp_path, "--models", "calibrated", "overconfident"]
+    result = run_script(*base, "--metric", "ece", "--claim", "calibrated beats overconfident")
+    assert result.returncode == 0, result.stderr
+    assert "| `calibrated` | 3 | 0.0 |" in result.stdout and "| `overconfident` | 3 | 19.0 |" in result.stdout
+    assert "macro-F1" not in result.stdout and "lower is better" in result.stdout
+    assert "| calibrated beats overconfident | -19.0 |" in result.stdout and "**reproduced**" in result.stdout
+    result = run_script(*base, "--metric", "auroc:entropy", "--claim", "calibrated beats overconfident by 20")
+    assert result.returncode == 0, result.stderr
+    assert "600 test rows against 200 OOD rows" in result.stdout
+    auroc = roc_auc_score(np.r_[np.zeros(600), np.ones(200)], np.r_[sharp_in, sharp_ood])
+    assert f"| `calibrated` | 3 | {100 * auroc:.1f} |" in result.stdout
+    assert "**reproduced**" in result.stdout
+    # max_prob is the negated confidence: a constant confidence separates nothing
+    result = run_script(*base[:-1], "--metric", "auroc:max_prob")
+    assert result.returncode == 0, result.stderr
+    assert "| `calibrated` | 3 | 50.0 | [50.0, 50.0] |" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--metric", "auroc"], "write accuracy, ece, or auroc:SCORE"),
+        (["--metric", "f1"], "write accuracy, ece, or auroc:SCORE"),
+        (["--metric", "auroc:doubt"], "no uncertainty score 'doubt'; the scores are max_prob"),
+        (["--metric", "auroc:entropy", "--split", "validation"], "leave --split test"),
+        (["--metric", "auroc:entropy", "--models", "both=a+b"], "joins models on disjoint test rows"),
+        (["--metric", "auroc:mc_entropy"], "lack a 'mc_total' value"),
+    ],
+)
+def test_compare_refuses_a_metric_it_cannot_compute(tmp_path, extra, message):
+    for model in ("a", "b"):
+        _ood_evaluation(tmp_path / "eval" / model, model, {"correct": [1, 0], "total": [0.1, 0.2]}, {"total": [0.3]})
+    models = [] if "--models" in extra else ["--models", "a", "b"]
+    result = run_script("compare.py", "--results", tmp_path, *models, *extra)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def _domain_evaluation(folder: Path, record: dict, rows: list[int], correct: list[int], domains: list[str]) -> None:
     folder.mkdir(parents=True)
     (folder / "test.json").write_text(json.dumps({"metrics": {"macro_f1": 0.0}, "gold_labels": {}} | record))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kdpipe.evaluation.paired import compare, compare_gains, interval, verdict
+from kdpipe.evaluation.paired import Auroc, CalibrationError, compare, compare_gains, interval, point, verdict
 
 
 def test_identical_models_differ_by_nothing():
@@ -103,3 +103,72 @@ def test_unpaired_inputs_are_refused():
         compare(np.ones((2, 10)), np.ones((2, 11)))
     with pytest.raises(ValueError, match="claim must be"):
         verdict(0, 1, "wins")
+
+
+def test_calibration_error_is_torchmetrics_ece_on_every_row():
+    import torch
+    from torchmetrics.classification import MulticlassCalibrationError
+
+    rng = np.random.default_rng(4)
+    probs = rng.dirichlet(np.ones(3) * 0.7, size=(2, 500))
+    probs[0, :7] = [1.0, 0.0, 0.0]  # confidence exactly 1: a bin of its own
+    labels = rng.integers(0, 3, size=500)
+    expected = [
+        float(MulticlassCalibrationError(num_classes=3, n_bins=15, norm="l1")(torch.tensor(p), torch.tensor(labels)))
+        for p in probs
+    ]
+    metric = CalibrationError(probs.max(-1), probs.argmax(-1) == labels, bins=15)
+    assert point(metric) == pytest.approx(np.mean(expected), abs=1e-6)
+    mean, low, high = interval(metric)
+    assert low < mean < high
+
+
+def test_calibration_error_by_hand():
+    # 4 rows, 2 bins: [0, 0.5) and [0.5, 1); the row of confidence 1.0 has a bin of its own.
+    # bin 2: confidences 0.6, 0.9, right on 1 of them: |1 - 1.5| = 0.5; bin 3 (confidence 1, wrong): 1.0; bin 1:
+    # 0.4, wrong: 0.4. ECE = (0.5 + 1.0 + 0.4) / 4
+    metric = CalibrationError([0.6, 0.9, 1.0, 0.4], [1, 0, 0, 0], bins=2)
+    assert point(metric) == pytest.approx(1.9 / 4)
+
+
+def test_lower_calibration_error_beats():
+    rng = np.random.default_rng(2)
+    correct = (rng.random((3, 800)) < 0.8).astype(float)
+    calibrated = CalibrationError(np.full((3, 800), 0.8), correct)
+    overconfident = CalibrationError(np.full((3, 800), 0.99), correct)
+    result = compare(calibrated, overconfident, claim="beats")
+    assert result.difference == pytest.approx(point(calibrated) - point(overconfident))
+    assert result.difference < -0.15 and result.high < 0
+    assert result.verdict == "reproduced"  # lower is better: A - B below 0
+    assert compare(overconfident, calibrated, claim="beats").verdict == "not reproduced"
+
+
+def test_auroc_is_sklearn_auroc_on_every_row():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(5)
+    in_scores = np.round(rng.normal(0, 1, size=(2, 300)), 1)  # rounded: ties across the two kinds of rows
+    ood_scores = np.round(rng.normal(0.7, 1, size=(2, 120)), 1)
+    truth = np.r_[np.zeros(300), np.ones(120)]
+    expected = [roc_auc_score(truth, np.r_[i, o]) for i, o in zip(in_scores, ood_scores, strict=True)]
+    metric = Auroc(in_scores, ood_scores)
+    assert point(metric) == pytest.approx(np.mean(expected))
+    # ties count one half: one test row and one OOD row of the same score
+    assert point(Auroc([[1.0]], [[1.0]])) == 0.5
+    assert point(Auroc([[0.0, 2.0]], [[1.0]])) == 0.5
+
+
+def test_auroc_comparison_draws_the_test_and_ood_rows_apart():
+    rng = np.random.default_rng(6)
+    in_scores = rng.normal(0, 1, size=(3, 400))
+    separating = Auroc(in_scores, rng.normal(3, 1, size=(3, 200)))
+    blind = Auroc(in_scores, rng.normal(0, 1, size=(3, 200)))
+    result = compare(separating, blind, claim="beats", gap=0.1)
+    assert result.low > 0.3 and result.verdict == "reproduced"
+    # one OOD row drawn many times must not leave the test rows' share at zero: each stratum keeps its size
+    same = compare(separating, separating, claim="matches", margin=0.01)
+    assert (same.difference, same.p_value) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="different metrics"):
+        compare(separating, np.ones((3, 600)))
+    with pytest.raises(ValueError, match="different numbers of rows"):
+        compare(separating, Auroc(in_scores[:, :399], rng.normal(0, 1, size=(3, 201))))

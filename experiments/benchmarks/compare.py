@@ -1,4 +1,4 @@
-"""Accuracy intervals and paired verdicts of a finished run, as the benchmark write-ups give them
+"""Intervals and paired verdicts of a finished run, as the benchmark write-ups give them
 (docs/report.md, "Intervals and verdicts"; docs/experiments/benchmarks.md).
 
     .venv/bin/python experiments/benchmarks/compare.py --results results \\
@@ -17,6 +17,11 @@ tested on the same rows. Prints Markdown: one table of the
 models (mean accuracy, 95% interval over seeds and test rows, the gold labels each read) and one of the claims
 (A − B, its interval, the paired bootstrap p-value, the smallest difference the design detects, the verdict);
 with a domain column, also the accuracy per domain.
+
+``--metric`` chooses what is compared: ``accuracy`` (the default), ``ece`` (the expected calibration error, 15
+bins; lower is better, so "A beats B" means A − B below 0) or ``auroc:SCORE``: how well the uncertainty score SCORE
+(``max_prob``, ``entropy``, ``expected_entropy``, ``mutual_info``, or their ``mc_`` estimates) tells the run's OOD
+rows (``evaluate.ood``) from its test rows; the test and the OOD rows are drawn apart in the bootstrap.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ import torch
 from torchmetrics.functional.classification import multiclass_f1_score
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.evaluation.paired import compare, compare_gains, interval
-from kdpipe.report.intervals import correct_matrix, prediction_rows, predictions_path
+from kdpipe.evaluation.ood import score_column
+from kdpipe.evaluation.paired import Accuracy, Auroc, CalibrationError, compare, compare_gains, interval
+from kdpipe.report.intervals import prediction_rows, predictions_path, row_matrix
 from kdpipe.report.summary import describe_label_use
 
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
@@ -193,15 +199,49 @@ def label_use(parts: list[dict]) -> str:
     return "each: " + " · ".join(f"{split} {rows}" for split, rows in ranges.items())
 
 
-def model_row(name: str, paths: list, correct: np.ndarray) -> str:
-    mean, low, high = interval(correct)
-    f1 = [macro_f1(p) for p in paths]
+def model_row(name: str, paths: list, metric, with_f1: bool) -> str:
+    mean, low, high = interval(metric)
     labels = " / ".join(dict.fromkeys(label_use(records(p)) for p in paths))
-    spread = f" ± {100 * np.std(f1, ddof=1):.1f}" if len(f1) > 1 else ""
-    f1_text = f"{100 * np.mean(f1):.1f}{spread}" if not np.isnan(f1).any() else "–"
-    return (
-        f"| `{name}` | {len(paths)} | {100 * mean:.1f} | [{100 * low:.1f}, {100 * high:.1f}] | {f1_text} | {labels} |"
-    )
+    f1_text = ""
+    if with_f1:
+        f1 = [macro_f1(p) for p in paths]
+        spread = f" ± {100 * np.std(f1, ddof=1):.1f}" if len(f1) > 1 else ""
+        f1_text = f" {100 * np.mean(f1):.1f}{spread} |" if not np.isnan(f1).any() else " – |"
+    return f"| `{name}` | {len(paths)} | {100 * mean:.1f} | [{100 * low:.1f}, {100 * high:.1f}] |{f1_text} {labels} |"
+
+
+METRICS = {"accuracy": "accuracy (%)", "ece": "ECE (%)", "auroc": "AUROC (%)"}
+
+
+def parse_metric(text: str, split: str) -> tuple[str, str | None]:
+    """(kind, the uncertainty score or None) of a ``--metric``: accuracy, ece or auroc:SCORE."""
+    kind, colon, score = text.partition(":")
+    if kind not in METRICS or bool(colon) != (kind == "auroc") or (colon and not score):
+        raise SystemExit(f"--metric {text!r}: write accuracy, ece, or auroc:SCORE (e.g. auroc:mc_mutual_info)")
+    if kind == "auroc":
+        try:
+            score_column(score)
+        except KdpipeError as error:
+            raise SystemExit(f"--metric {text!r}: {error}") from None
+        if split != "test":
+            raise SystemExit(f"--metric {text!r}: OOD rows are compared with the test rows; leave --split test")
+    return kind, score or None
+
+
+def metric_of(kind: str, score: str | None, columns: dict[str, np.ndarray], ood: np.ndarray | None):
+    """The paired-statistics metric of one model from its per-seed row matrices (``columns``) and, for an AUROC,
+    its OOD rows' score matrix."""
+    if kind == "accuracy":
+        return Accuracy(columns["correct"])
+    if kind == "ece":
+        return CalibrationError(columns["confidence"], columns["correct"])
+    column, sign = score_column(score)
+    return Auroc(sign * columns[column], sign * ood)
+
+
+def metric_columns(kind: str, score: str | None) -> list[str]:
+    """The predictions' columns a metric reads on the compared split."""
+    return {"accuracy": ["correct"], "ece": ["correct", "confidence"]}.get(kind) or [score_column(score)[0]]
 
 
 def domain_table(files: dict[str, list]) -> list[str]:
@@ -252,14 +292,33 @@ def parse_claim(text: str, models: list[str]) -> tuple[Side, str, Side, float]:
     return a, kind, b, points
 
 
-def claim_row(text: str, claim: tuple[Side, str, Side, float], matrices: dict[str, np.ndarray]) -> str:
+def claim_row(text: str, claim: tuple[Side, str, Side, float], metrics: dict) -> str:
     a, kind, b, points = claim
     test = compare if len(a) == 1 else compare_gains
-    result = test(*(matrices[m] for m in a + b), claim=kind, gap=points, margin=points)
+    result = test(*(metrics[m] for m in a + b), claim=kind, gap=points, margin=points)
     return (
         f"| {text} | {100 * result.difference:+.1f} | [{100 * result.low:+.1f}, {100 * result.high:+.1f}] | "
         f"{result.p_value:.3f} | {100 * result.detectable:.1f} | **{result.verdict}** |"
     )
+
+
+def ood_scores(results: Path, model: str, parts: list[str], score: str) -> tuple[np.ndarray, np.ndarray]:
+    """(row_ids, [seeds, N_ood] matrix) of the predictions column of ``score`` on one model's OOD rows."""
+    seeds = evaluations(results, parts[0], "ood")
+    try:
+        ids, matrix = row_matrix([paths for _, paths in sorted(seeds.items())], score_column(score)[0])
+    except KdpipeError as error:
+        raise SystemExit(f"model '{model}': {error}") from None
+    if not len(ids):
+        raise SystemExit(f"model '{model}': its ood.json has no OOD scores (see its 'reason')")
+    return ids, matrix
+
+
+def check_ood_rows(ood: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    first = next(iter(ood))
+    for model, (ids, _) in ood.items():
+        if not np.array_equal(ids, ood[first][0]):
+            raise SystemExit(f"models '{first}' and '{model}' were evaluated on other OOD rows")
 
 
 def also_run(text: str) -> tuple[str, Path]:
@@ -284,12 +343,82 @@ def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[s
     parser.add_argument("--split", default="test")
     parser.add_argument("--models", nargs="+", required=True, help="base names (their seeds are found)")
     parser.add_argument("--claim", action="append", default=[], help="'A beats B [by GAP]' or 'A matches B within M'")
+    parser.add_argument(
+        "--metric", default="accuracy",
+        help="accuracy (default), ece (lower is better) or auroc:SCORE (OOD rows against test rows, by an "
+        "uncertainty score: max_prob, entropy, expected_entropy, mutual_info, or their mc_ estimates)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    args.metric = parse_metric(args.metric, args.split)
     specs = [model_spec(m) for m in args.models]
     models = dict(specs)
     if len(models) < len(specs):
         raise SystemExit(f"--models: a name given twice ({', '.join(name for name, _ in specs)})")
+    if args.metric[0] == "auroc" and args.also:
+        raise SystemExit("--metric auroc: compares the models of one run, on its own OOD rows; leave out --also")
+    joins = [text for text, (name, parts) in zip(args.models, specs, strict=True) if len(parts) > 1]
+    if args.metric[0] == "auroc" and joins:
+        raise SystemExit(f"--metric auroc: {joins[0]!r} joins models on disjoint test rows, but not their OOD rows")
     return args, models, {text: parse_claim(text, list(models)) for text in args.claim}
+
+
+def read_rows(files: dict[str, list], kind: str, score: str | None) -> tuple[dict, dict]:
+    """Per model, its row ids and {column: [seeds, rows]} of the columns the metric reads."""
+    rows, columns = {}, {}
+    try:
+        for model, paths in files.items():
+            read = {column: row_matrix(paths, column) for column in metric_columns(kind, score)}
+            rows[model] = next(iter(read.values()))[0]
+            columns[model] = {column: matrix for column, (_, matrix) in read.items()}
+    except KdpipeError as error:
+        raise SystemExit(str(error)) from None
+    return rows, columns
+
+
+def same_rows(found: dict, runs: dict[str, Path], rows: dict, columns: dict, split: str) -> np.ndarray:
+    """The row ids every model was scored on: another run's models' rows renumbered as this run's and put in their
+    order (``rows`` and ``columns`` updated in place); stops when two models cover other rows."""
+    labels = {label for label, _ in found.values()}
+    texts = {label: row_texts(runs[label], split) for label in labels | {""}} if labels - {""} else {}
+    for model, (label, _) in found.items():
+        if label:
+            ours = to_main_rows(model, rows[model], texts[label], texts[""])
+            order = np.argsort(ours, kind="stable")
+            rows[model] = ours[order]
+            columns[model] = {c: matrix[:, order] for c, matrix in columns[model].items()}
+    first = next(iter(rows))
+    if len(rows[first]) == 0:
+        raise SystemExit(f"model '{first}': its {split} predictions have no rows")
+    for model, ids in rows.items():
+        if not np.array_equal(ids, rows[first]):
+            raise SystemExit(
+                f"models '{first}' and '{model}' were evaluated on other {split} rows ({len(rows[first]):,} and "
+                f"{len(ids):,}); a per-domain family or a NAME=A+B join must cover every domain, and a model of "
+                "another run (--also) be scored on the same texts"
+            )
+    return rows[first]
+
+
+def print_tables(args: argparse.Namespace, files: dict, metrics: dict, claims: dict, rows: int, ood_rows: int) -> None:
+    kind, score = args.metric
+    what = f"{METRICS[kind]} of {score}" if score else METRICS[kind]
+    against = f" against {ood_rows:,} OOD rows" if score else ""
+    print(f"{rows} {args.split} rows{against}; 95% intervals over seeds and rows (4,000 bootstrap draws).\n")
+    f1_head, f1_rule = (" macro-F1 (%) |", " ---: |") if kind == "accuracy" else ("", "")
+    print(f"| model | seeds | {what} | 95% interval |{f1_head} gold labels read |")
+    print(f"| --- | ---: | ---: | --- |{f1_rule} --- |")
+    for model, paths in files.items():
+        print(model_row(model, paths, metrics[model], kind == "accuracy"))
+    by_domain = domain_table(files) if kind == "accuracy" else []
+    if by_domain:
+        print("\nAccuracy (%) per domain, mean over seeds:\n")
+        print("\n".join(by_domain))
+    if claims:
+        lower = " (lower is better: A beats B below 0)" if kind == "ece" else ""
+        print(f"\n| claim | A − B (points){lower} | 95% interval | p | detectable | verdict |")
+        print("| --- | ---: | --- | ---: | ---: | --- |")
+        for text, claim in claims.items():
+            print(claim_row(text, claim, metrics))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -299,47 +428,20 @@ def main(argv: list[str] | None = None) -> None:
         if label in runs:
             raise SystemExit(f"--also {label}=...: the label {label!r} is given twice")
         runs[label] = folder
+    kind, score = args.metric
     found = {name: joined(runs, parts, args.split) for name, parts in models.items()}
     files = {name: paths for name, (_, paths) in found.items()}
+    rows, columns = read_rows(files, kind, score)
+    ood = {model: ood_scores(runs[""], model, models[model], score) for model in files} if score else {}
+    test_rows = same_rows(found, runs, rows, columns, args.split)
+    if score:
+        check_ood_rows(ood)
     try:
-        matrices = {model: correct_matrix(paths) for model, paths in files.items()}
-    except KdpipeError as error:
+        metrics = {model: metric_of(kind, score, columns[model], ood[model][1] if score else None) for model in files}
+    except ValueError as error:
         raise SystemExit(str(error)) from None
-    labels = {label for label, _ in found.values()}
-    texts = {label: row_texts(runs[label], args.split) for label in labels | {""}} if labels - {""} else {}
-    for model, (label, _) in found.items():
-        if label:  # another run's rows, renumbered as this run's and put in their order
-            ids, correct = matrices[model]
-            ours = to_main_rows(model, ids, texts[label], texts[""])
-            order = np.argsort(ours, kind="stable")
-            matrices[model] = ours[order], correct[:, order]
-    rows = {model: ids for model, (ids, _) in matrices.items()}
-    first = next(iter(rows))
-    if len(rows[first]) == 0:
-        raise SystemExit(f"model '{first}': its {args.split} predictions have no rows")
-    for model, ids in rows.items():
-        if not np.array_equal(ids, rows[first]):
-            raise SystemExit(
-                f"models '{first}' and '{model}' were evaluated on other {args.split} rows ({len(rows[first]):,} and "
-                f"{len(ids):,}); a per-domain family or a NAME=A+B join must cover every domain, and a model of "
-                "another run (--also) be scored on the same texts"
-            )
-    matrices = {model: correct for model, (_, correct) in matrices.items()}
-    rows = rows[first]
-    print(f"{len(rows)} {args.split} rows; 95% intervals over seeds and rows (4,000 bootstrap draws).\n")
-    print("| model | seeds | accuracy (%) | 95% interval | macro-F1 (%) | gold labels read |")
-    print("| --- | ---: | ---: | --- | ---: | --- |")
-    for model, paths in files.items():
-        print(model_row(model, paths, matrices[model]))
-    by_domain = domain_table(files)
-    if by_domain:
-        print("\nAccuracy (%) per domain, mean over seeds:\n")
-        print("\n".join(by_domain))
-    if args.claim:
-        print("\n| claim | A − B (points) | 95% interval | p | detectable | verdict |")
-        print("| --- | ---: | --- | ---: | ---: | --- |")
-        for text, claim in claims.items():
-            print(claim_row(text, claim, matrices))
+    ood_rows = len(next(iter(ood.values()))[0]) if score else 0
+    print_tables(args, files, metrics, claims, len(test_rows), ood_rows)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,26 @@ def scores(member_probs: np.ndarray, prefix: str = "") -> dict[str, np.ndarray]:
     return {prefix + name: values for name, values in out.items()}
 
 
+# each score of :func:`scores` as a column of an evaluation's predictions table, and the sign that orients it
+SCORE_COLUMNS = {
+    "max_prob": ("confidence", -1.0),
+    "entropy": ("total", 1.0),
+    "expected_entropy": ("aleatoric", 1.0),
+    "mutual_info": ("epistemic", 1.0),
+}
+
+
+def score_column(name: str) -> tuple[str, float]:
+    """(the predictions table's column, the sign that makes it "larger = less sure") of the score ``name`` of
+    :func:`scores`, an ``mc_`` one too; :class:`KdpipeError` for an unknown name."""
+    base = name.removeprefix("mc_")
+    if base not in SCORE_COLUMNS:
+        known = ", ".join(f"{prefix}{score}" for prefix in ("", "mc_") for score in SCORE_COLUMNS)
+        raise KdpipeError(f"no uncertainty score {name!r}; the scores are {known}")
+    column, sign = SCORE_COLUMNS[base]
+    return name[: len(name) - len(base)] + column, sign
+
+
 def detection(in_scores: np.ndarray, ood_scores: np.ndarray) -> dict:
     """AUROC, AUPR and FPR at 95% TPR of one score separating OOD rows (positives) from in-distribution rows, and
     the ROC curve thinned to at most :data:`CURVE_POINTS` points."""

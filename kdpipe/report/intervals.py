@@ -45,11 +45,17 @@ def correct_matrix(evaluations: list) -> tuple[np.ndarray, np.ndarray]:
     """(row_ids [N], correct [seeds, N]) of the evaluations of one model's seeds, rows ordered by row_id. Every
     evaluation (a path, or a list of paths on disjoint rows: :func:`prediction_rows`) must cover the same rows (the
     same split of the same data)."""
+    return row_matrix(evaluations, "correct")
+
+
+def row_matrix(evaluations: list, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(row_ids [N], the predictions' ``column`` [seeds, N]) of the evaluations of one model's seeds, as
+    :func:`correct_matrix` (e.g. ``confidence``, or an uncertainty score's column)."""
     row_ids, rows = None, []
     for evaluation in evaluations:
-        table = prediction_rows(evaluation, ["row_id", "correct"])
-        if "correct" not in table or table["correct"].isna().any():
-            raise KdpipeError(f"{_name(evaluation)}: its predictions lack a 'correct' value for some rows")
+        table = prediction_rows(evaluation, ["row_id", column])
+        if column not in table or table[column].isna().any():
+            raise KdpipeError(f"{_name(evaluation)}: its predictions lack a {column!r} value for some rows")
         ids = table["row_id"].to_numpy()
         if row_ids is None:
             row_ids = ids
@@ -58,7 +64,7 @@ def correct_matrix(evaluations: list) -> tuple[np.ndarray, np.ndarray]:
                 f"{_name(evaluation)}: its predictions cover other rows than {_name(evaluations[0])}'s; evaluations "
                 "compared row by row must be of the same split of the same data"
             )
-        rows.append(table["correct"].to_numpy(dtype=np.float64))
+        rows.append(table[column].to_numpy(dtype=np.float64))
     return row_ids, np.stack(rows)
 
 
