@@ -166,6 +166,21 @@ def test_compare_refuses_a_metric_it_cannot_compute(tmp_path, extra, message):
     assert "Traceback" not in result.stderr
 
 
+def test_compare_tells_an_ensemble_from_its_members(tmp_path):
+    # a teacher ensemble is results/eval/full/, its members full.seed0..3: NAME is the ensemble, NAME.seed* the
+    # members as seeds of one model
+    _evaluation(tmp_path / "eval" / "full", "full", [1] * 90 + [0] * 10)
+    for seed in range(4):
+        _evaluation(tmp_path / "eval" / f"full.seed{seed}", f"full.seed{seed}", [1] * (80 + seed) + [0] * (20 - seed))
+    result = run_script("compare.py", "--results", tmp_path, "--models", "full", "full.seed*", "--claim",
+                        "full beats full.seed*")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "| `full` | 1 | 90.0 |" in result.stdout and "| `full.seed*` | 4 | 81.5 |" in result.stdout
+    assert "| full beats full.seed* | +8.5 |" in result.stdout
+    result = run_script("compare.py", "--results", tmp_path, "--models", "full", "none.seed*")
+    assert result.returncode != 0 and "no test.json of none.seedK" in result.stderr
+
+
 def _domain_evaluation(folder: Path, record: dict, rows: list[int], correct: list[int], domains: list[str]) -> None:
     folder.mkdir(parents=True)
     (folder / "test.json").write_text(json.dumps({"metrics": {"macro_f1": 0.0}, "gold_labels": {}} | record))

@@ -5,7 +5,9 @@
         --models kd_all dd_margin_10 dd_random_10 \\
         --claim "dd_margin_10 beats dd_random_10 by 2.9" --claim "dd_margin_10 matches kd_all within 1"
 
-A model is a base name: its seeds are ``results/eval/NAME.seed*/`` (or ``results/eval/NAME/`` for one). A student
+A model is a base name: its seeds are ``results/eval/NAME.seed*/``, or ``results/eval/NAME/`` when that folder
+exists (one model: a teacher ensemble is ``NAME/``, its members ``NAME.seedK/``; write ``NAME.seed*`` for the members
+as seeds of one model). A student
 entry with ``per_domain: true`` is one model, its family: each seed's domain students (``NAME.DOMAIN.seedK``), each
 scored on its own domain's rows, joined into one prediction of the split; ``NAME=A+B+...`` joins models on disjoint
 rows the same way (seed k of each). ``--also LABEL=DIR`` adds another run's results/ that scored the same texts
@@ -52,18 +54,23 @@ CLAIM = re.compile(
 
 
 def evaluations(results: Path, model: str, split: str) -> dict[int, list[Path]]:
-    """{seed: the evaluation files whose rows make that seed's predictions}, seeds read from the folder names: the
-    one file of ``NAME.seedK`` (or of ``NAME`` alone, as seed 0), or for a per-domain family (a student entry with
+    """{seed: the evaluation files whose rows make that seed's predictions}: the one file of ``NAME`` (seed 0) when
+    it exists, else seeds read from the folder names, the one file of ``NAME.seedK`` (only those for a model written
+    ``NAME.seed*``), or for a per-domain family (a student entry with
     ``per_domain: true``) the files of its domain students ``NAME.DOMAIN.seedK``, each on its own domain's rows."""
     folders = [p.parent for p in (results / "eval").glob(f"*/{split}.json")]
+    only_seeds = model.endswith(".seed*")
+    model = model.removesuffix(".seed*")
+    if not only_seeds and (results / "eval" / model / f"{split}.json").is_file():
+        return {0: [results / "eval" / model / f"{split}.json"]}  # one model, e.g. an ensemble beside its members
     seeds = {}
     for folder in folders:
         match = re.fullmatch(rf"{re.escape(model)}\.seed(\d+)", folder.name)
         if match:
             seeds[int(match[1])] = [folder / f"{split}.json"]
-    if not seeds and (results / "eval" / model / f"{split}.json").is_file():
-        seeds = {0: [results / "eval" / model / f"{split}.json"]}
-    if seeds:
+    if seeds or only_seeds:
+        if not seeds:
+            raise SystemExit(f"{results}/eval: no {split}.json of {model}.seedK")
         return dict(sorted(seeds.items()))
     family: dict[int, dict[str, Path]] = defaultdict(dict)
     for folder in folders:
