@@ -100,11 +100,20 @@ def test_compare_gives_intervals_and_verdicts(tmp_path):
     assert "**not reproduced**" in claims["good matches bad within 1"]
 
 
-def _ood_evaluation(folder: Path, model: str, test: dict, ood: dict) -> None:
-    """A model's test and OOD evaluations with the predictions columns ``test`` and ``ood`` (row ids added)."""
+SCORES = {"confidence": "max_prob", "total": "entropy", "aleatoric": "expected_entropy", "epistemic": "mutual_info"}
+
+
+def _ood_evaluation(folder: Path, model: str, test: dict, ood: dict, bins: int = 15, scores=None) -> None:
+    """A model's test and OOD evaluations with the predictions columns ``test`` and ``ood`` (row ids added); its
+    ood.json lists ``scores`` (by default those of the OOD columns), its test.json ``bins`` reliability bins."""
     folder.mkdir(parents=True)
+    reliability = {"bin_edges": np.linspace(0, 1, bins + 1).tolist()}
+    scores = {name: {"auroc": 0.5} for name in scores or [SCORES[c] for c in ood if c in SCORES]}
     for split, columns in (("test", test), ("ood", ood)):
-        (folder / f"{split}.json").write_text(json.dumps({"model": model, "metrics": {"macro_f1": 0.5}}))
+        record = {"model": model, "metrics": {"macro_f1": 0.5, "reliability": reliability}}
+        (folder / f"{split}.json").write_text(
+            json.dumps(record | ({"ood": {"scores": scores}} if split == "ood" else {}))
+        )
         rows = len(next(iter(columns.values())))
         first = 0 if split == "test" else 1000  # OOD rows are numbered after the dataset's
         table = pd.DataFrame({"row_id": range(first, first + rows), **columns})
@@ -140,6 +149,15 @@ def test_compare_tests_calibration_and_ood_detection(tmp_path):
     auroc = roc_auc_score(np.r_[np.zeros(600), np.ones(200)], np.r_[sharp_in, sharp_ood])
     assert f"| `calibrated` | 3 | {100 * auroc:.1f} |" in result.stdout
     assert "**reproduced**" in result.stdout
+    # the ECE's bins are the evaluations' own (evaluate.ece_bins)
+    for model in ("calibrated", "overconfident"):
+        for seed in range(3):
+            record = tmp_path / "eval" / f"{model}.seed{seed}" / "test.json"
+            edges = {"bin_edges": np.linspace(0, 1, 3).tolist()}
+            record.write_text(json.dumps(json.loads(record.read_text()) | {"metrics": {"reliability": edges}}))
+    result = run_script(*base, "--metric", "ece")
+    assert result.returncode == 0, result.stderr
+    assert "ECE (%, 2 bins)" in result.stdout
     # max_prob is the negated confidence: a constant confidence separates nothing
     result = run_script(*base[:-1], "--metric", "auroc:max_prob")
     assert result.returncode == 0, result.stderr
@@ -154,12 +172,27 @@ def test_compare_tests_calibration_and_ood_detection(tmp_path):
         (["--metric", "auroc:doubt"], "no uncertainty score 'doubt'; the scores are max_prob"),
         (["--metric", "auroc:entropy", "--split", "validation"], "leave --split test"),
         (["--metric", "auroc:entropy", "--models", "both=a+b"], "joins models on disjoint test rows"),
-        (["--metric", "auroc:mc_entropy"], "lack a 'mc_total' value"),
+        (["--metric", "auroc:mc_entropy"], "has no score 'mc_entropy' (it has entropy"),
+        # a one-member model has no mutual information, though its predictions hold an epistemic column of zeros
+        (["--metric", "auroc:mutual_info"], "no score 'mutual_info' (it has entropy, max_prob; a model of one"),
+        (["--metric", "auroc:entropy", "--models", "a", "lone"], "seeds [0, 1], its OOD evaluations of [0]"),
+        (["--metric", "auroc:entropy", "--models", "a", "blind"], "has no OOD scores (its classes are a subset)"),
+        (["--metric", "ece", "--models", "a", "coarse"], "ECE use different numbers of bins ([10, 15])"),
     ],
 )
 def test_compare_refuses_a_metric_it_cannot_compute(tmp_path, extra, message):
+    test, ood = {"correct": [1, 0], "confidence": [0.9, 0.8], "total": [0.1, 0.2]}, {"total": [0.3]}
     for model in ("a", "b"):
-        _ood_evaluation(tmp_path / "eval" / model, model, {"correct": [1, 0], "total": [0.1, 0.2]}, {"total": [0.3]})
+        one_member = test | {"epistemic": [0.0, 0.0]}, ood | {"epistemic": [0.0]}, 15, ["entropy", "max_prob"]
+        _ood_evaluation(tmp_path / "eval" / model, model, *one_member)
+    for seed in (0, 1):  # seed 1's OOD evaluation is missing
+        _ood_evaluation(tmp_path / "eval" / f"lone.seed{seed}", "lone", test, ood)
+    (tmp_path / "eval" / "lone.seed1" / "ood.json").unlink()
+    _ood_evaluation(tmp_path / "eval" / "blind", "blind", test, ood)
+    (tmp_path / "eval" / "blind" / "ood.json").write_text(
+        json.dumps({"model": "blind", "ood": {"scores": None, "reason": "its classes are a subset"}})
+    )
+    _ood_evaluation(tmp_path / "eval" / "coarse", "coarse", test, ood, bins=10)
     models = [] if "--models" in extra else ["--models", "a", "b"]
     result = run_script("compare.py", "--results", tmp_path, *models, *extra)
     assert result.returncode != 0 and message in result.stderr, result.stderr

@@ -13,7 +13,7 @@ scored on its own domain's rows, joined into one prediction of the split; ``NAME
 rows the same way (seed k of each). ``--also LABEL=DIR`` adds another run's results/ that scored the same texts
 (e.g. the same test reviews after a domain's training rows were cut): its models are ``LABEL:NAME``, and their rows
 are matched to this run's by text, since the two runs number their rows apart. A claim is ``A beats B [by GAP]``
-(GAP 0 when left out) or ``A matches B within MARGIN`` (MARGIN > 0), in accuracy points, between two different
+(GAP 0 when left out) or ``A matches B within MARGIN`` (MARGIN > 0), in points of the metric, between two different
 models, or the same between two gains, ``(A - B) beats (C - D)``: A's gain over B is larger than C's over D,
 tested on the same rows. Prints Markdown: one table of the
 models (mean accuracy, 95% interval over seeds and test rows, the gold labels each read) and one of the claims
@@ -235,13 +235,13 @@ def parse_metric(text: str, split: str) -> tuple[str, str | None]:
     return kind, score or None
 
 
-def metric_of(kind: str, score: str | None, columns: dict[str, np.ndarray], ood: np.ndarray | None):
+def metric_of(kind: str, score: str | None, columns: dict[str, np.ndarray], ood: np.ndarray | None, bins: int):
     """The paired-statistics metric of one model from its per-seed row matrices (``columns``) and, for an AUROC,
-    its OOD rows' score matrix."""
+    its OOD rows' score matrix; ``bins``: the ECE's confidence bins."""
     if kind == "accuracy":
         return Accuracy(columns["correct"])
     if kind == "ece":
-        return CalibrationError(columns["confidence"], columns["correct"])
+        return CalibrationError(columns["confidence"], columns["correct"], bins=bins)
     column, sign = score_column(score)
     return Auroc(sign * columns[column], sign * ood)
 
@@ -309,16 +309,46 @@ def claim_row(text: str, claim: tuple[Side, str, Side, float], metrics: dict) ->
     )
 
 
-def ood_scores(results: Path, model: str, parts: list[str], score: str) -> tuple[np.ndarray, np.ndarray]:
-    """(row_ids, [seeds, N_ood] matrix) of the predictions column of ``score`` on one model's OOD rows."""
+def ood_scores(results: Path, model: str, parts: list[str], score: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(row_ids, [seeds, N_ood] matrix) of the predictions column of ``score`` on one model's OOD rows, its seeds
+    those of its ``split`` evaluations; stops where a seed has no such score."""
+    test_seeds = evaluations(results, parts[0], split)
     seeds = evaluations(results, parts[0], "ood")
+    if sorted(seeds) != sorted(test_seeds):
+        raise SystemExit(
+            f"model '{model}': its {split} evaluations are of seeds {sorted(test_seeds)}, its OOD evaluations of "
+            f"{sorted(seeds)}; each seed needs both"
+        )
+    if any(len(paths) > 1 for paths in seeds.values()):
+        raise SystemExit(f"--metric auroc: '{model}' is a per-domain family; its students share the OOD rows")
+    for paths in seeds.values():
+        record = records(paths)[0].get("ood") or {}
+        if record.get("scores") is None:
+            raise SystemExit(
+                f"model '{model}': {paths[0]} has no OOD scores ({record.get('reason', 'no reason given')})"
+            )
+        if score not in record["scores"]:
+            raise SystemExit(
+                f"model '{model}': {paths[0]} has no score {score!r} (it has {', '.join(record['scores'])}; a model "
+                "of one member has no expected_entropy or mutual_info)"
+            )
     try:
-        ids, matrix = row_matrix([paths for _, paths in sorted(seeds.items())], score_column(score)[0])
+        return row_matrix([paths for _, paths in sorted(seeds.items())], score_column(score)[0])
     except KdpipeError as error:
         raise SystemExit(f"model '{model}': {error}") from None
-    if not len(ids):
-        raise SystemExit(f"model '{model}': its ood.json has no OOD scores (see its 'reason')")
-    return ids, matrix
+
+
+def ece_bins(files: dict[str, list]) -> int:
+    """The number of confidence bins of the evaluations' ECE (``evaluate.ece_bins``, read from their reliability
+    bins; 15, kdpipe's default, where an evaluation has none); stops when the models' counts differ."""
+    found = set()
+    for paths in files.values():
+        for record in (r for seed in paths for r in records(seed)):
+            edges = record.get("metrics", {}).get("reliability", {}).get("bin_edges")
+            found.add(len(edges) - 1 if edges else 15)
+    if len(found) > 1:
+        raise SystemExit(f"--metric ece: the evaluations' ECE use different numbers of bins ({sorted(found)})")
+    return found.pop()
 
 
 def check_ood_rows(ood: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
@@ -409,6 +439,8 @@ def same_rows(found: dict, runs: dict[str, Path], rows: dict, columns: dict, spl
 def print_tables(args: argparse.Namespace, files: dict, metrics: dict, claims: dict, rows: int, ood_rows: int) -> None:
     kind, score = args.metric
     what = f"{METRICS[kind]} of {score}" if score else METRICS[kind]
+    if kind == "ece":
+        what = f"ECE (%, {metrics[next(iter(metrics))].bins} bins)"
     against = f" against {ood_rows:,} OOD rows" if score else ""
     print(f"{rows} {args.split} rows{against}; 95% intervals over seeds and rows (4,000 bootstrap draws).\n")
     f1_head, f1_rule = (" macro-F1 (%) |", " ---: |") if kind == "accuracy" else ("", "")
@@ -438,13 +470,16 @@ def main(argv: list[str] | None = None) -> None:
     kind, score = args.metric
     found = {name: joined(runs, parts, args.split) for name, parts in models.items()}
     files = {name: paths for name, (_, paths) in found.items()}
+    ood = {model: ood_scores(runs[""], model, models[model], score, args.split) for model in files} if score else {}
     rows, columns = read_rows(files, kind, score)
-    ood = {model: ood_scores(runs[""], model, models[model], score) for model in files} if score else {}
+    bins = ece_bins(files) if kind == "ece" else 15
     test_rows = same_rows(found, runs, rows, columns, args.split)
     if score:
         check_ood_rows(ood)
     try:
-        metrics = {model: metric_of(kind, score, columns[model], ood[model][1] if score else None) for model in files}
+        metrics = {
+            model: metric_of(kind, score, columns[model], ood[model][1] if score else None, bins) for model in files
+        }
     except ValueError as error:
         raise SystemExit(str(error)) from None
     ood_rows = len(next(iter(ood.values()))[0]) if score else 0

@@ -56,8 +56,10 @@ class Accuracy:
 class CalibrationError:
     """The expected calibration error (L1, equal-width confidence bins, as
     ``torchmetrics.MulticlassCalibrationError``): per bin the gap between the mean confidence and the accuracy,
-    weighted by the bin's share of rows, from ``confidence`` and ``correct`` [S, N]. A row of confidence 1 has a bin
-    of its own, as in torchmetrics."""
+    weighted by the bin's share of rows, from ``confidence`` and ``correct`` [S, N]. The confidences are binned in
+    float32 and a row of confidence 1 has a bin of its own, both as in torchmetrics. Binned ECE is biased upwards
+    (a calibrated model on a finite sample scores above 0), so its interval says how much it moves between samples,
+    not how far it is from 0; the difference of two models' ECE on the same rows is the quantity to test."""
 
     lower_is_better = True
 
@@ -65,14 +67,14 @@ class CalibrationError:
         self.confidence, self.correct = _as_matrix(confidence, "confidences"), _as_matrix(correct)
         if self.confidence.shape != self.correct.shape:
             raise ValueError(f"confidence {self.confidence.shape} and correct {self.correct.shape} differ in shape")
-        self.strata = (self.correct.shape[1],)
-        edges = np.linspace(0, 1, bins + 1)
+        self.strata, self.bins = (self.correct.shape[1],), bins
+        edges = np.linspace(0, 1, bins + 1, dtype=np.float32)
         self._gaps = []  # per seed [N, bins + 1]: each row's (correct - confidence) in its bin's column
         for confidence_s, correct_s in zip(self.confidence, self.correct, strict=True):
             gaps = np.zeros((len(confidence_s), bins + 1))
-            gaps[np.arange(len(confidence_s)), np.searchsorted(edges, confidence_s, side="right") - 1] = (
-                correct_s - confidence_s
-            )
+            gaps[
+                np.arange(len(confidence_s)), np.searchsorted(edges, confidence_s.astype(np.float32), side="right") - 1
+            ] = correct_s - confidence_s
             self._gaps.append(gaps)
 
     def per_seed(self, weights: np.ndarray) -> np.ndarray:

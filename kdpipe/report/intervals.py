@@ -54,7 +54,9 @@ def row_matrix(evaluations: list, column: str) -> tuple[np.ndarray, np.ndarray]:
     row_ids, rows = None, []
     for evaluation in evaluations:
         table = prediction_rows(evaluation, ["row_id", column])
-        if column not in table or table[column].isna().any():
+        if column not in table:
+            raise KdpipeError(f"{_name(evaluation)}: its predictions have no {column!r} column")
+        if table[column].isna().any():
             raise KdpipeError(f"{_name(evaluation)}: its predictions lack a {column!r} value for some rows")
         ids = table["row_id"].to_numpy()
         if row_ids is None:
