@@ -214,6 +214,20 @@ def test_compare_tells_an_ensemble_from_its_members(tmp_path):
     assert result.returncode != 0 and "no test.json of none.seedK" in result.stderr
 
 
+def test_compare_refuses_an_auroc_of_a_per_domain_family(tmp_path):
+    # each domain student is scored on the same OOD rows, so they cannot be joined as on the test rows
+    test, ood = {"correct": [1, 0], "total": [0.1, 0.2]}, {"total": [0.3]}
+    for domain in ("books", "dvd"):
+        folder = tmp_path / "eval" / f"fam.{domain}.seed0"
+        _ood_evaluation(folder, f"fam.{domain}.seed0", test, ood)
+        for split in ("test", "ood"):
+            record = json.loads((folder / f"{split}.json").read_text())
+            (folder / f"{split}.json").write_text(json.dumps(record | {"group": "fam", "domain": domain}))
+    _ood_evaluation(tmp_path / "eval" / "plain", "plain", test, ood)
+    result = run_script("compare.py", "--results", tmp_path, "--models", "plain", "fam", "--metric", "auroc:entropy")
+    assert result.returncode != 0 and "'fam' is a per-domain family" in result.stderr, result.stderr
+
+
 def _domain_evaluation(folder: Path, record: dict, rows: list[int], correct: list[int], domains: list[str]) -> None:
     folder.mkdir(parents=True)
     (folder / "test.json").write_text(json.dumps({"metrics": {"macro_f1": 0.0}, "gold_labels": {}} | record))
