@@ -52,6 +52,28 @@ def test_glue_mrpc_from_a_glue_folder_has_the_hubs_columns(tmp_path):
     assert f"source: {(tmp_path / 'out').resolve()}" in (tmp_path / "out" / "source.yaml").read_text()
 
 
+def test_glue_qnli_writes_only_the_splits_asked_for(tmp_path):
+    folder = tmp_path / "glue" / "QNLI"
+    folder.mkdir(parents=True)
+    head = "index\tquestion\tsentence\tlabel\n"
+    (folder / "dev.tsv").write_text(head + "0\tWho ?\tHe did .\tentailment\n1\tWhen ?\tA b .\tnot_entailment\n")
+    refused = run_script("public_data.py", "qnli", "--glue-dir", tmp_path / "glue", "--out", tmp_path / "out")
+    assert refused.returncode != 0 and "no train.tsv, test.tsv" in refused.stderr and "--splits" in refused.stderr
+    assert not (tmp_path / "out").exists()
+    result = run_script(
+        "public_data.py", "qnli", "--glue-dir", tmp_path / "glue", "--splits", "validation", "--out", tmp_path / "out"
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = datasets.load_from_disk(str(tmp_path / "out"))
+    assert list(loaded) == ["validation"]
+    assert loaded["validation"].features["label"].names == ["entailment", "not_entailment"]
+    assert loaded["validation"]["question"] == ["Who ?", "When ?"]
+    assert loaded["validation"]["sentence"] == ["He did .", "A b ."]
+    assert loaded["validation"]["label"] == [0, 1]
+    wrong = run_script("public_data.py", "amazon", "--acl-dir", tmp_path, "--splits", "validation", "--out", tmp_path)
+    assert wrong.returncode != 0 and "--splits is for GLUE tasks" in wrong.stderr
+
+
 def test_20newsgroups_from_a_bydate_copy_is_cleaned_as_scikit_learn_cleans_it(tmp_path):
     for split in ("train", "test"):
         for topic in ("sci.space", "alt.atheism"):

@@ -7,11 +7,12 @@ already have and point the run at it:
     .venv/bin/python experiments/benchmarks/public_data.py mrpc --glue-dir ~/glue_data --out data/glue-mrpc
     .venv/bin/snakemake --profile profiles/cpu --configfile experiments/glue_mrpc.yaml data/glue-mrpc/source.yaml
 
-``--glue-dir`` is the folder that GLUE's download script writes (``SST-2/``, ``MRPC/``, ``RTE/``, each with
-``train.tsv``, ``dev.tsv`` and ``test.tsv``). With ``--hub`` the rows come from the Hugging Face hub instead (a
-network is needed, once). Either way the folder holds the splits, columns and ``ClassLabel`` names of the hub's
-``nyu-mll/glue`` (test labels -1, as GLUE hides them; kdpipe then splits its test rows off train), and
-``source.yaml`` beside it sets ``dataset.source`` to the folder, so the run reads exactly what the hub would give.
+``--glue-dir`` is the folder that GLUE's download script writes (``SST-2/``, ``MRPC/``, ``RTE/``, ``QNLI/``, each
+with ``train.tsv``, ``dev.tsv`` and ``test.tsv``; ``--splits validation`` writes only the splits a config reads).
+With ``--hub`` the rows come from the Hugging Face hub instead (a network is needed, once). Either way the folder
+holds the splits, columns and ``ClassLabel`` names of the hub's ``nyu-mll/glue`` (test labels -1, as GLUE hides
+them; kdpipe then splits its test rows off train), and ``source.yaml`` beside it sets ``dataset.source`` to the
+folder, so the run reads exactly what the hub would give.
 
 20 Newsgroups (``20newsgroups``), the 20-topic benchmark, comes as scikit-learn gives it
 (``fetch_20newsgroups``: the "bydate" train and test sets, headers, signatures and quoted replies removed, as
@@ -50,6 +51,14 @@ GLUE = {
     "sst2": ("SST-2", ["sentence"], ["negative", "positive"]),
     "mrpc": ("MRPC", ["sentence1", "sentence2"], ["not_equivalent", "equivalent"]),
     "rte": ("RTE", ["sentence1", "sentence2"], ["entailment", "not_entailment"]),
+    "qnli": ("QNLI", ["question", "sentence"], ["entailment", "not_entailment"]),
+}
+# task -> (the text columns, the label column) of GLUE's .tsv files
+TSV_COLUMNS = {
+    "sst2": (["sentence"], "label"),
+    "mrpc": (["#1 String", "#2 String"], "Quality"),
+    "rte": (["sentence1", "sentence2"], "label"),
+    "qnli": (["question", "sentence"], "label"),
 }
 SPLITS = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
 # the options that say where each task's rows come from (one of them is given)
@@ -84,16 +93,10 @@ def glue_rows(task: str, folder: Path, split: str) -> dict[str, list]:
     _, columns, names = GLUE[task]
     rows = read_tsv(folder / SPLITS[split])
     out: dict[str, list] = {c: [] for c in [*columns, "label", "idx"]}
+    text_columns, label_column = TSV_COLUMNS[task]
     for i, row in enumerate(rows):
-        if task == "sst2":
-            texts = [row["sentence"]]
-            label = row.get("label")
-        elif task == "mrpc":
-            texts = [row["#1 String"], row["#2 String"]]
-            label = row.get("Quality")
-        else:  # rte
-            texts = [row["sentence1"], row["sentence2"]]
-            label = row.get("label")
+        texts = [row[column] for column in text_columns]
+        label = row.get(label_column)
         if split == "test":
             label_id = -1
         elif label in names:
@@ -107,12 +110,15 @@ def glue_rows(task: str, folder: Path, split: str) -> dict[str, list]:
     return out
 
 
-def write_glue(task: str, glue_dir: Path | None, out: Path) -> None:
+def write_glue(task: str, glue_dir: Path | None, out: Path, splits: list[str] | None = None) -> None:
+    """GLUE ``task`` from ``glue_dir`` (None: the hub) as a ``save_to_disk`` folder; ``splits``: only these."""
     import datasets
 
     subfolder, columns, names = GLUE[task]
+    splits = splits or list(SPLITS)
     if glue_dir is None:
         loaded = datasets.load_dataset("nyu-mll/glue", task)
+        loaded = datasets.DatasetDict({split: loaded[split] for split in splits})
     else:
         features = datasets.Features(
             {
@@ -122,11 +128,14 @@ def write_glue(task: str, glue_dir: Path | None, out: Path) -> None:
             }
         )
         folder = glue_dir / subfolder
-        missing = [name for name in SPLITS.values() if not (folder / name).is_file()]
+        missing = [SPLITS[split] for split in splits if not (folder / SPLITS[split]).is_file()]
         if missing:
-            sys.exit(f"{folder}: no {', '.join(missing)}; --glue-dir is the folder holding {subfolder}/")
+            sys.exit(
+                f"{folder}: no {', '.join(missing)}; --glue-dir is the folder holding {subfolder}/ "
+                "(--splits names the splits to write, when a config reads only some)"
+            )
         loaded = datasets.DatasetDict(
-            {split: datasets.Dataset.from_dict(glue_rows(task, folder, split), features=features) for split in SPLITS}
+            {split: datasets.Dataset.from_dict(glue_rows(task, folder, split), features=features) for split in splits}
         )
     save(loaded, out, f"GLUE {task}")
 
@@ -263,6 +272,12 @@ def main(argv: list[str] | None = None) -> None:
     where.add_argument("--acl-dir", type=Path, help="amazon: the unpacked sorted_data_acl folder")
     where.add_argument("--from-dir", type=Path, help="texts: a save_to_disk folder (one this script wrote)")
     parser.add_argument("--out", type=Path, required=True, help="the save_to_disk folder (texts: file) to write")
+    parser.add_argument(
+        "--splits",
+        nargs="+",
+        choices=list(SPLITS),
+        help="GLUE tasks: write only these splits (default: train validation test)",
+    )
     parser.add_argument("--split", default="validation", help="texts: the split to read (default: validation)")
     parser.add_argument("--column", default="text", help="texts: the text column to read (default: text)")
     parser.add_argument("--rows", type=int, help="texts: keep this many rows of a fixed shuffle (default: all)")
@@ -280,6 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     task = "glue" if args.task in GLUE else args.task
+    if args.splits and task != "glue":
+        parser.error(f"--splits is for GLUE tasks, not {args.task}")
     given = next(flag for flags in SOURCES_OF.values() for flag in flags if getattr(args, flag))
     if given not in SOURCES_OF[task]:
         wanted = " or ".join(f"--{flag.replace('_', '-')}" for flag in SOURCES_OF[task])
@@ -299,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.task == "20newsgroups":
         write_newsgroups(None if args.sklearn else args.bydate_dir, args.out, args.tabs_are_newlines)
     else:
-        write_glue(args.task, None if args.hub else args.glue_dir, args.out)
+        write_glue(args.task, None if args.hub else args.glue_dir, args.out, args.splits)
 
 
 if __name__ == "__main__":
