@@ -74,6 +74,27 @@ def test_glue_qnli_writes_only_the_splits_asked_for(tmp_path):
     assert wrong.returncode != 0 and "--splits is for GLUE tasks" in wrong.stderr
 
 
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("1\tWhen ?\tA b .\tmaybe", "data row 2: label 'maybe' is not one of entailment, not_entailment (or 0-1)"),
+        ("1\tWhen ?\tA b .\t5", "data row 2: label '5' is not one of"),
+        ("1\tWhen ?\tA b .", "data row 2 has 3 tab-separated fields, its header 4"),
+        ("1\tWhen ?\tA\tb .\tentailment", "data row 2 has 5 tab-separated fields, its header 4"),
+    ],
+)
+def test_glue_rows_a_bad_row_is_named(tmp_path, row, message):
+    folder = tmp_path / "glue" / "QNLI"
+    folder.mkdir(parents=True)
+    (folder / "dev.tsv").write_text(f"index\tquestion\tsentence\tlabel\n0\tWho ?\tHe did .\tentailment\n{row}\n")
+    out = tmp_path / "out"
+    result = run_script(
+        "public_data.py", "qnli", "--glue-dir", tmp_path / "glue", "--splits", "validation", "--out", out
+    )
+    assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
 def test_20newsgroups_from_a_bydate_copy_is_cleaned_as_scikit_learn_cleans_it(tmp_path):
     for split in ("train", "test"):
         for topic in ("sci.space", "alt.atheism"):

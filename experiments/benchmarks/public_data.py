@@ -73,6 +73,8 @@ SOURCES_OF = {
 def save(loaded, out: Path, what: str) -> None:
     """Write ``loaded`` (a DatasetDict) to the folder ``out`` and ``source.yaml`` beside its splits, which points
     ``dataset.source`` at it."""
+    if out.exists() and not out.is_dir():
+        sys.exit(f"--out {out} is a file; give a folder to write the dataset in")
     loaded.save_to_disk(str(out))
     (out / "source.yaml").write_text(
         f"# written by experiments/benchmarks/public_data.py: {what}\ndataset:\n  source: {out.resolve()}\n"
@@ -89,20 +91,29 @@ def read_tsv(path: Path) -> list[dict]:
 
 
 def glue_rows(task: str, folder: Path, split: str) -> dict[str, list]:
-    """One split of a GLUE task in the hub's columns: the texts, ``label`` (-1 where GLUE hides it) and ``idx``."""
+    """One split of a GLUE task in the hub's columns: the texts, ``label`` (-1 where GLUE hides it) and ``idx``.
+    A row with a missing text or a label that is not one of the task's exits naming the file and the row."""
     _, columns, names = GLUE[task]
-    rows = read_tsv(folder / SPLITS[split])
+    path = folder / SPLITS[split]
+    rows = read_tsv(path)
     out: dict[str, list] = {c: [] for c in [*columns, "label", "idx"]}
     text_columns, label_column = TSV_COLUMNS[task]
     for i, row in enumerate(rows):
+        where = f"{path}: data row {i + 1}"
+        header = [key for key in row if key is not None]
+        fields = [row[key] for key in header if row[key] is not None] + list(row.get(None) or [])
+        if len(fields) != len(header):
+            sys.exit(f"{where} has {len(fields)} tab-separated fields, its header {len(header)}")
         texts = [row[column] for column in text_columns]
         label = row.get(label_column)
         if split == "test":
             label_id = -1
         elif label in names:
             label_id = names.index(label)
-        else:
+        elif label is not None and label.isdigit() and int(label) < len(names):
             label_id = int(label)
+        else:
+            sys.exit(f"{where}: label {label!r} is not one of {', '.join(names)} (or 0-{len(names) - 1})")
         for column, text in zip(columns, texts, strict=True):
             out[column].append(text)
         out["label"].append(label_id)
