@@ -207,6 +207,33 @@ def test_compare_tests_calibration_and_ood_detection(tmp_path):
     assert "| `calibrated` | 3 | 50.0 | [50.0, 50.0] |" in result.stdout
 
 
+def test_compare_ood_class_keeps_one_held_out_class(tmp_path):
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(1)
+    test_total = rng.normal(0, 1, 300)
+    # two held-out classes: one far above the test rows' entropy, one below it (taken for a kept class, surely)
+    ood_total, ood_label = np.r_[rng.normal(3, 1, 100), rng.normal(-2, 1, 100)], ["far"] * 100 + ["sibling"] * 100
+    for seed in range(2):
+        _ood_evaluation(
+            tmp_path / "eval" / f"m.seed{seed}", "m",
+            {"correct": np.ones(300, int), "confidence": np.full(300, 0.9), "total": test_total},
+            {"total": ood_total, "ood_label": ood_label},
+        )  # fmt: skip
+    base = ["compare.py", "--results", tmp_path, "--models", "m", "--metric", "auroc:entropy"]
+    for name, rows in (("far", slice(0, 100)), ("sibling", slice(100, 200))):
+        result = run_script(*base, "--ood-class", name)
+        assert result.returncode == 0, result.stderr
+        assert f"300 test rows against 100 OOD rows (held-out class {name})" in result.stdout
+        auroc = roc_auc_score(np.r_[np.zeros(300), np.ones(100)], np.r_[test_total, ood_total[rows]])
+        assert f"| `m` | 2 | {100 * auroc:.1f} |" in result.stdout
+    assert roc_auc_score(np.r_[np.zeros(300), np.ones(100)], np.r_[test_total, ood_total[100:]]) < 0.1
+    refused = run_script(*base, "--ood-class", "nowhere")
+    assert refused.returncode != 0 and "its held-out classes are far, sibling" in refused.stderr
+    refused = run_script(*base[:-2], "--ood-class", "far")
+    assert refused.returncode != 0 and "it goes with --metric auroc:SCORE" in refused.stderr
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -24,6 +24,7 @@ with a domain column, also the accuracy per domain.
 bins; lower is better, so "A beats B" means A − B below 0) or ``auroc:SCORE``: how well the uncertainty score SCORE
 (``max_prob``, ``entropy``, ``expected_entropy``, ``mutual_info``, or their ``mc_`` estimates) tells the run's OOD
 rows (``evaluate.ood``) from its test rows; the test and the OOD rows are drawn apart in the bootstrap.
+``--ood-class CLASS`` keeps the OOD rows of one held-out class (``evaluate.ood.classes``).
 """
 
 from __future__ import annotations
@@ -309,9 +310,12 @@ def claim_row(text: str, claim: tuple[Side, str, Side, float], metrics: dict) ->
     )
 
 
-def ood_scores(results: Path, model: str, parts: list[str], score: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+def ood_scores(
+    results: Path, model: str, parts: list[str], score: str, split: str, ood_class: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(row_ids, [seeds, N_ood] matrix) of the predictions column of ``score`` on one model's OOD rows, its seeds
-    those of its ``split`` evaluations; stops where a seed has no such score."""
+    those of its ``split`` evaluations; stops where a seed has no such score. ``ood_class``: only the OOD rows of
+    that held-out class (``evaluate.ood.classes``)."""
     test_seeds = evaluations(results, parts[0], split)
     seeds = evaluations(results, parts[0], "ood")
     if sorted(seeds) != sorted(test_seeds):
@@ -333,9 +337,20 @@ def ood_scores(results: Path, model: str, parts: list[str], score: str, split: s
                 "of one member has no expected_entropy or mutual_info)"
             )
     try:
-        return row_matrix([paths for _, paths in sorted(seeds.items())], score_column(score)[0])
+        ids, matrix = row_matrix([paths for _, paths in sorted(seeds.items())], score_column(score)[0])
+        if ood_class is None:
+            return ids, matrix
+        labels = prediction_rows(next(iter(seeds.values())), ["row_id", "ood_label"])
     except KdpipeError as error:
         raise SystemExit(f"model '{model}': {error}") from None
+    classes = sorted(labels["ood_label"].dropna().unique()) if "ood_label" in labels else []
+    if ood_class not in classes:
+        held_out = (
+            f"its held-out classes are {', '.join(classes)}" if classes else "its OOD rows are not held-out classes"
+        )
+        raise SystemExit(f"--ood-class {ood_class}: model '{model}' has no OOD rows of it; {held_out}")
+    keep = labels.set_index("row_id").loc[ids, "ood_label"].to_numpy() == ood_class
+    return ids[keep], matrix[:, keep]
 
 
 def ece_bins(files: dict[str, list]) -> int:
@@ -385,12 +400,17 @@ def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[s
         help="accuracy (default), ece (lower is better) or auroc:SCORE (OOD rows against test rows, by an "
         "uncertainty score: max_prob, entropy, expected_entropy, mutual_info, or their mc_ estimates)",
     )  # fmt: skip
+    parser.add_argument(
+        "--ood-class", metavar="CLASS", help="auroc: only the OOD rows of this held-out class (evaluate.ood.classes)"
+    )
     args = parser.parse_args(argv)
     args.metric = parse_metric(args.metric, args.split)
     specs = [model_spec(m) for m in args.models]
     models = dict(specs)
     if len(models) < len(specs):
         raise SystemExit(f"--models: a name given twice ({', '.join(name for name, _ in specs)})")
+    if args.ood_class and args.metric[0] != "auroc":
+        raise SystemExit("--ood-class selects OOD rows: it goes with --metric auroc:SCORE")
     if args.metric[0] == "auroc" and args.also:
         raise SystemExit("--metric auroc: compares the models of one run, on its own OOD rows; leave out --also")
     joins = [text for text, (name, parts) in zip(args.models, specs, strict=True) if len(parts) > 1]
@@ -441,7 +461,8 @@ def print_tables(args: argparse.Namespace, files: dict, metrics: dict, claims: d
     what = f"{METRICS[kind]} of {score}" if score else METRICS[kind]
     if kind == "ece":
         what = f"ECE (%, {metrics[next(iter(metrics))].bins} bins)"
-    against = f" against {ood_rows:,} OOD rows" if score else ""
+    of_class = f" (held-out class {args.ood_class})" if args.ood_class else ""
+    against = f" against {ood_rows:,} OOD rows{of_class}" if score else ""
     print(f"{rows} {args.split} rows{against}; 95% intervals over seeds and rows (4,000 bootstrap draws).\n")
     f1_head, f1_rule = (" macro-F1 (%) |", " ---: |") if kind == "accuracy" else ("", "")
     print(f"| model | seeds | {what} | 95% interval |{f1_head} gold labels read |")
@@ -470,7 +491,7 @@ def main(argv: list[str] | None = None) -> None:
     kind, score = args.metric
     found = {name: joined(runs, parts, args.split) for name, parts in models.items()}
     files = {name: paths for name, (_, paths) in found.items()}
-    ood = {model: ood_scores(runs[""], model, models[model], score, args.split) for model in files} if score else {}
+    ood = {m: ood_scores(runs[""], m, models[m], score, args.split, args.ood_class) for m in files} if score else {}
     rows, columns = read_rows(files, kind, score)
     bins = ece_bins(files) if kind == "ece" else 15
     test_rows = same_rows(found, runs, rows, columns, args.split)
