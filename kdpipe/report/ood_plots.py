@@ -7,6 +7,7 @@ See docs/report.md, "Out-of-distribution detection and selective prediction".
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ from kdpipe.report.summary import comparable
 # The risk axis is fitted to the curves from this coverage on: below it a handful of rows make the risk jump (the one
 # most confident row wrong is a risk of 100%).
 FIT_FROM_COVERAGE = 0.05
+# Characters per title line: about what fits across the 8-inch figures at 10 points.
+TITLE_WIDTH = 100
 
 
 def plot_ood_roc(table: pd.DataFrame, path: Path, order: list[str] = ()) -> None:
@@ -47,9 +50,9 @@ def plot_ood_roc(table: pd.DataFrame, path: Path, order: list[str] = ()) -> None
     _axes(
         ax, "false positive rate (in-distribution rows flagged)", "true positive rate (OOD rows flagged)", "lower right"
     )
-    ax.set_title(
-        f"{ood_notes(table)[0]}\nROC of each model's epistemic score (else entropy); first seed's curve, AUROC mean "
-        "± std over seeds; dashed: a subset teacher (not comparable)", fontsize=10,
+    _title(
+        ax, ood_notes(table)[0], "ROC of each model's epistemic score (else entropy); first seed's curve, AUROC mean ± "
+        "std over seeds; dashed: a subset teacher (not comparable)",
     )  # fmt: skip
     save(fig, path)
     plt.close(fig)
@@ -87,13 +90,19 @@ def plot_risk_coverage(runs: pd.DataFrame, summary: pd.DataFrame, path: Path) ->
     _axes(
         ax, "coverage (% of rows kept, the most confident first)", "risk (% errors among the kept rows)", "upper left"
     )
-    ax.set_title(
-        f"Selective prediction on the {split} split: confidence by {' / '.join(scores)}; first seed's curve, AURC "
-        f"mean ± std over seeds (lower is better)\nrisk axis fitted from {FIT_FROM_COVERAGE:.0%} coverage; dashed: a "
-        "subset teacher or the teachers' oracle (not comparable)", fontsize=10,
+    _title(
+        ax, f"Selective prediction on the {split} split: confidence by {' / '.join(scores)}; first seed's curve, AURC "
+        f"mean ± std over seeds (lower is better)", f"risk axis fitted from {FIT_FROM_COVERAGE:.0%} coverage; dashed: "
+        "a subset teacher or the teachers' oracle (not comparable)",
     )  # fmt: skip
     save(fig, path)
     plt.close(fig)
+
+
+def _title(ax, *parts: str) -> None:
+    """The figure's title: each part on lines of at most TITLE_WIDTH characters, so that a long one (the OOD rows'
+    description names every held-out class or the OOD file) stays inside the figure."""
+    ax.set_title("\n".join(textwrap.fill(part, TITLE_WIDTH) for part in parts), fontsize=10)
 
 
 def _axes(ax, xlabel: str, ylabel: str, legend: str) -> None:
