@@ -232,6 +232,19 @@ def test_compare_ood_class_keeps_one_held_out_class(tmp_path):
     assert refused.returncode != 0 and "its held-out classes are far, sibling" in refused.stderr
     refused = run_script(*base[:-2], "--ood-class", "far")
     assert refused.returncode != 0 and "it goes with --metric auroc:SCORE" in refused.stderr
+    refused = run_script(*base[:-2], "--ood-class", "")
+    assert refused.returncode != 0 and "it goes with --metric auroc:SCORE" in refused.stderr
+    # every seed's labels are read: a second seed that labels rows otherwise, or leaves one unlabelled, is refused
+    predictions = tmp_path / "eval" / "m.seed1" / "ood.predictions.parquet"
+    table = pd.read_parquet(predictions)
+    table.loc[table["row_id"] == 1000, "ood_label"] = "sibling"
+    table.to_parquet(predictions)
+    refused = run_script(*base, "--ood-class", "far")
+    assert refused.returncode != 0 and "seed 1 labels its OOD rows other than seed 0 does" in refused.stderr
+    table.loc[table["row_id"] == 1000, "ood_label"] = None
+    table.to_parquet(predictions)
+    refused = run_script(*base, "--ood-class", "far")
+    assert refused.returncode != 0 and "has OOD rows without an ood_label" in refused.stderr
 
 
 @pytest.mark.parametrize(

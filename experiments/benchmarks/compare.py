@@ -340,17 +340,37 @@ def ood_scores(
         ids, matrix = row_matrix([paths for _, paths in sorted(seeds.items())], score_column(score)[0])
         if ood_class is None:
             return ids, matrix
-        labels = prediction_rows(next(iter(seeds.values())), ["row_id", "ood_label"])
+        keep = ood_class_rows(model, seeds, ids, ood_class)
     except KdpipeError as error:
         raise SystemExit(f"model '{model}': {error}") from None
-    classes = sorted(labels["ood_label"].dropna().unique()) if "ood_label" in labels else []
-    if ood_class not in classes:
-        held_out = (
-            f"its held-out classes are {', '.join(classes)}" if classes else "its OOD rows are not held-out classes"
-        )
-        raise SystemExit(f"--ood-class {ood_class}: model '{model}' has no OOD rows of it; {held_out}")
-    keep = labels.set_index("row_id").loc[ids, "ood_label"].to_numpy() == ood_class
     return ids[keep], matrix[:, keep]
+
+
+def ood_class_rows(model: str, seeds: dict[int, list[Path]], ids: np.ndarray, ood_class: str) -> np.ndarray:
+    """Which of the OOD rows ``ids`` are of the held-out class ``ood_class``, by the ``ood_label`` column of every
+    seed's predictions; stops where a seed has no such column or a row without a label, or where two seeds label the
+    rows differently."""
+    labels, first = None, None
+    for seed, paths in sorted(seeds.items()):
+        table = prediction_rows(paths, ["row_id", "ood_label"])
+        if "ood_label" not in table or table["ood_label"].isna().all():
+            raise SystemExit(
+                f"--ood-class {ood_class!r}: {paths[0]}'s OOD rows are not held-out classes (no ood_label)"
+            )
+        if table["ood_label"].isna().any():
+            raise SystemExit(f"--ood-class {ood_class!r}: {paths[0]} has OOD rows without an ood_label")
+        seed_labels = table.set_index("row_id").loc[ids, "ood_label"].to_numpy()
+        if labels is None:
+            labels, first = seed_labels, seed
+        elif not np.array_equal(seed_labels, labels):
+            raise SystemExit(f"model '{model}': seed {seed} labels its OOD rows other than seed {first} does")
+    classes = sorted(set(labels))
+    if ood_class not in classes:
+        raise SystemExit(
+            f"--ood-class {ood_class!r}: model '{model}' has no OOD rows of it; its held-out classes are "
+            + ", ".join(classes)
+        )
+    return labels == ood_class
 
 
 def ece_bins(files: dict[str, list]) -> int:
@@ -409,7 +429,7 @@ def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[s
     models = dict(specs)
     if len(models) < len(specs):
         raise SystemExit(f"--models: a name given twice ({', '.join(name for name, _ in specs)})")
-    if args.ood_class and args.metric[0] != "auroc":
+    if args.ood_class is not None and args.metric[0] != "auroc":
         raise SystemExit("--ood-class selects OOD rows: it goes with --metric auroc:SCORE")
     if args.metric[0] == "auroc" and args.also:
         raise SystemExit("--metric auroc: compares the models of one run, on its own OOD rows; leave out --also")
@@ -461,7 +481,7 @@ def print_tables(args: argparse.Namespace, files: dict, metrics: dict, claims: d
     what = f"{METRICS[kind]} of {score}" if score else METRICS[kind]
     if kind == "ece":
         what = f"ECE (%, {metrics[next(iter(metrics))].bins} bins)"
-    of_class = f" (held-out class {args.ood_class})" if args.ood_class else ""
+    of_class = f" (held-out class {args.ood_class})" if args.ood_class is not None else ""
     against = f" against {ood_rows:,} OOD rows{of_class}" if score else ""
     print(f"{rows} {args.split} rows{against}; 95% intervals over seeds and rows (4,000 bootstrap draws).\n")
     f1_head, f1_rule = (" macro-F1 (%) |", " ---: |") if kind == "accuracy" else ("", "")
