@@ -45,20 +45,31 @@ import csv
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
-# task -> (GLUE folder, text columns of the hub's copy, ClassLabel names, how a GLUE .tsv row maps to them)
+
+class GlueTask(NamedTuple):
+    """A GLUE task: its folder, the hub's text columns and ClassLabel names, and the text and label columns of its
+    .tsv files that map to them."""
+
+    folder: str
+    columns: list[str]
+    names: list[str]
+    tsv_columns: list[str]
+    tsv_label: str
+
+
 GLUE = {
-    "sst2": ("SST-2", ["sentence"], ["negative", "positive"]),
-    "mrpc": ("MRPC", ["sentence1", "sentence2"], ["not_equivalent", "equivalent"]),
-    "rte": ("RTE", ["sentence1", "sentence2"], ["entailment", "not_entailment"]),
-    "qnli": ("QNLI", ["question", "sentence"], ["entailment", "not_entailment"]),
-}
-# task -> (the text columns, the label column) of GLUE's .tsv files
-TSV_COLUMNS = {
-    "sst2": (["sentence"], "label"),
-    "mrpc": (["#1 String", "#2 String"], "Quality"),
-    "rte": (["sentence1", "sentence2"], "label"),
-    "qnli": (["question", "sentence"], "label"),
+    "sst2": GlueTask("SST-2", ["sentence"], ["negative", "positive"], ["sentence"], "label"),
+    "mrpc": GlueTask(
+        "MRPC", ["sentence1", "sentence2"], ["not_equivalent", "equivalent"], ["#1 String", "#2 String"], "Quality"
+    ),
+    "rte": GlueTask(
+        "RTE", ["sentence1", "sentence2"], ["entailment", "not_entailment"], ["sentence1", "sentence2"], "label"
+    ),
+    "qnli": GlueTask(
+        "QNLI", ["question", "sentence"], ["entailment", "not_entailment"], ["question", "sentence"], "label"
+    ),
 }
 SPLITS = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
 # the options that say where each task's rows come from (one of them is given)
@@ -93,11 +104,10 @@ def read_tsv(path: Path) -> list[dict]:
 def glue_rows(task: str, folder: Path, split: str) -> dict[str, list]:
     """One split of a GLUE task in the hub's columns: the texts, ``label`` (-1 where GLUE hides it) and ``idx``.
     A row with a missing text or a label that is not one of the task's exits naming the file and the row."""
-    _, columns, names = GLUE[task]
+    _, columns, names, text_columns, label_column = GLUE[task]
     path = folder / SPLITS[split]
     rows = read_tsv(path)
     out: dict[str, list] = {c: [] for c in [*columns, "label", "idx"]}
-    text_columns, label_column = TSV_COLUMNS[task]
     for i, row in enumerate(rows):
         where = f"{path}: data row {i + 1}"
         header = [key for key in row if key is not None]
@@ -125,7 +135,7 @@ def write_glue(task: str, glue_dir: Path | None, out: Path, splits: list[str] | 
     """GLUE ``task`` from ``glue_dir`` (None: the hub) as a ``save_to_disk`` folder; ``splits``: only these."""
     import datasets
 
-    subfolder, columns, names = GLUE[task]
+    subfolder, columns, names, _, _ = GLUE[task]
     splits = splits or list(SPLITS)
     if glue_dir is None:
         loaded = datasets.load_dataset("nyu-mll/glue", task)
