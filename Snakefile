@@ -5,10 +5,10 @@ from pathlib import Path
 
 from snakemake.utils import min_version
 
-min_version("9.0")
-# kdpipe from this workflow's own folder, ahead of any other copy on sys.path, PYTHONPATH included
-# (docs/design.md, "Which kdpipe a job runs")
-sys.path.insert(0, str(Path(workflow.basedir).resolve()))
+min_version("9.18")
+# kdpipe from this workflow's own folder (also when another workflow uses this one as a module), ahead of any other
+# copy on sys.path, PYTHONPATH included (docs/design.md, "Which kdpipe a job runs")
+sys.path.insert(0, str(Path(workflow.current_basedir).resolve()))
 
 
 # The default experiment, unless --configfile names another: Snakemake would otherwise deep-merge the two
@@ -28,6 +28,7 @@ include: "workflow/rules/signals.smk"
 include: "workflow/rules/routes.smk"
 include: "workflow/rules/students.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/stages.smk"
 
 
 rule all:

@@ -1,5 +1,5 @@
-"""Generate the tables of docs/design.md from the code: the stages (kdpipe.stages.STAGES and the rules that run
-them), the signal catalog (kdpipe.signals.catalog.SIGNALS) and the layers (every module of kdpipe/ by the first
+"""Generate the tables of docs/design.md from the code: the stages (kdpipe.stages.catalog.STAGES and the rules that
+run them), the signal catalog (kdpipe.signals.catalog.SIGNALS) and the layers (every module of kdpipe/ by the first
 sentence of its docstring).
 
     python docs/make_design.py            # (re)write the tables in docs/design.md
@@ -22,26 +22,27 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kdpipe.signals.catalog import SIGNALS  # noqa: E402
-from kdpipe.stages import STAGES  # noqa: E402
+from kdpipe.stages.catalog import STAGES  # noqa: E402
 
 DOC = REPO / "docs" / "design.md"
 REGENERATE = "python docs/make_design.py"
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
-def rules_by_command() -> dict[str, list[str]]:
-    """``{sub-command: [rule, ...]}`` read from the rules' shell commands (``python -m kdpipe ... <command>``);
-    a rule defined in a loop (the signal gather rules) is named by its loop."""
-    found: dict[str, list[str]] = {}
+def rules_by_command() -> dict[str, str]:
+    """``{sub-command: its rules}`` read from the rule files' ``stage("<command>", ...)`` declarations: the rule is
+    named after the stage, or (``rule_name=`` in a loop) one per signal pass or per signal."""
+    found: dict[str, str] = {}
     for path in sorted((REPO / "workflow" / "rules").glob("*.smk")):
-        text = path.read_text()
-        for match in re.finditer(r"^\s*rule (\w+):\n(.*?)(?=^\s*rule \w+:|\Z)", text, re.S | re.M):
-            rule, body = match.groups()
-            command = re.search(r"python -m kdpipe(?: --\w+(?:[ =]\S+)?)* ([a-z-]+)", body)
-            if command:
-                found.setdefault(command.group(1), []).append(rule)
-        if re.search(r"for _signal in", text) and "signal-gather" in text:
-            found.setdefault("signal-gather", []).append("one per signal, named after it")
+        for match in re.finditer(r'^( *)stage\(\n\s*"([a-z-]+)",(.*?)^\1\)', path.read_text(), re.S | re.M):
+            indent, command, body = match.groups()
+            named = re.search(r"rule_name=(\w+)", body)
+            if named is None:
+                found[command] = f"`{STAGES[command].rule}`"
+            elif named.group(1) == "pass_rule":
+                found[command] = "one per pass, named after its signals"
+            else:
+                found[command] = "one per signal, named after it"
     return found
 
 
@@ -52,15 +53,13 @@ def _code(names) -> str:
 def stages_table() -> str:
     rules = rules_by_command()
     lines = [
-        "| `python -m kdpipe …` | rule | stage module | what it does | runs a model | trains |",
+        "| `python -m kdpipe …` | rule | function | what it does | runs a model | trains |",
         "| --- | --- | --- | --- | :---: | :---: |",
     ]
     for name, stage in STAGES.items():
-        rule = _code(r for r in rules.get(name, []) if " " not in r) or "— (a command for users)"
-        if any(" " in r for r in rules.get(name, [])):
-            rule = "one per signal, named after it"
+        rule = rules.get(name, "— (a command for users)")
         lines.append(
-            f"| `{name}` | {rule} | `{stage.module}` | {stage.summary} | {'yes' if stage.device else ''} | "
+            f"| `{name}` | {rule} | `{stage.entry}` | {stage.summary} | {'yes' if stage.model else ''} | "
             f"{'yes' if stage.trains else ''} |"
         )
     return "\n".join(lines) + "\n"

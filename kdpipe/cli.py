@@ -1,11 +1,14 @@
 """``python -m kdpipe <stage> ...``: one sub-command per workflow stage (the rules call these).
 
-Built from :data:`kdpipe.stages.STAGES`. Every stage takes its config slice as ``--params JSON`` (exactly what the
-rule's ``params`` hold) and explicit input/output paths. A stage's module is imported only when its sub-command
-runs. A stage that runs a model first claims a free GPU from the lock-file pool (:mod:`kdpipe.core.gpus`), before
-anything imports torch; a stage that needs no model imports neither torch nor transformers, which take seconds to
-start (docs/design.md, "Compute"). A :class:`KdpipeError` (bad input or configuration) is printed as one clear
-line and exits with status 2, leaving no output behind. A training stage given ``--processes N`` (N > 1) becomes
+Built from the stage declarations (:data:`kdpipe.stages.catalog.STAGES`): every stage takes its config slice as
+``--params JSON`` (exactly what the rule's ``params.cfg`` holds) and its arguments by name, and its function is
+called with both; its module is imported only when its sub-command runs. A job started by the workflow checks its
+code fingerprint (``--code``) against the sources it runs from (:func:`check_code`). A stage that runs a model first
+claims a free GPU from the lock-file pool (:mod:`kdpipe.core.gpus`), before anything imports torch; a stage that
+needs no model imports neither torch nor transformers, which take seconds to start (docs/design.md, "Compute"). A
+:class:`KdpipeError` (bad input or configuration) is printed as one clear line and exits with status 2, leaving no
+output behind. ``--log FILE`` sends everything the job writes into its log, and the lines meant for the user
+(:func:`kdpipe.core.progress.say`) to the console as well. A training stage given ``--processes N`` (N > 1) becomes
 ``torchrun`` with N copies of itself, one per device, training data-parallel (:mod:`kdpipe.training.distributed`).
 """
 
@@ -23,8 +26,10 @@ from kdpipe.core.finished import job_identity_of_process, set_job_identity
 from kdpipe.core.gpus import claim_gpu
 from kdpipe.core.identity import check_local_content
 from kdpipe.core.killed import end_if_interrupted, say_when_killed
+from kdpipe.core.progress import log_to
 from kdpipe.core.store import KdpipeError
-from kdpipe.stages import STAGES
+from kdpipe.launch import pause, snapshot
+from kdpipe.stages.catalog import STAGES, Arg, Stage
 
 
 def _params(text: str) -> dict:
@@ -34,17 +39,15 @@ def _params(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from err
 
 
-def _add_argument(sub: argparse.ArgumentParser, spec: str) -> None:
-    name, kind = (spec.split(":") + ["path"])[:2]
-    many = name[-1] if name[-1] in "?+*" else ""
-    name = name.rstrip("?+*")
-    flag = "--" + name.replace("_", "-")
-    if kind.startswith("str"):  # "str": required, "str?": optional
-        sub.add_argument(flag, dest=name, required=not kind.endswith("?"), default=None)
-    elif many in "?*" and many:  # the rule writes the flag always, followed by the path(s) the job needs, if any
-        sub.add_argument(flag, dest=name, nargs="*", type=Path, default=[])
+def _add_argument(sub: argparse.ArgumentParser, arg: Arg) -> None:
+    """An optional path or paths may be given with no value: the rule writes the flag whether the job needs it or
+    not, followed by the path(s) it needs, if any."""
+    if arg.kind == "text":
+        sub.add_argument(arg.flag, dest=arg.name, required=not arg.optional, default=None)
+    elif arg.optional:
+        sub.add_argument(arg.flag, dest=arg.name, nargs="*", type=Path, default=[])
     else:
-        sub.add_argument(flag, dest=name, nargs="+" if many else None, type=Path, required=True)
+        sub.add_argument(arg.flag, dest=arg.name, nargs="+" if arg.kind == "paths" else None, type=Path, required=True)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,42 +59,54 @@ def parser() -> argparse.ArgumentParser:
         default=1,
         help="a training stage's processes, one per device, data-parallel (the rule's {resources.gpu})",
     )
+    p.add_argument("--log", type=Path, default=None, help="write everything into this file (the rule's {log})")
     sub = p.add_subparsers(dest="command", required=True)
     for name, stage in STAGES.items():
         s = sub.add_parser(name, help=stage.summary)
         s.add_argument("--params", type=_params, default={}, help="the stage's config slice as JSON")
-        for spec in stage.arguments:
-            _add_argument(s, spec)
+        s.add_argument("--code", default=None, help="the code fingerprint the workflow computed")
+        if stage.trains:
+            s.add_argument("--inputs", nargs="*", type=Path, default=[], help="the rule's inputs: the job's identity")
+        for arg in stage.args:
+            _add_argument(s, arg)
     return p
 
 
-def _made_already(stage, params: dict, args: dict) -> bool:
-    """Lock a training job's outputs, set its identity (:func:`kdpipe.core.identity.job_identity`) and say whether
-    its finished outputs were restored (:func:`kdpipe.core.finished.restore_finished`). ``args`` loses the declared
-    inputs (``--inputs``) and the code fingerprint (``--code``), which only the identity reads."""
+def _arguments(argv: list[str]) -> dict:
+    """The command line's arguments by name; an optional path not given is None."""
+    args = vars(parser().parse_args(argv))
+    for arg in STAGES[args["command"]].args:
+        if arg.optional and arg.kind == "path":
+            args[arg.name] = args[arg.name][0] if args[arg.name] else None
+    return args
+
+
+def _made_already(stage: Stage, params: dict, args: dict, inputs: list[Path], code: str | None) -> bool:
+    """Lock a training job's outputs, set its identity (:func:`kdpipe.core.identity.job_identity`: its config
+    slice, its declared ``inputs`` and its code fingerprint) and say whether its finished outputs were restored
+    (:func:`kdpipe.core.finished.restore_finished`)."""
     from kdpipe.core.fingerprint import fingerprint
     from kdpipe.core.finished import lock_outputs, restore_finished
     from kdpipe.core.identity import job_identity
 
-    declared, code = args.pop("inputs", None), args.pop("code", None)
-    paths = {name: value for name, value in args.items() if isinstance(value, (Path, list)) and value}
-    outputs = [Path(v) for name, v in paths.items() if name.startswith("out")]
-    inputs = declared or [
-        p for name, v in paths.items() if not name.startswith("out") for p in (v if isinstance(v, list) else [v])
-    ]
+    outputs = [Path(args[arg.name]) for arg in stage.args if arg.output]
     lock_outputs(outputs)
     identity = job_identity(params, inputs, code or fingerprint(stage.module))
     set_job_identity(identity)
     return restore_finished(identity, outputs)
 
 
-def check_code(stage, params: dict, code: str) -> None:
+def check_code(stage: Stage, params: dict, code: str) -> None:
     """Stop a job whose kdpipe code is not the code its fingerprint ``code`` (``--code``, computed when Snakemake
-    scheduled it) was computed from: an edit made since, while the job waited, would otherwise run under the old
-    fingerprint (resume checkpoints, kept copies, the shared cache's entry). Rerun: Snakemake schedules it again."""
-    from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint
+    scheduled it) was computed from. Under ``python -m kdpipe`` the job runs from a snapshot of the sources read at
+    its start (:mod:`kdpipe.launch`), and the fingerprint is computed from that snapshot: an edit made before it
+    stops the job here, one made after it changes nothing the job runs. Rerun: Snakemake schedules it again."""
+    from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint, read_sources_from
     from kdpipe.plan.slices import modules_named_in
 
+    taken = snapshot()
+    if taken is not None:
+        read_sources_from(taken.sources)
     try:  # the workflow's library versions: a job in another environment (conda) compares the code alone
         versions = json.loads(os.environ[VERSIONS_ENV])
     except (KeyError, ValueError):
@@ -111,16 +126,16 @@ LAUNCHED = "KDPIPE_LAUNCHED_IDENTITY"
 def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
     """Become ``torchrun`` running this same command as ``processes`` ranks on this machine (``--standalone``: a free
     port of its own). The output lock, taken by this process, stays held by torchrun (its descriptor survives the
-    exec); each rank gets an equal part of the job's CPU threads."""
+    exec); each rank gets an equal part of the job's CPU threads, and writes where this process writes (its log)."""
     from kdpipe.core.finished import held_locks
 
     rest, skip = [], False
     for arg in argv:  # drop the launcher's own options; the ranks get theirs below
         if skip:
             skip = False
-        elif arg in ("--processes", "--threads"):
+        elif arg in ("--processes", "--threads", "--log"):
             skip = True
-        elif not arg.startswith(("--processes=", "--threads=")):
+        elif not arg.startswith(("--processes=", "--threads=", "--log=")):
             rest.append(arg)
     per_rank = max(1, (threads or os.cpu_count() or 1) // processes)
     for handle in held_locks():  # held by torchrun, then, until the job ends
@@ -152,22 +167,16 @@ def job_name(command: str, params: dict, args: dict) -> str:
     return command if name == command else f"{command} {name}"
 
 
-def _use_threads(threads: int, stage) -> None:
+def _use_threads(threads: int, stage: Stage) -> None:
     """torch's CPU threads: those Snakemake granted the job (docs/design.md, "Compute"). A stage that runs no model
     and did not import torch is not made to (it takes seconds); should it import torch later, OMP_NUM_THREADS holds
     the number."""
-    if stage.device or "torch" in sys.modules:
+    if stage.model or "torch" in sys.modules:
         from kdpipe.core.device import set_threads
 
         set_threads(threads)
     else:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-
-
-def _rows_done() -> int:
-    from kdpipe.core.progress import rows_done
-
-    return rows_done()
 
 
 def _summary(command: str, params: dict, args: dict, rows: int, seconds: float) -> None:
@@ -176,17 +185,6 @@ def _summary(command: str, params: dict, args: dict, rows: int, seconds: float) 
     from kdpipe.core.progress import peak_memory_mb, summary_line
 
     print(summary_line(job_name(command, params, args), rows, seconds, peak_memory_mb()), file=sys.stderr, flush=True)
-
-
-def _arguments(argv: list[str]) -> dict:
-    """The command line's arguments by name; an optional path not given is None."""
-    args = vars(parser().parse_args(argv))
-    for spec in STAGES[args["command"]].arguments:
-        name = spec.split(":")[0]
-        if name.endswith("?") and not spec.endswith(":str?"):
-            given = args[name[:-1]]
-            args[name[:-1]] = given[0] if given else None
-    return args
 
 
 def main(argv=None) -> int:
@@ -204,11 +202,14 @@ def main(argv=None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    args = _arguments(argv)
+    log = args.pop("log")
+    if log is not None:
+        log_to(log)
     if not sys.stderr.isatty():  # a job's log: the libraries' own bars (loading, saving weights) redraw in it
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    args = _arguments(argv)
     command, threads, params = args.pop("command"), args.pop("threads"), args.pop("params")
-    processes = args.pop("processes")
+    processes, code, inputs = args.pop("processes"), args.pop("code"), args.pop("inputs", [])
     stage = STAGES[command]
     rank = LAUNCHED in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
     say_when_killed(job_name(command, params, args))  # (kdpipe.core.killed)
@@ -216,20 +217,20 @@ def _main(argv: list[str]) -> int:
         if processes < 1:
             raise KdpipeError(f"--processes {processes}: give at least 1")
         check_local_content(params)
-        if args.get("code") and not rank:
-            check_code(stage, params, args["code"])
+        if code:
+            check_code(stage, params, code)
         if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
             set_job_identity(os.environ[LAUNCHED] or None)
-        elif stage.trains and _made_already(stage, params, args):
+        elif stage.trains and _made_already(stage, params, args, inputs, code):
             return 0
         elif stage.trains and processes > 1:
             _launch(processes, threads, argv)
-        if stage.device:
+        if stage.model:
             claim_gpu()
         from kdpipe.core.memory import use_system_allocator
 
         use_system_allocator()  # (memory flat in N: docs/design.md, "Compute")
-        module = importlib.import_module(stage.module)
+        function = getattr(importlib.import_module(stage.module), stage.function)
         if threads:
             _use_threads(threads, stage)
         if rank:
@@ -237,9 +238,9 @@ def _main(argv: list[str]) -> int:
             from kdpipe.training import distributed
 
             distributed.init(pick_device())
-        args.pop("inputs", None), args.pop("code", None)  # (a rank's: the launcher read them)
+        pause("run")
         started, rows = time.perf_counter(), _rows_done()
-        module.run(params, **args)
+        function(params, **args)
         if not rank or int(os.environ.get("RANK", "0")) == 0:
             _summary(command, params, args, _rows_done() - rows, time.perf_counter() - started)
         if rank:
@@ -248,3 +249,9 @@ def _main(argv: list[str]) -> int:
         print(f"kdpipe {command}: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _rows_done() -> int:
+    from kdpipe.core.progress import rows_done
+
+    return rows_done()

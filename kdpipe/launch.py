@@ -1,14 +1,27 @@
-"""Which kdpipe a job runs: the workflow's own, whose code its fingerprint was computed from (docs/design.md,
-"Which kdpipe a job runs"). The workflow sets :func:`job_environment` for its jobs; a job that
-imported another kdpipe all the same stops (:func:`check_package`)."""
+"""Which kdpipe a job runs: the workflow's own, exactly the code its fingerprint was computed from (docs/design.md,
+"Which kdpipe a job runs").
+
+The workflow sets :func:`job_environment` for its jobs; a job that imported another kdpipe all the same stops
+(:func:`check_package`). ``python -m kdpipe`` then reads every source file of the package once, at its start
+(:class:`Snapshot`), and imports every kdpipe module from those bytes, never again from the disk: the job checks its
+code fingerprint against the snapshot (``kdpipe.cli``), so the code that runs is the code recorded, whenever an edit
+lands. Only this launcher (``kdpipe/__main__.py`` and this module, part of no job's fingerprint) runs from the disk.
+Standard library only: nothing of kdpipe is imported here.
+"""
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
+import sys
+import time
 from pathlib import Path
 
 PACKAGE_ENV = "KDPIPE_PACKAGE"  # the kdpipe package folder the workflow fingerprinted
 PACKAGE = Path(__file__).resolve().parent
+# Tests hold a job at a named point of its start (docs/testing.md, "Edits while a job runs"): "POINT=FILE,..."
+PAUSE_ENV = "KDPIPE_TEST_PAUSE"
 
 
 def job_environment(env: dict | None = None, package: Path = PACKAGE) -> dict[str, str]:
@@ -29,3 +42,72 @@ def check_package() -> str | None:
         f"kdpipe: this job imported kdpipe from {PACKAGE}, but the workflow computed its code fingerprint from "
         f"{expected}; put the workflow's checkout first on PYTHONPATH, with PYTHONSAFEPATH=1"
     )
+
+
+class Snapshot(importlib.abc.MetaPathFinder):
+    """The package's source files, read once: every ``kdpipe`` module this process imports after
+    :meth:`install` is compiled from these bytes (never from the disk, nor from a cached ``.pyc``)."""
+
+    def __init__(self, package: Path = PACKAGE):
+        self.package = package
+        self.sources = {path: path.read_bytes() for path in sorted(package.rglob("*.py"))}
+
+    def install(self) -> None:
+        """Serve kdpipe from the snapshot, the package itself included (imported again from it); this launcher stays
+        as it was loaded."""
+        sys.meta_path.insert(0, self)
+        for name in [n for n in sys.modules if n == "kdpipe" or n.startswith("kdpipe.")]:
+            if name != __name__:
+                del sys.modules[name]
+        importlib.import_module("kdpipe")
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "kdpipe" and not fullname.startswith("kdpipe."):
+            return None
+        parts = fullname.split(".")[1:]
+        package = self.package.joinpath(*parts, "__init__.py")
+        if package in self.sources:
+            return importlib.util.spec_from_file_location(
+                fullname, package, loader=_Loader(package, self.sources[package]), submodule_search_locations=[]
+            )
+        module = self.package.joinpath(*parts[:-1], parts[-1] + ".py") if parts else None
+        if module in self.sources:
+            loader = _Loader(module, self.sources[module])
+            return importlib.util.spec_from_file_location(fullname, module, loader=loader)
+        return None
+
+
+class _Loader(importlib.abc.SourceLoader):
+    """One module's source from the snapshot. Without ``path_stats`` the source loader never reads or writes a
+    ``.pyc``: it compiles the snapshot's bytes."""
+
+    def __init__(self, path: Path, source: bytes):
+        self.path, self.source = str(path), source
+
+    def get_filename(self, fullname: str) -> str:
+        return self.path
+
+    def get_data(self, path: str) -> bytes:
+        if path == self.path:
+            return self.source
+        with open(path, "rb") as handle:  # (never asked for: a package's data is read by its path)
+            return handle.read()
+
+
+def snapshot() -> Snapshot | None:
+    """The snapshot this process runs kdpipe from, if any."""
+    return next((finder for finder in sys.meta_path if isinstance(finder, Snapshot)), None)
+
+
+def pause(point: str, argv: list[str] | None = None) -> None:
+    """For the tests of edits made while a job starts (:data:`PAUSE_ENV`, items ``POINT=FILE`` or
+    ``POINT@STAGE=FILE``, the stage a word of the command line): at ``point``, create ``FILE`` and wait until it is
+    removed. Does nothing unless the variable names the point."""
+    words = sys.argv if argv is None else argv
+    for item in os.environ.get(PAUSE_ENV, "").split(","):
+        name, _, marker = item.partition("=")
+        name, _, stage = name.partition("@")
+        if name == point and marker and (not stage or stage in words):
+            Path(marker).touch()
+            while os.path.exists(marker):
+                time.sleep(0.02)

@@ -8,6 +8,7 @@ import pytest
 from kdpipe.core import fingerprint as fp
 from kdpipe.methods.registry import METHODS, TEACHER_OBJECTIVES
 from kdpipe.signals.catalog import SIGNALS
+from kdpipe.stages.catalog import STAGES
 
 
 def closure(*modules) -> set[str]:
@@ -37,13 +38,15 @@ META_TEACHER_SIDE = {
 }
 TEACHER_STAGES = (
     "prepare",
-    "finetune_teacher",
-    "import_teacher",
+    "transfer",
+    "finetune-teacher",
+    "import-teacher",
     "prototypes",
-    "signal_pass",
-    "signal_shard",
-    "signal_gather",
+    "signal-pass",
+    "signal-shard",
+    "signal-gather",
     "route",
+    "route-transfer",
 )
 
 
@@ -53,7 +56,7 @@ def student_side(files: set[str]) -> set[str]:
 
 @pytest.mark.parametrize("stage", TEACHER_STAGES)
 def test_teacher_side_stages_import_nothing_of_the_student_side(stage):
-    assert not student_side(closure(f"kdpipe.stages.{stage}"))
+    assert not student_side(closure(STAGES[stage].module))
 
 
 @pytest.mark.parametrize(

@@ -64,8 +64,8 @@ def test_a_job_killed_by_a_signal_says_so_in_its_log(tmp_path, sig):
     """A job stopped by a signal writes a last line that says so, then ends as the signal ends a process: SIGINT
     unwinds the job as a KeyboardInterrupt, then ends it quietly (no traceback)."""
     code = (
-        "import sys, time\nimport kdpipe.stages.prepare as stage\n"
-        "stage.run = lambda params, **paths: time.sleep(60)  # a job that takes a while\n"
+        "import sys, time\nimport kdpipe.data.prepare as stage\n"
+        "stage.prepare = lambda params, **paths: time.sleep(60)  # a job that takes a while\n"
         "from kdpipe.cli import main\nsys.argv[1:] = ['prepare', '--out', sys.argv[1]]\nsys.exit(main())"
     )
     env = dict(os.environ)

@@ -41,7 +41,7 @@ def shards(count: int, root: Path, params: dict | list[dict], teacher: Path, dat
     parts = []
     for k in range(1, count + 1):
         part = root / f"part.{k}-of-{count}"
-        run_shard(params if isinstance(params, list) else [params], teacher, data, f"{k}-of-{count}", part)
+        run_shard({"signals": params if isinstance(params, list) else [params]}, teacher, data, f"{k}-of-{count}", part)
         parts.append(part)
     return parts[::-1]  # the gather must not depend on the order of its inputs
 
@@ -63,21 +63,21 @@ def test_the_shared_forward_gives_each_signal_the_bytes_of_its_own_pass(teacher,
     for params in FORWARD:
         run(params["signal"], params, teacher, tiny_data, alone)
     if count == 1:
-        manifests = run_pass(FORWARD, teacher, tiny_data, together)
+        manifests = run_pass({"signals": FORWARD}, teacher, tiny_data, together)
         assert list(manifests) == [p["signal"] for p in FORWARD]
         assert sorted(p.name for p in together.iterdir()) == sorted(files_of(FORWARD)), "no part left behind"
     else:
         parts = shards(count, tmp_path / "parts", FORWARD, teacher, tiny_data)
         for params in FORWARD:
-            gather(params["signal"], params, parts, together)
+            gather(params, parts, together)
     same_bytes(alone, together, files_of(FORWARD))
 
 
 def test_mc_dropout_written_by_its_pass_job_is_the_gathered_bytes(teacher, tiny_data, tmp_path):
     """S = 1: the MC-dropout pass job writes the artifact itself, the same bytes as one shard gathered by a job."""
     whole, gathered = tmp_path / "whole", tmp_path / "gathered"
-    run_pass([MC], teacher, tiny_data, whole)
-    gather("mc", MC, shards(1, tmp_path / "parts", MC, teacher, tiny_data), gathered)
+    run_pass({"signals": [MC]}, teacher, tiny_data, whole)
+    gather(MC, shards(1, tmp_path / "parts", MC, teacher, tiny_data), gathered)
     same_bytes(whole, gathered, list(SIGNALS["mc"].files))
 
 
@@ -114,8 +114,8 @@ def test_the_shared_forward_makes_the_bytes_of_the_code_before_it(teacher, tiny_
     env = {**os.environ, "PYTHONPATH": str(old)}
     args = [json.dumps(signals), str(teacher), str(tiny_data), str(tmp_path / "old")]
     subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=tmp_path, check=True, timeout=600)
-    run_pass(FORWARD, teacher, tiny_data, tmp_path / "new")
-    run_pass([MC], teacher, tiny_data, tmp_path / "new")
+    run_pass({"signals": FORWARD}, teacher, tiny_data, tmp_path / "new")
+    run_pass({"signals": [MC]}, teacher, tiny_data, tmp_path / "new")
     same_bytes(tmp_path / "old", tmp_path / "new", files_of(signals))
 
 
@@ -123,7 +123,7 @@ def test_the_shared_forward_makes_the_bytes_of_the_code_before_it(teacher, tiny_
 def test_mc_dropout_shards_gather_to_the_same_bytes(teacher, tiny_data, tmp_path, count):
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
     run("mc", MC, teacher, tiny_data, whole)
-    gather("mc", MC, shards(count, tmp_path, MC, teacher, tiny_data), sharded)
+    gather(MC, shards(count, tmp_path, MC, teacher, tiny_data), sharded)
     same_bytes(whole, sharded, ["mc.npy", "mc.parquet", "mc.json"])
     mean = np.load(whole / "mc.npy")
     assert mean.dtype == np.float32 and np.allclose(mean.sum(1), 1, atol=1e-5)
@@ -133,7 +133,7 @@ def test_logit_and_hidden_dumps_shard_to_the_same_bytes(teacher, tiny_data, tmp_
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
     for params in (LOGITS, HIDDEN):
         run(params["signal"], params, teacher, tiny_data, whole)
-        gather(params["signal"], params, shards(3, tmp_path / params["signal"], params, teacher, tiny_data), sharded)
+        gather(params, shards(3, tmp_path / params["signal"], params, teacher, tiny_data), sharded)
     same_bytes(whole, sharded, ["logits.parquet", "logits.json", *SIGNALS["hidden"].files])
 
 
@@ -143,7 +143,7 @@ def test_attention_dumps_shard_to_the_same_bytes(teacher, tiny_data, tmp_path, s
     params = {"batch_size": 4, "split": "train", "signal": signal, "layers": [1, 2]}
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
     run(signal, params, teacher, tiny_data, whole)
-    gather(signal, params, shards(count, tmp_path / "parts", params, teacher, tiny_data), sharded)
+    gather(params, shards(count, tmp_path / "parts", params, teacher, tiny_data), sharded)
     same_bytes(whole, sharded, list(SIGNALS[signal].files))
 
 
@@ -155,7 +155,7 @@ def test_the_gather_copies_runs_in_chunks(teacher, tiny_data, tmp_path, monkeypa
     run("hidden", HIDDEN, teacher, tiny_data, whole)
     parts = shards(3, tmp_path / "parts", HIDDEN, teacher, tiny_data)
     monkeypatch.setattr(rowfile, "CHUNK_BYTES", 3 * 2 * 2 * 32)  # 3 tokens of 2 layers x 32 floats16
-    gather("hidden", HIDDEN, parts, sharded)
+    gather(HIDDEN, parts, sharded)
     same_bytes(whole, sharded, list(SIGNALS["hidden"].files))
 
 
@@ -165,16 +165,16 @@ def test_shards_that_tokenised_otherwise_are_refused(teacher, tiny_data, tmp_pat
     tokens["token_hash"][0] += 1
     np.save(parts[0] / "hidden/hidden.tokens.npy", tokens)
     with pytest.raises(ArtifactError, match="tokenised the split otherwise"):
-        gather("hidden", HIDDEN, parts, tmp_path / "out")
+        gather(HIDDEN, parts, tmp_path / "out")
 
 
 def test_a_missing_or_foreign_shard_is_refused(teacher, tiny_data, tmp_path):
     parts = shards(3, tmp_path, LOGITS, teacher, tiny_data)
     with pytest.raises(ArtifactError, match="do not cover the .* rows exactly once"):
-        gather("logits", LOGITS, parts[:2], tmp_path / "out")
+        gather(LOGITS, parts[:2], tmp_path / "out")
     other = shards(3, tmp_path / "mc", MC, teacher, tiny_data)
     with pytest.raises((ArtifactError, FileNotFoundError)):
-        gather("logits", LOGITS, [*parts[:2], other[0]], tmp_path / "out")
+        gather(LOGITS, [*parts[:2], other[0]], tmp_path / "out")
     assert not (tmp_path / "out" / "logits.parquet").exists()
 
 

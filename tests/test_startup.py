@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kdpipe.stages import STAGES
+from kdpipe.stages.catalog import STAGES
 from tests.conftest import REPO
 
 # Stages without a forward pass. route and route-transfer are not among them: their certainty and knn scores are
@@ -32,7 +32,7 @@ def imported_after(stage: str) -> set[str]:
 
 @pytest.mark.parametrize("stage", MODEL_FREE)
 def test_model_free_stage_imports_no_torch(stage):
-    assert not STAGES[stage].device
+    assert not STAGES[stage].model
     assert imported_after(stage) == set()
 
 
@@ -43,4 +43,4 @@ def test_routing_stage_imports_no_transformers(stage):
 
 def test_every_stage_is_classified():
     """A new stage without a model is added above (or imports torch for its arithmetic, and says so)."""
-    assert {name for name, stage in STAGES.items() if not stage.device} == set(MODEL_FREE + TORCH_ONLY)
+    assert {name for name, stage in STAGES.items() if not stage.model} == set(MODEL_FREE + TORCH_ONLY)

@@ -19,6 +19,15 @@ from kdpipe.core.memo import JsonMemo
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the kdpipe package
 _PARSER = hashlib.sha256(Path(__file__).read_bytes()).digest()  # a change to the parsing rules parses again
+_snapshot: dict[Path, bytes] = {}  # a job's sources as it read them at its start (kdpipe.launch.Snapshot)
+
+
+def read_sources_from(sources: dict[Path, bytes]) -> None:
+    """Fingerprint the package's source files as ``sources`` hold them, not as the disk holds them now: a job
+    checks the code it runs, read once at its start (docs/design.md, "Which kdpipe a job runs")."""
+    _snapshot.clear()
+    _snapshot.update(sources)
+    _module_file.cache_clear()
 
 
 def module_file(module: str) -> Path | None:
@@ -35,17 +44,20 @@ def _module_file(root: Path, module: str) -> Path | None:
         return root / "__init__.py"
     rel = Path(*module.split(".")[1:])
     for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
-        if candidate.is_file():
+        if candidate in _snapshot if _snapshot else candidate.is_file():
             return candidate
     return None
 
 
 def _source(path: Path) -> bytes:
-    """A module's source, read once per process while the file stays as it is (size, times, inode)."""
-    return _read(path, _stamp(path))
+    """A module's source, read once per process while the file stays as it is (size, times, inode); in a job, as
+    its snapshot holds it."""
+    return _snapshot[path] if _snapshot else _read(path, _stamp(path))
 
 
 def _stamp(path: Path) -> tuple[int, ...]:
+    if _snapshot:  # the snapshot's bytes do not change: stamped by their content
+        return (hash(_snapshot[path]),)
     stat = path.stat()
     return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino
 
@@ -63,7 +75,7 @@ def _imports(path: Path, module: str) -> frozenset[str]:
 
 @cache
 def _imports_at(path: Path, module: str, stamp: tuple[int, ...]) -> frozenset[str]:
-    source = _read(path, stamp)
+    source = _source(path)
     is_package = path.name == "__init__.py"
     key = hashlib.sha256(_PARSER + f"{module}\0{is_package}\0".encode() + source).hexdigest()
     names = _memo().get(key)

@@ -9,8 +9,10 @@ command line's :func:`summary_line` reports when the stage finishes.
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
+from pathlib import Path
 from typing import TextIO
 
 from tqdm.std import tqdm
@@ -19,6 +21,28 @@ TERMINAL_INTERVAL = 1.0  # seconds between redraws on a terminal
 FILE_INTERVAL = 10.0  # seconds between lines written into a log file
 
 _rows = [0]
+_console: list[TextIO] = []  # where the lines for the user go besides the log, once the output is in a log
+
+
+def log_to(path: Path) -> None:
+    """From now on everything this process (and what it starts) writes goes into the log file ``path``, written
+    afresh; :func:`say` still reaches the console (Snakemake's output) too."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _console[:] = [os.fdopen(os.dup(2), "w", buffering=1)]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+
+
+def say(text: str) -> None:
+    """A line for the user (a routing warning, the routing diagnostics): on stderr, which is the job's log, and on
+    the console when the log is not the console."""
+    print(text, file=sys.stderr, flush=True)
+    for console in _console:
+        print(text, file=console, flush=True)
 
 
 def rows_done() -> int:

@@ -30,10 +30,10 @@ _REASONS = {
 }
 
 
-def build_ood(params: dict, data_dir: Path, out_dir: Path, transfer_dir: Path | None = None) -> dict:
-    """Write the OOD artifact of ``params`` (source, text_column...) beside the prepared dataset ``data_dir`` (and
-    the transfer rows ``transfer_dir``, whose texts students learn from); return its manifest."""
-    data_dir, out_dir = Path(data_dir), Path(out_dir)
+def build_ood(params: dict, data: Path, out: Path, transfer: Path | None = None) -> dict:
+    """Write the OOD artifact of ``params`` (source, text_column...) into ``out``, beside the prepared dataset
+    ``data`` (and the transfer rows ``transfer``, whose texts students learn from); return its manifest."""
+    data_dir, out_dir, transfer_dir = Path(data), Path(out), transfer
     columns = ["text", *(["text_pair"] if params.get("text_pair_column") else [])]
     readers = text_readers(params["source"], params, "evaluate.ood.source")
     frames = [batch for _, reader in readers for batch in reader()]

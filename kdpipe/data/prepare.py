@@ -68,8 +68,9 @@ _KEEP_PRIORITY = ("test", "validation", "train")
 _BBC_RENAMES = {"sports": "sport"}
 
 
-def prepare(params: dict, out_dir: str | Path) -> dict:
-    """Build the dataset artifact in ``out_dir`` from the ``dataset`` config slice; return its manifest."""
+def prepare(params: dict, out: str | Path) -> dict:
+    """Build the dataset artifact in the folder ``out`` from the ``dataset`` config slice; return its manifest."""
+    out_dir = out
     parts, labels, provenance = _selected(params)
     label_ids = {label: i for i, label in enumerate(labels)}
     splits = {split: _finish(parts[split], label_ids) for split in SPLITS}

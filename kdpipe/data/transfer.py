@@ -60,10 +60,10 @@ _REASONS = {  # why a row is dropped, in words; in code order (1-based)
 WITHHELD = "the withheld training rows (dataset.split.unlabelled)"
 
 
-def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
-    """Write the transfer artifact of the ``dataset`` slice ``params`` beside the prepared dataset ``data_dir``;
-    return its manifest."""
-    data_dir, out_dir = Path(data_dir), Path(out_dir)
+def build_transfer(params: dict, data: Path, out: Path) -> dict:
+    """Write the transfer artifact of the ``dataset`` slice ``params`` into ``out``, beside the prepared dataset
+    ``data``; return its manifest."""
+    data_dir, out_dir = Path(data), Path(out)
     columns = ["text", *(["text_pair"] if params.get("text_pair_column") else [])]
     # the withheld training rows first: they keep their row_ids, smaller than the ids given after them
     readers = []

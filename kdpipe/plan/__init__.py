@@ -84,7 +84,7 @@ class Plan(Budget, Checks, Classes, Layers, Ood, Passes, Routes, Slices):
             for member, seed in zip(self.ensembles[name], seeds):
                 self.teachers[member] = {**merged, "seed": seed}
         if not self.teachers:
-            raise KdpipeError("config: 'teachers' is empty; name at least one teacher")
+            raise KdpipeError("'teachers' is empty; name at least one teacher")
         self.students: dict[str, Student] = {}
         self._domains: list[str] | None = None
         self._labels: list[str] | None = None  # the dataset's labels (kdpipe.plan.classes), read when first needed

@@ -66,14 +66,12 @@ class Checks:
         for kind, names in zip(("teachers", "students"), bases):
             for name in names:
                 if not NAME.match(name):
-                    raise KdpipeError(f"config: {kind} name {name!r} may use only letters, digits, '_' and '-'")
+                    raise KdpipeError(f"{kind} name {name!r} may use only letters, digits, '_' and '-'")
         clash = bases[0] & bases[1]
         if clash:
-            raise KdpipeError(f"config: {sorted(clash)[0]!r} names both a teacher and a student; names must differ")
+            raise KdpipeError(f"{sorted(clash)[0]!r} names both a teacher and a student; names must differ")
         if self.oracle and ORACLE in bases[0] | bases[1]:
-            raise KdpipeError(
-                f"config: {ORACLE!r} is the model name of evaluate.oracle; rename that teacher or student"
-            )
+            raise KdpipeError(f"{ORACLE!r} is the model name of evaluate.oracle; rename that teacher or student")
         for teacher in self.oracle:
             if teacher not in self.teachers:
                 raise KdpipeError(f"evaluate.oracle: unknown teacher {teacher!r}; teachers are {sorted(self.teachers)}")

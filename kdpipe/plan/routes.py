@@ -101,6 +101,7 @@ class Routes:
             for path in signal_files(name, SIGNALS.format(teacher=teacher, split=split))
         ]
 
-    def route_dir(self, student: str) -> str:
+    def route_dir(self, student: str) -> list[str]:
+        """The folder of the route ``student`` reads, in a list: empty for a student that reads none."""
         route = self.student_route(student)
-        return "" if route is None else ROUTE.format(route=route)
+        return [] if route is None else [ROUTE.format(route=route)]

@@ -26,10 +26,31 @@ from kdpipe.report.tensorboard import write_tensorboard
 from kdpipe.report.transfer import plot_transfer
 from kdpipe.routing.diagnostics import WARN_BELOW
 
-__all__ = ["OOD_OUTPUTS", "TSV_COLUMNS", "build_report"]
+__all__ = ["OOD_OUTPUTS", "TSV_COLUMNS", "build_report", "write_report"]
 
 # What the report writes from OOD evaluations (the workflow's report rule declares them when ``Plan.has_ood``).
 OOD_OUTPUTS = ("ood.tsv", "ood.md", "ood_roc.png", "risk_coverage.png")
+
+
+def write_report(
+    params: dict,
+    evals: list[Path],
+    out: Path,
+    routes: list[Path] = (),
+    models: list[Path] = (),
+    title: str | None = None,
+) -> None:
+    """The report stage: :func:`build_report` of the evaluation JSONs ``evals`` (the manifests of the experiment's
+    ``routes``, and the training logs of the trained ``models``' folders: an imported checkpoint has none) into the
+    folder ``out``, under ``title``. ``params`` is the report's config slice
+    (:meth:`kdpipe.plan.routes.Routes.report_params`): the routing warning's threshold ``warn_below``, 0.8 when not
+    given, and ``transfer_curve``: draw ``transfer.png``."""
+    logs = [log for log in (Path(m) / "train_log.jsonl" for m in models) if log.is_file()]
+    warn_below = float(params.get("warn_below", WARN_BELOW))
+    transfer_curve = bool(params.get("transfer_curve"))
+    build_report(
+        evals, out, routes, logs, title or "Model comparison", warn_below=warn_below, transfer_curve=transfer_curve
+    )
 
 
 def build_report(

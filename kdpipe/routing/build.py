@@ -16,19 +16,21 @@ from pathlib import Path
 import numpy as np
 
 from kdpipe.core.checksums import write_manifest
+from kdpipe.core.progress import say
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
 from kdpipe.routing import ROUTE_SPLITS, SCORES, route_label_use, route_signals
 from kdpipe.routing.artifact import FILES, write_scores
-from kdpipe.routing.diagnostics import WARN_BELOW, diagnose, ood_auroc, say_warning, text_table, warning
+from kdpipe.routing.diagnostics import diagnose, ood_auroc, say_warning, text_table, warn_threshold, warning
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
 from kdpipe.routing.scoring import all_routers, calibrate, chosen_name
 
 
-def build_route(params: dict, data: Path, signals_root: Path, out: Path, warn_below: float = WARN_BELOW) -> dict:
+def build_route(params: dict, data: Path, signals_root: Path, out: Path, warn_below: str | None = None) -> dict:
     """Route the rows of train and validation for ``params["teachers"]`` with ``params["router"]``, reading only
     the signals ``params["signals"]`` declares (without it, those the router needs); write the artifact to the
-    folder ``out`` and return its manifest. Warns on stderr when the chosen router sends fewer than ``warn_below``
-    of the validation rows to the teacher of their class."""
+    folder ``out`` and return its manifest. Says the diagnostics, and warns when the chosen router sends fewer than
+    ``warn_below`` (``--warn-below``, else the workflow's ``routing.warn_below``:
+    :func:`kdpipe.routing.diagnostics.warn_threshold`) of the validation rows to the teacher of their class."""
     signals = DeclaredSignals(signals_root, params.get("signals") or route_signals(params))
     inputs = RouteInputs(params["teachers"], Path(data), signals)
     chosen = chosen_name(params)
@@ -37,9 +39,9 @@ def build_route(params: dict, data: Path, signals_root: Path, out: Path, warn_be
     temps = calibrate(inputs) if params.get("calibrate") else None
     routers = all_routers(inputs, params, temps)
     diagnostics = diagnose(inputs, routers)
-    print(f"[kdpipe] routing of {', '.join(inputs.teachers)} (* the chosen router):\n{text_table(diagnostics, chosen)}")
+    say(f"[kdpipe] routing of {', '.join(inputs.teachers)} (* the chosen router):\n{text_table(diagnostics, chosen)}")
     # before any student reads the route (each of its students says it again, and the report)
-    say_warning(warning(diagnostics, chosen, warn_below, bool(params.get("calibrate"))))
+    say_warning(warning(diagnostics, chosen, warn_threshold(warn_below), bool(params.get("calibrate"))))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for split in ROUTE_SPLITS:

@@ -14,11 +14,11 @@ it reruns the report only. Torch-free: the report imports this module (and not s
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
+from kdpipe.core.progress import say
 from kdpipe.routing import GOLD_LABEL_ROUTERS, ROUTE_SPLITS
 
 WARN_BELOW = 0.8  # routing.warn_below's default (kdpipe/config.schema.yaml), for a report built by hand
@@ -198,9 +198,9 @@ def route_warning(manifest: dict, threshold: float) -> str | None:
 
 
 def say_warning(text: str | None) -> None:
-    """The routing warning's line on stderr (a job's log; the rules send it to Snakemake's output too)."""
+    """The routing warning's line, in the job's log and on the console (:func:`kdpipe.core.progress.say`)."""
     if text:
-        print(f"[kdpipe] routing warning: {text}", file=sys.stderr, flush=True)
+        say(f"[kdpipe] routing warning: {text}")
 
 
 def say_route_warning(route_dir: str | Path | None, threshold: str | float | None) -> None:

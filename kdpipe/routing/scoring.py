@@ -4,10 +4,9 @@ calibrated. The chosen router's scores become the route; all of them feed the di
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
+from kdpipe.core.progress import say
 from kdpipe.core.store import KdpipeError
 from kdpipe.routing import ROUTE_SPLITS, SCORES
 from kdpipe.routing.calibration import fit_temperature
@@ -114,6 +113,6 @@ def all_routers(inputs: RouteInputs, params: dict, temps: dict | None) -> dict[s
     except KdpipeError as err:  # too few validation rows: an error only when it is the chosen router
         if params["router"] == "learned":
             raise
-        print(f"[kdpipe] route: the learned router is left out of the diagnostics: {err}", file=sys.stderr)
+        say(f"[kdpipe] route: the learned router is left out of the diagnostics: {err}")
     out["oracle"] = {"scores": oracle(inputs)}
     return out

@@ -18,10 +18,12 @@ from kdpipe.signals.catalog import signal_spec
 from kdpipe.signals.parts import finish_part, parse_shard, read_parts
 
 
-def run_shard(signals: list[dict], teacher_dir: Path, data_dir: Path, shard: str, out_part: Path) -> None:
-    """One shard (``"k-of-S"``) of the pass that makes ``signals`` (their config slices), written atomically as a part
-    folder with one sub-folder per signal."""
-    teacher_dir, data_dir, where = Path(teacher_dir), Path(data_dir), parse_shard(shard)
+def run_shard(params: dict, teacher: Path, data: Path, shard: str, out_part: Path) -> None:
+    """One shard (``"k-of-S"``) of the pass that makes ``params["signals"]`` (their config slices; a slice of one
+    signal alone makes that one) with the teacher in ``teacher``, written atomically as a part folder with one
+    sub-folder per signal."""
+    signals = params.get("signals", [params])
+    teacher_dir, data_dir, where = Path(teacher), Path(data), parse_shard(shard)
     with atomic_path(out_part, directory=True) as tmp:
         if all(signal_spec(params["signal"]).forward for params in signals):
             importlib.import_module("kdpipe.signals.forward").compute(signals, teacher_dir, data_dir, where, tmp)
@@ -34,24 +36,26 @@ def run_shard(signals: list[dict], teacher_dir: Path, data_dir: Path, shard: str
         finish_part(part, rows, meta)
 
 
-def gather(signal: str, params: dict, part_dirs: list[Path], out_dir: Path) -> dict:
-    """The artifact of ``signal`` in ``out_dir`` from the parts of all its pass's shards; returns its manifest."""
+def gather(params: dict, parts: list[Path], out: Path) -> dict:
+    """The artifact of the signal ``params["signal"]`` in the folder ``out`` from the parts of all its pass's
+    shards; returns its manifest."""
+    signal = params["signal"]
     module = importlib.import_module(signal_spec(signal).module)
-    meta, parts = read_parts([Path(part) / signal for part in part_dirs])
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return module.write(params, meta, parts, Path(out_dir))
+    meta, read = read_parts([Path(part) / signal for part in parts])
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return module.write(params, meta, read, Path(out))
 
 
-def run_pass(signals: list[dict], teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict[str, dict]:
-    """The pass that makes ``signals`` over the whole split, in one job (one shard, gathered in the same job): the
-    same bytes as any number of shards. Returns the manifest of each signal."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    with scratch_folder(Path(out_dir) / "pass") as tmp:  # (hidden, and removed by the next pass if killed)
+def run_pass(params: dict, teacher: Path, data: Path, out: Path) -> dict[str, dict]:
+    """The pass that makes ``params["signals"]`` over the whole split, in one job (one shard, gathered in the same
+    job): the same bytes as any number of shards. Returns the manifest of each signal."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with scratch_folder(Path(out) / "pass") as tmp:  # (hidden, and removed by the next pass if killed)
         part = tmp / "part"
-        run_shard(signals, teacher_dir, data_dir, "1-of-1", part)
-        return {params["signal"]: gather(params["signal"], params, [part], out_dir) for params in signals}
+        run_shard(params, teacher, data, "1-of-1", part)
+        return {signal["signal"]: gather(signal, [part], out) for signal in params["signals"]}
 
 
 def run(signal: str, params: dict, teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict:
     """One signal over the whole split, in a pass of its own; returns its manifest."""
-    return run_pass([{**params, "signal": signal}], teacher_dir, data_dir, out_dir)[signal]
+    return run_pass({"signals": [{**params, "signal": signal}]}, teacher_dir, data_dir, out_dir)[signal]

@@ -36,6 +36,7 @@ from kdpipe.plan import (
 from kdpipe.data.transfer_sources import check_transfer_files
 from kdpipe.plan.checked import checked_plan
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, pass_of, signal_files, signal_spec
+from kdpipe.stages.catalog import STAGES
 
 try:
     PLAN = checked_plan(
@@ -54,12 +55,14 @@ DATA_DIR = DATA.format(dataset=DATASET)
 TRANSFER_DIR = TRANSFER.format(dataset=DATASET)
 OOD_DIR = OOD_DATA.format(dataset=DATASET)
 SIGNAL_SPLITS = "train|validation|test|transfer"  # teachers' signals are computed on the transfer rows too
-# Every rule runs `python -m kdpipe <stage>`, importing kdpipe from this workflow's folder, whose code the rules'
-# fingerprints are computed from, whatever the working directory (-d) and whatever kdpipe is installed: the jobs
-# inherit kdpipe.launch's variables, and a job that imports another kdpipe stops
+# Every rule runs `python -m kdpipe <stage>`, importing kdpipe from this workflow's checkout (the folder of kdpipe's
+# own Snakefile, two above this file: also when the Snakefile is used as a module of another workflow), whose code
+# the rules' fingerprints are computed from, whatever the working directory (-d) and whatever kdpipe is installed:
+# the jobs inherit kdpipe.launch's variables, and a job that imports another kdpipe stops
 # (docs/design.md, "Which kdpipe a job runs").
-if launch.PACKAGE.parent != Path(workflow.basedir).resolve():
-    raise WorkflowError(f"this workflow ({workflow.basedir}) imported kdpipe from {launch.PACKAGE}; put its own first")
+CHECKOUT = Path(workflow.current_basedir).resolve().parents[1]
+if launch.PACKAGE.parent != CHECKOUT:
+    raise WorkflowError(f"this workflow ({CHECKOUT}) imported kdpipe from {launch.PACKAGE}; put its own first")
 os.environ.update(launch.job_environment())
 # Without a deployment method that `python` is the one running Snakemake (its folder goes first on PATH), so
 # `.venv/bin/snakemake` works without activating the venv. With `--software-deployment-method conda` every rule runs
@@ -123,6 +126,65 @@ os.environ[VERSIONS_ENV] = json.dumps(software_versions(), sort_keys=True)
 def one_of(names):
     """A wildcard constraint matching exactly these names."""
     return "|".join(map(re.escape, names)) or "NO_NAME"
+
+
+# ---- every stage's rule: its declaration (kdpipe/stages/catalog.py: command, arguments, resources) and its wiring
+# here (where its files are, what its config slice and named modules are); workflow/rules/stages.smk makes the rules
+STAGE_RULES = []
+
+
+def stage(
+    name,
+    doc,
+    *,
+    outputs,
+    log_file,
+    cfg,
+    modules=(),
+    inputs=None,
+    args=None,
+    rule_name=None,
+    wildcards=None,
+    cached=False,
+    early=False,
+    job_size=None,
+):
+    """Wire the stage ``name`` into the workflow. ``inputs``, ``outputs`` and ``args`` (the params) give its
+    arguments by name, and its shell command passes each from where it is; ``cfg`` is its config slice (or a function of the
+    wildcards giving it), ``modules`` the kdpipe modules it imports by name (likewise), whose code joins its
+    fingerprint. The rule is named after the stage unless ``rule_name`` names it; ``wildcards`` constrains its
+    wildcards, ``cached`` puts it in the between-workflow cache, ``early`` runs it before other ready jobs
+    (ROUTE_CHAIN_PRIORITY), and ``job_size`` (threads, resources) replaces the declaration's (a whole signal pass
+    takes what the profiles set for signal_shard)."""
+    declared = STAGES[name]
+    inputs, args = dict(inputs or {}), dict(args or {})
+    sources = {**{a: "params" for a in args}, **{a: "output" for a in outputs}, **{a: "input" for a in inputs}}
+    at = lambda value: value if callable(value) else (lambda wc: value)
+    config, named = at(cfg), at(modules)
+    gpu = {"gpu": 1} if declared.model else {}
+    if declared.trains:  # a training job's one wildcard names its model: one process per device it asks for
+        gpu = {"gpu": lambda wc: PLAN.devices(wc[0])}
+    size = job_size or (declared.threads, {"mem_mb": declared.mem_mb, "runtime": declared.runtime, **gpu})
+    STAGE_RULES.append(
+        {
+            "name": rule_name or declared.rule,
+            "doc": doc,
+            "input": inputs,
+            "output": outputs,
+            "log": log_file,
+            "wildcard_constraints": wildcards or {},
+            "cache": cached,
+            "priority": ROUTE_CHAIN_PRIORITY if early else 0,
+            "threads": size[0],
+            "resources": size[1],
+            "params": {
+                **args,
+                "cfg": lambda wc: as_json(config(wc)),
+                "code": lambda wc: code(declared.module, *named(wc)),
+            },
+            "shell": declared.shell(sources),
+        }
+    )
 
 
 def model_dir(wildcards):

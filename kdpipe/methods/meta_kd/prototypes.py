@@ -94,8 +94,10 @@ def _embed(params: dict, frame: pd.DataFrame, out: Path) -> np.ndarray:
     return emb
 
 
-def write_prototype_scores(params: dict, data_dir: Path, out_parquet: Path) -> dict:
-    """Write ``train.parquet`` (row_id, domain, label, score) and its manifest ``train.json``."""
+def write_prototype_scores(params: dict, data: Path, out: Path) -> dict:
+    """Score every train row of the dataset ``data`` against the prototypes; write ``out`` (``train.parquet``: row_id,
+    domain, label, score) and its manifest ``train.json``."""
+    data_dir, out_parquet = Path(data), Path(out)
     by = params.get("by", "domain_class")
     if by not in GROUPINGS:
         raise KdpipeError(f"prototypes.by must be one of {GROUPINGS}, not {by!r}")

@@ -1,0 +1,237 @@
+"""Every stage of the workflow, declared once (docs/design.md, "Stages"; docs/adding-a-stage.md).
+
+A :class:`Stage` names its sub-command (``python -m kdpipe <name>``), the function that does its work, its
+arguments (paths the rule passes from its inputs, outputs or params, and texts) and its resources. From it come the
+command line (:mod:`kdpipe.cli`), each rule's shell command and resources (``workflow/rules/common.smk``, which
+generates every stage's rule from one declaration of its wiring), and the call into the stage: the function gets the
+stage's config slice (``--params``) and each argument by its name. Torch-free, and imported by no stage, so that a
+change here reruns only the jobs whose command line it changes (the shell command is part of a rule's code).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a stage: the flag ``--<name>`` (``_`` written ``-``) and the keyword its function takes."""
+
+    name: str
+    kind: str = "path"  # "path", "paths" (one or more), "text"
+    optional: bool = False  # the rule passes it only when the job needs it: the function then gets None ([] for paths)
+    output: bool = False  # the job writes it (a training job locks it and keeps a finished copy of it)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage: its sub-command, the ``module:function`` that does its work, what it does, its arguments and the
+    resources its rule asks for (threads, memory in MB, run time in minutes)."""
+
+    name: str
+    entry: str
+    summary: str
+    args: tuple[Arg, ...]
+    model: bool = False  # runs a model: claims a GPU from the pool first, and asks the workflow for one
+    trains: bool = False  # a training job: has an identity, resumes, restores its finished outputs (kdpipe.cli)
+    threads: int = 1
+    mem_mb: int = 2000
+    runtime: int = 10
+
+    @property
+    def module(self) -> str:
+        """The module of the stage's function: the root of the job's code fingerprint."""
+        return self.entry.partition(":")[0]
+
+    @property
+    def function(self) -> str:
+        return self.entry.partition(":")[2]
+
+    @property
+    def rule(self) -> str:
+        """The name of its rule, unless the workflow names the rule otherwise (a signal pass by its signals)."""
+        return self.name.replace("-", "_")
+
+    def shell(self, sources: dict[str, str]) -> str:
+        """The rule's shell command: ``sources`` says which of ``input``, ``output`` or ``params`` holds each
+        argument (an optional argument without a source is left out). The config slice and the code fingerprint
+        are the rule's ``params.cfg`` and ``params.code``; a training job also gets its inputs (``--inputs``), part
+        of its identity, and ``--processes``, one per device it asks for."""
+        words = ["python -m kdpipe --threads {threads}"]
+        if self.trains:
+            words.append("--processes {resources.gpu}")
+        words += ["--log {log:q}", self.name, "--params {params.cfg:q} --code {params.code}"]
+        for arg in self.args:
+            if arg.name in sources:
+                words.append(f"{arg.flag} {{{sources[arg.name]}.{arg.name}:q}}")
+            elif not arg.optional:
+                raise ValueError(f"stage {self.name}: the rule gives no value for --{arg.name}")
+        if self.trains:
+            words.append("--inputs {input:q}")
+        return " ".join(words)
+
+
+def read(name: str, *, optional: bool = False, many: bool = False) -> Arg:
+    """A path the job reads (``many``: one or more; ``optional``: given only when the job needs it)."""
+    return Arg(name, "paths" if many else "path", optional)
+
+
+def written(name: str, *, many: bool = False) -> Arg:
+    """A path the job writes (``many``: one per split)."""
+    return Arg(name, "paths" if many else "path", output=True)
+
+
+def text(name: str) -> Arg:
+    """An optional text (a title, a column name, a number written as text)."""
+    return Arg(name, "text", optional=True)
+
+
+MODEL = dict(model=True, threads=2, mem_mb=6000, runtime=120)  # a stage that runs a model, on a GPU where one is
+TRAINING = dict(MODEL, trains=True)
+DATA, OUT = read("data"), written("out")
+
+STAGES = {
+    stage.name: stage
+    for stage in (
+        Stage("prepare", "kdpipe.data.prepare:prepare", "read, deduplicate and split the dataset", (OUT,)),
+        Stage(
+            "transfer",
+            "kdpipe.data.transfer:build_transfer",
+            "unlabelled transfer rows, checked against the dataset",
+            (DATA, OUT),
+            runtime=30,
+        ),
+        Stage(
+            "ood",
+            "kdpipe.data.ood:build_ood",
+            "an external out-of-distribution set, checked against the dataset",
+            (DATA, read("transfer", optional=True), OUT),
+        ),
+        Stage(
+            "prototypes",
+            "kdpipe.methods.meta_kd.prototypes:write_prototype_scores",
+            "Meta-KD's prototype scores",
+            (DATA, OUT),
+            **MODEL,
+        ),
+        Stage(
+            "finetune-teacher",
+            "kdpipe.stages.finetune_teacher:run",
+            "fine-tune one teacher",
+            (DATA, read("prototypes", optional=True), OUT),
+            **TRAINING,
+        ),
+        Stage(
+            "import-teacher",
+            "kdpipe.stages.import_teacher:run",
+            "use a fine-tuned checkpoint as a teacher, without training",
+            (DATA, OUT),
+            **dict(MODEL, runtime=60),
+        ),
+        Stage(
+            "signal-pass",
+            "kdpipe.signals.shards:run_pass",
+            "a teacher signal pass over a whole split, writing its signals",
+            (read("teacher"), DATA, OUT),
+            **MODEL,
+        ),
+        Stage(
+            "signal-shard",
+            "kdpipe.signals.shards:run_shard",
+            "one shard of a teacher signal pass",
+            (read("teacher"), DATA, Arg("shard", "text"), written("out_part")),
+            **MODEL,
+        ),
+        Stage(
+            "signal-gather",
+            "kdpipe.signals.shards:gather",
+            "a teacher signal from its shards",
+            (read("parts", many=True), OUT),
+            mem_mb=4000,
+            runtime=30,
+        ),
+        Stage(
+            "route",
+            "kdpipe.routing.build:build_route",
+            "each row's teacher weights, with routing diagnostics",
+            (DATA, read("signals_root"), OUT, text("warn_below")),
+            threads=2,
+            mem_mb=4000,
+            runtime=30,
+        ),
+        Stage(
+            "route-transfer",
+            "kdpipe.routing.transfer:route_transfer",
+            "a route's teacher weights of the transfer rows",
+            (DATA, read("transfer"), read("signals_root"), written("route")),
+            threads=2,
+            mem_mb=4000,
+            runtime=30,
+        ),
+        Stage(
+            "distill",
+            "kdpipe.stages.distill:run",
+            "train a student from cached signals",
+            (
+                DATA,
+                read("signals_root"),
+                read("prototypes", optional=True),
+                read("route", optional=True),
+                read("transfer", optional=True),
+                read("teacher_dirs", optional=True, many=True),
+                text("warn_below"),
+                OUT,
+            ),
+            **TRAINING,
+        ),
+        Stage(
+            "cotrain",
+            "kdpipe.stages.cotrain:run",
+            "ProKT: a student and its teacher trained together",
+            (DATA, OUT, written("out_teacher")),
+            **dict(TRAINING, mem_mb=8000, runtime=240),
+        ),
+        Stage(
+            "evaluate",
+            "kdpipe.stages.evaluate:run",
+            "metrics and predictions of one model, split by split",
+            (
+                read("model"),
+                DATA,
+                read("ood", optional=True),
+                written("out_json", many=True),
+                written("out_predictions", many=True),
+            ),
+            **dict(MODEL, mem_mb=4000, runtime=60),
+        ),
+        Stage(
+            "evaluate-ensemble",
+            "kdpipe.stages.evaluate_ensemble:run",
+            "an ensemble from its members' predictions",
+            (read("members", many=True), written("out_json", many=True), written("out_predictions", many=True)),
+        ),
+        Stage(
+            "report",
+            "kdpipe.report:write_report",
+            "summary tables and plots",
+            (
+                read("evals", many=True),
+                read("routes", optional=True, many=True),
+                read("models", optional=True, many=True),
+                text("title"),
+                OUT,
+            ),
+        ),
+        Stage(
+            "predict",
+            "kdpipe.stages.predict:run",
+            "labels and probabilities of a trained model for every row of a CSV/TSV/JSONL/Parquet file",
+            (read("model"), read("input"), text("text_column"), text("text_pair_column"), text("batch_size"), OUT),
+            **MODEL,
+        ),
+    )
+}
