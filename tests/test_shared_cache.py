@@ -50,29 +50,39 @@ rule signals:
         "echo trained >> $TRAINED; echo a > {output.a}; echo b > {output.b}"
 """
 
-# Snakemake with its store slowed (STORE_S), or held until a file exists (STORE_GATE), and its clock set apart
+# Snakemake with kdpipe's store slowed (STORE_S), or held until a file exists (STORE_GATE), or each output's rename
+# into the cache slowed (RENAME_S: a Snakemake killed between two renames), and its clock set apart
 LAUNCHER = """
-import os, sys, time
-from snakemake.caching.local import OutputFileCache
+import errno, os, shutil, sys, time
+from pathlib import Path
+from kdpipe.core import shared_cache
 
-store = OutputFileCache.store
+store = shared_cache._store
 
-async def slow_store(self, job):
+def slow_store(*args):
     print("storing", flush=True)
     gate = os.environ.get("STORE_GATE")
     while gate and not os.path.exists(gate):
         time.sleep(0.05)
     time.sleep(float(os.environ.get("STORE_S", "0")))
-    return await store(self, job)
+    return store(*args)
 
-OutputFileCache.store = slow_store
+shared_cache._store = slow_store
+remove, renames = shared_cache._remove, []
+
+def slow_remove(path):  # (called for each entry just before its output is renamed into the cache)
+    if Path(path).parent == Path(os.environ["SNAKEMAKE_OUTPUT_CACHE"]) and "RENAME_S" in os.environ:
+        renames.append(path)
+        print(f"renaming into the cache: output {len(renames)}", flush=True)
+        if len(renames) > 1:
+            time.sleep(float(os.environ["RENAME_S"]))
+    return remove(path)
+
+shared_cache._remove = slow_remove
 # A cache on another file system that fills up: the copies out of the working directory after the first
-# STORE_ENOSPC_AFTER fail with ENOSPC, as shutil.move's copy across file systems does
+# STORE_ENOSPC_AFTER fail with ENOSPC
 after = os.environ.get("STORE_ENOSPC_AFTER")
 if after is not None:
-    import errno, shutil, types
-    import snakemake.caching.local as local
-
     copies = [int(after)]
 
     def copy(src, dst, *args, **kwargs):
@@ -81,18 +91,13 @@ if after is not None:
         copies[0] -= 1
         return shutil.copy(src, dst)
 
-    def move(src, dst, copy_function=None):
-        if str(src).startswith(os.environ["SNAKEMAKE_OUTPUT_CACHE"]):
-            return shutil.move(src, dst)  # within the cache: a rename
-        if os.path.isdir(src):
-            shutil.copytree(src, dst, copy_function=copy, symlinks=True)
-            shutil.rmtree(src)
+    def across(source, target):
+        if source.is_dir():
+            shutil.copytree(source, target, copy_function=copy, symlinks=True)
         else:
-            copy(src, dst)
-            os.unlink(src)
-        return dst
+            copy(source, target)
 
-    local.shutil = types.SimpleNamespace(**{**vars(shutil), "move": move})
+    shared_cache._copy = across
 offset = float(os.environ.get("CLOCK_OFFSET_S", "0"))
 for name in ("time", "monotonic"):
     real = getattr(time, name)
@@ -309,9 +314,46 @@ def test_the_lock_spans_snakemakes_look_up_run_and_store():
     body = inspect.getsource(Executor.acached_or_run)
     fetch, run, store = (body.index(text) for text in ("cache.fetch(job)", "run_func(*args)", "cache.store(job)"))
     assert fetch < run < store
-    ours = inspect.getsource(shared_cache._locked) + inspect.getsource(shared_cache._store)
-    fetch, run, store = (ours.index(text) for text in ("cache.fetch(job)", "run_func(*args)", "cache.store(job)"))
+    ours = inspect.getsource(shared_cache._locked)
+    fetch, run, store = (ours.index(text) for text in ("cache.fetch(job)", "run_func(*args)", "_store(workflow"))
     assert fetch < run < store
+
+
+def test_the_installed_snakemake_is_one_the_lock_was_checked_with():
+    """The lock wraps Snakemake's private executor and cache code: a Snakemake outside the releases it was checked
+    with fails this test (and stops a run with --cache in one line), until it is checked and CHECKED says so."""
+    import snakemake
+
+    assert shared_cache.unchecked_snakemake() is None, snakemake.__version__
+    assert shared_cache.unchecked_snakemake("9.17.0").startswith("Snakemake 9.17.0 is not one")
+    assert shared_cache.unchecked_snakemake("10.0.1") is not None
+    assert "9.18" in shared_cache.unchecked_snakemake("9.9")
+
+
+def test_a_snakemake_killed_between_two_renames_of_a_store_leaves_no_entry_to_take(cache, tmp_path):
+    """SIGKILL while the store puts the second of two outputs into the cache: the first is there whole, the second
+    absent, and the working directory keeps its outputs. A second directory does not take the part entry: it makes
+    its own and stores it whole; the killed directory's rerun then links it."""
+    targets = ("results/signals/a.txt", "results/signals/b.txt")
+    first = Run(tmp_path / "one", cache, "--cache", targets=targets, RENAME_S="60")
+    first.wait_for("renaming into the cache: output 2")  # the first output is in; the second's rename waits
+    first.kill()
+    entries = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
+    assert len(entries) == 1 and entries[0].endswith(".txt")
+    assert (cache / entries[0]).read_text() in ("a\n", "b\n")
+    kept = [first.workdir / t for t in targets]
+    assert all(p.exists() for p in kept) and sum(p.is_symlink() for p in kept) == 1
+    finish_all([Run(tmp_path / "two", cache, "--cache", targets=targets)])
+    assert trained(cache) == 2
+    entries = sorted(p for p in cache.iterdir() if not p.name.startswith("."))
+    assert [p.read_text() for p in entries] in (["a\n", "b\n"], ["b\n", "a\n"])
+    assert not list((cache / shared_cache.LOCKS).glob("*.storing"))
+    finish_all([Run(tmp_path / "one", cache, "--unlock", targets=targets)])  # (the killed run's lock on its folder)
+    rerun = Run(tmp_path / "one", cache, "--cache", "--rerun-incomplete", targets=targets)
+    finish_all([rerun])
+    assert trained(cache) == 2  # linked: made once more only by the second directory
+    for target in targets:
+        assert (first.workdir / target).read_text() == Path(target).stem + "\n"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -407,8 +449,8 @@ def test_a_dry_run_neither_checks_nor_writes_the_cache_folder(tmp_path):
 
 
 def test_forcerun_with_cache_trains_again_and_replaces_the_entry(cache, tmp_path):
-    """``--forcerun`` skips the look-up, trains, and replaces the entry under the lock (the old one moved aside, never
-    nested): the other directory's links now read the new entry."""
+    """``--forcerun`` skips the look-up, trains, and replaces the entry under the lock (never nested): the other
+    directory's links now read the new entry."""
     first = Run(tmp_path / "one", cache, "--cache", RUN_TAG="first")
     finish_all([first])
     finish_all([Run(tmp_path / "two", cache, "--cache", RUN_TAG="second")])  # linked
@@ -421,4 +463,4 @@ def test_forcerun_with_cache_trains_again_and_replaces_the_entry(cache, tmp_path
     assert one_entry(cache) == entry and (entry / "model.bin").read_text() == "forced\n"
     assert_linked([first, forced], entry)
     assert (first.workdir / "results/teachers/t/model.bin").read_text() == "forced\n"
-    assert list((cache / shared_cache.LOCKS).glob("*.replaced")) == []
+    assert list((cache / shared_cache.LOCKS).glob("*.storing")) == []

@@ -1,17 +1,20 @@
 """Two runs sharing one output cache make each cached artifact once (docs/caching-and-reruns.md, "Two runs at once").
 
 Snakemake's between-workflow cache (rules marked ``cache: True``, ``--cache``, ``SNAKEMAKE_OUTPUT_CACHE``) looks a
-job up just before it runs and moves its output into the cache just after it ends. Two runs that reach the same
-job between those moments would both make it, and the second store of a folder output lands inside the first
-entry. In a run with ``--cache``, :func:`install` makes each cached job hold an exclusive lock, named by the job's
-cache key (Snakemake's own hash of it), from its look-up to its store: a second run's job waits for the lock, then
-looks up, finds the entry and links it. Nothing is timed: the lock is a ``flock``, which the kernel releases when
-the Snakemake that holds it ends, however it ends. A run without ``--cache`` neither looks up nor stores, and
-nothing here runs in it.
+job up just before it runs and stores its output just after it ends, with no lock: two runs that reach the same job
+between those moments would both make it, and the second store of a folder output lands inside the first entry. In a
+run with ``--cache``, :func:`install` makes each cached job hold an exclusive lock named by its cache key
+(Snakemake's own hash of it) from its look-up to its store: a second run's job waits for the lock, then looks up,
+finds the entry and links it. Nothing is timed: the lock is a ``flock``, which the kernel releases when the
+Snakemake that holds it ends, however it ends. A run without ``--cache`` neither looks up nor stores.
 
-Under the lock, a job that the run forces (``--forcerun``, ``--forceall``, ``--force``) skips the look-up, runs
-and replaces the entry; a store that fails (a full cache folder) leaves the output in the working directory; a
-Snakemake stopped (Ctrl-C, SIGTERM) while a job waits for the lock fails the job without running it.
+Under the lock the store is kdpipe's own (:func:`_store`): the outputs are staged in a folder of the key's own and
+renamed into the cache, each file or folder whole or absent, and only then replaced by a link; a Snakemake killed
+mid-store leaves its outputs in place and no part of an entry that a look-up would take. A job that the run forces
+(``--forcerun``, ``--forceall``, ``--force``) skips the look-up and replaces the entry; a store that fails (a full
+cache folder) leaves the output in the working directory; a Snakemake stopped (Ctrl-C, SIGTERM) while a job waits
+for the lock fails the job without running it. This wraps Snakemake's private executor and cache code, checked with
+the versions :data:`CHECKED`; another stops a run with ``--cache`` in one line.
 
 ``flock`` locks hold across the processes of one machine and on most shared file systems (NFS v4, Lustre, GPFS).
 """
@@ -31,6 +34,9 @@ from kdpipe.core.finished import take_lock
 
 CACHE_ENV = "SNAKEMAKE_OUTPUT_CACHE"
 LOCKS = ".kdpipe-locks"
+# The Snakemake releases whose executor (Executor.cached_or_run) and cache (OutputFileCache) this was checked with,
+# from the first with today's cache interface to the one kdpipe pins (tests/test_shared_cache.py)
+CHECKED = ((9, 18), (9, 27))
 _WHY = {
     errno.ENOENT: "it does not exist",
     errno.ENOTDIR: "it is not a folder",
@@ -77,15 +83,20 @@ def install(workflow) -> None:
     storage = workflow.storage_settings
     if storage is not None and storage.default_storage_provider is not None:
         return  # a cache in remote storage: no folder to lock in
-    cache = os.environ[CACHE_ENV]
-    problem = folder_problem(cache)
-    if problem:
-        from snakemake.exceptions import WorkflowError
-
-        raise WorkflowError(_folder_line(cache, problem))
+    from snakemake.exceptions import WorkflowError
     from snakemake.executors.local import Executor
     from snakemake.scheduling.job_scheduler import JobScheduler
 
+    cache = os.environ[CACHE_ENV]
+    problem = unchecked_snakemake()
+    if problem:
+        raise WorkflowError(f"--cache: {problem}, or run without --cache")
+    problem = folder_problem(cache)
+    if problem:
+        raise WorkflowError(
+            f"{CACHE_ENV}={cache}: {problem}; --cache stores the cached rules' outputs there: fix the folder, "
+            "or run without --cache"
+        )
     workflow.kdpipe_locks = Path(cache) / LOCKS
     workflow.kdpipe_stop = threading.Event()  # set when the run stops: a wait for a lock ends then
     if not getattr(Executor.cached_or_run, "kdpipe_locked", False):
@@ -95,10 +106,17 @@ def install(workflow) -> None:
         JobScheduler.exit_gracefully = _stopping(JobScheduler.exit_gracefully)  # SIGTERM
 
 
-def _folder_line(cache: str, problem: str) -> str:
+def unchecked_snakemake(version: str | None = None) -> str | None:
+    """What is wrong with the installed Snakemake for the lock, or None: a release outside :data:`CHECKED`."""
+    if version is None:
+        from snakemake import __version__ as version
+    release = tuple(int(part) for part in version.split(".")[:2])
+    if CHECKED[0] <= release <= CHECKED[1]:
+        return None
+    low, high = (".".join(map(str, v)) for v in CHECKED)
     return (
-        f"{CACHE_ENV}={cache}: {problem}; --cache stores the cached rules' outputs there: fix the folder, "
-        f"or run without --cache"
+        f"Snakemake {version} is not one kdpipe's lock around the cache was checked with ({low} to {high}); "
+        "install one of those"
     )
 
 
@@ -123,7 +141,7 @@ def _locked(cached_or_run):
         locks = getattr(workflow, "kdpipe_locks", None)
         if cache is None or locks is None or not (job.rule.cache and job.rule.cache.output):
             return cached_or_run(executor, job, run_func, *args)
-        from snakemake.exceptions import CacheMissException, WorkflowError
+        from snakemake.exceptions import WorkflowError
 
         key = workflow.async_run(cache.provenance_hash_map.get_provenance_hash(job))
         outputs = ", ".join(map(str, job.output))
@@ -146,16 +164,13 @@ def _locked(cached_or_run):
                 handle.close()
             raise WorkflowError(f"{outputs}: not run: the run was stopped while the job waited for the cache lock")
         try:
-            # Snakemake's own look-up, run and store (Executor.acached_or_run), but a forced job is not looked up
-            # and its entry is replaced, and a failed store keeps the output (_store)
-            if not _forced(workflow, job):
-                try:
-                    workflow.async_run(job.rule.cache.fetch(job))
-                    return None
-                except CacheMissException:
-                    pass
+            # Snakemake's look-up, run and store (Executor.acached_or_run), but a forced job is not looked up, an
+            # entry is taken only whole (a killed store may have put some of its files in), and the store is kdpipe's
+            if not _forced(workflow, job) and workflow.async_run(cache.exists(job)):
+                workflow.async_run(job.rule.cache.fetch(job))
+                return None
             run_func(*args)
-            _store(workflow, cache, job, locks)
+            _store(workflow, cache, job, locks / f"{key}.storing")
         finally:
             handle.close()
         return None
@@ -173,68 +188,45 @@ def _forced(workflow, job) -> bool:
     return bool(workflow.dag.reason(job).forced)
 
 
-def _store(workflow, cache, job, locks: Path) -> None:
-    """Snakemake's store of ``job``'s outputs, under the lock: an entry already there (a forced job's, or a part
-    left by a store that failed) is moved aside first and removed once the store succeeds, so that a store never
-    lands inside an entry. A store that fails (a full folder, a copy across file systems that fails) removes what
-    it put in the cache, puts back the entry moved aside and the job's outputs (kept meanwhile as hard links), and
-    says so in one line: the job has made its output, the run goes on."""
+def _store(workflow, cache, job, staging: Path) -> None:
+    """Store ``job``'s outputs under the lock: each is copied (hard links where the cache shares the working
+    directory's file system) into ``staging``, the key's own folder (a killed store's leftovers are removed first),
+    then renamed into the cache in place of any entry there (a forced job's, or a part a killed store left), and
+    replaced by a link to it, as Snakemake's own store leaves it. A copy that fails (a full cache folder) removes the
+    staged copies and says so in one line: the job has made its output, the run goes on."""
     pairs = workflow.async_run(cache.get_outputfiles_and_cachefiles(job))
     if not all(os.path.lexists(out) for out, _ in pairs):
         workflow.async_run(cache.store(job))  # Snakemake names the missing output
         return
-    kept = {out: _hard_linked(out) for out, _ in pairs}
-    aside, storing = {}, False
+    _remove(staging)
+    staging.mkdir()
     try:
-        for _, entry in pairs:
-            if os.path.lexists(entry):
-                old = locks / f"{entry.name}.replaced"
-                _remove(old)
-                os.rename(entry, old)
-                aside[entry] = old
-        storing = True  # from here on, an entry in the cache is this store's
-        workflow.async_run(cache.store(job))
-    except Exception as err:
-        from snakemake.exceptions import WorkflowError
-
-        if not isinstance(err, (OSError, WorkflowError)):
-            raise
-        for _, entry in pairs if storing else []:
-            _remove(entry)
-        for entry, old in aside.items():
-            os.rename(old, entry)
-        for out, backup in kept.items():
-            if backup is not None:
-                _remove(out)
-                os.rename(backup, out)
+        for out, entry in pairs:
+            _copy(out, staging / entry.name)
+            cache.set_permissions(staging / entry.name)
+    except OSError as err:
+        _remove(staging)
         outputs = ", ".join(str(out) for out, _ in pairs)
         _say(
             f"{outputs}: could not be stored in the shared cache {cache.path} ({_failure(err)}); the output stays "
             f"in this working directory, not in the cache"
         )
         return
-    finally:
-        for backup in kept.values():
-            if backup is not None:
-                _remove(backup)
-    for old in aside.values():
-        _remove(old)
+    for out, entry in pairs:
+        _remove(entry)
+        os.rename(staging / entry.name, entry)
+        _remove(out)
+        cache.symlink(entry, out, utime=False)
+    _remove(staging)
 
 
-def _hard_linked(out: Path) -> Path | None:
-    """A copy of the output ``out`` beside it made of hard links (no space, no time), or None where the file system
-    has none."""
-    backup = out.with_name(f".{out.name}.kdpipe-unstored")
-    _remove(backup)
-    try:
-        if out.is_dir() and not out.is_symlink():
-            shutil.copytree(out, backup, copy_function=os.link, symlinks=True)
-        else:
-            os.link(out, backup, follow_symlinks=False)
-    except OSError:
-        _remove(backup)
-        return None
-    return backup
+def _copy(source: Path, target: Path) -> None:
+    """``source`` (a file or a folder) as ``target``: hard links on the same file system, copies across two."""
+    copy = os.link if os.stat(source).st_dev == os.stat(target.parent).st_dev else shutil.copy2
+    if source.is_dir() and not source.is_symlink():
+        shutil.copytree(source, target, copy_function=copy, symlinks=True)
+    else:
+        copy(source, target)
 
 
 def _remove(path: Path) -> None:
