@@ -1,8 +1,8 @@
-"""The paired verdicts' error rates by simulation (kdpipe/evaluation/paired.py; docs/report.md, "Intervals and
-verdicts"): experiments made up with a known difference between two methods, each trained under 3 teacher seeds and
-3 student seeds and scored on 200 test rows, with a teacher-by-method effect, a seed-by-method effect and each row's
-own chance. The hierarchical bootstrap must hold its nominal rates there; a bootstrap that ignores the teacher seeds
-must not.
+"""The paired verdicts' error rates by simulation (kdpipe/evaluation/paired.py;
+docs/report.md, "Intervals and verdicts"): experiments made up with a known difference between two methods, each
+trained under 3 teacher seeds and 3 student seeds and scored on 200 test rows, with a teacher-by-method effect, a
+seed-by-method effect and each row's own chance. The hierarchical bootstrap must hold its nominal rates there; a
+bootstrap that ignores the teacher seeds must not.
 
 Every method's accuracy on a row is q_row + μ_method + a_teacher + a_(teacher, method) + b_(teacher, seed)
 + b_(teacher, seed, method), each effect uniform with mean 0 (so no probability leaves [0, 1] and the true
@@ -12,9 +12,9 @@ row is then right or wrong by a coin of that chance, apart for every model.
 
 Monte Carlo tolerance: a rate measured over R replicates is allowed 3 binomial standard deviations above its nominal
 value p, 3·sqrt(p(1 − p)/R) (a false "reproduced" of 2.5% over 800 replicates may read up to 4.2%; any false
-decision, 5%, up to 7.3%); the 95% interval's coverage must reach 90%. The rows' part of the variance is drawn 200
-times instead of 4,000 (it then carries a Monte Carlo error of about 10% of its size, under 5% of the standard error):
-enough for rates measured to a point, and the file runs in seconds.
+decision, 5%, up to 7.3%); the 95% interval's coverage must reach 90%. The rows are drawn 200 times instead of
+4,000 (their part of the variance then carries a Monte Carlo error of about 10% of its size, under 5% of the
+standard error): enough for rates measured to a point, and the file runs in seconds.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Intervals and paired tests over teacher seeds, student seeds and test rows (docs/report.md, "Intervals and
-verdicts").
+"""Intervals and paired tests over teacher seeds, student seeds and test rows
+(docs/report.md, "Intervals and verdicts").
 
 A model is scored on N test rows by a per-row metric, once per *unit*: a (teacher seed, student seed) pair, one row
 of a [units, N] matrix. Accuracy reads a 0/1 matrix ``correct`` (a bare matrix stands for it), the expected
@@ -8,15 +8,18 @@ uncertainty score tells OOD rows from the test rows. Each unit may be labelled w
 the run whose teacher it learnt from) and its student seed (``seeds``); unlabelled, all units share one teacher seed
 and their student seeds pair with no other model's.
 
-A hierarchical bootstrap draws, in each of its draws, the teacher seeds (with replacement), then the student seeds
-within each drawn teacher seed, then the test rows, or whole clusters of rows (``clusters``: rows of one value form
-one cluster). One draw of the rows is shared by every model compared (the test is *paired*; the test and the OOD
-rows of an AUROC are drawn apart, as two strata), and so is the draw of the teacher seeds between models with the
-same teacher seeds, and the draw of the student seeds between models with the same student seed labels under a
-teacher seed. The bootstrap's variance of an estimate, its top level corrected for the bias of resampling few units
-(n / (n − 1)), gives a standard error, and a Welch–Satterthwaite combination of the levels its degrees of freedom:
-intervals and p-values are those of Student's t with them, so that two or three teacher seeds give the wide
-interval that so few seeds call for.
+The bootstrap is hierarchical: teacher seeds, student seeds within each, then the test rows, or whole clusters of
+rows (``clusters``: rows of one value form one cluster). Every metric is a mean over its units, so the seed levels
+are bootstrapped in closed form (the mean of n units drawn with replacement varies by s²·(n − 1)/n², exactly); the
+rows are drawn, one draw shared by every model compared (the test is *paired*; the test and the OOD rows of an
+AUROC are drawn apart, as two strata). Seeds are paired where the design pairs them: models with the same teacher
+seeds are compared teacher seed by teacher seed, and with one teacher seed, models with the same student seed labels
+seed by seed. The standard error is the bootstrap's variance with three corrections: the top level's (n − 1)/n
+undone; the student seeds not drawn again below several teacher seeds (the teacher seeds' spread already holds
+theirs); each unit's own row noise, which the units' spread already holds, taken out of the rows' part. Intervals
+and p-values are Student's t, its degrees of freedom Welch–Satterthwaite's for that sum (n − 1 for the top level;
+for the rows' part, a difference of two estimates, each one's own), so that two or three teacher seeds give the wide
+interval so few call for.
 
 :func:`interval` gives a model's 95% interval; :func:`compare` A − B with its 95% and 90% intervals, its p-value,
 the smallest difference the design detects and the smallest equivalence margin it confirms, and the tests of a
@@ -285,9 +288,11 @@ def _estimate(models: list[Metric], coefficients: Sequence[float], draws: int, s
     variance known in closed form, their spread s²·(n − 1)/n over n; corrected by n / (n − 1), each group adds s²/n
     with n − 1 degrees of freedom (the spread of the teacher seeds' means holds their student seeds' variance, which
     is therefore not drawn a second time). Rows: ``draws`` bootstrap draws of the rows or clusters, one shared by
-    every model, with every unit kept; their variance less the part each unit's own row noise adds, which the
-    units' spread already holds (its row-draw variance about the units' mean over n − 1), with clusters less one
-    degrees of freedom. Welch–Satterthwaite combines the parts' degrees of freedom."""
+    every model, with every unit kept; their variance R (clusters less one degrees of freedom) less the part each
+    unit's own row noise adds, which the units' spread already holds: W, the units' row-draw variance about their
+    mean over n − 1 ((n − 1)(clusters − 1) degrees of freedom). The rows add R − W where it is positive. The degrees
+    of freedom are Welch–Satterthwaite's for the sum s²/n + R − W, each term with its own (so a rows' part that is
+    a small difference of two large terms counts as the uncertain estimate it is)."""
     strata = _check(models)
     codes = _cluster_codes(strata, clusters)
     weights = _row_weights(codes, draws, np.random.default_rng(seed))
@@ -296,18 +301,23 @@ def _estimate(models: list[Metric], coefficients: Sequence[float], draws: int, s
     shares = [_unit_shares(m) for m in models]
     value = sum(c * v @ w for c, v, w in zip(coefficients, values, shares, strict=True))
     rows = sum(c * d @ w for c, d, w in zip(coefficients, drawn, shares, strict=True))
-    parts, own_noise = [], 0.0
+    row_df = max(float(sum(int(code.max()) for code in codes)), 1.0)  # clusters less one, per stratum
+    tops, noise = [], []  # (variance, degrees of freedom) of each top-level group, and of its units' row noise
     for group in _top_levels(models):
         if len(group) < 2:
             continue
         units = np.array([_unit_value(unit, values, coefficients) for unit in group])
-        parts.append((float(units.var(ddof=1)) / len(units), len(units) - 1.0))
+        tops.append((float(units.var(ddof=1)) / len(units), len(units) - 1.0))
         by_draw = np.stack([_unit_value(unit, drawn, coefficients) for unit in group], axis=1)
-        own_noise += float((by_draw - by_draw.mean(1, keepdims=True)).var(0, ddof=1).mean()) / (len(units) - 1)
-    row_df = float(sum(int(code.max()) for code in codes))  # clusters less one, per stratum
-    parts.append((max(float(np.var(rows, ddof=1)) - own_noise, 0.0), max(row_df, 1.0)))
-    variance = sum(v for v, _ in parts)
-    denominator = sum(v**2 / df for v, df in parts if v > 0)
+        spread = float((by_draw - by_draw.mean(1, keepdims=True)).var(0, ddof=1).mean()) / (len(units) - 1)
+        noise.append((spread, (len(units) - 1.0) * row_df))
+    drawn_rows = float(np.var(rows, ddof=1))
+    rows_part = drawn_rows - sum(v for v, _ in noise)
+    terms = list(tops)
+    if rows_part > 0:
+        terms += [(drawn_rows, row_df), *noise]
+    variance = sum(v for v, _ in tops) + max(rows_part, 0.0)
+    denominator = sum(v**2 / df for v, df in terms if v > 0)
     df = variance**2 / denominator if denominator > 0 else np.inf
     return _Estimate(float(value), float(np.sqrt(variance)), float(df), min(len(m.teacher_seeds) for m in models))
 
