@@ -137,10 +137,25 @@ def test_compare_gives_intervals_and_verdicts(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert f"{rows} test rows" in lines[0]
+    assert "One teacher seed (one results folder): the intervals exclude the teacher-seed variance" in lines[1]
     assert "| `good` | 3 | 95.0 |" in result.stdout and "validation 4" in result.stdout
-    claims = {line.split(" | ")[0].strip("| "): line for line in lines if "beats" in line or "matches" in line}
-    assert "+20.0" in claims["good beats bad by 3"] and "**reproduced**" in claims["good beats bad by 3"]
-    assert "**not reproduced**" in claims["good matches bad within 1"]
+    # one row per test: a claim with a gap tests its direction and its size; the verdicts read Holm's p
+    rows_of = {}
+    for line in lines:
+        if line.startswith("| good "):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            rows_of[cells[0], cells[3].split(":")[0]] = cells
+    direction, size = rows_of["good beats bad by 3", "direction"], rows_of["good beats bad by 3", "size"]
+    # A - B = 80 of 400 rows, alike in every seed: se sqrt(0.2 * 0.8 / 400) = 2 points, t(399) = 1.966
+    low, high = map(float, direction[2].strip("[]").split(","))
+    assert direction[1] == "+20.0" and (low, high) == pytest.approx((20 - 3.93, 20 + 3.93), abs=0.15)
+    assert direction[-1] == "**direction reproduced**" and size[-1] == "**size reproduced**"
+    assert direction[3] == "direction: against 0" and size[3] == "size: against 3"
+    assert direction[4:6] == ["<0.001", "<0.001"]  # raw and Holm-adjusted p
+    matches = rows_of["good matches bad within 1", "equivalence"]
+    assert matches[3].startswith("equivalence: 90% interval [+16.") and matches[3].endswith("in ±1")
+    assert matches[-1] == "**not reproduced**" and matches[6].startswith("±")  # the smallest confirmable margin
+    assert "One family of 2 claims and 3 tests, Holm-adjusted" in result.stdout
 
 
 SCORES = {"confidence": "max_prob", "total": "entropy", "aleatoric": "expected_entropy", "epistemic": "mutual_info"}
@@ -191,7 +206,7 @@ def test_compare_tests_calibration_and_ood_detection(tmp_path):
     assert "600 test rows against 200 OOD rows" in result.stdout
     auroc = roc_auc_score(np.r_[np.zeros(600), np.ones(200)], np.r_[sharp_in, sharp_ood])
     assert f"| `calibrated` | 3 | {100 * auroc:.1f} |" in result.stdout
-    assert "**reproduced**" in result.stdout
+    assert "**direction reproduced**" in result.stdout and "**size reproduced**" in result.stdout
     # the ECE's bins are the evaluations' own (evaluate.ece_bins)
     for model in ("calibrated", "overconfident"):
         for seed in range(3):
@@ -426,11 +441,12 @@ def test_compare_tests_a_difference_of_gains_across_two_runs_of_the_same_texts(t
     result = run_script("compare.py", *args, "--claim", claim, "--claim", "a beats full:a")
     assert result.returncode == 0, result.stderr
     assert "| `full:a` | 3 | 75.0 |" in result.stdout
-    assert f"| {claim} | +25.0 | [+" in result.stdout and "**reproduced**" in result.stdout
+    assert f"| {claim} | +25.0 | [+" in result.stdout and "**direction reproduced**" in result.stdout
     # matched by text: a is right wherever full:a is, and on 10 rows more (5%), so the paired interval starts at
-    # +2.0 and p is 0; had full's rows kept their own order, a and full:a would disagree on 150 rows
+    # +2.0 (se sqrt(0.05 * 0.95 / 200) = 1.54 points) and p is 0.001 (t = 3.24 with 199 degrees of freedom); had
+    # full's rows kept their own order, a and full:a would disagree on 150 rows
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("| a beats full:a |")]
-    assert line.startswith("| a beats full:a | +5.0 | [+2.0, ") and "| 0.000 |" in line
+    assert line.startswith("| a beats full:a | +5.0 | [+2.0, ") and "| 0.001 |" in line
 
     compare = _load_script("compare.py")
     refusals = {
@@ -481,6 +497,87 @@ def test_compare_tests_a_difference_of_gains_across_two_runs_of_the_same_texts(t
     pd.DataFrame({"row_id": [0, 1]}).to_parquet(tmp_path / "plain" / "results" / "data" / "reviews" / "test.parquet")
     with pytest.raises(SystemExit, match="no row_id and text columns"):
         compare.main(["--results", str(little), "--also", f"p={tmp_path / 'plain' / 'results'}", "--models", "p:a"])
+
+
+def _table_row(stdout: str, start: str) -> list[str]:
+    """The cells of the one Markdown row of ``stdout`` that starts with ``start``."""
+    (line,) = [line for line in stdout.splitlines() if line.startswith(start)]
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def _interval(cell: str) -> tuple[float, float]:
+    low, high = cell.strip("[]").split(",")
+    return float(low), float(high)
+
+
+def test_compare_takes_the_teacher_seeds_of_an_experiment_from_several_results_folders(tmp_path, capsys):
+    """Three runs of one experiment under teacher seeds 0, 1, 2: A - B is +5, 0 and +10 points (rows 140-149, none,
+    rows 150-169 of 200), alike over each run's 3 student seeds. One run alone reproduces "a beats b"; the three
+    runs, whose teacher seeds disagree, leave it undecided: the teacher seeds' means have variance 25 (points²), so
+    the teacher level adds 25 / 3 (se 2.89 points) with 2 degrees of freedom, t = 4.303, and the rows nothing beyond
+    the noise the teacher seeds' spread already holds (each extra row is right under one teacher seed only)."""
+    compare = _load_script("compare.py")
+    texts, ids = [f"review {i}" for i in range(200)], list(range(200))
+    folders = [tmp_path / f"t{k}" / "results" for k in range(3)]
+    extras = ([*range(140, 150)], [], [*range(150, 170)])
+    for folder, extra in zip(folders, extras):
+        _run_with_texts(folder, ids, texts, {"a": [*range(140), *extra], "b": range(140)})
+    base = ["--models", "a", "b", "--claim", "a beats b"]
+    compare.main(["--results", str(folders[0]), *base])
+    one = capsys.readouterr().out
+    assert "One teacher seed (one results folder): the intervals exclude the teacher-seed variance" in one
+    single = _table_row(one, "| a beats b |")
+    assert single[1] == "+5.0" and single[-1] == "**reproduced**"  # se sqrt(0.05 * 0.95 / 200) = 1.54 points
+    compare.main(["--results", *map(str, folders), *base])
+    three = capsys.readouterr().out
+    assert f"3 teacher seeds in --results ({', '.join(map(str, folders))}): the intervals include" in three
+    assert _table_row(three, "| `a` |")[:3] == ["`a`", "3 × 3", "75.0"]
+    claim = _table_row(three, "| a beats b |")
+    assert claim[1] == "+5.0" and claim[-1] == "**undecided at this power**"
+    assert _interval(claim[2]) == pytest.approx((5 - 4.303 * 2.887, 5 + 4.303 * 2.887), abs=0.15)
+
+    # another run of the same texts with its own teacher seeds, paired with these by position
+    others = [tmp_path / f"o{k}" / "results" for k in range(3)]
+    for folder, extra in zip(others, extras):
+        _run_with_texts(folder, ids, texts, {"a": [*range(140), *extra]})
+    compare.main(["--results", *map(str, folders), "--also", f"o={others[0]}", *map(str, others[1:]),
+                  "--models", "a", "o:a", "--claim", "a matches o:a within 1"])  # fmt: skip
+    same = _table_row(capsys.readouterr().out, "| a matches o:a within 1 |")
+    assert same[1:3] == ["+0.0", "[+0.0, +0.0]"] and same[-1] == "**reproduced**"
+
+    refusals = {
+        ("--results", str(folders[0]), str(folders[0])): "--results: a folder given twice",
+        ("--results", str(folders[0]), str(tmp_path / "t9")): f"{tmp_path / 't9'}/eval: no test.json of model 'a'",
+    }
+    for extra, message in refusals.items():
+        with pytest.raises(SystemExit, match=re.escape(message)):
+            compare.main([*extra, *base])
+    data = folders[2] / "data" / "reviews" / "test.parquet"
+    pd.read_parquet(data).assign(text=lambda t: t["text"] + " (another split)").to_parquet(data)
+    with pytest.raises(SystemExit, match=re.escape(f"{folders[2]}: its test split is not that of {folders[0]}")):
+        compare.main(["--results", *map(str, folders), *base])
+
+
+def test_compare_draws_clusters_of_rows(tmp_path, capsys):
+    """QNLI-like pairs: 100 questions of 2 rows each, a right on both rows of 70 questions, b on none. Drawn by
+    question, the interval of A - B is that of 100 outcomes, sd sqrt(0.7 * 0.3 / 100) = 4.58 points with 99 degrees
+    of freedom (t = 1.984); by row, of 200 (3.24 points, t = 1.972)."""
+    compare = _load_script("compare.py")
+    results = tmp_path / "results"
+    _run_with_texts(results, list(range(200)), [f"pair {i}" for i in range(200)], {"a": range(140), "b": []})
+    data = results / "data" / "reviews" / "test.parquet"
+    pd.read_parquet(data).assign(question=[f"question {i // 2}" for i in range(200)]).to_parquet(data)
+    base = ["--results", str(results), "--models", "a", "b", "--claim", "a beats b"]
+    compare.main([*base, "--cluster-column", "question"])
+    by_question = capsys.readouterr().out
+    assert by_question.startswith("200 test rows in 100 clusters by 'question'; 95% intervals")
+    low, high = _interval(_table_row(by_question, "| a beats b |")[2])
+    assert (high - low) / 2 == pytest.approx(1.984 * 4.58, rel=0.05)
+    compare.main(base)
+    low, high = _interval(_table_row(capsys.readouterr().out, "| a beats b |")[2])
+    assert (high - low) / 2 == pytest.approx(1.972 * 3.24, rel=0.05)
+    with pytest.raises(SystemExit, match="has no such column; its columns are row_id, text, question"):
+        compare.main([*base, "--cluster-column", "topic"])
 
 
 def _compare_commands():

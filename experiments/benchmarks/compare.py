@@ -1,24 +1,33 @@
 """Intervals and paired verdicts of a finished run, as the benchmark write-ups give them
 (docs/report.md, "Intervals and verdicts"; docs/experiments/benchmarks.md).
 
-    .venv/bin/python experiments/benchmarks/compare.py --results results \\
+    .venv/bin/python experiments/benchmarks/compare.py --results runs/t0/results runs/t1/results runs/t2/results \\
         --models kd_all dd_margin_10 dd_random_10 \\
         --claim "dd_margin_10 beats dd_random_10 by 2.9" --claim "dd_margin_10 matches kd_all within 1"
 
-A model is a base name: its seeds are ``results/eval/NAME.seed*/``, or ``results/eval/NAME/`` when that folder
-exists (one model: a teacher ensemble is ``NAME/``, its members ``NAME.seedK/``; write ``NAME.seed*`` for the members
-as seeds of one model). A student
-entry with ``per_domain: true`` is one model, its family: each seed's domain students (``NAME.DOMAIN.seedK``), each
-scored on its own domain's rows, joined into one prediction of the split; ``NAME=A+B+...`` joins models on disjoint
-rows the same way (seed k of each). ``--also LABEL=DIR`` adds another run's results/ that scored the same texts
-(e.g. the same test reviews after a domain's training rows were cut): its models are ``LABEL:NAME``, and their rows
-are matched to this run's by text, since the two runs number their rows apart. A claim is ``A beats B [by GAP]``
-(GAP 0 when left out) or ``A matches B within MARGIN`` (MARGIN > 0), in points of the metric, between two different
-models, or the same between two gains, ``(A - B) beats (C - D)``: A's gain over B is larger than C's over D,
-tested on the same rows. Prints Markdown: one table of the
-models (mean accuracy, 95% interval over seeds and test rows, the gold labels each read) and one of the claims
-(A − B, its interval, the paired bootstrap p-value, the smallest difference the design detects, the verdict);
-with a domain column, also the accuracy per domain.
+``--results`` names one run's results/ folder, or several: the runs of one experiment under other teacher seeds
+(each folder one teacher seed: the same config and data split, the teachers trained with another ``seed``), so that
+every interval includes the teacher-seed variance; with one folder the tables say that they exclude it. A model is a
+base name: its seeds are ``results/eval/NAME.seed*/``, or ``results/eval/NAME/`` when that folder exists (one model:
+a teacher ensemble is ``NAME/``, its members ``NAME.seedK/``; write ``NAME.seed*`` for the members as seeds of one
+model), in every folder. A student entry with ``per_domain: true`` is one model, its family: each seed's domain
+students (``NAME.DOMAIN.seedK``), each scored on its own domain's rows, joined into one prediction of the split;
+``NAME=A+B+...`` joins models on disjoint rows the same way (seed k of each). ``--also LABEL=DIR [DIR ...]`` adds
+another run's results/ (one folder per teacher seed) that scored the same texts (e.g. the same test reviews after a
+domain's training rows were cut): its models are ``LABEL:NAME``, and their rows are matched to this run's by text,
+since the two runs number their rows apart. ``--cluster-column COLUMN`` draws the rows in clusters: the rows of one
+value of that column of the prepared dataset (``results/data/NAME/SPLIT.parquet``, e.g. ``text``, a QNLI pair's
+question, or ``group``, written by ``dataset.split.group_column``) are drawn together.
+
+A claim is ``A beats B [by GAP]`` (GAP 0 when left out) or ``A matches B within MARGIN`` (MARGIN > 0), in points of
+the metric, between two different models, or the same between two gains, ``(A - B) beats (C - D)``: A's gain over B
+is larger than C's over D, tested on the same rows. "A beats B" tests its direction (A − B against 0) and, with a
+gap, its size (A − B against GAP), two verdicts; "A matches B" is two one-sided tests (the 90% interval inside
+±MARGIN). Every test of every ``--claim`` of one call is one family, adjusted with Holm's step-down method: a test is
+decided when its Holm-adjusted p is below 0.05. Prints Markdown: one table of the models (mean accuracy, 95%
+interval over teacher seeds, student seeds and test rows, the gold labels each read) and one of the claims' tests
+(A − B, its 95% interval, the raw and the Holm-adjusted p, the smallest difference the design detects, or for
+"matches" the smallest margin it confirms, the verdict); with a domain column, also the accuracy per domain.
 
 ``--metric`` chooses what is compared: ``accuracy`` (the default), ``ece`` (the expected calibration error, 15
 bins; lower is better, so "A beats B" means A − B below 0) or ``auroc:SCORE``: how well the uncertainty score SCORE
@@ -43,7 +52,7 @@ from torchmetrics.functional.classification import multiclass_f1_score
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.evaluation.ood import score_column
-from kdpipe.evaluation.paired import Accuracy, Auroc, CalibrationError, compare, compare_gains, interval
+from kdpipe.evaluation.paired import ALPHA, Accuracy, Auroc, CalibrationError, compare, compare_gains, family, interval
 from kdpipe.report.intervals import prediction_rows, predictions_path, row_matrix
 from kdpipe.report.summary import describe_label_use
 
@@ -111,7 +120,7 @@ def model_spec(text: str) -> tuple[str, list[str]]:
     return name, parts
 
 
-def run_of(part: str, runs: dict[str, Path]) -> tuple[str, str]:
+def run_of(part: str, runs: dict[str, list[Path]]) -> tuple[str, str]:
     """(the run's label, "" for --results; the model's name in it) of a model name, ``NAME`` or ``LABEL:NAME``."""
     label, colon, name = part.rpartition(":")
     if colon and not label:
@@ -121,18 +130,25 @@ def run_of(part: str, runs: dict[str, Path]) -> tuple[str, str]:
     return label, name
 
 
-def joined(runs: dict[str, Path], parts: list[str], split: str) -> tuple[str, list[list[Path]]]:
-    """(the run's label, per seed in seed order the evaluation files) of one model, or of several models of one run
-    on disjoint rows (``NAME=A+B``, e.g. one single-domain student per domain) joined seed by seed (seed k of
-    each)."""
+Unit = tuple[str, str, list[Path]]  # (teacher seed, student seed, the evaluation files of that seed's predictions)
+
+
+def joined(runs: dict[str, list[Path]], parts: list[str], split: str) -> tuple[str, list[Unit]]:
+    """(the run's label, its units) of one model, or of several models of one run on disjoint rows (``NAME=A+B``,
+    e.g. one single-domain student per domain) joined seed by seed (seed k of each): for each of the run's folders
+    (teacher seed k: its position) and each seed, in seed order, the evaluation files."""
     labels, names = zip(*(run_of(part, runs) for part in parts))
     if len(set(labels)) > 1:
         raise SystemExit(f"--models {'+'.join(parts)}: joined models must come from one run")
-    per_part = [evaluations(runs[labels[0]], name, split) for name in names]
-    if len({tuple(seeds) for seeds in per_part}) > 1:
-        found = ", ".join(f"{part} {sorted(seeds)}" for part, seeds in zip(parts, per_part))
-        raise SystemExit(f"--models {'+'.join(parts)}: joined models need the same seeds ({found})")
-    return labels[0], [[path for seeds in per_part for path in seeds[seed]] for seed in per_part[0]]
+    units = []
+    for teacher, folder in enumerate(runs[labels[0]]):
+        per_part = [evaluations(folder, name, split) for name in names]
+        if len({tuple(seeds) for seeds in per_part}) > 1:
+            found = ", ".join(f"{part} {sorted(seeds)}" for part, seeds in zip(parts, per_part))
+            raise SystemExit(f"--models {'+'.join(parts)}: joined models need the same seeds ({found})")
+        for seed in per_part[0]:
+            units.append((str(teacher), str(seed), [path for seeds in per_part for path in seeds[seed]]))
+    return labels[0], units
 
 
 def row_texts(results: Path, split: str) -> pd.Series:
@@ -207,15 +223,25 @@ def label_use(parts: list[dict]) -> str:
     return "each: " + " · ".join(f"{split} {rows}" for split, rows in ranges.items())
 
 
-def model_row(name: str, paths: list, metric, with_f1: bool) -> str:
-    mean, low, high = interval(metric)
+def seeds_cell(teachers: list[str]) -> str:
+    """The seeds of a model: its student seeds, or "T × S" over several teacher seeds (S a range where they differ)."""
+    per_teacher = [teachers.count(t) for t in dict.fromkeys(teachers)]
+    if len(per_teacher) == 1:
+        return str(per_teacher[0])
+    low, high = min(per_teacher), max(per_teacher)
+    return f"{len(per_teacher)} × {low if low == high else f'{low}–{high}'}"
+
+
+def model_row(name: str, paths: list, metric, with_f1: bool, clusters) -> str:
+    mean, low, high = interval(metric, clusters=clusters)
     labels = " / ".join(dict.fromkeys(label_use(records(p)) for p in paths))
     f1_text = ""
     if with_f1:
         f1 = [macro_f1(p) for p in paths]
         spread = f" ± {100 * np.std(f1, ddof=1):.1f}" if len(f1) > 1 else ""
         f1_text = f" {100 * np.mean(f1):.1f}{spread} |" if not np.isnan(f1).any() else " – |"
-    return f"| `{name}` | {len(paths)} | {100 * mean:.1f} | [{100 * low:.1f}, {100 * high:.1f}] |{f1_text} {labels} |"
+    seeds = seeds_cell(list(metric.teachers))
+    return f"| `{name}` | {seeds} | {100 * mean:.1f} | [{100 * low:.1f}, {100 * high:.1f}] |{f1_text} {labels} |"
 
 
 METRICS = {"accuracy": "accuracy (%)", "ece": "ECE (%)", "auroc": "AUROC (%)"}
@@ -236,15 +262,19 @@ def parse_metric(text: str, split: str) -> tuple[str, str | None]:
     return kind, score or None
 
 
-def metric_of(kind: str, score: str | None, columns: dict[str, np.ndarray], ood: np.ndarray | None, bins: int):
-    """The paired-statistics metric of one model from its per-seed row matrices (``columns``) and, for an AUROC,
-    its OOD rows' score matrix; ``bins``: the ECE's confidence bins."""
+def metric_of(
+    kind: str, score: str | None, columns: dict[str, np.ndarray], ood: np.ndarray | None, bins: int, units: list
+):
+    """The paired-statistics metric of one model from its per-unit row matrices (``columns``) and, for an AUROC,
+    its OOD rows' score matrix; ``bins``: the ECE's confidence bins; ``units``: each matrix row's (teacher seed,
+    student seed)."""
+    design = {"teachers": [t for t, _, _ in units], "seeds": [s for _, s, _ in units]}
     if kind == "accuracy":
-        return Accuracy(columns["correct"])
+        return Accuracy(columns["correct"], **design)
     if kind == "ece":
-        return CalibrationError(columns["confidence"], columns["correct"], bins=bins)
+        return CalibrationError(columns["confidence"], columns["correct"], bins=bins, **design)
     column, sign = score_column(score)
-    return Auroc(sign * columns[column], sign * ood)
+    return Auroc(sign * columns[column], sign * ood, **design)
 
 
 def metric_columns(kind: str, score: str | None) -> list[str]:
@@ -300,14 +330,36 @@ def parse_claim(text: str, models: list[str]) -> tuple[Side, str, Side, float]:
     return a, kind, b, points
 
 
-def claim_row(text: str, claim: tuple[Side, str, Side, float], metrics: dict) -> str:
-    a, kind, b, points = claim
-    test = compare if len(a) == 1 else compare_gains
-    result = test(*(metrics[m] for m in a + b), claim=kind, gap=points, margin=points)
-    return (
-        f"| {text} | {100 * result.difference:+.1f} | [{100 * result.low:+.1f}, {100 * result.high:+.1f}] | "
-        f"{result.p_value:.3f} | {100 * result.detectable:.1f} | **{result.verdict}** |"
-    )
+def claim_rows(claims: dict[str, tuple], metrics: dict, clusters) -> tuple[list[str], int]:
+    """The claims' table rows, one per test, every test of every claim adjusted together (Holm), and the number of
+    tests."""
+    results = []
+    for claim in claims.values():
+        a, kind, b, points = claim
+        test = compare if len(a) == 1 else compare_gains
+        results.append(test(*(metrics[m] for m in a + b), claim=kind, gap=points, margin=points, clusters=clusters))
+    decisions = family([result.tests for result in results])
+    lines = []
+    for (text, (*_, points)), result, decision in zip(claims.items(), results, decisions, strict=True):
+        for test, adjusted, verdict in zip(result.tests, decision.adjusted, decision.verdicts, strict=True):
+            if test.name == "equivalence":
+                inside = f"[{100 * result.low90:+.1f}, {100 * result.high90:+.1f}]"
+                what = f"equivalence: 90% interval {inside} in ±{100 * points:g}"
+                reach = f"±{100 * result.confirmable:.1f}"
+            else:
+                what = f"{test.name}: against {100 * points:g}" if test.name == "size" else "direction: against 0"
+                reach = f"{100 * result.detectable:.1f}"
+            if len(result.tests) > 1:
+                verdict = f"{test.name} {verdict}"
+            lines.append(
+                f"| {text} | {100 * result.difference:+.1f} | [{100 * result.low:+.1f}, {100 * result.high:+.1f}] | "
+                f"{what} | {p_text(test.p_value)} | {p_text(adjusted)} | {reach} | **{verdict}** |"
+            )
+    return lines, sum(len(result.tests) for result in results)
+
+
+def p_text(p: float) -> str:
+    return "<0.001" if p < 0.0005 else f"{p:.3f}"
 
 
 def ood_scores(
@@ -393,28 +445,116 @@ def check_ood_rows(ood: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
             raise SystemExit(f"models '{first}' and '{model}' were evaluated on other OOD rows")
 
 
-def also_run(text: str) -> tuple[str, Path]:
-    """(LABEL, DIR) of an ``--also LABEL=DIR``."""
-    label, _, folder = text.partition("=")
+def ood_units(
+    folders: list[Path], model: str, parts: list[str], score: str, split: str, ood_class: str | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row_ids, [units, N_ood]) of a model's OOD scores over the teacher seeds' folders, in the order of its units;
+    stops where the folders' OOD rows differ."""
+    found = [ood_scores(folder, model, parts, score, split, ood_class) for folder in folders]
+    for folder, (ids, _) in zip(folders[1:], found[1:]):
+        if not np.array_equal(ids, found[0][0]):
+            raise SystemExit(f"model '{model}': its OOD rows in {folder} are not those in {folders[0]}")
+    return found[0][0], np.concatenate([matrix for _, matrix in found])
+
+
+def prepared_split(results: Path, split: str) -> Path | None:
+    """The one prepared dataset's ``split`` file of a run, or None without exactly one."""
+    found = sorted((results / "data").glob(f"*/{split}.parquet"))
+    return found[0] if len(found) == 1 else None
+
+
+def check_same_split(runs: dict[str, list[Path]], split: str) -> None:
+    """The folders of one run (its teacher seeds) must hold the same split: the same texts under the same row ids,
+    wherever their prepared data is there to compare."""
+    for folders in runs.values():
+        if len(folders) < 2 or not all(prepared_split(folder, split) for folder in folders):
+            continue
+        first = row_texts(folders[0], split)
+        for folder in folders[1:]:
+            if not row_texts(folder, split).equals(first):
+                raise SystemExit(
+                    f"{folder}: its {split} split is not that of {folders[0]}; the teacher seeds of one experiment "
+                    "share the data split (the same dataset and dataset.split), only the teachers' seed changes"
+                )
+
+
+def cluster_labels(
+    results: Path, split: str, column: str, row_ids: np.ndarray, ood_ids: np.ndarray | None
+) -> tuple[np.ndarray, int, str]:
+    """(each row's cluster, test rows then OOD rows; the number of clusters of the test rows; a note) from the
+    prepared dataset's ``column``: rows of one value form one cluster. OOD rows take their clusters from the
+    dataset's ``ood.parquet`` when it has the column, else each is a cluster of its own (said in the note)."""
+    where = f"--cluster-column {column!r}"
+    path = prepared_split(results, split)
+    if path is None:
+        raise SystemExit(f"{where}: {results}/data has no one prepared dataset with a {split} split to read it from")
+    present = pq.read_schema(path).names
+    if column not in present:
+        raise SystemExit(f"{where}: {path} has no such column; its columns are {', '.join(present)}")
+    values = pq.read_table(path, columns=["row_id", column]).to_pandas().set_index("row_id")[column]
+    labels = values.reindex(row_ids)
+    if labels.isna().any():
+        raise SystemExit(f"{where}: {int(labels.isna().sum()):,} of the compared rows have no value in {path}")
+    labels = labels.astype(str).to_numpy()
+    count, note = len(set(labels)), ""
+    if ood_ids is not None:
+        ood_path = path.with_name("ood.parquet")
+        if ood_path.is_file() and column in pq.read_schema(ood_path).names:
+            ood = pq.read_table(ood_path, columns=["row_id", column]).to_pandas().set_index("row_id")[column]
+            ood = ood.reindex(ood_ids)
+            if ood.isna().any():
+                raise SystemExit(f"{where}: {int(ood.isna().sum()):,} of the OOD rows have no value in {ood_path}")
+            ood_labels = ood.astype(str).to_numpy()
+        else:
+            ood_labels, note = np.array([f"ood row {i}" for i in ood_ids]), "; each OOD row a cluster of its own"
+        labels = np.concatenate([labels, ood_labels])
+    return labels, count, note
+
+
+def also_run(texts: list[str]) -> tuple[str, list[Path]]:
+    """(LABEL, its folders) of an ``--also LABEL=DIR [DIR ...]``."""
+    label, _, folder = texts[0].partition("=")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", label) or not folder:
-        raise SystemExit(f"--also {text!r}: write LABEL=DIR (a label of letters, digits, '_', '.' or '-')")
-    if not (Path(folder) / "eval").is_dir():
-        raise SystemExit(f"--also {text!r}: {folder} has no eval/ folder; give a run's results/")
-    return label, Path(folder)
+        raise SystemExit(f"--also {texts[0]!r}: write LABEL=DIR (a label of letters, digits, '_', '.' or '-')")
+    folders = [Path(folder), *map(Path, texts[1:])]
+    for path in folders:
+        if not (path / "eval").is_dir():
+            raise SystemExit(f"--also {' '.join(texts)!r}: {path} has no eval/ folder; give a run's results/")
+    return label, teacher_folders(folders, f"--also {label}")
+
+
+def teacher_folders(folders: list[Path], option: str) -> list[Path]:
+    """The folders of one run's teacher seeds, each given once."""
+    seen = [folder.resolve() for folder in folders]
+    if len(set(seen)) < len(seen):
+        raise SystemExit(f"{option}: a folder given twice; each folder is one teacher seed")
+    return folders
 
 
 def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, list[str]], dict]:
     """(the parsed command line, {model: the models joined into it}, {claim text: parsed claim}); stops on a
     malformed one before any file is read."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=Path("results"), help="the run's results/ folder")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="docs/report.md, section 'Intervals and verdicts', says how."
+    )
     parser.add_argument(
-        "--also", action="append", default=[], metavar="LABEL=DIR",
-        help="another run's results/ that scored the same texts; its models are LABEL:NAME",
+        "--results", type=Path, nargs="+", default=[Path("results")], metavar="DIR",
+        help="the run's results/ folder (default: results), or several: the runs of one experiment under other "
+        "teacher seeds (the same config and data split, the teachers trained with another seed), each folder one "
+        "teacher seed; the intervals then include the teacher-seed variance",
+    )  # fmt: skip
+    parser.add_argument(
+        "--also", action="append", nargs="+", default=[], metavar=("LABEL=DIR", "DIR"),
+        help="another run's results/ folder (or one per teacher seed) that scored the same texts; its models are "
+        "LABEL:NAME, its rows matched to this run's by text",
     )  # fmt: skip
     parser.add_argument("--split", default="test")
     parser.add_argument("--models", nargs="+", required=True, help="base names (their seeds are found)")
-    parser.add_argument("--claim", action="append", default=[], help="'A beats B [by GAP]' or 'A matches B within M'")
+    parser.add_argument(
+        "--claim", action="append", default=[],
+        help="'A beats B [by GAP]' or 'A matches B within M' (points), or '(A - B) beats (C - D)'; every claim of "
+        "one call is one family, Holm-adjusted",
+    )  # fmt: skip
     parser.add_argument(
         "--metric", default="accuracy",
         help="accuracy (default), ece (lower is better) or auroc:SCORE (OOD rows against test rows, by an "
@@ -423,7 +563,13 @@ def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[s
     parser.add_argument(
         "--ood-class", metavar="CLASS", help="auroc: only the OOD rows of this held-out class (evaluate.ood.classes)"
     )
+    parser.add_argument(
+        "--cluster-column", metavar="COLUMN",
+        help="draw rows in clusters: the rows of one value of this column of the prepared dataset "
+        "(results/data/NAME/SPLIT.parquet, e.g. text for a pair task's first side, or group) are drawn together",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    args.results = teacher_folders(args.results, "--results")
     args.metric = parse_metric(args.metric, args.split)
     specs = [model_spec(m) for m in args.models]
     models = dict(specs)
@@ -440,7 +586,7 @@ def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[s
 
 
 def read_rows(files: dict[str, list], kind: str, score: str | None) -> tuple[dict, dict]:
-    """Per model, its row ids and {column: [seeds, rows]} of the columns the metric reads."""
+    """Per model, its row ids and {column: [units, rows]} of the columns the metric reads."""
     rows, columns = {}, {}
     try:
         for model, paths in files.items():
@@ -452,11 +598,11 @@ def read_rows(files: dict[str, list], kind: str, score: str | None) -> tuple[dic
     return rows, columns
 
 
-def same_rows(found: dict, runs: dict[str, Path], rows: dict, columns: dict, split: str) -> np.ndarray:
+def same_rows(found: dict, runs: dict[str, list[Path]], rows: dict, columns: dict, split: str) -> np.ndarray:
     """The row ids every model was scored on: another run's models' rows renumbered as this run's and put in their
     order (``rows`` and ``columns`` updated in place); stops when two models cover other rows."""
     labels = {label for label, _ in found.values()}
-    texts = {label: row_texts(runs[label], split) for label in labels | {""}} if labels - {""} else {}
+    texts = {label: row_texts(runs[label][0], split) for label in labels | {""}} if labels - {""} else {}
     for model, (label, _) in found.items():
         if label:
             ours = to_main_rows(model, rows[model], texts[label], texts[""])
@@ -476,55 +622,108 @@ def same_rows(found: dict, runs: dict[str, Path], rows: dict, columns: dict, spl
     return rows[first]
 
 
-def print_tables(args: argparse.Namespace, files: dict, metrics: dict, claims: dict, rows: int, ood_rows: int) -> None:
+def teacher_note(runs: dict[str, list[Path]], used: set[str]) -> str:
+    """What the intervals hold of the teacher seeds: which runs have several, which one."""
+    single = [label for label in runs if label in used and len(runs[label]) == 1]
+    several = [label for label in runs if label in used and len(runs[label]) > 1]
+    exclude = (
+        "the intervals exclude the teacher-seed variance: a difference may be the teacher's this run trained, "
+        "not the method's"
+    )
+    if not several:
+        return f"One teacher seed (one results folder): {exclude}."
+    notes = []
+    for label in several:
+        name = "--results" if not label else f"run '{label}'"
+        notes.append(f"{len(runs[label])} teacher seeds in {name} ({', '.join(map(str, runs[label]))})")
+    text = "; ".join(notes) + ": the intervals include the teacher-seed variance."
+    for label in single:
+        name = "the --results run" if not label else f"run '{label}'"
+        text += f" The models of {name} have one teacher seed: for them {exclude}."
+    return text
+
+
+def print_tables(args: argparse.Namespace, found: dict, metrics: dict, claims: dict, counts: dict) -> None:
+    """The tables: the models, per domain where the rows have domains, the claims' tests. ``counts``: the rows, the
+    OOD rows, the clusters and their note, the runs."""
     kind, score = args.metric
+    files = {name: [paths for _, _, paths in units] for name, (_, units) in found.items()}
     what = f"{METRICS[kind]} of {score}" if score else METRICS[kind]
     if kind == "ece":
         what = f"ECE (%, {metrics[next(iter(metrics))].bins} bins)"
     of_class = f" (held-out class {args.ood_class})" if args.ood_class is not None else ""
-    against = f" against {ood_rows:,} OOD rows{of_class}" if score else ""
-    print(f"{rows} {args.split} rows{against}; 95% intervals over seeds and rows (4,000 bootstrap draws).\n")
+    against = f" against {counts['ood_rows']:,} OOD rows{of_class}" if score else ""
+    clusters = (
+        f" in {counts['clusters']:,} clusters by {args.cluster_column!r}{counts['cluster_note']}"
+        if args.cluster_column
+        else ""
+    )
+    print(
+        f"{counts['rows']:,} {args.split} rows{clusters}{against}; 95% intervals over teacher seeds, student seeds "
+        "and rows (Student's t from a hierarchical bootstrap, the rows drawn 4,000 times)."
+    )
+    print(teacher_note(counts["runs"], {label for label, _ in found.values()}) + "\n")
     f1_head, f1_rule = (" macro-F1 (%) |", " ---: |") if kind == "accuracy" else ("", "")
     print(f"| model | seeds | {what} | 95% interval |{f1_head} gold labels read |")
     print(f"| --- | ---: | ---: | --- |{f1_rule} --- |")
     for model, paths in files.items():
-        print(model_row(model, paths, metrics[model], kind == "accuracy"))
+        print(model_row(model, paths, metrics[model], kind == "accuracy", counts["cluster_labels"]))
     by_domain = domain_table(files) if kind == "accuracy" else []
     if by_domain:
         print("\nAccuracy (%) per domain, mean over seeds:\n")
         print("\n".join(by_domain))
     if claims:
         lower = " (lower is better: A beats B below 0)" if kind == "ece" else ""
-        print(f"\n| claim | A − B (points){lower} | 95% interval | p | detectable | verdict |")
-        print("| --- | ---: | --- | ---: | ---: | --- |")
-        for text, claim in claims.items():
-            print(claim_row(text, claim, metrics))
+        rows, tests = claim_rows(claims, metrics, counts["cluster_labels"])
+        print(
+            f"\n| claim | A − B (points){lower} | 95% interval | test | p | Holm p | detectable (matches: "
+            "confirmable margin) | verdict |"
+        )
+        print("| --- | ---: | --- | --- | ---: | ---: | ---: | --- |")
+        print("\n".join(rows))
+        print(
+            f"\nOne family of {len(claims)} claim{'s' if len(claims) > 1 else ''} and {tests} "
+            f"test{'s' if tests > 1 else ''}, Holm-adjusted: a test is decided when its Holm p is below {ALPHA:g}. "
+            "Detectable: the smallest difference found with 80% power; ±: the smallest margin two one-sided tests "
+            "confirm with 80% power were A − B zero."
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     args, models, claims = arguments(argv)
     runs = {"": args.results}
-    for label, folder in map(also_run, args.also):
+    for label, folders in map(also_run, args.also):
         if label in runs:
             raise SystemExit(f"--also {label}=...: the label {label!r} is given twice")
-        runs[label] = folder
+        runs[label] = folders
     kind, score = args.metric
     found = {name: joined(runs, parts, args.split) for name, parts in models.items()}
-    files = {name: paths for name, (_, paths) in found.items()}
-    ood = {m: ood_scores(runs[""], m, models[m], score, args.split, args.ood_class) for m in files} if score else {}
+    files = {name: [paths for _, _, paths in units] for name, (_, units) in found.items()}
+    ood = {m: ood_units(runs[""], m, models[m], score, args.split, args.ood_class) for m in files} if score else {}
     rows, columns = read_rows(files, kind, score)
     bins = ece_bins(files) if kind == "ece" else 15
+    check_same_split(runs, args.split)
     test_rows = same_rows(found, runs, rows, columns, args.split)
     if score:
         check_ood_rows(ood)
+    ood_ids = next(iter(ood.values()))[0] if score else None
+    labels, clusters, note = (
+        cluster_labels(runs[""][0], args.split, args.cluster_column, test_rows, ood_ids)
+        if args.cluster_column
+        else (None, 0, "")
+    )
     try:
         metrics = {
-            model: metric_of(kind, score, columns[model], ood[model][1] if score else None, bins) for model in files
+            model: metric_of(kind, score, columns[model], ood[model][1] if score else None, bins, found[model][1])
+            for model in files
         }
     except ValueError as error:
         raise SystemExit(str(error)) from None
-    ood_rows = len(next(iter(ood.values()))[0]) if score else 0
-    print_tables(args, files, metrics, claims, len(test_rows), ood_rows)
+    counts = {
+        "rows": len(test_rows), "ood_rows": 0 if ood_ids is None else len(ood_ids), "clusters": clusters,
+        "cluster_note": note, "cluster_labels": labels, "runs": runs,
+    }  # fmt: skip
+    print_tables(args, found, metrics, claims, counts)
 
 
 if __name__ == "__main__":

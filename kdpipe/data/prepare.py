@@ -18,7 +18,10 @@ Order of operations, all seeded by ``dataset.split.seed`` and deterministic:
    both caps apply to each file on its own;
 5. split stratified by label, and by domain within each label when a domain column is configured (so every domain
    keeps its classes in every split: Meta-KD's per-domain students are trained, validated and tested on their own
-   domain's rows); the validation and test fractions are of the rows being split;
+   domain's rows); the validation and test fractions are of the rows being split. With a group column
+   (``dataset.split.group_column``, kept as each split's ``group`` column) whole groups are split instead: every row
+   of a group goes to one split, the groups dealt out in a seeded order, largest first, each to the split whose
+   counts per stratum it brings closest to their targets (:func:`_split_grouped`);
 6. hold out the classes of ``evaluate.ood.classes``: their test rows become the ``ood`` split, their other rows
    (training, validation, withheld) ``held_out.parquet``, texts the transfer and OOD filters treat as evaluated; so
    are the rows of those classes that a conflict or a cap (step 4) removed earlier (``row_id`` -1: in no split).
@@ -59,6 +62,7 @@ _COLUMNS = (
     ("label", "label_column", "label"),
     ("domain", "domain_column", None),
     ("id", "id_column", None),
+    ("group", "split.group_column", None),  # whole groups go to one split (_split_grouped)
 )
 INTEGER = re.compile(r"^[+-]?\d+$")
 _INT64 = np.iinfo(np.int64)
@@ -175,7 +179,9 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
             f"{labels} after deduplication and subsampling; classification needs at least 2"
         )
     to_split_off = {split: fractions[split] for split in ("test", "validation") if split not in tables}
-    parts = _split_stratified(tables.pop("train"), to_split_off, seed) | tables
+    train = tables.pop("train")
+    split = _split_grouped if "group" in train else _split_stratified
+    parts = split(train, to_split_off, seed) | tables
     _check_split_rows(parts, fractions, places, to_split_off, keyed)
     withheld = split_params.get("unlabelled", 0)
     if withheld:  # training rows whose labels are withheld: their texts become transfer rows (kdpipe.data.transfer)
@@ -192,6 +198,8 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     }
     if held:
         provenance["ood"] = provenance_ood
+    if "group" in parts["train"]:  # how many groups each split holds (dataset.split.group_column)
+        provenance["groups"] = {origin: int(frame["group"].nunique()) for origin, frame in parts.items()}
     if merges is not None:
         provenance["label_merges"] = merges
     if conflicts:
@@ -402,7 +410,7 @@ def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str],
         raw, renames = _read_builtin(source)
         return {"train": _select_columns(raw, params, source)}, renames, source, [], {"train": source}
     if is_hf_source(source):
-        keys = [params.get(key, default) for _, key, default in _COLUMNS]
+        keys = [_column_name(params, key, default) for _, key, default in _COLUMNS]
         raw_tables, declared = read_hf(
             source, params.get("label_column", "label"), [k for k in keys if k], params.get("hf_splits")
         )
@@ -456,12 +464,18 @@ def _read_file(path: str | Path, key: str, params: dict) -> pd.DataFrame:
     return table
 
 
+def _column_name(params: dict, key: str, default: str | None) -> str | None:
+    """The source column a config key names (``split.group_column`` inside ``dataset.split``)."""
+    section, _, name = key.rpartition(".")
+    return (params.get(section) or {} if section else params).get(name, default)
+
+
 def _select_columns(raw: pd.DataFrame, params: dict, where: str) -> pd.DataFrame:
     """The configured columns under canonical names, as strings; every cell must hold a value."""
     available = [str(column) for column in raw.columns]
     selected = {}
     for name, key, default in _COLUMNS:
-        column = params.get(key, default)
+        column = _column_name(params, key, default)
         if column is None:
             continue
         if column not in raw.columns:
@@ -572,6 +586,42 @@ def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: in
             start, room = start + take, room - take
         chosen["train"].append(order[start:])
     return {split: table.iloc[np.sort(np.concatenate(positions))] for split, positions in chosen.items()}
+
+
+def _split_grouped(table: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
+    """Split ``fractions`` of ``table`` off into their splits as whole groups (its ``group`` column), stratified as
+    well as whole groups allow; the rest is train.
+
+    Each split's target is its fraction of every stratum's rows (train: the rest). The groups are dealt out in a
+    seeded random order, largest first (the hardest to place), each to the split where it most lowers the sum over
+    splits and strata of (rows - target)² (ties: train, then the splits in ``fractions`` order). A class left
+    without training rows then gets its smallest group moved to train.
+    """
+    strata = _strata(table)
+    codes, names = pd.factorize(strata, sort=True)
+    splits = ["train", *fractions]
+    totals = np.bincount(codes, minlength=len(names)).astype(np.float64)
+    targets = np.array([totals * fractions[split] for split in fractions])
+    targets = np.vstack([totals - targets.sum(0), targets])
+    members = list(table.groupby(table["group"].to_numpy(), sort=True).indices.values())  # row positions per group
+    keys = np.random.default_rng(seed).permutation(len(members))
+    order = sorted(range(len(members)), key=lambda i: (-len(members[i]), keys[i]))
+    have = np.zeros_like(targets)
+    where = np.zeros(len(members), dtype=np.int64)
+    for i in order:
+        counts = np.bincount(codes[members[i]], minlength=len(names))
+        cost = (counts * (2 * (have - targets) + counts)).sum(1)
+        where[i] = int(np.argmin(cost))
+        have[where[i]] += counts
+    rows, sizes = np.concatenate(members), np.array([len(m) for m in members])
+    group_of = np.repeat(np.arange(len(members)), sizes)  # the group of each position of ``rows``
+    labels = table["label"].to_numpy()[rows]
+    for label in sorted(set(labels)):  # every class keeps training rows, as in _split_stratified
+        placed = np.unique(group_of[labels == label])
+        if not (where[placed] == 0).any():
+            where[min(placed, key=lambda i: (sizes[i], keys[i]))] = 0
+    split_of = where[group_of]
+    return {split: table.iloc[np.sort(rows[split_of == k])] for k, split in enumerate(splits)}
 
 
 def _take(table: pd.DataFrame, quotas: pd.Series, seed: int) -> pd.DataFrame:

@@ -1,35 +1,83 @@
-"""Intervals and paired tests over seeds and test rows (docs/report.md, "Intervals and verdicts").
+"""Intervals and paired tests over teacher seeds, student seeds and test rows
+(docs/report.md, "Intervals and verdicts").
 
-A model of S seeds is scored on N test rows by a per-row metric: accuracy from a 0/1 matrix ``correct`` [S, N]
-(a bare matrix stands for it), the expected calibration error from each row's confidence and correctness
-(:class:`CalibrationError`), or how well an uncertainty score tells OOD rows from the test rows (:class:`Auroc`). A
-bootstrap draws the rows (one draw shared by every model compared: the test is *paired*; the test and the OOD rows
-each drawn apart, as two strata) and each model's own seeds together, each draw one multinomial weight vector over
-the rows. :func:`interval` gives a model's 95% interval, :func:`compare` A − B with its interval, p-value, smallest
-detectable difference and the verdict on a ``beats`` or ``matches`` claim, and :func:`compare_gains` the same for a
-difference of two gains, (A − B) − (C − D). Where lower is better (the calibration error), "A beats B" means A − B
-is below 0.
+A model is scored on N test rows by a per-row metric, once per *unit*: a (teacher seed, student seed) pair, one row
+of a [units, N] matrix. Accuracy reads a 0/1 matrix ``correct`` (a bare matrix stands for it), the expected
+calibration error each row's confidence and correctness (:class:`CalibrationError`), and :class:`Auroc` how well an
+uncertainty score tells OOD rows from the test rows. Each unit may be labelled with its teacher seed (``teachers``:
+the run whose teacher it learnt from) and its student seed (``seeds``); unlabelled, all units share one teacher seed
+and their student seeds pair with no other model's.
+
+The bootstrap is hierarchical: teacher seeds, student seeds within each, then the test rows, or whole clusters of
+rows (``clusters``: rows of one value form one cluster). Every metric is a mean over its units, so the seed levels
+are bootstrapped in closed form (the mean of n units drawn with replacement varies by s²·(n − 1)/n², exactly); the
+rows are drawn, one draw shared by every model compared (the test is *paired*; the test and the OOD rows of an
+AUROC are drawn apart, as two strata). Seeds are paired where the design pairs them: models with the same teacher
+seeds are compared teacher seed by teacher seed, and with one teacher seed, models with the same student seed labels
+seed by seed. The standard error is the bootstrap's variance with three corrections: the top level's (n − 1)/n
+undone; the student seeds not drawn again below several teacher seeds (the teacher seeds' spread already holds
+theirs); each unit's own row noise, which the units' spread already holds, taken out of the rows' part. Intervals
+and p-values are Student's t, its degrees of freedom Welch–Satterthwaite's for that sum (n − 1 for the top level;
+for the rows' part, a difference of two estimates, each one's own), so that two or three teacher seeds give the wide
+interval so few call for.
+
+:func:`interval` gives a model's 95% interval; :func:`compare` A − B with its 95% and 90% intervals, its p-value,
+the smallest difference the design detects and the smallest equivalence margin it confirms, and the tests of a
+claim: ``beats`` (its direction, and with a published gap its size) or ``matches`` (two one-sided tests);
+:func:`compare_gains` the same for (A − B) − (C − D). :func:`family` adjusts the tests of several claims together
+with Holm's step-down method and turns them into verdicts. Where lower is better (the calibration error), "A beats
+B" means A − B is below 0.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 
-Z_POWER = 2.8  # z_{0.975} + z_{0.80}: a difference this many standard errors away is detected 80% of the time
+ALPHA = 0.05  # the family-wise level of the verdicts
+POWER = 0.80  # the power at which the smallest detectable difference and confirmable margin are found
+UNDECIDED = "undecided at this power"
+
+
+@dataclass(frozen=True)
+class ClaimTest:
+    """One hypothesis test of a claim: its raw p-value and the verdict it gives when decided."""
+
+    name: str  # "direction" (A − B against 0), "size" (against the published gap) or "equivalence" (within ±margin)
+    p_value: float
+    outcome: str  # "reproduced" or "not reproduced": the side of the null value the estimate lies on
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """A − B on the same test rows (fractions, not percent)."""
+    """A − B on the same test rows (fractions, not percent), with the tests of a claim when one is given."""
 
     difference: float
-    low: float
+    low: float  # the 95% interval
     high: float
-    p_value: float
-    detectable: float  # the smallest difference this design detects with 80% power
-    verdict: str  # reproduced | not reproduced | undecided at this power (or "" without a claim)
+    low90: float  # the 90% interval (two one-sided tests at 5%: equivalence)
+    high90: float
+    p_value: float  # two-sided, of A − B = 0
+    se: float  # the standard error
+    df: float  # its degrees of freedom
+    detectable: float  # the smallest difference this design detects with 80% power (two-sided, 5%)
+    confirmable: float  # the smallest margin two one-sided tests confirm with 80% power if A − B were 0
+    teacher_seeds: int  # the fewest teacher seeds of the models compared
+    tests: tuple[ClaimTest, ...] = ()
+    verdict: str = ""  # the claim's verdict with its own tests as the family (:func:`family` for several claims)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdicts of one claim in a family: each test's Holm-adjusted p and verdict, and the claim's verdict."""
+
+    adjusted: tuple[float, ...]
+    verdicts: tuple[str, ...]
+    verdict: str
 
 
 def _as_matrix(values, what: str = "0/1") -> np.ndarray:
@@ -39,37 +87,61 @@ def _as_matrix(values, what: str = "0/1") -> np.ndarray:
     return matrix
 
 
-class Accuracy:
-    """The share of rows each seed gets right, from ``correct`` [S, N] (0/1)."""
+class _Units:
+    """The units of a metric's matrices: each row's teacher seed and student seed label."""
+
+    def _label(self, units: int, teachers, seeds) -> None:
+        self.teachers = np.array([""] * units if teachers is None else [str(t) for t in teachers])
+        self.seeds = None if seeds is None else np.array([str(s) for s in seeds])
+        if len(self.teachers) != units or (self.seeds is not None and len(self.seeds) != units):
+            raise ValueError(f"{units} units (matrix rows), but {len(self.teachers)} teacher labels and "
+                             f"{units if seeds is None else len(self.seeds)} seed labels")  # fmt: skip
+        if self.seeds is not None and len(set(zip(self.teachers, self.seeds))) < units:
+            raise ValueError("two units with the same teacher seed and student seed")
+
+    @property
+    def teacher_seeds(self) -> list[str]:
+        return sorted(set(self.teachers))
+
+    def units_of(self, teacher: str) -> np.ndarray:
+        """The unit rows of one teacher seed, ordered by student seed (a paired draw maps seed to seed)."""
+        rows = np.flatnonzero(self.teachers == teacher)
+        return rows if self.seeds is None else rows[np.argsort(self.seeds[rows], kind="stable")]
+
+
+class Accuracy(_Units):
+    """The share of rows each unit gets right, from ``correct`` [units, N] (0/1)."""
 
     lower_is_better = False
 
-    def __init__(self, correct) -> None:
+    def __init__(self, correct, *, teachers=None, seeds=None) -> None:
         self.correct = _as_matrix(correct)
         self.strata = (self.correct.shape[1],)
+        self._label(len(self.correct), teachers, seeds)
 
     def per_seed(self, weights: np.ndarray) -> np.ndarray:
-        """[draws, S]: each seed's accuracy under each draw's row weights [draws, N]."""
-        return weights @ self.correct.T / self.strata[0]
+        """[draws, units]: each unit's accuracy under each draw's row weights [draws, N]."""
+        return weights @ self.correct.T / weights.sum(1, keepdims=True)
 
 
-class CalibrationError:
+class CalibrationError(_Units):
     """The expected calibration error (L1, equal-width confidence bins, as
     ``torchmetrics.MulticlassCalibrationError``): per bin the gap between the mean confidence and the accuracy,
-    weighted by the bin's share of rows, from ``confidence`` and ``correct`` [S, N]. The confidences are binned in
-    float32 and a row of confidence 1 has a bin of its own, both as in torchmetrics. Binned ECE is biased upwards
+    weighted by the bin's share of rows, from ``confidence`` and ``correct`` [units, N]. The confidences are binned
+    in float32 and a row of confidence 1 has a bin of its own, both as in torchmetrics. Binned ECE is biased upwards
     (a calibrated model on a finite sample scores above 0), so its interval says how much it moves between samples,
     not how far it is from 0; the difference of two models' ECE on the same rows is the quantity to test."""
 
     lower_is_better = True
 
-    def __init__(self, confidence, correct, bins: int = 15) -> None:
+    def __init__(self, confidence, correct, bins: int = 15, *, teachers=None, seeds=None) -> None:
         self.confidence, self.correct = _as_matrix(confidence, "confidences"), _as_matrix(correct)
         if self.confidence.shape != self.correct.shape:
             raise ValueError(f"confidence {self.confidence.shape} and correct {self.correct.shape} differ in shape")
         self.strata, self.bins = (self.correct.shape[1],), bins
+        self._label(len(self.correct), teachers, seeds)
         edges = np.linspace(0, 1, bins + 1, dtype=np.float32)
-        self._gaps = []  # per seed [N, bins + 1]: each row's (correct - confidence) in its bin's column
+        self._gaps = []  # per unit [N, bins + 1]: each row's (correct - confidence) in its bin's column
         for confidence_s, correct_s in zip(self.confidence, self.correct, strict=True):
             gaps = np.zeros((len(confidence_s), bins + 1))
             gaps[
@@ -78,21 +150,23 @@ class CalibrationError:
             self._gaps.append(gaps)
 
     def per_seed(self, weights: np.ndarray) -> np.ndarray:
-        return np.stack([np.abs(weights @ gaps).sum(1) for gaps in self._gaps], axis=1) / self.strata[0]
+        total = weights.sum(1)
+        return np.stack([np.abs(weights @ gaps).sum(1) / total for gaps in self._gaps], axis=1)
 
 
-class Auroc:
+class Auroc(_Units):
     """The area under the ROC curve of a score (larger = less sure) separating OOD rows from the test rows, from
-    ``in_scores`` [S, N_in] and ``ood_scores`` [S, N_ood]; ties count one half. The two kinds of rows are drawn apart
-    (two strata)."""
+    ``in_scores`` [units, N_in] and ``ood_scores`` [units, N_ood]; ties count one half. The two kinds of rows are
+    drawn apart (two strata)."""
 
     lower_is_better = False
 
-    def __init__(self, in_scores, ood_scores) -> None:
+    def __init__(self, in_scores, ood_scores, *, teachers=None, seeds=None) -> None:
         self.in_scores, self.ood_scores = _as_matrix(in_scores, "scores"), _as_matrix(ood_scores, "scores")
         if len(self.in_scores) != len(self.ood_scores):
             raise ValueError(f"{len(self.in_scores)} seeds of test-row scores, {len(self.ood_scores)} of OOD rows")
         self.strata = (self.in_scores.shape[1], self.ood_scores.shape[1])
+        self._label(len(self.in_scores), teachers, seeds)
 
     def per_seed(self, weights: np.ndarray) -> np.ndarray:
         n_in, n_ood = self.strata
@@ -116,102 +190,285 @@ def _metric(model) -> Metric:
     return model if isinstance(model, Accuracy | CalibrationError | Auroc) else Accuracy(model)
 
 
+def _unit_shares(model: Metric) -> np.ndarray:
+    """Each unit's share of the model's value: teacher seeds alike, and student seeds alike within each."""
+    shares = np.zeros(len(model.teachers))
+    teachers = model.teacher_seeds
+    for teacher in teachers:
+        rows = model.units_of(teacher)
+        shares[rows] = 1 / (len(teachers) * len(rows))
+    return shares
+
+
+def _values(model: Metric) -> np.ndarray:
+    """[units]: each unit's metric on every row."""
+    return model.per_seed(np.ones((1, sum(model.strata))))[0]
+
+
 def point(model) -> float:
-    """The metric's value on every row, mean over seeds."""
+    """The metric on every row: the mean over teacher seeds of the mean over each one's student seeds."""
     model = _metric(model)
-    return float(model.per_seed(np.ones((1, sum(model.strata))))[0].mean())
+    return float(_values(model) @ _unit_shares(model))
 
 
-def _row_weights(strata: tuple[int, ...], draws: int, rng: np.random.Generator) -> np.ndarray:
-    """[draws, rows] bootstrap counts of the rows, each stratum drawn on its own (its counts sum to its size)."""
-    return np.concatenate(
-        [rng.multinomial(n, np.full(n, 1.0 / n), size=draws).astype(np.float64) for n in strata], axis=1
-    )
+def _cluster_codes(strata: tuple[int, ...], clusters) -> list[np.ndarray]:
+    """Per stratum, each row's cluster as a code 0..C-1 (every row its own cluster without ``clusters``)."""
+    if clusters is None:
+        return [np.arange(n) for n in strata]
+    clusters = np.asarray(clusters)
+    if clusters.shape != (sum(strata),):
+        raise ValueError(f"{len(clusters)} cluster labels for {sum(strata)} rows")
+    bounds = np.cumsum([0, *strata])
+    return [np.unique(clusters[a:b], return_inverse=True)[1].ravel() for a, b in zip(bounds, bounds[1:])]
 
 
-def _seed_means(per_seed: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """[draws] means over a bootstrap of the seeds of each draw's per-seed values [draws, S]."""
-    draws, seeds = per_seed.shape
-    if seeds == 1:
-        return per_seed[:, 0]
-    picks = rng.integers(0, seeds, size=(draws, seeds))
-    return np.take_along_axis(per_seed, picks, axis=1).mean(axis=1)
+def _row_weights(codes: list[np.ndarray], draws: int, rng: np.random.Generator) -> np.ndarray:
+    """[draws, rows] bootstrap weights of the rows: each stratum's clusters drawn with replacement (as many as it
+    has), a row weighing as often as its cluster was drawn."""
+    parts = []
+    for code in codes:
+        count = int(code.max()) + 1
+        picks = rng.integers(0, count, size=(draws, count)) + count * np.arange(draws)[:, None]
+        counts = np.bincount(picks.ravel(), minlength=draws * count).reshape(draws, count)
+        parts.append(counts[:, code].astype(np.float64))
+    return np.concatenate(parts, axis=1)
 
 
-def _bootstrap(models: list[Metric], draws: int, seed: int) -> list[np.ndarray]:
-    """Each model's bootstrap values [draws] under one shared draw of the rows."""
+def _check(models: list[Metric]) -> tuple[int, ...]:
     kinds = {type(m) for m in models}
     if len(kinds) != 1:
         raise ValueError(f"models scored by different metrics ({sorted(k.__name__ for k in kinds)}): not comparable")
     strata = {m.strata for m in models}
     if len(strata) != 1:
         raise ValueError(f"models evaluated on different numbers of rows ({sorted(strata)}): not paired")
-    rng = np.random.default_rng(seed)
-    weights = _row_weights(strata.pop(), draws, rng)
-    return [_seed_means(m.per_seed(weights), rng) for m in models]
+    return strata.pop()
 
 
-def interval(model, draws: int = 4000, seed: int = 0) -> tuple[float, float, float]:
-    """The metric over seeds and its 95% bootstrap interval: (mean, low, high); ``model`` a metric, or a 0/1
-    matrix for accuracy."""
+Unit = list[tuple[int, np.ndarray]]  # a top-level unit: (model, its unit rows averaged) for each model it holds
+
+
+def _top_levels(models: list[Metric]) -> list[list[Unit]]:
+    """The top-level units of the models, in groups drawn together: the teacher seeds of models with the same
+    several teacher seeds (each unit every such model's mean over its student seeds under that teacher seed), else
+    the student seeds of models with the same student seed labels (unlabelled seeds: each model alone)."""
+    by_teachers = defaultdict(list)
+    for index, model in enumerate(models):
+        by_teachers[tuple(model.teacher_seeds)].append(index)
+    groups = []
+    for teachers, members in by_teachers.items():
+        if len(teachers) > 1:
+            groups.append([[(i, models[i].units_of(teacher)) for i in members] for teacher in teachers])
+            continue
+        together = defaultdict(list)
+        for i in members:
+            rows, seeds = models[i].units_of(teachers[0]), models[i].seeds
+            together[("seeds", *seeds[rows]) if seeds is not None else ("model", i)].append((i, rows))
+        for items in together.values():
+            groups.append([[(i, rows[k : k + 1]) for i, rows in items] for k in range(len(items[0][1]))])
+    return groups
+
+
+def _unit_value(unit: Unit, values: list[np.ndarray], coefficients: Sequence[float]) -> np.ndarray:
+    """Σ c_m · (model m's mean over the unit's rows) of per-unit ``values`` (the units on the last axis)."""
+    return sum(coefficients[i] * values[i][..., rows].mean(-1) for i, rows in unit)
+
+
+@dataclass(frozen=True)
+class _Estimate:
+    value: float
+    se: float
+    df: float
+    teacher_seeds: int
+
+
+def _estimate(models: list[Metric], coefficients: Sequence[float], draws: int, seed: int, clusters) -> _Estimate:
+    """Σ c_m · model_m, its standard error and degrees of freedom (docs/report.md, "Intervals and verdicts").
+
+    Seeds: the value is a mean over top-level units (:func:`_top_levels`), so drawing them with replacement has a
+    variance known in closed form, their spread s²·(n − 1)/n over n; corrected by n / (n − 1), each group adds s²/n
+    with n − 1 degrees of freedom (the spread of the teacher seeds' means holds their student seeds' variance, which
+    is therefore not drawn a second time). Rows: ``draws`` bootstrap draws of the rows or clusters, one shared by
+    every model, with every unit kept; their variance R (clusters less one degrees of freedom) less the part each
+    unit's own row noise adds, which the units' spread already holds: W, the units' row-draw variance about their
+    mean over n − 1 ((n − 1)(clusters − 1) degrees of freedom). The rows add R − W where it is positive. The degrees
+    of freedom are Welch–Satterthwaite's for the sum s²/n + R − W, each term with its own (so a rows' part that is
+    a small difference of two large terms counts as the uncertain estimate it is)."""
+    strata = _check(models)
+    codes = _cluster_codes(strata, clusters)
+    weights = _row_weights(codes, draws, np.random.default_rng(seed))
+    values = [_values(m) for m in models]
+    drawn = [m.per_seed(weights) for m in models]
+    shares = [_unit_shares(m) for m in models]
+    value = sum(c * v @ w for c, v, w in zip(coefficients, values, shares, strict=True))
+    rows = sum(c * d @ w for c, d, w in zip(coefficients, drawn, shares, strict=True))
+    row_df = max(float(sum(int(code.max()) for code in codes)), 1.0)  # clusters less one, per stratum
+    tops, noise = [], []  # (variance, degrees of freedom) of each top-level group, and of its units' row noise
+    for group in _top_levels(models):
+        if len(group) < 2:
+            continue
+        units = np.array([_unit_value(unit, values, coefficients) for unit in group])
+        tops.append((float(units.var(ddof=1)) / len(units), len(units) - 1.0))
+        by_draw = np.stack([_unit_value(unit, drawn, coefficients) for unit in group], axis=1)
+        spread = float((by_draw - by_draw.mean(1, keepdims=True)).var(0, ddof=1).mean()) / (len(units) - 1)
+        noise.append((spread, (len(units) - 1.0) * row_df))
+    drawn_rows = float(np.var(rows, ddof=1))
+    rows_part = drawn_rows - sum(v for v, _ in noise)
+    terms = list(tops)
+    if rows_part > 0:
+        terms += [(drawn_rows, row_df), *noise]
+    variance = sum(v for v, _ in tops) + max(rows_part, 0.0)
+    denominator = sum(v**2 / df for v, df in terms if v > 0)
+    df = variance**2 / denominator if denominator > 0 else np.inf
+    return _Estimate(float(value), float(np.sqrt(variance)), float(df), min(len(m.teacher_seeds) for m in models))
+
+
+def _quantile(level: float, df: float) -> float:
+    return float(special.stdtrit(df, level))
+
+
+def _above(t: float, df: float) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom (t may be ±inf)."""
+    return float(special.stdtr(df, -t))
+
+
+def _ratio(distance: float, se: float) -> float:
+    """distance / se, with 0 / 0 = 0 (no variation and no distance) and ±inf for a distance without variation."""
+    if se > 0:
+        return distance / se
+    return 0.0 if distance == 0 else float(np.sign(distance) * np.inf)
+
+
+def interval(model, draws: int = 4000, seed: int = 0, clusters=None) -> tuple[float, float, float]:
+    """The metric and its 95% interval over teacher seeds, student seeds and rows (or clusters of rows):
+    (mean, low, high), the interval within [0, 1]; ``model`` a metric, or a 0/1 matrix for accuracy."""
     model = _metric(model)
-    (boot,) = _bootstrap([model], draws, seed)
-    low, high = np.percentile(boot, [2.5, 97.5])
-    return point(model), float(low), float(high)
-
-
-def verdict(low: float, high: float, claim: str, gap: float = 0.0, margin: float = 0.01) -> str:
-    """The verdict on ``claim`` (``beats`` or ``matches``) from a 95% interval of A − B (see the module's table)."""
-    if claim == "beats":
-        if low > 0:
-            return "reproduced"
-        if high < max(gap, 0.0):
-            return "not reproduced"
-        return "undecided at this power"
-    if claim == "matches":
-        if -margin < low and high < margin:
-            return "reproduced"
-        if high < -margin or low > margin:
-            return "not reproduced"
-        return "undecided at this power"
-    raise ValueError(f"claim must be 'beats' or 'matches', not {claim!r}")
+    found = _estimate([model], [1.0], draws, seed, clusters)
+    half = _quantile(0.975, found.df) * found.se
+    return found.value, max(found.value - half, 0.0), min(found.value + half, 1.0)
 
 
 def compare(
-    a, b, *, claim: str | None = None, gap: float = 0.0, margin: float = 0.01, draws: int = 4000, seed: int = 0
+    a,
+    b,
+    *,
+    claim: str | None = None,
+    gap: float = 0.0,
+    margin: float = 0.01,
+    draws: int = 4000,
+    seed: int = 0,
+    clusters=None,
 ) -> Comparison:
     """A − B on the same test rows (two metrics of one kind, or two 0/1 matrices for accuracy, rows in the same
-    order), with a verdict on ``claim`` when one is given."""
+    order), with the tests and verdict of ``claim`` (``beats`` by ``gap``, or ``matches`` within ``margin``)."""
     a, b = _metric(a), _metric(b)
-    boot_a, boot_b = _bootstrap([a, b], draws, seed)
-    return _comparison(boot_a - boot_b, point(a) - point(b), a.lower_is_better, claim, gap, margin)
+    found = _estimate([a, b], [1.0, -1.0], draws, seed, clusters)
+    return _comparison(found, a.lower_is_better, claim, gap, margin)
 
 
 def compare_gains(
-    a, b, c, d, *, claim: str | None = None, gap: float = 0.0, margin: float = 0.01, draws: int = 4000, seed: int = 0
+    a,
+    b,
+    c,
+    d,
+    *,
+    claim: str | None = None,
+    gap: float = 0.0,
+    margin: float = 0.01,
+    draws: int = 4000,
+    seed: int = 0,
+    clusters=None,
 ) -> Comparison:
     """(A − B) − (C − D): how much larger A's gain over B is than C's over D, all four on the same test rows (e.g.
     one method's gain with little data against its gain with all of it, every model scored on the same reviews).
-    One draw of the rows is shared by the four models, each model's seeds drawn apart, as in :func:`compare`."""
-    a, b, c, d = (_metric(m) for m in (a, b, c, d))
-    boot_a, boot_b, boot_c, boot_d = _bootstrap([a, b, c, d], draws, seed)
-    difference = (point(a) - point(b)) - (point(c) - point(d))
-    return _comparison((boot_a - boot_b) - (boot_c - boot_d), difference, a.lower_is_better, claim, gap, margin)
+    One draw of the rows is shared by the four models, their seeds drawn as in :func:`compare`."""
+    models = [_metric(m) for m in (a, b, c, d)]
+    found = _estimate(models, [1.0, -1.0, -1.0, 1.0], draws, seed, clusters)
+    return _comparison(found, models[0].lower_is_better, claim, gap, margin)
 
 
-def _comparison(
-    diff: np.ndarray, difference: float, lower_is_better: bool, claim: str | None, gap: float, margin: float
-) -> Comparison:
-    """The interval, p-value, smallest detectable difference and verdict of a difference from its bootstrap draws;
-    where lower is better, the verdict reads the interval of B − A."""
-    low, high = np.percentile(diff, [2.5, 97.5])
-    p_value = min(1.0, 2 * min(np.mean(diff <= 0), np.mean(diff >= 0)))
-    ahead = (-high, -low) if lower_is_better else (low, high)
+def claim_tests(advantage: float, se: float, df: float, claim: str, gap: float = 0.0, margin: float = 0.01):
+    """The tests of a claim on the *advantage* of A (A − B, or B − A where lower is better), its standard error and
+    degrees of freedom: ``beats`` the direction (two-sided against 0) and, with a gap g > 0, the size (two-sided
+    against g); ``matches`` the equivalence within ±``margin`` (two one-sided tests at 5% each while the estimate
+    lies inside ±margin; outside it, the test that the difference lies beyond the margin)."""
+    if claim == "beats":
+        tests = [_two_sided("direction", advantage, 0.0, se, df)]
+        if gap > 0:
+            tests.append(_two_sided("size", advantage, gap, se, df))
+        return tuple(tests)
+    if claim == "matches":
+        if margin <= 0:
+            raise ValueError(f"a margin must be above 0, not {margin}")
+        inside = abs(advantage) < margin
+        if inside:  # TOST: both one-sided nulls, A − B ≤ −m and A − B ≥ m, rejected
+            p = max(_above(_ratio(advantage + margin, se), df), _above(_ratio(margin - advantage, se), df))
+        else:  # beyond the margin: the exact size of rejecting |A − B| ≤ m at the observed distance
+            p = _above(_ratio(abs(advantage) - margin, se), df) + _above(_ratio(abs(advantage) + margin, se), df)
+        return (ClaimTest("equivalence", min(p, 1.0), "reproduced" if inside else "not reproduced"),)
+    raise ValueError(f"claim must be 'beats' or 'matches', not {claim!r}")
+
+
+def _two_sided(name: str, advantage: float, null: float, se: float, df: float) -> ClaimTest:
+    ratio = _ratio(advantage - null, se)
+    p = min(1.0, 2 * _above(abs(ratio), df)) if ratio != 0 else 1.0
+    return ClaimTest(name, p, "reproduced" if advantage > null else "not reproduced")
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values: the i-th smallest of m p-values times (m − i + 1), made non-decreasing in
+    that order and capped at 1. A test whose adjusted p is below α is rejected with the family-wise error rate at α."""
+    p = np.asarray(p_values, dtype=np.float64)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order]))
+    out = np.empty_like(p)
+    out[order] = adjusted
+    return out
+
+
+def _decided(test: ClaimTest, adjusted: float, alpha: float) -> str:
+    return test.outcome if adjusted < alpha else UNDECIDED
+
+
+def _verdict(tests: Sequence[ClaimTest], verdicts: Sequence[str]) -> str:
+    """A claim's verdict in words: one test's verdict, or "direction …, size …" for a claim with a gap."""
+    if len(tests) == 1:
+        return verdicts[0]
+    return ", ".join(f"{test.name} {verdict}" for test, verdict in zip(tests, verdicts, strict=True))
+
+
+def family(tests: Sequence[Sequence[ClaimTest]], alpha: float = ALPHA) -> list[Decision]:
+    """The verdicts of a family of claims, each given by its tests: every test's p adjusted together (Holm), and a
+    test decided when its adjusted p is below ``alpha``, its verdict then the side its estimate lies on."""
+    flat = [test for claim in tests for test in claim]
+    adjusted = holm([test.p_value for test in flat]) if flat else np.zeros(0)
+    out, start = [], 0
+    for claim in tests:
+        mine = adjusted[start : start + len(claim)]
+        verdicts = tuple(_decided(test, p, alpha) for test, p in zip(claim, mine, strict=True))
+        out.append(Decision(tuple(float(p) for p in mine), verdicts, _verdict(claim, verdicts)))
+        start += len(claim)
+    return out
+
+
+def _comparison(found: _Estimate, lower_is_better: bool, claim: str | None, gap: float, margin: float) -> Comparison:
+    """The intervals, p-value, the design's reach and the claim's tests and verdict of an estimated difference; where
+    lower is better, the claim's tests read B − A."""
+    t95, t90, power = _quantile(0.975, found.df), _quantile(0.95, found.df), _quantile(POWER, found.df)
+    tost_power = _quantile(1 - (1 - POWER) / 2, found.df)  # TOST at A − B = 0: each side misses (1 − power)/2
+    advantage = -found.value if lower_is_better else found.value
+    tests = claim_tests(advantage, found.se, found.df, claim, gap, margin) if claim else ()
     return Comparison(
-        difference=float(difference),
-        low=float(low),
-        high=float(high),
-        p_value=float(p_value),
-        detectable=float(Z_POWER * diff.std(ddof=1)),
-        verdict=verdict(*ahead, claim, gap, margin) if claim else "",
+        difference=found.value,
+        low=found.value - t95 * found.se,
+        high=found.value + t95 * found.se,
+        low90=found.value - t90 * found.se,
+        high90=found.value + t90 * found.se,
+        p_value=_two_sided("", found.value, 0.0, found.se, found.df).p_value,
+        se=found.se,
+        df=found.df,
+        detectable=(t95 + power) * found.se,
+        confirmable=(t90 + tost_power) * found.se,
+        teacher_seeds=found.teacher_seeds,
+        tests=tests,
+        verdict=family([tests])[0].verdict if claim else "",
     )
