@@ -136,7 +136,9 @@ def test_design_tables_are_generated_from_the_code():
     spec.loader.exec_module(module)
     assert module.check() is None, module.check()
     text = (REPO / "docs" / "design.md").read_text()
-    assert all(f"`{name}`" in text for name in ("signal-gather", "kdpipe.stages.route", "shared_cache", "pooled"))
+    assert all(
+        f"`{name}`" in text for name in ("signal-gather", "kdpipe.routing.build:build_route", "shared_cache", "pooled")
+    )
 
 
 EXPERIMENT_CONFIGS = sorted(p.name for p in (REPO / "experiments").glob("*.yaml"))
