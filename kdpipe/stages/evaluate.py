@@ -22,6 +22,7 @@ from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import KdpipeError, read_json
 from kdpipe.data.batching import encode_frame, without_texts
 from kdpipe.data.dataset import OOD, dataset_domains, read_split, restrict_to_domain
+from kdpipe.evaluation.exported import with_reference
 from kdpipe.evaluation.results import remove_stale, split_slices, write_evaluation, write_ood
 from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_member_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
@@ -43,11 +44,19 @@ class Loaded:
 
 
 def run(
-    params: dict, model: Path, data: Path, out_json: list[Path], out_predictions: list[Path], ood: list[Path] = ()
+    params: dict,
+    model: Path,
+    data: Path,
+    out_json: list[Path],
+    out_predictions: list[Path],
+    ood: list[Path] = (),
+    reference: Path | None = None,
 ) -> list[dict]:
     """``params``: model (name), base, kind, method, seed, splits, batch_size, ece_bins (and domain, ood,
-    mc_samples, mc_seed); ``out_json`` and ``out_predictions``: one path per split, in the order of ``splits``;
-    ``ood``: the artifact of an external OOD set, if any (else the OOD rows are the dataset's ``ood`` split)."""
+    mc_samples, mc_seed); ``out_json`` and ``out_predictions``: one path per split, in the order of
+    ``splits``; ``ood``: the artifact of an external OOD set, if any (else the OOD rows are the dataset's ``ood``
+    split); ``reference``: the evaluation folder of the model an exported one was made from, whose predictions each
+    split's record is compared with (kdpipe.evaluation.exported.with_reference)."""
     remove_stale(Path(out_json[0]).parent, params["splits"])
     loaded = load(Path(model))
     done: dict[str, Predicted] = {}
@@ -60,6 +69,9 @@ def run(
             )
         else:
             result, done[split] = evaluate_split(split_params, loaded, data, json_path, predictions_path)
+            if reference is not None:  # (the reference model's folder of results/eval/ is named after it)
+                theirs = Path(reference) / Path(predictions_path).name
+                result = with_reference(json_path, predictions_path, theirs, Path(reference).name)
             results.append(result)
     return results
 
@@ -182,7 +194,7 @@ def _predict(params: dict, loaded: Loaded, frame, y) -> tuple:
         "params": loaded.params,
         "train_time_s": loaded.train_time_s,
         "inference_time_s": inference_time,
-        "device": _describe(loaded.device),
+        "device": getattr(loaded.model, "runs_on", None) or _describe(loaded.device),  # (an ONNX graph: its own)
         "batch_size": params["batch_size"],
         "gold_labels": loaded.gold_labels,
         "transfer_rows": loaded.transfer_rows,
