@@ -1,7 +1,8 @@
-"""An exported or quantised model against the model it was made from, on the same rows (docs/report.md, "Exported
-models and serving profiles"): how often the two predict the same class, and the accuracy and calibration the
-export cost, each difference with a paired 95% interval (:mod:`kdpipe.evaluation.paired`: one bootstrap draw of
-the rows shared by both models); and the flag of a quantised model whose accuracy falls by more than a margin.
+"""An exported or quantised model against the model it was made from, on the same rows
+(docs/report.md, "Exported models and serving profiles"): how often the two predict the same class, and the
+accuracy and calibration the export cost, each difference with a paired 95% interval
+(:mod:`kdpipe.evaluation.paired`: one bootstrap draw of the rows shared by both models); and the flag of a
+quantised model whose accuracy falls by more than a margin.
 
 Both read what an evaluation writes (:mod:`kdpipe.evaluation.results`): ``{split}.predictions.parquet`` for the
 rows, ``{split}.json`` for the flag.

@@ -305,8 +305,8 @@ def quantize_int8(
 
 def exported_card(manifest: dict, spec: dict, flag: dict | None = None) -> str:
     """The card (``README.md``) of an exported folder: what the graph is (precision, quantisation, opset, exporter,
-    the model it comes from), its check, its classes, how to run it; with ``flag`` (:func:`kdpipe.evaluation.
-    exported.accuracy_drop`) the accuracy the quantisation cost."""
+    the model it comes from), its check, its classes, how to run it; with ``flag``
+    (:func:`kdpipe.evaluation.exported.accuracy_drop`) the accuracy the quantisation cost."""
     precision = spec.get("precision", "fp32")
     source = manifest.get("source") or {}
     origin = f"{source.get('kind') or 'model'} {plain(source.get('name'))}"

@@ -1,7 +1,7 @@
 """An exported (ONNX) model folder as a model of kdpipe's inference path: a module that gives the logits of a
 collated batch the way :func:`kdpipe.models.inference.predict_logits` reads them, so that the ``evaluate`` stage and
-``kdpipe predict`` run an exported folder as any model (docs/your-own-models-and-data.md, "Using the student you
-get").
+``kdpipe predict`` run an exported folder as any model
+(docs/your-own-models-and-data.md, "Using the student you get").
 
 :func:`kdpipe.models.loading.load_trained` opens a folder with ``onnx.json`` through :func:`load_onnx` (imported by
 name, as the multi-head and BiLSTM loaders are). The graph runs in ONNX Runtime on the CPU

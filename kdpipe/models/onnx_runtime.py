@@ -1,6 +1,6 @@
 """An exported model folder run by ONNX Runtime without torch or transformers: its graph, its tokenizer (the
-`tokenizers` library reading the folder's ``tokenizer.json``) and its classes (docs/your-own-models-and-data.md,
-"Using the student you get").
+`tokenizers` library reading the folder's ``tokenizer.json``) and its classes
+(docs/your-own-models-and-data.md, "Using the student you get").
 
 A folder written by :mod:`kdpipe.models.export` holds ``model.onnx``, ``onnx.json`` (what the graph takes and
 gives, its precision, the ``max_length`` it was trained at), the tokenizer's files, ``labels.json`` and a manifest.

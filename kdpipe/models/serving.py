@@ -9,8 +9,8 @@ Runtime, the tokenizer from the `tokenizers` library, without importing torch or
   percentile and mean over the texts;
 - **throughput** at ``batch_size``: the texts in batches of that size, in the order given, each padded to its
   longest row, after one untimed batch; texts per second over the whole pass;
-- **peak memory**: the process's peak resident set (``ru_maxrss``), which counts the interpreter and every library
-  it imported, and the resident set before the model was loaded, so the difference is the model's share. A peak is
+- **peak memory**: the process's peak resident set (``VmHWM``), which counts the interpreter and every library it
+  imported, and the resident set before the model was loaded, so the difference is the model's share. A peak is
   a high-water mark of the whole process: measure each model in a process of its own
   (:func:`profile_in_subprocess`, which the benchmark and a workflow job of its own both give), never two models
   in one;
@@ -43,7 +43,7 @@ REQUEST = (
     "softmax timed together"
 )
 MEMORY = (
-    "peak resident set of the process (ru_maxrss: the interpreter, the libraries it imported, the model and its "
+    "peak resident set of the process (VmHWM: the interpreter, the libraries it imported, the model and its "
     "activations); rss_before_load_mb: the resident set once the libraries were imported, before the model was "
     "loaded; model_mb: the difference"
 )
@@ -60,9 +60,16 @@ def rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """The process's peak resident set so far, in MB of 10^6 bytes (``ru_maxrss`` is in KiB on Linux, bytes on
-    macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """The process's peak resident set so far, in MB of 10^6 bytes: ``VmHWM`` of /proc/self/status, the high-water
+    mark of this program's address space. Not ``ru_maxrss`` where /proc has it: that one survives ``exec``, so a
+    process started by a large parent (forked, then exec'd) reports the parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # (KiB on Linux, bytes on macOS)
     return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
 
 
