@@ -10,6 +10,7 @@ model on all rows. Every model gets the uncertainty split of docs/methods.md §3
 
 from __future__ import annotations
 
+import importlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +23,13 @@ from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import KdpipeError, read_json
 from kdpipe.data.batching import encode_frame, without_texts
 from kdpipe.data.dataset import OOD, dataset_domains, read_split, restrict_to_domain
-from kdpipe.evaluation.exported import with_reference
 from kdpipe.evaluation.results import remove_stale, split_slices, write_evaluation, write_ood
 from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_member_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
+
+# The comparison of an exported model with the model it was made from, imported by name: only the evaluations that
+# compare (the plan names the module for them, as it names architecture modules) rerun when it changes.
+REFERENCE_MODULE = "kdpipe.evaluation.exported"
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ def run(
             result, done[split] = evaluate_split(split_params, loaded, data, json_path, predictions_path)
             if reference is not None:  # (the reference model's folder of results/eval/ is named after it)
                 theirs = Path(reference) / Path(predictions_path).name
-                result = with_reference(json_path, predictions_path, theirs, Path(reference).name)
+                compare = importlib.import_module(REFERENCE_MODULE).with_reference
+                result = compare(json_path, predictions_path, theirs, Path(reference).name)
             results.append(result)
     return results
 
