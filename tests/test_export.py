@@ -128,6 +128,14 @@ def test_cards_say_what_the_graphs_are(folders):
     assert "An ONNX export of the student bilstm (fp32)." in card and "- precision: fp32" in card
 
 
+def test_the_trace_batch_has_padding_whatever_the_check_texts(folders):
+    """Texts all longer than max_length tokenise to one length: the fixed check texts still pad the traced batch."""
+    tokenizer = load_tokenizer(str(folders["transformer"]["student"]))
+    batches = export.check_batches(tokenizer, MAX_LENGTH, ["word " * 50] * 3)
+    assert len(batches) == 1 + 3 + len(CHECK_TEXTS)
+    assert (batches[0]["attention_mask"] == 0).any() and batches[0]["input_ids"].shape[1] == MAX_LENGTH
+
+
 class Cumulative(nn.Module):
     """A student with a layer ONNX has no operator for (a running maximum over the classes)."""
 

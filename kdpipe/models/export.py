@@ -70,10 +70,11 @@ class _Graph(nn.Module):
 
 
 def check_batches(tokenizer, max_length: int, texts=None, *, separate_pairs: bool = False, pairs: bool = False):
-    """The check inputs as kdpipe batches them (numpy int64 model inputs): every text in one padded batch, longest
-    first, then each text alone. ``separate_pairs``: the model tokenises the two sides of a pair apart (the
-    BiLSTM); ``pairs``: it was built for sentence pairs, and each text gets the texts' reverse order as its pair."""
-    texts = list(texts or CHECK_TEXTS)
+    """The check inputs as kdpipe batches them (numpy int64 model inputs): ``texts`` and :data:`CHECK_TEXTS` (whose
+    short text pads the others, whatever ``texts`` are) in one padded batch, longest first, then each text alone.
+    ``separate_pairs``: the model tokenises the two sides of a pair apart (the BiLSTM); ``pairs``: it was built for
+    sentence pairs, and each text gets the texts' reverse order as its pair."""
+    texts = [*(texts or []), *CHECK_TEXTS]
     encoded = encode(
         tokenizer, texts, texts[::-1] if pairs else None, max_length=max_length, separate_pairs=separate_pairs
     )
@@ -114,8 +115,8 @@ def export_onnx(
 ) -> dict:
     """Export the trained model folder ``model_dir`` (a teacher or a student: a Hugging Face classifier, a multi-head
     or a BiLSTM student) to the ONNX folder ``out_dir``; returns its manifest. ``name``: the model's name, in
-    messages and the card (by default its folder's name, e.g. the student's); ``check_texts``: the texts the graph
-    is checked on (a few fixed ones by default)."""
+    messages and the card (by default its folder's name, e.g. the student's); ``check_texts``: texts the graph is
+    checked on besides a few fixed ones (:func:`check_batches`)."""
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     name = name or model_dir.name
     if (model_dir / SPEC_FILE).is_file():
