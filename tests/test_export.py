@@ -30,6 +30,7 @@ from kdpipe.models.serving import peak_rss_mb, profile_in_subprocess, serving_pr
 from kdpipe.stages import evaluate, predict
 from tests.conftest import REPO
 from tests.test_predict import KINDS, MAX_LENGTH, saved_student
+from tests.tiny_models import tiny_roberta
 
 CPU = torch.device("cpu")
 
@@ -264,6 +265,26 @@ def test_the_torch_free_runner_tokenises_and_predicts_as_kdpipe(folders, tiny_da
     with torch.inference_mode():
         probs = torch.softmax(model(**{k: torch.from_numpy(v) for k, v in want.items()}).logits, -1).numpy()
     assert runner.predict_proba(texts) == pytest.approx(probs, abs=1e-5)
+
+
+def test_a_byte_level_bpe_classifier_tokenises_alike_in_the_runner(tmp_path):
+    """A RoBERTa checkpoint (byte-level BPE, its own special tokens, no token types) from outside kdpipe: the
+    runner's ids are kdpipe's, its logits PyTorch's; without a max_length the export asks for one."""
+    folder = tiny_roberta(tmp_path / "roberta", ["neg", "pos"])
+    (folder / "labels.json").write_text('["neg", "pos"]')
+    with pytest.raises(KdpipeError, match="sets no max_length; give max_length"):
+        export_onnx(folder, tmp_path / "none")
+    export_onnx(folder, tmp_path / "roberta.onnx", max_length=12)
+    runner = OnnxRunner(tmp_path / "roberta.onnx")
+    texts = ["Shares rose after the results, said the bank.", "Goal!", "a " * 40]
+    encoded = encode(load_tokenizer(str(folder)), texts, max_length=12)
+    want = {k: v.numpy() for k, v in model_inputs(collate(encoded, np.arange(3))).items()}
+    got = runner.encode(texts)
+    assert all(np.array_equal(got[name], want[name]) for name in want) and got["input_ids"][0, 0] == 0  # <s>
+    model = load_trained(folder).eval()
+    with torch.inference_mode():
+        logits = model(**{k: torch.from_numpy(v) for k, v in want.items()}).logits.numpy()
+    assert np.abs(runner.run(got)["logits"] - logits).max() < 1e-5
 
 
 def test_serving_an_exported_folder_imports_neither_torch_nor_transformers(folders):

@@ -42,6 +42,7 @@ from kdpipe.models.onnx_runtime import MODEL_FILE, SPEC_FILE, OnnxRunner, read_s
 
 OPSET = 17
 EXPORTER = "torch.onnx.export (TorchScript-based, dynamo=False)"
+MAX_POSITIONS = 1 << 20  # a max_length beyond this is a tokenizer's "no limit", not a model's
 ATOL = 1e-4  # the largest logit difference, ONNX Runtime against PyTorch, an fp32 export may have (times max(1, |z|))
 # Texts of different lengths, the last one longer than any max_length: the check batch has padding and truncation
 CHECK_TEXTS = (
@@ -112,11 +113,13 @@ def export_onnx(
     opset: int = OPSET,
     check_texts: list[str] | None = None,
     atol: float = ATOL,
+    max_length: int | None = None,
 ) -> dict:
     """Export the trained model folder ``model_dir`` (a teacher or a student: a Hugging Face classifier, a multi-head
     or a BiLSTM student) to the ONNX folder ``out_dir``; returns its manifest. ``name``: the model's name, in
     messages and the card (by default its folder's name, e.g. the student's); ``check_texts``: texts the graph is
-    checked on besides a few fixed ones (:func:`check_batches`)."""
+    checked on besides a few fixed ones (:func:`check_batches`); ``max_length``: where the tokenizer cuts, by
+    default the training ``max_length`` of a folder kdpipe wrote, else the tokenizer's own ``model_max_length``."""
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     name = name or model_dir.name
     if (model_dir / SPEC_FILE).is_file():
@@ -124,7 +127,9 @@ def export_onnx(
     source = check_model_folder(model_dir) or {}
     model = load_trained(model_dir).eval()
     tokenizer = load_tokenizer(str(model_dir))
-    max_length = int((source.get("config") or {}).get("max_length") or tokenizer.model_max_length)
+    max_length = int(max_length or (source.get("config") or {}).get("max_length") or tokenizer.model_max_length)
+    if max_length > MAX_POSITIONS:  # (a tokenizer saved without a length says 10^30)
+        raise KdpipeError(f"export {name}: the tokenizer of {model_dir} sets no max_length; give max_length")
     separate, pairs = bool(getattr(model, "separate_pairs", False)), bool(getattr(model.config, "pairs", False))
     batches = check_batches(tokenizer, max_length, check_texts, separate_pairs=separate, pairs=pairs)
     inputs = list(batches[0])
