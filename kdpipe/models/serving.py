@@ -6,7 +6,8 @@ a PyTorch teacher or student (run by torch, the tokenizer from transformers) or 
 Runtime, the tokenizer from the `tokenizers` library, without importing torch or transformers):
 
 - **latency at batch 1**: each text a request of its own, after ``warmup`` untimed requests; median, 95th
-  percentile and mean over the texts;
+  percentile and mean over the texts, and the median CPU time of the process per request (every thread's), which
+  other work on a shared machine does not lengthen: with one thread, what the latency is on a machine left alone;
 - **throughput** at ``batch_size``: the texts in batches of that size, in the order given, each padded to its
   longest row, after one untimed batch; texts per second over the whole pass;
 - **peak memory**: the process's peak resident set (``VmHWM``), which counts the interpreter and every library it
@@ -179,11 +180,12 @@ def serving_profile(
     load_s = time.perf_counter() - started
     for text in texts[:warmup]:
         server([text])
-    latencies = []
+    latencies, cpu = [], []
     for text in texts[warmup:]:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         server([text])
         latencies.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     ms = 1000 * np.asarray(latencies)
     server(texts[:batch_size])  # (one untimed batch: the first at this size allocates)
     start = time.perf_counter()
@@ -209,6 +211,7 @@ def serving_profile(
             "median": float(np.median(ms)),
             "p95": float(np.percentile(ms, 95)),
             "mean": float(ms.mean()),
+            "cpu_median": float(np.median(1000 * np.asarray(cpu))),
         },
         "throughput": {"batch_size": batch_size, "texts": len(texts), "texts_per_s": len(texts) / throughput_s},
         "memory": {
