@@ -207,6 +207,7 @@ def load_encoder(backbone: str, *, seed: int = 0) -> nn.Module:
 ARCHITECTURE_FILES = {
     "multihead.json": ("kdpipe.models.multihead", "load_multihead"),
     "bilstm.json": ("kdpipe.models.bilstm", "load_bilstm"),
+    "onnx.json": ("kdpipe.models.onnx_model", "load_onnx"),  # an exported graph (kdpipe.models.export)
 }
 
 
@@ -241,8 +242,8 @@ def check_model_folder(model_dir: str | Path) -> dict | None:
 
 def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module:
     """A model saved by kdpipe (``save_pretrained`` dir with safetensors): a Hugging Face sequence classifier, or
-    a multi-head (``multihead.json``) or BiLSTM (``bilstm.json``) student; a folder kdpipe wrote is verified first
-    (:func:`check_model_folder`)."""
+    a multi-head (``multihead.json``) or BiLSTM (``bilstm.json``) student, or an exported ONNX graph (``onnx.json``,
+    run by ONNX Runtime); a folder kdpipe wrote is verified first (:func:`check_model_folder`)."""
     check_model_folder(model_dir)
     for marker, (module, loader) in ARCHITECTURE_FILES.items():
         if (Path(model_dir) / marker).is_file():
@@ -288,7 +289,9 @@ def keep_layers(model: nn.Module, layers: list[int]) -> nn.Module:
 
 
 def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
+    """The model's parameters; an exported graph, which has no torch parameters, declares its fp32 model's."""
+    declared = getattr(model, "parameter_count", None)
+    return int(declared) if declared is not None else sum(p.numel() for p in model.parameters())
 
 
 def save_model(model: nn.Module, tokenizer, out_dir: Path) -> None:

@@ -21,6 +21,7 @@ from kdpipe.report.ood import OOD_SPLIT, check_ood, ood_table, write_ood
 from kdpipe.report.ood_plots import plot_ood_roc, plot_risk_coverage
 from kdpipe.report.plots import plot_metrics, plot_reliability, plot_uncertainty
 from kdpipe.report.routing import write_routing
+from kdpipe.report.serving import SERVING_OUTPUTS, read_profiles, serving_table, with_serving_latency, write_serving
 from kdpipe.report.summary import TSV_COLUMNS, check_eval, has_members, runs_table, summarise, tsv_columns
 from kdpipe.report.tensorboard import write_tensorboard
 from kdpipe.report.transfer import plot_transfer
@@ -61,6 +62,7 @@ def build_report(
     title: str = "Model comparison",
     warn_below: float = WARN_BELOW,
     transfer_curve: bool = False,
+    serving: list[str | Path] | None = None,
 ) -> None:
     """Write into ``out_dir`` the tables and figures of docs/report.md for ``eval_paths`` (with their predictions
     beside them) and the ``train_logs``. uncertainty.png (a model with several members or heads), transfer.png (a
@@ -68,7 +70,9 @@ def build_report(
     ``eval_paths``) and the routing files (the manifests of ``routes``) only when there is something to show, which
     is when the report rule declares them (``Plan.has_members``, ``Plan.has_transfer_students``, ``Plan.has_ood``);
     otherwise a stale one is removed. A route whose chosen router sends fewer than ``warn_below`` of the validation
-    rows to the teacher that owns their class gets a routing warning at the top of the summaries."""
+    rows to the teacher that owns their class gets a routing warning at the top of the summaries. ``serving``: serving
+    profiles (kdpipe.models.serving): the serving table (:data:`SERVING_OUTPUTS`), and their batch-1 latency on the
+    cost plot."""
     if not eval_paths:
         raise KdpipeError("report: no evaluation files given")
     records, oods = _read(eval_paths)
@@ -89,7 +93,13 @@ def build_report(
     plot_reliability(shown, out_dir / "reliability.png")
     plot_metrics(shown, out_dir / "metrics.png")
     plot_confusion(shown, out_dir / "confusion.png")
-    plot_cost(shown, out_dir / "cost.png")
+    profiles = read_profiles(serving) if serving else []
+    plot_cost(with_serving_latency(shown, profiles) if profiles else shown, out_dir / "cost.png")
+    if profiles:
+        write_serving(serving_table(profiles, shown), out_dir)
+    else:
+        for name in SERVING_OUTPUTS:  # (a stale table of other models would contradict the summary)
+            (out_dir / name).unlink(missing_ok=True)
     key_plots = [out_dir / "metrics.png", out_dir / "cost.png"]  # shown on the landing page, under the table
     if ood is not None:
         write_ood(ood, out_dir)

@@ -1,9 +1,11 @@
 """What a model costs against what it gets right: accuracy against parameters and against measured inference time
 per example, teachers and students together, the Pareto front marked (the reason to distil is to move down the
-cost axis without falling off the front)."""
+cost axis without falling off the front). Where a model has a serving profile (kdpipe.report.serving), its time is
+its batch-1 median latency instead."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from kdpipe.report.figures import pyplot, save
 from kdpipe.report.summary import comparable
 
 COSTS = (("params", "parameters"), ("inference_ms", "inference time per example (ms)"))
+TITLE_WIDTH = 170  # characters of the title per line (a title that names where latencies were profiled wraps)
 
 
 def pareto_front(cost: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
@@ -39,7 +42,10 @@ def plot_cost(summary: pd.DataFrame, path: Path) -> None:
         cost = summary[column].to_numpy(dtype=float)
         _cost_axis(ax, cost, column)
         ax.set_ylim(*_accuracy_limits(accuracy))
-        places = _label_places(ax, cost, accuracy, list(summary["model"]), 6.3, 4.2)
+        names = list(summary["model"])
+        if column == "inference_ms":
+            label, names = _time_axis(summary, label)
+        places = _label_places(ax, cost, accuracy, names, 6.3, 4.2)
         for i, row in enumerate(summary.itertuples(index=False)):
             if not np.isfinite(cost[i]):
                 continue
@@ -47,7 +53,7 @@ def plot_cost(summary: pd.DataFrame, path: Path) -> None:
             colour = f"C{i % 10}"
             ax.scatter(cost[i], accuracy[i], s=70, marker=marker, zorder=3, linewidths=1.5,
                        facecolors=colour if full[i] else "none", edgecolors=colour)  # fmt: skip
-            ax.annotate(row.model, (cost[i], accuracy[i]), xytext=places[i], fontsize=8,
+            ax.annotate(names[i], (cost[i], accuracy[i]), xytext=places[i], fontsize=8,
                         va="center", arrowprops={"arrowstyle": "-", "color": "0.6", "linewidth": 0.6})  # fmt: skip
         front = np.flatnonzero(full)[pareto_front(cost[full], accuracy[full])]
         if len(front) > 1:
@@ -59,8 +65,9 @@ def plot_cost(summary: pd.DataFrame, path: Path) -> None:
         ax.grid(alpha=0.3, linewidth=0.5, which="both")
         ax.tick_params(labelsize=8)
     split = summary["split"].iloc[0]
-    fig.suptitle(f"Cost against accuracy on the {split} split ({_measured_on(summary)}; hollow: not comparable, a "
-                 "teacher scored on its own classes or the teachers' oracle)", fontsize=11)  # fmt: skip
+    title = (f"Cost against accuracy on the {split} split ({_measured_on(summary)}; hollow: not comparable, a "
+             "teacher scored on its own classes or the teachers' oracle)")  # fmt: skip
+    fig.suptitle(textwrap.fill(title, TITLE_WIDTH), fontsize=11)
     save(fig, path)
     plt.close(fig)
 
@@ -117,8 +124,25 @@ def _cost_axis(ax, cost: np.ndarray, column: str) -> None:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e6:g}M"))
 
 
+def _time_axis(summary: pd.DataFrame, label: str) -> tuple[str, list[str]]:
+    """The time axis's label and the points' names: batch-1 latency where every model has a serving profile; where
+    only some have, the others (their inference time per example at evaluation) marked with a dagger."""
+    names = list(summary["model"])
+    if "time_source" not in summary or not (summary["time_source"] == "profile").any():
+        return label, names
+    if (summary["time_source"] == "profile").all():
+        return "batch-1 latency, median (ms; serving profiles)", names
+    names = [n if s == "profile" else f"{n} †" for n, s in zip(names, summary["time_source"])]
+    return "batch-1 latency, median (ms); †: inference time per example at evaluation", names
+
+
 def _measured_on(summary: pd.DataFrame) -> str:
-    """Where the inference times were measured, as the evaluations recorded it."""
+    """Where the inference times were measured, as the evaluations (and the serving profiles) recorded it."""
+    if "time_source" in summary and (summary["time_source"] == "profile").any():
+        profiled = sorted(set(summary.loc[summary["time_source"] == "profile", "profile_device"].dropna()))
+        rest = summary[summary["time_source"] != "profile"]
+        evaluated = f"; † {_measured_on(rest.drop(columns='time_source'))}" if len(rest) else ""
+        return f"latency profiled on {' / '.join(profiled)}{evaluated}"
     devices = sorted(set(summary["device"].dropna()))
     batches = sorted({int(b) for b in summary["batch_size"].dropna()})
     if not devices:

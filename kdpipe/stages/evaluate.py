@@ -10,6 +10,7 @@ model on all rows. Every model gets the uncertainty split of docs/methods.md §3
 
 from __future__ import annotations
 
+import importlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,10 @@ from kdpipe.data.dataset import OOD, dataset_domains, read_split, restrict_to_do
 from kdpipe.evaluation.results import remove_stale, split_slices, write_evaluation, write_ood
 from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_member_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
+
+# The comparison of an exported model with the model it was made from, imported by name: only the evaluations that
+# compare (the plan names the module for them, as it names architecture modules) rerun when it changes.
+REFERENCE_MODULE = "kdpipe.evaluation.exported"
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,19 @@ class Loaded:
 
 
 def run(
-    params: dict, model: Path, data: Path, out_json: list[Path], out_predictions: list[Path], ood: list[Path] = ()
+    params: dict,
+    model: Path,
+    data: Path,
+    out_json: list[Path],
+    out_predictions: list[Path],
+    ood: list[Path] = (),
+    reference: Path | None = None,
 ) -> list[dict]:
     """``params``: model (name), base, kind, method, seed, splits, batch_size, ece_bins (and domain, ood,
-    mc_samples, mc_seed); ``out_json`` and ``out_predictions``: one path per split, in the order of ``splits``;
-    ``ood``: the artifact of an external OOD set, if any (else the OOD rows are the dataset's ``ood`` split)."""
+    mc_samples, mc_seed); ``out_json`` and ``out_predictions``: one path per split, in the order of
+    ``splits``; ``ood``: the artifact of an external OOD set, if any (else the OOD rows are the dataset's ``ood``
+    split); ``reference``: the evaluation folder of the model an exported one was made from, whose predictions each
+    split's record is compared with (kdpipe.evaluation.exported.with_reference)."""
     remove_stale(Path(out_json[0]).parent, params["splits"])
     loaded = load(Path(model))
     done: dict[str, Predicted] = {}
@@ -60,6 +73,10 @@ def run(
             )
         else:
             result, done[split] = evaluate_split(split_params, loaded, data, json_path, predictions_path)
+            if reference is not None:  # (the reference model's folder of results/eval/ is named after it)
+                theirs = Path(reference) / Path(predictions_path).name
+                compare = importlib.import_module(REFERENCE_MODULE).with_reference
+                result = compare(json_path, predictions_path, theirs, Path(reference).name)
             results.append(result)
     return results
 
@@ -182,7 +199,7 @@ def _predict(params: dict, loaded: Loaded, frame, y) -> tuple:
         "params": loaded.params,
         "train_time_s": loaded.train_time_s,
         "inference_time_s": inference_time,
-        "device": _describe(loaded.device),
+        "device": getattr(loaded.model, "runs_on", None) or _describe(loaded.device),  # (an ONNX graph: its own)
         "batch_size": params["batch_size"],
         "gold_labels": loaded.gold_labels,
         "transfer_rows": loaded.transfer_rows,
