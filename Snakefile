@@ -28,6 +28,7 @@ include: "workflow/rules/signals.smk"
 include: "workflow/rules/routes.smk"
 include: "workflow/rules/students.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/exports.smk"
 include: "workflow/rules/stages.smk"
 
 

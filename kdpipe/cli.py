@@ -96,13 +96,13 @@ def _made_already(stage: Stage, params: dict, args: dict, inputs: list[Path], co
     return restore_finished(identity, outputs)
 
 
-def check_code(stage: Stage, params: dict, code: str) -> None:
-    """Stop a job whose kdpipe code is not the code its fingerprint ``code`` (``--code``, computed when Snakemake
-    scheduled it) was computed from. Under ``python -m kdpipe`` the job runs from a snapshot of the sources read at
-    its start (:mod:`kdpipe.launch`), and the fingerprint is computed from that snapshot: an edit made before it
-    stops the job here, one made after it changes nothing the job runs. Rerun: Snakemake schedules it again."""
+def check_code(stage: Stage, code: str) -> None:
+    """Stop a job whose kdpipe code is not the code its fingerprint ``code`` (``--code``: the fingerprint, then after
+    a ``:`` the modules the stage imports by name, computed when Snakemake scheduled it) was computed from. Under
+    ``python -m kdpipe`` the job runs from a snapshot of the sources read at its start (:mod:`kdpipe.launch`), and the
+    fingerprint is computed from that snapshot: an edit made before it stops the job here, one made after it changes
+    nothing the job runs. Rerun: Snakemake schedules it again."""
     from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint, read_sources_from
-    from kdpipe.plan.slices import modules_named_in
 
     taken = snapshot()
     if taken is not None:
@@ -111,10 +111,11 @@ def check_code(stage: Stage, params: dict, code: str) -> None:
         versions = json.loads(os.environ[VERSIONS_ENV])
     except (KeyError, ValueError):
         versions = None
-    here = fingerprint(stage.module, *modules_named_in(params), versions=versions)
-    if here != code:
+    expected, _, named = code.partition(":")
+    here = fingerprint(stage.module, *filter(None, named.split(",")), versions=versions)
+    if here != expected:
         raise KdpipeError(
-            f"the kdpipe code changed after this job was scheduled (code fingerprint {code} then, {here} now); "
+            f"the kdpipe code changed after this job was scheduled (code fingerprint {expected} then, {here} now); "
             "nothing was run: rerun Snakemake, which schedules the job again with the code as it is now"
         )
 
@@ -218,7 +219,7 @@ def _main(argv: list[str]) -> int:
             raise KdpipeError(f"--processes {processes}: give at least 1")
         check_local_content(params)
         if code:
-            check_code(stage, params, code)
+            check_code(stage, code)
         if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
             set_job_identity(os.environ[LAUNCHED] or None)
         elif stage.trains and _made_already(stage, params, args, inputs, code):

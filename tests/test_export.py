@@ -216,7 +216,7 @@ def test_an_exported_folder_is_evaluated_like_any_model(folders, tiny_data, tmp_
         exported = evaluate_model(f"{kind}.{variant}", folders[kind][variant], tiny_data, tmp_path, reference=student)
         for split in ("validation", "test"):
             mine, theirs = read_json(exported / f"{split}.json"), read_json(student / f"{split}.json")
-            assert set(mine) == set(theirs) | {"reference"} and set(mine["metrics"]) == set(theirs["metrics"])
+            assert set(mine) == set(theirs) | {"compared_with"} and set(mine["metrics"]) == set(theirs["metrics"])
             assert mine["params"] == theirs["params"] and mine["members"] == theirs["members"]
             threads = torch.get_num_threads()
             precision = {"onnx": "fp32", "int8": "int8"}[variant]
@@ -224,7 +224,7 @@ def test_an_exported_folder_is_evaluated_like_any_model(folders, tiny_data, tmp_
             rows = pd.read_parquet(exported / f"{split}.predictions.parquet")
             reference = pd.read_parquet(student / f"{split}.predictions.parquet")
             assert list(rows.columns) == list(reference.columns) and list(rows["row_id"]) == list(reference["row_id"])
-            block = mine["reference"]
+            block = mine["compared_with"]
             assert block["model"] == kind and block["n"] == len(rows)
             assert block["agreement"] == pytest.approx((rows["pred"] == reference["pred"]).mean())
             difference = mine["metrics"]["accuracy"] - theirs["metrics"]["accuracy"]
@@ -395,8 +395,8 @@ def test_the_flag_reaches_the_card_and_the_folder_stays_verified(folders, tiny_d
     record["metrics"]["accuracy"] = read_json(student / "test.json")["metrics"]["accuracy"] - 2 / record["metrics"]["n"]
     flag = accuracy_drop(student / "test.json", record)
     assert flag["flagged"] and flag["interval"] == [
-        record["reference"]["accuracy_difference"]["low"],
-        record["reference"]["accuracy_difference"]["high"],
+        record["compared_with"]["accuracy_difference"]["low"],
+        record["compared_with"]["accuracy_difference"]["high"],
     ]
     folder = folders["transformer"]["int8"]
     flag_card(folder, flag)
@@ -413,6 +413,6 @@ def test_with_reference_reads_the_evaluations_bins(folders, tiny_data, tmp_path)
     record = with_reference(
         onnx / "test.json", onnx / "test.predictions.parquet", student / "test.predictions.parquet", "bilstm"
     )
-    assert record["reference"]["ece_difference"]["difference"] == pytest.approx(
+    assert record["compared_with"]["ece_difference"]["difference"] == pytest.approx(
         record["metrics"]["ece"] - read_json(student / "test.json")["metrics"]["ece"], abs=1e-6
     )

@@ -348,32 +348,6 @@ def test_a_job_stops_when_a_local_file_changed_after_the_plan_digested_it(tmp_pa
 # ---- the code a job runs is the code it was scheduled with
 
 
-@pytest.mark.parametrize("config", ["tests/configs/tiny.yaml", "tests/configs/tiny_full.yaml"])
-def test_the_modules_a_job_names_in_its_slice_are_those_the_plan_fingerprints(config):
-    """A job checks its ``--code`` with the modules its slice names (kdpipe.plan.slices.modules_named_in), which must
-    be the modules the plan adds to its fingerprint: training jobs, signal passes and gathers."""
-    from kdpipe.plan.slices import modules_named_in
-    from tests.test_plan import load
-
-    plan = load(config)
-    named = [sorted(modules_named_in(plan.teacher_params(t))) == sorted(plan.teacher_modules(t)) for t in plan.teachers]
-    named += [
-        sorted(modules_named_in(plan.student_params(s))) == sorted(plan.student_modules(s)) for s in plan.students
-    ]
-    assert named and all(named)
-    assert any(plan.student_modules(s) for s in plan.students)
-    # the signal passes (one pass of several signals) and a gather (one signal), cached jobs too
-    passes = [(signals, pair) for signals, pairs in plan.passes().items() for pair in pairs]
-    assert passes
-    for signals, (teacher, split) in passes:
-        assert sorted(modules_named_in(plan.pass_params(teacher, split, list(signals)))) == sorted(
-            plan.pass_modules(list(signals))
-        )
-        for signal in signals:
-            gathered = modules_named_in(plan.signal_params(teacher, split, signal))
-            assert gathered == plan.signal_modules(signal)
-
-
 def test_a_job_stops_when_its_code_changed_after_it_was_scheduled(tmp_path):
     """An edit of kdpipe between the moment Snakemake scheduled a job (its ``--code``) and the moment it starts (it
     waited for the shared cache's lock): the job stops before anything, in one line naming both fingerprints; with
@@ -437,3 +411,18 @@ def test_any_stage_given_another_codes_fingerprint_stops_before_it_runs(tmp_path
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("kdpipe prepare: error: the kdpipe code changed after this job was scheduled (code ")
     assert "0123456789abcdef then" in done.stderr and not out.exists()
+
+
+def test_a_job_fingerprints_again_the_modules_its_code_names():
+    """``--code`` names the modules the stage imports by name after its fingerprint (the rules' ``code``): the job
+    fingerprints its stage's module with exactly those, and stops when the fingerprint is not theirs."""
+    from kdpipe.cli import check_code
+    from kdpipe.core.store import KdpipeError
+    from kdpipe.stages.catalog import STAGES
+
+    stage = STAGES["evaluate"]
+    named = ["kdpipe.models.onnx_model", "kdpipe.evaluation.exported"]
+    check_code(stage, fingerprint.fingerprint(stage.module, *named) + ":" + ",".join(named))
+    check_code(stage, fingerprint.fingerprint(stage.module))
+    with pytest.raises(KdpipeError, match="the kdpipe code changed after this job was scheduled"):
+        check_code(stage, fingerprint.fingerprint(stage.module) + ":" + ",".join(named))

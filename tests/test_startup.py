@@ -16,6 +16,8 @@ from tests.conftest import REPO
 # computed with torch (float32, as the MC-dropout pass computed the cached columns); they import no transformers.
 MODEL_FREE = ("prepare", "transfer", "ood", "signal-gather", "report", "evaluate-ensemble")
 TORCH_ONLY = ("route", "route-transfer")
+# Stages that run a model on the CPU alone (ONNX export and Runtime, serving profiles): they claim no GPU
+CPU_MODELS = ("export", "quantize", "serve")
 
 
 def imported_after(stage: str) -> set[str]:
@@ -43,4 +45,4 @@ def test_routing_stage_imports_no_transformers(stage):
 
 def test_every_stage_is_classified():
     """A new stage without a model is added above (or imports torch for its arithmetic, and says so)."""
-    assert {name for name, stage in STAGES.items() if not stage.model} == set(MODEL_FREE + TORCH_ONLY)
+    assert {name for name, stage in STAGES.items() if not stage.model} == set(MODEL_FREE + TORCH_ONLY + CPU_MODELS)

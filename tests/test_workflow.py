@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -27,6 +28,13 @@ pytestmark = pytest.mark.slow
 
 STUDENTS = ("s_vkd", "s_vkd_ce", "s_uhc", "s_dfa", "s_muki", "s_muki_no_mc")  # distilled from ta and tb
 BASELINE = "s_none"  # method supervised: no teacher, so no teacher-side change reruns it
+# s_vkd's int8 model (export.int8) and what it is made of: every change that reruns s_vkd reruns these
+EXPORT_JOBS = {
+    ("export", "model=s_vkd.onnx"),
+    ("quantize", "model=s_vkd.int8"),
+    ("evaluate", "model=s_vkd.int8"),
+    ("serve", "model=s_vkd.int8"),
+}
 PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles", "envs", "tests/configs")
 
 
@@ -306,12 +314,13 @@ PREDICTIONS = ".predictions.parquet"
 
 def test_the_default_config_has_one_evaluate_job_per_model(tmp_path):
     """One evaluate job per model writes both splits the default config evaluates on (validation, test), and one
-    evaluate_ensemble job the teachers' oracle: 8 + 1 jobs instead of one per model and split."""
+    evaluate_ensemble job the teachers' oracle: 9 + 1 jobs (two teachers, six students, the int8 student) instead of
+    one per model and split."""
     project = copy_project(tmp_path)
     env = environment(project, tmp_path / "cache")
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    models = {*config["teachers"], *config["students"]}
-    assert len(models) == 8 and "splits" not in config["evaluate"]  # (the schema's default: validation, test)
+    models = {*config["teachers"], *config["students"], *(f"{s}.int8" for s in config["export"]["students"])}
+    assert len(models) == 9 and "splits" not in config["evaluate"]  # (the schema's default: validation, test)
     jobs = planned_jobs(project, env, configfile="config.yaml")
     assert {job for job in jobs if job[0].startswith("evaluate")} == {
         *(("evaluate", f"model={m}") for m in models),
@@ -322,6 +331,41 @@ def test_the_default_config_has_one_evaluate_job_per_model(tmp_path):
     files = {m: {f"results/eval/{m}/{s}{kind}" for s in ("validation", "test") for kind in (".json", PREDICTIONS)}
              for m in (*models, "oracle")}  # fmt: skip
     assert sorted(sorted(output.split(", ")) for output in outputs) == sorted(map(sorted, files.values()))
+
+
+def test_the_int8_student_is_evaluated_against_its_student_and_served(done):
+    """export.int8: s_vkd as an int8 ONNX graph, its card saying what quantisation cost on the validation rows,
+    evaluated on the test rows against s_vkd's own predictions (in the report's exported table), profiled as it would
+    be served, and run by `kdpipe predict`."""
+    project, env, _ = done
+    r = project / "results"
+    record = json.loads((r / "eval/s_vkd.int8/test.json").read_text())
+    assert record["exported"] == "int8" and record["base"] == "s_vkd.int8" and record["kind"] == "student"
+    block = record["compared_with"]
+    assert block["model"] == "s_vkd" and 0 <= block["agreement"] <= 1 and block["n"] == record["metrics"]["n"]
+    low, high = block["accuracy_difference"]["low"], block["accuracy_difference"]["high"]
+    assert low <= block["accuracy_difference"]["difference"] <= high
+    assert "## Accuracy check" in (r / "exported/s_vkd.int8/README.md").read_text()
+    assert "| s_vkd.int8 | s_vkd | int8 | test |" in (r / "report/exported.md").read_text()
+    profile = json.loads((r / "serving/s_vkd.int8.json").read_text())
+    assert profile["model"] == "s_vkd.int8" and profile["threads"] == 1 and profile["latency_ms"]["median"] > 0
+    assert "s_vkd.int8" in (r / "report/serving.md").read_text()
+    new = project / "new.csv"
+    new.write_text("text\nthe minister announced a new budget\n")
+    subprocess.run(
+        [sys.executable, "-m", "kdpipe", "predict", "--model", str(r / "exported/s_vkd.int8"), "--input", str(new),
+         "--out", str(project / "predicted.csv")], cwd=project, env=env, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert len(pd.read_csv(project / "predicted.csv")) == 1
+
+
+def test_an_export_setting_reruns_only_the_export_its_evaluation_and_the_report(done):
+    project, env, _ = done
+    config = edited_config(project, lambda c: c["export"].update(max_accuracy_drop=0.02))
+    int8 = {("quantize", "model=s_vkd.int8"), ("evaluate", "model=s_vkd.int8"), ("serve", "model=s_vkd.int8")}
+    assert planned_jobs(project, env, config) == {*int8, ("report", "")}
+    config = edited_config(project, lambda c: c["export"].update(opset=18))
+    assert planned_jobs(project, env, config) == {*EXPORT_JOBS, ("report", "")}
 
 
 def test_nothing_to_do_when_nothing_changed(done):
@@ -335,6 +379,7 @@ def test_student_lr_change_reruns_only_that_student(done):
     assert planned_jobs(project, env, config) == {
         ("distill", "student=s_vkd"),
         ("evaluate", "model=s_vkd"),
+        *EXPORT_JOBS,
         ("report", ""),
     }
 
@@ -344,7 +389,7 @@ def test_evaluate_splits_edited_reruns_each_models_one_evaluate_job(done):
     as here, dropped reruns it, the oracle's and the report; nothing upstream (docs/caching-and-reruns.md)."""
     project, env, _ = done
     config = edited_config(project, lambda c: c["evaluate"].update(splits=["test"]))
-    models = ("ta", "tb", BASELINE, *STUDENTS)
+    models = ("ta", "tb", BASELINE, *STUDENTS, "s_vkd.int8")
     assert planned_jobs(project, env, config) == {
         *(("evaluate", f"model={m}") for m in models),
         ("evaluate_ensemble", "ensemble=oracle"),
@@ -365,6 +410,7 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
         ("evaluate_ensemble", "ensemble=oracle"),
         ("report", ""),
         *student_jobs(*STUDENTS),
+        *EXPORT_JOBS,
     }
     assert not any("tb" in wildcards for rule, wildcards in jobs if rule != "route")
 
@@ -405,7 +451,7 @@ def test_student_side_edits_leave_every_teacher_side_job_up_to_date(done):
         jobs = planned_jobs(project, env)
     finally:
         restore()
-    assert jobs == {*student_jobs(*STUDENTS, BASELINE), ("report", "")}
+    assert jobs == {*student_jobs(*STUDENTS, BASELINE), *EXPORT_JOBS, ("report", "")}
 
 
 def test_one_method_edit_reruns_only_that_methods_students(done):

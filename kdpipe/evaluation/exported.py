@@ -75,7 +75,7 @@ def with_reference(out_json: str | Path, predictions: str | Path, reference: str
     against the ``reference`` predictions of the model ``name``, written back in place (atomically)."""
     record = read_json(out_json)
     ece_bins = len(record["metrics"]["reliability"]["bin_edges"]) - 1 if "metrics" in record else 15
-    record["reference"] = {"model": name, **against_reference(predictions, reference, ece_bins=ece_bins, **options)}
+    record["compared_with"] = {"model": name, **against_reference(predictions, reference, ece_bins=ece_bins, **options)}
     write_json(out_json, record)
     return record
 
@@ -83,7 +83,7 @@ def with_reference(out_json: str | Path, predictions: str | Path, reference: str
 def accuracy_drop(reference: dict | str | Path, quantised: dict | str | Path, *, margin: float = MARGIN) -> dict:
     """Whether a quantised model's accuracy falls by more than ``margin`` (a fraction: 0.01 is one point) below its
     fp32 model's on the same split: from the two evaluations (``{split}.json`` records or their paths). The paired
-    interval of the difference comes from the quantised evaluation's ``reference`` block when that compares it with
+    interval of the difference comes from the quantised evaluation's ``compared_with`` block when that compares it with
     the same model (:func:`with_reference`)."""
     fp32 = reference if isinstance(reference, dict) else read_json(reference)
     int8 = quantised if isinstance(quantised, dict) else read_json(quantised)
@@ -94,7 +94,7 @@ def accuracy_drop(reference: dict | str | Path, quantised: dict | str | Path, *,
             "evaluations of the same split"
         )
     difference = int8["metrics"]["accuracy"] - fp32["metrics"]["accuracy"]
-    paired = int8.get("reference") or {}
+    paired = int8.get("compared_with") or {}
     interval = None
     if paired.get("model") == fp32.get("model"):
         interval = [paired["accuracy_difference"]["low"], paired["accuracy_difference"]["high"]]

@@ -95,6 +95,8 @@ def write_evaluation(
     if domains is not None:
         metrics["per_domain"] = per_domain_accuracy(probs, y, domains)
     result = {key: params.get(key) for key in INFO}
+    if params.get("exported"):  # an exported student: its precision (onnx, int8)
+        result["exported"] = params["exported"]
     result.update(extra, members=int(member_probs.shape[0]), classes=classes, metrics=metrics)
     if mc_probs is not None:
         result["mc_samples"] = int(params["mc_samples"])

@@ -16,6 +16,7 @@ from kdpipe.plan.budget import Budget
 from kdpipe.plan.checks import Checks, check_empty
 from kdpipe.plan.classes import Classes
 from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
+from kdpipe.plan.exports import Exports
 from kdpipe.plan.layers import Layers
 from kdpipe.plan.ood import OOD_SPLIT, Ood
 from kdpipe.plan.passes import Passes
@@ -23,12 +24,14 @@ from kdpipe.plan.paths import (
     COTRAINED,
     DATA,
     EVAL,
+    EXPORTED,
     LOGS,
     OOD_DATA,
     ORACLE,
     PROTOTYPES,
     REPORT,
     ROUTE,
+    SERVING,
     SIGNALS,
     SIGNALS_ROOT,
     STUDENT,
@@ -46,11 +49,13 @@ __all__ = [
     "COTRAINED",
     "DATA",
     "EVAL",
+    "EXPORTED",
     "LOGS",
     "OOD_DATA",
     "PROTOTYPES",
     "REPORT",
     "ROUTE",
+    "SERVING",
     "SIGNALS",
     "SIGNALS_ROOT",
     "STUDENT",
@@ -62,7 +67,7 @@ __all__ = [
 ]
 
 
-class Plan(Budget, Checks, Classes, Layers, Ood, Passes, Routes, Slices):
+class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Routes, Slices):
     def __init__(self, config: dict, schema: dict | None = None):
         """``config`` with its defaults filled in; ``schema`` (the config schema) validates merged entries."""
         check_empty(config)
@@ -157,10 +162,11 @@ class Plan(Budget, Checks, Classes, Layers, Ood, Passes, Routes, Slices):
         return [member for name in named for member in self.ensembles.get(name, [name])]
 
     def models(self) -> list[str]:
-        """Everything evaluated: teachers, ensembles (their members' mean prediction) and students (not the first
-        stage of a two-stage student: it trains no classifier)."""
+        """Everything evaluated: teachers, ensembles (their members' mean prediction), students (not the first stage
+        of a two-stage student: it trains no classifier) and the exported students asked for."""
         students = [name for name in self.students if name not in self.first_stages]
-        return [*self.teachers, *self.ensembles, *([ORACLE] if self.oracle else []), *students, *self.cotrained]
+        combined = [*self.ensembles, *([ORACLE] if self.oracle else [])]
+        return [*self.teachers, *combined, *students, *self.cotrained, *self.evaluated_exports()]
 
     def combined(self, model: str) -> list[str]:
         """The members of a model made from other models' predictions: an ensemble, or the teachers' oracle."""
@@ -175,6 +181,8 @@ class Plan(Budget, Checks, Classes, Layers, Ood, Passes, Routes, Slices):
             return TEACHER.format(teacher=model)
         if model in self.cotrained:
             return COTRAINED.format(student=self.cotrained[model])
+        if model in self.exported():
+            return EXPORTED.format(model=model)
         return STUDENT.format(student=model)
 
     def student_signals(self, student: str) -> list[str]:
@@ -272,7 +280,8 @@ class Plan(Budget, Checks, Classes, Layers, Ood, Passes, Routes, Slices):
     def trained_models(self) -> list[str]:
         """The folders of every evaluated model that has one (not an ensemble): the report reads their training
         logs."""
-        return [self.model_dir(model) for model in self.models() if model not in self.ensembles and model != ORACLE]
+        made = (*self.ensembles, ORACLE, *self.exported())
+        return [self.model_dir(model) for model in self.models() if model not in made]
 
     def has_members(self) -> bool:
         """Some evaluated model averages several members or heads (an ensemble of teachers, a multi-head student):
@@ -292,7 +301,7 @@ class Plan(Budget, Checks, Classes, Layers, Ood, Passes, Routes, Slices):
         for teacher in self.teachers:
             for split in self.mc_splits():
                 out += signal_files("mc", SIGNALS.format(teacher=teacher, split=split))[:1]
-        return out
+        return out + [SERVING.format(model=model) for model in self.serving_models()]
 
 
 def _complete_objective_args(merged: dict, where: str) -> None:

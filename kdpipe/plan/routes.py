@@ -64,12 +64,15 @@ class Routes:
     def report_params(self) -> dict:
         """The report job's config slice: the routing settings it displays (``routing.warn_below``, the threshold
         of its routing warning) when some student reads a route, and ``transfer_curve`` when some student learns from
-        transfer rows (the rule then declares ``transfer.png``); nothing otherwise."""
+        transfer rows (the rule then declares ``transfer.png``), and the margin of its flag of an int8 model when one is
+        evaluated; nothing otherwise."""
         out = {}
         if self.routes():
             out = {key: self.config["routing"][key] for key in DISPLAY_SETTINGS if key in self.config["routing"]}
         if self.has_transfer_students():  # the rule declares transfer.png: the report must write it
             out["transfer_curve"] = True
+        if any(model.endswith(".int8") for model in self.evaluated_exports()):  # its flag of an int8 model
+            out["max_accuracy_drop"] = self.config["export"]["max_accuracy_drop"]
         return out
 
     def route_files(self, student: str) -> list[str]:

@@ -12,7 +12,6 @@ from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
 from kdpipe.models.backbones import architecture_modules, model_slice
 from kdpipe.plan.classes import TRAINING_KEYS
 from kdpipe.plan.entries import LATER_KEYS, without
-from kdpipe.plan.passes import pass_modules
 from kdpipe.plan.paths import ORACLE
 from kdpipe.signals.catalog import FEATURES, signal_spec
 
@@ -24,23 +23,6 @@ def with_local_content(params: dict) -> dict:
     that names no local path is unchanged."""
     content = local_content(params)
     return {**params, "local_content": content} if content else params
-
-
-def modules_named_in(params: dict) -> list[str]:
-    """The kdpipe modules a job imports by name, read from its config slice: what :meth:`Slices.teacher_modules`,
-    :meth:`Slices.student_modules`, :meth:`Slices.signal_modules` and ``pass_modules`` give for its teacher, student
-    or signals (an objective's module; a method's module, a student architecture's, ``kdpipe.signals.online`` with
-    ``signals: online``; a signal's pass and the shared forward). The job checks its code fingerprint with them
-    (kdpipe.cli)."""
-    if isinstance(params.get("signals"), list):  # a signal pass or shard: {"signals": [signal slices]}
-        return pass_modules([p["signal"] for p in params["signals"]])
-    if isinstance(params.get("signal"), str):  # a gather: one signal's slice
-        return [signal_spec(params["signal"]).module]
-    named = [params["objective_module"]] if params.get("objective_module") else []
-    if isinstance(params.get("method_spec"), dict):
-        named += [params["method_spec"]["module"], *architecture_modules(params.get("model") or {})]
-        named += ["kdpipe.signals.online"] if params.get("signals") == "online" else []
-    return named
 
 
 class Slices:
@@ -140,6 +122,10 @@ class Slices:
         """The slice of a model's one evaluation job: every split it is evaluated on (``evaluate.splits`` unless
         ``splits`` names others), so adding a split reruns the job (docs/caching-and-reruns.md, "Rerun rules")."""
         splits = list(self.eval_splits() if splits is None else splits)
+        if model in self.exported():  # a student's exported graph: evaluated as a student of its own
+            student, precision = self.exported()[model]
+            params = self.eval_params(student, splits)
+            return {**params, "model": model, "base": f"{params['base']}.{precision}", "exported": precision}
         student = self.students.get(model)
         if model in self.cotrained:
             student = self.students[self.cotrained[model]]
@@ -196,5 +182,7 @@ class Slices:
 
     def model_modules(self, model: str) -> list[str]:
         """What loading a trained model imports by name: a student's architecture modules (none for a teacher)."""
+        if model in self.exported():  # the ONNX loader, and the comparison with the student (imported by name)
+            return ["kdpipe.models.onnx_model", "kdpipe.evaluation.exported"]
         student = self.students.get(model)
         return architecture_modules(student.config["model"]) if student else []

@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdpipe.core.store import KdpipeError, atomic_path, read_json
+from kdpipe.evaluation.exported import MARGIN
 from kdpipe.report.cost import plot_cost
 from kdpipe.report.curves import plot_curves, read_curve
 from kdpipe.report.errors import plot_confusion
+from kdpipe.report.exported import EXPORTED_OUTPUTS, exported_rows, flagged_lines, write_exported
 from kdpipe.report.html import landing_html, summary_html
 from kdpipe.report.markdown import summary_markdown
 from kdpipe.report.ood import OOD_SPLIT, check_ood, ood_table, write_ood
@@ -39,19 +41,20 @@ def write_report(
     out: Path,
     routes: list[Path] = (),
     models: list[Path] = (),
+    serving: list[Path] = (),
     title: str | None = None,
 ) -> None:
     """The report stage: :func:`build_report` of the evaluation JSONs ``evals`` (the manifests of the experiment's
-    ``routes``, and the training logs of the trained ``models``' folders: an imported checkpoint has none) into the
-    folder ``out``, under ``title``. ``params`` is the report's config slice
+    ``routes``, the training logs of the trained ``models``' folders, where an imported checkpoint has none, and the
+    ``serving`` profiles) into the folder ``out``, under ``title``. ``params`` is the report's config slice
     (:meth:`kdpipe.plan.routes.Routes.report_params`): the routing warning's threshold ``warn_below``, 0.8 when not
     given, and ``transfer_curve``: draw ``transfer.png``."""
     logs = [log for log in (Path(m) / "train_log.jsonl" for m in models) if log.is_file()]
     warn_below = float(params.get("warn_below", WARN_BELOW))
     transfer_curve = bool(params.get("transfer_curve"))
-    build_report(
-        evals, out, routes, logs, title or "Model comparison", warn_below=warn_below, transfer_curve=transfer_curve
-    )
+    title = title or "Model comparison"
+    margin = params.get("max_accuracy_drop", MARGIN)
+    build_report(evals, out, routes, logs, title, warn_below, transfer_curve, list(serving) or None, margin)
 
 
 def build_report(
@@ -63,6 +66,7 @@ def build_report(
     warn_below: float = WARN_BELOW,
     transfer_curve: bool = False,
     serving: list[str | Path] | None = None,
+    max_accuracy_drop: float = MARGIN,
 ) -> None:
     """Write into ``out_dir`` the tables and figures of docs/report.md for ``eval_paths`` (with their predictions
     beside them) and the ``train_logs``. uncertainty.png (a model with several members or heads), transfer.png (a
@@ -72,7 +76,8 @@ def build_report(
     otherwise a stale one is removed. A route whose chosen router sends fewer than ``warn_below`` of the validation
     rows to the teacher that owns their class gets a routing warning at the top of the summaries. ``serving``: serving
     profiles (kdpipe.models.serving): the serving table (:data:`SERVING_OUTPUTS`), and their batch-1 latency on the
-    cost plot."""
+    cost plot. Exported students evaluated against their student get :data:`EXPORTED_OUTPUTS`; an int8 one whose
+    accuracy falls by more than ``max_accuracy_drop`` gets a warning at the top of the summaries."""
     if not eval_paths:
         raise KdpipeError("report: no evaluation files given")
     records, oods = _read(eval_paths)
@@ -86,6 +91,13 @@ def build_report(
         if routes
         else []
     )
+    exported = exported_rows(records, max_accuracy_drop)
+    if len(exported):
+        write_exported(exported, out_dir)
+        warnings += flagged_lines(exported, max_accuracy_drop)
+    else:
+        for name in EXPORTED_OUTPUTS:
+            (out_dir / name).unlink(missing_ok=True)
     with atomic_path(out_dir / "summary.tsv") as tmp:
         summary[list(tsv_columns(summary))].to_csv(tmp, sep="\t", index=False, na_rep="", float_format="%.6g")
     # Plots show one split (test when there is one): reliability on the validation split says little more.

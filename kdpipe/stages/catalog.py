@@ -91,6 +91,7 @@ def text(name: str) -> Arg:
 
 
 MODEL = dict(model=True, threads=2, mem_mb=6000, runtime=120)  # a stage that runs a model, on a GPU where one is
+CPU_MODEL = dict(threads=2, mem_mb=6000, runtime=30)  # one that runs a model on the CPU alone (exports, profiles)
 TRAINING = dict(MODEL, trains=True)
 DATA, OUT = read("data"), written("out")
 
@@ -203,6 +204,7 @@ STAGES = {
                 read("model"),
                 DATA,
                 read("ood", optional=True),
+                read("reference", optional=True),
                 written("out_json", many=True),
                 written("out_predictions", many=True),
             ),
@@ -222,9 +224,31 @@ STAGES = {
                 read("evals", many=True),
                 read("routes", optional=True, many=True),
                 read("models", optional=True, many=True),
+                read("serving", optional=True, many=True),
                 text("title"),
                 OUT,
             ),
+        ),
+        Stage(
+            "export",
+            "kdpipe.stages.export:export",
+            "a trained student as an ONNX graph, checked against it",
+            (read("model"), DATA, OUT),
+            **CPU_MODEL,
+        ),
+        Stage(
+            "quantize",
+            "kdpipe.stages.export:quantize",
+            "an ONNX graph quantised to int8, with its accuracy check on the validation rows",
+            (read("model"), DATA, OUT),
+            **CPU_MODEL,
+        ),
+        Stage(
+            "serve",
+            "kdpipe.stages.export:serve",
+            "a model's serving profile: latency, throughput, memory and size",
+            (read("model"), DATA, OUT),
+            **CPU_MODEL,
         ),
         Stage(
             "predict",

@@ -21,11 +21,13 @@ from kdpipe.plan import (
     COTRAINED,
     DATA,
     EVAL,
+    EXPORTED,
     LOGS,
     OOD_DATA,
     PROTOTYPES,
     REPORT,
     ROUTE,
+    SERVING,
     SIGNALS,
     SIGNALS_ROOT,
     STUDENT,
@@ -102,7 +104,7 @@ shared_cache.install(workflow)
 wildcard_constraints:
     teacher="|".join(map(re.escape, PLAN.teachers)) or "NO_TEACHER",
     student="|".join(map(re.escape, PLAN.students)) or "NO_STUDENT",
-    model="|".join(map(re.escape, [*PLAN.teachers, *PLAN.students, *PLAN.cotrained])),
+    model="|".join(map(re.escape, [*PLAN.teachers, *PLAN.students, *PLAN.cotrained, *PLAN.exported()])),
     ensemble="|".join(map(re.escape, [*PLAN.ensembles, *(["oracle"] if PLAN.oracle else [])])) or "NO_ENSEMBLE",
     split="train|validation|test",
 
@@ -112,10 +114,11 @@ def as_json(obj):
     return json.dumps(obj, sort_keys=True)
 
 
-def code(*modules):
+def code(stage, *named):
     """Fingerprint of the kdpipe modules a stage uses, so an edit to them reruns the stage (and only it): the stage's
-    module with every kdpipe module it imports, plus those it imports by name (given by the plan)."""
-    return fingerprint(*modules)
+    module with every kdpipe module it imports, plus those it imports by name (given by the plan), named after a ':'
+    so that the job fingerprints the same modules again (kdpipe.cli.check_code)."""
+    return fingerprint(stage, *named) + (":" + ",".join(named) if named else "")
 
 
 # The library versions in those fingerprints, for the jobs that check theirs (kdpipe.cli.check_code) in another
@@ -201,6 +204,25 @@ ROUTING_REPORT = (
     if PLAN.routes()
     else {}
 )
+# The exported models' table, when some exported student is evaluated; the serving table, when some model is profiled
+EXPORTED_REPORT = {
+    **(
+        {
+            "exported": report(f"{REPORT}/exported.tsv", caption="../report/exported.rst", category="Summary"),
+            "exported_md": f"{REPORT}/exported.md",
+        }
+        if PLAN.evaluated_exports()
+        else {}
+    ),
+    **(
+        {
+            "serving": report(f"{REPORT}/serving.tsv", caption="../report/serving.rst", category="Summary"),
+            "serving_md": f"{REPORT}/serving.md",
+        }
+        if PLAN.serving_models()
+        else {}
+    ),
+}
 # The uncertainty split, only when some model averages several members or heads (an ensemble, a multi-head student)
 TRANSFER_REPORT = (
     {"transfer": report(f"{REPORT}/transfer.png", caption="../report/transfer.rst", category="Summary")}

@@ -4,11 +4,22 @@ stage(
     "evaluate",
     "Accuracy, macro-F1, NLL, ECE, Brier, selective prediction and predictions of one model on every split it is "
     "evaluated on, and its OOD detection (evaluate.ood), the model loaded once (one job per model).",
-    inputs={"model": model_dir, "data": DATA_DIR, "ood": PLAN.ood_inputs()},
+    inputs={
+        "model": model_dir,
+        "data": DATA_DIR,
+        "ood": PLAN.ood_inputs(),
+        # an exported model is compared with its student's predictions
+        "references": lambda wc: [
+            f"{folder}/{split}.predictions.parquet"
+            for folder in PLAN.export_reference(wc.model)
+            for split in PLAN.eval_splits()
+        ],
+    },
     outputs={
         "out_json": [f"{EVAL.format(model='{model}', split=s)}.json" for s in PLAN.eval_splits()],
         "out_predictions": [f"{EVAL.format(model='{model}', split=s)}.predictions.parquet" for s in PLAN.eval_splits()],
     },
+    args={"reference": lambda wc: PLAN.export_reference(wc.model)},
     log_file=f"{LOGS}/evaluate/{{model}}.log",
     cfg=lambda wc: PLAN.eval_params(wc.model),
     modules=lambda wc: PLAN.model_modules(wc.model),
@@ -48,9 +59,11 @@ stage(
         ],
         "routes": [f"{ROUTE.format(route=r)}/route.json" for r in PLAN.routes()],
         "models": PLAN.trained_models(),
+        "serving": [SERVING.format(model=model) for model in PLAN.serving_models()],
     },
     outputs=dict(
         **ROUTING_REPORT,
+        **EXPORTED_REPORT,
         **UNCERTAINTY_REPORT,
         **TRANSFER_REPORT,
         **OOD_REPORT,
