@@ -28,13 +28,6 @@ pytestmark = pytest.mark.slow
 
 STUDENTS = ("s_vkd", "s_vkd_ce", "s_uhc", "s_dfa", "s_muki", "s_muki_no_mc")  # distilled from ta and tb
 BASELINE = "s_none"  # method supervised: no teacher, so no teacher-side change reruns it
-# s_vkd's int8 model (export.int8) and what it is made of: every change that reruns s_vkd reruns these
-EXPORT_JOBS = {
-    ("export", "model=s_vkd.onnx"),
-    ("quantize", "model=s_vkd.int8"),
-    ("evaluate", "model=s_vkd.int8"),
-    ("serve", "model=s_vkd.int8"),
-}
 PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles", "envs", "tests/configs")
 
 
@@ -138,12 +131,12 @@ def signal_jobs(teacher, *signals, shards=1, split="train"):
 ROUTES = {("route", "route=ta+tb.certainty-entropy"), ("route", "route=ta+tb.certainty-logit_entropy-T1")}
 
 
-def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml") -> str:
+def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml", name: str = "edited.yaml") -> str:
     config = yaml.safe_load((project / base).read_text())
     edit(config)
-    path = project / "tests/configs/edited.yaml"
+    path = project / "tests/configs" / name
     path.write_text(yaml.safe_dump(config))
-    return "tests/configs/edited.yaml"
+    return f"tests/configs/{name}"
 
 
 def writes_csv(relative: str, make_frame):
@@ -333,11 +326,36 @@ def test_the_default_config_has_one_evaluate_job_per_model(tmp_path):
     assert sorted(sorted(output.split(", ")) for output in outputs) == sorted(map(sorted, files.values()))
 
 
-def test_the_int8_student_is_evaluated_against_its_student_and_served(done):
+# s_vkd shipped (export.int8, a profile of its int8 model): the jobs that make it, and what every change that reruns
+# s_vkd reruns besides it
+EXPORT = {"int8": True, "students": ["s_vkd"]}
+SERVING = {"models": ["s_vkd.int8"], "rows": 20}
+EXPORT_JOBS = {
+    ("export", "model=s_vkd.onnx"),
+    ("quantize", "model=s_vkd.int8"),
+    ("evaluate", "model=s_vkd.int8"),
+    ("serve", "model=s_vkd.int8"),
+}
+
+
+@pytest.fixture(scope="module")
+def shipped(done):
+    """The finished tiny run in a copy, with s_vkd exported to int8 and profiled: only those jobs and the report
+    run."""
+    project, env, base = done
+    copy = base / "shipped"
+    shutil.copytree(project, copy, symlinks=True)
+    config = edited_config(copy, lambda c: c.update(export=EXPORT, serving=SERVING), name="shipped.yaml")
+    assert planned_jobs(copy, env, config) == {*EXPORT_JOBS, ("report", "")}
+    snakemake(copy, env, configfile=config)
+    return copy, env, config
+
+
+def test_the_int8_student_is_evaluated_against_its_student_and_served(shipped):
     """export.int8: s_vkd as an int8 ONNX graph, its card saying what quantisation cost on the validation rows,
     evaluated on the test rows against s_vkd's own predictions (in the report's exported table), profiled as it would
     be served, and run by `kdpipe predict`."""
-    project, env, _ = done
+    project, env, _ = shipped
     r = project / "results"
     record = json.loads((r / "eval/s_vkd.int8/test.json").read_text())
     assert record["exported"] == "int8" and record["base"] == "s_vkd.int8" and record["kind"] == "student"
@@ -359,13 +377,16 @@ def test_the_int8_student_is_evaluated_against_its_student_and_served(done):
     assert len(pd.read_csv(project / "predicted.csv")) == 1
 
 
-def test_an_export_setting_reruns_only_the_export_its_evaluation_and_the_report(done):
-    project, env, _ = done
-    config = edited_config(project, lambda c: c["export"].update(max_accuracy_drop=0.02))
+def test_an_export_setting_reruns_only_the_export_its_evaluation_and_the_report(shipped):
+    project, env, config = shipped
     int8 = {("quantize", "model=s_vkd.int8"), ("evaluate", "model=s_vkd.int8"), ("serve", "model=s_vkd.int8")}
-    assert planned_jobs(project, env, config) == {*int8, ("report", "")}
-    config = edited_config(project, lambda c: c["export"].update(opset=18))
-    assert planned_jobs(project, env, config) == {*EXPORT_JOBS, ("report", "")}
+    assert planned_jobs(project, env, config) == set()
+    edited = edited_config(project, lambda c: c["export"].update(max_accuracy_drop=0.02), base=config)
+    assert planned_jobs(project, env, edited) == {*int8, ("report", "")}
+    edited = edited_config(project, lambda c: c["export"].update(opset=18), base=config)
+    assert planned_jobs(project, env, edited) == {*EXPORT_JOBS, ("report", "")}
+    edited = edited_config(project, lambda c: c["students"]["s_vkd"].update(lr=5e-4), base=config)
+    assert planned_jobs(project, env, edited) == {*student_jobs("s_vkd"), *EXPORT_JOBS, ("report", "")}
 
 
 def test_nothing_to_do_when_nothing_changed(done):
@@ -379,7 +400,6 @@ def test_student_lr_change_reruns_only_that_student(done):
     assert planned_jobs(project, env, config) == {
         ("distill", "student=s_vkd"),
         ("evaluate", "model=s_vkd"),
-        *EXPORT_JOBS,
         ("report", ""),
     }
 
@@ -389,7 +409,7 @@ def test_evaluate_splits_edited_reruns_each_models_one_evaluate_job(done):
     as here, dropped reruns it, the oracle's and the report; nothing upstream (docs/caching-and-reruns.md)."""
     project, env, _ = done
     config = edited_config(project, lambda c: c["evaluate"].update(splits=["test"]))
-    models = ("ta", "tb", BASELINE, *STUDENTS, "s_vkd.int8")
+    models = ("ta", "tb", BASELINE, *STUDENTS)
     assert planned_jobs(project, env, config) == {
         *(("evaluate", f"model={m}") for m in models),
         ("evaluate_ensemble", "ensemble=oracle"),
@@ -410,7 +430,6 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
         ("evaluate_ensemble", "ensemble=oracle"),
         ("report", ""),
         *student_jobs(*STUDENTS),
-        *EXPORT_JOBS,
     }
     assert not any("tb" in wildcards for rule, wildcards in jobs if rule != "route")
 
@@ -451,7 +470,7 @@ def test_student_side_edits_leave_every_teacher_side_job_up_to_date(done):
         jobs = planned_jobs(project, env)
     finally:
         restore()
-    assert jobs == {*student_jobs(*STUDENTS, BASELINE), *EXPORT_JOBS, ("report", "")}
+    assert jobs == {*student_jobs(*STUDENTS, BASELINE), ("report", "")}
 
 
 def test_one_method_edit_reruns_only_that_methods_students(done):
