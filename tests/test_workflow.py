@@ -150,25 +150,73 @@ def writes_csv(relative: str, make_frame):
 
 
 def finished_project(
-    tmp_path_factory, name: str, *args: str, configfile: str = "tests/configs/tiny.yaml", setup=None
+    tmp_path_factory, name: str, *args: str, configfile: str = "tests/configs/tiny.yaml", setup=None, run_env=None
 ) -> tuple[Path, dict, Path]:
     """A copy of the project in a fresh folder ``base/one`` (``setup(project)`` may add files, e.g. data), its
-    workflow run to completion once on ``configfile``; returns (project, env, base). ``base/cache`` is the
-    between-workflow cache."""
+    workflow run to completion once on ``configfile`` (with ``run_env(base, env)``'s variables); returns (project,
+    env, base). ``base/cache`` is the between-workflow cache."""
     base = tmp_path_factory.mktemp(name)
     project = copy_project(base / "one")
     if setup is not None:
         setup(project)
     env = environment(project, base / "cache")
     (base / "cache").mkdir()
-    snakemake(project, env, *args, configfile=configfile)
+    snakemake(project, {**env, **(run_env(base, env) if run_env else {})}, *args, configfile=configfile)
     return project, env, base
+
+
+# Written into every Python process of the first run (a sitecustomize on PYTHONPATH): at exit, a `python -m kdpipe`
+# job records its command line and the kdpipe modules it imported
+RECORDER = """import atexit, json, os, sys
+
+def _record():
+    if not sys.argv[0].endswith(os.path.join("kdpipe", "__main__.py")):
+        return
+    modules = sorted(name for name in sys.modules if name.startswith("kdpipe."))
+    with open(os.path.join(os.environ["KDPIPE_TEST_IMPORTS"], f"{os.getpid()}.json"), "w") as fh:
+        json.dump({"argv": sys.argv[1:], "modules": modules}, fh)
+
+atexit.register(_record)
+"""
+
+
+def recording(base: Path, env: dict) -> dict:
+    """The variables of a run whose jobs record what they imported, in ``base/records``."""
+    (base / "site").mkdir()
+    (base / "site" / "sitecustomize.py").write_text(RECORDER)
+    (base / "records").mkdir()
+    return {"PYTHONPATH": f"{env['PYTHONPATH']}:{base / 'site'}", "KDPIPE_TEST_IMPORTS": str(base / "records")}
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    """The tiny workflow run to completion once, with the between-workflow cache on."""
-    return finished_project(tmp_path_factory, "workflow", "--cache")
+    """The tiny workflow run to completion once, with the between-workflow cache on, every job recording the kdpipe
+    modules it imported."""
+    return finished_project(tmp_path_factory, "workflow", "--cache", run_env=recording)
+
+
+def test_every_module_a_job_imported_is_in_its_code_fingerprint(done):
+    """Every kdpipe module a job of the tiny workflow imported is in that job's code fingerprint
+    (docs/caching-and-reruns.md, "Rerun rules"): its stage's module and the modules the rule names after the
+    fingerprint in ``--code``, those the stage imports by name, with all they import; besides the launcher's."""
+    from kdpipe.core.fingerprint import module_closure
+    from kdpipe.stages.catalog import STAGES
+
+    def names(*modules: str) -> set[str]:
+        paths = module_closure(*modules)
+        return {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__") for p in paths}
+
+    _, _, base = done
+    recorded = [json.loads(path.read_text()) for path in (base / "records").glob("*.json")]
+    launcher = names("kdpipe.cli", "kdpipe.launch", "kdpipe.__main__")
+    stages = [next(arg for arg in record["argv"] if arg in STAGES) for record in recorded]
+    assert len(recorded) > 20 and {"finetune-teacher", "signal-pass", "distill", "evaluate", "report"} <= set(stages)
+    for stage, record in zip(stages, recorded):
+        code = record["argv"][record["argv"].index("--code") + 1]
+        named = [m for m in code.partition(":")[2].split(",") if m]
+        assert STAGES[stage].module in record["modules"]
+        missing = set(record["modules"]) - names(STAGES[stage].module, *named) - launcher
+        assert not missing, f"{stage} {' '.join(record['argv'])[:200]}: imported {sorted(missing)}, not fingerprinted"
 
 
 def test_full_run_produces_every_artifact(done):
