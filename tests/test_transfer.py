@@ -29,6 +29,8 @@ NONE_DROPPED = {
     "duplicate": 0,
     "evaluation": 0,
     "evaluation_truncated": 0,
+    "evaluation_shared": 0,
+    "evaluation_contained": 0,
     "labelled": 0,
     "over_max_rows": 0,
 }
@@ -371,20 +373,27 @@ def test_pre_tokenised_and_control_character_variants_of_a_test_text_are_dropped
 
 def test_a_test_text_with_a_sentence_appended_is_the_same_model_input_and_is_dropped(tmp_path, tiny_data):
     """Cut at max_length tokens, a test text with more text after it is the test text: dropped as a copy, for the
-    smallest max_length of the run's models; a text that is only the start of a test text is another input."""
+    smallest max_length of the run's models (evaluation_truncated); a text that departs from a test text later than
+    that still shares 13 consecutive words with it (evaluation_shared); a text that is only the first words of a test
+    text (fewer than 13) is another input."""
     test = read_split(tiny_data, "test")["text"]
     long = test[test.str.len() > 200].iloc[0]
     texts = [long + " And one more sentence.", long[:150] + " but then something else entirely", long[:20], "new"]
+    assert len(long[:20].split()) < 13 <= len(long[:150].split()) - 1
     pd.DataFrame({"text": texts}).to_parquet(tmp_path / "appended.parquet")
     params = {**TINY_DATASET, "transfer": str(tmp_path / "appended.parquet")}
     manifest = build_transfer(params | {"max_length": 32}, tiny_data, tmp_path / "t")
     assert manifest["copy_prefix"] == 30 and manifest["dropped"]["evaluation_truncated"] == 2
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == [long[:20], "new"]
-    # a model that reads 64 tokens sees where the second text departs (after 150 characters): that one is kept
+    # a model that reads 256 tokens sees where the second text departs (after 150 characters): not the same input,
+    # yet it holds 150 characters of the test text
     manifest = build_transfer(params | {"max_length": 256}, tiny_data, tmp_path / "t256")
-    assert manifest["copy_prefix"] == 254 and manifest["dropped"]["evaluation_truncated"] == 1
-    # without a max_length (a transfer job called by hand) only whole texts are compared
-    assert build_transfer(params, tiny_data, tmp_path / "whole")["dropped"] == NONE_DROPPED
+    assert manifest["copy_prefix"] == 254
+    assert manifest["dropped"] == {**NONE_DROPPED, "evaluation_truncated": 1, "evaluation_shared": 1}
+    assert read_split(tmp_path / "t256", "transfer")["text"].tolist() == [long[:20], "new"]
+    # without a max_length (a transfer job called by hand) no prefix is compared: both are found by their words
+    whole = build_transfer(params, tiny_data, tmp_path / "whole")
+    assert whole["copy_prefix"] is None and whole["dropped"] == {**NONE_DROPPED, "evaluation_shared": 2}
 
 
 def test_a_list_object_or_bytes_is_not_taken_for_a_text(tmp_path, tiny_data):
@@ -406,15 +415,15 @@ def test_a_file_changed_between_the_two_reads_stops_the_job(tmp_path, tiny_data,
     path = tmp_path / "moving.csv"
     pd.DataFrame({"text": ["one", "two"]}).to_csv(path, index=False)
     calls = []
-    original = transfer.text_hashes
+    original = transfer.folded_hashes
 
-    def hashes_then_edit(frame, columns):  # the file is rewritten right after pass 1 has hashed it
+    def hashes_then_edit(folded, prefix=None):  # the file is rewritten right after pass 1 has hashed it
         calls.append(1)
-        if len(calls) == 4:  # the dataset splits (3), then the file in pass 1
+        if len(calls) == 3:  # the evaluation splits (2), then the file in pass 1
             pd.DataFrame({"text": [read_split(tiny_data, "test")["text"][0], "two"]}).to_csv(path, index=False)
-        return original(frame, columns)
+        return original(folded, prefix)
 
-    monkeypatch.setattr(transfer, "text_hashes", hashes_then_edit)
+    monkeypatch.setattr(transfer, "folded_hashes", hashes_then_edit)
     with pytest.raises(KdpipeError, match="changed while the transfer job read it"):
         build_transfer({**TINY_DATASET, "transfer": str(path)}, tiny_data, tmp_path / "t")
     assert not (tmp_path / "t").exists()

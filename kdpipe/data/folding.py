@@ -108,7 +108,17 @@ def fold(texts: pd.Series) -> pd.Series:
 def text_hashes(frame: pd.DataFrame, columns: list[str], prefix: int | None = None) -> np.ndarray:
     """A 64-bit hash of each row's (text, text pair), each :func:`fold`-ed; with ``prefix``, of the first ``prefix``
     folded characters of each (:func:`copy_prefix`)."""
-    folded = {column: fold(frame[column]) for column in columns}
+    return folded_hashes(fold_columns(frame, columns), prefix)
+
+
+def fold_columns(frame: pd.DataFrame, columns: list[str]) -> dict[str, pd.Series]:
+    """The :func:`fold`-ed texts of each of ``columns`` (the text, the text pair): fold once, compare several ways
+    (:func:`folded_hashes`, :mod:`kdpipe.data.contamination`)."""
+    return {column: fold(frame[column]) for column in columns}
+
+
+def folded_hashes(folded: dict[str, pd.Series], prefix: int | None = None) -> np.ndarray:
+    """:func:`text_hashes` of texts already folded (:func:`fold_columns`)."""
     if prefix is not None:
         folded = {column: texts.str.slice(0, prefix) for column, texts in folded.items()}
     table = pd.DataFrame({column: texts.to_numpy() for column, texts in folded.items()})

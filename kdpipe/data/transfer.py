@@ -42,9 +42,10 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.checksums import verify
 from kdpipe.core.store import KdpipeError, read_manifest
-from kdpipe.data.dataset import OOD, TRANSFER, read_split
-from kdpipe.data.extra_split import dropped_text, empty_texts, held_out_rows, next_row_id, write_one_split
-from kdpipe.data.folding import copy_prefix, text_hashes
+from kdpipe.data.contamination import CONTAINED, SHARED, EvaluationNgrams, joined
+from kdpipe.data.dataset import TRANSFER, read_split
+from kdpipe.data.extra_split import dropped_text, empty_texts, evaluation_texts, next_row_id, write_one_split
+from kdpipe.data.folding import copy_prefix, fold_columns, folded_hashes, text_hashes
 from kdpipe.data.prepare import UNLABELLED
 from kdpipe.data.text_readers import BATCH_ROWS, text_readers
 from kdpipe.data.transfer_sources import transfer_sources
@@ -54,6 +55,8 @@ _REASONS = {  # why a row is dropped, in words; in code order (1-based)
     "duplicate": "repeated transfer text",
     "evaluation": "equal to a validation, test or held-out class's text",
     "evaluation_truncated": "the same input as a validation, test or held-out class's text once cut at max_length",
+    "evaluation_shared": "sharing 13 consecutive words with a validation, test or held-out class's text",
+    "evaluation_contained": "containing a validation, test or held-out class's text of fewer than 13 words",
     "labelled": "equal to a labelled training text",
     "over_max_rows": "over dataset.transfer_max_rows",
 }
@@ -81,7 +84,7 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
         raise KdpipeError("dataset.transfer is not set and dataset.split.unlabelled is 0: there are no transfer rows")
     rng = np.random.default_rng([int((params.get("split") or {}).get("seed", 13)), 7])
     prefix = copy_prefix(params["max_length"], len(columns) > 1) if params.get("max_length") else None
-    reason, hashed, counts = _reasons(readers, data_dir, columns, prefix, params.get("transfer_max_rows"), rng)
+    reason, hashed, counts, rule = _reasons(readers, data_dir, columns, prefix, params.get("transfer_max_rows"), rng)
     dropped = {name: int((reason == code).sum()) for code, name in enumerate(_REASONS, start=1)}
     kept, why = int((reason == 0).sum()), dropped_text(dropped, _REASONS)
     if not kept:
@@ -100,6 +103,7 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
         multiline_texts=counts["multiline_texts"],
         dropped=dropped,
         copy_prefix=prefix,
+        contamination=rule,
     )
     print(f"[kdpipe] transfer: {kept:,} rows kept of {len(reason):,} read ({why})", file=sys.stderr)
     return manifest
@@ -107,27 +111,31 @@ def build_transfer(params: dict, data_dir: Path, out_dir: Path) -> dict:
 
 def _reasons(
     readers, data_dir: Path, columns: list[str], prefix: int | None, cap: int | None, rng
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept), each row's hash, and what
-    was read (rows per source, texts spanning several lines). ``prefix``: the folded characters that make a copy of
-    an evaluation text (None: whole texts only)."""
+) -> tuple[np.ndarray, np.ndarray, dict, dict]:
+    """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept), each row's hash, what was
+    read (rows per source, texts spanning several lines) and the contamination rule's description. ``prefix``: the
+    folded characters that make a copy of an evaluation text (None: whole texts only)."""
     code = {name: i for i, name in enumerate(_REASONS, start=1)}
-    evaluated = [read_split(data_dir, split) for split in ("validation", "test")]
-    if (data_dir / f"{OOD}.parquet").is_file():  # the held-out classes' rows are evaluated too: test, then the others
-        evaluated += [read_split(data_dir, OOD), held_out_rows(data_dir)]
-    evaluation = np.unique(np.concatenate([text_hashes(frame, columns) for frame in evaluated]))
+    evaluated = [fold_columns(frame, columns) for frame in evaluation_texts(data_dir)]
+    evaluation = np.unique(np.concatenate([folded_hashes(folded) for folded in evaluated]))
     if prefix is not None:
-        starts = np.unique(np.concatenate([text_hashes(frame, columns, prefix) for frame in evaluated]))
+        starts = np.unique(np.concatenate([folded_hashes(folded, prefix) for folded in evaluated]))
+    ngrams = EvaluationNgrams(joined(folded) for folded in evaluated)
+    del evaluated
     hashes, reasons, counts, multiline = [], [], {}, {}
     for where, reader in readers:
         read = lines = 0
         for batch in reader():
-            hashes.append(text_hashes(batch, columns))
-            reason = np.where(empty_texts(batch, columns), code["empty"], 0).astype(np.int8)
-            if prefix is not None:  # (a reason for now: the rows that are not also a full copy or a duplicate)
-                reason[(reason == 0) & np.isin(text_hashes(batch, columns, prefix), starts)] = code[
-                    "evaluation_truncated"
-                ]
+            folded = fold_columns(batch, columns)
+            hashes.append(folded_hashes(folded))
+            # (reasons for now, of the rows that are not also a full copy or a duplicate: decided below)
+            found = ngrams.find(joined(folded))
+            reason = np.zeros(len(batch), np.int8)
+            reason[found == CONTAINED] = code["evaluation_contained"]
+            reason[found == SHARED] = code["evaluation_shared"]
+            if prefix is not None:
+                reason[np.isin(folded_hashes(folded, prefix), starts)] = code["evaluation_truncated"]
+            reason[empty_texts(batch, columns)] = code["empty"]
             reasons.append(reason)
             lines += int(batch["text"].str.contains("\n", regex=False).sum())
             read += len(batch)
@@ -146,7 +154,9 @@ def _reasons(
     hashed, reason = np.concatenate(hashes), np.concatenate(reasons)
     first = np.zeros(len(hashed), bool)
     first[np.unique(hashed, return_index=True)[1]] = True
-    open_ = (reason == 0) | (reason == code["evaluation_truncated"])
+    open_ = (reason == 0) | np.isin(
+        reason, [code[name] for name in ("evaluation_truncated", "evaluation_shared", "evaluation_contained")]
+    )
     reason[open_ & ~first] = code["duplicate"]
     reason[open_ & first & np.isin(hashed, evaluation)] = code["evaluation"]
     labelled = text_hashes(read_split(data_dir, "train"), columns)
@@ -154,7 +164,7 @@ def _reasons(
     kept = np.flatnonzero(reason == 0)
     if cap is not None and len(kept) > cap:
         reason[np.sort(rng.choice(kept, len(kept) - cap, replace=False))] = code["over_max_rows"]
-    return reason, hashed, counts
+    return reason, hashed, counts, ngrams.describe()
 
 
 def _write(path: Path, readers, reason: np.ndarray, hashed: np.ndarray, draw: np.ndarray, first_id: int, columns):
