@@ -9,13 +9,15 @@ turn: behind a source line, inside a quotation, before a credit line, inside ano
 label, its first half before other text, two of them one after the other. Each side is pass 1 of the ``transfer``
 job, reading the file in batches through kdpipe's readers (``kdpipe.data.text_readers``) with the smallest
 max_length of config.yaml's models (96: a 94-character prefix): the new side is ``kdpipe.data.transfer._reasons``;
-the old side is the same function as it was before the words rule (kept below, unchanged but for its name). Each
-runs in a fresh Python process of its own, for its wall time and its peak resident memory (``VmHWM``; the memory
-before the pass, after the imports, is given too).
+the old side is that function as it was before the words rule (``_old_reasons`` below: the same steps, without the
+log line and the name given to a source listed twice). Each runs in a fresh Python process of its own, for its wall
+time, its CPU time (less sensitive than the wall time to other work on the machine) and its peak resident memory
+(``VmHWM``, from the pass's start; the resident memory before the pass, after the imports, is given too).
 
-Checks: every planted row is dropped by the new side; each new drop of a generated (not planted) row is explained
-(a sample of those rows, and of the rows kept, is checked against a plain Python reading of the rule: lower-cased
-words, 13-word tuples).
+Checks: every planted row is dropped by the new side; a sample of the generated (not planted) rows that the words
+rule dropped, and of those it kept, is read again by a plain Python version of the rule (lower-cased words of the
+folded text, 13-word tuples), which must agree; and how many training sentences of 13 words or more share a 13-gram
+with a validation or test article (the generated rows are made of them).
 
     nice .venv/bin/python benchmarks/decontamination.py                          # 10^6 rows, 1,000 planted
     .venv/bin/python benchmarks/decontamination.py --rows 20000 --planted 70     # a smoke test (about a minute)
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -80,7 +83,8 @@ def main() -> None:
             if result.returncode:
                 sys.exit(f"the {side} side failed:\n{result.stderr[-3000:]}")
             sides[side] = json.loads(result.stdout.strip().splitlines()[-1]) | {"reason": np.load(out)}
-            print(f"{side}: {sides[side]['seconds']:.1f} s, peak {sides[side]['peak_mb']:,.0f} MB", file=sys.stderr)
+            done = sides[side]
+            print(f"{side}: {done['seconds']:.1f} s ({done['cpu_seconds']:.1f} s CPU), peak {done['peak_mb']:,.0f} MB")
         checked = check(splits, tmp / "transfer.parquet", planted, sides["new"], args)
     old, new = sides["old"], sides["new"]
     fields = {
@@ -92,6 +96,8 @@ def main() -> None:
         "old": summary(old, planted, OLD_REASONS),
         "new": summary(new, planted, NEW_REASONS),
         "time_ratio_new_to_old": round(new["seconds"] / old["seconds"], 3),
+        "cpu_time_ratio_new_to_old": round(new["cpu_seconds"] / old["cpu_seconds"], 3),
+        "load_average": list(os.getloadavg()),
         "peak_ratio_new_to_old": round(new["peak_mb"] / old["peak_mb"], 3),
         "checked": checked,
     }
@@ -185,6 +191,7 @@ def summary(side: dict, planted: np.ndarray, reasons: tuple[str, ...]) -> dict:
     by_kind = {kind: int((reason[planted == i] != 0).sum()) for i, kind in enumerate(KINDS) if (planted == i).any()}
     return {
         "seconds": round(side["seconds"], 1),
+        "cpu_seconds": round(side["cpu_seconds"], 1),
         "peak_mb": round(side["peak_mb"], 1),
         "before_mb": round(side["before_mb"], 1),
         "planted_dropped": int((reason[planted >= 0] != 0).sum()),
@@ -200,15 +207,19 @@ def table(fields: dict) -> None:
     old, new = fields["old"], fields["new"]
     planted = fields["planted"]
     print(f"\n{fields['rows']:,} transfer rows ({planted:,} planted), {fields['evaluation_texts']} evaluation texts\n")
-    print("| filter | wall s | peak resident MB (before the pass) | planted rows dropped | generated rows dropped |")
-    print("| --- | ---: | ---: | ---: | --- |")
+    print("| filter | wall s | CPU s | peak resident MB (before the pass) | planted dropped | generated dropped |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
     for name, side in (("whole texts and prefixes (old)", old), ("words rule (new)", new)):
         drops = ", ".join(f"{k} {v:,}" for k, v in side["generated_dropped"].items() if v) or "none"
         print(
-            f"| {name} | {side['seconds']:,.1f} | {side['peak_mb']:,.0f} ({side['before_mb']:,.0f}) | "
+            f"| {name} | {side['seconds']:,.1f} | {side['cpu_seconds']:,.1f} | {side['peak_mb']:,.0f} "
+            f"({side['before_mb']:,.0f}) | "
             f"{side['planted_dropped']:,} of {planted:,} | {drops} |"
         )
-    print(f"\nnew / old: time {fields['time_ratio_new_to_old']}x, peak memory {fields['peak_ratio_new_to_old']}x")
+    print(
+        f"\nnew / old: wall time {fields['time_ratio_new_to_old']}x, CPU time {fields['cpu_time_ratio_new_to_old']}x, "
+        f"peak memory {fields['peak_ratio_new_to_old']}x; load average at the end {fields['load_average']}"
+    )
     print("planted rows dropped by kind (old / new):")
     for kind in new["planted_dropped_by_kind"]:
         print(f"  {kind}: {old['planted_dropped_by_kind'][kind]} / {new['planted_dropped_by_kind'][kind]}")
@@ -229,14 +240,15 @@ def child(args) -> None:
     rng = np.random.default_rng(7)
     before = _status("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak resident memory starts again from here
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     if args.child == "new":
         reason = _reasons(readers, Path(args.data), ["text"], prefix, None, rng)[0]
     else:
         reason = _old_reasons(readers, Path(args.data), ["text"], prefix, None, rng)[0]
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     np.save(args.reasons, reason)
-    print(json.dumps({"seconds": seconds, "peak_mb": _status("VmHWM") / 1024, "before_mb": before / 1024}))
+    peak = _status("VmHWM") / 1024
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak, "before_mb": before / 1024}))
 
 
 def _status(field: str) -> int:
