@@ -6,13 +6,14 @@ The evaluation texts are the default run's (config.yaml: BBC News, validation 10
 articles). The transfer file holds ``--rows`` rows made of BBC News training-split sentences, shuffled and re-joined
 (3 to 7 sentences a row, seeded), of which ``--planted`` are validation or test articles planted in seven ways, in
 turn: behind a source line, inside a quotation, before a credit line, inside another row, in capitals behind a
-label, its first half before other text, two of them one after the other. Each side is pass 1 of the ``transfer``
-job, reading the file in batches through kdpipe's readers (``kdpipe.data.text_readers``) with the smallest
-max_length of config.yaml's models (96: a 94-character prefix): the new side is ``kdpipe.data.transfer._reasons``;
-the old side is that function as it was before the words rule (``_old_reasons`` below: the same steps, without the
-log line and the name given to a source listed twice). Each runs in a fresh Python process of its own, for its wall
-time, its CPU time (less sensitive than the wall time to other work on the machine) and its peak resident memory
-(``VmHWM``, from the pass's start; the resident memory before the pass, after the imports, is given too).
+label, its first half before other text, two of them one after the other (each kind takes the articles in a
+shuffled order of its own, so no planted row repeats another). Each side is pass 1 of the ``transfer`` job, reading
+the file in batches through kdpipe's readers (``kdpipe.data.text_readers``) with the smallest max_length of
+config.yaml's models (96: a 94-character prefix): the new side is ``kdpipe.data.transfer._reasons``; the old side is
+that function as it was before the words rule (``_old_reasons`` below: the same steps, without the log line and the
+name given to a source listed twice). Each runs in a fresh Python process of its own, for its wall time, its CPU
+time (less sensitive than the wall time to other work on the machine) and its peak resident memory (``VmHWM``, from
+the pass's start; the resident memory before the pass, after the imports, is given too).
 
 Checks: every planted row is dropped by the new side; a sample of the generated (not planted) rows that the words
 rule dropped, and of those it kept, is read again by a plain Python version of the rule (lower-cased words of the
@@ -120,13 +121,15 @@ def generate(splits: dict, args, path: Path) -> np.ndarray:
     kinds = np.full(args.rows, -1, np.int8)
     where = rng.choice(args.rows, args.planted, replace=False)
     kinds[where] = np.arange(args.planted) % len(KINDS)
+    # each kind plants its articles in a shuffled order, so no planted row repeats another (up to 637 of a kind)
+    orders = {kind: iter(np.resize(rng.permutation(len(evaluated)), args.planted)) for kind in range(len(KINDS))}
     writer, chunk = None, 65_536
     for start in range(0, args.rows, chunk):
         texts = []
         for kind in kinds[start : start + chunk]:
             row = " ".join(sentences[rng.integers(0, len(sentences), rng.integers(3, 8))])
             if kind >= 0:
-                row = plant(int(kind), evaluated[rng.integers(len(evaluated))], row, evaluated, rng)
+                row = plant(int(kind), evaluated[next(orders[int(kind)])], row, evaluated, rng)
             texts.append(row)
         table = pa.table({"text": texts, "planted": kinds[start : start + chunk]})
         writer = writer or pq.ParquetWriter(path, table.schema)
@@ -188,7 +191,12 @@ def check(splits: dict, path: Path, planted: np.ndarray, new: dict, args) -> dic
 
 def summary(side: dict, planted: np.ndarray, reasons: tuple[str, ...]) -> dict:
     reason = side["reason"]
-    by_kind = {kind: int((reason[planted == i] != 0).sum()) for i, kind in enumerate(KINDS) if (planted == i).any()}
+    by_kind = {
+        kind: {name: int((reason[planted == i] == code).sum()) for code, name in enumerate(reasons, start=1)}
+        for i, kind in enumerate(KINDS)
+        if (planted == i).any()
+    }
+    by_kind = {kind: {name: n for name, n in counts.items() if n} for kind, counts in by_kind.items()}
     return {
         "seconds": round(side["seconds"], 1),
         "cpu_seconds": round(side["cpu_seconds"], 1),
@@ -220,7 +228,7 @@ def table(fields: dict) -> None:
         f"\nnew / old: wall time {fields['time_ratio_new_to_old']}x, CPU time {fields['cpu_time_ratio_new_to_old']}x, "
         f"peak memory {fields['peak_ratio_new_to_old']}x; load average at the end {fields['load_average']}"
     )
-    print("planted rows dropped by kind (old / new):")
+    print("planted rows dropped by kind, by reason (old / new):")
     for kind in new["planted_dropped_by_kind"]:
         print(f"  {kind}: {old['planted_dropped_by_kind'][kind]} / {new['planted_dropped_by_kind'][kind]}")
     print(f"plain Python check of the words rule's sample: {fields['checked']}")
