@@ -11,9 +11,10 @@ shuffled order of its own, so no planted row repeats another). Each side is pass
 the file in batches through kdpipe's readers (``kdpipe.data.text_readers``) with the smallest max_length of
 config.yaml's models (96: a 94-character prefix): the new side is ``kdpipe.data.transfer._reasons``; the old side is
 that function as it was before the words rule (``_old_reasons`` below: the same steps, without the log line and the
-name given to a source listed twice). Each runs in a fresh Python process of its own, for its wall time, its CPU
-time (less sensitive than the wall time to other work on the machine) and its peak resident memory (``VmHWM``, from
-the pass's start; the resident memory before the pass, after the imports, is given too).
+name given to a source listed twice). Each runs in a fresh Python process of its own (Arrow allocating with the C
+library's malloc, as in a job started from the command line), for its wall time, its CPU time (less sensitive than
+the wall time to other work on the machine) and its peak resident memory (``VmHWM``, from the pass's start; the
+resident memory before the pass, after the imports, is given too).
 
 Checks: every planted row is dropped by the new side; a sample of the generated (not planted) rows that the words
 rule dropped, and of those it kept, is read again by a plain Python version of the rule (lower-cased words of the
@@ -238,10 +239,12 @@ def table(fields: dict) -> None:
 
 
 def child(args) -> None:
+    from kdpipe.core.memory import use_system_allocator
     from kdpipe.data.folding import copy_prefix
     from kdpipe.data.text_readers import text_readers
     from kdpipe.data.transfer import _reasons
 
+    use_system_allocator()  # as a job started from the command line does (kdpipe.cli)
     params = {"text_column": "text", "format": "auto", "encoding": "utf-8"}
     readers = text_readers(args.file, params, "dataset.transfer")
     prefix = copy_prefix(args.max_length, False)
