@@ -9,8 +9,9 @@ their texts to ``unlabelled.parquet``). The ``transfer`` stage writes them as a 
 passes read it like any split.
 
 Rows are read in batches and written in batches, in two passes over the sources, so memory is flat in N beyond
-an 8-byte hash and a reason per row (no text is held): pass 1 hashes every text, pass 2 writes the rows kept.
-Dropped, and counted in the manifest (``dropped``) and the log:
+an 8-byte hash and a reason per row (no text is held): pass 1 folds each batch once, hashes every text and tests it
+against the evaluation texts, pass 2 writes the rows kept. Dropped, and counted in the manifest (``dropped``) and
+the log, each row under the first reason that applies, in this order:
 - an empty or missing text (``empty``);
 - a text that repeats an earlier transfer row (``duplicate``);
 - a text equal to an evaluation text (``evaluation``): a validation or test text, or a row of a class held out by
@@ -20,6 +21,9 @@ Dropped, and counted in the manifest (``dropped``) and the log:
   (``evaluation_truncated``: a test text with a sentence appended): the same first
   :func:`kdpipe.data.folding.copy_prefix` folded characters, for the smallest ``max_length`` of any teacher or
   student (``params["max_length"]``, recorded as ``copy_prefix``);
+- a text that holds an evaluation text anywhere in it (docs/your-own-models-and-data.md, "Evaluation texts inside
+  other texts"; :mod:`kdpipe.data.contamination`): 13 consecutive words in common with one (``evaluation_shared``),
+  or the whole of one shorter than 13 words (``evaluation_contained``); the rule is recorded as ``contamination``;
 - a text equal to a labelled training text (``labelled``): that row is already in the student's data with its label;
 - rows beyond ``dataset.transfer_max_rows`` (``over_max_rows``), a seeded random choice.
 Texts are compared by a 64-bit hash of (text, text pair), folded as an uncased tokenizer reads them
@@ -204,5 +208,6 @@ def transfer_rows(frame: pd.DataFrame, fraction: float) -> pd.DataFrame:
 
 def _parquet_batches(path: Path, columns: list[str]) -> Iterator[pd.DataFrame]:
     """The withheld training rows (already validated by the prepare stage), with their row_ids."""
-    for batch in pq.ParquetFile(path).iter_batches(BATCH_ROWS, columns=["row_id", *columns]):
+    file = pq.ParquetFile(path, pre_buffer=False)  # (kdpipe.data.text_readers: memory flat in the row groups read)
+    for batch in file.iter_batches(BATCH_ROWS, columns=["row_id", *columns]):
         yield batch.to_pandas()
