@@ -1,6 +1,7 @@
 """Texts compared as a model reads them (docs/your-own-models-and-data.md, "When two texts are the same"): one folding
 for prepare's duplicate and conflict checks (kdpipe.data.prepare, kdpipe.data.conflicts) and for the leak filters of
-the transfer rows and an external OOD set (kdpipe.data.transfer, kdpipe.data.ood).
+the transfer rows and an external OOD set (kdpipe.data.transfer, kdpipe.data.ood), whole texts and the words of
+evaluation texts inside other texts alike (kdpipe.data.contamination).
 
 A text is folded the way an uncased (BERT-style WordPiece) tokenizer reads it: HTML entities decoded (``&amp;`` is
 ``&``, ``&#8217;`` is ``’``), typographic quotes made plain (``’`` is ``'``, ``“`` is ``"``), Unicode compatibility

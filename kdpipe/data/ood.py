@@ -3,9 +3,11 @@ one file, read like a transfer file (:mod:`kdpipe.data.text_readers`: only the t
 as a one-split dataset artifact ``results/ood/<dataset>/`` (``ood.parquet``, ``labels.json``, ``manifest.json``)
 that every evaluation job reads beside the dataset.
 
-Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a repeated one, and one equal, folded
+Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a repeated one, one equal, folded
 as an uncased tokenizer reads it (:func:`kdpipe.data.folding.text_hashes`), to any text of the dataset or of the
-transfer rows students learn from: such a row is not unseen.
+transfer rows students learn from (``dataset``), and one that holds a validation, test or held-out class's text
+anywhere in it (docs/your-own-models-and-data.md, "Evaluation texts inside other texts"; the transfer rows' rule,
+:mod:`kdpipe.data.contamination`: ``evaluation_shared``, ``evaluation_contained``): such a row is not unseen.
 """
 
 from __future__ import annotations

@@ -21,9 +21,10 @@ the log, each row under the first reason that applies, in this order:
   (``evaluation_truncated``: a test text with a sentence appended): the same first
   :func:`kdpipe.data.folding.copy_prefix` folded characters, for the smallest ``max_length`` of any teacher or
   student (``params["max_length"]``, recorded as ``copy_prefix``);
-- a text that holds an evaluation text anywhere in it (docs/your-own-models-and-data.md, "Evaluation texts inside
-  other texts"; :mod:`kdpipe.data.contamination`): 13 consecutive words in common with one (``evaluation_shared``),
-  or the whole of one shorter than 13 words (``evaluation_contained``); the rule is recorded as ``contamination``;
+- a text that holds an evaluation text anywhere in it (:mod:`kdpipe.data.contamination`;
+  docs/your-own-models-and-data.md, "Evaluation texts inside other texts"): 13 consecutive words in common with one
+  (``evaluation_shared``), or the whole of one shorter than 13 words (``evaluation_contained``); the rule is
+  recorded as ``contamination``;
 - a text equal to a labelled training text (``labelled``): that row is already in the student's data with its label;
 - rows beyond ``dataset.transfer_max_rows`` (``over_max_rows``), a seeded random choice.
 Texts are compared by a 64-bit hash of (text, text pair), folded as an uncased tokenizer reads them
