@@ -21,6 +21,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 
 from kdpipe.core.checksums import rebuild_hint, verify
 from kdpipe.core.store import ArtifactError, KdpipeError, read_json
+from kdpipe.models.backbones import refuse_pickle_weights
 
 BUILTINS = ("builtin:minilm-l6", "builtin:tiny-bert")
 
@@ -91,11 +92,14 @@ def refuse_own_code(source: str, auto: str = "AutoModelForSequenceClassification
 
 def _quiet_from_pretrained(fn, name: str, auto: str | None = None, **kwargs):
     """Call a ``from_pretrained`` and turn an unreachable hub / missing directory into a clear error; ``auto``: the
-    Auto class of a model (not a tokenizer), whose folder is first checked for code of its own
-    (:func:`refuse_own_code`). A checkpoint's own code is never run."""
+    Auto class of a model (not a tokenizer), whose folder is first checked for weights only in a pickle file
+    (:func:`kdpipe.models.backbones.refuse_pickle_weights`) and for code of its own (:func:`refuse_own_code`), and
+    whose weights are read from safetensors only. A checkpoint's own code is never run, and no pickle is read."""
     logging.getLogger("transformers").setLevel(logging.ERROR)
     if auto:
+        refuse_pickle_weights(name)
         refuse_own_code(name, auto)
+        kwargs["use_safetensors"] = True
     try:
         return fn(name, trust_remote_code=False, **kwargs)
     except (OSError, ValueError) as err:
