@@ -83,11 +83,12 @@ def floor_forward(model, member, rows, index, device) -> None:
 
 
 def parse(answer: str, words: dict[str, list[str]]) -> str | None:
-    """The class whose verbalizer the generated answer names first (whole words, any case), or None."""
+    """The class whose verbalizer the generated answer names first (at a word's start, any case: "Sports" names
+    sport), or None."""
     found = []
     for name, options in words.items():
         for word in options:
-            match = re.search(rf"\b{re.escape(word.lower())}\b", answer.lower())
+            match = re.search(rf"\b{re.escape(word.lower())}", answer.lower())
             if match:
                 found.append((match.start(), name))
     return min(found)[1] if found else None

@@ -1,6 +1,8 @@
-"""A prompted teacher's causal language model (docs/methods.md §7): imported once from a local model folder, a hub
-name or a GGUF file into a folder of safetensors weights, config and tokenizer (its chat template with it), with a
-manifest of checksums, written atomically; then loaded from that folder in seconds by every pass.
+"""A prompted teacher's causal language model (docs/methods.md §7), imported once as safetensors and loaded from there.
+
+The import reads a local model folder, a hub name or a GGUF file and writes a folder of safetensors weights, config
+and tokenizer (its chat template with it), with a manifest of checksums, atomically; every pass loads that folder
+in seconds.
 
 A GGUF file is read by transformers (with the ``gguf`` package), which dequantises its weights; transformers will
 not save a model it loaded from GGUF, so the weights are moved into the same class built from the config alone,

@@ -1,6 +1,8 @@
 """Where a prompted teacher's causal language model comes from, and whether it is one, told without torch or
-transformers (docs/methods.md §7): the plan checks a local model folder's ``config.json`` and a GGUF file's header
-when the DAG is built; :mod:`kdpipe.models.causal_lm` applies the same rule to the config transformers reads.
+transformers (docs/methods.md §7).
+
+The plan checks a local model folder's ``config.json`` and a GGUF file's header when the DAG is built;
+:mod:`kdpipe.models.causal_lm` applies the same rule to the config transformers reads.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""A prompted causal-LM teacher's pass over a split (docs/methods.md §7): every class's probability read from the
-log-probabilities of its verbalizers, never generated; a prompt ensemble (templates × verbalizer sets × draws of
-few-shot examples) as uncertainty; written as the ``logits`` and ``mc`` signals every method, router and
-evaluation reads, and every member's probabilities beside them.
+"""A prompted causal-LM teacher's pass over a split (docs/methods.md §7), written as the ``logits`` and ``mc`` signals.
+
+Every class's probability is read from the log-probabilities of its verbalizers, never generated; a prompt ensemble
+(templates × verbalizer sets × draws of few-shot examples) gives the uncertainty; the ``logits`` and ``mc`` signals
+are those every method, router and evaluation reads, and every member's probabilities are written beside them.
 
 **Fast passes.** Each member's prompt is cut into the prefix every row shares (the instruction, the few-shot
 examples, the chat template's header) and each row's own tokens. The prefix runs once per member and its key/value
