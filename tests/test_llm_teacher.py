@@ -463,6 +463,9 @@ def test_tokenizer_checks_name_the_verbalizer_and_the_template():
         r"prompt \(Conversation roles must alternate\); set chat: false",
     ):
         check_tokenizer({"model": "m", "templates": [TEMPLATE]}, broken, classes=CLASSES, pairs=False, where="t")
+    broken.chat_template = CHAT.replace("m['content']", "m['content'] | upper")
+    with pytest.raises(KdpipeError, match=r"the chat template does not keep the row's text as it is given"):
+        check_tokenizer({"model": "m", "templates": [TEMPLATE]}, broken, classes=CLASSES, pairs=False, where="t")
     with pytest.raises(KdpipeError, match=r"t\.chat: true, but the model's tokenizer has no chat template"):
         check_tokenizer(
             {"model": "m", "templates": [TEMPLATE], "chat": True},

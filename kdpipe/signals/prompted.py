@@ -764,19 +764,26 @@ def run_shard(
         write_part(result, tmp)
 
 
-def gather_members(params: dict, part_dirs: list[str | Path], out_dir: str | Path) -> dict:
+def write(params: dict, meta: dict, parts, out_dir: str | Path) -> dict:
     """``prompt.npy`` (every member's probabilities, rows first: float32 [N, K, C]) and ``prompt.json`` (kind
-    ``prompt``) in ``out_dir`` from the parts of every shard; returns the manifest."""
-    meta, parts = read_parts([Path(part) / "prompt" for part in part_dirs])
+    ``prompt``) in ``out_dir`` from the parts of every shard (``(rows, folder)`` of each, as
+    :func:`kdpipe.signals.parts.read_parts` gives them; the signal modules' ``write`` of the shard protocol);
+    returns the manifest."""
     out_dir = Path(out_dir)
     npy, manifest_file = (out_dir / name for name in PROMPT_FILES)
-    ensure_disk_space(
-        npy, 4 * meta["rows"] * len(meta["members"]) * len(meta["labels"]), "the prompt members", "free space"
-    )
+    size = 4 * meta["rows"] * len(meta["members"]) * len(meta["labels"])
+    ensure_disk_space(npy, size, "the prompt members", "free space")
     with atomic_path(npy) as tmp, open(tmp, "wb") as fh:
         np.save(fh, gather_array(parts, "members", meta["rows"]))
     manifest = make_manifest("prompt", config=params, split=params["split"], **meta)
     return write_manifest(manifest_file, manifest, [npy.name])
+
+
+def gather_members(params: dict, part_dirs: list[str | Path], out_dir: str | Path) -> dict:
+    """:func:`write` from the part folders of every shard (their ``prompt`` sub-folders)."""
+    meta, parts = read_parts([Path(part) / "prompt" for part in part_dirs])
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return write(params, meta, parts, out_dir)
 
 
 def read_members(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None = None):
