@@ -21,6 +21,7 @@ into ``prompt.npy``; :func:`run_pass` does all of it in one job.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -239,7 +240,9 @@ def prepare_members(
         middle, pair_space = _trailing_space(middle)
         suffix, answer_space = _trailing_space(suffix)
         gap = answer_space or answer_gap(suffix)
-        verbalizers, owners = _verbalizer_ids(tokenizer, words, classes, gap, where, spec)
+        several = len(settings["verbalizers"]) > 1
+        at_words = f"{where}.verbalizers" + (f"[{spec['verbalizers']}]" if several else "")
+        verbalizers, owners = _verbalizer_ids(tokenizer, words, classes, gap, at_words)
         prepared.append(
             Member(
                 name=spec["name"],
@@ -258,8 +261,8 @@ def prepare_members(
     return prepared
 
 
-def _verbalizer_ids(tokenizer, words, classes, gap: str, where: str, spec: dict):
-    at = f"{where}.verbalizers" + (f"[{spec['verbalizers']}]" if spec["verbalizers"] else "")
+def _verbalizer_ids(tokenizer, words, classes, gap: str, at: str):
+    """Every verbalizer's ids (after the prompt's white space ``gap``) and its class; ``at``: the config key."""
     seen: dict[tuple[int, ...], tuple[str, str]] = {}
     verbalizers, owners = [], []
     for c, name in enumerate(classes):
@@ -269,10 +272,14 @@ def _verbalizer_ids(tokenizer, words, classes, gap: str, where: str, spec: dict)
                 raise KdpipeError(f"{at}.{name}: {word!r} tokenises to nothing")
             if ids in seen:
                 other_class, other_word = seen[ids]
-                same = "class" if other_class == name else "classes"
+                why = (
+                    "so that class's probability would count them twice; drop one"
+                    if other_class == name
+                    else "so the two classes cannot be told apart; drop one or name another word"
+                )
                 raise KdpipeError(
                     f"{at}: {other_word!r} ({other_class}) and {word!r} ({name}) tokenise to the same ids {list(ids)}, "
-                    f"so the {same} cannot tell them apart; drop one or name another word"
+                    + why
                 )
             seen[ids] = (name, word)
             verbalizers.append(list(ids))
@@ -327,7 +334,10 @@ class _Flat:
         lengths = np.concatenate([np.zeros(0, np.int64), *self.lengths])
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return Ragged(np.concatenate([np.zeros(0, np.int64), *self.values]), offsets)
+        values = np.concatenate([np.zeros(0, np.int64), *self.values])
+        if not len(values) or values.max() < 2**31:  # (int32 holds every vocabulary: half the memory)
+            values = values.astype(np.int32)
+        return Ragged(values, offsets)
 
 
 def encode_rows(tokenizer, texts, pairs, *, text_space: str, pair_space: str, max_length: int) -> RowTokens:
@@ -397,6 +407,10 @@ class _Verbalizers:
             classes,
         )
 
+    def to(self, device: torch.device) -> _Verbalizers:
+        """The same layout with its tensors on ``device`` (where the forward's log-probabilities are read)."""
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)})
+
 
 def _class_scores(verbalizer_scores: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
     """[B, C] the log-sum-exp of each class's verbalizer log-probabilities ([B, V])."""
@@ -410,7 +424,7 @@ def _prefix_cache(model, prefix: list[int], device: torch.device) -> list[tuple[
         return []
     ids = torch.tensor([prefix[:-1]], dtype=torch.long, device=device)
     with autocast(device):
-        cache = model(input_ids=ids, use_cache=True).past_key_values
+        cache = model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
@@ -447,14 +461,14 @@ def _forward_rows(model, kv, segments: list[np.ndarray], words: _Verbalizers, de
     ids = torch.full((rows, width + block), pad_id, dtype=torch.long)
     for b, seg in enumerate(segments):
         ids[b, width - len(seg) : width] = torch.from_numpy(seg)
-    ids[:, width:] = words.block
+    ids[:, width:] = words.block.cpu()
     columns = torch.arange(width)
     starts = width - lengths
     real = columns[None, :] >= starts[:, None]  # [B, W]: the row's own ids (left padding)
     positions = torch.cat(
         [
             prefix + (columns[None, :] - starts[:, None]).clamp(min=0),
-            prefix + lengths[:, None] + words.block_offset[None],
+            prefix + lengths[:, None] + words.block_offset.cpu()[None],
         ],
         dim=1,
     )
@@ -465,7 +479,7 @@ def _forward_rows(model, kv, segments: list[np.ndarray], words: _Verbalizers, de
         torch.tril(torch.ones(width, width, dtype=torch.bool))[None] & real[:, None, :]
     )
     allowed[:, width:, prefix : prefix + width] = real[:, None, :]
-    allowed[:, width:, prefix + width :] = words.block_mask[None]
+    allowed[:, width:, prefix + width :] = words.block_mask.cpu()[None]
     diagonal = torch.arange(queries)
     allowed[:, diagonal, prefix + diagonal] = True  # (a padding query sees itself: no row of the mask is empty)
     with autocast(device):
@@ -477,7 +491,7 @@ def _forward_rows(model, kv, segments: list[np.ndarray], words: _Verbalizers, de
             use_cache=True,
             logits_to_keep=block + 1,
         )
-    logp = torch.log_softmax(out.logits.float(), dim=-1).cpu()  # [B, block + 1, vocab]
+    logp = torch.log_softmax(out.logits.float(), dim=-1)  # [B, block + 1, vocab], on the device
     scores = logp[:, 0, words.first]
     if len(words.read_column):
         scores = scores.index_add(1, words.read_owner, logp[:, words.read_column, words.read_token])
@@ -521,7 +535,7 @@ def member_log_scores(
     forward (in chunks of at most :data:`MAX_BATCH_TOKENS` rows × keys)."""
     model.eval()
     out = np.zeros((len(rows.text), n_classes), dtype=np.float32)
-    words = _Verbalizers.of(member, n_classes)
+    words = _Verbalizers.of(member, n_classes).to(device)
     if len(batches.rows):
         _check_lengths(model, member, int(rows.lengths(member)[batches.rows].max()), where)
     kv = _prefix_cache(model, member.prefix, device)
@@ -537,7 +551,7 @@ def member_log_scores(
             for start in range(0, len(index), per_forward):
                 chunk = segments[start : start + per_forward]
                 scores = _forward_rows(model, kv, chunk, words, device, pad_id)
-                out[index[start : start + per_forward]] = _class_scores(scores, words.classes).numpy()
+                out[index[start : start + per_forward]] = _class_scores(scores, words.classes).cpu().numpy()
             bar.update(len(index))
     return out
 
