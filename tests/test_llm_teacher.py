@@ -26,6 +26,7 @@ from kdpipe.signals.prompted import (
     check_tokenizer,
     encode_rows,
     ensemble_signals,
+    gather_members,
     member_log_scores,
     naive_log_scores,
     prepare_members,
@@ -384,7 +385,8 @@ def test_the_ensemble_writes_logits_and_mc_as_every_method_reads_them(imported, 
         run_shard(params, imported, tiny_data, f"{k}-of-2", part)
     for signal in ("logits", "mc"):
         gather(signal, params, parts, tmp_path / "sharded")
-    for name in ("logits.parquet", "mc.npy", "mc.parquet"):
+    gather_members(params, parts, tmp_path / "sharded")
+    for name in ("logits.parquet", "mc.npy", "mc.parquet", "prompt.npy"):
         assert (tmp_path / "sharded" / name).read_bytes() == (tmp_path / "sig" / name).read_bytes(), name
 
 
