@@ -33,6 +33,7 @@ import torch
 from kdpipe.core import progress
 from kdpipe.core.checksums import verify, write_manifest
 from kdpipe.core.device import autocast, pick_device
+from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import (
     ArtifactError,
     KdpipeError,
@@ -674,19 +675,26 @@ def score_split(
     prepared = prepare_members(settings, tokenizer, classes, pairs=pairs, shots_frame=shots_frame, where=where)
     device = device or pick_device()
     model = load_causal_lm(model_dir, device, check=False)
-    texts, text_pairs = frame["text"], (frame["text_pair"] if pairs else None)
-    encoded: dict[tuple[str, str], RowTokens] = {}
+    encoded = {  # the rows tokenised once for each way a member's prompt leads into the text (usually one)
+        key: encode_rows(
+            tokenizer,
+            frame["text"],
+            frame["text_pair"] if pairs else None,
+            text_space=key[0],
+            pair_space=key[1],
+            max_length=settings["max_length"],
+        )
+        for key in dict.fromkeys((m.text_space, m.pair_space) for m in prepared)
+    }
+    row_ids = frame["row_id"].to_numpy()
+    del frame, shots_frame  # (the texts, once tokenised: memory flat in N)
+    release_freed_memory()
 
     def rows_of(member):
-        key = (member.text_space, member.pair_space)
-        if key not in encoded:
-            encoded[key] = encode_rows(
-                tokenizer, texts, text_pairs, text_space=key[0], pair_space=key[1], max_length=settings["max_length"]
-            )
-        return encoded[key]
+        return encoded[(member.text_space, member.pair_space)]
 
     batches = shard_batches(inference_batches(rows_of(prepared[0]).lengths(prepared[0]), params["batch_size"]), shard)
-    log_probs = np.zeros((len(prepared), len(frame), len(classes)), dtype=np.float32)
+    log_probs = np.zeros((len(prepared), len(row_ids), len(classes)), dtype=np.float32)
     content_free = np.zeros((len(prepared), len(classes))) if settings["calibrate"] else None
     for k, member in enumerate(prepared):
         scores = member_log_scores(
@@ -718,7 +726,7 @@ def score_split(
         settings=settings,
         classes=classes,
         member_names=[m.name for m in prepared],
-        row_ids=frame["row_id"].to_numpy(),
+        row_ids=row_ids,
         rows=shard_rows(list(batches)),
         log_probs=log_probs,
         shots={m.name: m.shot_rows for m in prepared},
