@@ -53,7 +53,11 @@ def _source(backbone: str) -> str:
 
 
 # What kdpipe loads a model folder as, by the Auto class it calls (see refuse_own_code)
-TASKS = {"AutoModelForSequenceClassification": "sequence classifier", "AutoModel": "encoder"}
+TASKS = {
+    "AutoModelForSequenceClassification": "sequence classifier",
+    "AutoModel": "encoder",
+    "AutoModelForCausalLM": "causal language model",  # a prompted teacher's (kdpipe.models.causal_lm)
+}
 OWN_CODE = "kdpipe does not run a checkpoint's own code (trust_remote_code is off)"
 
 
@@ -77,6 +81,7 @@ def refuse_own_code(source: str, auto: str = "AutoModelForSequenceClassification
     provided = {
         "AutoModelForSequenceClassification": modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
         "AutoModel": modeling_auto.MODEL_MAPPING_NAMES,
+        "AutoModelForCausalLM": modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
     }[auto]
     if model_type in provided:
         return
