@@ -384,7 +384,7 @@ def test_the_ensemble_writes_logits_and_mc_as_every_method_reads_them(imported, 
     for k, part in enumerate(parts, 1):
         run_shard(params, imported, tiny_data, f"{k}-of-2", part)
     for signal in ("logits", "mc"):
-        gather(signal, params, parts, tmp_path / "sharded")
+        gather({**params, "signal": signal}, parts, tmp_path / "sharded")
     gather_members(params, parts, tmp_path / "sharded")
     for name in ("logits.parquet", "mc.npy", "mc.parquet", "prompt.npy"):
         assert (tmp_path / "sharded" / name).read_bytes() == (tmp_path / "sig" / name).read_bytes(), name

@@ -844,6 +844,6 @@ def run_pass(
     with scratch_folder(out_dir / "pass") as tmp:
         part = tmp / "part"
         run_shard(params, model_dir, data_dir, "1-of-1", part, shots_dir=shots_dir, where=where)
-        manifests = {signal: gather(signal, params, [part], out_dir) for signal in ("logits", "mc")}
+        manifests = {signal: gather({**params, "signal": signal}, [part], out_dir) for signal in ("logits", "mc")}
         manifests["prompt"] = gather_members(params, [part], out_dir)
     return manifests
