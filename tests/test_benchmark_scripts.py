@@ -95,6 +95,56 @@ def test_glue_rows_a_bad_row_is_named(tmp_path, row, message):
     assert not out.exists()
 
 
+def _sst2_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "glue" / "SST-2"
+    folder.mkdir(parents=True)
+    (folder / "train.tsv").write_text("sentence\tlabel\na fine film \t1\na dull one \t0\n")
+    (folder / "dev.tsv").write_text("sentence\tlabel\nit 's good .\t1\n")
+    (folder / "test.tsv").write_text('index\tsentence\n0\tbad , " bad .\n1\twell made .\n2\tso - so .\n')
+    return folder
+
+
+def test_sst2_test_labels_come_from_a_labelled_copy_of_the_test_set(tmp_path):
+    _sst2_folder(tmp_path)
+    labelled = tmp_path / "test-labeled.tsv"
+    labelled.write_text('sentence\tlabel\nbad , " bad .\t0\nwell made .\t1\nso - so .\tnegative\n')
+    out = tmp_path / "out"
+    result = run_script(
+        "public_data.py", "sst2", "--glue-dir", tmp_path / "glue", "--test-labels", labelled, "--out", out
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = datasets.load_from_disk(str(out))
+    assert loaded["test"]["label"] == [0, 1, 0]  # GLUE's -1 replaced, a label by its id or by its name
+    assert loaded["test"]["sentence"] == ['bad , " bad .', "well made .", "so - so ."]
+    # the labelled validation rows, then the test rows: one split a config can test on
+    assert loaded["validation_test"]["sentence"] == ["it 's good .", 'bad , " bad .', "well made .", "so - so ."]
+    assert loaded["validation_test"]["label"] == [1, 0, 1, 0]
+    assert loaded["validation"]["label"] == [1] and loaded["train"]["label"] == [1, 0]
+    assert "test labels from" in (out / "source.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ('bad , " bad .\t0\nwell made .\t1\n', "2 rows, GLUE's sst2 test set 3"),
+        ('bad , " bad .\t0\nwell done .\t1\nso - so .\t0\n', "data row 2: sentence 'well done .' is not GLUE's"),
+        ('bad , " bad .\t0\nwell made .\t7\nso - so .\t0\n', "data row 2: label '7' is not one of negative"),
+    ],
+)
+def test_sst2_test_labels_refuse_a_file_that_is_not_the_test_set(tmp_path, rows, message):
+    _sst2_folder(tmp_path)
+    labelled = tmp_path / "test-labeled.tsv"
+    labelled.write_text("sentence\tlabel\n" + rows)
+    out = tmp_path / "out"
+    result = run_script(
+        "public_data.py", "sst2", "--glue-dir", tmp_path / "glue", "--test-labels", labelled, "--out", out
+    )
+    assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()
+    on_hub = run_script("public_data.py", "sst2", "--hub", "--test-labels", labelled, "--out", out)
+    assert on_hub.returncode != 0 and "--test-labels is for GLUE tasks read from --glue-dir" in on_hub.stderr
+
+
 def test_20newsgroups_from_a_bydate_copy_is_cleaned_as_scikit_learn_cleans_it(tmp_path):
     for split in ("train", "test"):
         for topic in ("sci.space", "alt.atheism"):
