@@ -608,6 +608,32 @@ def test_compare_takes_the_teacher_seeds_of_an_experiment_from_several_results_f
         compare.main(["--results", *map(str, folders), *base])
 
 
+def test_power_projects_a_claim_over_more_teacher_seeds(tmp_path, capsys):
+    """The three runs of the test above: A - B is +5, 0 and +10 points under teacher seeds 0-2, so the top level's
+    part of the variance is 25 / 3 points² (se 2.89) and the rows add nothing. With T teacher seeds the standard error
+    is sqrt(25 / T), with T - 1 degrees of freedom: T = 3 detects (4.303 + 1.061) · 2.887 = 15.5 points, T = 12
+    (2.201 + 0.876) · 1.443 = 4.4; a match within 5 is confirmable at T = 12 ((1.796 + 1.363) · 1.443 = 4.6), not
+    at T = 3 ((2.920 + 1.886) · 2.887 = 13.9)."""
+    power = _load_script("power.py")
+    texts, ids = [f"review {i}" for i in range(200)], list(range(200))
+    folders = [tmp_path / f"t{k}" / "results" for k in range(3)]
+    for folder, extra in zip(folders, ([*range(140, 150)], [], [*range(150, 170)])):
+        _run_with_texts(folder, ids, texts, {"a": [*range(140), *extra], "b": range(140)})
+    power.main(["--results", *map(str, folders), "--models", "a", "b", "--claim", "a beats b",
+                "--claim", "a matches b within 5", "--teacher-seeds", "3", "12"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("200 test rows; designs over teacher seeds")
+    lines = [line for line in out.splitlines() if line.startswith("| a ")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    assert [c[0] for c in cells] == ["a beats b", "a beats b", "a matches b within 5", "a matches b within 5"]
+    assert cells[0][1:5] == ["+5.0", "2.89", "2.89 (3)", "0.00"]
+    assert [float(c[6]) for c in cells] == pytest.approx([15.5, 4.4, 13.9, 4.6], abs=0.05)
+    # a plain "beats" is read against the observed difference (5 points): reached by 12 teacher seeds, not 3
+    assert [c[7] for c in cells] == ["no (5.0)", "yes (5.0)", "no (5.0)", "yes (5.0)"]
+    with pytest.raises(SystemExit, match="at least 2 each"):
+        power.main(["--results", str(folders[0]), "--models", "a", "b", "--teacher-seeds", "1"])
+
+
 def test_compare_draws_clusters_of_rows(tmp_path, capsys):
     """QNLI-like pairs: 100 questions of 2 rows each, a right on both rows of 70 questions, b on none. Drawn by
     question, the interval of A - B is that of 100 outcomes, sd sqrt(0.7 * 0.3 / 100) = 4.58 points with 99 degrees
