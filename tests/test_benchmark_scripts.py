@@ -132,6 +132,56 @@ def test_glue_files_with_another_header_or_no_rows_are_refused_in_one_line(tmp_p
     assert not out.exists()
 
 
+def _sst2_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "glue" / "SST-2"
+    folder.mkdir(parents=True)
+    (folder / "train.tsv").write_text("sentence\tlabel\na fine film \t1\na dull one \t0\n")
+    (folder / "dev.tsv").write_text("sentence\tlabel\nit 's good .\t1\n")
+    (folder / "test.tsv").write_text('index\tsentence\n0\tbad , " bad .\n1\twell made .\n2\tso - so .\n')
+    return folder
+
+
+def test_sst2_test_labels_come_from_a_labelled_copy_of_the_test_set(tmp_path):
+    _sst2_folder(tmp_path)
+    labelled = tmp_path / "test-labeled.tsv"
+    labelled.write_text('sentence\tlabel\nbad , " bad .\t0\nwell made .\t1\nso - so .\tnegative\n')
+    out = tmp_path / "out"
+    result = run_script(
+        "public_data.py", "sst2", "--glue-dir", tmp_path / "glue", "--test-labels", labelled, "--out", out
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = datasets.load_from_disk(str(out))
+    assert loaded["test"]["label"] == [0, 1, 0]  # GLUE's -1 replaced, a label by its id or by its name
+    assert loaded["test"]["sentence"] == ['bad , " bad .', "well made .", "so - so ."]
+    # the labelled validation rows, then the test rows: one split a config can test on
+    assert loaded["validation_test"]["sentence"] == ["it 's good .", 'bad , " bad .', "well made .", "so - so ."]
+    assert loaded["validation_test"]["label"] == [1, 0, 1, 0]
+    assert loaded["validation"]["label"] == [1] and loaded["train"]["label"] == [1, 0]
+    assert "test labels from" in (out / "source.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ('bad , " bad .\t0\nwell made .\t1\n', "2 rows, GLUE's sst2 test set 3"),
+        ('bad , " bad .\t0\nwell done .\t1\nso - so .\t0\n', "data row 2: sentence 'well done .' is not GLUE's"),
+        ('bad , " bad .\t0\nwell made .\t7\nso - so .\t0\n', "data row 2: label '7' is not one of negative"),
+    ],
+)
+def test_sst2_test_labels_refuse_a_file_that_is_not_the_test_set(tmp_path, rows, message):
+    _sst2_folder(tmp_path)
+    labelled = tmp_path / "test-labeled.tsv"
+    labelled.write_text("sentence\tlabel\n" + rows)
+    out = tmp_path / "out"
+    result = run_script(
+        "public_data.py", "sst2", "--glue-dir", tmp_path / "glue", "--test-labels", labelled, "--out", out
+    )
+    assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()
+    on_hub = run_script("public_data.py", "sst2", "--hub", "--test-labels", labelled, "--out", out)
+    assert on_hub.returncode != 0 and "--test-labels is for GLUE tasks read from --glue-dir" in on_hub.stderr
+
+
 def test_20newsgroups_from_a_bydate_copy_is_cleaned_as_scikit_learn_cleans_it(tmp_path):
     for split in ("train", "test"):
         for topic in ("sci.space", "alt.atheism"):
@@ -593,6 +643,32 @@ def test_compare_takes_the_teacher_seeds_of_an_experiment_from_several_results_f
     pd.read_parquet(data).assign(text=lambda t: t["text"] + " (another split)").to_parquet(data)
     with pytest.raises(SystemExit, match=re.escape(f"{folders[2]}: its test split is not that of {folders[0]}")):
         compare.main(["--results", *map(str, folders), *base])
+
+
+def test_power_projects_a_claim_over_more_teacher_seeds(tmp_path, capsys):
+    """The three runs of the test above: A - B is +5, 0 and +10 points under teacher seeds 0-2, so the top level's
+    part of the variance is 25 / 3 points² (se 2.89) and the rows add nothing. With T teacher seeds the standard error
+    is sqrt(25 / T), with T - 1 degrees of freedom: T = 3 detects (4.303 + 1.061) · 2.887 = 15.5 points, T = 12
+    (2.201 + 0.876) · 1.443 = 4.4; a match within 5 is confirmable at T = 12 ((1.796 + 1.363) · 1.443 = 4.6), not
+    at T = 3 ((2.920 + 1.886) · 2.887 = 13.9)."""
+    power = _load_script("power.py")
+    texts, ids = [f"review {i}" for i in range(200)], list(range(200))
+    folders = [tmp_path / f"t{k}" / "results" for k in range(3)]
+    for folder, extra in zip(folders, ([*range(140, 150)], [], [*range(150, 170)])):
+        _run_with_texts(folder, ids, texts, {"a": [*range(140), *extra], "b": range(140)})
+    power.main(["--results", *map(str, folders), "--models", "a", "b", "--claim", "a beats b",
+                "--claim", "a matches b within 5", "--teacher-seeds", "3", "12"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.startswith("200 test rows; designs over teacher seeds")
+    lines = [line for line in out.splitlines() if line.startswith("| a ")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    assert [c[0] for c in cells] == ["a beats b", "a beats b", "a matches b within 5", "a matches b within 5"]
+    assert cells[0][1:5] == ["+5.0", "2.89", "2.89 (3)", "0.00"]
+    assert [float(c[6]) for c in cells] == pytest.approx([15.5, 4.4, 13.9, 4.6], abs=0.05)
+    # a plain "beats" is read against the observed difference (5 points): reached by 12 teacher seeds, not 3
+    assert [c[7] for c in cells] == ["no (5.0)", "yes (5.0)", "no (5.0)", "yes (5.0)"]
+    with pytest.raises(SystemExit, match="at least 2 each"):
+        power.main(["--results", str(folders[0]), "--models", "a", "b", "--teacher-seeds", "1"])
 
 
 def test_compare_draws_clusters_of_rows(tmp_path, capsys):

@@ -27,6 +27,13 @@ dvd, electronics, kitchen; 1,000 positive and 1,000 negative reviews each), read
 polarity are the test split (a fixed shuffle with seed 13), the rest train; ``--little kitchen=0.1`` keeps only that
 share of one domain's training reviews, for the little-data case (the test split stays whole).
 
+SST-2's test sentences with their labels (``sst2 --test-labels FILE``): GLUE hides the test labels, but a public
+copy of the Stanford Sentiment Treebank's labelled SST-2 test set (a ``.tsv`` of ``sentence`` and ``label``, one row
+per GLUE test sentence in GLUE's order, e.g. the ``test-labeled.tsv`` that copies of SST-2 carry) gives them. Each
+row's sentence must be GLUE's (a mismatch exits naming the row). The ``test`` split then has the labels, and the
+split ``validation_test`` holds GLUE's labelled validation sentences followed by them (872 + 1,821 rows), for a
+config that tests on both (``dataset.hf_splits: {test: validation_test, validation: null}``).
+
 An external OOD set (``texts``): one split's text column of a folder written above, as a Parquet file for
 ``evaluate.ood.source`` (``--rows N``: N rows of a fixed shuffle, seed 13), e.g. SST-2's validation sentences as
 far-OOD texts for a 20 Newsgroups run:
@@ -146,12 +153,48 @@ def glue_rows(task: str, folder: Path, split: str) -> dict[str, list]:
     return out
 
 
-def write_glue(task: str, glue_dir: Path | None, out: Path, splits: list[str] | None = None) -> None:
-    """GLUE ``task`` from ``glue_dir`` (None: the hub) as a ``save_to_disk`` folder; ``splits``: only these."""
+def label_test_rows(test: dict[str, list], path: Path, task: str) -> None:
+    """Fill in the labels of GLUE ``task``'s test rows (``test``, as :func:`glue_rows` gives them) from ``path``, a
+    labelled copy of its test set: a ``.tsv`` with the task's text columns and ``label``, one row per test row in
+    the same order. A row whose text is not the test row's, or whose label is not one of the task's, exits naming
+    the file and the row; so does a row count that differs."""
+    _, columns, names, _, _ = GLUE[task]
+    rows = read_tsv(path)
+    if len(rows) != len(test["label"]):
+        sys.exit(f"{path}: {len(rows)} rows, GLUE's {task} test set {len(test['label'])}")
+    missing = [column for column in [*columns, "label"] if rows and column not in rows[0]]
+    if missing:
+        sys.exit(f"{path}: no column {', '.join(missing)}; a labelled test set has {', '.join([*columns, 'label'])}")
+    for i, row in enumerate(rows):
+        where = f"{path}: data row {i + 1}"
+        for column in columns:
+            if row[column] != test[column][i]:
+                sys.exit(f"{where}: {column} {row[column]!r} is not GLUE's test row {i + 1}, {test[column][i]!r}")
+        label = row["label"]
+        if label in names:
+            test["label"][i] = names.index(label)
+        elif label is not None and label.isdigit() and int(label) < len(names):
+            test["label"][i] = int(label)
+        else:
+            sys.exit(f"{where}: label {label!r} is not one of {', '.join(names)} (or 0-{len(names) - 1})")
+
+
+def write_glue(
+    task: str,
+    glue_dir: Path | None,
+    out: Path,
+    splits: list[str] | None = None,
+    test_labels: Path | None = None,
+) -> None:
+    """GLUE ``task`` from ``glue_dir`` (None: the hub) as a ``save_to_disk`` folder; ``splits``: only these.
+    ``test_labels``: a labelled copy of the test set (:func:`label_test_rows`); the test split gets its labels and
+    the split ``validation_test`` is the validation rows followed by the test rows."""
     import datasets
 
     subfolder, columns, names, _, _ = GLUE[task]
     splits = splits or list(SPLITS)
+    if test_labels is not None and not {"validation", "test"} <= set(splits):
+        sys.exit("--test-labels writes the test split and validation_test: --splits must name validation and test")
     if glue_dir is None:
         loaded = datasets.load_dataset("nyu-mll/glue", task)
         loaded = datasets.DatasetDict({split: loaded[split] for split in splits})
@@ -170,10 +213,14 @@ def write_glue(task: str, glue_dir: Path | None, out: Path, splits: list[str] | 
                 f"{folder}: no {', '.join(missing)}; --glue-dir is the folder holding {subfolder}/ "
                 "(--splits names the splits to write, when a config reads only some)"
             )
+        rows = {split: glue_rows(task, folder, split) for split in splits}
+        if test_labels is not None:
+            label_test_rows(rows["test"], test_labels, task)
+            rows["validation_test"] = {key: rows["validation"][key] + rows["test"][key] for key in rows["test"]}
         loaded = datasets.DatasetDict(
-            {split: datasets.Dataset.from_dict(glue_rows(task, folder, split), features=features) for split in splits}
+            {split: datasets.Dataset.from_dict(split_rows, features=features) for split, split_rows in rows.items()}
         )
-    save(loaded, out, f"GLUE {task}")
+    save(loaded, out, f"GLUE {task}" + (f", test labels from {test_labels}" if test_labels else ""))
 
 
 def newsgroups_rows(split_dir: Path, tabs_are_newlines: bool = False) -> tuple[list[str], list[int], list[str]]:
@@ -314,6 +361,12 @@ def main(argv: list[str] | None = None) -> None:
         choices=list(SPLITS),
         help="GLUE tasks: write only these splits (default: train validation test)",
     )
+    parser.add_argument(
+        "--test-labels",
+        type=Path,
+        help="GLUE tasks with --glue-dir: a labelled copy of the test set (.tsv of the text columns and label, in "
+        "GLUE's test order), e.g. SST-2's public test-labeled.tsv; adds the split validation_test",
+    )
     parser.add_argument("--split", default="validation", help="texts: the split to read (default: validation)")
     parser.add_argument("--column", default="text", help="texts: the text column to read (default: text)")
     parser.add_argument("--rows", type=int, help="texts: keep this many rows of a fixed shuffle (default: all)")
@@ -333,6 +386,10 @@ def main(argv: list[str] | None = None) -> None:
     task = "glue" if args.task in GLUE else args.task
     if args.splits and task != "glue":
         parser.error(f"--splits is for GLUE tasks, not {args.task}")
+    if args.test_labels is not None and (task != "glue" or args.glue_dir is None):
+        parser.error("--test-labels is for GLUE tasks read from --glue-dir")
+    if args.test_labels is not None and not args.test_labels.is_file():
+        parser.error(f"--test-labels {args.test_labels}: no such file")
     given = next(flag for flags in SOURCES_OF.values() for flag in flags if getattr(args, flag))
     if given not in SOURCES_OF[task]:
         wanted = " or ".join(f"--{flag.replace('_', '-')}" for flag in SOURCES_OF[task])
@@ -352,7 +409,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.task == "20newsgroups":
         write_newsgroups(None if args.sklearn else args.bydate_dir, args.out, args.tabs_are_newlines)
     else:
-        write_glue(args.task, None if args.hub else args.glue_dir, args.out, args.splits)
+        write_glue(args.task, None if args.hub else args.glue_dir, args.out, args.splits, args.test_labels)
 
 
 if __name__ == "__main__":
