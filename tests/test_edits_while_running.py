@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -69,12 +68,12 @@ def run_with_an_edit(project: Path, env: dict, point: str) -> subprocess.Complet
     marker = project / f"paused-at-{point}"
     env = {**env, PAUSE_ENV: f"{point}@finetune-teacher={marker}"}
 
+    finished = threading.Event()
+
     def edit_when_paused():
-        deadline = time.time() + 600
         while not marker.exists():
-            if time.time() > deadline:
+            if finished.wait(0.05):  # the run ended without pausing there
                 return
-            time.sleep(0.05)
         loop = project / "kdpipe" / "training" / "loop.py"
         loop.write_text(loop.read_text() + EDIT)
         marker.unlink()
@@ -82,8 +81,9 @@ def run_with_an_edit(project: Path, env: dict, point: str) -> subprocess.Complet
     editor = threading.Thread(target=edit_when_paused)
     editor.start()
     try:
-        return snakemake(project, env, "--cache", "results/teachers/ta", configfile="teacher.yaml", check=False)
+        return snakemake(project, env, "results/teachers/ta", "--cache", configfile="teacher.yaml", check=False)
     finally:
+        finished.set()
         editor.join()
 
 
@@ -96,6 +96,7 @@ def test_an_edit_while_a_cached_teacher_starts(tmp_path, point, edited_code_made
     the unedited checkout trains its own teacher. Held after it, the job runs the unedited code to the end, and the
     second directory links that teacher: it was made by the code its key names."""
     cache = tmp_path / "cache"
+    cache.mkdir()
     first = copy_project(tmp_path / "first")
     (first / "teacher.yaml").write_text(CONFIG)
     result = run_with_an_edit(first, environment(first, cache), point)
@@ -112,7 +113,11 @@ def test_an_edit_while_a_cached_teacher_starts(tmp_path, point, edited_code_made
 
     second = copy_project(tmp_path / "second")  # the unedited checkout
     (second / "teacher.yaml").write_text(CONFIG)
-    snakemake(second, environment(second, cache), "--cache", "results/teachers/ta", configfile="teacher.yaml")
-    trained_here = (second / "results" / "logs" / "finetune_teacher" / "ta.log").exists()
+    snakemake(second, environment(second, cache), "results/teachers/ta", "--cache", configfile="teacher.yaml")
+    log = second / "results" / "logs" / "finetune_teacher" / "ta.log"
+    trained_here = log.exists() and "[kdpipe] finetune-teacher ta" in log.read_text()
     assert trained_here == edited_code_made_it
-    assert os.path.islink(second / "results" / "teachers" / "ta") != edited_code_made_it
+    weights = "results/teachers/ta/model.safetensors"
+    if not edited_code_made_it:  # linked: the very weights the first directory made and stored
+        assert (second / weights).resolve() == (first / weights).resolve()
+        assert cache in (second / weights).resolve().parents
