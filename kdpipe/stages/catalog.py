@@ -4,8 +4,9 @@ A :class:`Stage` names its sub-command (``python -m kdpipe <name>``), the functi
 arguments (paths the rule passes from its inputs, outputs or params, and texts) and its resources. From it come the
 command line (:mod:`kdpipe.cli`), each rule's shell command and resources (``workflow/rules/common.smk``, which
 generates every stage's rule from one declaration of its wiring), and the call into the stage: the function gets the
-stage's config slice (``--params``) and each argument by its name. Torch-free, and imported by no stage, so that a
-change here reruns only the jobs whose command line it changes (the shell command is part of a rule's code).
+stage's settings (its config slice, ``--params``, read once into the typed object its ``settings`` names) and each
+argument by its name. Torch-free, and imported by no stage, so that a change here reruns only the jobs whose command
+line it changes (the shell command is part of a rule's code).
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ class Arg:
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage: its sub-command, the ``module:function`` that does its work, what it does, its arguments and the
-    resources its rule asks for (threads, memory in MB, run time in minutes)."""
+    """A stage: its sub-command, the ``module:function`` that does its work, what it does, its arguments, the
+    ``module:class`` of its typed settings (a :class:`kdpipe.core.settings.Settings`, imported by name only when
+    the stage runs) and the resources its rule asks for (threads, memory in MB, run time in minutes)."""
 
     name: str
     entry: str
     summary: str
     args: tuple[Arg, ...]
+    settings: str
     model: bool = False  # runs a model: claims a GPU from the pool first, and asks the workflow for one
     trains: bool = False  # a training job: has an identity, resumes, restores its finished outputs (kdpipe.cli)
     threads: int = 1
@@ -50,6 +53,13 @@ class Stage:
     @property
     def function(self) -> str:
         return self.entry.partition(":")[2]
+
+    def settings_type(self) -> type:
+        """The class of the stage's typed settings (imported here, by name)."""
+        import importlib
+
+        module, _, name = self.settings.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     @property
     def rule(self) -> str:
@@ -98,12 +108,19 @@ DATA, OUT = read("data"), written("out")
 STAGES = {
     stage.name: stage
     for stage in (
-        Stage("prepare", "kdpipe.data.prepare:prepare", "read, deduplicate and split the dataset", (OUT,)),
+        Stage(
+            "prepare",
+            "kdpipe.data.prepare:prepare",
+            "read, deduplicate and split the dataset",
+            (OUT,),
+            "kdpipe.data.settings:DatasetSettings",
+        ),
         Stage(
             "transfer",
             "kdpipe.data.transfer:build_transfer",
             "unlabelled transfer rows, checked against the dataset",
             (DATA, OUT),
+            "kdpipe.data.settings:TransferSettings",
             runtime=30,
         ),
         Stage(
@@ -111,12 +128,14 @@ STAGES = {
             "kdpipe.data.ood:build_ood",
             "an external out-of-distribution set, checked against the dataset",
             (DATA, read("transfer", optional=True), OUT),
+            "kdpipe.data.settings:OodSourceSettings",
         ),
         Stage(
             "prototypes",
             "kdpipe.methods.meta_kd.prototypes:write_prototype_scores",
             "Meta-KD's prototype scores",
             (DATA, OUT),
+            "kdpipe.methods.meta_kd.settings:PrototypeSettings",
             **MODEL,
         ),
         Stage(
@@ -124,6 +143,7 @@ STAGES = {
             "kdpipe.stages.finetune_teacher:run",
             "fine-tune one teacher",
             (DATA, read("prototypes", optional=True), OUT),
+            "kdpipe.training.settings:TeacherSettings",
             **TRAINING,
         ),
         Stage(
@@ -131,6 +151,7 @@ STAGES = {
             "kdpipe.stages.import_teacher:run",
             "use a fine-tuned checkpoint as a teacher, without training",
             (DATA, OUT),
+            "kdpipe.training.settings:ImportedTeacherSettings",
             **dict(MODEL, runtime=60),
         ),
         Stage(
@@ -138,6 +159,7 @@ STAGES = {
             "kdpipe.signals.shards:run_pass",
             "a teacher signal pass over a whole split, writing its signals",
             (read("teacher"), DATA, OUT),
+            "kdpipe.signals.settings:PassSettings",
             **MODEL,
         ),
         Stage(
@@ -145,6 +167,7 @@ STAGES = {
             "kdpipe.signals.shards:run_shard",
             "one shard of a teacher signal pass",
             (read("teacher"), DATA, Arg("shard", "text"), written("out_part")),
+            "kdpipe.signals.settings:PassSettings",
             **MODEL,
         ),
         Stage(
@@ -152,6 +175,7 @@ STAGES = {
             "kdpipe.signals.shards:gather",
             "a teacher signal from its shards",
             (read("parts", many=True), OUT),
+            "kdpipe.signals.settings:SignalSettings",
             mem_mb=4000,
             runtime=30,
         ),
@@ -160,6 +184,7 @@ STAGES = {
             "kdpipe.routing.build:build_route",
             "each row's teacher weights, with routing diagnostics",
             (DATA, read("signals_root"), OUT, text("warn_below")),
+            "kdpipe.routing.settings:RouteSettings",
             threads=2,
             mem_mb=4000,
             runtime=30,
@@ -169,6 +194,7 @@ STAGES = {
             "kdpipe.routing.transfer:route_transfer",
             "a route's teacher weights of the transfer rows",
             (DATA, read("transfer"), read("signals_root"), written("route")),
+            "kdpipe.routing.settings:RouteSettings",
             threads=2,
             mem_mb=4000,
             runtime=30,
@@ -187,6 +213,7 @@ STAGES = {
                 text("warn_below"),
                 OUT,
             ),
+            "kdpipe.methods.settings:StudentSettings",
             **TRAINING,
         ),
         Stage(
@@ -194,6 +221,7 @@ STAGES = {
             "kdpipe.stages.cotrain:run",
             "ProKT: a student and its teacher trained together",
             (DATA, OUT, written("out_teacher")),
+            "kdpipe.methods.settings:StudentSettings",
             **dict(TRAINING, mem_mb=8000, runtime=240),
         ),
         Stage(
@@ -208,6 +236,7 @@ STAGES = {
                 written("out_json", many=True),
                 written("out_predictions", many=True),
             ),
+            "kdpipe.evaluation.settings:EvalSettings",
             **dict(MODEL, mem_mb=4000, runtime=60),
         ),
         Stage(
@@ -215,6 +244,7 @@ STAGES = {
             "kdpipe.stages.evaluate_ensemble:run",
             "an ensemble from its members' predictions",
             (read("members", many=True), written("out_json", many=True), written("out_predictions", many=True)),
+            "kdpipe.evaluation.settings:EvalSettings",
         ),
         Stage(
             "report",
@@ -228,6 +258,7 @@ STAGES = {
                 text("title"),
                 OUT,
             ),
+            "kdpipe.report.settings:ReportSettings",
         ),
         Stage(
             "export",
@@ -255,6 +286,7 @@ STAGES = {
             "kdpipe.stages.predict:run",
             "labels and probabilities of a trained model for every row of a CSV/TSV/JSONL/Parquet file",
             (read("model"), read("input"), text("text_column"), text("text_pair_column"), text("batch_size"), OUT),
+            "kdpipe.stages.predict:PredictSettings",
             **MODEL,
         ),
     )

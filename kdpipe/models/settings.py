@@ -1,0 +1,61 @@
+"""The typed ``model`` entry of a student (docs/configuration.md, ``students.<name>.model``; docs/design.md,
+"Style": settings read once): a layer subset of a backbone (``init``), a smaller BERT from scratch (``config``) or
+a BiLSTM (``type: bilstm``), with ``heads`` for a multi-head student. Torch-free: the plan reads it when the DAG is
+built. A key left out is None, and the builder (:func:`kdpipe.models.students.build_student`) uses its own size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdpipe.core.settings import Settings, from_schema, renamed
+
+
+@dataclass(frozen=True)
+class ModelInit(Settings):
+    """``init``: start from the backbone or model folder ``from``, keeping its transformer ``layers`` (all when
+    left out)."""
+
+    from_: str = renamed("from")
+    layers: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class BertSpec(Settings):
+    """``config``: a BERT built from scratch over a tokenizer's vocabulary."""
+
+    tokenizer: str | None = None
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    num_heads: int | None = None
+    intermediate_size: int | None = None
+
+
+@dataclass(frozen=True)
+class HeadsSpec(Settings):
+    """``heads``: a multi-head (Hydra) student's heads, each of the top ``layers`` layers (1 when left out)."""
+
+    count: int
+    layers: int | None = None
+
+
+@dataclass(frozen=True)
+class StudentModel(Settings):
+    """A student's ``model``: one of ``init``, ``config`` or ``type: bilstm`` (with its tokenizer and sizes), and
+    ``heads``; ``head_init`` and ``head_noise`` say how the heads start (left out of a slice at ``copy``)."""
+
+    init: ModelInit | None = None
+    config: BertSpec | None = None
+    type: str | None = None
+    tokenizer: str | None = None
+    embedding_dim: int | None = None
+    hidden_size: int | None = None
+    fc_size: int | None = None
+    dropout: float | None = None
+    heads: HeadsSpec | None = None
+    head_init: str = from_schema("student_defaults", "model", "head_init")
+    head_noise: float = from_schema("student_defaults", "model", "head_noise")
+
+    @property
+    def init_from(self) -> str | None:
+        """The model folder or backbone it starts from (``init.from``), if any."""
+        return self.init.from_ if self.init else None
