@@ -68,6 +68,9 @@ def stage_slices(plan: Plan) -> dict[str, list[dict]]:
     for model in plan.models():
         combined = model in plan.ensembles or (model == ORACLE and plan.oracle)
         out["evaluate-ensemble" if combined else "evaluate"].append(plan.eval_params(model))
+    for model, (_, precision) in plan.exported().items():
+        out["export" if precision == "onnx" else "quantize"].append(plan.export_params(model))
+    out["serve"] += [plan.serving_params(model) for model in plan.serving_models()]
     return out
 
 
@@ -111,15 +114,21 @@ SETTINGS_NAMES = {"params", "spec", "settings", "config", "cfg", "slice_", "conf
 ARGS_NAMES = {"args", "method_args", "objective_args"}  # a method's or a teacher objective's arguments
 # the floors 0-6 (docs/design.md, "Layers"): everything but the plan, the stages and the launcher
 ABOVE = ("kdpipe/stages/", "kdpipe/plan/", "kdpipe/cli.py", "kdpipe/launch.py", "kdpipe/__main__.py")
-# The one function below the stages that the workflow itself calls with a config section: it reads the keys it
-# needs and passes them on (workflow/rules/common.smk calls it with config["dataset"] when the DAG is built)
-WORKFLOW_ENTRY = {"kdpipe/data/transfer_sources.py:check_transfer_files"}
+# Parameters so named that are no settings: the one function below the stages that the workflow itself calls with a
+# config section (it reads the keys it needs and passes them on: workflow/rules/common.smk calls it with
+# config["dataset"] when the DAG is built), and an exported folder's spec file (kdpipe_onnx.json), an artifact
+NOT_SETTINGS = {
+    "kdpipe/data/transfer_sources.py:check_transfer_files(dataset)",
+    "kdpipe/models/export.py:_describe_export(spec)",
+    "kdpipe/models/export.py:_finish_folder(spec)",
+    "kdpipe/models/export.py:exported_card(spec)",
+}
 
 
 def settings_dict_parameters(root: Path = REPO) -> list[str]:
     """``file:function(parameter: annotation)`` for each parameter below the stages that takes a settings dict: one
     named as a config slice used to be (:data:`SETTINGS_NAMES`, :data:`ARGS_NAMES`) that is untyped or annotated
-    ``dict``, ``Mapping`` or ``Any``."""
+    ``dict``, ``Mapping`` or ``Any`` (but those of :data:`NOT_SETTINGS`)."""
     found = []
     for path in sorted((root / "kdpipe").rglob("*.py")):
         rel = path.relative_to(root).as_posix()
@@ -128,11 +137,9 @@ def settings_dict_parameters(root: Path = REPO) -> list[str]:
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            if f"{rel}:{node.name}" in WORKFLOW_ENTRY:
-                continue
             arguments = node.args
             for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
-                if arg.arg not in SETTINGS_NAMES | ARGS_NAMES:
+                if arg.arg not in SETTINGS_NAMES | ARGS_NAMES or f"{rel}:{node.name}({arg.arg})" in NOT_SETTINGS:
                     continue
                 annotation = ast.unparse(arg.annotation) if arg.annotation else ""
                 if not annotation or any(word in annotation for word in ("dict", "Mapping", "Any")):

@@ -22,7 +22,8 @@ class OodSpec(Settings):
 class EvalSettings(Settings):
     """One model's evaluation on every split of ``splits``: what its records say of it (model, base, group, kind,
     method, seed, domain), how it is evaluated (batch size, ECE bins, MC-dropout samples and seed), the OOD set
-    (``ood``), and for a model made from others' predictions its ``members`` and how they combine."""
+    (``ood``), for a model made from others' predictions its ``members`` and how they combine, and for a student's
+    exported graph its precision (``exported``: onnx or int8)."""
 
     model: str
     base: str
@@ -39,6 +40,7 @@ class EvalSettings(Settings):
     mc_seed: int | None = None
     members: tuple[str, ...] | None = None
     combine: str | None = None
+    exported: str | None = None
 
     def info(self, split: str) -> dict:
         """What the evaluation record of ``split`` says of the model (``kdpipe.evaluation.results.INFO``)."""

@@ -59,3 +59,34 @@ class StudentModel(Settings):
     def init_from(self) -> str | None:
         """The model folder or backbone it starts from (``init.from``), if any."""
         return self.init.from_ if self.init else None
+
+
+@dataclass(frozen=True)
+class ExportSettings(Settings):
+    """An ``export`` job's slice: the exported model's name, its student and the ONNX opset of the graph."""
+
+    model: str
+    student: str
+    opset: int
+
+
+@dataclass(frozen=True)
+class QuantizeSettings(Settings):
+    """A ``quantize`` job's slice: the int8 model's name, its student, and the accuracy its card allows it to lose
+    (``export.max_accuracy_drop``)."""
+
+    model: str
+    student: str
+    max_accuracy_drop: float
+
+
+@dataclass(frozen=True)
+class ServingSettings(Settings):
+    """A ``serve`` job's slice: the profiled model's name and kind, and the ``serving`` settings (texts timed, the
+    throughput's batch, the model's threads)."""
+
+    model: str
+    kind: str
+    rows: int
+    batch_size: int
+    threads: int

@@ -11,7 +11,6 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.transfer_sources import TRANSFER_KEYS
 from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
 from kdpipe.models.backbones import HEAD_INIT_DEFAULTS, architecture_modules
-from kdpipe.models.settings import StudentModel
 from kdpipe.plan.classes import TRAINING_KEYS
 from kdpipe.plan.entries import LATER_KEYS, without
 from kdpipe.plan.paths import ORACLE

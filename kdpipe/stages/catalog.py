@@ -265,6 +265,7 @@ STAGES = {
             "kdpipe.stages.export:export",
             "a trained student as an ONNX graph, checked against it",
             (read("model"), DATA, OUT),
+            "kdpipe.models.settings:ExportSettings",
             **CPU_MODEL,
         ),
         Stage(
@@ -272,6 +273,7 @@ STAGES = {
             "kdpipe.stages.export:quantize",
             "an ONNX graph quantised to int8, with its accuracy check on the validation rows",
             (read("model"), DATA, OUT),
+            "kdpipe.models.settings:QuantizeSettings",
             **CPU_MODEL,
         ),
         Stage(
@@ -279,6 +281,7 @@ STAGES = {
             "kdpipe.stages.export:serve",
             "a model's serving profile: latency, throughput, memory and size",
             (read("model"), DATA, OUT),
+            "kdpipe.models.settings:ServingSettings",
             **CPU_MODEL,
         ),
         Stage(
