@@ -53,6 +53,28 @@ def schema_default(*path: str) -> Any:
     return node["default"]
 
 
+def schema_completed(section: object, *path: str) -> dict:
+    """A config section (or a part of one: ``path`` from the top of the schema, ``"dataset"``) completed with the
+    config schema's defaults, as the workflow completes a config before planning it: for a stage called by hand (a
+    benchmark, a test) with only the keys it sets."""
+    node = _schema()
+    for name in path:
+        node = node["properties"][name]
+    given = dict(section) if isinstance(section, Mapping) else {}
+    out = {}
+    for key, spec in node.get("properties", {}).items():
+        if key in given:
+            value = given.pop(key)
+            nested = isinstance(value, Mapping) and "properties" in spec
+            out[key] = schema_completed(value, *path, key) if nested else value
+        elif "default" in spec:
+            default = spec["default"]
+            out[key] = (
+                schema_completed(default, *path, key) if isinstance(default, dict) and "properties" in spec else default
+            )
+    return {**out, **given}  # (a key the schema does not know stays, for the reader to refuse)
+
+
 def from_schema(*path: str) -> Any:
     """A field whose default is the config schema's (:func:`schema_default`), read only when a slice leaves it out."""
     return dataclasses.field(default_factory=lambda: schema_default(*path))

@@ -1,13 +1,14 @@
 """The typed settings of the data stages (docs/design.md, "Style": settings read once): the ``prepare`` job's
-dataset section, the ``transfer`` job's and the ``ood`` job's slices (made by ``kdpipe.plan``), a teacher's class
-slice and what the ``predict`` command reads a file with. Torch-free and pandas-free."""
+dataset section, the ``transfer`` job's and the ``ood`` job's slices (made by ``kdpipe.plan``), and MUKI's slice of
+the classes a teacher covers. Torch-free and pandas-free."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kdpipe.core.settings import Settings, from_schema
+from kdpipe.core.settings import Settings, from_schema, schema_completed
+from kdpipe.data.transfer_sources import TRANSFER_KEYS
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,13 @@ class DatasetSettings(Settings):
     normalize_labels: bool = from_schema("dataset", "normalize_labels")
     ood_classes: tuple[str, ...] = ()
     local_content: Mapping[str, str] | None = None
+
+    @classmethod
+    def of_section(cls, section: object, where: str = "dataset") -> DatasetSettings:
+        """The settings of a config's ``dataset`` section, completed with the schema's defaults, without the keys of
+        the transfer rows (the transfer job's): what the prepare stage makes of it."""
+        completed = schema_completed(section, "dataset")
+        return cls.from_params({k: v for k, v in completed.items() if k not in TRANSFER_KEYS}, where)
 
 
 @dataclass(frozen=True)

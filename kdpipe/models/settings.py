@@ -1,7 +1,8 @@
-"""The typed ``model`` entry of a student (docs/configuration.md, ``students.<name>.model``; docs/design.md,
-"Style": settings read once): a layer subset of a backbone (``init``), a smaller BERT from scratch (``config``) or
-a BiLSTM (``type: bilstm``), with ``heads`` for a multi-head student. Torch-free: the plan reads it when the DAG is
-built. A key left out is None, and the builder (:func:`kdpipe.models.students.build_student`) uses its own size."""
+"""Typed settings of the models (docs/design.md, "Style": settings read once): a student's ``model`` entry
+(docs/configuration.md, ``students.<name>.model``: a layer subset of a backbone, ``init``, a smaller BERT from
+scratch, ``config``, or a BiLSTM, ``type: bilstm``, with ``heads`` for a multi-head student; a key left out is None,
+and the builder, :func:`kdpipe.models.students.build_student`, uses its own size), and the slices of the ``export``,
+``quantize`` and ``serve`` jobs. Torch-free: the plan reads a student's model when the DAG is built."""
 
 from __future__ import annotations
 

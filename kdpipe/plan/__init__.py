@@ -11,13 +11,13 @@ import re
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.settings import DatasetSettings
-from kdpipe.data.transfer_sources import TRANSFER_KEYS, has_transfer
+from kdpipe.data.transfer_sources import has_transfer
 from kdpipe.methods.registry import NO_UNLABELLED_ROWS, TEACHER_OBJECTIVES, complete_args, get_method
 from kdpipe.models.settings import StudentModel
 from kdpipe.plan.budget import Budget
 from kdpipe.plan.checks import Checks, check_empty
 from kdpipe.plan.classes import Classes
-from kdpipe.plan.entries import Student, ensemble_seeds, split_stages, without
+from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
 from kdpipe.plan.exports import Exports
 from kdpipe.plan.layers import Layers
 from kdpipe.plan.ood import OOD_SPLIT, Ood
@@ -212,7 +212,7 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Routes, Slices
 
     def dataset_settings(self) -> DatasetSettings:
         """The config's ``dataset`` section as the data layer reads it (without its transfer keys)."""
-        return DatasetSettings.from_params(without(self.config["dataset"], *TRANSFER_KEYS), "dataset")
+        return DatasetSettings.of_section(self.config["dataset"])
 
     def student_model(self, student: str) -> StudentModel:
         """A student's ``model`` entry as the models layer reads it."""
