@@ -43,6 +43,14 @@ Every key has a default: Snakemake validates the config against
 before the plan is built, so a config only needs the keys it changes. Unknown keys are an error where a
 section does not allow them.
 
+The file must be plain YAML (or JSON). Snakemake reads it before kdpipe sees it, and answers any YAML it cannot
+read, whatever the cause, with one message: `Config file is not valid JSON or YAML. In case of YAML, make sure to
+not mix whitespace and tab indentation.` A tab in the indentation is one cause; others are a tag other than YAML's
+standard ones (`lr: !custom 1e-3`, `!!python/tuple`; `!!float`, `!!int`, `!!str` and `!!bool` are read), an
+unclosed quote or bracket, or `: ` inside an unquoted value. The parser's own message names the line and column:
+`.venv/bin/python -c "import sys, yaml; yaml.safe_load(open(sys.argv[1]))" your_config.yaml`. A number with an
+exponent needs a dot (`1.0e-3`, or `0.001`): YAML reads `1e-3` as text, and kdpipe then names the key.
+
 `teacher_defaults` and `student_defaults` are merged into each entry of `teachers` and `students`: an entry
 takes every key of its defaults section and its own keys win. The merge is shallow: an entry's key replaces the
 default's value as a whole (an entry's `method_args` is not merged into `student_defaults.method_args`). The

@@ -5,11 +5,18 @@ import sys
 
 from kdpipe.launch import Snapshot, check_package, pause
 
-wrong = check_package()
-if wrong:
-    sys.exit(wrong)
-pause("snapshot")
-Snapshot().install()
-from kdpipe.cli import main  # noqa: E402 (from the snapshot)
 
-sys.exit(main())
+def run() -> None:
+    """Check the package, snapshot its sources, then run the command line from the snapshot."""
+    wrong = check_package()
+    if wrong:
+        sys.exit(wrong)
+    pause("snapshot")
+    Snapshot().install()
+    from kdpipe.cli import main  # (from the snapshot)
+
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # (imported by name, e.g. by a docs check, it does nothing)
+    run()

@@ -95,6 +95,43 @@ def test_glue_rows_a_bad_row_is_named(tmp_path, row, message):
     assert not out.exists()
 
 
+MRPC_HEAD = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (  # another header: the hub's column names instead of GLUE's
+            {"train.tsv": "label\tidx\tsentence1\tsentence2\n1\t0\tA .\tB .\n"},
+            "train.tsv: its header has no column '#1 String', '#2 String', 'Quality'; it has ['label', 'idx', "
+            "'sentence1', 'sentence2'], and this GLUE file needs ['#1 String', '#2 String', 'Quality']",
+        ),
+        ({"test.tsv": "index\t#1 ID\t#2 ID\t#1 String\t#2 String\n"}, "test.tsv: no data rows (only a header)"),
+        ({"train.tsv": MRPC_HEAD}, "train.tsv: no data rows (only a header)"),
+        ({"train.tsv": ""}, "train.tsv: the file is empty (not even a header)"),
+        ({"test.tsv": "index\tString\n0\tA .\n"}, "test.tsv: its header has no column '#1 String', '#2 String'"),
+    ],
+)
+def test_glue_files_with_another_header_or_no_rows_are_refused_in_one_line(tmp_path, files, message):
+    """A file of another layout, or a split with no data row, stops the script with one line naming the file, its
+    exit status not 0, and no folder written (kdpipe could not load a split without rows)."""
+    folder = tmp_path / "glue" / "MRPC"
+    folder.mkdir(parents=True)
+    good = {
+        "train.tsv": MRPC_HEAD + "1\t1\t2\tA b .\tC d .\n",
+        "dev.tsv": MRPC_HEAD + "0\t5\t6\tE f .\tG h .\n",
+        "test.tsv": "index\t#1 ID\t#2 ID\t#1 String\t#2 String\n0\t7\t8\tI j .\tK l .\n",
+    }
+    for name, text in {**good, **files}.items():
+        (folder / name).write_text(text)
+    out = tmp_path / "out"
+    result = run_script("public_data.py", "mrpc", "--glue-dir", tmp_path / "glue", "--out", out)
+    line = result.stderr.strip()
+    assert result.returncode != 0 and len(line.splitlines()) == 1, result.stderr
+    assert line.startswith(f"{folder / next(iter(files))}: ") and message in line
+    assert not out.exists()
+
+
 def test_20newsgroups_from_a_bydate_copy_is_cleaned_as_scikit_learn_cleans_it(tmp_path):
     for split in ("train", "test"):
         for topic in ("sci.space", "alt.atheism"):

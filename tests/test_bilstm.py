@@ -129,6 +129,7 @@ def test_plan_gives_a_prokt_student_its_cotrained_teacher_and_no_cached_teachers
         "mc_dropout": {},
         "dump": {},
         "evaluate": {"splits": ["test"]},
+        "export": {"onnx": False, "int8": False, "students": "all"},
         "students": {
             "p": {"method": "prokt", "model": {"type": "bilstm"}, "seeds": [0, 1]},
             "v": {"method": "vanilla_kd", "model": {"type": "bilstm"}},

@@ -4,7 +4,9 @@ made before any job runs (kdpipe/models/heads.py, kdpipe/stages/import_teacher.p
 from __future__ import annotations
 
 import json
+import re
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig
@@ -295,3 +297,63 @@ def test_the_feature_dump_of_a_checkpoint_teacher_keeps_the_layers_the_plan_asks
     maps = run_signal("attentions", last, teacher, tiny_data, signals)
     assert maps["heads"] == plan.teacher_heads("ck") and maps["layers"] == [plan.teacher_layers("ck")]
     assert read_features(signals / "attentions.npy", row_ids)[0].shape == ((tokens["length"] ** 2).sum() * 2,)
+
+
+# ---- weights only in a pickle file ---------------------------------------------------------------------------------
+
+
+def pickle_checkpoint(folder, other_objects=False):
+    """A classifier checkpoint whose weights are only ``pytorch_model.bin``, as ``save_pretrained(...,
+    safe_serialization=False)`` wrote it before transformers 5 (which writes safetensors whatever it is asked, so the
+    pickle is written with ``torch.save`` of the state dict). ``other_objects``: with a numpy number beside the
+    tensors, which torch refuses to unpickle with ``weights_only`` (the file of a training script)."""
+    model = make_checkpoint(folder)
+    model.save_pretrained(folder, safe_serialization=False)
+    (folder / "model.safetensors").unlink(missing_ok=True)
+    state = dict(model.state_dict())
+    if other_objects:
+        state["training_step"] = np.float64(1200.0)
+    torch.save(state, folder / "pytorch_model.bin")
+    assert sorted(p.name for p in folder.iterdir() if "model" in p.name) == ["pytorch_model.bin"]
+    return model
+
+
+def pickle_message(folder):
+    return (
+        f"{folder}: its weights are only in a pickle file (pytorch_model.bin), which kdpipe does not load (unpickling "
+        "a file can run code); convert the folder to safetensors once, in a Python session you trust: `from "
+        f"transformers import BertForSequenceClassification; BertForSequenceClassification.from_pretrained('{folder}')"
+        f".save_pretrained('{folder}', safe_serialization=True)` writes model.safetensors beside it"
+    )
+
+
+@pytest.mark.parametrize("other_objects", [False, True])
+def test_a_checkpoint_only_in_a_pickle_file_is_refused_in_one_line_before_any_job(tmp_path, other_objects):
+    folder = tmp_path / "pickled"
+    pickle_checkpoint(folder, other_objects)
+    for loader in (lambda: load_trained(folder), lambda: load_classifier(str(folder), ["sport", "tech"], seed=0)):
+        with pytest.raises(KdpipeError) as err:
+            loader()
+        assert str(err.value) == pickle_message(folder)  # one line, nothing read from the pickle
+    with pytest.raises(KdpipeError) as err:
+        load(edit=with_checkpoint(folder))
+    assert str(err.value) == f"teachers.tb.checkpoint: {pickle_message(folder)}"
+
+    def student_from_it(config):
+        config["students"]["s_vkd"]["model"] = {"init": {"from": str(folder), "layers": [0]}}
+
+    with pytest.raises(KdpipeError, match=r"^students\.s_vkd\.model\.init\.from: .*pytorch_model\.bin\), which kdp"):
+        load(edit=student_from_it)
+
+
+def test_the_conversion_the_refusal_gives_makes_a_checkpoint_kdpipe_loads(tmp_path):
+    """The command in the message, run as it is, gives a folder that loads with the same weights and that the plan
+    accepts."""
+    folder = tmp_path / "pickled"
+    original = pickle_checkpoint(folder)
+    with pytest.raises(KdpipeError) as err:
+        load_trained(folder)
+    exec(re.search(r"`([^`]+)`", str(err.value)).group(1))
+    assert (folder / "model.safetensors").is_file()
+    assert torch.equal(head_weight(load_trained(folder)), head_weight(original))
+    assert load(edit=with_checkpoint(folder)).imported_teachers() == ["tb"]

@@ -67,3 +67,32 @@ def test_cli_check_passes():
         [sys.executable, str(SCRIPT), "--check"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, f"{FIX}.\n{result.stderr}"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [("  lr: !!float 1e-3\n", None), ("  lr: !custom 1e-3\n", 3), ("\tlr: 0.001\n", 3), ("  title: 'open\n", 3)],
+)
+def test_what_configuration_md_says_of_yaml_snakemake_cannot_read_holds(tmp_path, text, line):
+    """Snakemake's loader (which reads --configfile before kdpipe) reads YAML's standard tags, and answers a custom
+    tag, a tab or an unclosed quote with its one message about tabs, as configuration.md says; the command the page
+    gives for the parser's own message names the line."""
+    from snakemake.common.configfile import load_configfile
+    from snakemake_interface_common.exceptions import WorkflowError
+
+    doc = DOC.read_text()
+    message = (
+        "Config file is not valid JSON or YAML. In case of YAML, make sure to not mix whitespace and tab indentation."
+    )
+    assert message in " ".join(doc.split())
+    path = tmp_path / "your_config.yaml"
+    path.write_text("teacher_defaults:\n  epochs: 1\n" + text)
+    if line is None:
+        assert load_configfile(str(path))["teacher_defaults"]["lr"] == 0.001
+        return
+    with pytest.raises(WorkflowError) as err:
+        load_configfile(str(path))
+    assert str(err.value) == message
+    command = re.search(r'`\.venv/bin/python -c "([^"]+)" your_config\.yaml`', " ".join(doc.split())).group(1)
+    result = subprocess.run([sys.executable, "-c", command, str(path)], capture_output=True, text=True)
+    assert result.returncode != 0 and f"line {line}, column" in result.stderr

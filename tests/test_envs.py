@@ -7,6 +7,7 @@ import re
 import tomllib
 import yaml
 
+from kdpipe.stages.catalog import STAGES
 from tests.conftest import REPO
 
 # What only the Snakemake process needs, not the jobs that run inside the environment
@@ -23,19 +24,16 @@ def test_conda_environment_has_the_pins_of_pyproject():
 
 
 def test_every_rule_that_runs_kdpipe_names_the_environment():
-    for rules in (REPO / "workflow/rules").glob("*.smk"):
-        text = rules.read_text()
-        assert text.count('"python -m kdpipe ') == len(re.findall(r"\n +conda:\n +ENV\n", text)), rules.name
+    """Every rule that runs kdpipe is made by the one skeleton (tests/test_stages.py), which names the environment."""
+    skeleton = (REPO / "workflow/rules/stages.smk").read_text()
+    assert re.search(r"\n +conda:\n +ENV\n", skeleton)
+    assert 'ENV = "../../envs/kdpipe.yaml"' in (REPO / "workflow/rules/common.smk").read_text()
 
 
 def gpu_rules() -> set[str]:
-    """The rules that declare a ``gpu`` resource (directly or through the shard rules' SHARD_RESOURCES)."""
-    found = set()
-    for rules in (REPO / "workflow/rules").glob("*.smk"):
-        for name, body in re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", rules.read_text(), re.M | re.S):
-            if "        gpu=" in body or "**SHARD_RESOURCES" in body:
-                found.add(name)
-    return found
+    """The rules that declare a ``gpu`` resource: every stage that runs a model (kdpipe/stages/catalog.py) but the
+    users' ``predict``; a whole signal pass (its rule named after its signals) takes signal_shard's placement."""
+    return {s.rule for s in STAGES.values() if s.model} - {"predict", "signal_pass"}
 
 
 def test_every_gpu_rule_is_placed_by_the_profiles():

@@ -116,7 +116,13 @@ def test_external_ood_set_drops_empty_repeated_and_dataset_texts(tmp_path):
     texts = ["a dispatch from nowhere", "a dispatch from nowhere", "", "SENTENCE number 3", "another one"]
     source = write_table(pd.DataFrame({"body": texts}), tmp_path / "ood.csv")
     manifest = build_ood(ood_settings(source, "body"), tmp_path / "data", tmp_path / "ood")
-    assert manifest["dropped"] == {"empty": 1, "duplicate": 1, "dataset": 1}
+    assert manifest["dropped"] == {
+        "empty": 1,
+        "duplicate": 1,
+        "dataset": 1,
+        "evaluation_shared": 0,
+        "evaluation_contained": 0,
+    }
     rows = read_split(tmp_path / "ood", OOD)
     assert rows["text"].tolist() == ["a dispatch from nowhere", "another one"]
     assert rows["row_id"].min() > read_split(tmp_path / "data", "train")["row_id"].max()

@@ -30,6 +30,8 @@ NONE_DROPPED = {
     "duplicate": 0,
     "evaluation": 0,
     "evaluation_truncated": 0,
+    "evaluation_shared": 0,
+    "evaluation_contained": 0,
     "labelled": 0,
     "over_max_rows": 0,
 }
@@ -381,20 +383,27 @@ def test_pre_tokenised_and_control_character_variants_of_a_test_text_are_dropped
 
 def test_a_test_text_with_a_sentence_appended_is_the_same_model_input_and_is_dropped(tmp_path, tiny_data):
     """Cut at max_length tokens, a test text with more text after it is the test text: dropped as a copy, for the
-    smallest max_length of the run's models; a text that is only the start of a test text is another input."""
+    smallest max_length of the run's models (evaluation_truncated); a text that departs from a test text later than
+    that still shares 13 consecutive words with it (evaluation_shared); a text that is only the first words of a test
+    text (fewer than 13) is another input."""
     test = read_split(tiny_data, "test")["text"]
     long = test[test.str.len() > 200].iloc[0]
     texts = [long + " And one more sentence.", long[:150] + " but then something else entirely", long[:20], "new"]
+    assert len(long[:20].split()) < 13 <= len(long[:150].split()) - 1
     pd.DataFrame({"text": texts}).to_parquet(tmp_path / "appended.parquet")
     source = str(tmp_path / "appended.parquet")
     manifest = build_transfer(transfer_settings(source, max_length=32), tiny_data, tmp_path / "t")
     assert manifest["copy_prefix"] == 30 and manifest["dropped"]["evaluation_truncated"] == 2
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == [long[:20], "new"]
-    # a model that reads 64 tokens sees where the second text departs (after 150 characters): that one is kept
+    # a model that reads 256 tokens sees where the second text departs (after 150 characters): not the same input,
+    # yet it holds 150 characters of the test text
     manifest = build_transfer(transfer_settings(source, max_length=256), tiny_data, tmp_path / "t256")
-    assert manifest["copy_prefix"] == 254 and manifest["dropped"]["evaluation_truncated"] == 1
-    # without a max_length (a transfer job called by hand) only whole texts are compared
-    assert build_transfer(transfer_settings(source), tiny_data, tmp_path / "whole")["dropped"] == NONE_DROPPED
+    assert manifest["copy_prefix"] == 254
+    assert manifest["dropped"] == {**NONE_DROPPED, "evaluation_truncated": 1, "evaluation_shared": 1}
+    assert read_split(tmp_path / "t256", "transfer")["text"].tolist() == [long[:20], "new"]
+    # without a max_length (a transfer job called by hand) no prefix is compared: both are found by their words
+    whole = build_transfer(transfer_settings(source), tiny_data, tmp_path / "whole")
+    assert whole["copy_prefix"] is None and whole["dropped"] == {**NONE_DROPPED, "evaluation_shared": 2}
 
 
 def test_a_list_object_or_bytes_is_not_taken_for_a_text(tmp_path, tiny_data):
@@ -416,15 +425,15 @@ def test_a_file_changed_between_the_two_reads_stops_the_job(tmp_path, tiny_data,
     path = tmp_path / "moving.csv"
     pd.DataFrame({"text": ["one", "two"]}).to_csv(path, index=False)
     calls = []
-    original = transfer.text_hashes
+    original = transfer.folded_hashes
 
-    def hashes_then_edit(frame, columns):  # the file is rewritten right after pass 1 has hashed it
+    def hashes_then_edit(folded, prefix=None):  # the file is rewritten right after pass 1 has hashed it
         calls.append(1)
-        if len(calls) == 4:  # the dataset splits (3), then the file in pass 1
+        if len(calls) == 3:  # the evaluation splits (2), then the file in pass 1
             pd.DataFrame({"text": [read_split(tiny_data, "test")["text"][0], "two"]}).to_csv(path, index=False)
-        return original(frame, columns)
+        return original(folded, prefix)
 
-    monkeypatch.setattr(transfer, "text_hashes", hashes_then_edit)
+    monkeypatch.setattr(transfer, "folded_hashes", hashes_then_edit)
     with pytest.raises(KdpipeError, match="changed while the transfer job read it"):
         build_transfer(transfer_settings(str(path)), tiny_data, tmp_path / "t")
     assert not (tmp_path / "t").exists()
@@ -453,3 +462,32 @@ def test_the_transfer_curve_never_averages_two_kinds_of_student(tmp_path):
     # every share came to 0 rows: the declared figure is still written, saying so
     plot_transfer(runs.assign(transfer_rows=0), "test", tmp_path / "empty.png")
     assert (tmp_path / "empty.png").is_file()
+
+
+def test_reading_a_parquet_transfer_file_holds_memory_flat_in_its_length(tmp_path, monkeypatch):
+    """Arrow's Parquet reader pre-buffers by default and keeps what it buffered until the read ends: reading a file
+    of a million transfer rows then held the whole file's compressed bytes. The readers turn that off: the most
+    memory Arrow holds while reading a file four times longer is the same (a 440 MB file of a million rows grew a
+    transfer job by about 350 MB before)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import kdpipe.data.text_readers as text_readers
+
+    monkeypatch.setattr(text_readers, "BATCH_ROWS", 1000)
+    rng = np.random.default_rng(0)
+
+    def most_held(groups: int) -> tuple[int, int]:
+        path = tmp_path / f"{groups}.parquet"
+        with pq.ParquetWriter(path, pa.schema([("text", pa.string())])) as writer:
+            for _ in range(groups):  # row groups of 2,000 texts of 60 random numbers (about 0.7 MB compressed)
+                texts = [" ".join(map(str, rng.integers(0, 10**6, 60))) for _ in range(2000)]
+                writer.write_table(pa.table({"text": texts}))
+        start, most = pa.total_allocated_bytes(), 0
+        ((_, reader),) = text_readers.text_readers(str(path), {"text_column": "text"}, "dataset.transfer")
+        for _ in reader():
+            most = max(most, pa.total_allocated_bytes() - start)
+        return most, path.stat().st_size
+
+    (short, _), (long, size) = most_held(4), most_held(16)
+    assert long < 1.2 * short and long < size / 2

@@ -28,13 +28,6 @@ pytestmark = pytest.mark.slow
 
 STUDENTS = ("s_vkd", "s_vkd_ce", "s_uhc", "s_dfa", "s_muki", "s_muki_no_mc")  # distilled from ta and tb
 BASELINE = "s_none"  # method supervised: no teacher, so no teacher-side change reruns it
-# s_vkd's int8 model (export.int8) and what it is made of: every change that reruns s_vkd reruns these
-EXPORT_JOBS = {
-    ("export", "model=s_vkd.onnx"),
-    ("quantize", "model=s_vkd.int8"),
-    ("evaluate", "model=s_vkd.int8"),
-    ("serve", "model=s_vkd.int8"),
-}
 PARTS = ("Snakefile", "config.yaml", "workflow", "kdpipe", "profiles", "envs", "tests/configs")
 
 
@@ -138,12 +131,12 @@ def signal_jobs(teacher, *signals, shards=1, split="train"):
 ROUTES = {("route", "route=ta+tb.certainty-entropy"), ("route", "route=ta+tb.certainty-logit_entropy-T1")}
 
 
-def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml") -> str:
+def edited_config(project: Path, edit, base: str = "tests/configs/tiny.yaml", name: str = "edited.yaml") -> str:
     config = yaml.safe_load((project / base).read_text())
     edit(config)
-    path = project / "tests/configs/edited.yaml"
+    path = project / "tests/configs" / name
     path.write_text(yaml.safe_dump(config))
-    return "tests/configs/edited.yaml"
+    return f"tests/configs/{name}"
 
 
 def writes_csv(relative: str, make_frame):
@@ -157,25 +150,73 @@ def writes_csv(relative: str, make_frame):
 
 
 def finished_project(
-    tmp_path_factory, name: str, *args: str, configfile: str = "tests/configs/tiny.yaml", setup=None
+    tmp_path_factory, name: str, *args: str, configfile: str = "tests/configs/tiny.yaml", setup=None, run_env=None
 ) -> tuple[Path, dict, Path]:
     """A copy of the project in a fresh folder ``base/one`` (``setup(project)`` may add files, e.g. data), its
-    workflow run to completion once on ``configfile``; returns (project, env, base). ``base/cache`` is the
-    between-workflow cache."""
+    workflow run to completion once on ``configfile`` (with ``run_env(base, env)``'s variables); returns (project,
+    env, base). ``base/cache`` is the between-workflow cache."""
     base = tmp_path_factory.mktemp(name)
     project = copy_project(base / "one")
     if setup is not None:
         setup(project)
     env = environment(project, base / "cache")
     (base / "cache").mkdir()
-    snakemake(project, env, *args, configfile=configfile)
+    snakemake(project, {**env, **(run_env(base, env) if run_env else {})}, *args, configfile=configfile)
     return project, env, base
+
+
+# Written into every Python process of the first run (a sitecustomize on PYTHONPATH): at exit, a `python -m kdpipe`
+# job records its command line and the kdpipe modules it imported
+RECORDER = """import atexit, json, os, sys
+
+def _record():
+    if not sys.argv[0].endswith(os.path.join("kdpipe", "__main__.py")):
+        return
+    modules = sorted(name for name in sys.modules if name.startswith("kdpipe."))
+    with open(os.path.join(os.environ["KDPIPE_TEST_IMPORTS"], f"{os.getpid()}.json"), "w") as fh:
+        json.dump({"argv": sys.argv[1:], "modules": modules}, fh)
+
+atexit.register(_record)
+"""
+
+
+def recording(base: Path, env: dict) -> dict:
+    """The variables of a run whose jobs record what they imported, in ``base/records``."""
+    (base / "site").mkdir()
+    (base / "site" / "sitecustomize.py").write_text(RECORDER)
+    (base / "records").mkdir()
+    return {"PYTHONPATH": f"{env['PYTHONPATH']}:{base / 'site'}", "KDPIPE_TEST_IMPORTS": str(base / "records")}
 
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    """The tiny workflow run to completion once, with the between-workflow cache on."""
-    return finished_project(tmp_path_factory, "workflow", "--cache")
+    """The tiny workflow run to completion once, with the between-workflow cache on, every job recording the kdpipe
+    modules it imported."""
+    return finished_project(tmp_path_factory, "workflow", "--cache", run_env=recording)
+
+
+def test_every_module_a_job_imported_is_in_its_code_fingerprint(done):
+    """Every kdpipe module a job of the tiny workflow imported is in that job's code fingerprint
+    (docs/caching-and-reruns.md, "Rerun rules"): its stage's module and the modules the rule names after the
+    fingerprint in ``--code``, those the stage imports by name, with all they import; besides the launcher's."""
+    from kdpipe.core.fingerprint import module_closure
+    from kdpipe.stages.catalog import STAGES
+
+    def names(*modules: str) -> set[str]:
+        paths = module_closure(*modules)
+        return {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__") for p in paths}
+
+    _, _, base = done
+    recorded = [json.loads(path.read_text()) for path in (base / "records").glob("*.json")]
+    launcher = names("kdpipe.cli", "kdpipe.launch", "kdpipe.__main__")
+    stages = [next(arg for arg in record["argv"] if arg in STAGES) for record in recorded]
+    assert len(recorded) > 20 and {"finetune-teacher", "signal-pass", "distill", "evaluate", "report"} <= set(stages)
+    for stage, record in zip(stages, recorded):
+        code = record["argv"][record["argv"].index("--code") + 1]
+        named = [m for m in code.partition(":")[2].split(",") if m]
+        assert STAGES[stage].module in record["modules"]
+        missing = set(record["modules"]) - names(STAGES[stage].module, *named) - launcher
+        assert not missing, f"{stage} {' '.join(record['argv'])[:200]}: imported {sorted(missing)}, not fingerprinted"
 
 
 def test_full_run_produces_every_artifact(done):
@@ -333,11 +374,36 @@ def test_the_default_config_has_one_evaluate_job_per_model(tmp_path):
     assert sorted(sorted(output.split(", ")) for output in outputs) == sorted(map(sorted, files.values()))
 
 
-def test_the_int8_student_is_evaluated_against_its_student_and_served(done):
+# s_vkd shipped (export.int8, a profile of its int8 model): the jobs that make it, and what every change that reruns
+# s_vkd reruns besides it
+EXPORT = {"int8": True, "students": ["s_vkd"]}
+SERVING = {"models": ["s_vkd.int8"], "rows": 20}
+EXPORT_JOBS = {
+    ("export", "model=s_vkd.onnx"),
+    ("quantize", "model=s_vkd.int8"),
+    ("evaluate", "model=s_vkd.int8"),
+    ("serve", "model=s_vkd.int8"),
+}
+
+
+@pytest.fixture(scope="module")
+def shipped(done):
+    """The finished tiny run in a copy, with s_vkd exported to int8 and profiled: only those jobs and the report
+    run."""
+    project, env, base = done
+    copy = base / "shipped"
+    shutil.copytree(project, copy, symlinks=True)
+    config = edited_config(copy, lambda c: c.update(export=EXPORT, serving=SERVING), name="shipped.yaml")
+    assert planned_jobs(copy, env, config) == {*EXPORT_JOBS, ("report", "")}
+    snakemake(copy, env, configfile=config)
+    return copy, env, config
+
+
+def test_the_int8_student_is_evaluated_against_its_student_and_served(shipped):
     """export.int8: s_vkd as an int8 ONNX graph, its card saying what quantisation cost on the validation rows,
     evaluated on the test rows against s_vkd's own predictions (in the report's exported table), profiled as it would
     be served, and run by `kdpipe predict`."""
-    project, env, _ = done
+    project, env, _ = shipped
     r = project / "results"
     record = json.loads((r / "eval/s_vkd.int8/test.json").read_text())
     assert record["exported"] == "int8" and record["base"] == "s_vkd.int8" and record["kind"] == "student"
@@ -359,13 +425,16 @@ def test_the_int8_student_is_evaluated_against_its_student_and_served(done):
     assert len(pd.read_csv(project / "predicted.csv")) == 1
 
 
-def test_an_export_setting_reruns_only_the_export_its_evaluation_and_the_report(done):
-    project, env, _ = done
-    config = edited_config(project, lambda c: c["export"].update(max_accuracy_drop=0.02))
+def test_an_export_setting_reruns_only_the_export_its_evaluation_and_the_report(shipped):
+    project, env, config = shipped
     int8 = {("quantize", "model=s_vkd.int8"), ("evaluate", "model=s_vkd.int8"), ("serve", "model=s_vkd.int8")}
-    assert planned_jobs(project, env, config) == {*int8, ("report", "")}
-    config = edited_config(project, lambda c: c["export"].update(opset=18))
-    assert planned_jobs(project, env, config) == {*EXPORT_JOBS, ("report", "")}
+    assert planned_jobs(project, env, config) == set()
+    edited = edited_config(project, lambda c: c["export"].update(max_accuracy_drop=0.02), base=config)
+    assert planned_jobs(project, env, edited) == {*int8, ("report", "")}
+    edited = edited_config(project, lambda c: c["export"].update(opset=18), base=config)
+    assert planned_jobs(project, env, edited) == {*EXPORT_JOBS, ("report", "")}
+    edited = edited_config(project, lambda c: c["students"]["s_vkd"].update(lr=5e-4), base=config)
+    assert planned_jobs(project, env, edited) == {*student_jobs("s_vkd"), *EXPORT_JOBS, ("report", "")}
 
 
 def test_nothing_to_do_when_nothing_changed(done):
@@ -379,7 +448,6 @@ def test_student_lr_change_reruns_only_that_student(done):
     assert planned_jobs(project, env, config) == {
         ("distill", "student=s_vkd"),
         ("evaluate", "model=s_vkd"),
-        *EXPORT_JOBS,
         ("report", ""),
     }
 
@@ -389,7 +457,7 @@ def test_evaluate_splits_edited_reruns_each_models_one_evaluate_job(done):
     as here, dropped reruns it, the oracle's and the report; nothing upstream (docs/caching-and-reruns.md)."""
     project, env, _ = done
     config = edited_config(project, lambda c: c["evaluate"].update(splits=["test"]))
-    models = ("ta", "tb", BASELINE, *STUDENTS, "s_vkd.int8")
+    models = ("ta", "tb", BASELINE, *STUDENTS)
     assert planned_jobs(project, env, config) == {
         *(("evaluate", f"model={m}") for m in models),
         ("evaluate_ensemble", "ensemble=oracle"),
@@ -410,7 +478,6 @@ def test_teacher_epochs_change_reruns_that_teacher_and_downstream(done):
         ("evaluate_ensemble", "ensemble=oracle"),
         ("report", ""),
         *student_jobs(*STUDENTS),
-        *EXPORT_JOBS,
     }
     assert not any("tb" in wildcards for rule, wildcards in jobs if rule != "route")
 
@@ -451,7 +518,7 @@ def test_student_side_edits_leave_every_teacher_side_job_up_to_date(done):
         jobs = planned_jobs(project, env)
     finally:
         restore()
-    assert jobs == {*student_jobs(*STUDENTS, BASELINE), *EXPORT_JOBS, ("report", "")}
+    assert jobs == {*student_jobs(*STUDENTS, BASELINE), ("report", "")}
 
 
 def test_one_method_edit_reruns_only_that_methods_students(done):

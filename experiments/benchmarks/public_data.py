@@ -94,19 +94,34 @@ def save(loaded, out: Path, what: str) -> None:
     print(f"{out}: {what} ({sizes}); add {out / 'source.yaml'} after the experiment's --configfile")
 
 
-def read_tsv(path: Path) -> list[dict]:
-    """A GLUE .tsv as its header says, read without quoting (sentences hold unbalanced quotes)."""
+def read_tsv(path: Path, required: list[str] = ()) -> list[dict]:
+    """A GLUE .tsv as its header says, read without quoting (sentences hold unbalanced quotes). A file without the
+    ``required`` columns in its header, or without a data row, exits naming the file and what is wrong."""
     csv.field_size_limit(sys.maxsize)
     with path.open(encoding="utf-8-sig", newline="") as handle:
-        return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+        reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = reader.fieldnames
+        if not header:
+            sys.exit(f"{path}: the file is empty (not even a header)")
+        missing = [column for column in required if column not in header]
+        if missing:
+            sys.exit(
+                f"{path}: its header has no column {', '.join(map(repr, missing))}; it has {header}, and this "
+                f"GLUE file needs {list(required)}: is it another task's file, or another version of GLUE?"
+            )
+        rows = list(reader)
+    if not rows:
+        sys.exit(f"{path}: no data rows (only a header); the split would be empty")
+    return rows
 
 
 def glue_rows(task: str, folder: Path, split: str) -> dict[str, list]:
     """One split of a GLUE task in the hub's columns: the texts, ``label`` (-1 where GLUE hides it) and ``idx``.
-    A row with a missing text or a label that is not one of the task's exits naming the file and the row."""
+    A file without the task's columns or without a data row, a row with a missing text or a label that is not one of
+    the task's exits naming the file (and the row)."""
     _, columns, names, text_columns, label_column = GLUE[task]
     path = folder / SPLITS[split]
-    rows = read_tsv(path)
+    rows = read_tsv(path, [*text_columns, *([label_column] if split != "test" else [])])
     out: dict[str, list] = {c: [] for c in [*columns, "label", "idx"]}
     for i, row in enumerate(rows):
         where = f"{path}: data row {i + 1}"

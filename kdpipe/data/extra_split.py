@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.checksums import verify, write_manifest
 from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path, make_manifest, read_manifest, write_json
-from kdpipe.data.dataset import SPLITS, read_labels
+from kdpipe.data.dataset import OOD, SPLITS, read_labels, read_split
 from kdpipe.data.prepare import HELD_OUT, UNLABELLED
 from kdpipe.data.settings import OodSourceSettings, TransferSettings
 
@@ -73,6 +73,16 @@ def held_out_rows(data_dir: Path) -> pd.DataFrame:
         raise ArtifactError(f"{data_dir / HELD_OUT}: missing; the dataset holds classes out: rerun the prepare stage")
     verify(manifest, data_dir / "manifest.json", [HELD_OUT], target=data_dir)
     return pd.read_parquet(data_dir / HELD_OUT)
+
+
+def evaluation_texts(data_dir: Path) -> list[pd.DataFrame]:
+    """The texts a model is evaluated on, which no transfer row may hold and an external OOD set must not hold
+    either: the validation and test splits and, with classes held out by ``evaluate.ood.classes``, their test rows
+    (the ``ood`` split) and every other row of theirs (:func:`held_out_rows`)."""
+    frames = [read_split(data_dir, split) for split in ("validation", "test")]
+    if (data_dir / f"{OOD}.parquet").is_file():  # the held-out classes' rows are evaluated too: test, then the others
+        frames += [read_split(data_dir, OOD), held_out_rows(data_dir)]
+    return frames
 
 
 def empty_texts(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:

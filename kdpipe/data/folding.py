@@ -1,6 +1,7 @@
 """Texts compared as a model reads them (docs/your-own-models-and-data.md, "When two texts are the same"): one folding
 for prepare's duplicate and conflict checks (kdpipe.data.prepare, kdpipe.data.conflicts) and for the leak filters of
-the transfer rows and an external OOD set (kdpipe.data.transfer, kdpipe.data.ood).
+the transfer rows and an external OOD set (kdpipe.data.transfer, kdpipe.data.ood), whole texts and the words of
+evaluation texts inside other texts alike (kdpipe.data.contamination).
 
 A text is folded the way an uncased (BERT-style WordPiece) tokenizer reads it: HTML entities decoded (``&amp;`` is
 ``&``, ``&#8217;`` is ``’``), typographic quotes made plain (``’`` is ``'``, ``“`` is ``"``), Unicode compatibility
@@ -108,7 +109,17 @@ def fold(texts: pd.Series) -> pd.Series:
 def text_hashes(frame: pd.DataFrame, columns: list[str], prefix: int | None = None) -> np.ndarray:
     """A 64-bit hash of each row's (text, text pair), each :func:`fold`-ed; with ``prefix``, of the first ``prefix``
     folded characters of each (:func:`copy_prefix`)."""
-    folded = {column: fold(frame[column]) for column in columns}
+    return folded_hashes(fold_columns(frame, columns), prefix)
+
+
+def fold_columns(frame: pd.DataFrame, columns: list[str]) -> dict[str, pd.Series]:
+    """The :func:`fold`-ed texts of each of ``columns`` (the text, the text pair): fold once, compare several ways
+    (:func:`folded_hashes`, :mod:`kdpipe.data.contamination`)."""
+    return {column: fold(frame[column]) for column in columns}
+
+
+def folded_hashes(folded: dict[str, pd.Series], prefix: int | None = None) -> np.ndarray:
+    """:func:`text_hashes` of texts already folded (:func:`fold_columns`)."""
     if prefix is not None:
         folded = {column: texts.str.slice(0, prefix) for column, texts in folded.items()}
     table = pd.DataFrame({column: texts.to_numpy() for column, texts in folded.items()})

@@ -3,9 +3,11 @@ one file, read like a transfer file (:mod:`kdpipe.data.text_readers`: only the t
 as a one-split dataset artifact ``results/ood/<dataset>/`` (``ood.parquet``, ``labels.json``, ``manifest.json``)
 that every evaluation job reads beside the dataset.
 
-Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a repeated one, and one equal, folded
+Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a repeated one, one equal, folded
 as an uncased tokenizer reads it (:func:`kdpipe.data.folding.text_hashes`), to any text of the dataset or of the
-transfer rows students learn from: such a row is not unseen.
+transfer rows students learn from (``dataset``), and one that holds a validation, test or held-out class's text
+anywhere in it (docs/your-own-models-and-data.md, "Evaluation texts inside other texts"; the transfer rows' rule,
+:mod:`kdpipe.data.contamination`: ``evaluation_shared``, ``evaluation_contained``): such a row is not unseen.
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.contamination import CONTAINED, SHARED, EvaluationNgrams, joined
 from kdpipe.data.dataset import OOD, SPLITS, TRANSFER, read_split
-from kdpipe.data.extra_split import dropped_text, empty_texts, held_out_rows, next_row_id, write_one_split
-from kdpipe.data.folding import text_hashes
+from kdpipe.data.extra_split import (
+    dropped_text,
+    empty_texts,
+    evaluation_texts,
+    held_out_rows,
+    next_row_id,
+    write_one_split,
+)
+from kdpipe.data.folding import fold_columns, text_hashes
 from kdpipe.data.prepare import UNLABELLED
 from kdpipe.data.settings import OodSourceSettings
 from kdpipe.data.text_readers import text_readers
@@ -28,6 +38,8 @@ _REASONS = {
     "empty": "empty text",
     "duplicate": "repeated OOD text",
     "dataset": "equal to a text of the dataset or the transfer rows",
+    "evaluation_shared": "sharing 13 consecutive words with a validation, test or held-out class's text",
+    "evaluation_contained": "containing a validation, test or held-out class's text of fewer than 13 words",
 }
 
 
@@ -60,12 +72,17 @@ def build_ood(settings: OodSourceSettings, data: Path, out: Path, transfer: Path
     first = np.zeros(len(rows), bool)
     first[np.unique(hashed, return_index=True)[1]] = True
     in_dataset = np.isin(hashed, np.concatenate(known))
+    ngrams = EvaluationNgrams(joined(fold_columns(frame, columns)) for frame in evaluation_texts(data_dir))
+    found = ngrams.find(joined(fold_columns(rows, columns)))
+    open_ = ~empty & first & ~in_dataset
     dropped = {
         "empty": int(empty.sum()),
         "duplicate": int((~empty & ~first).sum()),
         "dataset": int((~empty & first & in_dataset).sum()),
+        "evaluation_shared": int((open_ & (found == SHARED)).sum()),
+        "evaluation_contained": int((open_ & (found == CONTAINED)).sum()),
     }
-    keep, why = ~empty & first & ~in_dataset, dropped_text(dropped, _REASONS)
+    keep, why = open_ & (found == 0), dropped_text(dropped, _REASONS)
     if not keep.any():
         raise KdpipeError(f"evaluate.ood.source: no row is left of {len(rows):,} read ({why})")
     kept = rows.loc[keep, columns].reset_index(drop=True)
@@ -80,6 +97,7 @@ def build_ood(settings: OodSourceSettings, data: Path, out: Path, transfer: Path
         len(kept),
         read=len(rows),
         dropped=dropped,
+        contamination=ngrams.describe(),
     )
     print(f"[kdpipe] ood: {len(kept):,} rows kept of {len(rows):,} read ({why})", file=sys.stderr)
     return manifest

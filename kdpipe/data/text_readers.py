@@ -125,7 +125,7 @@ def _not_text(value) -> str | None:
 def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
     def read() -> Iterator[pd.DataFrame]:
         try:
-            file = pq.ParquetFile(path)
+            file = pq.ParquetFile(path, pre_buffer=False)  # (pre-buffered row groups stay held: memory would grow)
         except (pa.ArrowException, OSError) as err:
             raise KdpipeError(f"{path}: cannot be read as parquet ({err})") from err
         _check_columns(str(path), file.schema_arrow.names, wanted)

@@ -9,8 +9,9 @@ their texts to ``unlabelled.parquet``). The ``transfer`` stage writes them as a 
 passes read it like any split.
 
 Rows are read in batches and written in batches, in two passes over the sources, so memory is flat in N beyond
-an 8-byte hash and a reason per row (no text is held): pass 1 hashes every text, pass 2 writes the rows kept.
-Dropped, and counted in the manifest (``dropped``) and the log:
+an 8-byte hash and a reason per row (no text is held): pass 1 folds each batch once, hashes every text and tests it
+against the evaluation texts, pass 2 writes the rows kept. Dropped, and counted in the manifest (``dropped``) and
+the log, each row under the first reason that applies, in this order:
 - an empty or missing text (``empty``);
 - a text that repeats an earlier transfer row (``duplicate``);
 - a text equal to an evaluation text (``evaluation``): a validation or test text, or a row of a class held out by
@@ -20,6 +21,10 @@ Dropped, and counted in the manifest (``dropped``) and the log:
   (``evaluation_truncated``: a test text with a sentence appended): the same first
   :func:`kdpipe.data.folding.copy_prefix` folded characters, for the smallest ``max_length`` of any teacher or
   student (``settings.max_length``, recorded as ``copy_prefix``);
+- a text that holds an evaluation text anywhere in it (:mod:`kdpipe.data.contamination`;
+  docs/your-own-models-and-data.md, "Evaluation texts inside other texts"): 13 consecutive words in common with one
+  (``evaluation_shared``), or the whole of one shorter than 13 words (``evaluation_contained``); the rule is
+  recorded as ``contamination``;
 - a text equal to a labelled training text (``labelled``): that row is already in the student's data with its label;
 - rows beyond ``dataset.transfer_max_rows`` (``over_max_rows``), a seeded random choice.
 Texts are compared by a 64-bit hash of (text, text pair), folded as an uncased tokenizer reads them
@@ -42,9 +47,10 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.checksums import verify
 from kdpipe.core.store import KdpipeError, read_manifest
-from kdpipe.data.dataset import OOD, TRANSFER, read_split
-from kdpipe.data.extra_split import dropped_text, empty_texts, held_out_rows, next_row_id, write_one_split
-from kdpipe.data.folding import copy_prefix, text_hashes
+from kdpipe.data.contamination import CONTAINED, SHARED, EvaluationNgrams, joined
+from kdpipe.data.dataset import TRANSFER, read_split
+from kdpipe.data.extra_split import dropped_text, empty_texts, evaluation_texts, next_row_id, write_one_split
+from kdpipe.data.folding import copy_prefix, fold_columns, folded_hashes, text_hashes
 from kdpipe.data.prepare import UNLABELLED
 from kdpipe.data.settings import TransferSettings
 from kdpipe.data.text_readers import BATCH_ROWS, text_readers
@@ -55,6 +61,8 @@ _REASONS = {  # why a row is dropped, in words; in code order (1-based)
     "duplicate": "repeated transfer text",
     "evaluation": "equal to a validation, test or held-out class's text",
     "evaluation_truncated": "the same input as a validation, test or held-out class's text once cut at max_length",
+    "evaluation_shared": "sharing 13 consecutive words with a validation, test or held-out class's text",
+    "evaluation_contained": "containing a validation, test or held-out class's text of fewer than 13 words",
     "labelled": "equal to a labelled training text",
     "over_max_rows": "over dataset.transfer_max_rows",
 }
@@ -89,7 +97,7 @@ def build_transfer(settings: TransferSettings, data: Path, out: Path) -> dict:
         raise KdpipeError("dataset.transfer is not set and dataset.split.unlabelled is 0: there are no transfer rows")
     rng = np.random.default_rng([int(settings.split.seed), 7])
     prefix = copy_prefix(settings.max_length, len(columns) > 1) if settings.max_length else None
-    reason, hashed, counts = _reasons(readers, data_dir, columns, prefix, settings.transfer_max_rows, rng)
+    reason, hashed, counts, rule = _reasons(readers, data_dir, columns, prefix, settings.transfer_max_rows, rng)
     dropped = {name: int((reason == code).sum()) for code, name in enumerate(_REASONS, start=1)}
     kept, why = int((reason == 0).sum()), dropped_text(dropped, _REASONS)
     if not kept:
@@ -108,6 +116,7 @@ def build_transfer(settings: TransferSettings, data: Path, out: Path) -> dict:
         multiline_texts=counts["multiline_texts"],
         dropped=dropped,
         copy_prefix=prefix,
+        contamination=rule,
     )
     print(f"[kdpipe] transfer: {kept:,} rows kept of {len(reason):,} read ({why})", file=sys.stderr)
     return manifest
@@ -115,27 +124,31 @@ def build_transfer(settings: TransferSettings, data: Path, out: Path) -> dict:
 
 def _reasons(
     readers, data_dir: Path, columns: list[str], prefix: int | None, cap: int | None, rng
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept), each row's hash, and what
-    was read (rows per source, texts spanning several lines). ``prefix``: the folded characters that make a copy of
-    an evaluation text (None: whole texts only)."""
+) -> tuple[np.ndarray, np.ndarray, dict, dict]:
+    """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept), each row's hash, what was
+    read (rows per source, texts spanning several lines) and the contamination rule's description. ``prefix``: the
+    folded characters that make a copy of an evaluation text (None: whole texts only)."""
     code = {name: i for i, name in enumerate(_REASONS, start=1)}
-    evaluated = [read_split(data_dir, split) for split in ("validation", "test")]
-    if (data_dir / f"{OOD}.parquet").is_file():  # the held-out classes' rows are evaluated too: test, then the others
-        evaluated += [read_split(data_dir, OOD), held_out_rows(data_dir)]
-    evaluation = np.unique(np.concatenate([text_hashes(frame, columns) for frame in evaluated]))
+    evaluated = [fold_columns(frame, columns) for frame in evaluation_texts(data_dir)]
+    evaluation = np.unique(np.concatenate([folded_hashes(folded) for folded in evaluated]))
     if prefix is not None:
-        starts = np.unique(np.concatenate([text_hashes(frame, columns, prefix) for frame in evaluated]))
+        starts = np.unique(np.concatenate([folded_hashes(folded, prefix) for folded in evaluated]))
+    ngrams = EvaluationNgrams(joined(folded) for folded in evaluated)
+    del evaluated
     hashes, reasons, counts, multiline = [], [], {}, {}
     for where, reader in readers:
         read = lines = 0
         for batch in reader():
-            hashes.append(text_hashes(batch, columns))
-            reason = np.where(empty_texts(batch, columns), code["empty"], 0).astype(np.int8)
-            if prefix is not None:  # (a reason for now: the rows that are not also a full copy or a duplicate)
-                reason[(reason == 0) & np.isin(text_hashes(batch, columns, prefix), starts)] = code[
-                    "evaluation_truncated"
-                ]
+            folded = fold_columns(batch, columns)
+            hashes.append(folded_hashes(folded))
+            # (reasons for now, of the rows that are not also a full copy or a duplicate: decided below)
+            found = ngrams.find(joined(folded))
+            reason = np.zeros(len(batch), np.int8)
+            reason[found == CONTAINED] = code["evaluation_contained"]
+            reason[found == SHARED] = code["evaluation_shared"]
+            if prefix is not None:
+                reason[np.isin(folded_hashes(folded, prefix), starts)] = code["evaluation_truncated"]
+            reason[empty_texts(batch, columns)] = code["empty"]
             reasons.append(reason)
             lines += int(batch["text"].str.contains("\n", regex=False).sum())
             read += len(batch)
@@ -154,7 +167,9 @@ def _reasons(
     hashed, reason = np.concatenate(hashes), np.concatenate(reasons)
     first = np.zeros(len(hashed), bool)
     first[np.unique(hashed, return_index=True)[1]] = True
-    open_ = (reason == 0) | (reason == code["evaluation_truncated"])
+    open_ = (reason == 0) | np.isin(
+        reason, [code[name] for name in ("evaluation_truncated", "evaluation_shared", "evaluation_contained")]
+    )
     reason[open_ & ~first] = code["duplicate"]
     reason[open_ & first & np.isin(hashed, evaluation)] = code["evaluation"]
     labelled = text_hashes(read_split(data_dir, "train"), columns)
@@ -162,7 +177,7 @@ def _reasons(
     kept = np.flatnonzero(reason == 0)
     if cap is not None and len(kept) > cap:
         reason[np.sort(rng.choice(kept, len(kept) - cap, replace=False))] = code["over_max_rows"]
-    return reason, hashed, counts
+    return reason, hashed, counts, ngrams.describe()
 
 
 def _write(path: Path, readers, reason: np.ndarray, hashed: np.ndarray, draw: np.ndarray, first_id: int, columns):
@@ -202,5 +217,6 @@ def transfer_rows(frame: pd.DataFrame, fraction: float) -> pd.DataFrame:
 
 def _parquet_batches(path: Path, columns: list[str]) -> Iterator[pd.DataFrame]:
     """The withheld training rows (already validated by the prepare stage), with their row_ids."""
-    for batch in pq.ParquetFile(path).iter_batches(BATCH_ROWS, columns=["row_id", *columns]):
+    file = pq.ParquetFile(path, pre_buffer=False)  # (kdpipe.data.text_readers: memory flat in the row groups read)
+    for batch in file.iter_batches(BATCH_ROWS, columns=["row_id", *columns]):
         yield batch.to_pandas()

@@ -156,3 +156,32 @@ def stored_dropout(model: str) -> float | None:
         return None
     rates = [v for k, v in config.items() if "dropout" in k and isinstance(v, (int, float)) and not isinstance(v, bool)]
     return max(rates, default=0.0)
+
+
+# A model folder's weights as transformers looks for them: safetensors (one file, or shards and their index), or
+# pickle files (``torch.save``), which kdpipe never reads: unpickling a file can run code
+SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors")
+PICKLE_WEIGHTS = "pytorch_model*.bin"
+
+
+def refuse_pickle_weights(folder: str, where: str = "") -> None:
+    """Refuse a local model folder whose weights are only a pickle file (``pytorch_model.bin``, or its shards) with
+    no safetensors weights beside it, in one line that says how to convert it (torch-free: the plan runs it on every
+    model folder before any job, and the loader before it loads one). ``where``: the config key that names it."""
+    path = Path(folder)
+    if not path.is_dir() or any(any(path.glob(pattern)) for pattern in SAFETENSORS_WEIGHTS):
+        return
+    pickles = sorted(p.name for p in path.glob(PICKLE_WEIGHTS))
+    if not pickles:
+        return
+    try:
+        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        architectures = []
+    model_class = architectures[0] if architectures and str(architectures[0]).isidentifier() else "AutoModel"
+    raise KdpipeError(
+        f"{where + ': ' if where else ''}{path}: its weights are only in a pickle file ({pickles[0]}), which kdpipe "
+        "does not load (unpickling a file can run code); convert the folder to safetensors once, in a Python session "
+        f"you trust: `from transformers import {model_class}; {model_class}.from_pretrained('{path}')"
+        f".save_pretrained('{path}', safe_serialization=True)` writes model.safetensors beside it"
+    )

@@ -21,6 +21,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 
 from kdpipe.core.checksums import rebuild_hint, verify
 from kdpipe.core.store import ArtifactError, KdpipeError, read_json
+from kdpipe.models.backbones import refuse_pickle_weights
 
 BUILTINS = ("builtin:minilm-l6", "builtin:tiny-bert")
 
@@ -52,7 +53,11 @@ def _source(backbone: str) -> str:
 
 
 # What kdpipe loads a model folder as, by the Auto class it calls (see refuse_own_code)
-TASKS = {"AutoModelForSequenceClassification": "sequence classifier", "AutoModel": "encoder"}
+TASKS = {
+    "AutoModelForSequenceClassification": "sequence classifier",
+    "AutoModel": "encoder",
+    "AutoModelForCausalLM": "causal language model",  # a prompted teacher's (kdpipe.models.causal_lm)
+}
 OWN_CODE = "kdpipe does not run a checkpoint's own code (trust_remote_code is off)"
 
 
@@ -76,6 +81,7 @@ def refuse_own_code(source: str, auto: str = "AutoModelForSequenceClassification
     provided = {
         "AutoModelForSequenceClassification": modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
         "AutoModel": modeling_auto.MODEL_MAPPING_NAMES,
+        "AutoModelForCausalLM": modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
     }[auto]
     if model_type in provided:
         return
@@ -91,11 +97,14 @@ def refuse_own_code(source: str, auto: str = "AutoModelForSequenceClassification
 
 def _quiet_from_pretrained(fn, name: str, auto: str | None = None, **kwargs):
     """Call a ``from_pretrained`` and turn an unreachable hub / missing directory into a clear error; ``auto``: the
-    Auto class of a model (not a tokenizer), whose folder is first checked for code of its own
-    (:func:`refuse_own_code`). A checkpoint's own code is never run."""
+    Auto class of a model (not a tokenizer), whose folder is first checked for weights only in a pickle file
+    (:func:`kdpipe.models.backbones.refuse_pickle_weights`) and for code of its own (:func:`refuse_own_code`), and
+    whose weights are read from safetensors only. A checkpoint's own code is never run, and no pickle is read."""
     logging.getLogger("transformers").setLevel(logging.ERROR)
     if auto:
+        refuse_pickle_weights(name)
         refuse_own_code(name, auto)
+        kwargs["use_safetensors"] = True
     try:
         return fn(name, trust_remote_code=False, **kwargs)
     except (OSError, ValueError) as err:

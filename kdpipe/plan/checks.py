@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.registry import METHODS, get_method
+from kdpipe.models.backbones import refuse_pickle_weights
 from kdpipe.plan.entries import NAME, Student, validate_entry
 from kdpipe.plan.paths import ORACLE
 
@@ -91,14 +92,18 @@ class Checks:
 
     def _check_own_code(self) -> None:
         """A local model folder that asks for code of its own (``auto_map`` in its config.json) for a model class
-        transformers does not provide stops the plan: the job would refuse to load it
-        (:func:`kdpipe.models.loading.refuse_own_code`). Every folder named here is loaded as a sequence classifier."""
+        transformers does not provide, or whose weights are only in a pickle file (``pytorch_model.bin``), stops the
+        plan: the job would refuse to load it (:func:`kdpipe.models.loading.refuse_own_code`,
+        :func:`kdpipe.models.backbones.refuse_pickle_weights`). Every folder named here is loaded as a sequence
+        classifier."""
         folders = {}  # config key -> folder
         for name, spec in self.teachers.items():
             key = "checkpoint" if spec.get("checkpoint") else "backbone"
             folders[f"teachers.{name.split('.')[0]}.{key}"] = spec.get(key)  # an ensemble member: its entry's key
         folders.update(self._student_sources())
         for where, folder in folders.items():
+            if isinstance(folder, str):
+                refuse_pickle_weights(folder, where=where)
             if isinstance(folder, str) and _asks_for_own_code(folder):
                 from kdpipe.models.loading import refuse_own_code  # torch and transformers: only for such a folder
 

@@ -1,5 +1,5 @@
-"""Exported students and serving profiles in the plan (docs/your-own-models-and-data.md, "Using the student you
-get"; docs/report.md, "Exported models and serving profiles").
+"""Exported students and serving profiles in the plan (docs/your-own-models-and-data.md,
+"Using the student you get"; docs/report.md, "Exported models and serving profiles").
 
 With ``export.onnx`` or ``export.int8``, each student that ``export.students`` names has an fp32 ONNX folder
 ``results/exported/<student>.onnx``, and with ``export.int8`` an int8 one, ``<student>.int8``, made from it; the models

@@ -3,6 +3,10 @@
 # (workflow/rules/evaluate.smk); and the serving profile of each model serving.models names, measured in a job that
 # holds every core.
 
+# Every core of a local run; on a cluster (no --cores) the threads a profile sets for serve, which should also give it
+# a node of its own (profiles/slurm: --exclusive)
+SERVE_THREADS = workflow.resource_settings.cores or workflow.resource_settings.overwrite_threads.get("serve", 1)
+
 stage(
     "export",
     "A trained student as an ONNX graph (free batch and sequence axes), checked against it on validation texts.",
@@ -31,5 +35,5 @@ stage(
     log_file=f"{LOGS}/serve/{{model}}.log",
     wildcards={"model": one_of(PLAN.serving_models())},
     cfg=lambda wc: PLAN.serving_params(wc.model),
-    job_size=(workflow.cores, {"mem_mb": 6000, "runtime": 30}),
+    job_size=(SERVE_THREADS, {"mem_mb": 6000, "runtime": 30}),
 )
