@@ -93,6 +93,9 @@ def _made_already(stage: Stage, settings: Settings, args: dict, inputs: list[Pat
     from kdpipe.core.identity import job_identity
 
     outputs = [Path(args[arg.name]) for arg in stage.args if arg.output]
+    if not inputs:  # called by hand, without the rule's --inputs: the paths it reads
+        read = [args[arg.name] for arg in stage.args if arg.kind != "text" and not arg.output and args[arg.name]]
+        inputs = [Path(p) for value in read for p in (value if isinstance(value, list) else [value])]
     lock_outputs(outputs)
     identity = job_identity(settings, inputs, code or fingerprint(stage.module))
     set_job_identity(identity)

@@ -27,8 +27,8 @@ def checkouts(tmp_path_factory) -> tuple[Path, Path]:
     b = copy_project(base / "b")
     cli = b / "kdpipe" / "cli.py"
     cli.write_text(cli.read_text().replace('"""``python -m kdpipe <stage> ...``', '"""Checkout B: ``kdpipe``', 1))
-    with open(b / "kdpipe" / "stages" / "prepare.py", "a") as fh:
-        fh.write('\nPath("ran-from").write_text(__file__)\n')
+    with open(b / "kdpipe" / "data" / "prepare.py", "a") as fh:
+        fh.write("\nimport pathlib\npathlib.Path('ran-from').write_text(__file__)\n")
     return a, b
 
 
@@ -61,4 +61,4 @@ def test_the_workflows_jobs_run_its_own_checkout_from_another_directory(checkout
     env = {**installed(a), "PYTHONPATH": os.pathsep.join(str({"a": a, "b": b}[c]) for c in pythonpath.split(":"))}
     done = subprocess.run(cmd, cwd=a, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert (a / "ran-from").read_text() == str(b / "kdpipe" / "stages" / "prepare.py")
+    assert (a / "ran-from").read_text() == str(b / "kdpipe" / "data" / "prepare.py")
