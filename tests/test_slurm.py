@@ -36,7 +36,11 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 PROFILE = yaml.safe_load((REPO / "profiles/slurm/profile.yaml").read_text())
 DEFAULT_PARTITION = PROFILE["default-resources"]["slurm_partition"]
 # the rules the profile sends to the GPU partition (their GPU count is the rule's own gpu resource)
-GPU_RULES = {r: res for r, res in PROFILE["set-resources"].items() if res["slurm_partition"] != DEFAULT_PARTITION}
+GPU_RULES = {
+    r: res
+    for r, res in PROFILE["set-resources"].items()
+    if res.get("slurm_partition", DEFAULT_PARTITION) != DEFAULT_PARTITION
+}
 GPUS = 2  # fake GPUs on the node: two GPU jobs at a time
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
 FINISHED = re.compile(r"Finished jobid: (\d+) \(Rule: ([\w+]+)\)")  # (a pass's rule: logits+pooled+hidden)
