@@ -18,6 +18,7 @@ import torch
 from kdpipe.core.device import pick_device, set_threads
 from kdpipe.data.dataset import read_split
 from kdpipe.data.prepare import prepare
+from kdpipe.data.settings import DatasetSettings
 
 BBC = {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}}
 OUT = Path(__file__).parent / "out"
@@ -38,7 +39,7 @@ def setup(args) -> torch.device:
 def bbc_train_rows(rows: int):
     """The first ``rows`` rows of BBC News' training split (kdpipe's default split)."""
     with tempfile.TemporaryDirectory() as tmp:
-        prepare(BBC, Path(tmp) / "bbc")
+        prepare(DatasetSettings.of_section(BBC), Path(tmp) / "bbc")
         return read_split(Path(tmp) / "bbc", "train").head(rows)
 
 

@@ -21,6 +21,7 @@ from kdpipe.data.batching import collate, encode_frame, model_inputs, training_b
 from kdpipe.methods.losses import union_logits, vanilla_kd_loss
 from kdpipe.methods.muki import aggregate, margin_weights, muki_loss, padded_probs
 from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.models.settings import StudentModel
 from kdpipe.models.students import build_student
 from kdpipe.signals.mc_dropout import enable_dropout, mc_dropout_samples, summarise
 
@@ -64,7 +65,8 @@ def student_step(student, optimizer, batch, target, weight, method, device):
 
 
 def epoch_seconds(method: str, online: bool, teachers, encoded, args, device) -> float:
-    student, _ = build_student({"init": {"from": "builtin:minilm-l6", "layers": [0, 5]}}, LABELS, seed=0)
+    spec = StudentModel.from_params({"init": {"from": "builtin:minilm-l6", "layers": [0, 5]}})
+    student, _ = build_student(spec, LABELS, seed=0)
     student.to(device).train()
     optimizer = torch.optim.AdamW(student.parameters(), lr=1e-4)
     batches = training_batches(encoded.lengths, 16, seed=0, epoch=0)

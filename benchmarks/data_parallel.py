@@ -25,6 +25,7 @@ import torch
 from bench_common import BBC, parser, record, setup
 
 from kdpipe.data.prepare import prepare
+from kdpipe.data.settings import DatasetSettings
 
 
 def teacher_params(args) -> dict:
@@ -66,7 +67,7 @@ def main() -> None:
     params = teacher_params(args)
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "bbc"
-        prepare(BBC, data)
+        prepare(DatasetSettings.of_section(BBC), data)
         one_s, one = train(data, Path(tmp) / "one" / "t", params, args.threads, 1)
         many_s, many = train(data, Path(tmp) / "many" / "t", params, args.threads, args.processes)
     rec = record(

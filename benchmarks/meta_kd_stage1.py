@@ -28,6 +28,7 @@ from kdpipe.methods.base import DistillContext
 from kdpipe.methods.meta_kd.student import build_stage1
 from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_classifier, load_tokenizer
+from kdpipe.models.settings import StudentModel
 from kdpipe.models.students import build_student
 from kdpipe.signals.features import dump_feature
 from kdpipe.signals.load import TokenFeature
@@ -96,7 +97,8 @@ def teacher_features(teacher, batch, features: dict, device) -> None:
 
 
 def epoch_seconds(online: bool, teacher, encoded, features: dict, device) -> float:
-    student, _ = build_student({"init": {"from": "builtin:minilm-l6", "layers": [0, 5]}}, LABELS, seed=0, attn="eager")
+    spec = StudentModel.from_params({"init": {"from": "builtin:minilm-l6", "layers": [0, 5]}})
+    student, _ = build_student(spec, LABELS, seed=0, attn="eager")
     student.to(device).train()
     objective = build_stage1(context(encoded, features, student, device), method_args("meta_kd_stage1", {}))
     adapters = objective.extra_modules["meta_kd_adapters"][0]

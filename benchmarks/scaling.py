@@ -57,6 +57,7 @@ from bench_common import timed_command  # noqa: E402
 
 from kdpipe.data.dataset import read_split  # noqa: E402
 from kdpipe.data.prepare import prepare  # noqa: E402
+from kdpipe.data.settings import DatasetSettings  # noqa: E402
 from kdpipe.plan import Plan  # noqa: E402
 
 OUT = Path(__file__).parent / "out"
@@ -116,7 +117,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         prepare(
-            {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}},
+            DatasetSettings.of_section(
+                {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}}
+            ),
             tmp / "bbc",
         )
         splits = {s: read_split(tmp / "bbc", s)[["text", "label"]] for s in ("train", "validation", "test")}
@@ -132,7 +135,7 @@ def main() -> None:
             samples = args.samples if n == min(args.rows) else args.samples[:1]
             plan = plan_for(files, samples[0], args.max_length, args.threads)
             data = work / "data"
-            prepare(plan.prepare_params(), data)
+            prepare(DatasetSettings.from_params(plan.prepare_params()), data)
             if not teacher.exists():  # fine-tuned once, on the smallest N
                 params = json.dumps(plan.teacher_params("teacher"))
                 timed(
@@ -305,7 +308,9 @@ def steps_main(args) -> None:
         tmp = args.keep or Path(tmp)
         tmp.mkdir(parents=True, exist_ok=True)
         prepare(
-            {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}},
+            DatasetSettings.of_section(
+                {"name": "bbc", "source": "builtin:bbc_news", "split": {"validation": 0.1, "test": 0.2, "seed": 13}}
+            ),
             tmp / "bbc",
         )
         splits = {s: read_split(tmp / "bbc", s)[["text", "label"]] for s in ("train", "validation", "test")}

@@ -87,12 +87,15 @@ def train(model, tokenizer, labels, data, folder: Path, kind: str, epochs: int, 
 
 def evaluate_all(folders: dict[str, Path], data: Path, root: Path) -> dict[str, dict]:
     """The test-split evaluation of every kdpipe folder, the exported ones against the PyTorch student."""
+    from kdpipe.evaluation.settings import EvalSettings
     from kdpipe.stages import evaluate
 
     out = {}
     for name, folder in folders.items():
         reference = root / "eval" / "student" if name in ("onnx fp32", "onnx int8") else None
-        params = {"model": name.replace(" ", "_"), "splits": ["test"], "batch_size": 64, "ece_bins": 15}
+        model = name.replace(" ", "_")
+        params = {"model": model, "base": model, "kind": "student", "method": None, "seed": 0, "splits": ["test"]}
+        params = EvalSettings.from_params({**params, "batch_size": 64, "ece_bins": 15})
         target = root / "eval" / ("student" if name == "student" else name.replace(" ", "_"))
         [out[name]] = evaluate.run(
             params, folder, data, [target / "test.json"], [target / "test.predictions.parquet"], reference=reference
@@ -187,14 +190,16 @@ def make_models(args, device) -> tuple[Path, dict[str, Path], dict]:
     """The data, the trained teacher and student (made once in ``--work``), the student's ONNX and int8 folders."""
     from kdpipe.data.dataset import read_labels, read_split
     from kdpipe.data.prepare import prepare
+    from kdpipe.data.settings import DatasetSettings
     from kdpipe.models.export import export_onnx, quantize_int8
     from kdpipe.models.loading import load_classifier, load_tokenizer
+    from kdpipe.models.settings import StudentModel
     from kdpipe.models.students import build_student
 
     work = args.work
     data = work / "data"
     if not (data / "manifest.json").is_file():
-        prepare({**BBC, "name": "bbc_news"}, data)
+        prepare(DatasetSettings.of_section({**BBC, "name": "bbc_news"}), data)
     labels = read_labels(data)
     folders = {"teacher": work / "teacher", "student": work / "student"}
     made: dict = {"train_s": {}}
@@ -206,7 +211,8 @@ def make_models(args, device) -> tuple[Path, dict[str, Path], dict]:
         made["train_s"]["teacher"] = time.perf_counter() - start
     if not (folders["student"] / "manifest.json").is_file():
         start = time.perf_counter()
-        model, tokenizer = build_student({"init": {"from": "builtin:minilm-l6", "layers": [0, 5]}}, labels, seed=1)
+        spec = StudentModel.from_params({"init": {"from": "builtin:minilm-l6", "layers": [0, 5]}})
+        model, tokenizer = build_student(spec, labels, seed=1)
         train(model, tokenizer, labels, data, folders["student"], "student", args.student_epochs, seed=1,
               device=device)  # fmt: skip
         made["train_s"]["student"] = time.perf_counter() - start

@@ -1,8 +1,10 @@
 """``python -m kdpipe <stage> ...``: one sub-command per workflow stage (the rules call these).
 
 Built from the stage declarations (:data:`kdpipe.stages.catalog.STAGES`): every stage takes its config slice as
-``--params JSON`` (exactly what the rule's ``params.cfg`` holds) and its arguments by name, and its function is
-called with both; its module is imported only when its sub-command runs. A job started by the workflow checks its
+``--params JSON`` (exactly what the rule's ``params.cfg`` holds) and its arguments by name; the slice is read once
+into the stage's typed settings (:meth:`kdpipe.core.settings.Settings.from_params`: an unknown or missing key, or a
+value of the wrong type, stops the job with one line naming it), and the function is called with the settings and
+the arguments; its module is imported only when its sub-command runs. A job started by the workflow checks its
 code fingerprint (``--code``) against the sources it runs from (:func:`check_code`). A stage that runs a model first
 claims a free GPU from the lock-file pool (:mod:`kdpipe.core.gpus`), before anything imports torch; a stage that
 needs no model imports neither torch nor transformers, which take seconds to start (docs/design.md, "Compute"). A
@@ -27,6 +29,7 @@ from kdpipe.core.gpus import claim_gpu
 from kdpipe.core.identity import check_local_content
 from kdpipe.core.killed import end_if_interrupted, say_when_killed
 from kdpipe.core.progress import log_to
+from kdpipe.core.settings import Settings
 from kdpipe.core.store import KdpipeError
 from kdpipe.launch import pause, snapshot
 from kdpipe.stages.catalog import STAGES, Arg, Stage
@@ -81,9 +84,9 @@ def _arguments(argv: list[str]) -> dict:
     return args
 
 
-def _made_already(stage: Stage, params: dict, args: dict, inputs: list[Path], code: str | None) -> bool:
-    """Lock a training job's outputs, set its identity (:func:`kdpipe.core.identity.job_identity`: its config
-    slice, its declared ``inputs`` and its code fingerprint) and say whether its finished outputs were restored
+def _made_already(stage: Stage, settings: Settings, args: dict, inputs: list[Path], code: str | None) -> bool:
+    """Lock a training job's outputs, set its identity (:func:`kdpipe.core.identity.job_identity`: its settings,
+    its declared ``inputs`` and its code fingerprint) and say whether its finished outputs were restored
     (:func:`kdpipe.core.finished.restore_finished`)."""
     from kdpipe.core.fingerprint import fingerprint
     from kdpipe.core.finished import lock_outputs, restore_finished
@@ -94,9 +97,24 @@ def _made_already(stage: Stage, params: dict, args: dict, inputs: list[Path], co
         read = [args[arg.name] for arg in stage.args if arg.kind != "text" and not arg.output and args[arg.name]]
         inputs = [Path(p) for value in read for p in (value if isinstance(value, list) else [value])]
     lock_outputs(outputs)
-    identity = job_identity(params, inputs, code or fingerprint(stage.module))
+    identity = job_identity(settings, inputs, code or fingerprint(stage.module))
     set_job_identity(identity)
     return restore_finished(identity, outputs)
+
+
+def settings_of(stage: Stage, params: dict) -> Settings:
+    """The stage's typed settings, read from its config slice ``params`` (the one place a job reads the slice)."""
+    return stage.settings_type().from_params(params, "--params")
+
+
+def _check_local_content(params: dict) -> None:
+    """Stop a job whose local files changed since the plan digested them (:func:`kdpipe.core.identity.
+    check_local_content`), reading the paths its slice names as the plan does."""
+    planned = params.get("local_content")
+    if planned:
+        from kdpipe.plan.slices import named_paths
+
+        check_local_content(planned, named_paths({k: v for k, v in params.items() if k != "local_content"}))
 
 
 def check_code(stage: Stage, code: str) -> None:
@@ -220,12 +238,13 @@ def _main(argv: list[str]) -> int:
     try:
         if processes < 1:
             raise KdpipeError(f"--processes {processes}: give at least 1")
-        check_local_content(params)
+        _check_local_content(params)
         if code:
             check_code(stage, code)
+        settings = settings_of(stage, params)
         if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
             set_job_identity(os.environ[LAUNCHED] or None)
-        elif stage.trains and _made_already(stage, params, args, inputs, code):
+        elif stage.trains and _made_already(stage, settings, args, inputs, code):
             return 0
         elif stage.trains and processes > 1:
             _launch(processes, threads, argv)
@@ -244,7 +263,7 @@ def _main(argv: list[str]) -> int:
             distributed.init(pick_device())
         pause("run")
         started, rows = time.perf_counter(), _rows_done()
-        function(params, **args)
+        function(settings, **args)
         if not rank or int(os.environ.get("RANK", "0")) == 0:
             _summary(command, params, args, _rows_done() - rows, time.perf_counter() - started)
         if rank:

@@ -8,9 +8,16 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from kdpipe.data.prepare import prepare
+from kdpipe.data.settings import DatasetSettings
+from kdpipe.evaluation.settings import EvalSettings
 from kdpipe.methods.registry import get_method, method_args
+from kdpipe.methods.settings import StudentSettings
+from kdpipe.models.settings import StudentModel
+from kdpipe.signals.settings import SignalSettings
+from kdpipe.training.settings import TeacherSettings
 
 # A suite started under nohup, or as a background job of a non-interactive shell, ignores SIGHUP or SIGINT, and every
 # process it starts inherits that: the tests that stop a job with those signals would see it run to the end. The
@@ -27,6 +34,7 @@ TINY_DATASET = {
     "files": None,
     "format": "auto",
     "encoding": "utf-8",
+    "hf_splits": None,
     "text_column": "text",
     "text_pair_column": None,
     "label_column": "label",
@@ -53,21 +61,78 @@ TINY_TEACHER = {
 }
 
 
+# The student keys the plan leaves out of every student's slice (or puts in only where they are set)
+_NOT_IN_STUDENT_SLICES = ("seeds", "per_domain", "devices", "signals", "transfer")
+
+
 def student_job(config: dict) -> dict:
-    """A student's params as the plan passes them to the distill stage: method_args completed with the method's
-    declared defaults and the method's ``method_spec``."""
+    """A student's params as the plan passes them to the distill stage: ``student_defaults``' schema defaults for
+    the keys ``config`` leaves out, method_args completed with the method's declared defaults, the method's
+    ``method_spec``, and its teachers as a list."""
     method = config["method"]
+    defaults = {k: v for k, v in schema_section("student_defaults").items() if k not in _NOT_IN_STUDENT_SLICES}
     return {
+        **defaults,
         **config,
-        "method_args": method_args(method, config.get("method_args")),
+        "teachers": list(config.get("teachers") or []),
+        "method_args": method_args(method, config.get("method_args")).to_dict(),
         "method_spec": get_method(method).job_spec(),
     }
+
+
+def student_settings(config: dict) -> StudentSettings:
+    """:func:`student_job` as the distill and cotrain stages read it."""
+    return StudentSettings.from_params(student_job(config), "test student")
+
+
+def schema_section(section: str) -> dict:
+    """The config schema's defaults of ``section``'s keys (those that have one)."""
+    from kdpipe.core.settings import schema_default
+
+    keys = yaml.safe_load((REPO / "kdpipe/config.schema.yaml").read_text())["properties"][section]["properties"]
+    return {key: schema_default(section, key) for key, spec in keys.items() if "default" in spec}
+
+
+def dataset_settings(params: dict | None = None) -> DatasetSettings:
+    """A ``dataset`` slice (:data:`TINY_DATASET` by default) as the prepare stage reads it."""
+    return DatasetSettings.from_params(TINY_DATASET if params is None else params, "dataset")
+
+
+def teacher_settings(params: dict | None = None) -> TeacherSettings:
+    """A teacher's slice (:data:`TINY_TEACHER` by default) as the finetune_teacher stage reads it."""
+    return TeacherSettings.from_params(TINY_TEACHER if params is None else params, "test teacher")
+
+
+def signal_settings(signal: str, **params) -> SignalSettings:
+    """One signal's slice (``split`` and ``batch_size`` at least, as ``params``) as a signal pass reads it."""
+    return SignalSettings.from_params({"signal": signal, **params}, "test signal")
+
+
+def run_signal(signal: str, params: dict, teacher: Path, data: Path, out: Path) -> dict:
+    """One signal (its slice ``params``, without or with ``signal``) over a whole split, in a pass of its own
+    (:func:`kdpipe.signals.shards.run`); its manifest."""
+    from kdpipe.signals.shards import run
+
+    return run(signal_settings(signal, **{k: v for k, v in params.items() if k != "signal"}), teacher, data, out)
+
+
+def eval_settings(**params) -> EvalSettings:
+    """An evaluation's settings: ``params`` (``model`` and ``splits`` at least) over what a trained student's
+    evaluation slice holds."""
+    model = params["model"]
+    base = {"base": model, "kind": "student", "method": None, "seed": 0, "batch_size": 8, "ece_bins": 5}
+    return EvalSettings.from_params(base | params, "evaluate")
+
+
+def model_spec(spec: dict) -> StudentModel:
+    """A student's ``model`` entry as the models layer reads it."""
+    return StudentModel.from_params(spec, "test model")
 
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("data") / "tiny"
-    prepare(TINY_DATASET, out)
+    prepare(dataset_settings(), out)
     return out
 
 

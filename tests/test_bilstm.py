@@ -13,6 +13,7 @@ from kdpipe.models.bilstm import BiLSTMClassifier
 from kdpipe.models.loading import load_tokenizer, load_trained
 from kdpipe.models.students import build_student
 from kdpipe.plan import Plan
+from tests.conftest import REPO, model_spec
 
 LABELS = ["a", "b", "c"]
 SIZES = {
@@ -31,7 +32,7 @@ def tokenizer():
 
 
 def test_single_texts_shapes_and_defaults(tokenizer):
-    model, tok = build_student({"type": "bilstm", "tokenizer": "builtin:tiny-bert"}, LABELS, seed=0)
+    model, tok = build_student(model_spec({"type": "bilstm", "tokenizer": "builtin:tiny-bert"}), LABELS, seed=0)
     assert isinstance(model, BiLSTMClassifier) and len(tok) == len(tokenizer)
     # ProKT's sizes: embeddings 300, 300 units per direction, dropout 0.4, fc 600 on u (2 x 300)
     assert (
@@ -48,7 +49,7 @@ def test_single_texts_shapes_and_defaults(tokenizer):
 def test_padding_never_changes_a_prediction(tokenizer):
     """Max-pooling skips padded positions and the LSTM stops at each row's length: a row alone and the same row
     padded inside a batch with a longer one get the same logits."""
-    model, _ = build_student(SIZES, LABELS, seed=0)
+    model, _ = build_student(model_spec(SIZES), LABELS, seed=0)
     model.eval()
     enc = encode(tokenizer, ["short text", "a much longer text with many more word pieces in it"], max_length=32)
     together = model(**model_inputs(collate(enc, np.arange(2)))).logits[0]
@@ -68,7 +69,7 @@ def test_pairs_are_encoded_apart_and_combined(tokenizer):
     batch = collate(enc, np.arange(2))
     assert batch["pair_input_ids"].shape == (2, max(len(x) for x in other.input_ids))
 
-    model, _ = build_student(SIZES, LABELS, seed=0, pairs=True)
+    model, _ = build_student(model_spec(SIZES), LABELS, seed=0, pairs=True)
     model.eval()
     assert model.fc.in_features == 4 * 2 * 6  # [u; v; |u - v|; u * v], u, v in R^(2h)
     inputs = model_inputs(batch)
@@ -85,7 +86,7 @@ def test_pairs_are_encoded_apart_and_combined(tokenizer):
 
 
 def test_save_and_load_round_trip(tokenizer, tmp_path):
-    model, tok = build_student(SIZES, LABELS, seed=3, pairs=True)
+    model, tok = build_student(model_spec(SIZES), LABELS, seed=3, pairs=True)
     model.save_pretrained(tmp_path)
     loaded = load_trained(tmp_path)
     assert isinstance(loaded, BiLSTMClassifier) and loaded.config == model.config
@@ -94,6 +95,14 @@ def test_save_and_load_round_trip(tokenizer, tmp_path):
         assert torch.equal(a, b), name
     with pytest.raises(ValueError, match=r"kdpipe-bilstm \(load it with kdpipe\.models\.loading\.load_trained"):
         AutoModelForSequenceClassification.from_pretrained(tmp_path)
+
+
+def planned(config: dict) -> Plan:
+    """The plan of ``config`` with the schema's defaults filled in, as the workflow makes it."""
+    from snakemake.utils import validate
+
+    validate(config, str(REPO / "kdpipe/config.schema.yaml"), set_default=True)
+    return Plan(config)
 
 
 def test_plan_refuses_a_bilstm_for_methods_that_need_transformer_layers():
@@ -107,9 +116,9 @@ def test_plan_refuses_a_bilstm_for_methods_that_need_transformer_layers():
         "students": {"s": {"method": "dynamic_objective", "model": {"type": "bilstm"}, "teachers": ["ta"]}},
     }
     with pytest.raises(KdpipeError, match="students.s.model: a BiLSTM student has no transformer layers"):
-        Plan(config)
+        planned(config)
     config["students"]["s"]["method"] = "vanilla_kd"
-    assert Plan(config).student_teachers("s") == ["ta"]
+    assert planned(config).student_teachers("s") == ["ta"]
 
 
 def test_plan_gives_a_prokt_student_its_cotrained_teacher_and_no_cached_teachers():
@@ -126,7 +135,7 @@ def test_plan_gives_a_prokt_student_its_cotrained_teacher_and_no_cached_teachers
             "v": {"method": "vanilla_kd", "model": {"type": "bilstm"}},
         },
     }
-    plan = Plan(config)
+    plan = planned(config)
     assert plan.stage_students("cotrain") == ["p.seed0", "p.seed1"] and plan.stage_students("distill") == ["v"]
     assert plan.student_teachers("p.seed1") == [] and plan.signal_files("p.seed1") == []
     assert plan.model_dir("p.seed1.teacher") == "results/cotrained/p.seed1"
@@ -134,7 +143,7 @@ def test_plan_gives_a_prokt_student_its_cotrained_teacher_and_no_cached_teachers
     assert plan.eval_params("p.seed1.teacher")["kind"] == "teacher"
     config["students"]["p"]["teachers"] = ["ta"]
     with pytest.raises(KdpipeError, match="students.p.teachers: method 'prokt' trains its own teacher"):
-        Plan(config)
+        planned(config)
 
 
 def test_bilstm_learns_a_separable_task_with_the_shared_loop():
@@ -144,7 +153,7 @@ def test_bilstm_learns_a_separable_task_with_the_shared_loop():
     from tests.test_training import LABELS as Y
     from tests.test_training import TEXTS, validator
 
-    model, tok = build_student({**SIZES, "dropout": 0.1}, ["sport", "money"], seed=0)
+    model, tok = build_student(model_spec({**SIZES, "dropout": 0.1}), ["sport", "money"], seed=0)
     data = encode(tok, TEXTS, max_length=16, labels=Y)
 
     def ce(model, batch):

@@ -129,9 +129,10 @@ def test_the_budget_is_part_of_no_jobs_identity(in_tmp):
 
 def test_split_sizes_come_from_the_prepared_data_when_it_was_made_from_this_config(in_tmp, monkeypatch):
     from kdpipe.data.prepare import prepare
+    from kdpipe.data.settings import DatasetSettings
 
     plan = load()
-    prepare(plan.prepare_params(), in_tmp / "results/data/tiny_bbc")
+    prepare(DatasetSettings.from_params(plan.prepare_params()), in_tmp / "results/data/tiny_bbc")
 
     def no_second_read(params):
         raise AssertionError("the source was read again")

@@ -16,9 +16,9 @@ from kdpipe.data.dataset import read_split
 from kdpipe.models.heads import match_labels
 from kdpipe.models.loading import TINY_BERT, label_maps, load_classifier, load_tokenizer, load_trained
 from kdpipe.signals.io import read_features
-from kdpipe.signals.shards import run as run_signal
 from kdpipe.stages import finetune_teacher, import_teacher
-from tests.conftest import TINY_TEACHER
+from kdpipe.training.settings import ImportedTeacherSettings
+from tests.conftest import TINY_TEACHER, run_signal, teacher_settings
 from tests.test_meta_kd import _meta_config, domain_csv  # noqa: F401 (a fixture, used by name)
 from tests.test_plan import load
 from tests.tiny_models import tiny_distilbert
@@ -61,8 +61,8 @@ def test_labels_match_by_name_case_and_label_map():
 
 def test_import_keeps_the_head_in_its_order_under_the_data_names(checkpoint, tiny_data, tmp_path):
     folder, original = checkpoint
-    params = {"checkpoint": str(folder), "max_length": 32, "eval_batch_size": 32}
-    manifest = import_teacher.run(params, tiny_data, tmp_path / "t")
+    params = {"checkpoint": str(folder), "finetune": False, "classes": None, "max_length": 32, "eval_batch_size": 32}
+    manifest = import_teacher.run(ImportedTeacherSettings.from_params(params), tiny_data, tmp_path / "t")
     assert manifest["labels"] == ["sport", "politics", "tech"]
     assert json.loads((tmp_path / "t/labels.json").read_text()) == ["sport", "politics", "tech"]
     imported = load_trained(tmp_path / "t").eval()
@@ -80,12 +80,12 @@ def test_import_keeps_the_head_in_its_order_under_the_data_names(checkpoint, tin
 def test_finetune_keeps_a_matching_head_and_replaces_another(checkpoint, tiny_data, tmp_path):
     folder, original = checkpoint
     base = {**TINY_TEACHER, "lr": 1e-12, "checkpoint": str(folder)}  # a step that changes nothing measurable
-    finetune_teacher.run(base, tiny_data, tmp_path / "kept")
+    finetune_teacher.run(teacher_settings(base), tiny_data, tmp_path / "kept")
     kept = load_trained(tmp_path / "kept")
     assert json.loads((tmp_path / "kept/labels.json").read_text()) == ["sport", "politics", "tech"]
     assert torch.allclose(head_weight(kept), head_weight(original), atol=1e-6)
 
-    finetune_teacher.run({**base, "classes": ["sport", "tech"]}, tiny_data, tmp_path / "new")
+    finetune_teacher.run(teacher_settings({**base, "classes": ["sport", "tech"]}), tiny_data, tmp_path / "new")
     new = load_trained(tmp_path / "new")
     assert json.loads((tmp_path / "new/labels.json").read_text()) == ["sport", "tech"]
     assert head_weight(new).shape == (2, 32)
@@ -282,7 +282,9 @@ def test_the_feature_dump_of_a_checkpoint_teacher_keeps_the_layers_the_plan_asks
     plan = load(edit=deep_default(distilbert, {"s": {"method": "dynamic_objective", "model": ONE_LAYER}}))
     teacher = tmp_path / "teacher"
     finetune_teacher.run(
-        {**TINY_TEACHER, "backbone": DEEP, "lr": 1e-12, "checkpoint": str(distilbert)}, tiny_data, teacher
+        teacher_settings({**TINY_TEACHER, "backbone": DEEP, "lr": 1e-12, "checkpoint": str(distilbert)}),
+        tiny_data,
+        teacher,
     )
     signals = tmp_path / "signals/ck/train"
     hidden = plan.signal_params("ck", "train", "hidden")

@@ -17,6 +17,7 @@ from kdpipe.data.dataset import OOD, read_split
 from kdpipe.data.folding import fold, fold_columns
 from kdpipe.data.ood import build_ood
 from kdpipe.data.prepare import HELD_OUT, prepare
+from kdpipe.data.settings import DatasetSettings, OodSourceSettings, TransferSettings
 from kdpipe.data.transfer import build_transfer
 from tests.test_data import dataset_params, tiny_frame, write_table
 from tests.test_transfer import NONE_DROPPED
@@ -41,16 +42,25 @@ def news(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("news")
     frame = pd.DataFrame({"text": articles(90, seed=1), "label": ["neg", "pos", "mid"] * 30})
     params = dataset_params(
-        source=write_table(frame, tmp / "news.csv"), split={"validation": 0.2, "test": 0.2, "seed": 1}
+        source=write_table(frame, tmp / "news.csv"),
+        split={"validation": 0.2, "test": 0.2, "seed": 1},
+        ood_classes=["mid"],
     )
-    params |= {"ood_classes": ["mid"]}
     prepare(params, tmp / "data")
     return params, tmp / "data"
 
 
-def transfer(params, data_dir, texts, out, **extra) -> tuple[dict, list[str]]:
+def transfer_settings(dataset: DatasetSettings, source, max_length: int | None = None) -> TransferSettings:
+    """The transfer job's settings of the dataset ``dataset`` and the transfer file ``source``."""
+    keys = ("name", "text_column", "text_pair_column", "format", "encoding")
+    given = {key: getattr(dataset, key) for key in keys} | {"split": {"seed": dataset.split.seed}}
+    given |= {"transfer": str(source), "transfer_max_rows": None, "max_length": max_length}
+    return TransferSettings.from_params(given, "transfer")
+
+
+def transfer(params, data_dir, texts, out, max_length=None) -> tuple[dict, list[str]]:
     source = write_table(pd.DataFrame({"text": texts}), out.with_suffix(".parquet"))
-    manifest = build_transfer({**params, "transfer": source, **extra}, data_dir, out)
+    manifest = build_transfer(transfer_settings(params, source, max_length), data_dir, out)
     return manifest, read_split(out, "transfer")["text"].tolist()
 
 
@@ -96,8 +106,10 @@ def test_copies_of_a_held_out_classs_texts_are_dropped_from_the_transfer_rows_an
     test = read_split(data, "test")["text"].tolist()
     texts = [f"Quote: '{test[5]}'", "Intro. " + held[2], fresh[1]]
     source = write_table(pd.DataFrame({"text": texts}), tmp_path / "ood.csv")
-    ood_params = {"name": "news", "source": source, "text_column": "text", "format": "auto", "encoding": "utf-8"}
-    manifest = build_ood(ood_params, data, tmp_path / "ood")
+    ood = {"name": "news", "source": str(source), "text_column": "text", "text_pair_column": None}
+    manifest = build_ood(
+        OodSourceSettings.from_params(ood | {"format": "auto", "encoding": "utf-8"}), data, tmp_path / "ood"
+    )
     assert manifest["dropped"] == {
         "empty": 0,
         "duplicate": 0,
@@ -130,7 +142,9 @@ def test_evaluation_texts_shorter_than_the_n_gram_are_matched_whole_as_words(tmp
     row; a text without a word (only punctuation) matches nothing."""
     frame = tiny_frame(40)
     frame.loc[len(frame)] = ("?!", "neg")  # a text of no word at all
-    params = dataset_params(source=write_table(frame, tmp_path / "d.csv"), split={"validation": 0.2, "test": 0.2})
+    params = dataset_params(
+        source=write_table(frame, tmp_path / "d.csv"), split={"validation": 0.2, "test": 0.2, "seed": 13}
+    )
     prepare(params, tmp_path / "data")
     evaluated = pd.concat([read_split(tmp_path / "data", s) for s in ("validation", "test")])["text"].tolist()
     number = next(int(t.split()[-1]) for t in evaluated if t.startswith("sentence number "))
@@ -153,7 +167,9 @@ def test_a_test_pair_split_differently_between_text_and_text_pair_is_dropped(tmp
     premises, hypotheses = articles(40, seed=3, words=20), articles(40, seed=4, words=12)
     frame = pd.DataFrame({"text": premises, "hypothesis": hypotheses, "label": ["neg", "pos"] * 20})
     source = write_table(frame, tmp_path / "pairs.csv")
-    params = dataset_params(source=source, text_pair_column="hypothesis", split={"validation": 0.2, "test": 0.2})
+    params = dataset_params(
+        source=source, text_pair_column="hypothesis", split={"validation": 0.2, "test": 0.2, "seed": 13}
+    )
     prepare(params, tmp_path / "data")
     test = read_split(tmp_path / "data", "test")
     premise, hypothesis = test["text"][0].split(), test["text_pair"][0]
@@ -165,7 +181,7 @@ def test_a_test_pair_split_differently_between_text_and_text_pair_is_dropped(tmp
         }
     )
     source = write_table(rows, tmp_path / "t.parquet")
-    manifest = build_transfer({**params, "transfer": source}, tmp_path / "data", tmp_path / "t")
+    manifest = build_transfer(transfer_settings(params, source), tmp_path / "data", tmp_path / "t")
     assert manifest["dropped"]["evaluation_shared"] == 2  # (the third holds the 27 words of a test premise)
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == [fresh_p[0]]
 

@@ -10,16 +10,20 @@ import pytest
 from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.data.dataset import SPLITS, read_labels, read_split
 from kdpipe.data.prepare import bbc_news_dir, prepare
+from kdpipe.data.settings import DatasetSettings
+from tests.conftest import dataset_settings
 
 BBC_LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 
 
-def dataset_params(**overrides) -> dict:
-    """The dataset config slice with the schema defaults, as the workflow passes it."""
+def dataset_params(**overrides) -> DatasetSettings:
+    """The dataset config slice with the schema defaults, as the workflow passes it, read as the prepare stage
+    reads it."""
     params = {
         "name": "tiny",
         "source": "builtin:bbc_news",
         "files": None,
+        "hf_splits": None,
         "format": "auto",
         "encoding": "utf-8",
         "text_column": "text",
@@ -31,7 +35,7 @@ def dataset_params(**overrides) -> dict:
         "max_per_class": None,
         "dedup": True,
     }
-    return params | overrides
+    return dataset_settings(params | overrides)
 
 
 def tiny_frame(n: int = 40, labels=("neg", "pos"), pair: bool = False, domain: bool = False) -> pd.DataFrame:
@@ -511,12 +515,23 @@ def test_single_class(tmp_path):
         ({"split": {"validation": 0.5, "test": 0.5, "seed": 1}}, r"dataset\.split\.validation \+ dataset\.split\.test"),
         ({"split": {"validation": -0.1, "test": 0.2, "seed": 1}}, r"dataset\.split\.validation is -0\.1"),
         ({"max_rows": 0}, r"dataset\.max_rows is 0"),
-        ({"max_per_class": "10"}, r"dataset\.max_per_class is '10'"),
-        ({"files": {"train": "a.csv", "dev": "b.csv"}}, r"dataset\.files has unknown key\(s\) \['dev'\]"),
     ],
 )
 def test_bad_settings_name_the_key(tmp_path, overrides, pattern):
     expect_error(dataset_params(**overrides), tmp_path / "out", pattern)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "pattern"),
+    [
+        ({"max_per_class": "10"}, r"^dataset\.max_per_class: expected an integer or null, got \"10\" \(str\)$"),
+        ({"files": {"train": "a.csv", "dev": "b.csv"}}, r"^dataset\.files: unknown key 'dev'; the keys are train, "),
+    ],
+)
+def test_settings_of_the_wrong_type_or_key_are_refused_when_read(overrides, pattern):
+    """The typed settings refuse them as the slice is read (kdpipe.core.settings), one line naming the key."""
+    with pytest.raises(KdpipeError, match=pattern):
+        dataset_params(**overrides)
 
 
 def test_failed_prepare_keeps_a_previous_artifact(tmp_path):

@@ -12,7 +12,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import read_split
 from kdpipe.data.prepare import prepare
 from kdpipe.stages import finetune_teacher
-from tests.conftest import TINY_TEACHER
+from tests.conftest import TINY_TEACHER, teacher_settings
 from tests.test_data import dataset_params
 
 
@@ -137,7 +137,9 @@ def test_a_class_too_small_for_every_split_is_reported(tmp_path, capfd):
         with pytest.raises(
             KdpipeError, match=r"teachers\.teacher: the validation split has no rows of the teacher's classes \['c'\]"
         ):
-            finetune_teacher.run({**TINY_TEACHER, "classes": ["c"]}, tmp_path / "out", tmp_path / "teacher")
+            finetune_teacher.run(
+                teacher_settings({**TINY_TEACHER, "classes": ["c"]}), tmp_path / "out", tmp_path / "teacher"
+            )
 
 
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])

@@ -10,25 +10,31 @@ import pytest
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import SPLITS, read_split
 from kdpipe.data.prepare import prepare
+from kdpipe.data.settings import DatasetSettings
+from tests.conftest import dataset_settings
 
 
-def params(source: str, **split) -> dict:
-    """The dataset config slice with the schema defaults, as the workflow passes it."""
-    return {
-        "name": "grouped",
-        "source": source,
-        "files": None,
-        "format": "auto",
-        "encoding": "utf-8",
-        "text_column": "text",
-        "text_pair_column": None,
-        "label_column": "label",
-        "domain_column": None,
-        "split": {"validation": 0.1, "test": 0.2, "seed": 13, "group_column": "question"} | split,
-        "max_rows": None,
-        "max_per_class": None,
-        "dedup": True,
-    }
+def params(source: str, **split) -> DatasetSettings:
+    """The dataset config slice with the schema defaults, as the workflow passes it, read as the prepare stage reads
+    it."""
+    return dataset_settings(
+        {
+            "name": "grouped",
+            "source": source,
+            "files": None,
+            "hf_splits": None,
+            "format": "auto",
+            "encoding": "utf-8",
+            "text_column": "text",
+            "text_pair_column": None,
+            "label_column": "label",
+            "domain_column": None,
+            "split": {"validation": 0.1, "test": 0.2, "seed": 13, "group_column": "question"} | split,
+            "max_rows": None,
+            "max_per_class": None,
+            "dedup": True,
+        }
+    )
 
 
 def splits_of(folder) -> dict[str, pd.DataFrame]:

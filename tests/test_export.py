@@ -28,7 +28,8 @@ from kdpipe.models.loading import check_model_folder, count_parameters, load_tok
 from kdpipe.models.onnx_runtime import OnnxRunner
 from kdpipe.models.serving import peak_rss_mb, profile_in_subprocess, serving_profile
 from kdpipe.stages import evaluate, predict
-from tests.conftest import REPO
+from kdpipe.stages.predict import PredictSettings
+from tests.conftest import REPO, eval_settings
 from tests.test_predict import KINDS, MAX_LENGTH, saved_student
 from tests.tiny_models import tiny_roberta
 
@@ -196,7 +197,7 @@ def test_an_exported_folder_without_its_graph_stops_predict_with_one_line(folder
 
 def evaluate_model(name, folder, tiny_data, root, reference=None):
     splits = ["validation", "test"]
-    params = {"model": name, "splits": splits, "batch_size": 4, "ece_bins": 5}
+    params = eval_settings(model=name, splits=splits, batch_size=4)
     out = root / name
     evaluate.run(
         params,
@@ -238,7 +239,7 @@ def test_an_exported_folder_is_evaluated_like_any_model(folders, tiny_data, tmp_
 def test_kdpipe_predict_runs_an_exported_folder(folders, tiny_data, tmp_path, capsys):
     read_split(tiny_data, "test")[["row_id", "text"]].to_csv(tmp_path / "in.csv", index=False)
     for kind in KINDS:
-        theirs = predict.run({}, folders[kind]["student"], tmp_path / "in.csv", tmp_path / f"{kind}.csv")
+        theirs = predict.run(PredictSettings(), folders[kind]["student"], tmp_path / "in.csv", tmp_path / f"{kind}.csv")
         out = tmp_path / f"{kind}.onnx.parquet"
         status = main(["predict", "--model", str(folders[kind]["onnx"]), "--input", str(tmp_path / "in.csv"),
                        "--out", str(out)])  # fmt: skip

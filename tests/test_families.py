@@ -14,9 +14,8 @@ from kdpipe.models.backbones import num_heads, num_layers, strided_alignment
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer, load_trained
 from kdpipe.signals.io import read_features
 from kdpipe.signals.mc_dropout import set_dropout
-from kdpipe.signals.shards import run as run_signal
 from kdpipe.stages import distill, finetune_teacher
-from tests.conftest import TINY_TEACHER, student_job
+from tests.conftest import TINY_TEACHER, run_signal, student_settings, teacher_settings
 from tests.test_stage_errors import STUDENT
 from tests.tiny_models import tiny_family
 
@@ -78,7 +77,7 @@ def test_teacher_signals_and_student_on_each_family(backbones, family, tiny_data
     family (layer-subset init) distilled with DFA from its hidden states."""
     teacher = tmp_path / "teacher"
     params = {**TINY_TEACHER, "backbone": str(backbones[family]), "max_length": 16}
-    finetune_teacher.run(params, tiny_data, teacher)
+    finetune_teacher.run(teacher_settings(params), tiny_data, teacher)
     signals = tmp_path / "signals/t/train"
     run_signal("logits", {"batch_size": 8, "split": "train", "signal": "logits"}, teacher, tiny_data, signals)
     mc = {"samples": 3, "seed": 0, "batch_size": 8, "max_batch_rows": 64, "split": "train", "signal": "mc"}
@@ -105,7 +104,7 @@ def test_teacher_signals_and_student_on_each_family(backbones, family, tiny_data
         "model": {"init": {"from": str(backbones[family]), "layers": [0, 2]}},
         "alignment": {"t": [list(pair) for pair in strided_alignment(3, 2)]},  # student 2 <-> 3, 1 <-> 2
     }
-    out = distill.run(student_job(student), tiny_data, tmp_path / "signals", tmp_path / "student")
+    out = distill.run(student_settings(student), tiny_data, tmp_path / "signals", tmp_path / "student")
     assert out["labels"] == ["business", "entertainment", "politics", "sport", "tech"]
     assert load_trained(tmp_path / "student").config.num_hidden_layers == 2
 
@@ -116,7 +115,7 @@ def bpe_signals(backbones, tiny_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("bpe_signals")
     for name, layers in (("big", None), ("small", [0, 2])):
         params = {**TINY_TEACHER, "backbone": str(backbones["roberta"]), "max_length": 16, "layers": layers}
-        finetune_teacher.run(params, tiny_data, root / "teachers" / name)
+        finetune_teacher.run(teacher_settings(params), tiny_data, root / "teachers" / name)
         logits = {"batch_size": 8, "split": "train", "signal": "logits"}
         run_signal("logits", logits, root / "teachers" / name, tiny_data, root / "signals" / name / "train")
     return root / "signals"
@@ -137,6 +136,6 @@ TWO_LAYERS = {**STUDENT["model"]["config"], "num_layers": 2}
 def test_logit_methods_distil_bpe_teachers_into_a_wordpiece_student(bpe_signals, tiny_data, tmp_path, method, extra):
     """Signals are keyed by row: a student with another tokenizer than its teachers' learns from them."""
     student = {**STUDENT, "method": method, "teachers": ["big", "small"], **extra}  # tiny BERT, WordPiece
-    manifest = distill.run(student_job(student), tiny_data, bpe_signals, tmp_path / "student")
+    manifest = distill.run(student_settings(student), tiny_data, bpe_signals, tmp_path / "student")
     assert manifest["method"] == method and len(manifest["labels"]) == 5
     assert load_tokenizer(str(tmp_path / "student")).__class__.__name__.startswith("Bert")

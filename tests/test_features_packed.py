@@ -27,10 +27,9 @@ from kdpipe.signals.io import read_features
 from kdpipe.signals.load import TokenFeature, load_signals, subset_signals
 from kdpipe.signals.online import online_signals
 from kdpipe.signals.packed import offsets_of, pack_dense, row_counts
-from kdpipe.signals.shards import run
 from kdpipe.signals.teacher import open_teacher
 from kdpipe.stages.finetune_teacher import run as finetune_teacher
-from tests.conftest import TINY_TEACHER
+from tests.conftest import run_signal, teacher_settings
 
 CPU = torch.device("cpu")
 LAYERS = {"hidden": [0, 1, 2], "attentions": [1, 2], "attentions_mean": [1, 2]}
@@ -99,16 +98,18 @@ def test_views_concatenate_and_subset_without_copies():
 @pytest.fixture(scope="module")
 def teacher(tiny_data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("teacher") / "t"
-    finetune_teacher(TINY_TEACHER, tiny_data, out)
+    finetune_teacher(teacher_settings(), tiny_data, out)
     return out
 
 
 @pytest.fixture(scope="module")
 def dumps(teacher, tiny_data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("signals") / "t" / "train"
-    run("logits", {"batch_size": 4, "split": "train", "signal": "logits"}, teacher, tiny_data, out)
+    run_signal("logits", {"batch_size": 4, "split": "train", "signal": "logits"}, teacher, tiny_data, out)
     for feature, layers in LAYERS.items():
-        run(feature, {"batch_size": 4, "split": "train", "signal": feature, "layers": layers}, teacher, tiny_data, out)
+        run_signal(
+            feature, {"batch_size": 4, "split": "train", "signal": feature, "layers": layers}, teacher, tiny_data, out
+        )
     return out
 
 
@@ -322,10 +323,15 @@ def test_online_signals_give_the_losses_of_the_cached_ones(
     cached, _ = _contexts(
         dumps, {"hidden": None, attention_feature: None}, encoded, tiny_data, attention_feature, student.config
     )
-    params = {"signals": "online", "teachers": ["t"], "alignment": {"t": alignment}}
-    params["attention_feature"] = attention_feature
     job = SimpleNamespace(train=read_split(tiny_data, "train"), transfer=None, device=CPU)
-    online = online_signals(params, get_method(method).signals, [teacher], job)["t"]
+    online = online_signals(
+        get_method(method).signals,
+        [teacher],
+        job,
+        teachers=["t"],
+        alignment={"t": alignment},
+        attention_feature=attention_feature,
+    )["t"]
     assert set(online) == {"labels", *({"hidden", "attentions"} & set(get_method(method).signals))}
     live = replace(cached, signals={"t": {**cached.signals["t"], **online}})
     names = [n for n in ("hidden", "attentions") if n in online]
@@ -354,7 +360,7 @@ def test_an_online_student_trains_without_dumps_and_loads_its_teacher_once(
     the job; the same student without it stops at the missing dump."""
     import kdpipe.signals.online as online
     from kdpipe.stages import distill
-    from tests.conftest import student_job
+    from tests.conftest import student_job, student_settings
     from tests.test_stage_errors import STUDENT
 
     signals = tmp_path / "signals"
@@ -363,11 +369,12 @@ def test_an_online_student_trains_without_dumps_and_loads_its_teacher_once(
         (signals / "t/train" / name).write_bytes((dumps / name).read_bytes())
     params = student_job({**STUDENT, "method": "dfa", "teachers": ["t"], "alignment": {"t": [[1, 2]]}})
     with pytest.raises(ArtifactError, match=r"t/train/hidden\.json: missing"):
-        distill.run(params, tiny_data, signals, tmp_path / "cached")
+        distill.run(student_settings(params), tiny_data, signals, tmp_path / "cached")
     loaded, load_trained = [], online.load_trained
     monkeypatch.setattr(
         online, "load_trained", lambda folder, **kw: loaded.append(folder) or load_trained(folder, **kw)
     )
     out = tmp_path / "online"
-    manifest = distill.run({**params, "signals": "online"}, tiny_data, signals, out, teacher_dirs=[teacher])
+    online_student = student_settings({**params, "signals": "online"})
+    manifest = distill.run(online_student, tiny_data, signals, out, teacher_dirs=[teacher])
     assert loaded == [teacher] and manifest["method"] == "dfa" and (out / "model.safetensors").exists()

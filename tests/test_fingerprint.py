@@ -35,6 +35,7 @@ META_TEACHER_SIDE = {
     "methods/meta_kd/teacher.py",
     "methods/meta_kd/branch.py",
     "methods/meta_kd/domain.py",
+    "methods/meta_kd/settings.py",
 }
 TEACHER_STAGES = (
     "prepare",

@@ -17,7 +17,7 @@ from kdpipe.core.fingerprint import fingerprint
 from kdpipe.core.finished import NO_RESTORE, drop_finished_copies
 from kdpipe.core.identity import job_identity
 from kdpipe.core.store import KdpipeError
-from tests.conftest import TINY_TEACHER
+from tests.conftest import TINY_TEACHER, teacher_settings
 
 
 def finetune(params, data, out):
@@ -133,7 +133,9 @@ def test_an_interrupted_teacher_resumes_on_the_same_inputs(tiny_data, tmp_path, 
     checkpoint = interrupted(monkeypatch, TINY_TEACHER, tiny_data, out)
     state = json.loads((checkpoint / "state.json").read_text())
     code = fingerprint("kdpipe.stages.finetune_teacher")  # (the rule passes its fingerprint; called directly: this)
-    assert state["resume_key"] == job_identity(TINY_TEACHER, [tiny_data], code)  # the job's identity, not its slice
+    assert state["resume_key"] == job_identity(
+        teacher_settings(), [tiny_data], code
+    )  # the job's identity, not its slice
     assert state["epoch"] == 1
     capfd.readouterr()
 

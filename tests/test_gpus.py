@@ -127,18 +127,16 @@ def test_the_cli_claims_before_a_model_stage_and_not_for_the_others(pool, holder
         "kdpipe",
         "--threads",
         "1",
-        "distill",
+        "prototypes",
         "--params",
-        "{}",
+        '{"backbone": "builtin:tiny-bert", "by": "domain", "max_length": 16, "batch_size": 8}',
         "--data",
-        "x",
-        "--signals-root",
         "x",
         "--out",
         str(tmp_path / "out"),
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "kdpipe distill: error: no free GPU after 0 s" in r.stderr
+    assert "kdpipe prototypes: error: no free GPU after 0 s" in r.stderr
     r = claim(0, "-m", "kdpipe", "report", "--evals", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r"))
     assert r.returncode == 2 and "no free GPU" not in r.stderr and "missing.json: missing" in r.stderr
 

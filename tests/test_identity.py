@@ -7,13 +7,24 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kdpipe.core import fingerprint, identity
 from kdpipe.core.checksums import write_manifest
-from kdpipe.core.identity import content_digest, job_identity, local_content, what_changed
+from kdpipe.core.identity import content_digest, job_identity, what_changed
+from kdpipe.core.identity import local_content as digests
+from kdpipe.core.settings import Settings
+from kdpipe.plan.slices import named_paths
+
+
+def local_content(config_slice: dict) -> dict:
+    """The digests the plan adds to a slice: those of the local paths it names (kdpipe.plan.slices)."""
+    return digests(named_paths(config_slice))
+
 
 MEMO = Path(".snakemake") / "kdpipe-content.json"
 
@@ -255,46 +266,62 @@ PARAMS = {"backbone": "builtin:tiny-bert", "lr": 1e-3, "epochs": 1}
 CODE = "0123456789abcdef"  # a stage's code fingerprint
 
 
+@dataclass(frozen=True)
+class Params(Settings):
+    """The settings of a stage that reads :data:`PARAMS`."""
+
+    backbone: str
+    lr: float
+    epochs: int
+    local_content: Mapping[str, str] | None = None
+
+
+def settings(params: dict = PARAMS, **keys) -> Params:
+    return Params.from_params({**params, **keys}, "test")
+
+
 def test_job_identity_changes_with_params_and_input_manifests(artifacts):
     data, signal, _ = artifacts
     inputs = [str(data), str(signal)]
-    base = job_identity(PARAMS, inputs, CODE)
-    assert job_identity(PARAMS, inputs, CODE) == base
-    assert job_identity(dict(reversed(PARAMS.items())), list(reversed(inputs)), CODE) == base  # no order counts
-    assert job_identity({**PARAMS, "lr": 2e-3}, inputs, CODE) != base
-    assert job_identity({**PARAMS, "local_content": {"backbone": "xxh3_128:00"}}, inputs, CODE) != base
+    base = job_identity(settings(), inputs, CODE)
+    assert job_identity(settings(), inputs, CODE) == base
+    assert (
+        job_identity(settings(dict(reversed(PARAMS.items()))), list(reversed(inputs)), CODE) == base
+    )  # no order counts
+    assert job_identity(settings(lr=2e-3), inputs, CODE) != base
+    assert job_identity(settings(local_content={"backbone": "xxh3_128:00"}), inputs, CODE) != base
 
     manifest = json.loads((data / "manifest.json").read_text())
     (data / "manifest.json").write_text(json.dumps({**manifest, "rows": 11}))  # another dataset artifact
-    changed = job_identity(PARAMS, inputs, CODE)
+    changed = job_identity(settings(), inputs, CODE)
     assert changed != base
     (data / "labels.json").write_text('["a", "c"]')  # any JSON file of an input folder counts
-    assert job_identity(PARAMS, inputs, CODE) != changed
+    assert job_identity(settings(), inputs, CODE) != changed
 
 
 def test_job_identity_reads_a_signal_file_by_its_recorded_checksum(artifacts):
     data, signal, _ = artifacts
     inputs = [str(data), str(signal)]
-    base = job_identity(PARAMS, inputs, CODE)
+    base = job_identity(settings(), inputs, CODE)
     manifest_file = signal.with_name("logits.train.json")
     manifest = json.loads(manifest_file.read_text())
     manifest["checksums"][signal.name] = "xxh3_64:0123456789abcdef"  # another signal was recorded
     manifest_file.write_text(json.dumps(manifest))
-    assert job_identity(PARAMS, inputs, CODE) != base
+    assert job_identity(settings(), inputs, CODE) != base
 
     # a file no manifest describes counts by its bytes
     loose = Path("results") / "loose.bin"
     loose.write_bytes(b"one")
-    with_loose = job_identity(PARAMS, [*inputs, str(loose)], CODE)
+    with_loose = job_identity(settings(), [*inputs, str(loose)], CODE)
     loose.write_bytes(b"two")
-    assert job_identity(PARAMS, [*inputs, str(loose)], CODE) != with_loose
+    assert job_identity(settings(), [*inputs, str(loose)], CODE) != with_loose
 
 
 def test_job_identity_changes_with_the_code_fingerprint_which_covers_library_versions(artifacts, monkeypatch):
     data, signal, _ = artifacts
     inputs = [str(data), str(signal)]
-    base = job_identity(PARAMS, inputs, CODE)
-    assert job_identity(PARAMS, inputs, "fedcba9876543210") != base
+    base = job_identity(settings(), inputs, CODE)
+    assert job_identity(settings(), inputs, "fedcba9876543210") != base
     code = fingerprint.fingerprint("kdpipe.stages.finetune_teacher")
     versions = dict(identity.software_versions())
     assert set(versions) == {"torch", "transformers", "tokenizers"}
@@ -309,29 +336,29 @@ def test_job_identity_changes_with_the_code_fingerprint_which_covers_library_ver
 def test_what_changed_names_the_parts_of_two_identities_that_differ(artifacts):
     data, signal, _ = artifacts
     inputs = [str(data), str(signal)]
-    base = job_identity(PARAMS, inputs, CODE)
-    assert what_changed(base, job_identity(PARAMS, inputs, "fedcba9876543210")) == "other code"
-    assert what_changed(base, job_identity({**PARAMS, "lr": 2}, inputs, CODE)) == "other settings"
-    assert what_changed(base, job_identity({**PARAMS, "lr": 2}, inputs[:1], CODE)) == "other settings and inputs"
-    assert what_changed(job_identity(PARAMS, inputs[:1], "0"), base) == "other inputs and code"
+    base = job_identity(settings(), inputs, CODE)
+    assert what_changed(base, job_identity(settings(), inputs, "fedcba9876543210")) == "other code"
+    assert what_changed(base, job_identity(settings(lr=2), inputs, CODE)) == "other settings"
+    assert what_changed(base, job_identity(settings(lr=2), inputs[:1], CODE)) == "other settings and inputs"
+    assert what_changed(job_identity(settings(), inputs[:1], "0"), base) == "other inputs and code"
     assert what_changed('{"lr": 1}', base) == "other settings, inputs or code"  # a key of another form
 
 
 def test_job_identity_ignores_files_outside_its_inputs(artifacts):
     data, signal, other = artifacts
     inputs = [str(data), str(signal)]
-    base = job_identity(PARAMS, inputs, CODE)
+    base = job_identity(settings(), inputs, CODE)
     (other / "manifest.json").write_text('{"rows": 2}')
     (other / "new.json").write_text("{}")
     (data.parent / "tiny.log").write_text("a log beside the input")
-    assert job_identity(PARAMS, inputs, CODE) == base
-    assert job_identity(PARAMS, [*inputs, str(other)], CODE) != base  # the control: as an input it counts
+    assert job_identity(settings(), inputs, CODE) == base
+    assert job_identity(settings(), [*inputs, str(other)], CODE) != base  # the control: as an input it counts
 
 
 def test_a_job_stops_when_a_local_file_changed_after_the_plan_digested_it(tmp_path):
     """The plan digests a local file into the slice when it builds the DAG; a job that starts after an edit would
     read the new bytes under the old identity (and the shared cache would file them so)."""
-    from kdpipe.core.identity import check_local_content
+    from kdpipe.cli import _check_local_content as check_local_content
     from kdpipe.core.store import KdpipeError
     from kdpipe.plan.slices import with_local_content
 

@@ -30,7 +30,7 @@ from kdpipe.models.loading import load_tokenizer
 from kdpipe.report import build_report
 from kdpipe.signals.features import dump_feature
 from kdpipe.signals.load import RowSubset, TokenFeature, subset_signals
-from tests.conftest import REPO, TINY_DATASET
+from tests.conftest import REPO, TINY_DATASET, dataset_settings
 from tests.test_plan import load
 from tests.test_workflow_meta import domain_dataset
 
@@ -244,13 +244,15 @@ def domain_data(tmp_path_factory) -> Path:
     domain_dataset().to_csv(folder / "domains.csv", index=False)
     out = folder / "data"
     prepare(
-        {
-            **TINY_DATASET,
-            "name": "domains",
-            "source": str(folder / "domains.csv"),
-            "max_per_class": None,
-            "domain_column": "domain",
-        },
+        dataset_settings(
+            {
+                **TINY_DATASET,
+                "name": "domains",
+                "source": str(folder / "domains.csv"),
+                "max_per_class": None,
+                "domain_column": "domain",
+            }
+        ),
         out,
     )
     return out
@@ -465,20 +467,21 @@ def test_a_per_domain_meta_kd_students_label_count_includes_the_prototypes_label
     from types import SimpleNamespace
 
     from kdpipe.methods.meta_kd.prototypes import write_prototype_scores
+    from kdpipe.methods.meta_kd.settings import PrototypeSettings
     from kdpipe.methods.registry import get_method
     from kdpipe.methods.started_labels import started_label_use
 
     scores = tmp_path / "prototypes" / "train.parquet"
-    write_prototype_scores({"backbone": "builtin:tiny-bert", "max_length": 16, "batch_size": 16}, domain_data, scores)
+    settings = {"backbone": "builtin:tiny-bert", "by": "domain_class", "max_length": 16, "batch_size": 16}
+    write_prototype_scores(PrototypeSettings.from_params(settings), domain_data, scores)
     train = read_split(domain_data, "train")
     books = int((train["domain"] == "books").sum())
     assert 0 < books < len(train)
     stage1 = SimpleNamespace(**get_method("meta_kd_stage1").job_spec())
-    first = started_label_use({"domain": "books"}, stage1, books, None, scores)
+    first = started_label_use(None, stage1, books, None, scores)
     assert first == {"train": len(train)}
     folder = tmp_path / "stage1"
     folder.mkdir()
     write_json(folder / "manifest.json", {"gold_labels": first})
     stage2 = SimpleNamespace(**get_method("meta_kd").job_spec())
-    params = {"domain": "books", "model": {"init": {"from": str(folder)}}}
-    assert started_label_use(params, stage2, books, None, None) == {"train": len(train)}
+    assert started_label_use(str(folder), stage2, books, None, None) == {"train": len(train)}

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.muki import aggregate, build, margin_weights, muki_loss, padded_probs
@@ -211,7 +212,7 @@ def test_build_no_mc_scores_from_the_logits_only():
 
 def test_build_refuses_an_unknown_aggregation():
     with pytest.raises(KdpipeError, match="unknown aggregation"):
-        build(make_ctx(mc=True), {**method_args("muki"), "aggregation": "vote"})
+        build(make_ctx(mc=True), Args({**method_args("muki").to_dict(), "aggregation": "vote"}))
     with pytest.raises(KdpipeError, match="aggregation: 'vote'; choose one of hard, soft"):
         method_args("muki_no_mc", {"aggregation": "vote"})
 

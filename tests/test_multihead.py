@@ -13,6 +13,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.models.loading import load_classifier, load_trained
 from kdpipe.models.multihead import MultiHeadClassifier, load_multihead, make_multihead
 from kdpipe.models.students import build_student
+from tests.conftest import model_spec
 
 LABELS = ["a", "b", "c"]
 IDS = torch.tensor(
@@ -136,15 +137,17 @@ def test_non_bert_model_is_refused():
 
 def test_build_student_with_heads():
     spec = {"init": {"from": "builtin:tiny-bert"}, "heads": {"count": 2}}
-    model, tokenizer = build_student(spec, LABELS, seed=0)
+    model, tokenizer = build_student(model_spec(spec), LABELS, seed=0)
     assert isinstance(model, MultiHeadClassifier)
     assert len(model.heads) == 2 and len(model.heads[0].layers) == 1 and len(model.core) == 1
-    single, _ = build_student({"init": {"from": "builtin:tiny-bert"}}, LABELS, seed=0)
+    single, _ = build_student(model_spec({"init": {"from": "builtin:tiny-bert"}}), LABELS, seed=0)
     assert not isinstance(single, MultiHeadClassifier)
     # head 0 keeps the classifier the one-head student would have
     assert torch.equal(model.heads[0].classifier.weight, single.classifier.weight)
     with pytest.raises(KdpipeError, match="model.heads.layers"):
-        build_student({"init": {"from": "builtin:tiny-bert"}, "heads": {"count": 2, "layers": 2}}, LABELS, seed=0)
+        build_student(
+            model_spec({"init": {"from": "builtin:tiny-bert"}, "heads": {"count": 2, "layers": 2}}), LABELS, seed=0
+        )
 
 
 # ---- how the heads start: head_init copy | noise | reinit (docs/methods.md §3)
@@ -243,20 +246,20 @@ def test_bad_head_init_is_refused():
 
 def test_build_student_passes_the_head_init():
     spec = {"init": {"from": "builtin:tiny-bert"}, "heads": {"count": 2}}
-    plain, _ = build_student(spec, LABELS, seed=0)
-    noisy, _ = build_student({**spec, "head_init": "noise", "head_noise": 0.05}, LABELS, seed=0)
+    plain, _ = build_student(model_spec(spec), LABELS, seed=0)
+    noisy, _ = build_student(model_spec({**spec, "head_init": "noise", "head_noise": 0.05}), LABELS, seed=0)
     expected = make_multihead(tiny(), heads=2, head_layers=1, seed=0, head_init="noise", head_noise=0.05)
     assert all(torch.equal(v, expected.state_dict()[k]) for k, v in noisy.state_dict().items())
     assert not torch.equal(plain.heads[1].layers[0].output.dense.weight, noisy.heads[1].layers[0].output.dense.weight)
     # the schema's defaults, as Snakemake fills them into student_defaults.model, change nothing
-    same, _ = build_student({**spec, "head_init": "copy", "head_noise": 0.01}, LABELS, seed=0)
+    same, _ = build_student(model_spec({**spec, "head_init": "copy", "head_noise": 0.01}), LABELS, seed=0)
     assert all(torch.equal(v, plain.state_dict()[k]) for k, v in same.state_dict().items())
     with pytest.raises(KdpipeError, match="head_init: 'reinit' starts the heads of a multi-head student"):
-        build_student({"init": {"from": "builtin:tiny-bert"}, "head_init": "reinit"}, LABELS, seed=0)
+        build_student(model_spec({"init": {"from": "builtin:tiny-bert"}, "head_init": "reinit"}), LABELS, seed=0)
 
 
 def test_model_slice_keeps_head_init_only_where_it_changes_the_start():
-    from kdpipe.models.backbones import model_slice
+    from kdpipe.plan.slices import model_slice
 
     base = {"init": {"from": "builtin:tiny-bert"}}
     heads = {**base, "heads": {"count": 2, "layers": 1}}

@@ -15,11 +15,14 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import OOD, read_labels, read_split
 from kdpipe.data.ood import build_ood
 from kdpipe.data.prepare import prepare
+from kdpipe.data.settings import OodSourceSettings
 from kdpipe.evaluation.metrics import uncertainty_split
 from kdpipe.evaluation.ood import detection, risk_coverage, scores, selective
+from kdpipe.evaluation.settings import EvalSettings
 from kdpipe.models.inference import mc_member_logits
 from tests.test_data import dataset_params, tiny_frame, write_table
 from tests.test_plan import load
+from tests.test_transfer import transfer_settings
 
 # ---- metrics
 
@@ -67,13 +70,25 @@ def test_scores_orient_max_prob_and_split_members():
 # ---- the held-out classes in the prepared data
 
 
-def three_classes(tmp_path):
+def three_classes(tmp_path, **overrides):
     path = write_table(tiny_frame(60, labels=("neg", "pos", "mid")), tmp_path / "d.csv")
-    return dataset_params(source=path, split={"validation": 0.2, "test": 0.2, "seed": 1})
+    return dataset_params(source=path, split={"validation": 0.2, "test": 0.2, "seed": 1}, **overrides)
+
+
+def ood_settings(source, text_column: str = "text") -> OodSourceSettings:
+    """The ``ood`` job's settings of an external OOD file of the tiny dataset."""
+    params = {"name": "tiny", "source": str(source), "text_column": text_column, "text_pair_column": None}
+    return OodSourceSettings.from_params(params | {"format": "auto", "encoding": "utf-8"}, "ood")
+
+
+def eval_settings(**params) -> EvalSettings:
+    """An evaluation's settings: a teacher's, evaluated on test and the OOD rows, but for ``params``."""
+    base = {"model": "t", "base": "t", "kind": "teacher", "method": None, "seed": 0, "splits": ["test", OOD]}
+    return EvalSettings.from_params(base | {"batch_size": 8, "ece_bins": 5} | params, "evaluate")
 
 
 def test_held_out_class_leaves_train_and_validation_and_its_test_rows_are_the_ood_split(tmp_path):
-    params = three_classes(tmp_path) | {"ood_classes": ["mid"]}
+    params = three_classes(tmp_path, ood_classes=["mid"])
     manifest = prepare(params, tmp_path / "data")
     assert read_labels(tmp_path / "data") == ["neg", "pos"]
     for split in ("train", "validation", "test"):
@@ -92,7 +107,7 @@ def test_held_out_class_leaves_train_and_validation_and_its_test_rows_are_the_oo
 )
 def test_held_out_classes_that_cannot_work_are_named(tmp_path, held, message):
     with pytest.raises(KdpipeError, match=message):
-        prepare(three_classes(tmp_path) | {"ood_classes": held}, tmp_path / "data")
+        prepare(three_classes(tmp_path, ood_classes=held), tmp_path / "data")
 
 
 def test_external_ood_set_drops_empty_repeated_and_dataset_texts(tmp_path):
@@ -100,8 +115,7 @@ def test_external_ood_set_drops_empty_repeated_and_dataset_texts(tmp_path):
     prepare(params, tmp_path / "data")
     texts = ["a dispatch from nowhere", "a dispatch from nowhere", "", "SENTENCE number 3", "another one"]
     source = write_table(pd.DataFrame({"body": texts}), tmp_path / "ood.csv")
-    ood_params = {"name": "tiny", "source": source, "text_column": "body", "format": "auto", "encoding": "utf-8"}
-    manifest = build_ood(ood_params, tmp_path / "data", tmp_path / "ood")
+    manifest = build_ood(ood_settings(source, "body"), tmp_path / "data", tmp_path / "ood")
     assert manifest["dropped"] == {
         "empty": 1,
         "duplicate": 1,
@@ -113,7 +127,7 @@ def test_external_ood_set_drops_empty_repeated_and_dataset_texts(tmp_path):
     assert rows["text"].tolist() == ["a dispatch from nowhere", "another one"]
     assert rows["row_id"].min() > read_split(tmp_path / "data", "train")["row_id"].max()
     with pytest.raises(KdpipeError, match=r"no column 'text' \(evaluate.ood.text_column\)"):
-        build_ood(ood_params | {"text_column": "text"}, tmp_path / "data", tmp_path / "ood2")
+        build_ood(ood_settings(source), tmp_path / "data", tmp_path / "ood2")
 
 
 # ---- MC-dropout at evaluation
@@ -210,7 +224,7 @@ def member_files(tmp_path, name, classes, test_rows, ood_rows, rng):
     """One member's test and ood evaluations, written as the evaluate stage writes them."""
     from kdpipe.evaluation.results import write_evaluation, write_ood
 
-    params = {"model": name, "base": name, "kind": "teacher", "ece_bins": 5, "split": "test"}
+    settings = eval_settings(model=name, base=name, ood={"classes": ["tech"]})
     folder = tmp_path / name
     folder.mkdir()
     test = rng.dirichlet(np.ones(len(classes)), test_rows)[None]
@@ -218,10 +232,11 @@ def member_files(tmp_path, name, classes, test_rows, ood_rows, rng):
     y = rng.integers(0, len(classes), test_rows)
     ids = np.arange(test_rows) + (100 if name == "tb" else 0)
     extra = {"gold_labels": {"train": 10}, "params": 100, "train_time_s": 1.0, "inference_time_s": 0.1}
-    write_evaluation(params, test, y, classes, ids, extra, folder / "test.json", folder / "test.predictions.parquet")
+    write_evaluation(
+        settings, "test", test, y, classes, ids, extra, folder / "test.json", folder / "test.predictions.parquet"
+    )
     rows = pd.DataFrame({"row_id": 1000 + np.arange(ood_rows), "label": ["tech"] * ood_rows})
-    ood_params = params | {"split": OOD, "ood": {"classes": ["tech"]}}
-    write_ood(ood_params, test, ood, rows, classes, extra, folder / "ood.json", folder / "ood.predictions.parquet", 0.5)
+    write_ood(settings, test, ood, rows, classes, extra, folder / "ood.json", folder / "ood.predictions.parquet", 0.5)
     return folder
 
 
@@ -234,8 +249,8 @@ def test_the_oracle_has_no_ood_scores_says_why_and_the_report_lists_it(tmp_path)
     tb = member_files(tmp_path, "tb", ["politics", "sport"], 4, 3, rng)
     out = tmp_path / "oracle"
     out.mkdir()
-    params = {"model": "oracle", "base": "oracle", "kind": "oracle", "members": ["ta", "tb"], "combine": "oracle"}
-    params |= {"splits": ["test", OOD], "ece_bins": 5, "ood": {"classes": ["tech"]}}
+    oracle = {"model": "oracle", "base": "oracle", "kind": "oracle", "seed": None, "members": ["ta", "tb"]}
+    params = eval_settings(**oracle, combine="oracle", ood={"classes": ["tech"]})
     members = [ta / "test.predictions.parquet", tb / "test.predictions.parquet"]
     members += [ta / "ood.predictions.parquet", tb / "ood.predictions.parquet"]
     jsons = [out / "test.json", out / "ood.json"]
@@ -260,11 +275,11 @@ def test_stale_evaluations_of_splits_no_longer_evaluated_are_removed(tmp_path):
 def test_transfer_rows_never_hold_an_ood_text(tmp_path):
     from kdpipe.data.transfer import build_transfer
 
-    params = three_classes(tmp_path) | {"ood_classes": ["mid"]}
+    params = three_classes(tmp_path, ood_classes=["mid"])
     prepare(params, tmp_path / "data")
     ood_text = read_split(tmp_path / "data", OOD)["text"].iloc[0]
     extra = write_table(pd.DataFrame({"text": [ood_text, "a new unlabelled text"]}), tmp_path / "extra.csv")
-    manifest = build_transfer(params | {"transfer": extra}, tmp_path / "data", tmp_path / "transfer")
+    manifest = build_transfer(transfer_settings(extra), tmp_path / "data", tmp_path / "transfer")
     assert manifest["rows"]["transfer"] == 1 and manifest["dropped"]["evaluation"] == 1
 
 
@@ -275,8 +290,8 @@ def test_no_row_of_a_held_out_class_reaches_the_transfer_rows_from_any_split(tmp
     from kdpipe.data.transfer import build_transfer
 
     source = write_table(tiny_frame(80, labels=("neg", "pos", "mid")), tmp_path / "d.csv")
-    params = dataset_params(source=source, split={"validation": 0.2, "test": 0.2, "seed": 1, "unlabelled": 0.25})
-    params |= {"ood_classes": ["mid"]}
+    split = {"validation": 0.2, "test": 0.2, "seed": 1, "unlabelled": 0.25}
+    params = dataset_params(source=source, split=split, ood_classes=["mid"])
     manifest = prepare(params, tmp_path / "data")
     held = pd.read_parquet(tmp_path / "data" / HELD_OUT)
     assert set(held["label"]) == {"mid"} and len(held) == sum(manifest["ood"]["removed"].values())
@@ -284,7 +299,7 @@ def test_no_row_of_a_held_out_class_reaches_the_transfer_rows_from_any_split(tmp
     every_mid = pd.concat([held["text"], read_split(tmp_path / "data", OOD)["text"]])
     texts = [*every_mid.str.upper(), "a new unlabelled text"]
     extra = write_table(pd.DataFrame({"text": texts}), tmp_path / "extra.csv")
-    built = build_transfer(params | {"transfer": extra}, tmp_path / "data", tmp_path / "transfer")
+    built = build_transfer(transfer_settings(extra), tmp_path / "data", tmp_path / "transfer")
     kept = read_split(tmp_path / "transfer", "transfer")["text"]
     assert built["dropped"]["evaluation"] == len(every_mid) == 26  # every "mid" row of the 80
     assert set(kept) & set(every_mid.str.upper()) == set() and "a new unlabelled text" in set(kept)
@@ -303,8 +318,9 @@ def test_held_out_class_rows_that_a_cap_or_a_conflict_removed_are_evaluation_tex
     frame.loc[len(frame)] = ("a text both neg and mid", "neg")
     frame.loc[len(frame)] = ("A text both neg and MID", "mid")  # a conflict: both copies dropped
     source = write_table(frame, tmp_path / "d.csv")
-    params = dataset_params(source=source, split={"validation": 0.2, "test": 0.2, "seed": 1}, **cap)
-    params |= {"ood_classes": ["mid"]}
+    params = dataset_params(
+        source=source, split={"validation": 0.2, "test": 0.2, "seed": 1}, ood_classes=["mid"], **cap
+    )
     manifest = prepare(params, tmp_path / "data")
     held = pd.read_parquet(tmp_path / "data" / HELD_OUT)
     every_mid = frame[frame["label"] == "mid"]["text"]
@@ -315,27 +331,22 @@ def test_held_out_class_rows_that_a_cap_or_a_conflict_removed_are_evaluation_tex
     assert set(every_mid) == set(held["text"]) | set(ood["text"])  # every "mid" text as read, once
     assert len(held) == sum(manifest["ood"]["removed"].values())
     extra = write_table(pd.DataFrame({"text": [*every_mid.str.upper(), "a new unlabelled text"]}), tmp_path / "x.csv")
-    built = build_transfer(params | {"transfer": extra}, tmp_path / "data", tmp_path / "transfer")
+    built = build_transfer(transfer_settings(extra), tmp_path / "data", tmp_path / "transfer")
     assert built["dropped"]["evaluation"] == len(every_mid) == 21
     assert read_split(tmp_path / "transfer", "transfer")["text"].tolist() == ["a new unlabelled text"]
     copied = outside["text"].iloc[0]
-    ood_params = {
-        "name": "tiny",
-        "source": write_table(pd.DataFrame({"text": [copied, "never seen"]}), tmp_path / "o.csv"),
-    }
-    ood_params |= {"text_column": "text", "format": "auto", "encoding": "utf-8"}
-    assert build_ood(ood_params, tmp_path / "data", tmp_path / "ood")["dropped"]["dataset"] == 1
+    source = write_table(pd.DataFrame({"text": [copied, "never seen"]}), tmp_path / "o.csv")
+    assert build_ood(ood_settings(source), tmp_path / "data", tmp_path / "ood")["dropped"]["dataset"] == 1
 
 
 def test_an_external_ood_set_drops_a_copy_of_a_held_out_classs_training_text(tmp_path):
-    params = three_classes(tmp_path) | {"ood_classes": ["mid"]}
+    params = three_classes(tmp_path, ood_classes=["mid"])
     prepare(params, tmp_path / "data")
     from kdpipe.data.prepare import HELD_OUT
 
     copied = pd.read_parquet(tmp_path / "data" / HELD_OUT)["text"].iloc[0]
     source = write_table(pd.DataFrame({"body": [copied, "never seen"]}), tmp_path / "ood.csv")
-    ood_params = {"name": "tiny", "source": source, "text_column": "body", "format": "auto", "encoding": "utf-8"}
-    assert build_ood(ood_params, tmp_path / "data", tmp_path / "ood")["dropped"]["dataset"] == 1
+    assert build_ood(ood_settings(source, "body"), tmp_path / "data", tmp_path / "ood")["dropped"]["dataset"] == 1
     assert read_split(tmp_path / "ood", OOD)["text"].tolist() == ["never seen"]
 
 

@@ -11,7 +11,9 @@ from kdpipe.cli import main
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.models.students import build_student
 from kdpipe.stages import evaluate, predict
+from kdpipe.stages.predict import PredictSettings
 from kdpipe.training.loop import FitResult, save_trained, state_on_cpu
+from tests.conftest import eval_settings, model_spec
 
 TINY = {"tokenizer": "builtin:tiny-bert", "hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
 KINDS = {
@@ -30,7 +32,7 @@ MAX_LENGTH = 16
 
 def saved_student(kind, labels, folder):
     """A (random, untrained) student of ``kind`` saved as the distill stage saves one."""
-    model, tokenizer = build_student(KINDS[kind], labels, seed=1)
+    model, tokenizer = build_student(model_spec(KINDS[kind]), labels, seed=1)
     config = {"method": "vanilla_kd", "method_args": {"temperature": 2.0}, "max_length": MAX_LENGTH, "epochs": 1}
     manifest = {"kind": "student", "config": config, "labels": labels, "method": "vanilla_kd", "teachers": ["ta"]}
     result = FitResult(best_state=state_on_cpu(model), best_metrics={"score": 0.5, "accuracy": 0.5}, best_epoch=1)
@@ -54,8 +56,8 @@ def unlabelled(tiny_data, tmp_path_factory):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_predict_agrees_with_kdpipes_evaluation(students, unlabelled, tiny_data, kind, tmp_path):
-    out = predict.run({}, students[kind], unlabelled, tmp_path / "pred.parquet", text_column="article")
-    params = {"model": kind, "splits": ["test"], "batch_size": 8, "ece_bins": 5}
+    out = predict.run(PredictSettings(), students[kind], unlabelled, tmp_path / "pred.parquet", text_column="article")
+    params = eval_settings(model=kind, splits=["test"])
     evaluate.run(params, students[kind], tiny_data, [tmp_path / "eval.json"], [tmp_path / "eval.parquet"])
     evaluated = pd.read_parquet(tmp_path / "eval.parquet")
     written = pd.read_parquet(tmp_path / "pred.parquet")
@@ -74,7 +76,7 @@ def test_pipeline_truncates_as_kdpipe_evaluated(students, unlabelled, tmp_path):
     assert classify.tokenizer.model_max_length == MAX_LENGTH
     frame = pd.DataFrame({"text": texts})
     frame.to_csv(tmp_path / "in.csv", index=False)
-    ours = predict.run({}, folder, tmp_path / "in.csv", tmp_path / "out.csv")
+    ours = predict.run(PredictSettings(), folder, tmp_path / "in.csv", tmp_path / "out.csv")
     assert [p["label"] for p in classify(texts)] == list(ours["label"])
 
 
@@ -144,8 +146,10 @@ def test_nul_characters_are_read_as_spaces_and_counted(students, tmp_path, capsy
     texts = ["a market\x00report", "no nul here", "\x00sports\x00\x00news"]
     pd.DataFrame({"text": texts}).to_parquet(tmp_path / "in.parquet")
     pd.DataFrame({"text": [t.replace("\x00", " ") for t in texts]}).to_parquet(tmp_path / "spaces.parquet")
-    nul = predict.run({}, students["transformer"], tmp_path / "in.parquet", tmp_path / "nul.csv")
+    nul = predict.run(PredictSettings(), students["transformer"], tmp_path / "in.parquet", tmp_path / "nul.csv")
     assert "[kdpipe] predict: 4 NUL characters in 2 rows of column 'text' read as spaces" in capsys.readouterr().err
-    spaced = predict.run({}, students["transformer"], tmp_path / "spaces.parquet", tmp_path / "spaced.csv")
+    spaced = predict.run(
+        PredictSettings(), students["transformer"], tmp_path / "spaces.parquet", tmp_path / "spaced.csv"
+    )
     assert "NUL" not in capsys.readouterr().err
     assert nul["score"].tolist() == spaced["score"].tolist() and nul["text"].tolist() == texts  # the input as given

@@ -20,6 +20,7 @@ from kdpipe.models.inference import iterate
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.models.students import build_student
 from kdpipe.training.loop import FitResult, TrainSettings, fit, save_trained, state_on_cpu
+from tests.conftest import eval_settings, model_spec
 
 SUMMARY = re.compile(r"^\[kdpipe\] (.+): ([\d,]+) rows in ([\d.]+) s \(([\d,]+) rows/s\), peak ([\d,]+) MB$")
 
@@ -92,7 +93,7 @@ def test_an_inference_pass_counts_its_rows():
 def test_every_job_prints_its_summary(tiny_data, tmp_path, capsys, monkeypatch):
     labels = read_labels(tiny_data)
     model, tokenizer = build_student(
-        {"config": {"tokenizer": "builtin:tiny-bert", "hidden_size": 32, "num_layers": 1, "num_heads": 2}},
+        model_spec({"config": {"tokenizer": "builtin:tiny-bert", "hidden_size": 32, "num_layers": 1, "num_heads": 2}}),
         labels,
         seed=0,
     )
@@ -100,7 +101,7 @@ def test_every_job_prints_its_summary(tiny_data, tmp_path, capsys, monkeypatch):
     result = FitResult(best_state=state_on_cpu(model), best_metrics={"score": 0.0}, best_epoch=1)
     save_trained(tmp_path / "model", model, tokenizer, labels, result, manifest)
     splits = ["validation", "test"]  # one job, one summary line for both
-    params = {"model": "tiny", "splits": splits, "batch_size": 4, "ece_bins": 5}
+    params = eval_settings(model="tiny", splits=splits, batch_size=4).to_dict()
     args = ["--model", str(tmp_path / "model"), "--data", str(tiny_data)]
     out = ["--out-json", *(str(tmp_path / f"{s}.json") for s in splits)]
     out += ["--out-predictions", *(str(tmp_path / f"{s}.parquet") for s in splits)]

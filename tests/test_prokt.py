@@ -16,6 +16,7 @@ from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.models.students import build_student
 from kdpipe.training.loop import TrainSettings, fit, read_resume_state, total_steps
+from tests.conftest import model_spec
 from tests.test_training import LABELS, TEXTS, validator
 
 CPU = torch.device("cpu")
@@ -84,15 +85,17 @@ def cotrainer(data, settings, **args):
 
 def student():
     model, _ = build_student(
-        {
-            "config": {
-                "tokenizer": "builtin:tiny-bert",
-                "hidden_size": 32,
-                "num_layers": 1,
-                "num_heads": 2,
-                "intermediate_size": 64,
+        model_spec(
+            {
+                "config": {
+                    "tokenizer": "builtin:tiny-bert",
+                    "hidden_size": 32,
+                    "num_layers": 1,
+                    "num_heads": 2,
+                    "intermediate_size": 64,
+                }
             }
-        },
+        ),
         ["sport", "money"],
         seed=0,
     )

@@ -17,6 +17,7 @@ from kdpipe.evaluation.metrics import reliability_bins, total_variation
 from kdpipe.report import TSV_COLUMNS, build_report, write_report
 from kdpipe.report.plots import _lower_limit
 from kdpipe.report.routing import read_routes
+from kdpipe.report.settings import ReportSettings
 from kdpipe.report.summary import _pool_reliability, describe_label_use
 
 CLASSES = ["business", "entertainment", "politics", "sport", "tech"]
@@ -499,10 +500,10 @@ def test_the_routing_warning_is_computed_by_the_report_at_warn_below(eval_paths,
     calibrated = _route_manifest(tmp_path / "routes/a+b.certainty-entropy-calibrated", calibrated=True)
     assert read_routes([calibrated])[0]["warning"].endswith("{router: knn, calibrate: true} (docs/routing.md)")
 
-    write_report({"warn_below": 0.8}, eval_paths, tmp_path / "warned", routes=[route])
+    write_report(ReportSettings.from_params({"warn_below": 0.8}), eval_paths, tmp_path / "warned", routes=[route])
     for name in ("summary.md", "routing.md", "summary.html", "landing.html"):
         assert "method_args: {router: knn}" in (tmp_path / "warned" / name).read_text(), name
-    write_report({"warn_below": 0.5}, eval_paths, tmp_path / "quiet", routes=[route])
+    write_report(ReportSettings.from_params({"warn_below": 0.5}), eval_paths, tmp_path / "quiet", routes=[route])
     for name in ("summary.md", "routing.md", "summary.html", "landing.html"):
         text = (tmp_path / "quiet" / name).read_text()
         assert "router certainty/entropy sends" not in text and "older route job" not in text, name

@@ -218,6 +218,7 @@ def test_the_teachers_oracle_predicts_each_row_with_its_owner(tmp_path):
     rows in row order, each teacher's probabilities at its classes' positions, and the cost of both teachers."""
     from kdpipe.core.store import read_json
     from kdpipe.stages import evaluate_ensemble
+    from tests.conftest import eval_settings
 
     members = []
     for name, classes, rows, labels, probs in (
@@ -228,8 +229,8 @@ def test_the_teachers_oracle_predicts_each_row_with_its_owner(tmp_path):
         table.to_parquet(tmp_path / f"{name}.predictions.parquet")
         write_json(tmp_path / f"{name}.json", {"classes": classes, "params": 10, "inference_time_s": 1.0})
         members.append(tmp_path / f"{name}.predictions.parquet")
-    params = {"model": "oracle", "base": "oracle", "kind": "oracle", "members": ["ab", "c"], "combine": "oracle",
-              "splits": ["test"], "ece_bins": 15}  # fmt: skip
+    params = eval_settings(model="oracle", kind="oracle", seed=None, members=["ab", "c"], combine="oracle",
+                           splits=["test"], ece_bins=15)  # fmt: skip
     evaluate_ensemble.run(params, members, [tmp_path / "oracle.json"], [tmp_path / "oracle.parquet"])
     result, table = read_json(tmp_path / "oracle.json"), pd.read_parquet(tmp_path / "oracle.parquet")
     assert table["row_id"].tolist() == [0, 1, 2]

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.routing import route_name, route_signals, route_spec
+from kdpipe.routing import RouteSpec, route_spec
 from kdpipe.routing.calibration import fit_temperature
 from kdpipe.routing.certainty import certainty_scores
 from kdpipe.routing.diagnostics import (
@@ -28,6 +28,8 @@ from kdpipe.routing.diagnostics import (
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
 from kdpipe.routing.knn import fold_assignment, knn_scores, kth_distance, normalise, percentile
 from kdpipe.routing.learned import learned_router
+from kdpipe.routing.settings import RouteSettings
+from tests.conftest import student_settings
 
 LN3 = math.log(3)
 
@@ -177,7 +179,7 @@ def test_the_suggestion_is_method_args_that_choose_the_router():
     assert suggestion("certainty/energy") == "{router: certainty, score: energy}"
     assert suggestion("learned", calibrate=True) == "{router: learned, calibrate: true}"
     args = yaml.safe_load(suggestion("certainty/logit_entropy", calibrate=True))
-    assert route_spec({**args, "temperature": 1.0}) == {
+    assert route_spec(**{**args, "temperature": 1.0}).to_dict() == {
         "router": "certainty",
         "score": "logit_entropy",
         "temperature": 1.0,
@@ -191,7 +193,7 @@ def test_a_route_opens_only_the_signals_it_declares(tmp_path, monkeypatch):
     it."""
     from kdpipe.routing import inputs as module
 
-    declared = route_signals({"router": "certainty", "score": "logit_entropy"}, mc_splits=["train"])
+    declared = RouteSpec("certainty", "logit_entropy").signals(mc_splits=["train"])
     assert declared == {"train": ["logits", "pooled", "mc"], "validation": ["logits", "pooled"]}
     signals = DeclaredSignals(tmp_path, declared)
     for teacher in ("ta", "tb"):
@@ -240,11 +242,11 @@ def test_a_route_opens_only_the_signals_it_declares(tmp_path, monkeypatch):
 
 def test_route_names_say_what_routes():
     args = {"router": "certainty", "score": "entropy", "temperature": 1.0, "calibrate": False}
-    assert route_name(["a", "b"], route_spec(args)) == "a+b.certainty-entropy"
+    assert route_spec(**args).name(["a", "b"]) == "a+b.certainty-entropy"
     no_mc = {**args, "score": "logit_entropy", "temperature": 2.0, "calibrate": True}
-    assert route_name(["a", "b"], route_spec(no_mc)) == "a+b.certainty-logit_entropy-T2-calibrated"
+    assert route_spec(**no_mc).name(["a", "b"]) == "a+b.certainty-logit_entropy-T2-calibrated"
     # a score or temperature that the router does not read is not part of the route
-    assert route_name(["a", "b"], route_spec({**no_mc, "router": "learned", "calibrate": False})) == "a+b.learned"
+    assert route_spec(**{**no_mc, "router": "learned", "calibrate": False}).name(["a", "b"]) == "a+b.learned"
     assert torch.is_tensor(certainty_scores("energy", logits=np.zeros((1, 2), np.float32)))
 
 
@@ -363,14 +365,14 @@ def test_route_json_records_certainty_as_ood_detection(tmp_path, monkeypatch, mc
     monkeypatch.setattr(module, "read_logits", read_logits)
     monkeypatch.setattr(module, "read_pooled", lambda path, row_ids: (rng.normal(size=(len(row_ids), 4)), None))
     monkeypatch.setattr(module, "read_mc", read_mc)
-    spec = {"router": "certainty", "score": "logit_entropy", "temperature": 1.0}
+    spec = RouteSpec("certainty", "logit_entropy", 1.0)
     params = {
-        **spec,
+        **spec.to_dict(),
         "teachers": ["ta", "tb"],
         "routing": {"neighbours": 2, "folds": 2, "seed": 0},
-        "signals": route_signals(spec, mc_splits=mc_splits),
+        "signals": spec.signals(mc_splits=mc_splits),
     }
-    build_route(params, tmp_path / "data", tmp_path, tmp_path / "route")
+    build_route(RouteSettings.from_params(params), tmp_path / "data", tmp_path, tmp_path / "route")
     record = json.loads((tmp_path / "route/route.json").read_text())["ood_auroc"]
     for split in ("train", "validation"):
         ta = record[split]["ta"]
@@ -407,9 +409,9 @@ def test_the_route_job_says_the_routing_warning_as_soon_as_it_routes(tmp_path, m
     features = np.random.default_rng(0).normal(size=(len(gold), 4)) + 3 * owner[:, None] * np.eye(4)[0]
     monkeypatch.setattr(module, "read_logits", read_logits)
     monkeypatch.setattr(module, "read_pooled", lambda path, row_ids: (features, None))
-    spec = {"router": "certainty", "score": "logit_max_prob", "temperature": 1.0}
-    params = {**spec, "teachers": ["ta", "tb"], "routing": {"neighbours": 2, "folds": 2, "seed": 0}}
-    params["signals"] = route_signals(spec, mc_splits=[])
+    spec = RouteSpec("certainty", "logit_max_prob", 1.0)
+    params = {**spec.to_dict(), "teachers": ["ta", "tb"], "routing": {"neighbours": 2, "folds": 2, "seed": 0}}
+    params["signals"] = spec.signals(mc_splits=[])
 
     def route(*threshold):
         args = ["route", "--params", json.dumps(params), "--data", str(tmp_path / "data")]
@@ -437,7 +439,7 @@ def test_the_route_job_says_the_routing_warning_as_soon_as_it_routes(tmp_path, m
     monkeypatch.setattr(distill, "student_data", student_data)
     for threshold, warned in (("0.8", True), (None, True), ("0.4", False)):
         with pytest.raises(RuntimeError, match="training starts"):
-            distill.run({"method": "muki", "method_spec": {"signals": []}}, tmp_path / "data", tmp_path, tmp_path / "s",
+            distill.run(student_settings({"method": "muki"}), tmp_path / "data", tmp_path, tmp_path / "s",
                         route=tmp_path / "route", warn_below=threshold)  # fmt: skip
         assert capfd.readouterr().err.splitlines() == ([line] if warned else [])
     from kdpipe.cli import _arguments

@@ -16,9 +16,10 @@ import pytest
 from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.parts import parse_shard
+from kdpipe.signals.settings import PassSettings, SignalSettings
 from kdpipe.signals.shards import gather, run, run_pass, run_shard
 from kdpipe.stages.finetune_teacher import run as finetune_teacher
-from tests.conftest import REPO, TINY_TEACHER
+from tests.conftest import REPO, teacher_settings
 
 MC = {"samples": 3, "seed": 7, "batch_size": 4, "max_batch_rows": 64, "split": "train", "signal": "mc"}
 LOGITS = {"batch_size": 4, "split": "train", "signal": "logits"}
@@ -29,10 +30,20 @@ ATTENTIONS_MEAN = {**ATTENTIONS, "signal": "attentions_mean"}
 FORWARD = [LOGITS, POOLED, HIDDEN, ATTENTIONS, ATTENTIONS_MEAN]  # every deterministic signal of the tiny teacher
 
 
+def typed(params: dict) -> SignalSettings:
+    """One signal's slice as the passes read it."""
+    return SignalSettings.from_params(params, "signal")
+
+
+def passing(signals: list[dict]) -> PassSettings:
+    """A pass's slice, the slices of its signals, as the passes read it."""
+    return PassSettings.from_params({"signals": signals}, "pass")
+
+
 @pytest.fixture(scope="module")
 def teacher(tiny_data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("teacher") / "t"
-    finetune_teacher(TINY_TEACHER, tiny_data, out)
+    finetune_teacher(teacher_settings(), tiny_data, out)
     return out
 
 
@@ -41,7 +52,7 @@ def shards(count: int, root: Path, params: dict | list[dict], teacher: Path, dat
     parts = []
     for k in range(1, count + 1):
         part = root / f"part.{k}-of-{count}"
-        run_shard({"signals": params if isinstance(params, list) else [params]}, teacher, data, f"{k}-of-{count}", part)
+        run_shard(passing(params if isinstance(params, list) else [params]), teacher, data, f"{k}-of-{count}", part)
         parts.append(part)
     return parts[::-1]  # the gather must not depend on the order of its inputs
 
@@ -61,23 +72,23 @@ def test_the_shared_forward_gives_each_signal_the_bytes_of_its_own_pass(teacher,
     gathered: the bytes of each signal made in a pass of its own."""
     alone, together = tmp_path / "alone", tmp_path / "together"
     for params in FORWARD:
-        run(params["signal"], params, teacher, tiny_data, alone)
+        run(typed(params), teacher, tiny_data, alone)
     if count == 1:
-        manifests = run_pass({"signals": FORWARD}, teacher, tiny_data, together)
+        manifests = run_pass(passing(FORWARD), teacher, tiny_data, together)
         assert list(manifests) == [p["signal"] for p in FORWARD]
         assert sorted(p.name for p in together.iterdir()) == sorted(files_of(FORWARD)), "no part left behind"
     else:
         parts = shards(count, tmp_path / "parts", FORWARD, teacher, tiny_data)
         for params in FORWARD:
-            gather(params, parts, together)
+            gather(typed(params), parts, together)
     same_bytes(alone, together, files_of(FORWARD))
 
 
 def test_mc_dropout_written_by_its_pass_job_is_the_gathered_bytes(teacher, tiny_data, tmp_path):
     """S = 1: the MC-dropout pass job writes the artifact itself, the same bytes as one shard gathered by a job."""
     whole, gathered = tmp_path / "whole", tmp_path / "gathered"
-    run_pass({"signals": [MC]}, teacher, tiny_data, whole)
-    gather(MC, shards(1, tmp_path / "parts", MC, teacher, tiny_data), gathered)
+    run_pass(passing([MC]), teacher, tiny_data, whole)
+    gather(typed(MC), shards(1, tmp_path / "parts", MC, teacher, tiny_data), gathered)
     same_bytes(whole, gathered, list(SIGNALS["mc"].files))
 
 
@@ -114,16 +125,16 @@ def test_the_shared_forward_makes_the_bytes_of_the_code_before_it(teacher, tiny_
     env = {**os.environ, "PYTHONPATH": str(old)}
     args = [json.dumps(signals), str(teacher), str(tiny_data), str(tmp_path / "old")]
     subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=tmp_path, check=True, timeout=600)
-    run_pass({"signals": FORWARD}, teacher, tiny_data, tmp_path / "new")
-    run_pass({"signals": [MC]}, teacher, tiny_data, tmp_path / "new")
+    run_pass(passing(FORWARD), teacher, tiny_data, tmp_path / "new")
+    run_pass(passing([MC]), teacher, tiny_data, tmp_path / "new")
     same_bytes(tmp_path / "old", tmp_path / "new", files_of(signals))
 
 
 @pytest.mark.parametrize("count", [2, 3, 20])  # 20: more shards than batches, some shards are empty
 def test_mc_dropout_shards_gather_to_the_same_bytes(teacher, tiny_data, tmp_path, count):
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
-    run("mc", MC, teacher, tiny_data, whole)
-    gather(MC, shards(count, tmp_path, MC, teacher, tiny_data), sharded)
+    run(typed(MC), teacher, tiny_data, whole)
+    gather(typed(MC), shards(count, tmp_path, MC, teacher, tiny_data), sharded)
     same_bytes(whole, sharded, ["mc.npy", "mc.parquet", "mc.json"])
     mean = np.load(whole / "mc.npy")
     assert mean.dtype == np.float32 and np.allclose(mean.sum(1), 1, atol=1e-5)
@@ -132,8 +143,8 @@ def test_mc_dropout_shards_gather_to_the_same_bytes(teacher, tiny_data, tmp_path
 def test_logit_and_hidden_dumps_shard_to_the_same_bytes(teacher, tiny_data, tmp_path):
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
     for params in (LOGITS, HIDDEN):
-        run(params["signal"], params, teacher, tiny_data, whole)
-        gather(params, shards(3, tmp_path / params["signal"], params, teacher, tiny_data), sharded)
+        run(typed(params), teacher, tiny_data, whole)
+        gather(typed(params), shards(3, tmp_path / params["signal"], params, teacher, tiny_data), sharded)
     same_bytes(whole, sharded, ["logits.parquet", "logits.json", *SIGNALS["hidden"].files])
 
 
@@ -142,8 +153,8 @@ def test_logit_and_hidden_dumps_shard_to_the_same_bytes(teacher, tiny_data, tmp_
 def test_attention_dumps_shard_to_the_same_bytes(teacher, tiny_data, tmp_path, signal, count):
     params = {"batch_size": 4, "split": "train", "signal": signal, "layers": [1, 2]}
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
-    run(signal, params, teacher, tiny_data, whole)
-    gather(params, shards(count, tmp_path / "parts", params, teacher, tiny_data), sharded)
+    run(typed(params), teacher, tiny_data, whole)
+    gather(typed(params), shards(count, tmp_path / "parts", params, teacher, tiny_data), sharded)
     same_bytes(whole, sharded, list(SIGNALS[signal].files))
 
 
@@ -152,10 +163,10 @@ def test_the_gather_copies_runs_in_chunks(teacher, tiny_data, tmp_path, monkeypa
     from kdpipe.signals import rowfile
 
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
-    run("hidden", HIDDEN, teacher, tiny_data, whole)
+    run(typed(HIDDEN), teacher, tiny_data, whole)
     parts = shards(3, tmp_path / "parts", HIDDEN, teacher, tiny_data)
     monkeypatch.setattr(rowfile, "CHUNK_BYTES", 3 * 2 * 2 * 32)  # 3 tokens of 2 layers x 32 floats16
-    gather(HIDDEN, parts, sharded)
+    gather(typed(HIDDEN), parts, sharded)
     same_bytes(whole, sharded, list(SIGNALS["hidden"].files))
 
 
@@ -165,16 +176,16 @@ def test_shards_that_tokenised_otherwise_are_refused(teacher, tiny_data, tmp_pat
     tokens["token_hash"][0] += 1
     np.save(parts[0] / "hidden/hidden.tokens.npy", tokens)
     with pytest.raises(ArtifactError, match="tokenised the split otherwise"):
-        gather(HIDDEN, parts, tmp_path / "out")
+        gather(typed(HIDDEN), parts, tmp_path / "out")
 
 
 def test_a_missing_or_foreign_shard_is_refused(teacher, tiny_data, tmp_path):
     parts = shards(3, tmp_path, LOGITS, teacher, tiny_data)
     with pytest.raises(ArtifactError, match="do not cover the .* rows exactly once"):
-        gather(LOGITS, parts[:2], tmp_path / "out")
+        gather(typed(LOGITS), parts[:2], tmp_path / "out")
     other = shards(3, tmp_path / "mc", MC, teacher, tiny_data)
     with pytest.raises((ArtifactError, FileNotFoundError)):
-        gather(LOGITS, [*parts[:2], other[0]], tmp_path / "out")
+        gather(typed(LOGITS), [*parts[:2], other[0]], tmp_path / "out")
     assert not (tmp_path / "out" / "logits.parquet").exists()
 
 

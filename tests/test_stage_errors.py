@@ -13,7 +13,7 @@ from kdpipe.core.store import make_manifest, write_json
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.routing.artifact import FILES, SPLITS, write_scores
 from kdpipe.signals.io import write_logits
-from tests.conftest import TINY_TEACHER, student_job
+from tests.conftest import TINY_TEACHER, student_job, student_settings
 
 STUDENT = {
     "method": "vanilla_kd",
@@ -163,7 +163,7 @@ def test_distill_reads_only_cached_signals_and_trains(tiny_data, tmp_path, monke
 
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(no_teacher))
     out = tmp_path / "student"
-    params = student_job({**STUDENT, "method": method, "teachers": ["t1", "t2"]})
+    params = student_settings({**STUDENT, "method": method, "teachers": ["t1", "t2"]})
     route = fake_route(tmp_path / "route", tiny_data, ["t1", "t2"]) if method.startswith("muki") else None
     manifest = distill.run(params, tiny_data, tmp_path / "signals", out, route=route)
     assert manifest["labels"] == labels and manifest["method"] == method

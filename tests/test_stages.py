@@ -6,22 +6,27 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-from dataclasses import replace
+import typing
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from kdpipe import cli
+from kdpipe.core.settings import Settings
 from kdpipe.stages import catalog
 from kdpipe.stages.catalog import STAGES, Stage, read, text, written
 from tests.conftest import REPO
 
 
 @pytest.mark.parametrize("name", sorted(STAGES))
-def test_each_stage_function_takes_its_declared_arguments(name):
+def test_each_stage_function_takes_its_settings_and_its_declared_arguments(name):
     stage = STAGES[name]
-    signature = inspect.signature(getattr(importlib.import_module(stage.module), stage.function))
-    keywords = list(signature.parameters)[1:]  # (the first takes the config slice)
+    function = getattr(importlib.import_module(stage.module), stage.function)
+    signature = inspect.signature(function)
+    first, *keywords = list(signature.parameters)  # (the first takes the stage's typed settings)
+    assert typing.get_type_hints(function)[first] is stage.settings_type(), f"{stage.entry}: {first}"
+    assert issubclass(stage.settings_type(), Settings)
     declared = {arg.name: arg for arg in stage.args}
     assert set(declared) <= set(keywords), f"{stage.entry} lacks {set(declared) - set(keywords)}"
     for keyword in keywords:
@@ -34,8 +39,14 @@ def test_each_stage_function_takes_its_declared_arguments(name):
             assert default is inspect.Parameter.empty, f"{stage.entry}: {keyword} is always passed"
 
 
+@dataclass(frozen=True)
+class DemoSettings(Settings):
+    k: int = 0
+
+
 def test_the_rule_command_passes_each_argument_from_where_the_rule_has_it():
-    stage = Stage("demo", "m:f", "", (read("data"), read("extra", optional=True), text("note"), written("out")))
+    args = (read("data"), read("extra", optional=True), text("note"), written("out"))
+    stage = Stage("demo", "m:f", "", args, "m:DemoSettings")
     command = stage.shell({"data": "input", "out": "params"})
     assert command == (
         "python -m kdpipe --threads {threads} --log {log:q} demo --params {params.cfg:q} --code {params.code} "
@@ -52,9 +63,10 @@ def test_an_argument_is_added_in_one_place(monkeypatch, tmp_path):
     the rule's command passes it where the rule has it."""
     calls = []
     module = type(inspect)("kdpipe_demo_stage")
-    module.work = lambda params, data, note=None: calls.append((params, data, note))
+    module.work = lambda settings, data, note=None: calls.append((settings, data, note))
+    module.DemoSettings = DemoSettings
     monkeypatch.setitem(__import__("sys").modules, "kdpipe_demo_stage", module)
-    base = Stage("demo", "kdpipe_demo_stage:work", "a demo", (read("data"),))
+    base = Stage("demo", "kdpipe_demo_stage:work", "a demo", (read("data"),), "kdpipe_demo_stage:DemoSettings")
     monkeypatch.setattr(catalog, "STAGES", {"demo": base})
     monkeypatch.setattr(cli, "STAGES", {"demo": base})
     with pytest.raises(SystemExit):
@@ -63,7 +75,7 @@ def test_an_argument_is_added_in_one_place(monkeypatch, tmp_path):
     added = replace(base, args=(read("data"), text("note")))  # the one edit
     monkeypatch.setattr(cli, "STAGES", {"demo": added})
     assert cli.main(["demo", "--params", '{"k": 1}', "--data", str(tmp_path), "--note", "hello"]) == 0
-    assert calls == [({"k": 1}, tmp_path, "hello")]
+    assert calls == [(DemoSettings(k=1), tmp_path, "hello")]
     assert "--note {params.note:q}" in added.shell({"data": "input", "note": "params"})
 
 

@@ -42,7 +42,7 @@ def test_a_student_started_from_a_classifier_fine_tuned_elsewhere_is_marked(tmp_
     write_json(kdpipe_folder / "manifest.json", {"gold_labels": {"validation": 8}})
 
     def started(source):
-        return started_label_use({"model": {"init": {"from": source}}}, PLAIN, 40, None, None)
+        return started_label_use(source, PLAIN, 40, None, None)
 
     assert started(str(tmp_path / "clf")) == OUTSIDE
     assert describe_label_use(started(str(tmp_path / "clf"))) == "checkpoint: trained outside kdpipe"

@@ -18,11 +18,12 @@ import yaml
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import NO_LABEL, read_split
 from kdpipe.data.prepare import UNLABELLED, prepare
+from kdpipe.data.settings import TransferSettings
 from kdpipe.data.transfer import build_transfer, transfer_rows
 from kdpipe.methods.losses import gold_cross_entropy
 from kdpipe.plan import Plan
 from kdpipe.signals.join import StackedRows, join_parts
-from tests.conftest import REPO, TINY_DATASET
+from tests.conftest import REPO, TINY_DATASET, dataset_settings
 
 NONE_DROPPED = {
     "empty": 0,
@@ -37,11 +38,20 @@ NONE_DROPPED = {
 SCHEMA = yaml.safe_load((REPO / "kdpipe/config.schema.yaml").read_text())
 
 
+def transfer_settings(transfer, **overrides) -> TransferSettings:
+    """The transfer job's settings for the tiny dataset and the transfer source(s) ``transfer`` (no ``max_length``:
+    whole texts compared, as a job called by hand)."""
+    keys = ("name", "text_column", "text_pair_column", "format", "encoding")
+    params = {key: TINY_DATASET[key] for key in keys} | {"split": {"seed": TINY_DATASET["split"]["seed"]}}
+    params |= {"transfer": transfer, "transfer_max_rows": None, "max_length": None}
+    return TransferSettings.from_params(params | overrides, "transfer")
+
+
 @pytest.fixture(scope="module")
 def withheld_data(tmp_path_factory):
     """The tiny dataset with half of its training labels withheld."""
     out = tmp_path_factory.mktemp("withheld") / "data"
-    prepare({**TINY_DATASET, "split": {**TINY_DATASET["split"], "unlabelled": 0.5}}, out)
+    prepare(dataset_settings({**TINY_DATASET, "split": {**TINY_DATASET["split"], "unlabelled": 0.5}}), out)
     return out
 
 
@@ -68,7 +78,7 @@ def test_withheld_training_rows_lose_their_labels_and_every_class_keeps_labelled
 
 def test_dropped_rows_are_counted_by_reason_and_kept_rows_are_numbered_after_the_data(tmp_path, withheld_data):
     corpus(withheld_data).to_csv(tmp_path / "extra.csv", index=False)
-    manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "extra.csv")}, withheld_data, tmp_path / "t")
+    manifest = build_transfer(transfer_settings(str(tmp_path / "extra.csv")), withheld_data, tmp_path / "t")
     assert manifest["dropped"] == {**NONE_DROPPED, "empty": 2, "duplicate": 1, "evaluation": 1, "labelled": 1}
     withheld = pd.read_parquet(withheld_data / UNLABELLED)
     assert manifest["rows"] == {"transfer": 30 + len(withheld)}
@@ -92,7 +102,7 @@ def test_every_file_format_gives_the_same_rows_and_a_cap_is_a_seeded_choice(tmp_
     frame.to_parquet(tmp_path / "a.parquet")
     made = {}
     for name in ("a.csv", "a.tsv", "a.jsonl", "a.parquet"):
-        params = {**TINY_DATASET, "transfer": str(tmp_path / name), "transfer_max_rows": 20}
+        params = transfer_settings(str(tmp_path / name), transfer_max_rows=20)
         manifest = build_transfer(params, tiny_data, tmp_path / name.replace(".", "_"))
         assert manifest["dropped"] == {**NONE_DROPPED, "empty": 2, "duplicate": 1, "over_max_rows": 10}, name
         made[name] = read_split(tmp_path / name.replace(".", "_"), "transfer")
@@ -100,14 +110,14 @@ def test_every_file_format_gives_the_same_rows_and_a_cap_is_a_seeded_choice(tmp_
         pd.testing.assert_frame_equal(rows, made["a.csv"], obj=name)
     # per-part files: the parts' rows, one after the other
     both = build_transfer(
-        {**TINY_DATASET, "transfer": [str(tmp_path / "a.csv"), str(tmp_path / "a.parquet")]}, tiny_data, tmp_path / "b"
+        transfer_settings([str(tmp_path / "a.csv"), str(tmp_path / "a.parquet")]), tiny_data, tmp_path / "b"
     )
     assert both["dropped"]["duplicate"] == 1 + 31  # the second part: its 30 texts and its own repeat
 
 
 def test_a_smaller_share_of_transfer_rows_is_part_of_every_larger_one(tmp_path, tiny_data):
     corpus(tiny_data, n=200).to_csv(tmp_path / "extra.csv", index=False)
-    build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "extra.csv")}, tiny_data, tmp_path / "t")
+    build_transfer(transfer_settings(str(tmp_path / "extra.csv")), tiny_data, tmp_path / "t")
     rows = read_split(tmp_path / "t", "transfer")
     shares = {share: set(transfer_rows(rows, share)["row_id"]) for share in (0.0, 0.25, 0.5, 1.0)}
     assert [len(shares[s]) for s in shares] == [0, 50, 100, 200]
@@ -130,7 +140,7 @@ def test_bad_transfer_files_stop_with_one_line_naming_the_file_and_write_nothing
     path = tmp_path / "extra.csv"
     write(path)
     with pytest.raises(KdpipeError, match="extra.csv|dataset.transfer") as err:
-        build_transfer({**TINY_DATASET, "transfer": str(path)}, tiny_data, tmp_path / "t")
+        build_transfer(transfer_settings(str(path)), tiny_data, tmp_path / "t")
     assert expected in str(err.value)
     assert not (tmp_path / "t").exists()
 
@@ -139,8 +149,8 @@ def test_the_encoding_error_names_an_encoding_that_reads_the_file(tmp_path, tiny
     path = tmp_path / "extra.csv"
     path.write_bytes("text\ncaf\xe9\n".encode("latin-1"))
     with pytest.raises(KdpipeError, match="set dataset.encoding: latin-1"):
-        build_transfer({**TINY_DATASET, "transfer": str(path)}, tiny_data, tmp_path / "t")
-    build_transfer({**TINY_DATASET, "transfer": str(path), "encoding": "latin-1"}, tiny_data, tmp_path / "t")
+        build_transfer(transfer_settings(str(path)), tiny_data, tmp_path / "t")
+    build_transfer(transfer_settings(str(path), encoding="latin-1"), tiny_data, tmp_path / "t")
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["café"]
 
 
@@ -257,7 +267,7 @@ def test_the_plan_checks_each_transfer_file_before_any_job(tmp_path):
     from kdpipe.data.transfer_sources import check_transfer_files
 
     def check(name):
-        check_transfer_files({"transfer": [str(tmp_path / "ok.csv"), str(tmp_path / name)], "text_column": "text"})
+        check_transfer_files({**TINY_DATASET, "transfer": [str(tmp_path / "ok.csv"), str(tmp_path / name)]})
 
     pd.DataFrame({"text": ["a"]}).to_csv(tmp_path / "ok.csv", index=False)
     pd.DataFrame({"body": ["a"]}).to_csv(tmp_path / "body.csv", index=False)
@@ -290,9 +300,9 @@ def test_the_plan_bounds_the_transfer_rows_from_the_files_before_reading_them(tm
     frame.to_parquet(tmp_path / "a.parquet")
     (tmp_path / "b.tsv").write_text("text\none\ntwo")  # no line break at the end
     files = [str(tmp_path / name) for name in ("a.csv", "a.jsonl", "a.parquet", "b.tsv")]
-    assert transfer_rows_bound({"transfer": files}) == 7 + 7 + 7 + 2
-    assert transfer_rows_bound({"transfer": files, "transfer_max_rows": 10}) == 10
-    assert transfer_rows_bound({"transfer": "hf:imdb"}) is None
+    assert transfer_rows_bound(files, "auto", None) == 7 + 7 + 7 + 2
+    assert transfer_rows_bound(files, "auto", 10) == 10
+    assert transfer_rows_bound(["hf:imdb"], "auto", None) is None
 
 
 def test_a_saved_dataset_without_the_text_column_or_rows_stops_the_plan(tmp_path):
@@ -307,7 +317,7 @@ def test_a_saved_dataset_without_the_text_column_or_rows_stops_the_plan(tmp_path
     Dataset.from_dict({"text": []}).save_to_disk(str(tmp_path / "none"))
     for name, message in (("body", "no column 'text'"), ("mixed", "no column 'text'"), ("none", "has no rows")):
         with pytest.raises(KdpipeError, match=message):
-            check_transfer_files({"transfer": str(tmp_path / name), "text_column": "text"})
+            check_transfer_files({**TINY_DATASET, "transfer": str(tmp_path / name)})
 
 
 def test_a_csv_text_longer_than_a_block_is_read(tmp_path, tiny_data, monkeypatch):
@@ -317,7 +327,7 @@ def test_a_csv_text_longer_than_a_block_is_read(tmp_path, tiny_data, monkeypatch
     texts = [f"short text {i}" for i in range(30)]
     texts[20] = "long " * 2000  # 10 KB, past the first block and past 4 of them
     pd.DataFrame({"text": texts}).to_csv(tmp_path / "long.csv", index=False)
-    build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "long.csv")}, tiny_data, tmp_path / "t")
+    build_transfer(transfer_settings(str(tmp_path / "long.csv")), tiny_data, tmp_path / "t")
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == texts  # each row once, in order
 
 
@@ -325,7 +335,7 @@ def test_multiline_texts_are_counted_per_file_and_not_for_the_withheld_rows(tmp_
     (tmp_path / "stray.csv").write_text('text\nfirst\n"stray quote\nthird\nfourth\n')  # a quote never closed
     (tmp_path / "clean.csv").write_text("text\none\ntwo\n")
     files = [str(tmp_path / "clean.csv"), str(tmp_path / "stray.csv")]
-    manifest = build_transfer({**TINY_DATASET, "transfer": files}, withheld_data, tmp_path / "t")
+    manifest = build_transfer(transfer_settings(files), withheld_data, tmp_path / "t")
     assert manifest["multiline_texts"] == {files[1]: 1}  # (the withheld rows hold paragraphs: not counted)
     assert f"{files[1]}: 1 of 2 texts span several lines" in capsys.readouterr().err
 
@@ -335,7 +345,7 @@ def test_a_test_text_with_other_white_space_case_or_accents_is_still_dropped_as_
     variants = [text + " ", text.replace("\n", "\r\n"), "  " + text.replace("\n", "\n\n"), text.upper()]
     variants += [text.replace(" ", " \u200b", 1), text.replace("e", "\u00e9")]  # zero-width space, accents
     pd.DataFrame({"text": variants + ["a new text"]}).to_parquet(tmp_path / "near.parquet")
-    manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "near.parquet")}, tiny_data, tmp_path / "t")
+    manifest = build_transfer(transfer_settings(str(tmp_path / "near.parquet")), tiny_data, tmp_path / "t")
     assert manifest["dropped"]["evaluation"] == 1 and manifest["dropped"]["duplicate"] == 5
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["a new text"]
 
@@ -350,7 +360,7 @@ def test_entity_and_curly_quote_variants_of_a_test_text_are_dropped_as_evaluatio
     ]
     assert all(variant != text for variant, text in zip(variants, quoted))
     pd.DataFrame({"text": [*variants, "a new text"]}).to_parquet(tmp_path / "near.parquet")
-    manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "near.parquet")}, tiny_data, tmp_path / "t")
+    manifest = build_transfer(transfer_settings(str(tmp_path / "near.parquet")), tiny_data, tmp_path / "t")
     assert manifest["dropped"]["evaluation"] == 3
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["a new text"]
 
@@ -366,7 +376,7 @@ def test_pre_tokenised_and_control_character_variants_of_a_test_text_are_dropped
     ]
     assert all(variant != text for variant, text in zip(variants, texts))
     pd.DataFrame({"text": [*variants, "a new text"]}).to_parquet(tmp_path / "near.parquet")
-    manifest = build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "near.parquet")}, tiny_data, tmp_path / "t")
+    manifest = build_transfer(transfer_settings(str(tmp_path / "near.parquet")), tiny_data, tmp_path / "t")
     assert manifest["dropped"]["evaluation"] == 2
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["a new text"]
 
@@ -381,31 +391,31 @@ def test_a_test_text_with_a_sentence_appended_is_the_same_model_input_and_is_dro
     texts = [long + " And one more sentence.", long[:150] + " but then something else entirely", long[:20], "new"]
     assert len(long[:20].split()) < 13 <= len(long[:150].split()) - 1
     pd.DataFrame({"text": texts}).to_parquet(tmp_path / "appended.parquet")
-    params = {**TINY_DATASET, "transfer": str(tmp_path / "appended.parquet")}
-    manifest = build_transfer(params | {"max_length": 32}, tiny_data, tmp_path / "t")
+    source = str(tmp_path / "appended.parquet")
+    manifest = build_transfer(transfer_settings(source, max_length=32), tiny_data, tmp_path / "t")
     assert manifest["copy_prefix"] == 30 and manifest["dropped"]["evaluation_truncated"] == 2
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == [long[:20], "new"]
     # a model that reads 256 tokens sees where the second text departs (after 150 characters): not the same input,
     # yet it holds 150 characters of the test text
-    manifest = build_transfer(params | {"max_length": 256}, tiny_data, tmp_path / "t256")
+    manifest = build_transfer(transfer_settings(source, max_length=256), tiny_data, tmp_path / "t256")
     assert manifest["copy_prefix"] == 254
     assert manifest["dropped"] == {**NONE_DROPPED, "evaluation_truncated": 1, "evaluation_shared": 1}
     assert read_split(tmp_path / "t256", "transfer")["text"].tolist() == [long[:20], "new"]
     # without a max_length (a transfer job called by hand) no prefix is compared: both are found by their words
-    whole = build_transfer(params, tiny_data, tmp_path / "whole")
+    whole = build_transfer(transfer_settings(source), tiny_data, tmp_path / "whole")
     assert whole["copy_prefix"] is None and whole["dropped"] == {**NONE_DROPPED, "evaluation_shared": 2}
 
 
 def test_a_list_object_or_bytes_is_not_taken_for_a_text(tmp_path, tiny_data):
     (tmp_path / "odd.jsonl").write_text('{"text": "fine"}\n{"text": ["a", "b"]}\n')
     with pytest.raises(KdpipeError, match=r"odd.jsonl: data row 2 .* has a list in column 'text'"):
-        build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "odd.jsonl")}, tiny_data, tmp_path / "t")
+        build_transfer(transfer_settings(str(tmp_path / "odd.jsonl")), tiny_data, tmp_path / "t")
     pd.DataFrame({"text": [b"raw bytes"]}).to_parquet(tmp_path / "odd.parquet")
     with pytest.raises(KdpipeError, match=r"has bytes \(a binary column\)"):
-        build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "odd.parquet")}, tiny_data, tmp_path / "t")
+        build_transfer(transfer_settings(str(tmp_path / "odd.parquet")), tiny_data, tmp_path / "t")
     # a byte-order mark before the first JSON line is not part of it
     (tmp_path / "bom.jsonl").write_text('\ufeff{"text": "first"}\n{"text": "second"}\n')
-    build_transfer({**TINY_DATASET, "transfer": str(tmp_path / "bom.jsonl")}, tiny_data, tmp_path / "t")
+    build_transfer(transfer_settings(str(tmp_path / "bom.jsonl")), tiny_data, tmp_path / "t")
     assert read_split(tmp_path / "t", "transfer")["text"].tolist() == ["first", "second"]
 
 
@@ -425,7 +435,7 @@ def test_a_file_changed_between_the_two_reads_stops_the_job(tmp_path, tiny_data,
 
     monkeypatch.setattr(transfer, "folded_hashes", hashes_then_edit)
     with pytest.raises(KdpipeError, match="changed while the transfer job read it"):
-        build_transfer({**TINY_DATASET, "transfer": str(path)}, tiny_data, tmp_path / "t")
+        build_transfer(transfer_settings(str(path)), tiny_data, tmp_path / "t")
     assert not (tmp_path / "t").exists()
 
 
@@ -474,7 +484,9 @@ def test_reading_a_parquet_transfer_file_holds_memory_flat_in_its_length(tmp_pat
                 texts = [" ".join(map(str, rng.integers(0, 10**6, 60))) for _ in range(2000)]
                 writer.write_table(pa.table({"text": texts}))
         start, most = pa.total_allocated_bytes(), 0
-        ((_, reader),) = text_readers.text_readers(str(path), {"text_column": "text"}, "dataset.transfer")
+        ((_, reader),) = text_readers.text_readers(
+            str(path), "dataset.transfer", text_column="text", text_pair_column=None, fmt="auto", encoding="utf-8"
+        )
         for _ in reader():
             most = max(most, pa.total_allocated_bytes() - start)
         return most, path.stat().st_size

@@ -11,11 +11,11 @@ import pytest
 
 from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.data.dataset import read_split
+from kdpipe.evaluation.settings import EvalSettings
 from kdpipe.models.loading import load_trained
 from kdpipe.signals.io import read_logits, read_mc
-from kdpipe.signals.shards import run as run_signal
 from kdpipe.stages import evaluate, finetune_teacher
-from tests.conftest import TINY_TEACHER
+from tests.conftest import TINY_TEACHER, model_spec, run_signal, teacher_settings
 
 MC = {"samples": 3, "seed": 0, "batch_size": 8, "max_batch_rows": 64, "split": "train", "signal": "mc"}
 
@@ -24,7 +24,7 @@ MC = {"samples": 3, "seed": 0, "batch_size": 8, "max_batch_rows": 64, "split": "
 def made(tiny_data, tmp_path_factory):
     """A teacher and its logits and MC-dropout signals, as the workflow makes them."""
     root = tmp_path_factory.mktemp("verified")
-    finetune_teacher.run(TINY_TEACHER, tiny_data, root / "teacher")
+    finetune_teacher.run(teacher_settings(), tiny_data, root / "teacher")
     run_signal("logits", {"batch_size": 8, "split": "train", "signal": "logits"}, root / "teacher", tiny_data, root)
     run_signal("mc", MC, root / "teacher", tiny_data, root)
     return root
@@ -56,7 +56,8 @@ def test_a_hand_edited_teacher_labels_file_is_refused(copy, tiny_data, tmp_path)
     message = r"teacher/labels\.json: changed since kdpipe wrote it .*rebuild it with: snakemake --forcerun .*teacher"
     with pytest.raises(ArtifactError, match=message):
         load_trained(copy / "teacher")
-    params = {"model": "t", "splits": ["test"], "batch_size": 8, "ece_bins": 5}
+    params = {"model": "t", "base": "t", "kind": "teacher", "method": None, "seed": 0, "splits": ["test"]}
+    params = EvalSettings.from_params({**params, "batch_size": 8, "ece_bins": 5})
     with pytest.raises(ArtifactError, match=message):
         evaluate.run(params, copy / "teacher", tiny_data, [tmp_path / "e.json"], [tmp_path / "e.parquet"])
     assert not (tmp_path / "e.json").exists()
@@ -115,7 +116,7 @@ def test_a_full_disk_is_refused_before_writing(made, tiny_data, tmp_path, monkey
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr(store.shutil, "disk_usage", lambda _: usage(2 << 30, 2 << 30, 40_000_000))
     with pytest.raises(KdpipeError, match=r"a resume checkpoint needs .* MB .* but only 40 MB are free"):
-        finetune_teacher.run({**TINY_TEACHER, "checkpoint_every": 1}, tiny_data, tmp_path / "teacher")
+        finetune_teacher.run(teacher_settings({**TINY_TEACHER, "checkpoint_every": 1}), tiny_data, tmp_path / "teacher")
     with pytest.raises(KdpipeError, match=r"the logits needs .* kB .* free space"):
         run_signal(
             "logits", {"batch_size": 8, "split": "train", "signal": "logits"}, made / "teacher", tiny_data, tmp_path
@@ -201,7 +202,7 @@ def test_a_tiny_students_folder_is_estimated_from_its_files_and_fits_a_small_dis
         "num_heads": 2,
         "intermediate_size": 64,
     }
-    model, tokenizer = build_student({"config": tiny}, ["a", "b"], seed=1)
+    model, tokenizer = build_student(model_spec({"config": tiny}), ["a", "b"], seed=1)
     asked = model_folder_bytes(model, tokenizer)
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr(store.shutil, "disk_usage", lambda _: usage(100_000_000, 0, 100_000_000))

@@ -1,8 +1,9 @@
 """What a job's outputs are made from, as one identity (docs/caching-and-reruns.md, "One identity per job").
 
 A job's identity covers its config slice, the content of every local file or folder the config names (a dataset
-file, a local backbone or checkpoint: :func:`local_content`, added to the slice by the plan, so Snakemake's params
-trigger and its output cache see an edit in place), the checksums of its input artifacts, and its code: the
+file, a local backbone or checkpoint: :func:`local_content` of the paths the plan finds in the slice,
+:func:`kdpipe.plan.slices.named_paths`, added to the slice, so Snakemake's params trigger and its output cache see an
+edit in place), the checksums of its input artifacts, and its code: the
 stage's code fingerprint (:mod:`kdpipe.core.fingerprint`, the same one the rule's rerun trigger and Snakemake's
 cache use, with the versions of the libraries that compute its numbers). Resume checkpoints and kept copies of
 finished outputs are keyed on it: one of another identity is never used, and :func:`what_changed` says why.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -24,13 +25,11 @@ import xxhash
 
 from kdpipe.core.checksums import checksum
 from kdpipe.core.memo import JsonMemo
+from kdpipe.core.settings import Settings
 from kdpipe.core.store import KdpipeError
 
 # The libraries whose version changes what a job computes; part of every code fingerprint.
 LIBRARIES = ("torch", "transformers", "tokenizers")
-# Config keys whose value may name a local file or folder (dataset.source, dataset.files.<split>, a teacher's
-# backbone or checkpoint, a student's model.init.from or model.config.tokenizer, a method's *_backbone argument).
-PATH_KEYS = ("source", "train", "validation", "test", "transfer", "backbone", "checkpoint", "from", "tokenizer")
 # Artifacts the workflow makes are tracked by Snakemake itself (and may not exist yet when the DAG is built)
 RESULTS = "results"
 # A large file's digest is kept with its size, times and inode, so a no-op rerun does not read it again
@@ -51,11 +50,7 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
-def _is_path_key(key: str) -> bool:
-    return key in PATH_KEYS or key.endswith("_backbone")
-
-
-def _local_path(value) -> Path | None:
+def local_path(value) -> Path | None:
     """``value`` as a local file or folder outside ``results/``, or None (a builtin, a hub name, an artifact)."""
     if not isinstance(value, str) or not value or ":" in value.split("/")[0]:
         return None  # builtin:..., hf:..., a URL
@@ -68,29 +63,18 @@ def _local_path(value) -> Path | None:
     return path
 
 
-def local_content(config_slice: dict, where: str = "") -> dict[str, str]:
-    """``{config key: digest}`` of every local file or folder a config slice names under a path key (see
-    :data:`PATH_KEYS`), found recursively; empty when it names none. The digest covers the bytes of every file (a
-    folder's by relative path), so the same path with other content gets another digest."""
-    found: dict[str, str] = {}
-    for key, value in config_slice.items():
-        name = f"{where}.{key}" if where else str(key)
-        if isinstance(value, dict):
-            found.update(local_content(value, name))
-        elif _is_path_key(str(key)) and isinstance(value, list):  # per-part files (dataset.transfer)
-            for i, item in enumerate(value):
-                if (path := _local_path(item)) is not None:
-                    found[f"{name}[{i}]"] = content_digest(path)
-        elif _is_path_key(str(key)) and (path := _local_path(value)) is not None:
-            found[name] = content_digest(path)
-    return found
+def local_content(paths: Mapping[str, object]) -> dict[str, str]:
+    """``{name: digest}`` of each of ``paths`` (``{config key: value}``, the values a config slice names under a
+    path key) that is a local file or folder (:func:`local_path`); empty when none is. The digest covers the bytes
+    of every file (a folder's by relative path), so the same path with other content gets another digest."""
+    return {name: content_digest(path) for name, value in paths.items() if (path := local_path(value)) is not None}
 
 
-def check_local_content(params: dict) -> None:
-    """Stop a job whose local files changed after the plan digested them into its slice (``local_content``): the
-    job would read the new bytes under the old identity, and the shared cache would file them under it."""
-    planned = params.get("local_content") or {}
-    now = local_content({key: value for key, value in params.items() if key != "local_content"}) if planned else {}
+def check_local_content(planned: Mapping[str, str], paths: Mapping[str, object]) -> None:
+    """Stop a job whose local files changed after the plan digested them into its slice (``planned``, its
+    ``local_content``; ``paths``: the paths the slice names): the job would read the new bytes under the old
+    identity, and the shared cache would file them under it."""
+    now = local_content(paths) if planned else {}
     changed = [key for key in planned if now.get(key) != planned[key]]
     if changed:
         raise KdpipeError(
@@ -147,13 +131,13 @@ class _Memo:
         self.memo.save()
 
 
-def job_identity(params: dict, inputs: Iterable[str | Path], code: str) -> str:
-    """What a job's outputs are made from, in three parts (``settings=… inputs=… code=…``): its config slice (with
-    the digests of local files, see :func:`local_content`); its input artifacts, a folder by its JSON files (whose
-    manifests hold the checksums of the large files), a JSON file by its bytes, any other file by the checksum a
-    manifest beside it records for it (else by its bytes); and ``code``, the stage's code fingerprint. Two jobs
-    with the same identity make the same outputs."""
-    settings = xxhash.xxh3_64(json.dumps(params, sort_keys=True).encode())
+def job_identity(settings: Settings, inputs: Iterable[str | Path], code: str) -> str:
+    """What a job's outputs are made from, in three parts (``settings=… inputs=… code=…``): its settings (the
+    config slice they were read from, with the digests of local files: :func:`local_content`); its input
+    artifacts, a folder by its JSON files (whose manifests hold the checksums of the large files), a JSON file by
+    its bytes, any other file by the checksum a manifest beside it records for it (else by its bytes); and
+    ``code``, the stage's code fingerprint. Two jobs with the same identity make the same outputs."""
+    settings_hash = xxhash.xxh3_64(settings.canonical().encode())
     artifacts = xxhash.xxh3_64()
     for item in sorted({str(i) for i in inputs}):
         path = Path(item)
@@ -163,7 +147,7 @@ def job_identity(params: dict, inputs: Iterable[str | Path], code: str) -> str:
                 artifacts.update(file.relative_to(path).as_posix().encode() + b"\0" + checksum(file).encode())
         elif path.is_file():
             artifacts.update(_recorded_checksum(path).encode())
-    return f"settings={settings.hexdigest()} inputs={artifacts.hexdigest()} code={code}"
+    return f"settings={settings_hash.hexdigest()} inputs={artifacts.hexdigest()} code={code}"
 
 
 def what_changed(old: str, new: str) -> str:

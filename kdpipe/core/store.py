@@ -17,7 +17,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kdpipe import __version__
 
@@ -181,13 +181,25 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def make_manifest(kind: str, *, config: Any = None, **fields: Any) -> dict:
-    """A manifest: what the artifact is, the config slice that made it, plus any checked fields.
+class Recorded(Protocol):
+    """What a manifest records of the job's settings (:class:`kdpipe.core.settings.Settings`)."""
+
+    def to_dict(self) -> dict: ...
+
+
+def make_manifest(kind: str, *, config: Recorded | None = None, **fields: Any) -> dict:
+    """A manifest: what the artifact is, the config slice that made it (the job's settings as their slice,
+    :meth:`kdpipe.core.settings.Settings.to_dict`), plus any checked fields.
 
     Conventional fields: ``rows`` (row count), ``labels`` (label list in output order), ``tokenizer``,
     ``inputs`` (paths or fingerprints of what it was made from), ``split``, ``dataset``.
     """
-    return {"kind": kind, "kdpipe_version": __version__, "config": config, **fields}
+    return {
+        "kind": kind,
+        "kdpipe_version": __version__,
+        "config": None if config is None else config.to_dict(),
+        **fields,
+    }
 
 
 def check_manifest(manifest: dict, source: str | Path, **expected: Any) -> dict:

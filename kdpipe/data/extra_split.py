@@ -19,18 +19,27 @@ from kdpipe.core.checksums import verify, write_manifest
 from kdpipe.core.store import ArtifactError, KdpipeError, atomic_path, make_manifest, read_manifest, write_json
 from kdpipe.data.dataset import OOD, SPLITS, read_labels, read_split
 from kdpipe.data.prepare import HELD_OUT, UNLABELLED
+from kdpipe.data.settings import OodSourceSettings, TransferSettings
 
 
-def write_one_split(out_dir: Path, split: str, write_rows, params: dict, data_dir: Path, rows: int, **fields) -> dict:
+def write_one_split(
+    out_dir: Path,
+    split: str,
+    write_rows,
+    settings: TransferSettings | OodSourceSettings,
+    data_dir: Path,
+    rows: int,
+    **fields,
+) -> dict:
     """A one-split dataset artifact beside the prepared dataset ``data_dir`` (the transfer rows, an external OOD
-    set): ``write_rows(path)`` writes ``{split}.parquet``; then its labels (the dataset's) and manifest, all at once
-    (atomically). Returns the manifest."""
+    set), made by a job of ``settings`` (recorded in the manifest): ``write_rows(path)`` writes ``{split}.parquet``;
+    then its labels (the dataset's) and manifest, all at once (atomically). Returns the manifest."""
     labels = read_labels(data_dir)
     with atomic_path(out_dir, directory=True) as tmp:
         write_rows(tmp / f"{split}.parquet")
         write_json(tmp / "labels.json", labels)
         manifest = make_manifest(
-            "dataset", config=params, name=params.get("name", "bbc_news"), labels=labels, rows={split: rows}, **fields
+            "dataset", config=settings, name=settings.name, labels=labels, rows={split: rows}, **fields
         )
         return write_manifest(tmp / "manifest.json", manifest, [f"{split}.parquet", "labels.json"])
 

@@ -24,12 +24,12 @@ EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parq
 FORMATS = ("csv", "tsv", "jsonl", "parquet")
 
 
-def read_table(path: str | Path, key: str, params: dict) -> pd.DataFrame:
+def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.DataFrame:
     """Every column of a local file as read (text as strings), with errors naming the file and the config key or
-    option ``key`` that named it; ``params`` may set ``format`` and ``encoding``. ``frame.attrs["records"]``
-    says how the file's records map to rows."""
+    option ``key`` that named it; ``fmt`` is its format (``auto``: from the extension), ``encoding`` that of a text
+    file. ``frame.attrs["records"]`` says how the file's records map to rows."""
     path = Path(path)
-    fmt = file_format(path, params.get("format", "auto"))
+    fmt = file_format(path, fmt)
     if not path.is_file():
         where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
         raise KdpipeError(f"{path}: file not found{where}; check {key}")
@@ -41,7 +41,7 @@ def read_table(path: str | Path, key: str, params: dict) -> pd.DataFrame:
         if fmt == "parquet":
             raw = pd.read_parquet(io.BytesIO(data))
         else:
-            text = decode(path, data, params.get("encoding", "utf-8"))
+            text = decode(path, data, encoding)
             del data  # (parsed from the text: one copy of the file less held, memory flat in N)
             raw = {"jsonl": _read_jsonl, "tsv": _read_tsv, "csv": _read_csv}[fmt](path, text, records)
     except (ValueError, pa.ArrowException) as err:

@@ -9,9 +9,12 @@ each teacher's block is placed through an index map, so students, teachers and e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.settings import ClassSlice
 
 
 def muki_slice(labels: list[str], k: int, K: int) -> list[str]:
@@ -23,18 +26,19 @@ def muki_slice(labels: list[str], k: int, K: int) -> list[str]:
     return labels[k * width : end]
 
 
-def resolve_classes(spec, labels: list[str], where: str) -> list[str]:
-    """The classes a teacher covers, in dataset order. ``where`` names the config key for errors."""
-    if spec is None or spec == "all":
+def resolve_classes(classes: Sequence[str] | ClassSlice | None, labels: list[str], where: str) -> list[str]:
+    """The classes a teacher covers (``classes``: its list, MUKI's slice, or None for all), in dataset order.
+    ``where`` names the config key for errors."""
+    if classes is None or classes == "all":
         return list(labels)
-    if isinstance(spec, dict):
-        return muki_slice(labels, int(spec["slice"]), int(spec["of"]))
-    unknown = [c for c in spec if c not in labels]
+    if isinstance(classes, ClassSlice):
+        return muki_slice(labels, classes.slice, classes.of)
+    unknown = [c for c in classes if c not in labels]
     if unknown:
         raise KdpipeError(f"{where}: class {unknown[0]!r} is not in the data; the data's labels are {labels}")
-    if len(set(spec)) != len(spec):
-        raise KdpipeError(f"{where}: a class is listed twice: {spec}")
-    return [c for c in labels if c in spec]
+    if len(set(classes)) != len(classes):
+        raise KdpipeError(f"{where}: a class is listed twice: {list(classes)}")
+    return [c for c in labels if c in classes]
 
 
 def teacher_blocks(

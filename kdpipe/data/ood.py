@@ -31,6 +31,7 @@ from kdpipe.data.extra_split import (
 )
 from kdpipe.data.folding import fold_columns, text_hashes
 from kdpipe.data.prepare import UNLABELLED
+from kdpipe.data.settings import OodSourceSettings
 from kdpipe.data.text_readers import text_readers
 
 _REASONS = {
@@ -42,16 +43,23 @@ _REASONS = {
 }
 
 
-def build_ood(params: dict, data: Path, out: Path, transfer: Path | None = None) -> dict:
-    """Write the OOD artifact of ``params`` (source, text_column...) into ``out``, beside the prepared dataset
+def build_ood(settings: OodSourceSettings, data: Path, out: Path, transfer: Path | None = None) -> dict:
+    """Write the OOD artifact of ``settings`` (source, text_column...) into ``out``, beside the prepared dataset
     ``data`` (and the transfer rows ``transfer``, whose texts students learn from); return its manifest."""
     data_dir, out_dir, transfer_dir = Path(data), Path(out), transfer
-    columns = ["text", *(["text_pair"] if params.get("text_pair_column") else [])]
-    readers = text_readers(params["source"], params, "evaluate.ood.source")
+    columns = ["text", *(["text_pair"] if settings.text_pair_column else [])]
+    readers = text_readers(
+        settings.source,
+        "evaluate.ood.source",
+        text_column=settings.text_column,
+        text_pair_column=settings.text_pair_column,
+        fmt=settings.format,
+        encoding=settings.encoding,
+    )
     frames = [batch for _, reader in readers for batch in reader()]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     if rows.empty:
-        raise KdpipeError(f"{params['source']}: no data rows (evaluate.ood.source)")
+        raise KdpipeError(f"{settings.source}: no data rows (evaluate.ood.source)")
     hashed = text_hashes(rows, columns)
     known = [text_hashes(read_split(data_dir, split), columns) for split in SPLITS]
     if (data_dir / UNLABELLED).is_file():
@@ -84,7 +92,7 @@ def build_ood(params: dict, data: Path, out: Path, transfer: Path | None = None)
         out_dir,
         OOD,
         lambda path: kept.to_parquet(path, index=False),
-        params,
+        settings,
         data_dir,
         len(kept),
         read=len(rows),

@@ -52,17 +52,18 @@ from kdpipe.data.files import read_table
 from kdpipe.data.folding import text_hashes
 from kdpipe.data.hf import is_hf_source, read_hf
 from kdpipe.data.labels import NUMERIC_NAME_COLUMNS, cell_texts, check_or_merge, check_scalars
+from kdpipe.data.settings import DatasetSettings
 
 UNLABELLED = "unlabelled.parquet"  # the training rows whose labels dataset.split.unlabelled withholds (texts only)
 HELD_OUT = "held_out.parquet"  # the held-out classes' rows outside test (evaluate.ood.classes): no job trains on them
-# (output column, config key, default column name); optional columns default to None (not configured).
+# (output column, config key); an optional column is None when not configured.
 _COLUMNS = (
-    ("text", "text_column", "text"),
-    ("text_pair", "text_pair_column", None),
-    ("label", "label_column", "label"),
-    ("domain", "domain_column", None),
-    ("id", "id_column", None),
-    ("group", "split.group_column", None),  # whole groups go to one split (_split_grouped)
+    ("text", "text_column"),
+    ("text_pair", "text_pair_column"),
+    ("label", "label_column"),
+    ("domain", "domain_column"),
+    ("id", "id_column"),
+    ("group", "split.group_column"),  # whole groups go to one split (_split_grouped)
 )
 INTEGER = re.compile(r"^[+-]?\d+$")
 _INT64 = np.iinfo(np.int64)
@@ -72,10 +73,10 @@ _KEEP_PRIORITY = ("test", "validation", "train")
 _BBC_RENAMES = {"sports": "sport"}
 
 
-def prepare(params: dict, out: str | Path) -> dict:
-    """Build the dataset artifact in the folder ``out`` from the ``dataset`` config slice; return its manifest."""
+def prepare(settings: DatasetSettings, out: str | Path) -> dict:
+    """Build the dataset artifact in the folder ``out`` from the ``dataset`` settings; return its manifest."""
     out_dir = out
-    parts, labels, provenance = _selected(params)
+    parts, labels, provenance = _selected(settings)
     label_ids = {label: i for i, label in enumerate(labels)}
     splits = {split: _finish(parts[split], label_ids) for split in SPLITS}
 
@@ -98,8 +99,8 @@ def prepare(params: dict, out: str | Path) -> dict:
         provenance["classes_absent"] = absent
     manifest = make_manifest(
         "dataset",
-        config=params,
-        name=params.get("name", "bbc_news"),
+        config=settings,
+        name=settings.name,
         labels=labels,
         rows={split: len(frame) for split, frame in splits.items()} | ({OOD: len(parts[OOD])} if OOD in parts else {}),
         **({"unlabelled_rows": len(parts["unlabelled"])} if "unlabelled" in parts else {}),
@@ -133,37 +134,36 @@ def prepare(params: dict, out: str | Path) -> dict:
     return manifest
 
 
-def dataset_labels(params: dict) -> list[str]:
-    """The labels, in order, that :func:`prepare` gives the dataset of ``params`` (read without writing anything)."""
-    return _selected(params)[1]
+def dataset_labels(settings: DatasetSettings) -> list[str]:
+    """The labels, in order, that :func:`prepare` gives the dataset of ``settings`` (read without writing
+    anything)."""
+    return _selected(settings)[1]
 
 
-def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
+def _selected(settings: DatasetSettings) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     """Steps 1-5: the splits ({split: table}), the label order, and where the rows came from (manifest fields).
     Every check that the data allows a run is made here, so the plan's :func:`dataset_labels` stops a run that
     cannot work before any job."""
-    split_params = params.get("split") or {}
-    fractions = {"validation": split_params.get("validation", 0.1), "test": split_params.get("test", 0.2)}
-    seed = int(split_params.get("seed", 13))
-    max_rows, max_per_class = params.get("max_rows"), params.get("max_per_class")
-    _check_numbers(fractions, max_rows, max_per_class, split_params)
+    shares = settings.split
+    fractions = {"validation": shares.validation, "test": shares.test}
+    seed = int(shares.seed)
+    max_rows, max_per_class = settings.max_rows, settings.max_per_class
+    _check_numbers(fractions, max_rows, max_per_class, shares.unlabelled)
 
-    tables, label_renames, source, declared, places = _load_tables(params)
+    tables, label_renames, source, declared, places = _load_tables(settings)
     _check_split_sources(fractions, tables)
     records = {origin: table.attrs["records"] for origin, table in tables.items() if "records" in table.attrs}
-    column = params.get("label_column", "label")
-    tables, declared, merges = check_or_merge(
-        tables, declared, bool(params.get("normalize_labels", False)), source, column
-    )
-    held = list(params.get("ood_classes") or [])
+    column = settings.label_column
+    tables, declared, merges = check_or_merge(tables, declared, settings.normalize_labels, source, column)
+    held = list(settings.ood_classes)
     # every row of a held-out class as read: those a conflict or a cap removes are known texts of the class too
     held_read = pd.concat([table[table["label"].isin(held)] for table in tables.values()]) if held else None
     # the train labels after each step that drops rows, to say why a class lost its training rows
     train_labels = {"read": set(tables["train"]["label"])}
-    tables, conflicts = resolve_conflicts(tables, params.get("conflicts", "drop"))
+    tables, conflicts = resolve_conflicts(tables, settings.conflicts)
     train_labels["conflicts"] = set(tables["train"]["label"])
     duplicates = {}
-    if params.get("dedup", True):
+    if settings.dedup:
         keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]
         tables, duplicates = _drop_duplicates(tables, keys)
     train_labels["dedup"] = set(tables["train"]["label"])
@@ -171,7 +171,7 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     tables = {origin: _apply_caps(table, max_per_class, max_rows, seed) for origin, table in tables.items()}
 
     labels = label_order(set().union(*(table["label"] for table in tables.values())), declared)
-    keyed = bool(params.get("files"))
+    keyed = settings.files is not None
     _check_training_rows(tables, labels, places, train_labels, keyed)
     if len(labels) < 2:
         raise KdpipeError(
@@ -183,7 +183,7 @@ def _selected(params: dict) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     split = _split_grouped if "group" in train else _split_stratified
     parts = split(train, to_split_off, seed) | tables
     _check_split_rows(parts, fractions, places, to_split_off, keyed)
-    withheld = split_params.get("unlabelled", 0)
+    withheld = shares.unlabelled
     if withheld:  # training rows whose labels are withheld: their texts become transfer rows (kdpipe.data.transfer)
         train = _split_stratified(parts["train"], {"unlabelled": withheld}, seed + 1)
         parts["train"], parts["unlabelled"] = train["train"], train["unlabelled"]
@@ -249,11 +249,11 @@ def _hold_out(
     return out, kept, {"classes": held, "rows": len(out[OOD]), "removed": removed}
 
 
-def source_domains(params: dict, where: str) -> list[str]:
+def source_domains(settings: DatasetSettings, where: str) -> list[str]:
     """The sorted domains of the configured source file(s), read without preparing the dataset (for the plan)."""
-    if not params.get("domain_column"):
+    if not settings.domain_column:
         raise no_domains(where)
-    tables = _load_tables(params)[0]
+    tables = _load_tables(settings)[0]
     return sorted(set().union(*(table["domain"] for table in tables.values())))
 
 
@@ -270,12 +270,11 @@ def bbc_news_dir() -> Path:
     return folder
 
 
-def _check_numbers(fractions: dict, max_rows, max_per_class, split_params: dict) -> None:
+def _check_numbers(fractions: dict, max_rows, max_per_class, withheld: float) -> None:
     """Reject split fractions and caps that cannot work, naming the config key."""
     for split, fraction in fractions.items():
         if not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
             raise KdpipeError(f"dataset.split.{split} is {fraction}; it must be a fraction in [0, 1)")
-    withheld = split_params.get("unlabelled", 0)
     if not isinstance(withheld, (int, float)) or not 0 <= withheld < 1:
         raise KdpipeError(f"dataset.split.unlabelled is {withheld}; it must be a fraction in [0, 1)")
     if sum(fractions.values()) >= 1:
@@ -381,25 +380,24 @@ def _check_training_rows(
     raise KdpipeError(f"{'; '.join(found)}{why}; every class needs training rows: add some, or drop its rows")
 
 
-def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str], str, list[str], dict[str, str]]:
+def _load_tables(
+    settings: DatasetSettings,
+) -> tuple[dict[str, pd.DataFrame], dict[str, str], str, list[str], dict[str, str]]:
     """Read the configured source(s): ({origin split: table}, label renames, source description, the label order
     the source declares: a ``ClassLabel``'s names, else empty, and {origin split: where its rows come from}).
 
     A single file becomes the "train" table, from which validation and test are split off later; a Hugging Face
     dataset gives the splits it has.
     """
-    files = params.get("files")
+    files = settings.files
     if files:
-        unknown = sorted(set(files) - set(SPLITS))
-        if unknown:
-            raise KdpipeError(f"dataset.files has unknown key(s) {unknown}; expected {', '.join(SPLITS)}")
-        if not files.get("train"):
+        if not files.train:
             raise KdpipeError("dataset.files.train is required when dataset.files is set")
-        paths = {split: files[split] for split in SPLITS if files.get(split)}
-        tables = {split: _read_file(path, f"dataset.files.{split}", params) for split, path in paths.items()}
+        paths = {split: getattr(files, split) for split in SPLITS if getattr(files, split)}
+        tables = {split: _read_file(path, f"dataset.files.{split}", settings) for split, path in paths.items()}
         places = {split: str(path) for split, path in paths.items()}
         return tables, {}, ", ".join(f"{split}={path}" for split, path in paths.items()), [], places
-    source = params.get("source", "builtin:bbc_news")
+    source = settings.source
     if not source:
         raise KdpipeError(
             "dataset.source is empty: set it to builtin:bbc_news, a file, hf:NAME or a save_to_disk folder, or set "
@@ -408,16 +406,15 @@ def _load_tables(params: dict) -> tuple[dict[str, pd.DataFrame], dict[str, str],
     source = str(source)
     if source.startswith("builtin:"):
         raw, renames = _read_builtin(source)
-        return {"train": _select_columns(raw, params, source)}, renames, source, [], {"train": source}
+        return {"train": _select_columns(raw, settings, source)}, renames, source, [], {"train": source}
     if is_hf_source(source):
-        keys = [_column_name(params, key, default) for _, key, default in _COLUMNS]
-        raw_tables, declared = read_hf(
-            source, params.get("label_column", "label"), [k for k in keys if k], params.get("hf_splits")
-        )
+        keys = [_column_name(settings, key) for _, key in _COLUMNS]
+        roles = settings.hf_splits.given() if settings.hf_splits else None
+        raw_tables, declared = read_hf(source, settings.label_column, [k for k in keys if k], roles)
         places = {split: f"{source} ({split} split)" for split in raw_tables}
-        tables = {split: _select_columns(raw, params, places[split]) for split, raw in raw_tables.items()}
+        tables = {split: _select_columns(raw, settings, places[split]) for split, raw in raw_tables.items()}
         return tables, {}, source, declared, places
-    return {"train": _read_file(source, "dataset.source", params)}, {}, source, [], {"train": source}
+    return {"train": _read_file(source, "dataset.source", settings)}, {}, source, [], {"train": source}
 
 
 def label_order(present: set[str], declared: list[str]) -> list[str]:
@@ -456,26 +453,26 @@ def _read_bbc_news() -> tuple[pd.DataFrame, dict[str, str]]:
 _BUILTINS: dict[str, Callable[[], tuple[pd.DataFrame, dict[str, str]]]] = {"bbc_news": _read_bbc_news}
 
 
-def _read_file(path: str | Path, key: str, params: dict) -> pd.DataFrame:
+def _read_file(path: str | Path, key: str, settings: DatasetSettings) -> pd.DataFrame:
     """Read one local file named by config ``key`` and return its validated canonical columns."""
-    raw = read_table(path, key, params)
-    table = _select_columns(raw, params, str(path))
+    raw = read_table(path, key, fmt=settings.format, encoding=settings.encoding)
+    table = _select_columns(raw, settings, str(path))
     table.attrs["records"] = raw.attrs["records"]
     return table
 
 
-def _column_name(params: dict, key: str, default: str | None) -> str | None:
+def _column_name(settings: DatasetSettings, key: str) -> str | None:
     """The source column a config key names (``split.group_column`` inside ``dataset.split``)."""
     section, _, name = key.rpartition(".")
-    return (params.get(section) or {} if section else params).get(name, default)
+    return getattr(getattr(settings, section) if section else settings, name)
 
 
-def _select_columns(raw: pd.DataFrame, params: dict, where: str) -> pd.DataFrame:
+def _select_columns(raw: pd.DataFrame, settings: DatasetSettings, where: str) -> pd.DataFrame:
     """The configured columns under canonical names, as strings; every cell must hold a value."""
     available = [str(column) for column in raw.columns]
     selected = {}
-    for name, key, default in _COLUMNS:
-        column = _column_name(params, key, default)
+    for name, key in _COLUMNS:
+        column = _column_name(settings, key)
         if column is None:
             continue
         if column not in raw.columns:

@@ -26,11 +26,14 @@ from kdpipe.data.hf import is_hf_source, load_splits
 BATCH_ROWS = 65_536
 
 
-def text_readers(source: str, params: dict, key: str) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
-    """Each part of ``source`` as (where, reader); ``key`` names the config key in messages."""
-    wanted = _Wanted({"text": params.get("text_column", "text")}, section=key.rpartition(".")[0])
-    if params.get("text_pair_column"):
-        wanted["text_pair"] = params["text_pair_column"]
+def text_readers(
+    source: str, key: str, *, text_column: str, text_pair_column: str | None, fmt: str, encoding: str
+) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
+    """Each part of ``source`` as (where, reader) of its ``text_column`` (and ``text_pair_column``), a file read in
+    format ``fmt`` (``auto``: from its extension) and ``encoding``; ``key`` names the config key in messages."""
+    wanted = _Wanted({"text": text_column}, section=key.rpartition(".")[0])
+    if text_pair_column:
+        wanted["text_pair"] = text_pair_column
     if is_hf_source(source):
         splits = load_splits(source, key)
         readers = [
@@ -38,7 +41,7 @@ def text_readers(source: str, params: dict, key: str) -> list[tuple[str, Callabl
             for name, data in splits.items()
         ]
     else:
-        readers = [(source, _file_reader(Path(source), params, wanted, key))]
+        readers = [(source, _file_reader(Path(source), fmt, encoding, wanted, key))]
     return [(where, _texts_of(reader, wanted, where)) for where, reader in readers]
 
 
@@ -54,14 +57,15 @@ def _texts_of(reader, wanted: dict[str, str], where: str) -> Callable[[], Iterat
     return lambda: _as_text(reader(), wanted, where)
 
 
-def _file_reader(path: Path, params: dict, wanted: dict[str, str], key: str) -> Callable[[], Iterator[pd.DataFrame]]:
+def _file_reader(
+    path: Path, fmt: str, encoding: str, wanted: dict[str, str], key: str
+) -> Callable[[], Iterator[pd.DataFrame]]:
     if not path.is_file():
         where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
         raise KdpipeError(f"{path}: file not found{where}; check {key}")
     if not path.stat().st_size or not _has_content(path):
         raise KdpipeError(f"{path}: the file is empty ({key})")
-    fmt = file_format(path, params.get("format", "auto"))
-    encoding = params.get("encoding", "utf-8")
+    fmt = file_format(path, fmt)
     if fmt != "parquet":
         _check_encoding(path, encoding, key)
     reader = {"parquet": _parquet_reader, "jsonl": _jsonl_reader}.get(fmt, _delimited_reader)

@@ -20,7 +20,7 @@ the log, each row under the first reason that applies, in this order:
 - a text that is the same model input as an evaluation text once both are cut at ``max_length`` tokens
   (``evaluation_truncated``: a test text with a sentence appended): the same first
   :func:`kdpipe.data.folding.copy_prefix` folded characters, for the smallest ``max_length`` of any teacher or
-  student (``params["max_length"]``, recorded as ``copy_prefix``);
+  student (``settings.max_length``, recorded as ``copy_prefix``);
 - a text that holds an evaluation text anywhere in it (:mod:`kdpipe.data.contamination`;
   docs/your-own-models-and-data.md, "Evaluation texts inside other texts"): 13 consecutive words in common with one
   (``evaluation_shared``), or the whole of one shorter than 13 words (``evaluation_contained``); the rule is
@@ -52,6 +52,7 @@ from kdpipe.data.dataset import TRANSFER, read_split
 from kdpipe.data.extra_split import dropped_text, empty_texts, evaluation_texts, next_row_id, write_one_split
 from kdpipe.data.folding import copy_prefix, fold_columns, folded_hashes, text_hashes
 from kdpipe.data.prepare import UNLABELLED
+from kdpipe.data.settings import TransferSettings
 from kdpipe.data.text_readers import BATCH_ROWS, text_readers
 from kdpipe.data.transfer_sources import transfer_sources
 
@@ -68,11 +69,11 @@ _REASONS = {  # why a row is dropped, in words; in code order (1-based)
 WITHHELD = "the withheld training rows (dataset.split.unlabelled)"
 
 
-def build_transfer(params: dict, data: Path, out: Path) -> dict:
-    """Write the transfer artifact of the ``dataset`` slice ``params`` into ``out``, beside the prepared dataset
-    ``data``; return its manifest."""
+def build_transfer(settings: TransferSettings, data: Path, out: Path) -> dict:
+    """Write the transfer artifact of the transfer ``settings`` into ``out``, beside the prepared dataset ``data``;
+    return its manifest."""
     data_dir, out_dir = Path(data), Path(out)
-    columns = ["text", *(["text_pair"] if params.get("text_pair_column") else [])]
+    columns = ["text", *(["text_pair"] if settings.text_pair_column else [])]
     # the withheld training rows first: they keep their row_ids, smaller than the ids given after them
     readers = []
     unlabelled = data_dir / UNLABELLED
@@ -82,14 +83,21 @@ def build_transfer(params: dict, data: Path, out: Path) -> dict:
         readers.append((WITHHELD, lambda: _parquet_batches(unlabelled, columns)))
     readers += [
         (where, reader)
-        for source in transfer_sources(params)
-        for where, reader in text_readers(source, params, "dataset.transfer")
+        for source in transfer_sources(settings.transfer)
+        for where, reader in text_readers(
+            source,
+            "dataset.transfer",
+            text_column=settings.text_column,
+            text_pair_column=settings.text_pair_column,
+            fmt=settings.format,
+            encoding=settings.encoding,
+        )
     ]
     if not readers:
         raise KdpipeError("dataset.transfer is not set and dataset.split.unlabelled is 0: there are no transfer rows")
-    rng = np.random.default_rng([int((params.get("split") or {}).get("seed", 13)), 7])
-    prefix = copy_prefix(params["max_length"], len(columns) > 1) if params.get("max_length") else None
-    reason, hashed, counts, rule = _reasons(readers, data_dir, columns, prefix, params.get("transfer_max_rows"), rng)
+    rng = np.random.default_rng([int(settings.split.seed), 7])
+    prefix = copy_prefix(settings.max_length, len(columns) > 1) if settings.max_length else None
+    reason, hashed, counts, rule = _reasons(readers, data_dir, columns, prefix, settings.transfer_max_rows, rng)
     dropped = {name: int((reason == code).sum()) for code, name in enumerate(_REASONS, start=1)}
     kept, why = int((reason == 0).sum()), dropped_text(dropped, _REASONS)
     if not kept:
@@ -101,7 +109,7 @@ def build_transfer(params: dict, data: Path, out: Path) -> dict:
         out_dir,
         TRANSFER,
         lambda path: _write(path, readers, reason, hashed, draw, first_id, columns),
-        params,
+        settings,
         data_dir,
         kept,
         read=counts["rows"],

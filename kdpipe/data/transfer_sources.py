@@ -1,5 +1,6 @@
 """Where the config says the transfer rows come from (kdpipe.data.transfer), read without numpy or pandas: the plan
-imports it when the DAG is built."""
+imports it when the DAG is built. The functions take the settings they read (docs/design.md, "Style": settings read
+once); :func:`check_transfer_files` is called by the workflow with the config's ``dataset`` section."""
 
 from __future__ import annotations
 
@@ -8,40 +9,55 @@ from __future__ import annotations
 TRANSFER_KEYS = ("transfer", "transfer_max_rows")
 
 
-def transfer_sources(dataset: dict) -> list[str]:
-    """The configured ``dataset.transfer`` sources as a list (a single file or folder, or per-part files)."""
-    value = dataset.get("transfer")
-    if value in (None, "", []):
+def transfer_sources(transfer: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """The configured ``dataset.transfer`` sources (``transfer``) as a list (a single file or folder, or per-part
+    files)."""
+    if transfer in (None, "", [], ()):
         return []
-    return [str(value)] if isinstance(value, str) else [str(v) for v in value]
+    return [str(transfer)] if isinstance(transfer, str) else [str(v) for v in transfer]
 
 
-def has_transfer(dataset: dict) -> bool:
-    """Whether the dataset has transfer rows: ``dataset.transfer`` or withheld training labels."""
-    return bool(transfer_sources(dataset)) or bool((dataset.get("split") or {}).get("unlabelled"))
+def has_transfer(transfer: str | list[str] | tuple[str, ...] | None, unlabelled: float) -> bool:
+    """Whether the dataset has transfer rows: ``dataset.transfer`` or withheld training labels
+    (``dataset.split.unlabelled``)."""
+    return bool(transfer_sources(transfer)) or bool(unlabelled)
 
 
 def check_transfer_files(dataset: dict) -> None:
-    """The cheap checks of every local transfer file, made when the DAG is built so that a mistake stops the run
-    before any job (:func:`check_text_source`). The full read, with its encoding check, is the ``transfer`` job's
-    (kdpipe.data.transfer)."""
-    for source in transfer_sources(dataset):
-        check_text_source(source, dataset, "dataset.transfer")
+    """The cheap checks of every local transfer file of the config's ``dataset`` section, made when the DAG is
+    built so that a mistake stops the run before any job (:func:`check_text_source`). The full read, with its
+    encoding check, is the ``transfer`` job's (kdpipe.data.transfer). The workflow's entry point: it reads the
+    section's keys here and passes them on."""
+    for source in transfer_sources(dataset["transfer"]):
+        check_text_source(
+            source,
+            "dataset.transfer",
+            text_column=dataset["text_column"],
+            text_pair_column=dataset["text_pair_column"],
+            fmt=dataset["format"],
+            encoding=dataset["encoding"],
+        )
 
 
-def check_text_source(source: str, settings: dict, key: str, column_keys: dict | None = None) -> None:
+def check_text_source(
+    source: str,
+    key: str,
+    *,
+    text_column: str,
+    text_pair_column: str | None,
+    fmt: str,
+    encoding: str,
+    column_keys: dict | None = None,
+) -> None:
     """A local text source (a transfer file, the OOD file) exists, is not empty, has a data row, and has the text
-    column(s) of ``settings`` (in a CSV/TSV header, a Parquet schema, the first JSONL record or a saved dataset's
-    features); ``key`` names the config key of the source, ``column_keys`` those of the columns (default
-    ``dataset.text_column``...)."""
+    column(s) ``text_column`` (and ``text_pair_column``) (in a CSV/TSV header, a Parquet schema, the first JSONL
+    record or a saved dataset's features), read as format ``fmt`` in ``encoding``; ``key`` names the config key of
+    the source, ``column_keys`` those of the columns (default ``dataset.text_column``...)."""
     from pathlib import Path
 
     from kdpipe.core.store import KdpipeError
 
-    wanted = {
-        settings.get("text_column", "text"): "text_column",
-        **({settings["text_pair_column"]: "text_pair_column"} if settings.get("text_pair_column") else {}),
-    }
+    wanted = {text_column: "text_column", **({text_pair_column: "text_pair_column"} if text_pair_column else {})}
     path = Path(source)
     if source.startswith("hf:"):
         return
@@ -61,9 +77,9 @@ def check_text_source(source: str, settings: dict, key: str, column_keys: dict |
         with open(path, "rb") as handle:
             if not handle.read(1 << 20).strip():
                 raise KdpipeError(f"{path}: the file is empty ({key})")
-        if not _has_rows(path, settings):
+        if not _has_rows(path, fmt):
             raise KdpipeError(f"{path}: no data rows, only a header ({key})")
-        columns = _header(path, settings)
+        columns = _header(path, fmt, encoding)
     missing = [column for column in wanted if columns is not None and column not in columns]
     if missing:
         import difflib
@@ -74,15 +90,16 @@ def check_text_source(source: str, settings: dict, key: str, column_keys: dict |
         raise KdpipeError(f"{path}: no column '{missing[0]}' ({column_key}); the columns are {columns}{hint} ({key})")
 
 
-def _suffix(path, dataset: dict) -> str:
-    """The file's format as its reader sees it: ``dataset.format``, or the extension with format ``auto``."""
-    return path.suffix.lower() if dataset.get("format", "auto") == "auto" else f".{dataset['format']}"
+def _suffix(path, fmt: str) -> str:
+    """The file's format as its reader sees it: ``fmt`` (``dataset.format``), or the extension with format
+    ``auto``."""
+    return path.suffix.lower() if fmt == "auto" else f".{fmt}"
 
 
-def _has_rows(path, dataset: dict) -> bool:
+def _has_rows(path, fmt: str) -> bool:
     """Whether a file that is not empty has a data row: a Parquet file's metadata, or a non-blank line after a
     CSV/TSV header (True for what cannot be told cheaply: the transfer job reads it)."""
-    suffix = _suffix(path, dataset)
+    suffix = _suffix(path, fmt)
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -114,16 +131,16 @@ def _saved_columns(folder) -> list[str] | None:
     return found
 
 
-def _header(path, dataset: dict) -> list[str] | None:
+def _header(path, fmt: str, encoding: str) -> list[str] | None:
     """The column names of a CSV/TSV header, a Parquet schema or the first JSONL record (None for what cannot be
     read cheaply)."""
     import csv
     import json
 
-    suffix = _suffix(path, dataset)
+    suffix = _suffix(path, fmt)
     if suffix == ".jsonl":
         try:
-            with open(path, encoding=dataset.get("encoding", "utf-8")) as handle:
+            with open(path, encoding=encoding) as handle:
                 first = next((line for line in handle if line.strip()), "").removeprefix("\ufeff")
             record = json.loads(first)
         except (UnicodeDecodeError, LookupError, ValueError):
@@ -139,7 +156,7 @@ def _header(path, dataset: dict) -> list[str] | None:
     if suffix not in (".csv", ".tsv"):
         return None
     try:
-        with open(path, encoding=dataset.get("encoding", "utf-8"), newline="") as handle:
+        with open(path, encoding=encoding, newline="") as handle:
             first = handle.readline().removeprefix("\ufeff")
     except (UnicodeDecodeError, LookupError):
         return None  # the transfer job reports the encoding with the byte offset
@@ -148,15 +165,16 @@ def _header(path, dataset: dict) -> list[str] | None:
     return next(csv.reader([first]), [])
 
 
-def transfer_rows_bound(dataset: dict) -> int | None:
-    """At most how many rows the transfer files give (before any is dropped, not counting the withheld training
-    rows), read cheaply when the DAG is built: a Parquet file's metadata, the line count of a CSV/TSV/JSONL file
+def transfer_rows_bound(sources: list[str], fmt: str, cap: int | None) -> int | None:
+    """At most how many rows the transfer files ``sources`` (read in format ``fmt``) give (before any is dropped,
+    not counting the withheld training rows; at most ``cap``, ``dataset.transfer_max_rows``), read cheaply when the
+    DAG is built: a Parquet file's metadata, the line count of a CSV/TSV/JSONL file
     (a record spanning several lines counts more than once). None when a source cannot be counted so (a Hugging Face
     dataset, a file not there yet)."""
     from pathlib import Path
 
     total = 0
-    for source in transfer_sources(dataset):
+    for source in sources:
         path = Path(source)
         if path.is_dir() and _saved_dataset(path):
             rows = _saved_rows(path)
@@ -166,7 +184,7 @@ def transfer_rows_bound(dataset: dict) -> int | None:
             continue
         if source.startswith("hf:") or not path.is_file():
             return None
-        suffix = _suffix(path, dataset)
+        suffix = _suffix(path, fmt)
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 
@@ -183,7 +201,6 @@ def transfer_rows_bound(dataset: dict) -> int | None:
                 last = chunk[-1:]
         lines = max(lines, returns) + (last not in (b"\n", b"\r"))  # a file of "\r" line ends counts those
         total += max(0, lines - (suffix in (".csv", ".tsv")))
-    cap = dataset.get("transfer_max_rows")
     return total if cap is None else min(total, cap)
 
 

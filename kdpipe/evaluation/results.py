@@ -17,19 +17,13 @@ import pyarrow.parquet as pq
 from kdpipe.core.store import atomic_path, write_json
 from kdpipe.evaluation.metrics import classification_metrics, uncertainty_split, uncertainty_summary
 from kdpipe.evaluation.ood import detection, scores, selective
+from kdpipe.evaluation.settings import EvalSettings, OodSpec
 
-INFO = ("model", "base", "group", "kind", "method", "seed", "split", "domain")
-
-
-def split_slices(params: dict) -> list[dict]:
-    """The slice of each split an evaluation job covers, in the order of its ``splits``: ``params`` with that
-    ``split`` in their place, as the split's own record states it (one job per model: docs/caching-and-reruns.md,
-    "Rerun rules")."""
-    rest = {key: value for key, value in params.items() if key != "splits"}
-    return [{**rest, "split": split} for split in params["splits"]]
+INFO = ("model", "base", "group", "kind", "method", "seed", "split", "domain")  # (EvalSettings.info)
 
 
-EVALUATED = ("validation", "test", "ood")  # every split an evaluation can write
+OOD_SPLIT = "ood"  # the OOD rows' split (kdpipe.data.dataset.OOD)
+EVALUATED = ("validation", "test", OOD_SPLIT)  # every split an evaluation can write
 
 
 def remove_stale(folder: Path, splits: list[str]) -> None:
@@ -73,7 +67,8 @@ def per_domain_accuracy(probs: np.ndarray, y: np.ndarray, domains: np.ndarray) -
 
 
 def write_evaluation(
-    params: dict,
+    settings: EvalSettings,
+    split: str,
     member_probs: np.ndarray,
     y: np.ndarray,
     classes: list[str],
@@ -84,22 +79,23 @@ def write_evaluation(
     domains: np.ndarray | None = None,
     mc_probs: np.ndarray | None = None,
 ) -> dict:
-    """Metrics of the members' mean prediction plus the uncertainty split, the AURC of every uncertainty score (and
-    the accuracy per domain, given each row's domain); the JSON and the predictions table. ``mc_probs`` [T·M, N, C]:
-    MC-dropout samples, whose scores are added as ``mc_*``."""
+    """Metrics of the members' mean prediction on ``split`` plus the uncertainty split, the AURC of every uncertainty
+    score (and the accuracy per domain, given each row's domain); the JSON and the predictions table, the record
+    saying what ``settings`` say of the model (one JSON per split: docs/caching-and-reruns.md, "Rerun rules").
+    ``mc_probs`` [T·M, N, C]: MC-dropout samples, whose scores are added as ``mc_*``."""
     probs = member_probs.mean(0)
-    metrics = classification_metrics(probs, y, classes, ece_bins=params["ece_bins"])
+    metrics = classification_metrics(probs, y, classes, ece_bins=settings.ece_bins)
     metrics["uncertainty"] = uncertainty_summary(member_probs)
     pred = probs.argmax(1)
     metrics["selective"] = selective(row_scores(member_probs, mc_probs), pred == y)
     if domains is not None:
         metrics["per_domain"] = per_domain_accuracy(probs, y, domains)
-    result = {key: params.get(key) for key in INFO}
-    if params.get("exported"):  # an exported student: its precision (onnx, int8)
-        result["exported"] = params["exported"]
+    result = settings.info(split)
+    if settings.exported:  # an exported student: its precision (onnx, int8)
+        result["exported"] = settings.exported
     result.update(extra, members=int(member_probs.shape[0]), classes=classes, metrics=metrics)
     if mc_probs is not None:
-        result["mc_samples"] = int(params["mc_samples"])
+        result["mc_samples"] = int(settings.mc_samples)
     columns = {
         "row_id": row_ids,
         "label": y,  # (class indices: predictions_table names them)
@@ -132,7 +128,7 @@ def mc_columns(mc_probs: np.ndarray | None) -> dict[str, np.ndarray]:
 
 
 def write_ood(
-    params: dict,
+    settings: EvalSettings,
     in_member_probs: np.ndarray,
     ood_member_probs: np.ndarray,
     ood_rows: pd.DataFrame,
@@ -149,12 +145,12 @@ def write_ood(
     class or None, pred, confidence, probs, the uncertainty split and its ``mc_*`` estimates)."""
     in_scores, out_scores = row_scores(in_member_probs, in_mc), row_scores(ood_member_probs, ood_mc)
     in_probs = in_member_probs.mean(0)
-    result = {key: params.get(key) for key in INFO}
+    result = settings.info(OOD_SPLIT)
     result.update(extra, members=int(ood_member_probs.shape[0]), classes=classes)
     if ood_mc is not None:
-        result["mc_samples"] = int(params["mc_samples"])
+        result["mc_samples"] = int(settings.mc_samples)
     result["ood"] = {
-        **ood_description(params),
+        **ood_description(settings.ood),
         "in_split": "test",
         "n_in": int(in_probs.shape[0]),
         "n_ood": int(len(ood_rows)),
@@ -177,11 +173,11 @@ def write_ood(
     return result
 
 
-def write_no_ood(params: dict, extra: dict, out_json: Path, out_predictions: Path, reason: str) -> dict:
+def write_no_ood(settings: EvalSettings, extra: dict, out_json: Path, out_predictions: Path, reason: str) -> dict:
     """``ood.json`` of a model that has no OOD scores (``ood.scores`` null, ``ood.reason`` says why) and an empty
     predictions table."""
-    result = {key: params.get(key) for key in INFO}
-    result.update(extra, ood={**ood_description(params), "in_split": "test", "scores": None, "reason": reason})
+    result = settings.info(OOD_SPLIT)
+    result.update(extra, ood={**ood_description(settings.ood), "in_split": "test", "scores": None, "reason": reason})
     with atomic_path(out_predictions) as tmp:
         pd.DataFrame({"row_id": pd.Series(dtype="int64"), "ood_label": pd.Series(dtype="object")}).to_parquet(
             tmp, index=False
@@ -190,13 +186,13 @@ def write_no_ood(params: dict, extra: dict, out_json: Path, out_predictions: Pat
     return result
 
 
-def ood_description(params: dict) -> dict:
+def ood_description(ood: OodSpec | None) -> dict:
     """What the OOD rows are, from the evaluation's ``ood`` setting."""
-    spec = params.get("ood") or {}
+    ood = ood or OodSpec()
     return {
-        "source": "classes" if spec.get("classes") else "file",
-        "classes": spec.get("classes"),
-        "file": spec.get("source"),
+        "source": "classes" if ood.classes else "file",
+        "classes": None if ood.classes is None else list(ood.classes),
+        "file": ood.source,
     }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective
@@ -54,8 +55,8 @@ def amalgamation_losses(
     return rec, amal
 
 
-def build(ctx: DistillContext, args: dict) -> Objective:
-    teachers, temperature = ctx.teachers, float(args["temperature"])
+def build(ctx: DistillContext, args: Args) -> Objective:
+    teachers, temperature = ctx.teachers, float(args.temperature)
     if not ctx.alignment:
         raise KdpipeError("dfa: no layer alignment was planned for this student")
     ctx.check_token_aligned("dfa")
@@ -80,7 +81,7 @@ def build(ctx: DistillContext, args: dict) -> Objective:
             feats = [ctx.teacher_hidden(teachers[t], pairs[t][p][1], index, width) for t in range(len(teachers))]
             rec, amal = amalgamation_losses(amalgamator, p, out.hidden_states[layer].float(), feats, mask)
             rec_total, amal_total = rec_total + rec, amal_total + amal
-        total = args["kd_weight"] * kd + args["rec_weight"] * rec_total + args["amal_weight"] * amal_total
+        total = args.kd_weight * kd + args.rec_weight * rec_total + args.amal_weight * amal_total
         return total, {"kd": kd.item(), "rec": rec_total.item(), "amal": amal_total.item()}
 
-    return Objective(loss=loss, extra_modules={"dfa_adapters": (amalgamator, float(args["adapter_lr"]))})
+    return Objective(loss=loss, extra_modules={"dfa_adapters": (amalgamator, float(args.adapter_lr))})

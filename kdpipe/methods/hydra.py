@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective
@@ -100,16 +101,16 @@ def _members(ctx: DistillContext) -> torch.Tensor:
     return torch.stack(members)
 
 
-def _checked_args(args: dict) -> dict:
+def _checked_args(args: Args) -> Args:
     for name in ("alpha", "beta"):
-        if not 0 <= float(args[name]) <= 1:
-            raise KdpipeError(f"hydra_plus: {name} must lie in [0, 1], got {args[name]}")
+        if not 0 <= float(getattr(args, name)) <= 1:
+            raise KdpipeError(f"hydra_plus: {name} must lie in [0, 1], got {getattr(args, name)}")
     for name in ("temp_aggregate", "temp_individual"):
-        if not float(args[name]) > 0:
-            raise KdpipeError(f"hydra_plus: {name} must be positive, got {args[name]}")
-    if not float(args["diversity"]) >= 0:
-        raise KdpipeError(f"hydra_plus: diversity must be non-negative, got {args['diversity']}")
-    lambda_at(0, args["diversity"], args["diversity_ramp"])  # a bad ramp fails before training
+        if not float(getattr(args, name)) > 0:
+            raise KdpipeError(f"hydra_plus: {name} must be positive, got {getattr(args, name)}")
+    if not float(args.diversity) >= 0:
+        raise KdpipeError(f"hydra_plus: diversity must be non-negative, got {args.diversity}")
+    lambda_at(0, args.diversity, args.diversity_ramp)  # a bad ramp fails before training
     return args
 
 
@@ -127,13 +128,13 @@ def _check_heads(ctx: DistillContext) -> None:
         )
 
 
-def build(ctx: DistillContext, args: dict) -> Objective:
+def build(ctx: DistillContext, args: Args) -> Objective:
     """Hydra+ (docs/methods.md §3): L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4, λ set per epoch by ``on_epoch``."""
     args = _checked_args(args)
     _check_heads(ctx)
-    alpha, beta = float(args["alpha"]), float(args["beta"])
-    temp_a, temp_i = float(args["temp_aggregate"]), float(args["temp_individual"])
-    lam, ramp = float(args["diversity"]), args["diversity_ramp"]
+    alpha, beta = float(args.alpha), float(args.beta)
+    temp_a, temp_i = float(args.temp_aggregate), float(args.temp_individual)
+    lam, ramp = float(args.diversity), args.diversity_ramp
     members = _members(ctx)
     state = {"lambda": lambda_at(0, lam, ramp)}
 
@@ -167,6 +168,6 @@ def build(ctx: DistillContext, args: dict) -> Objective:
     return Objective(loss=loss, on_epoch=on_epoch)
 
 
-def build_hydra(ctx: DistillContext, args: dict) -> Objective:
+def build_hydra(ctx: DistillContext, args: Args) -> Objective:
     """Plain Hydra (docs/methods.md §3): α = 1, β = 1, λ = 0, i.e. L3 only; only ``temp_individual`` may be set."""
-    return build(ctx, {**args, **HYDRA_FIXED})
+    return build(ctx, Args({**args.to_dict(), **HYDRA_FIXED}, "method_args"))

@@ -14,6 +14,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import soft_kl
@@ -74,13 +75,13 @@ def muki_loss(student: torch.Tensor, q: torch.Tensor, m: torch.Tensor | None, te
     return (kl if m is None else m * kl).mean()
 
 
-def build(ctx: DistillContext, args: dict) -> Objective:
+def build(ctx: DistillContext, args: Args) -> Objective:
     """The MUKI objective from the student's route: q and m precomputed for all train rows."""
-    check_aggregation(args["aggregation"])  # fail on a bad aggregation before any signal is read
+    check_aggregation(args.aggregation)  # fail on a bad aggregation before any signal is read
     if ctx.route is None:
         raise KdpipeError("muki: the student has no route (the distill stage takes it with --route)")
-    mode, tau_s = args["aggregation"], float(args["tau_s"])
-    temperature = float(args["temperature"])
+    mode, tau_s = args.aggregation, float(args.tau_s)
+    temperature = float(args.temperature)
     scores = ctx.route["scores"]
     calibration = ctx.route.get("temperatures")
     padded = padded_probs(
@@ -91,7 +92,7 @@ def build(ctx: DistillContext, args: dict) -> Objective:
         None if calibration is None else [calibration[t] for t in ctx.teachers],
     )
     q = aggregate(padded, scores.to(padded.device), mode, tau_s, ctx.route.get("weighting", "softmax"))
-    m = margin_weights(scores).to(q.device) if bool(args["margin"]) else None
+    m = margin_weights(scores).to(q.device) if bool(args.margin) else None
     if ctx.train_labels is not None and (ctx.train_labels >= 0).any():
         labelled = ctx.train_labels >= 0
         gold = torch.from_numpy(ctx.train_labels[labelled])  # boolean indexing copies: a writable array

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import Encoded, collate, model_inputs
 from kdpipe.methods.base import Objective, student_logits
@@ -67,14 +68,14 @@ def zero_classifier(model: nn.Module) -> None:
             head.bias.zero_()
 
 
-def checked_args(args: dict) -> dict:
+def checked_args(args: Args) -> Args:
     """The complete method_args, with the value checks no type declaration expresses."""
-    if not 0 <= float(args["move_back_weight"]) <= 1:
-        raise KdpipeError(f"prokt: move_back_weight must be in [0, 1], got {args['move_back_weight']}")
-    if not 0 <= float(args["teacher_warmup"]) <= 1:
-        raise KdpipeError(f"prokt: teacher_warmup must be in [0, 1], got {args['teacher_warmup']}")
-    if not float(args["teacher_weight_decay"]) >= 0:
-        raise KdpipeError(f"prokt: teacher_weight_decay must be non-negative, got {args['teacher_weight_decay']}")
+    if not 0 <= float(args.move_back_weight) <= 1:
+        raise KdpipeError(f"prokt: move_back_weight must be in [0, 1], got {args.move_back_weight}")
+    if not 0 <= float(args.teacher_warmup) <= 1:
+        raise KdpipeError(f"prokt: teacher_warmup must be in [0, 1], got {args.teacher_warmup}")
+    if not float(args.teacher_weight_decay) >= 0:
+        raise KdpipeError(f"prokt: teacher_weight_decay must be non-negative, got {args.teacher_weight_decay}")
     return args
 
 
@@ -87,7 +88,7 @@ class CoTrainedTeacher:
         self,
         teacher: nn.Module,
         encoded: Encoded,
-        args: dict,
+        args: Args,
         settings: TrainSettings,
         steps: int,
         device: torch.device,
@@ -95,15 +96,15 @@ class CoTrainedTeacher:
         self.model, self.encoded, self.args, self.device = teacher.to(device), encoded, args, device
         # the student's settings but the teacher's own lr, warm-up and weight decay (the release: Trainer defaults)
         own = {
-            "lr": float(args["teacher_lr"]),
-            "warmup_ratio": float(args["teacher_warmup"]),
-            "weight_decay": float(args["teacher_weight_decay"]),
+            "lr": float(args.teacher_lr),
+            "warmup_ratio": float(args.teacher_warmup),
+            "weight_decay": float(args.teacher_weight_decay),
         }
         self.settings = TrainSettings(**{**settings.__dict__, **own})
         self.optimizer, self.scheduler = make_optimizer(
             {"teacher": (self.model, self.settings.lr)}, self.settings, steps
         )
-        self.beta = float(args["beta"])
+        self.beta = float(args.beta)
         self.best_score, self.best_metrics, self.best_epoch, self.history = -float("inf"), {}, -1, []
         self.best_state = state_on_cpu(self.model)
 
@@ -120,10 +121,10 @@ class CoTrainedTeacher:
         inputs = self._inputs(batch)
         self.model.train()
         logits = self.model(**inputs).logits
-        if self.args["dual"]:
-            loss, ce, kl = dual_teacher_loss(logits, batch["labels"], p_student, self.beta, float(self.args["epsilon"]))
+        if self.args.dual:
+            loss, ce, kl = dual_teacher_loss(logits, batch["labels"], p_student, self.beta, float(self.args.epsilon))
         else:
-            loss, ce, kl = teacher_loss(logits, batch["labels"], p_student, float(self.args["move_back_weight"]))
+            loss, ce, kl = teacher_loss(logits, batch["labels"], p_student, float(self.args.move_back_weight))
         self.optimizer.zero_grad(set_to_none=True)
         # (over several processes: the gradient and the KL of the global batch, so every copy takes the same step)
         loss_value = distributed.sync_backward(loss, list(self.model.parameters()))
@@ -132,8 +133,8 @@ class CoTrainedTeacher:
         self.scheduler.step()
         kl_value = distributed.mean(kl.item())
         terms = {"teacher_loss": loss_value, "teacher_ce": ce.item(), "teacher_kl": kl_value}
-        if self.args["dual"]:
-            self.beta = updated_multiplier(self.beta, kl_value, float(self.args["epsilon"]), float(self.args["eta"]))
+        if self.args.dual:
+            self.beta = updated_multiplier(self.beta, kl_value, float(self.args.epsilon), float(self.args.eta))
             terms["beta"] = self.beta
         self.model.eval()
         with torch.no_grad():

@@ -51,16 +51,16 @@ def start_label_use(source: str | None) -> dict | None:
 
 
 def started_label_use(
-    params: dict, method, train_rows: int, route: dict | None, prototypes: Path | None
+    init_from: str | None, method, train_rows: int, route: dict | None, prototypes: Path | None
 ) -> dict | None:
     """The gold labels a distilled student reads besides its loss's and its validation's: its route's (``route``:
     the route's manifest, None when it has none), the train rows whose gold label weighs them in Meta-KD (p_T(gold)
-    in the domain expertise) and the prototypes' rows (``prototypes``), and its starting model's
-    (``params["model"]["init"]["from"]``). None when a part was not recorded."""
+    in the domain expertise) and the prototypes' rows (``prototypes``), and its starting model's (``init_from``,
+    its ``model.init.from``). None when a part was not recorded."""
     uses = [route_label_use(route.get("gold_labels")) if route is not None else {}]
     if "domain" in method.signals or method.prototypes:
         uses.append({"train": train_rows})
     if method.prototypes and prototypes is not None:
         uses.append(prototype_label_use(prototypes))
-    uses.append(start_label_use(((params.get("model") or {}).get("init") or {}).get("from")))
+    uses.append(start_label_use(init_from))
     return combined_label_use([{"gold_labels": use} for use in uses])

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
+from kdpipe.core.settings import Args
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 
 
-def build(ctx: DistillContext, args: dict) -> Objective:
-    smoothing = float(args["label_smoothing"])
+def build(ctx: DistillContext, args: Args) -> Objective:
+    smoothing = float(args.label_smoothing)
 
     def loss(model, batch):
         ce = F.cross_entropy(student_logits(model, batch).float(), batch["labels"], label_smoothing=smoothing)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kdpipe.core.settings import Args
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import kl_divergence
 
@@ -38,8 +39,8 @@ def uhc_loss(
     return temperature**2 * total
 
 
-def build(ctx: DistillContext, args: dict) -> Objective:
-    temperature = float(args["temperature"])
+def build(ctx: DistillContext, args: Args) -> Objective:
+    temperature = float(args.temperature)
     logits = [ctx.signal(t, "logits") for t in ctx.teachers]
     blocks = [ctx.block(t) for t in ctx.teachers]
 

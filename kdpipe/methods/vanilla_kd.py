@@ -8,14 +8,15 @@ concatenated; teachers of one full label set averaged in logit space).
 
 from __future__ import annotations
 
+from kdpipe.core.settings import Args
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import gold_cross_entropy, union_logits, vanilla_kd_loss
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
 
-def build(ctx: DistillContext, args: dict) -> Objective:
-    temperature, w_hl = float(args["temperature"]), float(args["hard_label_weight"])
+def build(ctx: DistillContext, args: Args) -> Objective:
+    temperature, w_hl = float(args.temperature), float(args.hard_label_weight)
     targets = union_logits(
         [ctx.signal(t, "logits") for t in ctx.teachers], [ctx.block(t) for t in ctx.teachers], len(ctx.labels)
     )

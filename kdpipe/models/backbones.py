@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.models.settings import StudentModel
 
 # (transformer layers, attention heads) of the builtin backbones (kdpipe.models.loading.TINY_BERT for tiny-bert)
 BUILTIN_SHAPES = {"builtin:minilm-l6": (6, 12), "builtin:tiny-bert": (2, 2)}
@@ -44,13 +45,16 @@ def _auto_config(model: str, what: str):
         ) from err
 
 
-def _config_int(config, keys: tuple[str, ...], model: str, what: str) -> int:
+def _config_int(model_config: object, keys: tuple[str, ...], model: str, what: str) -> int:
+    """The first of ``keys`` that a model's config (a Hugging Face config, or its ``config.json`` as a namespace)
+    sets to an integer."""
     for key in keys:
-        value = getattr(config, key, None)
+        value = getattr(model_config, key, None)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     raise KdpipeError(
-        f"cannot tell how many {what} '{model}' has: its config ({config.model_type}) has none of {', '.join(keys)}"
+        f"cannot tell how many {what} '{model}' has: its config ({model_config.model_type}) has none of "
+        f"{', '.join(keys)}"
     )
 
 
@@ -82,20 +86,18 @@ def num_heads(model: str) -> int:
     return model_shape(model)[1]
 
 
-def student_layers(model_spec: dict) -> int:
-    """Transformer layers of a student built from ``model_spec`` (see ``kdpipe.models.students.build_student``)."""
-    init = model_spec.get("init")
-    if init:
-        return len(init["layers"]) if init.get("layers") is not None else num_layers(init["from"])
-    return int((model_spec.get("config") or {}).get("num_layers", 2))
+def student_layers(model: StudentModel) -> int:
+    """Transformer layers of a student built from its ``model`` (see ``kdpipe.models.students.build_student``)."""
+    if model.init:
+        return len(model.init.layers) if model.init.layers is not None else num_layers(model.init.from_)
+    return 2 if model.config is None or model.config.num_layers is None else int(model.config.num_layers)
 
 
-def student_heads(model_spec: dict) -> int:
-    """Attention heads per layer of a student built from ``model_spec``."""
-    init = model_spec.get("init")
-    if init:
-        return num_heads(init["from"])
-    return int((model_spec.get("config") or {}).get("num_heads", 2))
+def student_heads(model: StudentModel) -> int:
+    """Attention heads per layer of a student built from its ``model``."""
+    if model.init:
+        return num_heads(model.init.from_)
+    return 2 if model.config is None or model.config.num_heads is None else int(model.config.num_heads)
 
 
 def strided_alignment(teacher_layers: int, student_layers: int, count: int = -1) -> list[tuple[int, int]]:
@@ -123,37 +125,17 @@ def uniform_alignment(teacher_layers: int, student_layers: int) -> list[tuple[in
 
 
 # How a multi-head student's heads start (docs/methods.md §3), as the schema's defaults: kdpipe.models.multihead
-# (make_multihead's defaults) reads the same values at training time
+# (make_multihead's defaults) reads the same values at training time, the plan's slices (kdpipe.plan.slices) too
 HEAD_INIT_DEFAULTS = {"head_init": "copy", "head_noise": 0.01}
 
 
-def model_slice(model_spec: dict, where: str = "model") -> dict:
-    """``model_spec`` as it belongs in a student's config slice: one spec per starting point of its heads.
-
-    ``head_init`` and ``head_noise`` are left out at ``head_init: copy`` (their default, what every student did
-    before the keys existed; Snakemake fills the schema defaults into ``student_defaults.model``, so without this
-    every student taking that model would get a new slice and rerun), and ``head_noise`` is left out for ``reinit``,
-    which does not read it; for ``noise`` both are kept, ``head_noise`` filled in when absent. A head_init other
-    than ``copy`` on a student without ``heads`` is an error (``where``: the config key, for the message)."""
-    spec = {k: v for k, v in model_spec.items() if k not in HEAD_INIT_DEFAULTS}
-    head_init = model_spec.get("head_init", HEAD_INIT_DEFAULTS["head_init"])
-    if head_init == HEAD_INIT_DEFAULTS["head_init"]:
-        return spec
-    if not model_spec.get("heads"):
-        raise KdpipeError(f"{where}.head_init: {head_init!r} starts the heads of a multi-head student; set model.heads")
-    spec["head_init"] = head_init
-    if head_init == "noise":
-        spec["head_noise"] = model_spec.get("head_noise", HEAD_INIT_DEFAULTS["head_noise"])
-    return spec
-
-
-def architecture_modules(model_spec: dict) -> list[str]:
-    """The modules of a student's architecture beyond a Hugging Face classifier, which loading and building import
-    by name (``kdpipe.models.students``, ``kdpipe.models.loading.ARCHITECTURE_FILES``)."""
+def architecture_modules(model: StudentModel) -> list[str]:
+    """The modules of a student's architecture (its ``model``) beyond a Hugging Face classifier, which loading and
+    building import by name (``kdpipe.models.students``, ``kdpipe.models.loading.ARCHITECTURE_FILES``)."""
     modules = []
-    if model_spec.get("type") == "bilstm":
+    if model.type == "bilstm":
         modules.append("kdpipe.models.bilstm")
-    if model_spec.get("heads"):
+    if model.heads:
         modules.append("kdpipe.models.multihead")
     return modules
 

@@ -84,18 +84,28 @@ class BiLSTMClassifier(nn.Module):
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out_dir / WEIGHTS_FILE))
 
 
-def make_bilstm(spec: dict, tokenizer, labels: list[str], *, pairs: bool, seed: int) -> BiLSTMClassifier:
-    """A fresh BiLSTM over ``tokenizer``'s vocabulary; ``spec`` may set embedding_dim, hidden_size, fc_size,
-    dropout (the student's ``model`` entry)."""
+def make_bilstm(
+    tokenizer,
+    labels: list[str],
+    *,
+    pairs: bool,
+    seed: int,
+    embedding_dim: int | None = None,
+    hidden_size: int | None = None,
+    fc_size: int | None = None,
+    dropout: float | None = None,
+) -> BiLSTMClassifier:
+    """A fresh BiLSTM over ``tokenizer``'s vocabulary; the sizes and dropout the student's ``model`` entry sets (None:
+    :class:`BiLSTMConfig`'s)."""
     torch.manual_seed(seed)
-    sizes = {k: spec[k] for k in ("embedding_dim", "hidden_size", "fc_size", "dropout") if k in spec}
+    given = {"embedding_dim": embedding_dim, "hidden_size": hidden_size, "fc_size": fc_size, "dropout": dropout}
     config = BiLSTMConfig(
         vocab_size=len(tokenizer),
         num_labels=len(labels),
         pairs=pairs,
         pad_token_id=tokenizer.pad_token_id or 0,
         id2label=dict(enumerate(labels)),
-        **sizes,
+        **{k: v for k, v in given.items() if v is not None},
     )
     return BiLSTMClassifier(config)
 

@@ -227,7 +227,8 @@ def _describe_export(source: dict, spec: dict, check: dict) -> dict:
         settings["quantisation"] = spec["quantisation"]
     config = {**(source.get("config") or {}), "max_length": spec["max_length"], "export": settings}
     kept = {k: source[k] for k in ("method", "teachers", "tokenizer", "domain", "rows", "gold_labels") if k in source}
-    return make_manifest("onnx", config=config, labels=spec["labels"], source=spec["source"], **kept, check=check)
+    manifest = make_manifest("onnx", labels=spec["labels"], source=spec["source"], **kept, check=check)
+    return {**manifest, "config": config}  # (a model's configuration as recorded, not the settings of a job)
 
 
 def _finish_folder(tmp: Path, manifest: dict, spec: dict) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.labelspace import resolve_classes
+from kdpipe.data.settings import ClassSlice
 
 GENERIC = re.compile(r"^LABEL_\d+$")  # transformers' placeholder names when a config was saved without labels
 
@@ -116,22 +118,31 @@ def match_labels(head: list[str], labels: list[str], label_map: dict | None, whe
     return matched
 
 
-def teacher_classes(spec: dict, labels: list[str], where: str) -> tuple[list[str], bool]:
+def teacher_classes(
+    classes: Sequence[str] | ClassSlice | None,
+    labels: list[str],
+    where: str,
+    *,
+    checkpoint: str | None,
+    label_map: Mapping[str, str] | None,
+    finetune: bool,
+) -> tuple[list[str], bool]:
     """(the dataset labels a teacher entry predicts in its output order, whether a checkpoint's head is kept).
 
-    Without a checkpoint: its ``classes`` in dataset order, a fresh head. With one: the head's classes, kept,
-    unless ``classes`` names another set (then a fresh head over them, which needs ``finetune: true``)."""
-    if not spec.get("checkpoint"):
-        return resolve_classes(spec.get("classes"), labels, f"{where}.classes"), False
-    head = match_labels(head_labels(spec["checkpoint"], where), labels, spec.get("label_map"), where)
-    if spec.get("classes") is None:
+    Without a ``checkpoint``: its ``classes`` in dataset order, a fresh head. With one: the head's classes (matched
+    to ``labels`` by name or through ``label_map``), kept, unless ``classes`` names another set (then a fresh head
+    over them, which needs ``finetune``)."""
+    if not checkpoint:
+        return resolve_classes(classes, labels, f"{where}.classes"), False
+    head = match_labels(head_labels(checkpoint, where), labels, label_map, where)
+    if classes is None:
         return head, True
-    classes = resolve_classes(spec["classes"], labels, f"{where}.classes")
-    if set(classes) == set(head):
+    chosen = resolve_classes(classes, labels, f"{where}.classes")
+    if set(chosen) == set(head):
         return head, True
-    if not spec.get("finetune", True):
+    if not finetune:
         raise KdpipeError(
-            f"{where}.classes: {classes}, but the checkpoint predicts {head} and finetune is false; drop classes, "
+            f"{where}.classes: {chosen}, but the checkpoint predicts {head} and finetune is false; drop classes, "
             "or set finetune: true to train a new head on them"
         )
-    return classes, False
+    return chosen, False

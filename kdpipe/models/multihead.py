@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoConfig, AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModelForSequenceClassification, PretrainedConfig
 from transformers.masking_utils import create_bidirectional_mask
 
 from kdpipe.core.store import KdpipeError
@@ -57,7 +57,7 @@ class Head(nn.Module):
 class MultiHeadClassifier(nn.Module):
     """Shared core (embeddings + lower layers) and M heads (docs/methods.md §3), made by :func:`make_multihead`."""
 
-    def __init__(self, config, embeddings: nn.Module, core: nn.ModuleList, heads: list[Head]):
+    def __init__(self, config: PretrainedConfig, embeddings: nn.Module, core: nn.ModuleList, heads: list[Head]):
         super().__init__()
         self.config = config
         self.embeddings = embeddings

@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.settings import DatasetSettings
 from kdpipe.data.transfer_sources import has_transfer
 from kdpipe.methods.registry import NO_UNLABELLED_ROWS, TEACHER_OBJECTIVES, complete_args, get_method
+from kdpipe.models.settings import StudentModel
 from kdpipe.plan.budget import Budget
 from kdpipe.plan.checks import Checks, check_empty
 from kdpipe.plan.classes import Classes
@@ -148,7 +150,7 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Routes, Slices
         if self._domains is None:
             from kdpipe.data.prepare import source_domains
 
-            self._domains = source_domains(self.config["dataset"], where)
+            self._domains = source_domains(self.dataset_settings(), where)
         return self._domains
 
     # ---- lookups
@@ -205,7 +207,17 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Routes, Slices
 
     # ---- transfer rows (kdpipe.data.transfer)
     def has_transfer(self) -> bool:
-        return has_transfer(self.config["dataset"])
+        dataset = self.config["dataset"]
+        return has_transfer(dataset.get("transfer"), dataset.get("split", {}).get("unlabelled", 0))
+
+    def dataset_settings(self) -> DatasetSettings:
+        """The config's ``dataset`` section as the data layer reads it (without its transfer keys)."""
+        return DatasetSettings.of_section(self.config["dataset"])
+
+    def student_model(self, student: str) -> StudentModel:
+        """A student's ``model`` entry as the models layer reads it."""
+        entry = self.students[student]
+        return StudentModel.from_params(entry.config["model"], f"students.{entry.entry}.model")
 
     def student_transfer(self, student: str) -> float:
         """The share of the transfer rows a student learns from (``students.<name>.transfer``): by default all of

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdpipe.core.store import KdpipeError, disk_reserve
-from kdpipe.data.transfer_sources import transfer_rows_bound
+from kdpipe.data.transfer_sources import transfer_rows_bound, transfer_sources
 from kdpipe.methods.registry import get_method
 from kdpipe.plan.paths import DATA, SIGNALS, SIGNALS_ROOT, TEACHER, TRANSFER
 from kdpipe.signals.catalog import FEATURES
@@ -98,7 +98,8 @@ def split_rows(plan, split: str) -> int | None:
     if made is not None:
         return made.get(split)
     dataset = plan.config["dataset"]
-    files = transfer_rows_bound(dataset) if dataset.get("transfer") else 0
+    sources = transfer_sources(dataset.get("transfer"))
+    files = transfer_rows_bound(sources, dataset["format"], dataset.get("transfer_max_rows")) if sources else 0
     if files is None:
         return None  # a Hugging Face dataset: counted only by the transfer job
     cap = dataset.get("transfer_max_rows")
@@ -130,8 +131,9 @@ def selected_data(plan) -> tuple[dict, list[str]]:
     (cached on the plan; pandas, only when the data is not prepared yet)."""
     if "_selected" not in plan.__dict__:
         from kdpipe.data.prepare import _selected
+        from kdpipe.data.settings import DatasetSettings
 
-        parts, labels, _ = _selected(plan.prepare_params())
+        parts, labels, _ = _selected(DatasetSettings.from_params(plan.prepare_params(), "dataset"))
         plan._selected = ({split: len(frame) for split, frame in parts.items()}, labels)
     return plan._selected
 

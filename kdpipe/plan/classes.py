@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.labelspace import teacher_blocks
+from kdpipe.data.settings import ClassSlice
 from kdpipe.methods.registry import get_method
 from kdpipe.models.heads import teacher_classes
 from kdpipe.plan.budget import selected_data
@@ -60,8 +61,16 @@ class Classes:
     def teacher_classes(self, teacher: str) -> list[str]:
         """The dataset labels a teacher predicts, in its output order."""
         if teacher not in self._classes:
-            spec, labels = self.teachers[teacher], self.data_labels()
-            self._classes[teacher] = teacher_classes(spec, labels, f"teachers.{teacher}")[0]
+            spec, labels, where = self.teachers[teacher], self.data_labels(), f"teachers.{teacher}"
+            classes = spec.get("classes")
+            self._classes[teacher] = teacher_classes(
+                ClassSlice.from_params(classes, f"{where}.classes") if isinstance(classes, dict) else classes,
+                labels,
+                where,
+                checkpoint=spec.get("checkpoint"),
+                label_map=spec.get("label_map"),
+                finetune=spec.get("finetune", True),
+            )[0]
         return self._classes[teacher]
 
     def _check_classes(self) -> None:

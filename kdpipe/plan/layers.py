@@ -57,7 +57,7 @@ class Layers:
         where = f"students.{self.students[student].entry}.method_args.stage1.attention_heads"
         if mode not in ("auto", "per_head", "mean"):
             raise KdpipeError(f"{where}: {mode!r}; choose auto, per_head or mean")
-        mine = student_heads(config["model"])
+        mine = student_heads(self.student_model(student))
         theirs = {self.teacher_heads(t) for t in self.student_teachers(student)}
         if mode == "per_head" and theirs != {mine}:
             raise KdpipeError(
@@ -76,7 +76,7 @@ class Layers:
         method = get_method(config["method"])
         if "hidden" not in method.signals:
             return None
-        n_student = student_layers(config["model"])
+        n_student = student_layers(self.student_model(student))
         if method.alignment == "uniform":
             return {
                 t: [list(pair) for pair in uniform_alignment(self.teacher_layers(t), n_student)]

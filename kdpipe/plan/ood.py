@@ -87,7 +87,16 @@ class Ood:
                 "(evaluate.ood.source); rename it"
             )
         column_key = "evaluate.ood.text_column" if spec.get("text_column") else "dataset.text_column"
-        check_text_source(str(path), self.ood_params(), "evaluate.ood.source", {"text_column": column_key})
+        params = self.ood_params()
+        check_text_source(
+            str(path),
+            "evaluate.ood.source",
+            text_column=params["text_column"],
+            text_pair_column=params.get("text_pair_column"),
+            fmt=params["format"],
+            encoding=params["encoding"],
+            column_keys={"text_column": column_key},
+        )
 
     def _check_held_out(self) -> None:
         """No teacher trains on a held-out class (named in its classes, or known to its checkpoint), and every

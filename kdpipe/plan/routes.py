@@ -6,7 +6,7 @@ from __future__ import annotations
 from kdpipe.methods.registry import get_method
 from kdpipe.plan.entries import without
 from kdpipe.plan.paths import ROUTE, SIGNALS
-from kdpipe.routing import DISPLAY_SETTINGS, route_name, route_signals, route_spec, transfer_signals
+from kdpipe.routing import DISPLAY_SETTINGS, RouteSpec, route_spec
 from kdpipe.routing.artifact import FILES
 from kdpipe.signals.catalog import signal_files
 
@@ -18,10 +18,16 @@ class Routes:
 
     def student_route(self, student: str) -> str | None:
         """The route a student's method reads (None for a method that does not weigh its teachers per row)."""
+        spec = self.route_spec(student)
+        return None if spec is None else spec.name(self.student_teachers(student))
+
+    def route_spec(self, student: str) -> RouteSpec | None:
+        """What a student's routing depends on (None for a method that does not weigh its teachers per row)."""
         config = self.students[student].config
         if not get_method(config["method"]).routed:
             return None
-        return route_name(self.student_teachers(student), route_spec(config["method_args"]))
+        args = config["method_args"]
+        return route_spec(args["router"], args["score"], args["temperature"], args["calibrate"])
 
     def routes(self) -> dict[str, dict]:
         """Every route of the experiment: name -> {"teachers": [...], **its spec}."""
@@ -29,9 +35,12 @@ class Routes:
         for student in self.students:
             name = self.student_route(student)
             if name and name not in out:
-                spec = route_spec(self.students[student].config["method_args"])
-                out[name] = {"teachers": self.student_teachers(student), **spec}
+                out[name] = {"teachers": self.student_teachers(student), **self.route_spec(student).to_dict()}
         return out
+
+    def _route(self, route: str) -> RouteSpec:
+        """The :class:`~kdpipe.routing.RouteSpec` of a route of :meth:`routes`."""
+        return RouteSpec.from_params(without(self.routes()[route], "teachers"), f"route {route}")
 
     def route_params(self, route: str) -> dict:
         """The route job's config slice: its teachers and router settings, the signals it reads per split (the
@@ -45,10 +54,10 @@ class Routes:
         }
 
     def route_signals(self, route: str) -> dict[str, list[str]]:
-        """The signals a route reads from each of its teachers, per split (:func:`kdpipe.routing.route_signals`):
+        """The signals a route reads from each of its teachers, per split (:meth:`kdpipe.routing.RouteSpec.signals`):
         logits and pooled states, and the MC-dropout signal where the router's score needs it or the config makes
         it anyway (``mc_dropout.splits``)."""
-        return route_signals(self.routes()[route], self.mc_splits())
+        return self._route(route).signals(self.mc_splits())
 
     def route_inputs(self, route: str) -> list[str]:
         """The cached signal files a route reads, declared as the rule's inputs: those of :meth:`route_signals` for
@@ -92,14 +101,14 @@ class Routes:
 
     def route_transfer_params(self, route: str) -> dict:
         """The ``route_transfer`` job's slice: its route's, with the signals it reads itself."""
-        return {**self.route_params(route), "signals": transfer_signals(self.routes()[route])}
+        return {**self.route_params(route), "signals": self._route(route).transfer_signals()}
 
     def route_transfer_inputs(self, route: str) -> list[str]:
         """The cached signal files the ``route_transfer`` job of a route reads, declared as its inputs."""
         return [
             path
             for teacher in self.routes()[route]["teachers"]
-            for split, names in transfer_signals(self.routes()[route]).items()
+            for split, names in self._route(route).transfer_signals().items()
             for name in names
             for path in signal_files(name, SIGNALS.format(teacher=teacher, split=split))
         ]

@@ -7,13 +7,35 @@ params trigger and hashed by the between-workflow output cache.
 from __future__ import annotations
 
 from kdpipe.core.identity import local_content
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.transfer_sources import TRANSFER_KEYS
 from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
-from kdpipe.models.backbones import architecture_modules, model_slice
+from kdpipe.models.backbones import HEAD_INIT_DEFAULTS, architecture_modules
 from kdpipe.plan.classes import TRAINING_KEYS
 from kdpipe.plan.entries import LATER_KEYS, without
 from kdpipe.plan.paths import ORACLE
 from kdpipe.signals.catalog import FEATURES, signal_spec
+
+# Config keys whose value may name a local file or folder (dataset.source, dataset.files.<split>, a teacher's
+# backbone or checkpoint, a student's model.init.from or model.config.tokenizer, a method's *_backbone argument).
+PATH_KEYS = ("source", "train", "validation", "test", "transfer", "backbone", "checkpoint", "from", "tokenizer")
+
+
+def named_paths(config_slice: dict, where: str = "") -> dict[str, object]:
+    """``{config key: value}`` of every value a config slice holds under a path key (:data:`PATH_KEYS`, or a key
+    ending in ``_backbone``), found recursively; a list under a path key (``dataset.transfer``'s per-part files)
+    gives one entry per item, ``key[i]``. What :func:`kdpipe.core.identity.local_content` digests."""
+    found: dict[str, object] = {}
+    for key, value in config_slice.items():
+        name = f"{where}.{key}" if where else str(key)
+        path_key = str(key) in PATH_KEYS or str(key).endswith("_backbone")
+        if isinstance(value, dict):
+            found.update(named_paths(value, name))
+        elif path_key and isinstance(value, list):
+            found.update({f"{name}[{i}]": item for i, item in enumerate(value)})
+        elif path_key:
+            found[name] = value
+    return found
 
 
 def with_local_content(params: dict) -> dict:
@@ -21,8 +43,28 @@ def with_local_content(params: dict) -> dict:
     local backbone or checkpoint; :func:`kdpipe.core.identity.local_content`). An edit in place changes the slice,
     so Snakemake's params trigger reruns the job and the shared cache files its output under another key; a slice
     that names no local path is unchanged."""
-    content = local_content(params)
+    content = local_content(named_paths(params))
     return {**params, "local_content": content} if content else params
+
+
+def model_slice(model_spec: dict, where: str = "model") -> dict:
+    """``model_spec`` as it belongs in a student's config slice: one spec per starting point of its heads.
+
+    ``head_init`` and ``head_noise`` are left out at ``head_init: copy`` (their default, what every student did
+    before the keys existed; Snakemake fills the schema defaults into ``student_defaults.model``, so without this
+    every student taking that model would get a new slice and rerun), and ``head_noise`` is left out for ``reinit``,
+    which does not read it; for ``noise`` both are kept, ``head_noise`` filled in when absent. A head_init other
+    than ``copy`` on a student without ``heads`` is an error (``where``: the config key, for the message)."""
+    spec = {k: v for k, v in model_spec.items() if k not in HEAD_INIT_DEFAULTS}
+    head_init = model_spec.get("head_init", HEAD_INIT_DEFAULTS["head_init"])
+    if head_init == HEAD_INIT_DEFAULTS["head_init"]:
+        return spec
+    if not model_spec.get("heads"):
+        raise KdpipeError(f"{where}.head_init: {head_init!r} starts the heads of a multi-head student; set model.heads")
+    spec["head_init"] = head_init
+    if head_init == "noise":
+        spec["head_noise"] = model_spec.get("head_noise", HEAD_INIT_DEFAULTS["head_noise"])
+    return spec
 
 
 class Slices:
@@ -178,11 +220,11 @@ class Slices:
         the module that runs its teachers."""
         config = self.students[student].config
         online = ["kdpipe.signals.online"] if self.online(student) else []  # imported by name (signals: online)
-        return [get_method(config["method"]).module, *architecture_modules(config["model"]), *online]
+        return [get_method(config["method"]).module, *architecture_modules(self.student_model(student)), *online]
 
     def model_modules(self, model: str) -> list[str]:
         """What loading a trained model imports by name: a student's architecture modules (none for a teacher)."""
         if model in self.exported():  # the ONNX loader, and the comparison with the student (imported by name)
             return ["kdpipe.models.onnx_model", "kdpipe.evaluation.exported"]
         student = self.students.get(model)
-        return architecture_modules(student.config["model"]) if student else []
+        return architecture_modules(self.student_model(model)) if student else []

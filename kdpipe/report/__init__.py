@@ -24,6 +24,7 @@ from kdpipe.report.ood_plots import plot_ood_roc, plot_risk_coverage
 from kdpipe.report.plots import plot_metrics, plot_reliability, plot_uncertainty
 from kdpipe.report.routing import write_routing
 from kdpipe.report.serving import SERVING_OUTPUTS, read_profiles, serving_table, with_serving_latency, write_serving
+from kdpipe.report.settings import ReportSettings
 from kdpipe.report.summary import TSV_COLUMNS, check_eval, has_members, runs_table, summarise, tsv_columns
 from kdpipe.report.tensorboard import write_tensorboard
 from kdpipe.report.transfer import plot_transfer
@@ -36,7 +37,7 @@ OOD_OUTPUTS = ("ood.tsv", "ood.md", "ood_roc.png", "risk_coverage.png")
 
 
 def write_report(
-    params: dict,
+    settings: ReportSettings,
     evals: list[Path],
     out: Path,
     routes: list[Path] = (),
@@ -46,14 +47,13 @@ def write_report(
 ) -> None:
     """The report stage: :func:`build_report` of the evaluation JSONs ``evals`` (the manifests of the experiment's
     ``routes``, the training logs of the trained ``models``' folders, where an imported checkpoint has none, and the
-    ``serving`` profiles) into the folder ``out``, under ``title``. ``params`` is the report's config slice
-    (:meth:`kdpipe.plan.routes.Routes.report_params`): the routing warning's threshold ``warn_below``, 0.8 when not
-    given, and ``transfer_curve``: draw ``transfer.png``."""
+    ``serving`` profiles) into the folder ``out``, under ``title``. ``settings``: the report's
+    (:meth:`kdpipe.plan.routes.Routes.report_params`), the routing warning's threshold ``warn_below``
+    (``routing.warn_below``'s default when not given), ``transfer_curve``: draw ``transfer.png``, and the margin of
+    the flag of an int8 model, ``max_accuracy_drop`` (``export.max_accuracy_drop``'s default when not given)."""
     logs = [log for log in (Path(m) / "train_log.jsonl" for m in models) if log.is_file()]
-    warn_below = float(params.get("warn_below", WARN_BELOW))
-    transfer_curve = bool(params.get("transfer_curve"))
     title = title or "Model comparison"
-    margin = params.get("max_accuracy_drop", MARGIN)
+    warn_below, transfer_curve, margin = settings.warn_below, settings.transfer_curve, settings.max_accuracy_drop
     build_report(evals, out, routes, logs, title, warn_below, transfer_curve, list(serving) or None, margin)
 
 

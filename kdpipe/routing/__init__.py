@@ -6,6 +6,10 @@ diagnostics and cached artifact are the other modules of this package, the ``rou
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from kdpipe.core.settings import Settings
+
 # router -> what its scores are: "certainty" scores are turned into weights by softmax(s / tau_s) (MUKI), the
 # others are already weights (probabilities, a percentile softmaxed likewise for knn)
 ROUTERS = ("certainty", "knn", "learned", "oracle")
@@ -40,51 +44,58 @@ SCORES = {
 }
 
 
-def route_spec(method_args: dict) -> dict:
-    """What a student's routing depends on, from its complete method_args: the router, and for the certainty
-    router its score and (for a score computed from logits) the temperature τ; ``calibrate`` when set."""
-    router = method_args["router"]
-    spec = {"router": router}
-    if router == "certainty":
-        spec["score"] = method_args["score"]
-        if SCORES[spec["score"]] == "logits":
-            spec["temperature"] = float(method_args["temperature"])
-    if method_args.get("calibrate"):
-        spec["calibrate"] = True
-    return spec
+@dataclass(frozen=True)
+class RouteSpec(Settings):
+    """What a student's routing depends on: the router, and for the certainty router its score and (for a score
+    computed from logits) the temperature τ; ``calibrate`` when set. Its :meth:`to_dict` is what the route's config
+    slice holds of it (the keys at their defaults left out)."""
+
+    router: str
+    score: str | None = None
+    temperature: float | None = None
+    calibrate: bool = False
+
+    def name(self, teachers: list[str]) -> str:
+        """The folder name of the route of ``teachers`` under results/routes/: its teachers, router, score and
+        settings, readable."""
+        parts = [self.router, *([self.score] if self.score else [])]
+        if self.temperature is not None:
+            parts.append(f"T{self.temperature:g}")
+        if self.calibrate:
+            parts.append("calibrated")
+        return f"{'+'.join(teachers)}.{'-'.join(parts)}"
+
+    @property
+    def needs_mc(self) -> bool:
+        return self.router == "certainty" and SCORES[self.score] == "mc"
+
+    def signals(self, mc_splits: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]]:
+        """The teacher signals a route reads on each of its splits (the same for every teacher): the logits and
+        pooled states, and the MC-dropout signal where the router's score needs it or ``mc_splits`` (the config's
+        ``mc_dropout.splits``) makes it anyway, for the diagnostics of the MC scores. The plan declares these files
+        as the route job's inputs and passes this in its config slice; the job opens nothing else."""
+        return {
+            split: [*ROUTE_SIGNALS, *(["mc"] if self.needs_mc or split in mc_splits else [])] for split in ROUTE_SPLITS
+        }
+
+    def transfer_signals(self) -> dict[str, list[str]]:
+        """The teacher signals the ``route_transfer`` job of a route reads (kdpipe.routing.transfer), per split: the
+        transfer rows' logits and pooled states (and MC-dropout signal, for an MC score), and the validation rows'
+        for ``knn`` and ``learned``, which are fitted on them."""
+        out = {"transfer": [*ROUTE_SIGNALS, *(["mc"] if self.needs_mc else [])]}
+        if self.router in ("knn", "learned"):
+            out = {"validation": list(ROUTE_SIGNALS), **out}
+        return out
 
 
-def route_name(teachers: list[str], spec: dict) -> str:
-    """The folder name of a route under results/routes/: its teachers, router, score and settings, readable."""
-    parts = [spec["router"]]
-    if "score" in spec:
-        parts.append(spec["score"])
-    if "temperature" in spec:
-        parts.append(f"T{spec['temperature']:g}")
-    if spec.get("calibrate"):
-        parts.append("calibrated")
-    return f"{'+'.join(teachers)}.{'-'.join(parts)}"
-
-
-def needs_mc(spec: dict) -> bool:
-    return spec["router"] == "certainty" and SCORES[spec["score"]] == "mc"
-
-
-def route_signals(spec: dict, mc_splits: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]]:
-    """The teacher signals a route reads on each of its splits (the same for every teacher): the logits and pooled
-    states, and the MC-dropout signal where the router's score needs it or ``mc_splits`` (the config's
-    ``mc_dropout.splits``) makes it anyway, for the diagnostics of the MC scores. The plan declares these files as
-    the route job's inputs and passes this in its config slice; the job opens nothing else."""
-    return {
-        split: [*ROUTE_SIGNALS, *(["mc"] if needs_mc(spec) or split in mc_splits else [])] for split in ROUTE_SPLITS
-    }
-
-
-def transfer_signals(spec: dict) -> dict[str, list[str]]:
-    """The teacher signals the ``route_transfer`` job of a route reads (kdpipe.routing.transfer), per split: the
-    transfer rows' logits and pooled states (and MC-dropout signal, for an MC score), and the validation rows' for
-    ``knn`` and ``learned``, which are fitted on them."""
-    out = {"transfer": [*ROUTE_SIGNALS, *(["mc"] if needs_mc(spec) else [])]}
-    if spec["router"] in ("knn", "learned"):
-        out = {"validation": list(ROUTE_SIGNALS), **out}
-    return out
+def route_spec(router: str, score: str, temperature: float, calibrate: bool) -> RouteSpec:
+    """The :class:`RouteSpec` of a student's complete method_args ``router``, ``score``, ``temperature`` and
+    ``calibrate``: the score only for the certainty router, the temperature only for a score computed from
+    logits."""
+    certainty = router == "certainty"
+    return RouteSpec(
+        router,
+        score if certainty else None,
+        float(temperature) if certainty and SCORES[score] == "logits" else None,
+        bool(calibrate),
+    )

@@ -18,30 +18,34 @@ import numpy as np
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.progress import say
 from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
-from kdpipe.routing import ROUTE_SPLITS, SCORES, route_label_use, route_signals
+from kdpipe.routing import ROUTE_SPLITS, SCORES, route_label_use
 from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.routing.diagnostics import diagnose, ood_auroc, say_warning, text_table, warn_threshold, warning
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
 from kdpipe.routing.scoring import all_routers, calibrate, chosen_name
+from kdpipe.routing.settings import RouteSettings
 
 
-def build_route(params: dict, data: Path, signals_root: Path, out: Path, warn_below: str | None = None) -> dict:
-    """Route the rows of train and validation for ``params["teachers"]`` with ``params["router"]``, reading only
-    the signals ``params["signals"]`` declares (without it, those the router needs); write the artifact to the
-    folder ``out`` and return its manifest. Says the diagnostics, and warns when the chosen router sends fewer than
-    ``warn_below`` (``--warn-below``, else the workflow's ``routing.warn_below``:
-    :func:`kdpipe.routing.diagnostics.warn_threshold`) of the validation rows to the teacher of their class."""
-    signals = DeclaredSignals(signals_root, params.get("signals") or route_signals(params))
-    inputs = RouteInputs(params["teachers"], Path(data), signals)
-    chosen = chosen_name(params)
-    if params["router"] == "certainty" and SCORES[params["score"]] == "mc" and not inputs.has_mc("train"):
-        raise KdpipeError(f"route: score {params['score']!r} needs the MC-dropout signal of every teacher on train")
-    temps = calibrate(inputs) if params.get("calibrate") else None
-    routers = all_routers(inputs, params, temps)
+def build_route(
+    settings: RouteSettings, data: Path, signals_root: Path, out: Path, warn_below: str | None = None
+) -> dict:
+    """Route the rows of train and validation for the teachers of ``settings`` with its router, reading only the
+    signals it declares; write the artifact to the folder ``out`` and return its manifest. Says the diagnostics, and
+    warns when the chosen router sends fewer than ``warn_below`` (``--warn-below``, else the workflow's
+    ``routing.warn_below``: :func:`kdpipe.routing.diagnostics.warn_threshold`) of the validation rows to the teacher
+    of their class."""
+    signals = DeclaredSignals(signals_root, settings.signals)
+    inputs = RouteInputs(list(settings.teachers), Path(data), signals)
+    router, score = settings.router, settings.score
+    chosen = chosen_name(router, score)
+    if router == "certainty" and SCORES[score] == "mc" and not inputs.has_mc("train"):
+        raise KdpipeError(f"route: score {score!r} needs the MC-dropout signal of every teacher on train")
+    temps = calibrate(inputs) if settings.calibrate else None
+    routers = all_routers(inputs, router, settings.temperature, settings.routing, temps)
     diagnostics = diagnose(inputs, routers)
     say(f"[kdpipe] routing of {', '.join(inputs.teachers)} (* the chosen router):\n{text_table(diagnostics, chosen)}")
     # before any student reads the route (each of its students says it again, and the report)
-    say_warning(warning(diagnostics, chosen, warn_threshold(warn_below), bool(params.get("calibrate"))))
+    say_warning(warning(diagnostics, chosen, warn_threshold(warn_below), settings.calibrate))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for split in ROUTE_SPLITS:
@@ -52,14 +56,12 @@ def build_route(params: dict, data: Path, signals_root: Path, out: Path, warn_be
             write_scores(tmp, inputs.row_ids[split], scores)
     manifest = make_manifest(
         "route",
-        config=params,
+        config=settings,
         teachers=inputs.teachers,
         labels=inputs.labels,
         router=chosen,
-        weighting="softmax" if params["router"] in ("certainty", "knn") else "scores",
-        gold_labels=route_label_use(
-            params["router"], bool(params.get("calibrate")), {s: len(inputs.row_ids[s]) for s in ROUTE_SPLITS}
-        ),
+        weighting="softmax" if router in ("certainty", "knn") else "scores",
+        gold_labels=route_label_use(router, settings.calibrate, {s: len(inputs.row_ids[s]) for s in ROUTE_SPLITS}),
         temperatures={t: v["temperature"] for t, v in temps.items()} if temps else None,
         calibration=temps,
         rows={s: len(inputs.row_ids[s]) for s in ROUTE_SPLITS},

@@ -2,7 +2,7 @@
 signals the plan declared as the route job's inputs, and nothing else.
 
 The plan passes the declared signals per split in the job's config slice (``signals``, from
-:func:`kdpipe.routing.route_signals`). A signal file that is not declared is never opened, even where it exists:
+:meth:`kdpipe.routing.RouteSpec.signals`). A signal file that is not declared is never opened, even where it exists:
 Snakemake does not track it, so it may be stale, and the diagnostics would depend on it.
 """
 

@@ -14,11 +14,12 @@ from kdpipe.routing.certainty import certainty_scores
 from kdpipe.routing.inputs import RouteInputs
 from kdpipe.routing.knn import knn_scores
 from kdpipe.routing.learned import learned_router
+from kdpipe.routing.settings import RoutingSettings
 
 
-def chosen_name(params: dict) -> str:
+def chosen_name(router: str, score: str | None) -> str:
     """The chosen router's name in the diagnostics: ``certainty/<score>``, or the router."""
-    return f"certainty/{params['score']}" if params["router"] == "certainty" else params["router"]
+    return f"certainty/{score}" if router == "certainty" else router
 
 
 def calibrate(inputs: RouteInputs) -> dict[str, dict]:
@@ -90,11 +91,13 @@ def oracle(inputs: RouteInputs) -> dict[str, np.ndarray]:
     return {s: np.eye(len(inputs.teachers), dtype=np.float32)[inputs.owners[s]] for s in ROUTE_SPLITS}
 
 
-def all_routers(inputs: RouteInputs, params: dict, temps: dict | None) -> dict[str, dict]:
-    """Every router the declared signals allow: name -> {"scores": {split: [N, K]}, ...}. An MC score is scored on
-    the splits whose MC-dropout signal the route reads, and left out without it on train."""
-    settings = params["routing"]
-    temperature = float(params.get("temperature", 1.0))
+def all_routers(
+    inputs: RouteInputs, router: str, temperature: float | None, routing: RoutingSettings, temps: dict | None
+) -> dict[str, dict]:
+    """Every router the declared signals allow: name -> {"scores": {split: [N, K]}, ...} (``router``: the chosen one,
+    ``temperature``: its τ, 1 when it has none; ``routing``: the settings of the knn and learned routers). An MC
+    score is scored on the splits whose MC-dropout signal the route reads, and left out without it on train."""
+    temperature = 1.0 if temperature is None else float(temperature)
     out = {}
     for score, source in SCORES.items():
         if (
@@ -106,12 +109,12 @@ def all_routers(inputs: RouteInputs, params: dict, temps: dict | None) -> dict[s
         if source == "logits" or inputs.has_mc("train"):
             splits = [s for s in ROUTE_SPLITS if source == "logits" or inputs.has_mc(s)]
             out[f"certainty/{score}"] = {"scores": {s: certainty(inputs, score, s, temperature, temps) for s in splits}}
-    out["knn"] = {"scores": knn(inputs, int(settings["neighbours"]), int(settings["folds"]), int(settings["seed"]))}
+    out["knn"] = {"scores": knn(inputs, int(routing.neighbours), int(routing.folds), int(routing.seed))}
     try:
-        scores, figures = learned(inputs, int(settings["folds"]), int(settings["seed"]))
+        scores, figures = learned(inputs, int(routing.folds), int(routing.seed))
         out["learned"] = {"scores": scores, "fit": figures}
     except KdpipeError as err:  # too few validation rows: an error only when it is the chosen router
-        if params["router"] == "learned":
+        if router == "learned":
             raise
         say(f"[kdpipe] route: the learned router is left out of the diagnostics: {err}")
     out["oracle"] = {"scores": oracle(inputs)}

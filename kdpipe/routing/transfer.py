@@ -18,24 +18,28 @@ from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
 from kdpipe.routing.knn import knn_scores
 from kdpipe.routing.learned import learned_router
 from kdpipe.routing.scoring import certainty, router_features
+from kdpipe.routing.settings import RouteSettings, RoutingSettings
 
 TRANSFER_FILES = (f"{TRANSFER}.parquet", f"{TRANSFER}.json")
 
 
-def route_transfer(params: dict, data: Path, transfer: Path, signals_root: Path, route: Path) -> dict:
-    """Score the transfer rows for the route in the folder ``route`` (whose slice is ``params``); write the files
-    beside the route's and return their manifest."""
+def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_root: Path, route: Path) -> dict:
+    """Score the transfer rows for the route in the folder ``route`` (whose settings are ``settings``); write the
+    files beside the route's and return their manifest."""
     route = Path(route)
-    made = read_manifest(route / FILES[-1], kind="route", teachers=list(params["teachers"]))
-    declared = params["signals"]  # the transfer rows' signals, and the validation rows' for a fitted router
+    teachers = list(settings.teachers)
+    made = read_manifest(route / FILES[-1], kind="route", teachers=teachers)
+    declared = settings.signals  # the transfer rows' signals, and the validation rows' for a fitted router
     signals = DeclaredSignals(signals_root, declared)
-    inputs = RouteInputs(params["teachers"], Path(data), signals, splits=tuple(declared), transfer=Path(transfer))
-    scores = transfer_scores(inputs, params, made.get("calibration"))
+    inputs = RouteInputs(teachers, Path(data), signals, splits=tuple(declared), transfer=Path(transfer))
+    scores = transfer_scores(
+        inputs, settings.router, settings.score, settings.temperature, settings.routing, made.get("calibration")
+    )
     with atomic_path(route / TRANSFER_FILES[0]) as tmp:
         write_scores(tmp, inputs.row_ids[TRANSFER], scores)
     manifest = make_manifest(
         "route",
-        config=params,
+        config=settings,
         teachers=inputs.teachers,
         labels=inputs.labels,
         router=made["router"],
@@ -47,19 +51,26 @@ def route_transfer(params: dict, data: Path, transfer: Path, signals_root: Path,
     return write_manifest(route / TRANSFER_FILES[1], manifest, [TRANSFER_FILES[0]])
 
 
-def transfer_scores(inputs: RouteInputs, params: dict, temps: dict | None) -> np.ndarray:
-    """The chosen router's scores [N, K] of the transfer rows."""
-    router, settings = params["router"], params["routing"]
-    folds, seed = int(settings["folds"]), int(settings["seed"])
+def transfer_scores(
+    inputs: RouteInputs,
+    router: str,
+    score: str | None,
+    temperature: float | None,
+    routing: RoutingSettings,
+    temps: dict | None,
+) -> np.ndarray:
+    """The chosen router's (``router``, ``score``, τ ``temperature``: 1 when it has none) scores [N, K] of the
+    transfer rows; ``routing``: the settings of the knn and learned routers."""
+    folds, seed = int(routing.folds), int(routing.seed)
     if router == "certainty":
-        return certainty(inputs, params["score"], TRANSFER, float(params.get("temperature", 1.0)), temps)
+        return certainty(inputs, score, TRANSFER, 1.0 if temperature is None else float(temperature), temps)
     if router == "knn":
         columns = [
             knn_scores(
                 inputs.pooled[t, TRANSFER],
                 inputs.pooled[t, "validation"],
                 inputs.own_rows(t, "validation"),
-                int(settings["neighbours"]),
+                int(routing.neighbours),
                 folds=folds,
                 seed=seed,
             )[0]

@@ -23,6 +23,7 @@ from kdpipe.signals.forward import forward
 from kdpipe.signals.packed import LAYOUT, TOKENS, item_shape, offsets_of, pack_rows, row_counts, sidecar
 from kdpipe.signals.parts import gather_packed, shard_rows
 from kdpipe.signals.rowfile import RowFile
+from kdpipe.signals.settings import SignalSettings
 from kdpipe.signals.teacher import TeacherPass
 
 
@@ -52,18 +53,26 @@ class PackedWriter:
     """Rows of one feature written packed in split order into ``out_npy`` as the forward's batches come (each row cut
     to its own length: nothing depends on the batch's padding), after a check that the disk has room for them."""
 
-    def __init__(self, config, lengths: np.ndarray, feature: str, layers: list[int], rows: np.ndarray, out_npy: Path):
+    def __init__(
+        self,
+        model_config: object,
+        lengths: np.ndarray,
+        feature: str,
+        layers: list[int],
+        rows: np.ndarray,
+        out_npy: Path,
+    ):
         self.feature, self.layers, self.lengths = feature, layers, lengths
-        self.heads = config.num_attention_heads
+        self.heads = model_config.num_attention_heads
         counts = row_counts(feature, lengths[rows], len(layers), self.heads)
         self.starts = np.full(len(lengths), -1, dtype=np.int64)
         self.starts[rows] = offsets_of(counts)[:-1]
         ensure_disk_space(
             out_npy,
-            dump_bytes(feature, len(layers), config.hidden_size, self.heads, lengths[rows]),
+            dump_bytes(feature, len(layers), model_config.hidden_size, self.heads, lengths[rows]),
             f"the {feature} dump ({len(rows)} rows, {int(lengths[rows].sum()):,} tokens)",
         )
-        shape = (int(counts.sum()), *item_shape(feature, len(layers), config.hidden_size))
+        shape = (int(counts.sum()), *item_shape(feature, len(layers), model_config.hidden_size))
         self.array = RowFile.create(out_npy, shape, np.float16)
         self.hidden_states, self.attentions = feature == "hidden", feature != "hidden"
 
@@ -100,11 +109,11 @@ def dump_feature(
 
 
 class FeatureCollector(PackedWriter):
-    """The shard's rows of ``params["signal"]`` straight into the part folder (memory flat in N), with every row's
-    length and token hash beside (students check that they tokenise the same way)."""
+    """The shard's rows of the feature of ``settings`` straight into the part folder (memory flat in N), with every
+    row's length and token hash beside (students check that they tokenise the same way)."""
 
-    def __init__(self, params: dict, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
-        feature, layers = params["signal"], list(params["layers"])
+    def __init__(self, settings: SignalSettings, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
+        feature, layers = settings.signal, list(settings.layers)
         self.teacher, self.part, self.name = teacher, part, f"{feature}.npy"
         super().__init__(teacher.model.config, teacher.encoded.lengths, feature, layers, rows, part / self.name)
 
@@ -126,10 +135,10 @@ class FeatureCollector(PackedWriter):
 collector = FeatureCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
 
 
-def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
+def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:
     """The packed ``<feature>.npy``, its offsets and tokens sidecars and its manifest in ``out_dir``, from the parts of
     every shard (memory flat in N)."""
-    feature = params["signal"]
+    feature = settings.signal
     data_file, offsets_file, tokens_file, manifest_file = (out_dir / name for name in SIGNALS[feature].files)
     tokens = np.load(parts[0][1] / tokens_file.name)
     for _, folder in parts[1:]:
@@ -148,8 +157,8 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
             np.save(fh, array)
     manifest = make_manifest(
         feature,
-        config=params,
-        split=params["split"],
+        config=settings,
+        split=settings.split,
         layout=LAYOUT,
         **meta,
         tokens=int(tokens["length"].sum()),

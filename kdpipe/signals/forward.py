@@ -3,7 +3,8 @@ the config needs of that teacher on that split: logits, pooled states, hidden st
 signals (docs/design.md, "Signals").
 
 Each signal's module (:data:`kdpipe.signals.catalog.SIGNALS`) gives a *collector*
-``collector(params, teacher, rows, part, device)`` whose ``add(batch, outputs)`` fills the signal's part folder and
+``collector(settings, teacher, rows, part, device)`` (``settings``: the signal's
+:class:`~kdpipe.signals.settings.SignalSettings`) whose ``add(batch, outputs)`` fills the signal's part folder and
 whose ``finish()`` returns the manifest fields. The signals that need eager attention (``Signal.attention``) get a
 second forward in the same job, so the others keep the bytes they have when made alone.
 """
@@ -11,7 +12,7 @@ second forward in the same job, so the others keep the bytes they have when made
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -22,6 +23,7 @@ from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import signal_spec
 from kdpipe.signals.parts import finish_part, shard_rows
+from kdpipe.signals.settings import SignalSettings
 from kdpipe.signals.teacher import open_teacher
 
 
@@ -49,25 +51,27 @@ def forward(
             collector.add(batch, outputs)
 
 
-def compute(signals: list[dict], teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path) -> None:
-    """The shard's part of every signal in ``signals`` (their config slices), each into ``part/<signal>``: one
-    forward per attention implementation they need (one for all but the attention dumps)."""
-    split, batch_size = signals[0]["split"], signals[0]["batch_size"]
-    if any((params["split"], params["batch_size"]) != (split, batch_size) for params in signals):
-        raise KdpipeError(f"one forward pass makes signals of one split and batch size, not {signals}")
+def compute(
+    signals: Sequence[SignalSettings], teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path
+) -> None:
+    """The shard's part of every signal in ``signals`` (their settings), each into ``part/<signal>``: one forward
+    per attention implementation they need (one for all but the attention dumps)."""
+    split, batch_size = signals[0].split, signals[0].batch_size
+    if any((s.split, s.batch_size) != (split, batch_size) for s in signals):
+        raise KdpipeError(f"one forward pass makes signals of one split and batch size, not {list(signals)}")
     device = pick_device()
-    for attention in sorted({signal_spec(p["signal"]).attention for p in signals}, key=str):
-        group = [p for p in signals if signal_spec(p["signal"]).attention == attention]
+    for attention in sorted({signal_spec(s.signal).attention for s in signals}, key=str):
+        group = [s for s in signals if signal_spec(s.signal).attention == attention]
         teacher = open_teacher(teacher_dir, data_dir, split, attn=attention)
         teacher.model.to(device)
         rows = shard_rows(pass_batches(teacher.encoded, batch_size, shard))
-        folders = [Path(part) / p["signal"] for p in group]
+        folders = [Path(part) / s.signal for s in group]
         collectors = []
-        for params, folder in zip(group, folders):
+        for settings, folder in zip(group, folders):
             folder.mkdir(parents=True, exist_ok=True)
-            module = importlib.import_module(signal_spec(params["signal"]).module)
-            collectors.append(module.collector(params, teacher, rows, folder, device))
-        names = ", ".join(p["signal"] for p in group)
+            module = importlib.import_module(signal_spec(settings.signal).module)
+            collectors.append(module.collector(settings, teacher, rows, folder, device))
+        names = ", ".join(s.signal for s in group)
         forward(
             teacher.model,
             teacher.encoded,

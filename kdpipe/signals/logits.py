@@ -16,6 +16,7 @@ from kdpipe.core.store import atomic_path, ensure_disk_space, make_manifest
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.io import write_logits
 from kdpipe.signals.parts import gather_array
+from kdpipe.signals.settings import SignalSettings
 from kdpipe.signals.teacher import TeacherPass
 
 
@@ -24,7 +25,7 @@ class LogitsCollector:
 
     hidden_states = attentions = False
 
-    def __init__(self, params: dict, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
+    def __init__(self, settings: SignalSettings, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
         self.teacher, self.rows, self.part = teacher, rows, part
         self.logits = np.zeros((len(teacher.encoded), teacher.model.config.num_labels), dtype=np.float32)
 
@@ -41,11 +42,11 @@ class LogitsCollector:
 collector = LogitsCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
 
 
-def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
+def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:
     """``logits.parquet`` + ``logits.json`` in ``out_dir`` from the parts of every shard."""
     data_file, manifest_file = (out_dir / name for name in SIGNALS["logits"].files)
     ensure_disk_space(data_file, 8 * meta["rows"] * (len(meta["labels"]) + 1), "the logits", hint="free space")
     with atomic_path(data_file) as tmp:
         write_logits(tmp, gather_array(parts, "row_id", meta["rows"]), gather_array(parts, "logits", meta["rows"]))
-    manifest = make_manifest("logits", config=params, split=params["split"], **meta)
+    manifest = make_manifest("logits", config=settings, split=settings.split, **meta)
     return write_manifest(manifest_file, manifest, [data_file.name])

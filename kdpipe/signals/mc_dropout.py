@@ -24,6 +24,7 @@ from kdpipe.evaluation.information import normalized_entropy
 from kdpipe.models.inference import dropout_rates, enable_dropout, iterate, pass_batches
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.parts import gather_array, shard_rows
+from kdpipe.signals.settings import SignalSettings
 from kdpipe.signals.teacher import open_teacher
 
 SCORES = ("entropy", "certainty", "max_prob", "variance", "mean_entropy", "mutual_info")
@@ -127,22 +128,22 @@ def mc_dropout(
     return mean, pd.DataFrame({"row_id": encoded.row_ids, **scores})
 
 
-def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path):
+def compute(settings: SignalSettings, teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path):
     """Write the shard's mean probabilities and scores into the part folder; return (rows, manifest fields)."""
-    teacher = open_teacher(teacher_dir, data_dir, params["split"])
-    set_dropout(teacher.model, params.get("dropout"), str(teacher_dir))
+    teacher = open_teacher(teacher_dir, data_dir, settings.split)
+    set_dropout(teacher.model, settings.dropout, str(teacher_dir))
     mean, scores = mc_dropout(
         teacher.model,
         teacher.encoded,
-        samples=params["samples"],
-        seed=params["seed"],
-        batch_size=params["batch_size"],
-        max_batch_rows=params["max_batch_rows"],
+        samples=settings.samples,
+        seed=settings.seed,
+        batch_size=settings.batch_size,
+        max_batch_rows=settings.max_batch_rows,
         device=pick_device(),
-        desc=f"mc-dropout {params['split']}",
+        desc=f"mc-dropout {settings.split}",
         shard=shard,
     )
-    rows = shard_rows(pass_batches(teacher.encoded, params["batch_size"], shard))
+    rows = shard_rows(pass_batches(teacher.encoded, settings.batch_size, shard))
     arrays = {
         "row_id": scores["row_id"].to_numpy()[rows],
         "mean": mean[rows],
@@ -153,7 +154,7 @@ def compute(params: dict, teacher_dir: Path, data_dir: Path, shard: tuple[int, i
     return rows, {"rows": len(teacher.encoded), "labels": teacher.labels, "teacher": teacher.teacher_config}
 
 
-def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
+def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:
     """``mc.npy``, ``mc.parquet`` and ``mc.json`` in ``out_dir`` from the parts of every shard, each atomically."""
     npy, parquet, manifest_file = (out_dir / name for name in SIGNALS["mc"].files)
     ensure_disk_space(
@@ -167,5 +168,5 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
         np.save(fh, column("mean"))
     with atomic_path(parquet) as tmp:
         pd.DataFrame({"row_id": column("row_id"), **{key: column(key) for key in SCORES}}).to_parquet(tmp, index=False)
-    manifest = make_manifest("mc", config=params, split=params["split"], **meta)
+    manifest = make_manifest("mc", config=settings, split=settings.split, **meta)
     return write_manifest(manifest_file, manifest, [npy.name, parquet.name])

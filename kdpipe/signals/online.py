@@ -8,6 +8,7 @@ one exception to "a distill job never loads a teacher": the teacher's folder is 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -78,21 +79,30 @@ def cached_signals(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if n not in ONLINE)
 
 
-def online_signals(params: dict, names: tuple[str, ...], teacher_dirs: list[Path], job) -> dict[str, dict]:
-    """Each teacher's token-level signals among a method's ``names``, computed online on the student's training rows
-    (``job.train`` then ``job.transfer``, with their texts), keeping the layers of ``params["alignment"]``: teacher ->
-    the entries its cached dumps would give (and its ``labels``)."""
-    attention = params.get("attention_feature", "attentions")  # every head, or their mean (kdpipe.plan.layers)
+def online_signals(
+    names: tuple[str, ...],
+    teacher_dirs: list[Path],
+    job,
+    *,
+    teachers: Sequence[str],
+    alignment: Mapping[str, Sequence[Sequence[int]]] | None,
+    attention_feature: str | None,
+) -> dict[str, dict]:
+    """Each of the ``teachers``' token-level signals among a method's ``names``, computed online on the student's
+    training rows (``job.train`` then ``job.transfer``, with their texts), keeping the layers of the student's
+    ``alignment`` (``attention_feature``: the attention dump it reads): teacher -> the entries its cached dumps would
+    give (and its ``labels``)."""
+    attention = attention_feature or "attentions"  # every head, or their mean (kdpipe.plan.layers)
     wanted = {n: attention if n == "attentions" else n for n in names if n in ONLINE}
     if not wanted:
         return {}
     frame = job.train if job.transfer is None else pd.concat([job.train, job.transfer], ignore_index=True)
     dirs = {Path(d).name: Path(d) for d in teacher_dirs}
     out = {}
-    for teacher in params["teachers"]:
+    for teacher in teachers:
         if teacher not in dirs:
             raise KdpipeError(f"the student computes its teachers' token-level signals: pass --teachers .../{teacher}")
-        pairs = params["alignment"][teacher]
+        pairs = alignment[teacher]
         layers = {"hidden": sorted({tl for _, tl in pairs}), "attentions": sorted({tl for s, tl in pairs if s >= 1})}
         out[teacher] = online_features(dirs[teacher], frame, wanted, layers, job.device)
     return out

@@ -17,6 +17,7 @@ from kdpipe.core.store import atomic_path, ensure_disk_space, make_manifest
 from kdpipe.data.batching import model_inputs
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.parts import gather_array
+from kdpipe.signals.settings import SignalSettings
 from kdpipe.signals.teacher import TeacherPass
 
 
@@ -31,7 +32,7 @@ class PooledCollector:
 
     hidden_states, attentions = True, False
 
-    def __init__(self, params: dict, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
+    def __init__(self, settings: SignalSettings, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
         self.teacher, self.rows, self.part = teacher, rows, part
         self.pooled = np.zeros((len(teacher.encoded), teacher.model.config.hidden_size), dtype=np.float32)
 
@@ -49,12 +50,12 @@ class PooledCollector:
 collector = PooledCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
 
 
-def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
+def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:
     """``pooled.npy`` + ``pooled.json`` in ``out_dir`` from the parts of every shard (rows in the split's order,
     like the feature dumps)."""
     data_file, manifest_file = (out_dir / name for name in SIGNALS["pooled"].files)
     ensure_disk_space(data_file, 4 * meta["rows"] * meta["hidden_size"], "the pooled states", hint="free space")
     with atomic_path(data_file) as tmp:
         gather_array(parts, "pooled", meta["rows"], out=tmp)
-    manifest = make_manifest("pooled", config=params, split=params["split"], **meta)
+    manifest = make_manifest("pooled", config=settings, split=settings.split, **meta)
     return write_manifest(manifest_file, manifest, [data_file.name])

@@ -3,9 +3,10 @@ split runs as one job that writes the artifacts (S = 1), or as S shard jobs, eac
 gather job per signal that assembles the same artifacts as the unsharded pass.
 
 Shard k of S runs batches k, k+S, ... of the split's one list of inference batches and writes a *part*
-(:mod:`kdpipe.signals.parts`); a signal module's ``write(params, meta, parts, out_dir) -> manifest`` turns the parts
-into the artifact, which it computes with a ``collector`` of the shared forward (:mod:`kdpipe.signals.forward`) or
-its own ``compute(params, teacher_dir, data_dir, shard, part) -> (rows, meta)``.
+(:mod:`kdpipe.signals.parts`); a signal module's ``write(settings, meta, parts, out_dir) -> manifest`` turns the
+parts into the artifact, which it computes with a ``collector`` of the shared forward (:mod:`kdpipe.signals.forward`)
+or its own ``compute(settings, teacher_dir, data_dir, shard, part) -> (rows, meta)``; ``settings`` is the signal's
+:class:`~kdpipe.signals.settings.SignalSettings`.
 """
 
 from __future__ import annotations
@@ -16,46 +17,46 @@ from pathlib import Path
 from kdpipe.core.store import atomic_path, scratch_folder
 from kdpipe.signals.catalog import signal_spec
 from kdpipe.signals.parts import finish_part, parse_shard, read_parts
+from kdpipe.signals.settings import PassSettings, SignalSettings
 
 
-def run_shard(params: dict, teacher: Path, data: Path, shard: str, out_part: Path) -> None:
-    """One shard (``"k-of-S"``) of the pass that makes ``params["signals"]`` (their config slices; a slice of one
-    signal alone makes that one) with the teacher in ``teacher``, written atomically as a part folder with one
-    sub-folder per signal."""
-    signals = params.get("signals", [params])
+def run_shard(settings: PassSettings, teacher: Path, data: Path, shard: str, out_part: Path) -> None:
+    """One shard (``"k-of-S"``) of the pass that makes the signals of ``settings`` with the teacher in ``teacher``,
+    written atomically as a part folder with one sub-folder per signal."""
+    signals = settings.signals
     teacher_dir, data_dir, where = Path(teacher), Path(data), parse_shard(shard)
     with atomic_path(out_part, directory=True) as tmp:
-        if all(signal_spec(params["signal"]).forward for params in signals):
+        if all(signal_spec(s.signal).forward for s in signals):
             importlib.import_module("kdpipe.signals.forward").compute(signals, teacher_dir, data_dir, where, tmp)
             return
-        (params,) = signals  # a pass of its own makes one signal
-        part = Path(tmp) / params["signal"]
+        (signal,) = signals  # a pass of its own makes one signal
+        part = Path(tmp) / signal.signal
         part.mkdir()
-        module = importlib.import_module(signal_spec(params["signal"]).module)
-        rows, meta = module.compute(params, teacher_dir, data_dir, where, part)
+        module = importlib.import_module(signal_spec(signal.signal).module)
+        rows, meta = module.compute(signal, teacher_dir, data_dir, where, part)
         finish_part(part, rows, meta)
 
 
-def gather(params: dict, parts: list[Path], out: Path) -> dict:
-    """The artifact of the signal ``params["signal"]`` in the folder ``out`` from the parts of all its pass's
-    shards; returns its manifest."""
-    signal = params["signal"]
+def gather(settings: SignalSettings, parts: list[Path], out: Path) -> dict:
+    """The artifact of the signal of ``settings`` in the folder ``out`` from the parts of all its pass's shards;
+    returns its manifest."""
+    signal = settings.signal
     module = importlib.import_module(signal_spec(signal).module)
     meta, read = read_parts([Path(part) / signal for part in parts])
     Path(out).mkdir(parents=True, exist_ok=True)
-    return module.write(params, meta, read, Path(out))
+    return module.write(settings, meta, read, Path(out))
 
 
-def run_pass(params: dict, teacher: Path, data: Path, out: Path) -> dict[str, dict]:
-    """The pass that makes ``params["signals"]`` over the whole split, in one job (one shard, gathered in the same
-    job): the same bytes as any number of shards. Returns the manifest of each signal."""
+def run_pass(settings: PassSettings, teacher: Path, data: Path, out: Path) -> dict[str, dict]:
+    """The pass that makes the signals of ``settings`` over the whole split, in one job (one shard, gathered in the
+    same job): the same bytes as any number of shards. Returns the manifest of each signal."""
     Path(out).mkdir(parents=True, exist_ok=True)
     with scratch_folder(Path(out) / "pass") as tmp:  # (hidden, and removed by the next pass if killed)
         part = tmp / "part"
-        run_shard(params, teacher, data, "1-of-1", part)
-        return {signal["signal"]: gather(signal, [part], out) for signal in params["signals"]}
+        run_shard(settings, teacher, data, "1-of-1", part)
+        return {signal.signal: gather(signal, [part], out) for signal in settings.signals}
 
 
-def run(signal: str, params: dict, teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict:
+def run(settings: SignalSettings, teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict:
     """One signal over the whole split, in a pass of its own; returns its manifest."""
-    return run_pass({"signals": [{**params, "signal": signal}]}, teacher_dir, data_dir, out_dir)[signal]
+    return run_pass(PassSettings(signals=(settings,)), teacher_dir, data_dir, out_dir)[settings.signal]

@@ -4,8 +4,9 @@ A :class:`Stage` names its sub-command (``python -m kdpipe <name>``), the functi
 arguments (paths the rule passes from its inputs, outputs or params, and texts) and its resources. From it come the
 command line (:mod:`kdpipe.cli`), each rule's shell command and resources (``workflow/rules/common.smk``, which
 generates every stage's rule from one declaration of its wiring), and the call into the stage: the function gets the
-stage's config slice (``--params``) and each argument by its name. Torch-free, and imported by no stage, so that a
-change here reruns only the jobs whose command line it changes (the shell command is part of a rule's code).
+stage's settings (its config slice, ``--params``, read once into the typed object its ``settings`` names) and each
+argument by its name. Torch-free, and imported by no stage, so that a change here reruns only the jobs whose command
+line it changes (the shell command is part of a rule's code).
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ class Arg:
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage: its sub-command, the ``module:function`` that does its work, what it does, its arguments and the
-    resources its rule asks for (threads, memory in MB, run time in minutes)."""
+    """A stage: its sub-command, the ``module:function`` that does its work, what it does, its arguments, the
+    ``module:class`` of its typed settings (a :class:`kdpipe.core.settings.Settings`, imported by name only when
+    the stage runs) and the resources its rule asks for (threads, memory in MB, run time in minutes)."""
 
     name: str
     entry: str
     summary: str
     args: tuple[Arg, ...]
+    settings: str
     model: bool = False  # runs a model: claims a GPU from the pool first, and asks the workflow for one
     trains: bool = False  # a training job: has an identity, resumes, restores its finished outputs (kdpipe.cli)
     threads: int = 1
@@ -50,6 +53,13 @@ class Stage:
     @property
     def function(self) -> str:
         return self.entry.partition(":")[2]
+
+    def settings_type(self) -> type:
+        """The class of the stage's typed settings (imported here, by name)."""
+        import importlib
+
+        module, _, name = self.settings.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     @property
     def rule(self) -> str:
@@ -95,54 +105,192 @@ CPU_MODEL = dict(threads=2, mem_mb=6000, runtime=30)  # one that runs a model on
 TRAINING = dict(MODEL, trains=True)
 DATA, OUT = read("data"), written("out")
 
-# fmt: off
-SIGNALS_ROOT, TEACHER = read("signals_root"), read("teacher")
-OPTIONAL = {name: read(name, optional=True) for name in ("prototypes", "route", "transfer", "ood", "reference")}
-STAGES = {stage.name: stage for stage in (
-    Stage("prepare", "kdpipe.data.prepare:prepare", "read, deduplicate and split the dataset", (OUT,)),
-    Stage("transfer", "kdpipe.data.transfer:build_transfer", "unlabelled transfer rows, checked against the dataset",
-          (DATA, OUT), runtime=30),
-    Stage("ood", "kdpipe.data.ood:build_ood", "an external out-of-distribution set, checked against the dataset",
-          (DATA, OPTIONAL["transfer"], OUT)),
-    Stage("prototypes", "kdpipe.methods.meta_kd.prototypes:write_prototype_scores", "Meta-KD's prototype scores",
-          (DATA, OUT), **MODEL),
-    Stage("finetune-teacher", "kdpipe.stages.finetune_teacher:run", "fine-tune one teacher",
-          (DATA, OPTIONAL["prototypes"], OUT), **TRAINING),
-    Stage("import-teacher", "kdpipe.stages.import_teacher:run",
-          "use a fine-tuned checkpoint as a teacher, without training", (DATA, OUT), **dict(MODEL, runtime=60)),
-    Stage("signal-pass", "kdpipe.signals.shards:run_pass",
-          "a teacher signal pass over a whole split, writing its signals", (TEACHER, DATA, OUT), **MODEL),
-    Stage("signal-shard", "kdpipe.signals.shards:run_shard", "one shard of a teacher signal pass",
-          (TEACHER, DATA, Arg("shard", "text"), written("out_part")), **MODEL),
-    Stage("signal-gather", "kdpipe.signals.shards:gather", "a teacher signal from its shards",
-          (read("parts", many=True), OUT), mem_mb=4000, runtime=30),
-    Stage("route", "kdpipe.routing.build:build_route", "each row's teacher weights, with routing diagnostics",
-          (DATA, SIGNALS_ROOT, OUT, text("warn_below")), threads=2, mem_mb=4000, runtime=30),
-    Stage("route-transfer", "kdpipe.routing.transfer:route_transfer", "a route's teacher weights of the transfer rows",
-          (DATA, read("transfer"), SIGNALS_ROOT, written("route")), threads=2, mem_mb=4000, runtime=30),
-    Stage("distill", "kdpipe.stages.distill:run", "train a student from cached signals",
-          (DATA, SIGNALS_ROOT, OPTIONAL["prototypes"], OPTIONAL["route"], OPTIONAL["transfer"],
-           read("teacher_dirs", optional=True, many=True), text("warn_below"), OUT), **TRAINING),
-    Stage("cotrain", "kdpipe.stages.cotrain:run", "ProKT: a student and its teacher trained together",
-          (DATA, OUT, written("out_teacher")), **dict(TRAINING, mem_mb=8000, runtime=240)),
-    Stage("evaluate", "kdpipe.stages.evaluate:run", "metrics and predictions of one model, split by split",
-          (read("model"), DATA, OPTIONAL["ood"], OPTIONAL["reference"], written("out_json", many=True),
-           written("out_predictions", many=True)), **dict(MODEL, mem_mb=4000, runtime=60)),
-    Stage("evaluate-ensemble", "kdpipe.stages.evaluate_ensemble:run", "an ensemble from its members' predictions",
-          (read("members", many=True), written("out_json", many=True), written("out_predictions", many=True))),
-    Stage("report", "kdpipe.report:write_report", "summary tables and plots",
-          (read("evals", many=True), read("routes", optional=True, many=True),
-           read("models", optional=True, many=True), read("serving", optional=True, many=True), text("title"), OUT)),
-    Stage("export", "kdpipe.stages.export:export", "a trained student as an ONNX graph, checked against it",
-          (read("model"), DATA, OUT), **CPU_MODEL),
-    Stage("quantize", "kdpipe.stages.export:quantize",
-          "an ONNX graph quantised to int8, with its accuracy check on the validation rows",
-          (read("model"), DATA, OUT), **CPU_MODEL),
-    Stage("serve", "kdpipe.stages.export:serve", "a model's serving profile: latency, throughput, memory and size",
-          (read("model"), DATA, OUT), **CPU_MODEL),
-    Stage("predict", "kdpipe.stages.predict:run",
-          "labels and probabilities of a trained model for every row of a CSV/TSV/JSONL/Parquet file",
-          (read("model"), read("input"), text("text_column"), text("text_pair_column"), text("batch_size"), OUT),
-          **MODEL),
-)}
-# fmt: on
+STAGES = {
+    stage.name: stage
+    for stage in (
+        Stage(
+            "prepare",
+            "kdpipe.data.prepare:prepare",
+            "read, deduplicate and split the dataset",
+            (OUT,),
+            "kdpipe.data.settings:DatasetSettings",
+        ),
+        Stage(
+            "transfer",
+            "kdpipe.data.transfer:build_transfer",
+            "unlabelled transfer rows, checked against the dataset",
+            (DATA, OUT),
+            "kdpipe.data.settings:TransferSettings",
+            runtime=30,
+        ),
+        Stage(
+            "ood",
+            "kdpipe.data.ood:build_ood",
+            "an external out-of-distribution set, checked against the dataset",
+            (DATA, read("transfer", optional=True), OUT),
+            "kdpipe.data.settings:OodSourceSettings",
+        ),
+        Stage(
+            "prototypes",
+            "kdpipe.methods.meta_kd.prototypes:write_prototype_scores",
+            "Meta-KD's prototype scores",
+            (DATA, OUT),
+            "kdpipe.methods.meta_kd.settings:PrototypeSettings",
+            **MODEL,
+        ),
+        Stage(
+            "finetune-teacher",
+            "kdpipe.stages.finetune_teacher:run",
+            "fine-tune one teacher",
+            (DATA, read("prototypes", optional=True), OUT),
+            "kdpipe.training.settings:TeacherSettings",
+            **TRAINING,
+        ),
+        Stage(
+            "import-teacher",
+            "kdpipe.stages.import_teacher:run",
+            "use a fine-tuned checkpoint as a teacher, without training",
+            (DATA, OUT),
+            "kdpipe.training.settings:ImportedTeacherSettings",
+            **dict(MODEL, runtime=60),
+        ),
+        Stage(
+            "signal-pass",
+            "kdpipe.signals.shards:run_pass",
+            "a teacher signal pass over a whole split, writing its signals",
+            (read("teacher"), DATA, OUT),
+            "kdpipe.signals.settings:PassSettings",
+            **MODEL,
+        ),
+        Stage(
+            "signal-shard",
+            "kdpipe.signals.shards:run_shard",
+            "one shard of a teacher signal pass",
+            (read("teacher"), DATA, Arg("shard", "text"), written("out_part")),
+            "kdpipe.signals.settings:PassSettings",
+            **MODEL,
+        ),
+        Stage(
+            "signal-gather",
+            "kdpipe.signals.shards:gather",
+            "a teacher signal from its shards",
+            (read("parts", many=True), OUT),
+            "kdpipe.signals.settings:SignalSettings",
+            mem_mb=4000,
+            runtime=30,
+        ),
+        Stage(
+            "route",
+            "kdpipe.routing.build:build_route",
+            "each row's teacher weights, with routing diagnostics",
+            (DATA, read("signals_root"), OUT, text("warn_below")),
+            "kdpipe.routing.settings:RouteSettings",
+            threads=2,
+            mem_mb=4000,
+            runtime=30,
+        ),
+        Stage(
+            "route-transfer",
+            "kdpipe.routing.transfer:route_transfer",
+            "a route's teacher weights of the transfer rows",
+            (DATA, read("transfer"), read("signals_root"), written("route")),
+            "kdpipe.routing.settings:RouteSettings",
+            threads=2,
+            mem_mb=4000,
+            runtime=30,
+        ),
+        Stage(
+            "distill",
+            "kdpipe.stages.distill:run",
+            "train a student from cached signals",
+            (
+                DATA,
+                read("signals_root"),
+                read("prototypes", optional=True),
+                read("route", optional=True),
+                read("transfer", optional=True),
+                read("teacher_dirs", optional=True, many=True),
+                text("warn_below"),
+                OUT,
+            ),
+            "kdpipe.methods.settings:StudentSettings",
+            **TRAINING,
+        ),
+        Stage(
+            "cotrain",
+            "kdpipe.stages.cotrain:run",
+            "ProKT: a student and its teacher trained together",
+            (DATA, OUT, written("out_teacher")),
+            "kdpipe.methods.settings:StudentSettings",
+            **dict(TRAINING, mem_mb=8000, runtime=240),
+        ),
+        Stage(
+            "evaluate",
+            "kdpipe.stages.evaluate:run",
+            "metrics and predictions of one model, split by split",
+            (
+                read("model"),
+                DATA,
+                read("ood", optional=True),
+                read("reference", optional=True),
+                written("out_json", many=True),
+                written("out_predictions", many=True),
+            ),
+            "kdpipe.evaluation.settings:EvalSettings",
+            **dict(MODEL, mem_mb=4000, runtime=60),
+        ),
+        Stage(
+            "evaluate-ensemble",
+            "kdpipe.stages.evaluate_ensemble:run",
+            "an ensemble from its members' predictions",
+            (read("members", many=True), written("out_json", many=True), written("out_predictions", many=True)),
+            "kdpipe.evaluation.settings:EvalSettings",
+        ),
+        Stage(
+            "report",
+            "kdpipe.report:write_report",
+            "summary tables and plots",
+            (
+                read("evals", many=True),
+                read("routes", optional=True, many=True),
+                read("models", optional=True, many=True),
+                read("serving", optional=True, many=True),
+                text("title"),
+                OUT,
+            ),
+            "kdpipe.report.settings:ReportSettings",
+        ),
+        Stage(
+            "export",
+            "kdpipe.stages.export:export",
+            "a trained student as an ONNX graph, checked against it",
+            (read("model"), DATA, OUT),
+            "kdpipe.models.settings:ExportSettings",
+            **CPU_MODEL,
+        ),
+        Stage(
+            "quantize",
+            "kdpipe.stages.export:quantize",
+            "an ONNX graph quantised to int8, with its accuracy check on the validation rows",
+            (read("model"), DATA, OUT),
+            "kdpipe.models.settings:QuantizeSettings",
+            **CPU_MODEL,
+        ),
+        Stage(
+            "serve",
+            "kdpipe.stages.export:serve",
+            "a model's serving profile: latency, throughput, memory and size",
+            (read("model"), DATA, OUT),
+            "kdpipe.models.settings:ServingSettings",
+            **CPU_MODEL,
+        ),
+        Stage(
+            "predict",
+            "kdpipe.stages.predict:run",
+            "labels and probabilities of a trained model for every row of a CSV/TSV/JSONL/Parquet file",
+            (read("model"), read("input"), text("text_column"), text("text_pair_column"), text("batch_size"), OUT),
+            "kdpipe.stages.predict:PredictSettings",
+            **MODEL,
+        ),
+    )
+}

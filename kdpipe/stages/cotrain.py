@@ -14,29 +14,37 @@ from kdpipe.core.store import make_manifest
 from kdpipe.data.batching import encode_frame
 from kdpipe.evaluation.results import combined_label_use
 from kdpipe.methods import prokt
+from kdpipe.methods.settings import StudentSettings
 from kdpipe.methods.started_labels import start_label_use
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.training.loop import FitResult, encoded_validator, fit_job, save_trained, total_steps
 from kdpipe.training.student import student_data
 
 
-def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
-    """Train the ProKT student of ``params`` (to ``out``) and its teacher (to ``out_teacher``) together."""
-    args = prokt.checked_args(params["method_args"])
-    job = student_data(params, data)
-    device, labels, settings = job.device, job.labels, job.settings
-    eval_batch_size = params.get("eval_batch_size", 64)
+def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> dict:
+    """Train the ProKT student of ``settings`` (to ``out``) and its teacher (to ``out_teacher``) together."""
+    args = prokt.checked_args(settings.method_args)
+    job = student_data(
+        data,
+        model=settings.model,
+        domain=settings.domain,
+        transfer_share=settings.transfer,
+        max_length=settings.max_length,
+        training=settings.train_settings(),
+    )
+    device, labels, training = job.device, job.labels, job.settings
+    eval_batch_size = settings.eval_batch_size
 
-    teacher_tokenizer = load_tokenizer(args["backbone"])
+    teacher_tokenizer = load_tokenizer(args.backbone)
     teacher_train, teacher_valid = (
-        encode_frame(teacher_tokenizer, frame, max_length=params["max_length"], label_ids=frame["label_id"].to_numpy())
+        encode_frame(teacher_tokenizer, frame, max_length=settings.max_length, label_ids=frame["label_id"].to_numpy())
         for frame in (job.train, job.valid)
     )
-    teacher = load_classifier(args["backbone"], labels, seed=settings.seed)
+    teacher = load_classifier(args.backbone, labels, seed=training.seed)
     prokt.zero_classifier(teacher)
     prokt.zero_classifier(job.model)
     cotrained = prokt.CoTrainedTeacher(
-        teacher, teacher_train, args, settings, total_steps(len(job.enc_train), settings), device
+        teacher, teacher_train, args, training, total_steps(len(job.enc_train), training), device
     )
     objective = prokt.build(cotrained)
 
@@ -54,17 +62,17 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
         objective,
         job.enc_train,
         validate,
-        settings,
+        training,
         device,
         out_dir=out,
-        params=params,
+        job=settings,
         desc="student (prokt)",
     )
     rows = {"train": len(job.train), "validation": len(job.valid)}
     # what the models they start from read (a classifier fine-tuned elsewhere: "trained outside kdpipe"); the
     # student's job trains the teacher too, so the student records the teacher's start as well
-    teacher_start = start_label_use(args["backbone"])
-    init = ((params.get("model") or {}).get("init") or {}).get("from")
+    teacher_start = start_label_use(args.backbone)
+    init = settings.model.init_from
     student_start = combined_label_use([{"gold_labels": teacher_start}, {"gold_labels": start_label_use(init)}])
     teacher_result = FitResult(
         best_state=cotrained.best_state,
@@ -83,22 +91,22 @@ def run(params: dict, data: Path, out: Path, out_teacher: Path) -> dict:
         teacher_result,
         make_manifest(
             "teacher",
-            config=params,
+            config=settings,
             labels=labels,
             method="prokt",
             cotrained_with=str(out),
-            tokenizer=args["backbone"],
+            tokenizer=args.backbone,
             rows=rows,
             gold_labels=teacher_start,
         ),
     )
     manifest = make_manifest(
         "student",
-        config=params,
+        config=settings,
         labels=labels,
         method="prokt",
         teachers=[],
-        tokenizer=params["model"],
+        tokenizer=settings.model.to_dict(),
         rows=rows,
         gold_labels=student_start,
     )

@@ -4,7 +4,7 @@ The student never sees a teacher model: it reads the signals its method declares
 from ``{signals_root}/{teacher}/train/``, checked against their manifests and the data split. Signals are keyed by
 row_id, not by token, so the student's tokenizer may differ from the teachers' for logit-level methods. A student
 restricted to a ``domain`` trains on that domain's rows and reads the same cached signals (made once for all rows),
-restricted to those rows. A student that learns from transfer rows (``params["transfer"]``) reads each teacher's
+restricted to those rows. A student that learns from transfer rows (its ``transfer`` share) reads each teacher's
 signals on the transfer split too, joined after the train rows' (kdpipe.signals.join); those rows carry no gold
 label (docs/methods.md, "Rows without a gold label"). The one exception to "never a teacher model": a student with
 ``signals: online`` runs its teachers here for their hidden states and attentions (kdpipe.signals.online).
@@ -13,8 +13,8 @@ label (docs/methods.md, "Rows without a gold label"). The one exception to "neve
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from kdpipe.data.batching import without_texts
 from kdpipe.data.dataset import domain_ids
 from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
+from kdpipe.methods.settings import MethodJob, StudentSettings
 from kdpipe.methods.started_labels import started_label_use
 from kdpipe.routing.artifact import read_route
 from kdpipe.routing.diagnostics import say_route_warning
@@ -35,7 +36,7 @@ from kdpipe.training.student import student_data
 
 
 def run(
-    params: dict,
+    settings: StudentSettings,
     data: Path,
     signals_root: Path,
     out: Path,
@@ -45,53 +46,78 @@ def run(
     teacher_dirs: list[Path] = (),
     warn_below: str | None = None,
 ) -> dict:
-    """Train the student of ``params`` from the cached signals under ``signals_root``; write it to ``out``. A student
-    that reads a ``route`` first says its routing warning at ``warn_below`` (``routing.warn_below``, outside the
-    slice), as the route job did: a route linked from the shared cache ran no job here.
+    """Train the student of ``settings`` from the cached signals under ``signals_root``; write it to ``out``. A
+    student that reads a ``route`` first says its routing warning at ``warn_below`` (``routing.warn_below``, outside
+    the slice), as the route job did: a route linked from the shared cache ran no job here.
 
-    ``params["method_spec"]`` is what the registry says of the method (module, builder, signals, teacher_classes,
+    ``settings.method_spec`` is what the registry says of the method (module, builder, signals, teacher_classes,
     prototypes), passed by the plan so that this stage imports only the method's own module.
     """
     say_route_warning(route, warn_below)
-    method = SimpleNamespace(name=params["method"], **{"routed": False, **params["method_spec"]})
-    job = student_data(params, data, attn="eager" if "attentions" in method.signals else None, transfer_dir=transfer)
-    signals = teacher_signals(params, method, job, Path(signals_root), teacher_dirs)
-    ctx = context(params, method, job, signals, prototypes)
+    method = Method(settings.method, settings.method_spec)
+    job = student_data(
+        data,
+        model=settings.model,
+        domain=settings.domain,
+        transfer_share=settings.transfer,
+        max_length=settings.max_length,
+        training=settings.train_settings(),
+        attn="eager" if "attentions" in method.signals else None,
+        transfer_dir=transfer,
+    )
+    signals = teacher_signals(settings, method, job, Path(signals_root), teacher_dirs)
+    ctx = context(list(settings.teachers), settings.alignment, method, job, signals, prototypes)
     route_manifest = routed(ctx, method, job, route) if method.routed else None
     builder = getattr(importlib.import_module(method.module), method.builder)
     result = fit_job(
         job.model,
-        builder(ctx, params["method_args"]),
+        builder(ctx, settings.method_args),
         job.enc_train,
-        job.validator(params.get("eval_batch_size", 64)),
+        job.validator(settings.eval_batch_size),
         job.settings,
         job.device,
         out_dir=out,
-        params=params,
+        job=settings,
         desc=f"student ({method.name})",
     )
     transfer_rows = {} if job.transfer is None else {"transfer": len(job.transfer)}
     manifest = make_manifest(
         "student",
-        config=params,
+        config=settings,
         labels=job.labels,
         method=method.name,
         teachers=ctx.teachers,
-        tokenizer=params["model"],
-        domain=params.get("domain"),
+        tokenizer=settings.model.to_dict(),
+        domain=settings.domain,
         rows={"train": len(job.train), **transfer_rows, "validation": len(job.valid)},
         # what its route, Meta-KD's example weights and its starting model read, with what training reads
         # (docs/report.md, "Which gold labels each model read"; kdpipe.training.loop.label_use)
-        gold_labels=started_label_use(params, method, len(job.train), route_manifest, prototypes),
+        gold_labels=started_label_use(settings.model.init_from, method, len(job.train), route_manifest, prototypes),
     )
     save_trained(out, job.model, job.tokenizer, job.labels, result, manifest)
     return manifest
 
 
-def context(params: dict, method, job, signals: dict, prototypes: Path | None) -> DistillContext:
-    """What the method receives: the teachers' signals and class blocks, the student's rows, their domains and
-    Meta-KD's prototype scores."""
-    teachers, where = list(params["teachers"]), f"student with method {method.name}"
+class Method:
+    """The student's method as this stage knows it: its name and what the registry says of it (``method_spec``)."""
+
+    def __init__(self, name: str, spec: MethodJob):
+        self.name, self.module, self.builder = name, spec.module, spec.builder
+        self.signals, self.teacher_classes = spec.signals, spec.teacher_classes
+        self.prototypes, self.routed = spec.prototypes, spec.routed
+
+
+def context(
+    teachers: list[str],
+    alignment: Mapping | None,
+    method: Method,
+    job,
+    signals: dict,
+    prototypes: Path | None,
+) -> DistillContext:
+    """What the method receives: the ``teachers``' signals and class blocks, the layer ``alignment`` of a method
+    that reads hidden states, the student's rows, their domains and Meta-KD's prototype scores."""
+    where = f"student with method {method.name}"
     labels = {t: signals[t]["labels"] for t in teachers}  # (none for a baseline without teachers: method supervised)
     ctx = DistillContext(
         labels=job.labels,
@@ -102,7 +128,7 @@ def context(params: dict, method, job, signals: dict, prototypes: Path | None) -
         student_config=job.model.config,
         train_lengths=job.enc_train.lengths,
         train_tokens=job.enc_train.token_hashes,
-        alignment=params.get("alignment"),
+        alignment=alignment,
         domains=job.domains,
     )
     if job.domains and job.transfer is None:  # transfer rows have no domain (no method reading domains takes them)
@@ -116,17 +142,28 @@ def context(params: dict, method, job, signals: dict, prototypes: Path | None) -
     return ctx
 
 
-def teacher_signals(params: dict, method, job, signals_root: Path, teacher_dirs: list[Path]) -> dict[str, dict]:
+def teacher_signals(
+    settings: StudentSettings, method: Method, job, signals_root: Path, teacher_dirs: list[Path]
+) -> dict[str, dict]:
     """Each teacher's signals of the student's train (and transfer) rows: read from the cache, restricted to the
     rows and joined over the parts; with ``signals: online`` (kdpipe.signals.online, imported by name) the teachers of
     ``teacher_dirs`` compute the token-level ones here, from the rows' texts. The texts go once tokenised (memory
     flat in N)."""
-    online = importlib.import_module("kdpipe.signals.online") if params.get("signals") == "online" else None
-    computed = online.online_signals(params, method.signals, teacher_dirs, job) if online else {}
+    online = importlib.import_module("kdpipe.signals.online") if settings.signals == "online" else None
+    computed = {}
+    if online:
+        computed = online.online_signals(
+            method.signals,
+            teacher_dirs,
+            job,
+            teachers=settings.teachers,
+            alignment=settings.alignment,
+            attention_feature=settings.attention_feature,
+        )
     cached = online.cached_signals(method.signals) if online else method.signals
     for name in ("train", "valid", "transfer"):
         setattr(job, name, None if getattr(job, name) is None else without_texts(getattr(job, name)))
-    feature = params.get("attention_feature", "attentions")
+    feature = settings.attention_feature or "attentions"
 
     def read(teacher: str, part) -> dict:
         found = load_signals(cached, signals_root / teacher / part.split, part.split_row_ids, job.device, feature)
@@ -134,7 +171,7 @@ def teacher_signals(params: dict, method, job, signals_root: Path, teacher_dirs:
 
     return {
         t: computed.get(t, {}) | join_parts([read(t, part) for part in job.parts], f"{signals_root}/{t}")
-        for t in params["teachers"]
+        for t in settings.teachers
     }
 
 

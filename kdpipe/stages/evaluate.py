@@ -23,7 +23,8 @@ from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import KdpipeError, read_json
 from kdpipe.data.batching import encode_frame, without_texts
 from kdpipe.data.dataset import OOD, dataset_domains, read_split, restrict_to_domain
-from kdpipe.evaluation.results import remove_stale, split_slices, write_evaluation, write_ood
+from kdpipe.evaluation.results import remove_stale, write_evaluation, write_ood
+from kdpipe.evaluation.settings import EvalSettings
 from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_member_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
 
@@ -48,7 +49,7 @@ class Loaded:
 
 
 def run(
-    params: dict,
+    settings: EvalSettings,
     model: Path,
     data: Path,
     out_json: list[Path],
@@ -56,23 +57,20 @@ def run(
     ood: list[Path] = (),
     reference: Path | None = None,
 ) -> list[dict]:
-    """``params``: model (name), base, kind, method, seed, splits, batch_size, ece_bins (and domain, ood,
-    mc_samples, mc_seed); ``out_json`` and ``out_predictions``: one path per split, in the order of
+    """``settings``: model (name), base, kind, method, seed, splits, batch_size, ece_bins (and domain, ood,
+    mc_samples, mc_seed, exported); ``out_json`` and ``out_predictions``: one path per split, in the order of
     ``splits``; ``ood``: the artifact of an external OOD set, if any (else the OOD rows are the dataset's ``ood``
     split); ``reference``: the evaluation folder of the model an exported one was made from, whose predictions each
     split's record is compared with (kdpipe.evaluation.exported.with_reference)."""
-    remove_stale(Path(out_json[0]).parent, params["splits"])
+    remove_stale(Path(out_json[0]).parent, list(settings.splits))
     loaded = load(Path(model))
     done: dict[str, Predicted] = {}
     results = []
-    for split_params, json_path, predictions_path in zip(split_slices(params), out_json, out_predictions, strict=True):
-        split = split_params["split"]
+    for split, json_path, predictions_path in zip(settings.splits, out_json, out_predictions, strict=True):
         if split == OOD:  # after test (the plan puts it last): its rows are the in-distribution side
-            results.append(
-                evaluate_ood(split_params, loaded, Path(ood or data), done["test"], json_path, predictions_path)
-            )
+            results.append(evaluate_ood(settings, loaded, Path(ood or data), done["test"], json_path, predictions_path))
         else:
-            result, done[split] = evaluate_split(split_params, loaded, data, json_path, predictions_path)
+            result, done[split] = evaluate_split(settings, split, loaded, data, json_path, predictions_path)
             if reference is not None:  # (the reference model's folder of results/eval/ is named after it)
                 theirs = Path(reference) / Path(predictions_path).name
                 compare = importlib.import_module(REFERENCE_MODULE).with_reference
@@ -110,21 +108,22 @@ class Predicted:
 
 
 def evaluate_split(
-    params: dict, loaded: Loaded, data_dir: Path, out_json: Path, out_predictions: Path
+    settings: EvalSettings, split: str, loaded: Loaded, data_dir: Path, out_json: Path, out_predictions: Path
 ) -> tuple[dict, Predicted]:
-    """One split's metrics and predictions (``params``: the split's slice, with ``split``)."""
+    """The metrics and predictions of ``split``."""
     frame = restrict_to_domain(
-        read_split(data_dir, params["split"]),
-        params.get("domain"),
+        read_split(data_dir, split),
+        settings.domain,
         dataset_domains(data_dir),
-        f"evaluate {params['model']}",
+        f"evaluate {settings.model}",
     )
     frame = frame[frame["label"].isin(loaded.classes)].reset_index(drop=True)
     local = {c: i for i, c in enumerate(loaded.classes)}
     y = frame["label"].map(local).to_numpy(dtype=np.int64)
-    frame, member_probs, mc_probs, extra = _predict(params, loaded, frame, y)
+    frame, member_probs, mc_probs, extra = _predict(settings, split, loaded, frame, y)
     result = write_evaluation(
-        params,
+        settings,
+        split,
         member_probs,
         y,
         loaded.classes,
@@ -139,13 +138,13 @@ def evaluate_split(
 
 
 def evaluate_ood(
-    params: dict, loaded: Loaded, ood_dir: Path, test: Predicted, out_json: Path, out_predictions: Path
+    settings: EvalSettings, loaded: Loaded, ood_dir: Path, test: Predicted, out_json: Path, out_predictions: Path
 ) -> dict:
     """The OOD rows (every one, whatever its class: none is a class of the model) against the test rows."""
     frame = read_split(ood_dir, OOD)
-    frame, member_probs, mc_probs, extra = _predict(params, loaded, frame, None)
+    frame, member_probs, mc_probs, extra = _predict(settings, OOD, loaded, frame, None)
     return write_ood(
-        params,
+        settings,
         test.member_probs,
         member_probs,
         frame,
@@ -159,7 +158,7 @@ def evaluate_ood(
     )
 
 
-def _predict(params: dict, loaded: Loaded, frame, y) -> tuple:
+def _predict(settings: EvalSettings, split: str, loaded: Loaded, frame, y) -> tuple:
     """(the frame without its texts, member probabilities [M, N, C], MC-dropout samples [T·M, N, C] or None, what
     the record says of the model and the pass)."""
     encoded = encode_frame(
@@ -171,26 +170,26 @@ def _predict(params: dict, loaded: Loaded, frame, y) -> tuple:
     )
     frame = without_texts(frame)
     release_freed_memory()
-    desc = f"evaluate {params['model']} {params['split']}"
+    desc = f"evaluate {settings.model} {split}"
     started = time.perf_counter()
     member_probs = softmax(
-        predict_member_logits(loaded.model, encoded, batch_size=params["batch_size"], device=loaded.device, desc=desc)
+        predict_member_logits(loaded.model, encoded, batch_size=settings.batch_size, device=loaded.device, desc=desc)
     )
     inference_time = time.perf_counter() - started
     mc_probs = None
-    if params.get("mc_samples"):
+    if settings.mc_samples:
         if not any(rate > 0 for rate in dropout_rates(loaded.model)):
             raise KdpipeError(
-                f"evaluate.mc_samples: model {params['model']} has no dropout (every dropout probability is 0), so "
+                f"evaluate.mc_samples: model {settings.model} has no dropout (every dropout probability is 0), so "
                 "its MC-dropout samples would all be equal; leave evaluate.mc_samples out"
             )
         mc_probs = softmax(
             mc_member_logits(
                 loaded.model,
                 encoded,
-                samples=params["mc_samples"],
-                seed=params.get("mc_seed", 0),
-                batch_size=params["batch_size"],
+                samples=settings.mc_samples,
+                seed=settings.mc_seed,
+                batch_size=settings.batch_size,
                 device=loaded.device,
                 desc=desc,
             )
@@ -200,7 +199,7 @@ def _predict(params: dict, loaded: Loaded, frame, y) -> tuple:
         "train_time_s": loaded.train_time_s,
         "inference_time_s": inference_time,
         "device": getattr(loaded.model, "runs_on", None) or _describe(loaded.device),  # (an ONNX graph: its own)
-        "batch_size": params["batch_size"],
+        "batch_size": settings.batch_size,
         "gold_labels": loaded.gold_labels,
         "transfer_rows": loaded.transfer_rows,
     }

@@ -19,39 +19,39 @@ from kdpipe.data.dataset import OOD
 from kdpipe.evaluation.results import (
     combined_label_use,
     remove_stale,
-    split_slices,
     sum_or_none,
     write_evaluation,
     write_no_ood,
     write_ood,
 )
+from kdpipe.evaluation.settings import EvalSettings
 
 
-def run(params: dict, members: list[Path], out_json: list[Path], out_predictions: list[Path]) -> list[dict]:
-    """Each split of ``params["splits"]`` in turn: ``members`` holds the members' predictions of the first split (in
-    the order of ``params["members"]``), then of the second...; ``out_json`` and ``out_predictions`` one path per
+def run(settings: EvalSettings, members: list[Path], out_json: list[Path], out_predictions: list[Path]) -> list[dict]:
+    """Each split of ``settings.splits`` in turn: ``members`` holds the members' predictions of the first split (in
+    the order of ``settings.members``), then of the second...; ``out_json`` and ``out_predictions`` one path per
     split."""
-    count, splits = len(params["members"]), split_slices(params)
+    count, splits = len(settings.members), list(settings.splits)
     if len(members) != count * len(splits):
         raise KdpipeError(
-            f"{params['model']}: {len(members)} member predictions for {count} members on {len(splits)} splits"
+            f"{settings.model}: {len(members)} member predictions for {count} members on {len(splits)} splits"
         )
-    remove_stale(Path(out_json[0]).parent, params["splits"])
+    remove_stale(Path(out_json[0]).parent, splits)
     evaluated = zip(splits, out_json, out_predictions, strict=True)
     results = []
-    for i, (split_params, *paths) in enumerate(evaluated):
+    for i, (split, *paths) in enumerate(evaluated):
         split_members = members[i * count : (i + 1) * count]
-        if split_params["split"] == OOD:  # after test (the plan puts it last): test's members are the other side
-            test = splits.index(next(s for s in splits if s["split"] == "test"))
-            results.append(
-                evaluate_ood(split_params, members[test * count : (test + 1) * count], split_members, *paths)
-            )
+        if split == OOD:  # after test (the plan puts it last): test's members are the other side
+            test = splits.index("test")
+            results.append(evaluate_ood(settings, members[test * count : (test + 1) * count], split_members, *paths))
         else:
-            results.append(evaluate_split(split_params, split_members, *paths))
+            results.append(evaluate_split(settings, split, split_members, *paths))
     return results
 
 
-def evaluate_split(params: dict, members: list[Path], out_json: Path, out_predictions: Path) -> dict:
+def evaluate_split(
+    settings: EvalSettings, split: str, members: list[Path], out_json: Path, out_predictions: Path
+) -> dict:
     """An ensemble from its members' ``{split}.predictions.parquet`` (and their JSONs beside them): the mean of
     their probabilities. Params, train and inference time are the members' sums (the cost of the ensemble)."""
     tables, records = [], []
@@ -59,15 +59,15 @@ def evaluate_split(params: dict, members: list[Path], out_json: Path, out_predic
         tables.append(pd.read_parquet(path))
         records.append(read_json(path.with_name(path.name.replace(".predictions.parquet", ".json"))))
     extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
-    oracle = params.get("combine") == "oracle"
+    oracle = settings.combine == "oracle"
     extra["gold_labels"] = combined_label_use(records, disjoint=oracle)
     if oracle:
-        return _oracle(params, tables, records, extra, out_json, out_predictions)
+        return _oracle(settings, split, tables, records, extra, out_json, out_predictions)
     classes = records[0]["classes"]
     for path, table, record in zip(members, tables, records):
         if record["classes"] != classes or not np.array_equal(table["row_id"], tables[0]["row_id"]):
             raise KdpipeError(
-                f"ensemble {params['model']}: member predictions {path} cover other classes or rows "
+                f"ensemble {settings.model}: member predictions {path} cover other classes or rows "
                 "than the first member's; ensemble members must share one label set"
             )
     member_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in tables]).astype(np.float64)
@@ -75,12 +75,21 @@ def evaluate_split(params: dict, members: list[Path], out_json: Path, out_predic
     y = tables[0]["label"].map(local).to_numpy(dtype=np.int64)
     domains = tables[0]["domain"].to_numpy() if "domain" in tables[0] else None
     return write_evaluation(
-        params, member_probs, y, classes, tables[0]["row_id"].to_numpy(), extra, out_json, out_predictions, domains
+        settings,
+        split,
+        member_probs,
+        y,
+        classes,
+        tables[0]["row_id"].to_numpy(),
+        extra,
+        out_json,
+        out_predictions,
+        domains,
     )
 
 
 def evaluate_ood(
-    params: dict, test_members: list[Path], ood_members: list[Path], out_json: Path, out_predictions: Path
+    settings: EvalSettings, test_members: list[Path], ood_members: list[Path], out_json: Path, out_predictions: Path
 ) -> dict:
     """The ensemble on the OOD rows against the test rows, each side the mean of its members' probabilities (the
     members' spread gives the expected entropy and the mutual information). The oracle has no OOD scores: it picks
@@ -88,16 +97,16 @@ def evaluate_ood(
     test, test_records = _read(test_members)
     ood, records = _read(ood_members)
     extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
-    extra["gold_labels"] = combined_label_use(records, disjoint=params.get("combine") == "oracle")
-    if params.get("combine") == "oracle":
+    extra["gold_labels"] = combined_label_use(records, disjoint=settings.combine == "oracle")
+    if settings.combine == "oracle":
         extra["classes"] = sorted(c for r in records for c in r["classes"])
-        return write_no_ood(params, extra, out_json, out_predictions, ORACLE_REASON)
+        return write_no_ood(settings, extra, out_json, out_predictions, ORACLE_REASON)
     classes = records[0]["classes"]
     in_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in test]).astype(np.float64)
     ood_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in ood]).astype(np.float64)
     accuracy = float((in_probs.mean(0).argmax(1) == test[0]["label"].map(_index(classes)).to_numpy()).mean())
     rows = ood[0][["row_id", "ood_label"]].rename(columns={"ood_label": "label"})
-    return write_ood(params, in_probs, ood_probs, rows, classes, extra, out_json, out_predictions, accuracy)
+    return write_ood(settings, in_probs, ood_probs, rows, classes, extra, out_json, out_predictions, accuracy)
 
 
 ORACLE_REASON = (
@@ -117,7 +126,13 @@ def _index(classes: list[str]) -> dict[str, int]:
 
 
 def _oracle(
-    params: dict, tables: list[pd.DataFrame], records: list[dict], extra: dict, out_json: Path, out_predictions: Path
+    settings: EvalSettings,
+    split: str,
+    tables: list[pd.DataFrame],
+    records: list[dict],
+    extra: dict,
+    out_json: Path,
+    out_predictions: Path,
 ) -> dict:
     """Every member's rows with its probabilities placed at its classes among all the members' classes (sorted, as
     dataset labels are); a row predicted by two members means their classes overlap."""
@@ -125,7 +140,7 @@ def _oracle(
     position = {c: i for i, c in enumerate(classes)}
     row_ids = np.concatenate([t["row_id"].to_numpy() for t in tables])
     if len(set(row_ids)) != len(row_ids) or len(set(classes)) != len(classes):
-        raise KdpipeError(f"oracle {params['model']}: teachers {params['members']} share classes or rows")
+        raise KdpipeError(f"oracle {settings.model}: teachers {list(settings.members)} share classes or rows")
     probs = np.zeros((len(row_ids), len(classes)))
     start = 0
     for table, record in zip(tables, records):
@@ -134,9 +149,18 @@ def _oracle(
         start += len(table)
     labels = pd.concat([t["label"] for t in tables]).map(position).to_numpy(dtype=np.int64)
     if extra.get("gold_labels") is not None:  # it picks each row's teacher by the row's gold label
-        extra["gold_labels"] = {**extra["gold_labels"], params["split"]: len(row_ids)}
+        extra["gold_labels"] = {**extra["gold_labels"], split: len(row_ids)}
     order = np.argsort(row_ids, kind="stable")
     domains = np.concatenate([t["domain"].to_numpy() for t in tables])[order] if "domain" in tables[0] else None
     return write_evaluation(
-        params, probs[order][None], labels[order], classes, row_ids[order], extra, out_json, out_predictions, domains
+        settings,
+        split,
+        probs[order][None],
+        labels[order],
+        classes,
+        row_ids[order],
+        extra,
+        out_json,
+        out_predictions,
+        domains,
     )

@@ -22,6 +22,7 @@ from kdpipe.evaluation.metrics import classification_metrics
 from kdpipe.models.export import export_onnx, flag_card, quantize_int8
 from kdpipe.models.inference import predict_logits, softmax
 from kdpipe.models.serving import serving_profile, write_profile
+from kdpipe.models.settings import ExportSettings, QuantizeSettings, ServingSettings
 from kdpipe.stages.evaluate import load
 
 CHECK_ROWS = 64  # validation texts each graph is checked on against the model it comes from
@@ -32,18 +33,18 @@ def _texts(data: Path, split: str, rows: int | None = None) -> list[str]:
     return frame["text"].astype(str).tolist()[:rows]
 
 
-def export(params: dict, model: Path, data: Path, out: Path) -> dict:
+def export(settings: ExportSettings, model: Path, data: Path, out: Path) -> dict:
     """The fp32 ONNX folder ``out`` of the trained student ``model``; returns its manifest."""
     texts = _texts(data, "validation", CHECK_ROWS)
-    return export_onnx(model, out, name=params["student"], opset=params["opset"], check_texts=texts)
+    return export_onnx(model, out, name=settings.student, opset=settings.opset, check_texts=texts)
 
 
-def quantize(params: dict, model: Path, data: Path, out: Path) -> dict:
+def quantize(settings: QuantizeSettings, model: Path, data: Path, out: Path) -> dict:
     """The int8 folder ``out`` of the fp32 ONNX folder ``model``, its card saying what quantisation cost on the
     validation rows; returns its manifest."""
     manifest = quantize_int8(model, out, check_texts=_texts(data, "validation", CHECK_ROWS))
     records = [_validation_record(folder, data) for folder in (Path(model), Path(out))]
-    flag_card(out, accuracy_drop(*records, margin=params["max_accuracy_drop"]))
+    flag_card(out, accuracy_drop(*records, margin=settings.max_accuracy_drop))
     return manifest
 
 
@@ -59,13 +60,13 @@ def _validation_record(folder: Path, data: Path) -> dict:
     return {"model": folder.name, "split": "validation", "metrics": metrics}
 
 
-def serve(params: dict, model: Path, data: Path, out: Path) -> dict:
+def serve(settings: ServingSettings, model: Path, data: Path, out: Path) -> dict:
     """The serving profile of the model folder ``model`` over the first ``rows`` test texts, written to ``out``."""
-    texts = _texts(data, "test", params["rows"])
+    texts = _texts(data, "test", settings.rows)
     warmup = min(10, len(texts) // 2)  # (a small test split keeps most of its texts for the timing)
     profile = serving_profile(
-        model, texts, name=params["model"], batch_size=params["batch_size"], warmup=warmup, threads=params["threads"]
+        model, texts, name=settings.model, batch_size=settings.batch_size, warmup=warmup, threads=settings.threads
     )
-    profile["kind"] = params["kind"]
+    profile["kind"] = settings.kind
     write_profile(profile, out)
     return read_json(out)

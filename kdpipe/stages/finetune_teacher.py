@@ -22,8 +22,9 @@ from kdpipe.data.batching import encode_frame, without_texts
 from kdpipe.data.dataset import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.models.heads import teacher_classes
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer
-from kdpipe.training.loop import TrainSettings, encoded_validator, fit_job, save_trained
+from kdpipe.training.loop import encoded_validator, fit_job, save_trained
 from kdpipe.training.objective import Objective
+from kdpipe.training.settings import TeacherSettings
 
 
 def rows_of_classes(frame, classes: list[str]):
@@ -55,61 +56,75 @@ def cross_entropy_loss(model, batch):
     return out.loss, {}
 
 
-def run(params: dict, data: Path, out: Path, prototypes: Path | None = None) -> dict:
-    """Fine-tune the teacher of ``params`` on the dataset artifact ``data``; write it to ``out``."""
+def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | None = None) -> dict:
+    """Fine-tune the teacher of ``settings`` on the dataset artifact ``data``; write it to ``out``."""
     data_dir, out_dir = data, out
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
     where = f"teachers.{Path(out_dir).name}"  # the output folder is named after the teacher
-    classes, keep_head = teacher_classes(params, labels, where)
-    backbone = params.get("checkpoint") or params["backbone"]  # continue training a checkpoint
+    classes, keep_head = teacher_classes(
+        settings.classes,
+        labels,
+        where,
+        checkpoint=settings.checkpoint,
+        label_map=settings.label_map,
+        finetune=settings.finetune,
+    )
+    backbone = settings.model  # its checkpoint, trained further, or its backbone
     device = pick_device()
     tokenizer = load_tokenizer(backbone)
     frames = {
-        split: restrict_to_domain(read_split(data_dir, split), params.get("domain"), domains, f"{where}.domain")
+        split: restrict_to_domain(read_split(data_dir, split), settings.domain, domains, f"{where}.domain")
         for split in ("train", "validation")
     }
     train, train_y = rows_of_classes(frames.pop("train"), classes)
     valid, valid_y = validation_rows(frames.pop("validation"), classes, where)
-    enc_train = encode_frame(tokenizer, train, max_length=params["max_length"], label_ids=train_y)
-    enc_valid = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
+    enc_train = encode_frame(tokenizer, train, max_length=settings.max_length, label_ids=train_y)
+    enc_valid = encode_frame(tokenizer, valid, max_length=settings.max_length, label_ids=valid_y)
     # tokenised: the texts go (a copy of the split's would otherwise stay for the whole training, memory growing with N)
     train, rows = without_texts(train), {"train": len(train), "validation": len(valid)}
     del valid
     release_freed_memory()
-    settings = TrainSettings.from_params(params)
-    model = load_classifier(backbone, classes, seed=settings.seed, keep_head=keep_head)
-    if params.get("layers"):
-        keep_layers(model, list(params["layers"]))  # a smaller teacher, e.g. Dynamic KD's (docs/methods.md §2)
-    objective = _objective(params, model, train, data_dir, domains, prototypes, device, where)
+    training = settings.train_settings()
+    model = load_classifier(backbone, classes, seed=training.seed, keep_head=keep_head)
+    if settings.layers:
+        keep_layers(model, list(settings.layers))  # a smaller teacher, e.g. Dynamic KD's (docs/methods.md §2)
+    objective = _objective(settings, model, train, data_dir, domains, prototypes, device, where)
 
-    validate = encoded_validator(enc_valid, batch_size=params.get("eval_batch_size", 64), device=device)
+    validate = encoded_validator(enc_valid, batch_size=settings.eval_batch_size, device=device)
     result = fit_job(
-        model, objective, enc_train, validate, settings, device, out_dir=out_dir, params=params, desc="teacher"
+        model, objective, enc_train, validate, training, device, out_dir=out_dir, job=settings, desc="teacher"
     )
     manifest = make_manifest(
         "teacher",
-        config=params,
+        config=settings,
         labels=classes,
         dataset_labels=labels,
         tokenizer=backbone,
         rows=rows,
-        domains=domains if params.get("objective", "ce") != "ce" else None,
+        domains=domains if settings.objective != "ce" else None,
         # a checkpoint trained further: what it read before is not known to kdpipe
-        gold_labels={"checkpoint": "trained outside kdpipe"} if params.get("checkpoint") else {},
+        gold_labels={"checkpoint": "trained outside kdpipe"} if settings.checkpoint else {},
     )
     save_trained(out_dir, model, tokenizer, classes, result, manifest, save_extra=objective.save)
     return manifest
 
 
 def _objective(
-    params: dict, model, train: pd.DataFrame, data_dir: Path, domains, prototypes: Path | None, device, where: str
+    settings: TeacherSettings,
+    model,
+    train: pd.DataFrame,
+    data_dir: Path,
+    domains,
+    prototypes: Path | None,
+    device,
+    where: str,
 ) -> Objective:
-    """The teacher's loss: plain CE, or the objective module the plan names in ``params["objective_module"]``
+    """The teacher's loss: plain CE, or the objective module the plan names in ``settings.objective_module``
     (registered in ``kdpipe.methods.registry.TEACHER_OBJECTIVES`` and imported by name, so that only the teachers
     using it carry it in their code fingerprint)."""
-    name = params.get("objective", "ce")
-    module_name = params.get("objective_module")
+    name = settings.objective
+    module_name = settings.objective_module
     if name == "ce":
         return Objective(loss=cross_entropy_loss)
     if not module_name:
@@ -123,5 +138,5 @@ def _objective(
         domains=domains,
         prototypes=prototypes,
         device=device,
-        args=params.get("objective_args") or {},
+        args=settings.objective_args,
     )

@@ -18,24 +18,24 @@ from kdpipe.models.heads import head_labels, match_labels
 from kdpipe.models.loading import ensure_pad_token, label_maps, load_tokenizer, load_trained
 from kdpipe.stages.finetune_teacher import validation_rows
 from kdpipe.training.loop import FitResult, encoded_validator, save_trained, state_on_cpu
+from kdpipe.training.settings import ImportedTeacherSettings
 
 
-def run(params: dict, data: Path, out: Path) -> dict:
-    """Import the checkpoint of ``params`` as a teacher of the dataset artifact ``data``; write it to ``out``."""
+def run(settings: ImportedTeacherSettings, data: Path, out: Path) -> dict:
+    """Import the checkpoint of ``settings`` as a teacher of the dataset artifact ``data``; write it to ``out``."""
     where = f"teachers.{Path(out).name}"  # the output folder is named after the teacher
     labels = read_labels(data)
-    classes = match_labels(head_labels(params["checkpoint"], where), labels, params.get("label_map"), where)
-    tokenizer = load_tokenizer(params["checkpoint"])
-    model = ensure_pad_token(load_trained(params["checkpoint"]), tokenizer)
+    checkpoint = settings.checkpoint
+    classes = match_labels(head_labels(checkpoint, where), labels, settings.label_map, where)
+    tokenizer = load_tokenizer(checkpoint)
+    model = ensure_pad_token(load_trained(checkpoint), tokenizer)
     model.config.update(label_maps(classes))
     valid, valid_y = validation_rows(read_split(data, "validation"), classes, where)
-    encoded = encode_frame(tokenizer, valid, max_length=params["max_length"], label_ids=valid_y)
+    encoded = encode_frame(tokenizer, valid, max_length=settings.max_length, label_ids=valid_y)
     device = pick_device()
     started = time.perf_counter()
-    metrics = encoded_validator(encoded, batch_size=params.get("eval_batch_size", 64), device=device)(
-        model.to(device).eval()
-    )
-    print(f"[kdpipe] imported {params['checkpoint']}: validation accuracy {metrics['accuracy']:.4f} on its classes")
+    metrics = encoded_validator(encoded, batch_size=settings.eval_batch_size, device=device)(model.to(device).eval())
+    print(f"[kdpipe] imported {checkpoint}: validation accuracy {metrics['accuracy']:.4f} on its classes")
     result = FitResult(
         best_state=state_on_cpu(model),
         best_metrics=metrics,
@@ -44,10 +44,10 @@ def run(params: dict, data: Path, out: Path) -> dict:
     )
     manifest = make_manifest(
         "teacher",
-        config=params,
+        config=settings,
         labels=classes,
         dataset_labels=labels,
-        tokenizer=params["checkpoint"],
+        tokenizer=checkpoint,
         rows={"train": 0, "validation": len(valid)},
         imported=True,
         gold_labels={"checkpoint": "trained outside kdpipe"},  # its validation metrics are measured, not chosen

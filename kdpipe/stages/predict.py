@@ -14,18 +14,35 @@ Parquet or JSON null) stops the command, naming the file, the column and the row
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from kdpipe.core.device import pick_device
+from kdpipe.core.settings import Settings, from_schema
 from kdpipe.core.store import KdpipeError, atomic_path, read_json
 from kdpipe.data.batching import encode
 from kdpipe.data.files import read_table
 from kdpipe.data.text_readers import _not_text
 from kdpipe.models.inference import predict_member_logits, softmax
 from kdpipe.models.loading import load_tokenizer, load_trained
+
+
+@dataclass(frozen=True)
+class PredictSettings(Settings):
+    """What ``--params`` may set for ``kdpipe predict`` (the options win): the text column(s), the batch size, the
+    ``max_length`` (left out: the model's own), and how the input is read (its ``format`` and ``encoding``, as
+    ``dataset`` reads files)."""
+
+    text_column: str = from_schema("dataset", "text_column")
+    text_pair_column: str | None = from_schema("dataset", "text_pair_column")
+    batch_size: int = from_schema("evaluate", "batch_size")
+    max_length: int | None = None
+    format: str = from_schema("dataset", "format")
+    encoding: str = from_schema("dataset", "encoding")
+
 
 WRITERS = {
     ".csv": lambda frame, path: frame.to_csv(path, index=False),
@@ -36,7 +53,7 @@ WRITERS = {
 
 
 def run(
-    params: dict,
+    settings: PredictSettings,
     model: Path,
     input: Path,
     out: Path,
@@ -45,7 +62,7 @@ def run(
     batch_size: str | None = None,
 ) -> pd.DataFrame:
     """Predict every row of ``input`` with the model folder ``model``; write ``out``. Options may also come in
-    ``params`` (``text_column``, ``text_pair_column``, ``batch_size``, ``max_length``, ``format``, ``encoding``)."""
+    ``settings`` (``text_column``, ``text_pair_column``, ``batch_size``, ``max_length``, ``format``, ``encoding``)."""
     model_dir, out = Path(model), Path(out)
     if out.suffix.lower() not in WRITERS:
         raise KdpipeError(f"--out {out}: unknown extension '{out.suffix}'; use one of {', '.join(WRITERS)}")
@@ -54,9 +71,9 @@ def run(
             f"--model {model_dir}: not a model folder kdpipe wrote (no labels.json and manifest.json); give a folder "
             "under results/teachers/ or results/students/"
         )
-    text_column = text_column or params.get("text_column", "text")
-    text_pair_column = text_pair_column or params.get("text_pair_column")
-    frame = read_table(input, "--input", params)
+    text_column = text_column or settings.text_column
+    text_pair_column = text_pair_column or settings.text_pair_column
+    frame = read_table(input, "--input", fmt=settings.format, encoding=settings.encoding)
     for option, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column)):
         if column is not None and column not in frame.columns:
             raise KdpipeError(f"{input}: no column '{column}' ({option}); the columns are {list(frame.columns)}")
@@ -65,7 +82,7 @@ def run(
     if text_pair_column:
         pairs = _without_nul(_texts(frame, text_pair_column, "--text-pair-column", input), text_pair_column)
     classes = read_json(model_dir / "labels.json")
-    max_length = int(params.get("max_length") or read_json(model_dir / "manifest.json")["config"]["max_length"])
+    max_length = int(settings.max_length or read_json(model_dir / "manifest.json")["config"]["max_length"])
     net = load_trained(model_dir)
     encoded = encode(
         load_tokenizer(str(model_dir)),
@@ -78,7 +95,7 @@ def run(
     logits = predict_member_logits(
         net.to(device),
         encoded,
-        batch_size=int(batch_size or params.get("batch_size", 64)),
+        batch_size=int(batch_size or settings.batch_size),
         device=device,
         desc="predict",
     )

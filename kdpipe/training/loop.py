@@ -17,22 +17,20 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 import torch
-import yaml
 from torch import nn
 from transformers import get_linear_schedule_with_warmup
 
-from kdpipe import CONFIG_SCHEMA  # the one place the training settings' defaults are written
+from kdpipe import CONFIG_SCHEMA as CONFIG_SCHEMA  # (re-exported: the schema that holds the training defaults)
 from kdpipe.core import progress
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast
 from kdpipe.core.finished import job_identity_of_process
-from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, tensor_bytes, write_json
+from kdpipe.core.store import Recorded, atomic_path, ensure_disk_space, tensor_bytes, write_json
 from kdpipe.data.batching import Batches, Encoded, collate, training_batches
 from kdpipe.evaluation.information import nll
 from kdpipe.evaluation.results import combined_label_use
@@ -42,45 +40,9 @@ from kdpipe.models.loading import count_parameters, save_model
 from kdpipe.training import distributed
 from kdpipe.training.checkpoint import FREE_SPACE, Checkpoint, best_entry, finish, rewind_log, say, work_paths
 from kdpipe.training.checkpoint import read_resume_state as read_resume_state  # (re-exported: watch a job's progress)
+from kdpipe.training.settings import TrainSettings as TrainSettings  # (re-exported: the loop's settings)
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
-
-
-@cache
-def schema_defaults() -> dict:
-    """The defaults of ``student_defaults`` in the config schema (:data:`CONFIG_SCHEMA`); ``teacher_defaults``
-    shares those of the training settings (one YAML anchor each)."""
-    if not CONFIG_SCHEMA.is_file():
-        raise KdpipeError(f"the config schema {CONFIG_SCHEMA}, which holds the training defaults, is missing")
-    properties = yaml.safe_load(CONFIG_SCHEMA.read_text())["properties"]["student_defaults"]["properties"]
-    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
-
-
-def _schema_default(name: str):
-    """A field whose default is the config schema's (read only when a caller leaves the field out)."""
-    return field(default_factory=lambda: schema_defaults()[name])
-
-
-@dataclass
-class TrainSettings:
-    """A training job's settings. A stage builds them from its config slice (:meth:`from_params`), which Snakemake
-    has completed with the schema's defaults; a caller that leaves a setting out (a test, a benchmark) gets the
-    schema's default too, so that a default is written in one place only."""
-
-    epochs: int
-    lr: float
-    batch_size: int = _schema_default("batch_size")
-    warmup_ratio: float = _schema_default("warmup_ratio")
-    weight_decay: float = _schema_default("weight_decay")
-    max_grad_norm: float = _schema_default("max_grad_norm")
-    seed: int = _schema_default("seed")
-    checkpoint_every: int = _schema_default("checkpoint_every")
-    log_every: int = 10  # steps between training-log lines (not a config key)
-
-    @classmethod
-    def from_params(cls, params: dict) -> TrainSettings:
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in params.items() if k in names})
 
 
 @dataclass
@@ -430,14 +392,14 @@ def fit_job(
     device: torch.device,
     *,
     out_dir: Path,
-    params: dict,
+    job: Recorded,
     desc: str,
 ) -> FitResult:
     """:func:`fit` for a stage job writing ``out_dir``: its :class:`~kdpipe.training.objective.Objective` (loss,
     extra modules, epoch hook, extra state), with the resume folder and training log beside the output. The resume
     key is the job's identity (:func:`kdpipe.core.identity.job_identity`: settings, local files, input artifacts,
-    the stage's code fingerprint), set by the command line; a stage called directly keys on its config slice ``params``.
-    A checkpoint of another key is discarded, never resumed."""
+    the stage's code fingerprint), set by the command line; a stage called directly keys on its settings ``job``
+    (their config slice). A checkpoint of another key is discarded, never resumed."""
     resume, log_path = work_paths(Path(out_dir))
     return fit(
         model,
@@ -448,7 +410,7 @@ def fit_job(
         device=device,
         log_path=log_path,
         resume_dir=resume,
-        resume_key=job_identity_of_process() or json.dumps(params, sort_keys=True),
+        resume_key=job_identity_of_process() or json.dumps(job.to_dict(), sort_keys=True),
         extra_modules=objective.extra_modules,
         on_epoch=objective.on_epoch,
         extra_state=objective.extra_state,

@@ -14,6 +14,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import Encoded, encode_frame
 from kdpipe.data.dataset import NO_LABEL, TRANSFER, dataset_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.data.transfer import transfer_rows
+from kdpipe.models.settings import StudentModel
 from kdpipe.models.students import build_student
 from kdpipe.training.loop import TrainSettings, encoded_validator
 
@@ -64,32 +65,37 @@ class StudentData:
 
 
 def student_data(
-    params: dict, data_dir: Path, attn: str | None = None, transfer_dir: Path | None = None
+    data_dir: Path,
+    *,
+    model: StudentModel,
+    domain: str | None,
+    transfer_share: float | None,
+    max_length: int,
+    training: TrainSettings,
+    attn: str | None = None,
+    transfer_dir: Path | None = None,
 ) -> StudentData:
-    """Read the splits (the rows of ``params["domain"]`` only, when set), build the student (``params["model"]``)
-    and tokenise train and validation its way (a BiLSTM tokenises the two sides of a pair apart). With
-    ``params["transfer"]`` (a share) the training rows are followed by that share of the transfer rows of
-    ``transfer_dir``, with the label ``NO_LABEL``."""
+    """Read the splits (the rows of ``domain`` only, when set), build the student of ``model`` and tokenise train
+    and validation its way, cut at ``max_length`` tokens (a BiLSTM tokenises the two sides of a pair apart). With a
+    ``transfer_share`` the training rows are followed by that share of the transfer rows of ``transfer_dir``, with
+    the label ``NO_LABEL``. ``training``: the student's training settings (its seed builds the model)."""
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
     full_train = read_split(data_dir, "train")
     train, valid = (
-        restrict_to_domain(frame, params.get("domain"), domains, "students.<name>.domain")
+        restrict_to_domain(frame, domain, domains, "students.<name>.domain")
         for frame in (full_train, read_split(data_dir, "validation"))
     )
-    settings = TrainSettings.from_params(params)
-    model, tokenizer = build_student(
-        params["model"], labels, seed=settings.seed, pairs="text_pair" in train.columns, attn=attn
-    )
     transfer = transfer_ids = None
-    if params.get("transfer"):
+    model, tokenizer = build_student(model, labels, seed=training.seed, pairs="text_pair" in train.columns, attn=attn)
+    if transfer_share:
         if transfer_dir is None:
-            raise KdpipeError("the student learns from transfer rows (params transfer): pass --transfer")
+            raise KdpipeError("the student learns from transfer rows (its transfer share): pass --transfer")
         whole = read_split(transfer_dir, TRANSFER)
         if read_labels(transfer_dir) != labels:
             raise KdpipeError(f"{transfer_dir}: made for a dataset with other labels; rerun the transfer job")
         transfer_ids = whole["row_id"].to_numpy()
-        transfer = transfer_rows(whole, float(params["transfer"]))
+        transfer = transfer_rows(whole, float(transfer_share))
         del whole
     learned = train if transfer is None else pd.concat([train, transfer], ignore_index=True)
     label_ids = learned["label_id"].fillna(NO_LABEL).to_numpy(np.int64) if transfer is not None else None
@@ -98,7 +104,7 @@ def student_data(
         encode_frame(
             tokenizer,
             frame,
-            max_length=params["max_length"],
+            max_length=max_length,
             separate_pairs=separate,
             label_ids=frame["label_id"].to_numpy() if ids is None else ids,
         )
@@ -111,7 +117,7 @@ def student_data(
         model,
         tokenizer,
         *encoded,
-        settings,
+        training,
         pick_device(),
         full_train["row_id"].to_numpy(),
         domains,

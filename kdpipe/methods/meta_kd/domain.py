@@ -22,6 +22,7 @@ from kdpipe.data.dataset import domain_ids, read_domains, read_split
 from kdpipe.methods.meta_kd.branch import load_branch
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.parts import gather_array
+from kdpipe.signals.settings import SignalSettings
 from kdpipe.signals.teacher import TeacherPass
 
 
@@ -49,11 +50,11 @@ class DomainCollector:
 
     hidden_states, attentions = True, False
 
-    def __init__(self, params: dict, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
+    def __init__(self, settings: SignalSettings, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
         teacher_dir, data_dir = teacher.teacher_dir, teacher.data_dir
         self.teacher, self.rows, self.part, self.device = teacher, rows, part, device
         self.branch = load_branch(teacher_dir).to(device)
-        frame = read_split(data_dir, params["split"])
+        frame = read_split(data_dir, settings.split)
         self.domains = read_domains(data_dir, "dump_domain (Meta-KD)")
         if self.branch.domains != self.domains:
             raise KdpipeError(
@@ -94,7 +95,7 @@ class DomainCollector:
 collector = DomainCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
 
 
-def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
+def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:
     """``domain.npy``, ``domain.parquet`` and ``domain.json`` in ``out_dir`` from the parts of every shard."""
     npy, parquet, manifest_file = (out_dir / name for name in SIGNALS["domain"].files)
     ensure_disk_space(npy, 2 * meta["rows"] * meta["hidden_size"], f"the gathered domain dump ({meta['rows']} rows)")
@@ -110,5 +111,5 @@ def write(params: dict, meta: dict, parts, out_dir: Path) -> dict:
     )
     with atomic_path(parquet) as tmp:
         table.to_parquet(tmp, index=False)
-    manifest = make_manifest("domain", config=params, split=params["split"], **meta)
+    manifest = make_manifest("domain", config=settings, split=settings.split, **meta)
     return write_manifest(manifest_file, manifest, [npy.name, parquet.name])

@@ -22,6 +22,7 @@ from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
 from kdpipe.data.batching import encode_frame, model_inputs
 from kdpipe.data.dataset import domain_ids, read_domains, read_labels, read_split
 from kdpipe.methods.meta_kd.branch import token_mean
+from kdpipe.methods.meta_kd.settings import PrototypeSettings
 from kdpipe.models.inference import iterate
 from kdpipe.models.loading import load_encoder, load_tokenizer
 from kdpipe.signals.io import manifest_path
@@ -78,13 +79,14 @@ def prototype_scores(
 
 
 @torch.inference_mode()
-def _embed(params: dict, frame: pd.DataFrame, out: Path) -> np.ndarray:
-    """e_i of every row of ``frame`` into a float32 memmap at ``out``."""
+def _embed(backbone: str, max_length: int, batch_size: int, frame: pd.DataFrame, out: Path) -> np.ndarray:
+    """e_i of every row of ``frame`` under ``backbone`` (texts cut at ``max_length`` tokens, run ``batch_size`` rows
+    at a time) into a float32 memmap at ``out``."""
     device = pick_device()
-    model = load_encoder(params["backbone"]).to(device).eval()
-    encoded = encode_frame(load_tokenizer(params["backbone"]), frame, max_length=params["max_length"])
+    model = load_encoder(backbone).to(device).eval()
+    encoded = encode_frame(load_tokenizer(backbone), frame, max_length=max_length)
     emb = open_memmap(out, mode="w+", dtype=np.float32, shape=(len(frame), model.config.hidden_size))
-    for batch in iterate(encoded, params["batch_size"], device, desc="prototype embeddings"):
+    for batch in iterate(encoded, batch_size, device, desc="prototype embeddings"):
         with autocast(device):
             hidden = model(**model_inputs(batch)).last_hidden_state
         mask = batch["attention_mask"].clone()
@@ -94,11 +96,11 @@ def _embed(params: dict, frame: pd.DataFrame, out: Path) -> np.ndarray:
     return emb
 
 
-def write_prototype_scores(params: dict, data: Path, out: Path) -> dict:
-    """Score every train row of the dataset ``data`` against the prototypes; write ``out`` (``train.parquet``: row_id,
-    domain, label, score) and its manifest ``train.json``."""
+def write_prototype_scores(settings: PrototypeSettings, data: Path, out: Path) -> dict:
+    """Score every train row of the dataset ``data`` against the prototypes of ``settings``; write ``out``
+    (``train.parquet``: row_id, domain, label, score) and its manifest ``train.json``."""
     data_dir, out_parquet = Path(data), Path(out)
-    by = params.get("by", "domain_class")
+    by = settings.by
     if by not in GROUPINGS:
         raise KdpipeError(f"prototypes.by must be one of {GROUPINGS}, not {by!r}")
     domains = read_domains(data_dir, "prototypes (Meta-KD)")
@@ -110,7 +112,7 @@ def write_prototype_scores(params: dict, data: Path, out: Path) -> dict:
     out_parquet = Path(out_parquet)
     out_parquet.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_parquet.parent, prefix=".embeddings-") as tmp:
-        emb = _embed(params, frame, Path(tmp) / "embeddings.npy")
+        emb = _embed(settings.backbone, settings.max_length, settings.batch_size, frame, Path(tmp) / "embeddings.npy")
         protos, counts = prototypes(emb, d, y, len(domains), len(labels), by)
         scores, has_other = prototype_scores(emb, d, y, protos, counts, by)
         del emb
@@ -126,7 +128,7 @@ def write_prototype_scores(params: dict, data: Path, out: Path) -> dict:
         table.to_parquet(tmp, index=False)
     manifest = make_manifest(
         "prototypes",
-        config=params,
+        config=settings,
         split="train",
         rows=len(frame),
         domains=domains,

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
@@ -74,7 +75,7 @@ class StageOneAdapters(nn.Module):
         self.branch = DomainBranch(student_width, domains, classify=False)
 
 
-def build_stage1(ctx: DistillContext, args: dict) -> Objective:
+def build_stage1(ctx: DistillContext, args: Args) -> Objective:
     """``meta_kd_stage1``: λ_i-weighted attention, hidden-state and domain-representation matching."""
     a = args
     teacher = _one_teacher(ctx, "meta_kd")
@@ -97,7 +98,7 @@ def build_stage1(ctx: DistillContext, args: dict) -> Objective:
     adapters = StageOneAdapters(ctx.student_config.hidden_size, teacher_width, ctx.domains).to(ctx.device)
     domain_rep = ctx.signal(teacher, "domain")
     weights_of = example_weights(ctx.prototype_scores, ctx.signal(teacher, "expertise"))
-    gamma = float(a["gamma"])
+    gamma = float(a.gamma)
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True, output_attentions=True)
@@ -134,12 +135,12 @@ def build_stage1(ctx: DistillContext, args: dict) -> Objective:
     return Objective(loss=loss, extra_modules={"meta_kd_adapters": (adapters, None)}, validates=False)
 
 
-def build(ctx: DistillContext, args: dict) -> Objective:
+def build(ctx: DistillContext, args: Args) -> Objective:
     """``meta_kd`` (stage 2, from the stage-1 weights): soft cross-entropy to the teacher's logits at T."""
     a = args
     teacher = _one_teacher(ctx, "meta_kd")
     targets = union_logits([ctx.signal(teacher, "logits")], [ctx.block(teacher)], len(ctx.labels))
-    temperature = float(a["temperature"])
+    temperature = float(a.temperature)
 
     def loss(model, batch):
         kd = soft_cross_entropy(student_logits(model, batch), targets[batch["index"]], temperature)

@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.data.dataset import domain_ids, read_split
@@ -52,7 +53,7 @@ def build(
     domains: list[str],
     prototypes: Path | None,
     device: torch.device,
-    args: dict,
+    args: Args,
 ) -> Objective:
     """The meta-teacher's loss over ``train``, the teacher's rows (``batch["index"]`` indexes them), weighted by their
     prototype scores read from ``prototypes``; the branch covers the dataset's ``domains`` and trains at the
@@ -64,16 +65,16 @@ def build(
             f"{sorted(set(train['domain']))}"
         )
     weights = np.ones(len(train), dtype=np.float32)
-    if a["sample_weights"]:
+    if a.sample_weights:
         if prototypes is None:
             raise KdpipeError("objective: meta with sample_weights needs the prototype scores (the prototypes rule)")
         full = read_split(data_dir, "train")["row_id"].to_numpy()
         by_row = pd.Series(read_prototype_scores(prototypes, full), index=full)
         weights = by_row.loc[train["row_id"].to_numpy()].to_numpy(dtype=np.float32)
-    branch = DomainBranch(model.config.hidden_size, domains, dropout=a["dropout"])
+    branch = DomainBranch(model.config.hidden_size, domains, dropout=a.dropout)
     domain_of = torch.as_tensor(domain_ids(train, domains), device=device)
     weight_of = torch.as_tensor(weights, device=device)
-    gamma = float(a["gamma"]) if a["domain_loss"] else 0.0
+    gamma = float(a.gamma) if a.domain_loss else 0.0
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True)

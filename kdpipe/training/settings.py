@@ -1,0 +1,91 @@
+"""The typed settings of the teacher stages (docs/design.md, "Style": settings read once): a teacher's slice
+(``finetune-teacher``, ``import-teacher``), made by :meth:`kdpipe.plan.slices.Slices.teacher_params`, and the
+training loop's own :class:`TrainSettings`, which a student's settings (:mod:`kdpipe.methods.settings`) give too.
+Torch-free."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+from kdpipe.core.settings import Args, Settings, from_schema
+from kdpipe.data.settings import ClassSlice
+
+
+def _training(name: str):
+    """A training setting left out: the schema's default (``teacher_defaults`` shares those of students)."""
+    return from_schema("student_defaults", name)
+
+
+@dataclass
+class TrainSettings:
+    """The training loop's settings (:func:`kdpipe.training.loop.fit`). A stage takes them from its typed settings
+    (:meth:`Training.train_settings`), whose slice Snakemake has completed with the schema's defaults; a caller that
+    leaves a setting out (a test, a benchmark) gets the schema's default too, so that a default is written in one
+    place only."""
+
+    epochs: int
+    lr: float
+    batch_size: int = _training("batch_size")
+    warmup_ratio: float = _training("warmup_ratio")
+    weight_decay: float = _training("weight_decay")
+    max_grad_norm: float = _training("max_grad_norm")
+    seed: int = _training("seed")
+    checkpoint_every: int = _training("checkpoint_every")
+    log_every: int = 10  # steps between training-log lines (not a config key)
+
+
+class Training:
+    """The training keys of a teacher's or a student's slice, as the loop's :class:`TrainSettings`."""
+
+    def train_settings(self) -> TrainSettings:
+        names = {f.name for f in fields(TrainSettings)}
+        return TrainSettings(**{f.name: getattr(self, f.name) for f in fields(self) if f.name in names})
+
+
+@dataclass(frozen=True)
+class ImportedTeacherSettings(Settings):
+    """An ``import-teacher`` job's slice: a fine-tuned checkpoint used as it is (no training key)."""
+
+    checkpoint: str
+    finetune: bool
+    classes: tuple[str, ...] | ClassSlice | None
+    max_length: int
+    eval_batch_size: int
+    label_map: Mapping[str, str] | None = from_schema("teacher_defaults", "label_map")
+    local_content: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class TeacherSettings(Settings, Training):
+    """A ``finetune-teacher`` job's slice: the teacher entry (``backbone``, or a ``checkpoint`` trained further),
+    its classes, training settings and objective; the keys added after the first teachers were cached are left out
+    at their defaults (``kdpipe.plan.entries.LATER_KEYS``). ``objective_module``: the module of an objective other
+    than plain cross-entropy, which the stage imports by name."""
+
+    classes: tuple[str, ...] | ClassSlice | None
+    max_length: int
+    eval_batch_size: int
+    epochs: int
+    lr: float
+    batch_size: int
+    warmup_ratio: float
+    weight_decay: float
+    max_grad_norm: float
+    seed: int
+    checkpoint_every: int
+    backbone: str | None = None
+    checkpoint: str | None = from_schema("teacher_defaults", "checkpoint")
+    finetune: bool = from_schema("teacher_defaults", "finetune")
+    label_map: Mapping[str, str] | None = from_schema("teacher_defaults", "label_map")
+    layers: tuple[int, ...] | None = from_schema("teacher_defaults", "layers")
+    domain: str | None = from_schema("teacher_defaults", "domain")
+    objective: str = from_schema("teacher_defaults", "objective")
+    objective_args: Args = field(default_factory=lambda: Args({}, "objective_args"))
+    objective_module: str | None = None
+    local_content: Mapping[str, str] | None = None
+
+    @property
+    def model(self) -> str:
+        """What the teacher trains from: its checkpoint, else its backbone."""
+        return self.checkpoint or self.backbone
