@@ -6,6 +6,7 @@ trace; serving profiles; the accuracy-drop flag of a quantised model."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -332,6 +333,22 @@ def test_serving_profile_fields(folders, tiny_data):
         serving_profile(folder, texts, warmup=8)
 
 
+def test_a_swapped_graph_is_not_profiled(folders, tiny_data, tmp_path):
+    """A serving profile reads an exported folder as every reader does: the fp32 graph copied over the int8 one
+    (its time kept) is refused in one line naming the file, not profiled as int8."""
+    import shutil
+
+    folder = tmp_path / "transformer.int8"
+    shutil.copytree(folders["transformer"]["int8"], folder)
+    graph = folder / "model.onnx"
+    stat = graph.stat()
+    shutil.copyfile(folders["transformer"]["onnx"] / "model.onnx", graph)
+    os.utime(graph, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    texts = read_split(tiny_data, "test")["text"].tolist()
+    with pytest.raises(ArtifactError, match=r"model\.onnx: changed since kdpipe wrote it"):
+        serving_profile(folder, texts, warmup=2)
+
+
 def test_a_profile_in_a_process_of_its_own(folders, tiny_data):
     texts = read_split(tiny_data, "test")["text"].tolist()[:6]
     profile = profile_in_subprocess(folders["transformer"]["int8"], texts, batch_size=3, warmup=1)
@@ -417,3 +434,15 @@ def test_with_reference_reads_the_evaluations_bins(folders, tiny_data, tmp_path)
     assert record["compared_with"]["ece_difference"]["difference"] == pytest.approx(
         record["metrics"]["ece"] - read_json(student / "test.json")["metrics"]["ece"], abs=1e-6
     )
+
+
+def test_a_folder_kdpipe_did_not_write_is_refused_in_one_line(tmp_path):
+    """A classifier saved by transformers alone (no labels.json): export names the folder and what to do instead."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    folder = tmp_path / "hf"
+    config = BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=8)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    with pytest.raises(KdpipeError, match=r"^export hf: .*hf is not a model folder kdpipe wrote \(no labels\.json\)"):
+        export_onnx(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -65,3 +65,23 @@ def test_kdpipe_runs_as_a_module_of_another_workflow(tmp_path):
     log = (outer / "results/logs/distill/s.log").read_text()
     assert "[kdpipe] distill s" in log  # the job's summary line: it ran to the end
     assert not (checkout / "results").exists()  # everything in the outer workflow's folder
+
+
+def test_a_module_used_under_other_rule_names_runs_its_jobs(tmp_path):
+    """``use rule * from kd exclude serve as kd_*``: every rule renamed and one left out; the renamed prepare job
+    runs kdpipe's prepare stage (each rule keeps the command it was made with under its new name)."""
+    checkout = copy_project(tmp_path / "kdpipe")
+    outer = tmp_path / "analysis"
+    outer.mkdir()
+    renamed = OUTER.replace("use rule * from kd", "use rule * from kd exclude serve as kd_*")
+    (outer / "Snakefile").write_text(renamed.replace("{snakefile}", str(checkout / "Snakefile")))
+    (outer / "smallest.yaml").write_text(SMALLEST)
+    env = environment(checkout, tmp_path / "cache")
+    command = [str(Path(sys.executable).parent / "snakemake"), "--profile", str(checkout / "profiles/cpu")]
+    run = subprocess.run(
+        [*command, "--cores", "1", "results/data/tiny_bbc"], cwd=outer, env=env, capture_output=True, text=True
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    assert "rule kd_prepare:" in out and "python -m kdpipe --threads 1 --log results/logs/prepare.log prepare" in out
+    assert (outer / "results/data/tiny_bbc/manifest.json").is_file()

@@ -300,3 +300,37 @@ def test_a_route_slice_names_the_signals_its_rule_declares():
     no_mc = plan.route_params(routes["logit_entropy"])["signals"]
     mc_splits = plan.mc_splits()
     assert no_mc == {s: ["logits", "pooled", *(["mc"] if s in mc_splits else [])] for s in ("train", "validation")}
+
+
+def test_a_whole_float_for_an_integer_key_stops_the_plan():
+    """JSON Schema reads 17.0 as an integer, the stage that uses it does not: the plan refuses it in one line."""
+    with pytest.raises(KdpipeError, match=r"^export\.opset: 17\.0 is not an integer; write 17$"):
+        check_numbers(yaml.safe_load("export: {opset: 17.0}"), SCHEMA)
+    with pytest.raises(KdpipeError, match=r"^teachers\.ta\.epochs: 2\.0 is not an integer; write 2$"):
+        check_numbers(yaml.safe_load("teachers: {ta: {epochs: 2.0}}"), SCHEMA)
+    check_numbers(yaml.safe_load("teachers: {ta: {lr: 1.0}}"), SCHEMA)  # a number key takes it
+
+
+def test_exports_and_serving_profiles_are_planned_by_name():
+    """export.students and serving.models by config entry: a student with seeds stands for its first seed, its
+    exported models too; a name that is no model stops the plan in one line (the workflow asks for both lists as it
+    is parsed), also while nothing is exported."""
+
+    def seeded(config, serving, export=None):
+        config["students"]["s_vkd"]["seeds"] = [1, 2]
+        config["export"] = export or {"int8": True, "students": ["s_vkd"]}
+        config["serving"] = {"models": serving}
+
+    plan = load(edit=lambda c: seeded(c, ["s_vkd", "s_vkd.int8", "ta"]))
+    assert plan.serving_models() == ["s_vkd.seed1", "s_vkd.seed1.int8", "ta"]
+    assert sorted(plan.exported()) == ["s_vkd.seed1.int8", "s_vkd.seed1.onnx", "s_vkd.seed2.int8", "s_vkd.seed2.onnx"]
+    assert plan.evaluated_exports() == ["s_vkd.seed1.int8", "s_vkd.seed2.int8"]
+    assert plan.export_params("s_vkd.seed2.int8") == {
+        "model": "s_vkd.seed2.int8",
+        "student": "s_vkd.seed2",
+        "max_accuracy_drop": 0.01,
+    }
+    with pytest.raises(KdpipeError, match=r"^serving\.models names 's_vkd\.onnx', which is no model of this run"):
+        load(edit=lambda c: seeded(c, ["s_vkd.onnx"], {"int8": False, "students": ["s_vkd"]})).serving_models()
+    with pytest.raises(KdpipeError, match=r"^export\.students names 's_typo', which is no student"):
+        load(edit=lambda c: seeded(c, [], {"int8": False, "students": ["s_typo"]})).exported()

@@ -123,3 +123,24 @@ def test_the_report_writes_the_serving_table_and_removes_a_stale_one(run):
     assert not (out / "serving.tsv").exists() and not (out / "serving.md").exists()
     with pytest.raises(KdpipeError, match="model 's' has two serving profiles"):
         build_report(evals, out, serving=[profiles[1], profiles[1]])
+
+
+def test_a_profiled_seed_takes_its_students_row_and_only_seeds_profiled_still_make_a_report(run, tmp_path):
+    """A seeded student is one row of the summary (the mean over its seeds): a profile of ``s.seed1`` or of
+    ``s.seed1.int8`` takes the accuracy and the cost plot's latency of that row, and a report whose only profiles
+    are of seeds is written."""
+    root, evals, _, summary = run
+    profiles = read_profiles(
+        [
+            _profile(tmp_path, "s.seed1", "student", "pytorch", "fp32", 16.0),
+            _profile(tmp_path, "s.seed1.int8", "onnx", "onnx", "int8", 4.0),
+        ]
+    )
+    table = serving_table(profiles, summary, teachers=[])
+    assert list(table["accuracy"]) == [0.8, 0.7]  # the rows of s and s.int8
+    shown = with_serving_latency(summary, profiles)
+    times = dict(zip(shown["model"], shown["inference_ms"]))
+    assert times["s"] == 16.0 and times["s.int8"] == 4.0
+    assert with_serving_latency(summary.iloc[:0], profiles).empty  # nothing to place: no error
+    build_report(evals, tmp_path / "report", serving=[tmp_path / "s.seed1.json"])
+    assert "| s.seed1 | pytorch fp32 |" in (tmp_path / "report" / "serving.md").read_text()

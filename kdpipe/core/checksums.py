@@ -15,7 +15,7 @@ from pathlib import Path
 
 import xxhash
 
-from kdpipe.core.store import ArtifactError
+from kdpipe.core.store import ArtifactError, read_json
 
 CHUNK = 16 << 20
 
@@ -88,4 +88,15 @@ def write_manifest(path: str | Path, manifest: dict, names: Iterable[str]) -> di
 
     manifest = with_checksums(manifest, Path(path).parent, names)
     write_json(path, manifest)
+    return manifest
+
+
+def verify_folder(folder: str | Path) -> dict | None:
+    """Every file a folder's ``manifest.json`` lists, checked (:func:`verify`); its manifest, or None for a folder
+    kdpipe did not write."""
+    manifest_file = Path(folder) / "manifest.json"
+    if not manifest_file.is_file():
+        return None
+    manifest = read_json(manifest_file)
+    verify(manifest, manifest_file, sorted(manifest.get("checksums") or {}), target=folder)
     return manifest

@@ -124,6 +124,11 @@ def export_onnx(
     name = name or model_dir.name
     if (model_dir / SPEC_FILE).is_file():
         raise KdpipeError(f"export {name}: {model_dir} is an exported ONNX folder already")
+    if not (model_dir / "labels.json").is_file():  # (its classes, in output order, are the exported folder's)
+        raise KdpipeError(
+            f"export {name}: {model_dir} is not a model folder kdpipe wrote (no labels.json); import a checkpoint "
+            "as a teacher (teachers.<name>.checkpoint) and export the teacher's folder"
+        )
     source = check_model_folder(model_dir) or {}
     model = load_trained(model_dir).eval()
     tokenizer = load_tokenizer(str(model_dir))

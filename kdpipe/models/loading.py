@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertModel
 
-from kdpipe.core.checksums import rebuild_hint, verify
+from kdpipe.core.checksums import rebuild_hint, verify_folder
 from kdpipe.core.store import ArtifactError, KdpipeError, read_json
 from kdpipe.models.backbones import refuse_pickle_weights
 
@@ -234,10 +234,9 @@ def check_model_folder(model_dir: str | Path) -> dict | None:
     three descriptions of its classes (``labels.json``, the manifest's ``labels``, the model config's
     ``id2label``) agree. Returns the manifest (None for a folder kdpipe did not write, e.g. a checkpoint)."""
     folder = Path(model_dir)
-    if not (folder / "manifest.json").is_file():
+    manifest = verify_folder(folder)
+    if manifest is None:
         return None
-    manifest = read_json(folder / "manifest.json")
-    verify(manifest, folder / "manifest.json", sorted(manifest.get("checksums") or {}), target=folder)
     labels = read_json(folder / "labels.json")
     described = {"labels.json": labels, "manifest.json labels": manifest.get("labels", labels)}
     config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}

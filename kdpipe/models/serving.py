@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kdpipe.core.checksums import verify_folder
 from kdpipe.core.store import KdpipeError, read_json, write_json
 from kdpipe.models.onnx_runtime import OnnxRunner, is_onnx_folder, read_spec, softmax
 
@@ -125,6 +126,7 @@ class _OnnxServer:
     def __init__(self, folder: Path, threads: int):
         import onnxruntime
 
+        verify_folder(folder)  # (as every reader of an artifact does: a damaged or swapped graph is refused)
         self.runner = OnnxRunner(folder, threads=threads)
         self.max_length = self.runner.max_length
         self.runtime = {"onnxruntime": onnxruntime.__version__}

@@ -20,10 +20,11 @@ class Exports:
         """``{model: (its student, "onnx" or "int8")}`` of every exported folder the plan makes (the fp32 export of a
         student whose int8 model alone is asked for included: it is its source)."""
         settings = self.config["export"]
+        students = self._export_students(settings["students"])  # (names checked even when nothing is exported)
         if not (settings["onnx"] or settings["int8"]):
             return {}
         out = {}
-        for student in self._export_students(settings["students"]):
+        for student in students:
             out[f"{student}.onnx"] = (student, "onnx")
             if settings["int8"]:
                 out[f"{student}.int8"] = (student, "int8")
@@ -74,12 +75,22 @@ class Exports:
         known = [*self.teachers, *(s for s in self.students if s not in self.first_stages), *self.exported()]
         chosen = []
         for name in self.config["serving"]["models"]:
-            found = [m for m in known if m == name or (m in self.students and self.students[m].entry == name)]
+            found = [m for m in known if m == name or self._entry_of(m) == name]
             if not found:
                 raise KdpipeError(f"serving.models names {name!r}, which is no model of this run; models are {known}")
             if found[0] not in chosen:
                 chosen.append(found[0])
         return chosen
+
+    def _entry_of(self, model: str) -> str | None:
+        """The config entry a student or an exported model comes from, with the export's suffix (``s.seed1.int8``:
+        ``s.int8``); None for a teacher."""
+        if model in self.students:
+            return self.students[model].entry
+        if model in self.exported():
+            student, precision = self.exported()[model]
+            return f"{self.students[student].entry}.{precision}"
+        return None
 
     def serving_params(self, model: str) -> dict:
         """The slice of a serving profile: the model's name and kind and the ``serving`` settings."""

@@ -22,7 +22,8 @@ NUMBER_ARGS = {"float": "number", "int": "integer"}  # method argument types (kd
 
 
 def check_numbers(config: dict, schema: dict) -> None:
-    """Refuse, naming the full key, a number-typed key whose value is a string that reads as a number: the keys of
+    """Refuse, naming the full key, a number-typed key whose value is a string that reads as a number, and an
+    integer-typed key given a whole float (``17.0``): the keys of
     the schema (an entry of ``teachers`` or ``students`` against ``teacher_defaults`` or ``student_defaults``), a
     student's ``method_args`` (with Meta-KD's ``stage1``) and a teacher's ``objective_args``."""
     props = schema.get("properties", {})
@@ -99,6 +100,10 @@ def _walk(value, schema: dict, where: str) -> None:
             if message:
                 raise KdpipeError(message)
         return
+    if isinstance(value, float) and value.is_integer():  # JSON Schema takes 17.0 as an integer; the code does not
+        types = {t for b in branches for t in _types(b)}
+        if "integer" in types and "number" not in types:
+            raise KdpipeError(f"{where}: {value} is not an integer; write {int(value)}")
     for branch in branches:
         if isinstance(value, dict):
             props = branch.get("properties", {})

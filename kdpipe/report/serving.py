@@ -12,6 +12,7 @@ oracle (the ceiling of teachers on class subsets), unless the caller names anoth
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,8 @@ NOTE = (
     "One row per profiled model folder. A request is one text in, class probabilities out, tokenisation "
     "included. Latency: batch 1, median and 95th percentile over the profiled texts after a warm-up; texts/s: "
     "throughput at the batch size shown in serving.tsv. Speed-up: the teacher side's median latency (its teachers "
-    "one after another) over the model's. Accuracy: on the test split, from the model's evaluation; kept: as a "
+    "one after another) over the model's. Accuracy: on the test split, from the model's evaluation (a model with "
+    "seeds: the mean over its seeds); kept: as a "
     "share of the teacher side's accuracy ({reference}). Peak memory: the peak resident set of the process that "
     "served the model alone, libraries included. Weights: the weights file on disk."
 )
@@ -60,6 +62,12 @@ def read_profiles(paths: list[str | Path]) -> list[dict]:
             )
         seen[profile["model"]] = profile["source_file"]
     return profiles
+
+
+def summary_name(model: str) -> str:
+    """The summary's row of a profiled model: its name without a seed (``s.seed2.int8`` is a row of ``s.int8``,
+    whose accuracy is the mean over its seeds)."""
+    return re.sub(r"\.seed\d+(?=\.|$)", "", model)
 
 
 def _accuracy(summary: pd.DataFrame | None) -> dict[str, float]:
@@ -118,8 +126,8 @@ def serving_table(
                 "throughput": float(profile["throughput"]["texts_per_s"]),
                 "batch_size": int(profile["throughput"]["batch_size"]),
                 "speedup": teacher_latency / latency[model],
-                "accuracy": accuracy.get(model, np.nan),
-                "accuracy_kept": accuracy.get(model, np.nan) / reference_accuracy,
+                "accuracy": accuracy.get(summary_name(model), np.nan),
+                "accuracy_kept": accuracy.get(summary_name(model), np.nan) / reference_accuracy,
                 "peak_rss_mb": float(profile["memory"]["peak_rss_mb"]),
                 "model_mb": float(profile["memory"].get("model_mb", np.nan)),
                 "weights_mb": float(profile["size"]["weights_mb"]),
@@ -186,11 +194,15 @@ def with_serving_latency(summary: pd.DataFrame, profiles: list[dict]) -> pd.Data
     """``summary`` with ``inference_ms`` the median batch-1 latency of every profiled model (the evaluation's
     inference time per example for the others) and ``time_source`` saying which (``profile``, ``evaluation``), for
     the cost plot."""
-    latency = {p["model"]: float(p["latency_ms"]["median"]) for p in profiles}
-    device = {p["model"]: f"{p['device']}, {p['threads']} thread{'s' if p['threads'] != 1 else ''}" for p in profiles}
+    latency = {summary_name(p["model"]): float(p["latency_ms"]["median"]) for p in profiles}
+    device = {
+        summary_name(p["model"]): f"{p['device']}, {p['threads']} thread{'s' if p['threads'] != 1 else ''}"
+        for p in profiles
+    }
     out = summary.copy()
     profiled = out["model"].isin(latency)
-    out.loc[profiled, "inference_ms"] = out.loc[profiled, "model"].map(latency)
+    if profiled.any():
+        out.loc[profiled, "inference_ms"] = out.loc[profiled, "model"].map(latency).astype(float)
     out["time_source"] = np.where(profiled, "profile", "evaluation")
     out["profile_device"] = out["model"].map(device)
     return out
