@@ -19,6 +19,7 @@ from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.data.batching import Batches, inference_batches
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.models.causal_lm import check_causal_lm_folder, import_causal_lm, load_causal_lm
+from kdpipe.models.settings import CausalLmImportSettings
 from kdpipe.signals.io import read_logits, read_mc
 from kdpipe.signals.mc_dropout import SCORES, summarise
 from kdpipe.signals.prompted import (
@@ -26,7 +27,7 @@ from kdpipe.signals.prompted import (
     check_tokenizer,
     encode_rows,
     ensemble_signals,
-    gather_members,
+    gather,
     member_log_scores,
     naive_log_scores,
     prepare_members,
@@ -35,8 +36,8 @@ from kdpipe.signals.prompted import (
     run_shard,
     score_split,
 )
-from kdpipe.signals.prompts import check_prompt_teacher, draw_shots, prompt_settings
-from kdpipe.signals.shards import gather
+from kdpipe.signals.prompts import check_prompt_teacher, draw_shots, prompt_settings, typed
+from kdpipe.signals.settings import PromptPassSettings
 from tests.conftest import REPO
 from tests.tiny_models import byte_level_bpe, family_config, tiny_distilbert, wordpiece
 
@@ -90,24 +91,27 @@ def model_folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def imported(model_folder, tmp_path_factory):
     out = tmp_path_factory.mktemp("imported") / "llm"
-    import_causal_lm(str(model_folder), out, config={"model": str(model_folder)})
+    import_causal_lm(str(model_folder), out, settings=CausalLmImportSettings(source=str(model_folder)))
     return out
 
 
 def settings(**prompt):
-    return prompt_settings(
-        {"model": "m", "templates": [TEMPLATE], **prompt}, classes=CLASSES, pairs="pairs" in prompt, where="t"
-    )
+    return typed({"model": "m", "templates": [TEMPLATE], **prompt}, classes=CLASSES, pairs="pairs" in prompt, where="t")
+
+
+def pass_settings(params: dict, data) -> PromptPassSettings:
+    """A pass's typed settings from ``params`` (split, batch_size, prompt), scoring every class of ``data``."""
+    labels = read_labels(data)
+    prompt = prompt_settings(params["prompt"], classes=labels, pairs=False, where="t")
+    return PromptPassSettings.from_params({**params, "classes": labels, "prompt": prompt})
 
 
 def member_and_rows(prompt: dict, texts=TEXTS, *, pairs=None):
     tokenizer = chat_tokenizer()
-    s = prompt_settings(
-        {"model": "m", "templates": [TEMPLATE], **prompt}, classes=CLASSES, pairs=bool(pairs), where="t"
-    )
+    s = typed({"model": "m", "templates": [TEMPLATE], **prompt}, classes=CLASSES, pairs=bool(pairs), where="t")
     [member, *_] = prepare_members(s, tokenizer, CLASSES, pairs=bool(pairs), shots_frame=SHOTS, where="t")
     rows = encode_rows(
-        tokenizer, texts, pairs, text_space=member.text_space, pair_space=member.pair_space, max_length=s["max_length"]
+        tokenizer, texts, pairs, text_space=member.text_space, pair_space=member.pair_space, max_length=s.max_length
     )
     return member, rows
 
@@ -247,9 +251,7 @@ def test_prefix_reuse_with_eager_attention_and_sentence_pairs():
     pairs = ["It was a fine day.", "Nothing happened.", "Yes", "The chips are made in Taiwan and sold worldwide.", ""]
     prompt = {"templates": ["Premise: {text}\nHypothesis: {text_pair}\nTopic:"], "verbalizers": VERBALIZERS}
     tokenizer = chat_tokenizer()
-    s = prompt_settings(
-        {"model": "m", **prompt, "chat": False, "max_length": 12}, classes=CLASSES, pairs=True, where="t"
-    )
+    s = typed({"model": "m", **prompt, "chat": False, "max_length": 12}, classes=CLASSES, pairs=True, where="t")
     [member] = prepare_members(s, tokenizer, CLASSES, pairs=True, where="t")
     rows = encode_rows(
         tokenizer, TEXTS, pairs, text_space=member.text_space, pair_space=member.pair_space, max_length=12
@@ -311,12 +313,14 @@ def test_content_free_calibration_against_a_hand_computation(imported, tiny_data
         "batch_size": 4,
         "prompt": {"model": "m", "templates": [TEMPLATE], "chat": False, "max_length": 12, "calibrate": ["N/A", ""]},
     }
-    plain = score_split({**params, "prompt": {**params["prompt"], "calibrate": False}}, imported, tiny_data)
-    result = score_split(params, imported, tiny_data)
+    plain = score_split(
+        pass_settings({**params, "prompt": {**params["prompt"], "calibrate": False}}, tiny_data), imported, tiny_data
+    )
+    result = score_split(pass_settings(params, tiny_data), imported, tiny_data)
     labels = read_labels(tiny_data)
     # p_cf by hand: each content-free input scored as a row's text, its class probabilities averaged
     tokenizer, model = chat_tokenizer(), load_causal_lm(imported, CPU)
-    s = prompt_settings(params["prompt"], classes=labels, pairs=False, where="t")
+    s = typed(params["prompt"], classes=labels, pairs=False, where="t")
     [member] = prepare_members(s, tokenizer, labels, pairs=False, where="t")
     rows = encode_rows(tokenizer, ["N/A", ""], None, text_space=member.text_space, pair_space="", max_length=12)
     cf = naive_log_scores(model, member, rows, [0, 1], len(labels), device=CPU)
@@ -336,7 +340,11 @@ def test_few_shot_draws_are_fixed_by_the_seed_and_recorded(imported, tiny_data):
     assert not np.array_equal(first, draw_shots(train["label"], labels, shots=2, draw=1, seed=5, where="t"))
     assert sorted(train["label"].to_numpy()[first]) == sorted(labels * 2)
     prompt = {"model": "m", "templates": [TEMPLATE], "chat": False, "max_length": 8, "shots": 2, "shot_draws": 2}
-    result = score_split({"split": "validation", "batch_size": 8, "prompt": {**prompt, "seed": 5}}, imported, tiny_data)
+    result = score_split(
+        pass_settings({"split": "validation", "batch_size": 8, "prompt": {**prompt, "seed": 5}}, tiny_data),
+        imported,
+        tiny_data,
+    )
     ids = train["row_id"].to_numpy()
     assert result.shots == {
         "t0.v0.d0": ids[first].tolist(),
@@ -345,7 +353,11 @@ def test_few_shot_draws_are_fixed_by_the_seed_and_recorded(imported, tiny_data):
     read = set(result.shots["t0.v0.d0"]) | set(result.shots["t0.v0.d1"])
     assert result.gold_labels == {"train": len(read), "checkpoint": "trained outside kdpipe"}
     zero = score_split(
-        {"split": "validation", "batch_size": 8, "prompt": {**prompt, "shots": 0, "shot_draws": 1}}, imported, tiny_data
+        pass_settings(
+            {"split": "validation", "batch_size": 8, "prompt": {**prompt, "shots": 0, "shot_draws": 1}}, tiny_data
+        ),
+        imported,
+        tiny_data,
     )
     assert zero.shots == {"t0.v0.d0": []} and "train" not in zero.gold_labels
 
@@ -360,7 +372,7 @@ def test_the_ensemble_writes_logits_and_mc_as_every_method_reads_them(imported, 
         "shot_draws": 2,
     }
     params = {"split": "validation", "batch_size": 3, "prompt": prompt}
-    manifests = run_pass(params, imported, tiny_data, tmp_path / "sig")
+    manifests = run_pass(pass_settings(params, tiny_data), imported, tiny_data, tmp_path / "sig")
     labels = read_labels(tiny_data)
     row_ids = read_split(tiny_data, "validation")["row_id"].to_numpy()
     members, prompt_manifest = read_members(tmp_path / "sig" / "prompt.npy", row_ids, labels)
@@ -382,10 +394,8 @@ def test_the_ensemble_writes_logits_and_mc_as_every_method_reads_them(imported, 
     # sharded: the same bytes
     parts = [tmp_path / f"part{k}" for k in (1, 2)]
     for k, part in enumerate(parts, 1):
-        run_shard(params, imported, tiny_data, f"{k}-of-2", part)
-    for signal in ("logits", "mc"):
-        gather({**params, "signal": signal}, parts, tmp_path / "sharded")
-    gather_members(params, parts, tmp_path / "sharded")
+        run_shard(pass_settings(params, tiny_data), imported, tiny_data, f"{k}-of-2", part)
+    gather(pass_settings(params, tiny_data), parts, tmp_path / "sharded")
     for name in ("logits.parquet", "mc.npy", "mc.parquet", "prompt.npy"):
         assert (tmp_path / "sharded" / name).read_bytes() == (tmp_path / "sig" / name).read_bytes(), name
 
@@ -481,7 +491,9 @@ def test_tokenizer_checks_name_the_verbalizer_and_the_template():
 def test_too_few_rows_of_a_class_for_the_shots(imported, tiny_data):
     prompt = {"model": "m", "templates": [TEMPLATE], "shots": 50}
     with pytest.raises(KdpipeError, match=r"prompt\.shots: 50 examples per class, but the train split has \d+ rows"):
-        score_split({"split": "validation", "batch_size": 4, "prompt": prompt}, imported, tiny_data)
+        score_split(
+            pass_settings({"split": "validation", "batch_size": 4, "prompt": prompt}, tiny_data), imported, tiny_data
+        )
 
 
 def test_the_plan_side_imports_neither_torch_nor_transformers():

@@ -54,9 +54,10 @@ from kdpipe.signals.prompts import (
     draw_shots,
     fill,
     members,
-    prompt_settings,
     split_template,
+    typed,
 )
+from kdpipe.signals.settings import PromptPassSettings, PromptSettings, SignalSettings
 
 # Marks of the row's slots in a rendered prompt, where it is cut into the shared prefix and the row's own pieces
 TEXT_MARK, PAIR_MARK = "\u27e6kdpipe:text\u27e7", "\u27e6kdpipe:text_pair\u27e7"
@@ -202,15 +203,15 @@ def _trailing_space(text: str) -> tuple[str, str]:
 
 
 def prepare_members(
-    settings: dict, tokenizer, classes: list[str], *, pairs: bool, shots_frame=None, where: str = "prompt"
+    settings: PromptSettings, tokenizer, classes: list[str], *, pairs: bool, shots_frame=None, where: str = "prompt"
 ) -> list[Member]:
     """Every member of the prompt ensemble, tokenised, with the checks that need the tokenizer: a chat template that
     fails to render, a verbalizer that tokenises to nothing, two verbalizers (of one class or two) that tokenise
-    alike. ``settings``: :func:`kdpipe.signals.prompts.prompt_settings`. ``shots_frame``: the train split (columns
-    row_id, text, label, and text_pair for pairs), from which each draw's few-shot examples are drawn; None with
-    shots > 0 renders placeholder examples (for the checks alone)."""
+    alike. ``settings``: the prompt settings (:func:`kdpipe.signals.prompts.typed`). ``shots_frame``: the train
+    split (columns row_id, text, label, and text_pair for pairs), from which each draw's few-shot examples are
+    drawn; None with shots > 0 renders placeholder examples (for the checks alone)."""
     chat = None
-    if use_chat(settings["chat"], tokenizer, where):
+    if use_chat(settings.chat, tokenizer, where):
 
         def chat(messages):
             return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -218,22 +219,22 @@ def prepare_members(
     lead = [] if chat else leading_specials(tokenizer)
     prepared = []
     for spec in members(settings):
-        words = settings["verbalizers"][spec["verbalizers"]]
-        template = settings["templates"][spec["template"]]
+        words = settings.verbalizers[spec["verbalizers"]]
+        template = settings.templates[spec["template"]]
         at = f"{where}.templates[{spec['template']}]"
-        if settings["shots"] and shots_frame is not None:
+        if settings.shots and shots_frame is not None:
             positions = draw_shots(
                 shots_frame["label"].to_numpy(),
                 classes,
-                shots=settings["shots"],
+                shots=settings.shots,
                 draw=spec["draw"],
-                seed=settings["seed"],
+                seed=settings.seed,
                 where=where,
             )
-            shots = _shot_texts(tokenizer, shots_frame, positions, settings["max_length"])
+            shots = _shot_texts(tokenizer, shots_frame, positions, settings.max_length)
             shot_rows = [int(r) for r in shots_frame["row_id"].to_numpy()[positions]]
         else:
-            shots = [("...", "..." if pairs else None, name) for name in classes for _ in range(settings["shots"])]
+            shots = [("...", "..." if pairs else None, name) for name in classes for _ in range(settings.shots)]
             shot_rows = []
         rendered = render(template, words, classes, shots, chat, at)
         prefix, middle, suffix = _split_rendered(rendered, pairs, at)
@@ -241,7 +242,7 @@ def prepare_members(
         middle, pair_space = _trailing_space(middle)
         suffix, answer_space = _trailing_space(suffix)
         gap = answer_space or answer_gap(suffix)
-        several = len(settings["verbalizers"]) > 1
+        several = len(settings.verbalizers) > 1
         at_words = f"{where}.verbalizers" + (f"[{spec['verbalizers']}]" if several else "")
         verbalizers, owners = _verbalizer_ids(tokenizer, words, classes, gap, at_words)
         prepared.append(
@@ -288,10 +289,15 @@ def _verbalizer_ids(tokenizer, words, classes, gap: str, at: str):
     return verbalizers, owners
 
 
-def check_tokenizer(prompt: dict, tokenizer, *, classes: list[str], pairs: bool, where: str = "prompt") -> None:
+def check_tokenizer(
+    prompt: PromptSettings | dict, tokenizer, *, classes: list[str], pairs: bool, where: str = "prompt"
+) -> None:
     """The checks of a prompted teacher that need its tokenizer (:func:`prepare_members`, with placeholder
-    few-shot examples), for the import job to run as soon as it has read the tokenizer."""
-    settings = prompt_settings(prompt, classes=classes, pairs=pairs, where=where)
+    few-shot examples), run before any weights are loaded. ``prompt``: the config's ``prompt`` section or its
+    settings."""
+    if isinstance(prompt, PromptSettings):
+        prompt = prompt.to_dict()
+    settings = typed(prompt, classes=classes, pairs=pairs, where=where)
     prepare_members(settings, tokenizer, classes, pairs=pairs, where=where)
 
 
@@ -627,7 +633,8 @@ class PromptPass:
     when set), filled at ``rows`` (positions in the split); the few-shot rows each member read; the content-free
     probabilities [K, C] of a calibrated pass."""
 
-    settings: dict
+    settings: PromptSettings
+    split: str
     classes: list[str]
     member_names: list[str]
     row_ids: np.ndarray
@@ -646,7 +653,7 @@ class PromptPass:
 
 
 def score_split(
-    params: dict,
+    settings: PromptPassSettings,
     model_dir: str | Path,
     data_dir: str | Path,
     *,
@@ -655,21 +662,22 @@ def score_split(
     where: str = "prompt",
     device: torch.device | None = None,
 ) -> PromptPass:
-    """A prompted teacher's pass over ``params["split"]`` of ``data_dir`` (shard ``(k, S)`` of it): ``params`` holds
-    ``prompt`` (the teacher's prompt settings), ``batch_size``, ``split`` and optionally ``classes`` (the teacher's
-    classes, in the dataset's order; all of them by default). The few-shot examples come from the train split of
-    ``shots_dir`` (the dataset artifact; ``data_dir`` by default, which differs for the transfer rows). The
+    """A prompted teacher's pass over ``settings.split`` of ``data_dir`` (shard ``(k, S)`` of it), scoring the
+    teacher's ``classes`` (in the dataset's order) with its ``prompt`` settings, ``batch_size`` rows at a time. The
+    few-shot examples come from the train split of ``shots_dir`` (the dataset artifact; ``data_dir`` by default,
+    which differs for the transfer rows). The prompt is checked again against the split (sentence pairs) and the
     tokenizer's checks run before the weights are loaded."""
     model_dir, data_dir = Path(model_dir), Path(data_dir)
     shots_dir = Path(shots_dir) if shots_dir is not None else data_dir
     manifest = check_causal_lm_folder(model_dir)
-    classes = list(params.get("classes") or read_labels(shots_dir))
-    frame = read_split(data_dir, params["split"])
+    split, batch_size = settings.split, settings.batch_size
+    classes = list(settings.classes or read_labels(shots_dir))
+    frame = read_split(data_dir, split)
     pairs = "text_pair" in frame.columns
-    settings = prompt_settings(params["prompt"], classes=classes, pairs=pairs, where=where)
+    settings = typed(settings.prompt.to_dict(), classes=classes, pairs=pairs, where=where)
     tokenizer = load_causal_lm_tokenizer(model_dir)
     shots_frame = None
-    if settings["shots"]:
+    if settings.shots:
         shots_frame = read_split(shots_dir, "train")
         shots_frame = shots_frame[shots_frame["label"].isin(classes)].reset_index(drop=True)
     prepared = prepare_members(settings, tokenizer, classes, pairs=pairs, shots_frame=shots_frame, where=where)
@@ -682,7 +690,7 @@ def score_split(
             frame["text_pair"] if pairs else None,
             text_space=key[0],
             pair_space=key[1],
-            max_length=settings["max_length"],
+            max_length=settings.max_length,
         )
         for key in dict.fromkeys((m.text_space, m.pair_space) for m in prepared)
     }
@@ -693,9 +701,9 @@ def score_split(
     def rows_of(member):
         return encoded[(member.text_space, member.pair_space)]
 
-    batches = shard_batches(inference_batches(rows_of(prepared[0]).lengths(prepared[0]), params["batch_size"]), shard)
+    batches = shard_batches(inference_batches(rows_of(prepared[0]).lengths(prepared[0]), batch_size), shard)
     log_probs = np.zeros((len(prepared), len(row_ids), len(classes)), dtype=np.float32)
-    content_free = np.zeros((len(prepared), len(classes))) if settings["calibrate"] else None
+    content_free = np.zeros((len(prepared), len(classes))) if settings.calibrate else None
     for k, member in enumerate(prepared):
         scores = member_log_scores(
             model,
@@ -705,7 +713,7 @@ def score_split(
             len(classes),
             device=device,
             pad_id=_pad_id(tokenizer),
-            desc=f"prompt {params['split']} {member.name} ({k + 1}/{len(prepared)})",
+            desc=f"prompt {split} {member.name} ({k + 1}/{len(prepared)})",
             where=where,
         )
         member_log_probs = torch.log_softmax(torch.from_numpy(scores).double(), dim=-1).numpy()
@@ -714,16 +722,17 @@ def score_split(
                 model,
                 tokenizer,
                 member,
-                settings["calibrate"],
+                list(settings.calibrate),
                 len(classes),
                 pairs=pairs,
-                max_length=settings["max_length"],
+                max_length=settings.max_length,
                 device=device,
             )
             member_log_probs = calibrated(member_log_probs, content_free[k])
         log_probs[k] = member_log_probs
     return PromptPass(
         settings=settings,
+        split=split,
         classes=classes,
         member_names=[m.name for m in prepared],
         row_ids=row_ids,
@@ -740,7 +749,8 @@ def _meta(result: PromptPass) -> dict:
     return {
         "rows": len(result.row_ids),
         "labels": result.classes,
-        "teacher": {"prompt": result.settings, "model": result.model.get("config") or result.model.get("source")},
+        "teacher": {"prompt": result.settings.to_dict(), "model": result.model.get("source")},
+        "parameters": result.model.get("parameters"),
         "ensemble": "prompt",  # the members are prompts, not MC-dropout samples (docs/methods.md §7)
         "members": result.member_names,
         "shots": result.shots,
@@ -770,23 +780,30 @@ def write_part(result: PromptPass, part: str | Path) -> None:
 
 
 def run_shard(
-    params: dict,
-    model_dir: str | Path,
-    data_dir: str | Path,
+    settings: PromptPassSettings,
+    model: str | Path,
+    data: str | Path,
     shard: str,
     out_part: str | Path,
+    shots: str | Path | None = None,
     *,
-    shots_dir: str | Path | None = None,
     where: str = "prompt",
 ) -> None:
-    """One shard (``"k-of-S"``) of a prompted teacher's pass (:func:`score_split`), written atomically as a part
-    folder (:func:`write_part`)."""
+    """One shard (``"k-of-S"``) of a prompted teacher's pass (:func:`score_split`) with the imported model folder
+    ``model`` over the split of ``data`` (the few-shot examples from the train split of ``shots``, by default
+    ``data``), written atomically as a part folder (:func:`write_part`)."""
     with atomic_path(out_part, directory=True) as tmp:
-        result = score_split(params, model_dir, data_dir, shard=parse_shard(shard), shots_dir=shots_dir, where=where)
+        result = score_split(settings, model, data, shard=parse_shard(shard), shots_dir=shots, where=where)
         write_part(result, tmp)
 
 
-def write(params: dict, meta: dict, parts, out_dir: str | Path) -> dict:
+def signal_settings(settings: PromptPassSettings, signal: str) -> SignalSettings:
+    """What the ``logits`` or ``mc`` artifact of a prompted pass records as its settings: the signal, the split and
+    the batch size (the prompt settings are in its manifest's ``teacher``)."""
+    return SignalSettings(signal=signal, split=settings.split, batch_size=settings.batch_size)
+
+
+def write(settings: PromptPassSettings, meta: dict, parts, out_dir: str | Path) -> dict:
     """``prompt.npy`` (every member's probabilities, rows first: float32 [N, K, C]) and ``prompt.json`` (kind
     ``prompt``) in ``out_dir`` from the parts of every shard (``(rows, folder)`` of each, as
     :func:`kdpipe.signals.parts.read_parts` gives them; the signal modules' ``write`` of the shard protocol);
@@ -797,15 +814,26 @@ def write(params: dict, meta: dict, parts, out_dir: str | Path) -> dict:
     ensure_disk_space(npy, size, "the prompt members", "free space")
     with atomic_path(npy) as tmp, open(tmp, "wb") as fh:
         np.save(fh, gather_array(parts, "members", meta["rows"]))
-    manifest = make_manifest("prompt", config=params, split=params["split"], **meta)
+    manifest = make_manifest("prompt", config=settings, split=settings.split, **meta)
     return write_manifest(manifest_file, manifest, [npy.name])
 
 
-def gather_members(params: dict, part_dirs: list[str | Path], out_dir: str | Path) -> dict:
+def gather_members(settings: PromptPassSettings, part_dirs: list[str | Path], out_dir: str | Path) -> dict:
     """:func:`write` from the part folders of every shard (their ``prompt`` sub-folders)."""
     meta, parts = read_parts([Path(part) / "prompt" for part in part_dirs])
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return write(params, meta, parts, out_dir)
+    return write(settings, meta, parts, out_dir)
+
+
+def gather(settings: PromptPassSettings, parts: list[Path], out: Path) -> dict[str, dict]:
+    """The ``logits``, ``mc`` and ``prompt`` artifacts of a prompted pass in the signal folder ``out``, from the
+    part folders of every shard (:func:`kdpipe.signals.shards.gather` for the first two, the same files as a
+    classifier teacher's); returns the manifest of each."""
+    from kdpipe.signals.shards import gather as gather_signal
+
+    manifests = {name: gather_signal(signal_settings(settings, name), parts, out) for name in ("logits", "mc")}
+    manifests["prompt"] = gather_members(settings, parts, out)
+    return manifests
 
 
 def read_members(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None = None):
@@ -826,24 +854,19 @@ def read_members(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | 
 
 
 def run_pass(
-    params: dict,
-    model_dir: str | Path,
-    data_dir: str | Path,
-    out_dir: str | Path,
+    settings: PromptPassSettings,
+    model: str | Path,
+    data: str | Path,
+    out: str | Path,
+    shots: str | Path | None = None,
     *,
-    shots_dir: str | Path | None = None,
     where: str = "prompt",
 ) -> dict[str, dict]:
-    """A prompted teacher's whole pass in one job: its ``logits`` and ``mc`` artifacts (through
-    :func:`kdpipe.signals.shards.gather`, the same files as a classifier teacher's) and ``prompt.npy``, in
-    ``out_dir``; returns the manifest of each."""
-    from kdpipe.signals.shards import gather
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with scratch_folder(out_dir / "pass") as tmp:
+    """A prompted teacher's whole pass in one job: its ``logits`` and ``mc`` artifacts and ``prompt.npy`` in the
+    signal folder ``out`` (:func:`gather`: the same bytes as any number of shards); returns the manifest of each."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with scratch_folder(out / "pass") as tmp:
         part = tmp / "part"
-        run_shard(params, model_dir, data_dir, "1-of-1", part, shots_dir=shots_dir, where=where)
-        manifests = {signal: gather({**params, "signal": signal}, [part], out_dir) for signal in ("logits", "mc")}
-        manifests["prompt"] = gather_members(params, [part], out_dir)
-    return manifests
+        run_shard(settings, model, data, "1-of-1", part, shots, where=where)
+        return gather(settings, [part], out)
