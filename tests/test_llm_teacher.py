@@ -22,16 +22,15 @@ from kdpipe.models.causal_lm import check_causal_lm_folder, import_causal_lm, lo
 from kdpipe.models.settings import CausalLmImportSettings
 from kdpipe.signals.io import read_logits, read_mc
 from kdpipe.signals.mc_dropout import SCORES, summarise
+from kdpipe.signals.prompt_members import gather, read_members
 from kdpipe.signals.prompted import (
     calibrated,
     check_tokenizer,
     encode_rows,
     ensemble_signals,
-    gather,
     member_log_scores,
     naive_log_scores,
     prepare_members,
-    read_members,
     run_pass,
     run_shard,
     score_split,

@@ -15,8 +15,8 @@ reference the tests hold the fast pass to.
 **Shards.** The pass cuts a split into one fixed list of batches (rows sorted by length, longest first) and shard k
 of S runs batches k, k + S, ... (docs/design.md, "Signals"): :func:`run_shard` writes a part folder with the
 sub-folders ``logits``, ``mc`` and ``prompt`` (:mod:`kdpipe.signals.parts`), which
-:func:`kdpipe.signals.shards.gather` turns into the ``logits`` and ``mc`` artifacts and :func:`gather_members`
-into ``prompt.npy``; :func:`run_pass` does all of it in one job.
+:func:`kdpipe.signals.prompt_members.gather` turns into the ``logits`` and ``mc`` artifacts and ``prompt.npy``;
+:func:`run_pass` does all of it in one job.
 """
 
 from __future__ import annotations
@@ -31,23 +31,19 @@ import numpy as np
 import torch
 
 from kdpipe.core import progress
-from kdpipe.core.checksums import verify, write_manifest
 from kdpipe.core.device import autocast, pick_device
 from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import (
-    ArtifactError,
     KdpipeError,
     atomic_path,
-    ensure_disk_space,
-    make_manifest,
-    read_manifest,
     scratch_folder,
 )
 from kdpipe.data.batching import WHOLE, Batches, Ragged, inference_batches, shard_batches
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.models.causal_lm import check_causal_lm_folder, load_causal_lm, load_causal_lm_tokenizer
 from kdpipe.signals.mc_dropout import SCORES, summarise
-from kdpipe.signals.parts import finish_part, gather_array, parse_shard, read_parts, shard_rows
+from kdpipe.signals.parts import finish_part, parse_shard, shard_rows
+from kdpipe.signals.prompt_members import gather
 from kdpipe.signals.prompts import (
     SHOT_SEPARATOR,
     answer_gap,
@@ -57,7 +53,7 @@ from kdpipe.signals.prompts import (
     split_template,
     typed,
 )
-from kdpipe.signals.settings import PromptPassSettings, PromptSettings, SignalSettings
+from kdpipe.signals.settings import PromptPassSettings, PromptSettings
 
 # Marks of the row's slots in a rendered prompt, where it is cut into the shared prefix and the row's own pieces
 TEXT_MARK, PAIR_MARK = "\u27e6kdpipe:text\u27e7", "\u27e6kdpipe:text_pair\u27e7"
@@ -65,7 +61,6 @@ TEXT_MARK, PAIR_MARK = "\u27e6kdpipe:text\u27e7", "\u27e6kdpipe:text_pair\u27e7"
 # for every row of the forward, so this bounds the memory it takes (for SmolLM2-135M, 46 KB per key and row)
 MAX_BATCH_TOKENS = 16384
 SIGNAL_NAMES = ("logits", "mc", "prompt")  # the sub-folders of a part
-PROMPT_FILES = ("prompt.npy", "prompt.json")  # every member's probabilities, rows first [N, K, C], and its manifest
 TOKENIZE_CHUNK = 512
 
 
@@ -795,62 +790,6 @@ def run_shard(
     with atomic_path(out_part, directory=True) as tmp:
         result = score_split(settings, model, data, shard=parse_shard(shard), shots_dir=shots, where=where)
         write_part(result, tmp)
-
-
-def signal_settings(settings: PromptPassSettings, signal: str) -> SignalSettings:
-    """What the ``logits`` or ``mc`` artifact of a prompted pass records as its settings: the signal, the split and
-    the batch size (the prompt settings are in its manifest's ``teacher``)."""
-    return SignalSettings(signal=signal, split=settings.split, batch_size=settings.batch_size)
-
-
-def write(settings: PromptPassSettings, meta: dict, parts, out_dir: str | Path) -> dict:
-    """``prompt.npy`` (every member's probabilities, rows first: float32 [N, K, C]) and ``prompt.json`` (kind
-    ``prompt``) in ``out_dir`` from the parts of every shard (``(rows, folder)`` of each, as
-    :func:`kdpipe.signals.parts.read_parts` gives them; the signal modules' ``write`` of the shard protocol);
-    returns the manifest."""
-    out_dir = Path(out_dir)
-    npy, manifest_file = (out_dir / name for name in PROMPT_FILES)
-    size = 4 * meta["rows"] * len(meta["members"]) * len(meta["labels"])
-    ensure_disk_space(npy, size, "the prompt members", "free space")
-    with atomic_path(npy) as tmp, open(tmp, "wb") as fh:
-        np.save(fh, gather_array(parts, "members", meta["rows"]))
-    manifest = make_manifest("prompt", config=settings, split=settings.split, **meta)
-    return write_manifest(manifest_file, manifest, [npy.name])
-
-
-def gather_members(settings: PromptPassSettings, part_dirs: list[str | Path], out_dir: str | Path) -> dict:
-    """:func:`write` from the part folders of every shard (their ``prompt`` sub-folders)."""
-    meta, parts = read_parts([Path(part) / "prompt" for part in part_dirs])
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return write(settings, meta, parts, out_dir)
-
-
-def gather(settings: PromptPassSettings, parts: list[Path], out: Path) -> dict[str, dict]:
-    """The ``logits``, ``mc`` and ``prompt`` artifacts of a prompted pass in the signal folder ``out``, from the
-    part folders of every shard (:func:`kdpipe.signals.shards.gather` for the first two, the same files as a
-    classifier teacher's); returns the manifest of each."""
-    from kdpipe.signals.shards import gather as gather_signal
-
-    manifests = {name: gather_signal(signal_settings(settings, name), parts, out) for name in ("logits", "mc")}
-    manifests["prompt"] = gather_members(settings, parts, out)
-    return manifests
-
-
-def read_members(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None = None):
-    """Every member's probabilities [K, N, C] (a view of the memory-mapped file) and the manifest, checked: the
-    file against its checksum, its rows against ``row_ids``' count, its classes against ``labels``."""
-    npy_path = Path(npy_path)
-    manifest_file = npy_path.with_name(PROMPT_FILES[1])
-    manifest = read_manifest(manifest_file, kind="prompt")
-    verify(manifest, manifest_file, [npy_path.name], target=npy_path)
-    array = np.load(npy_path, mmap_mode="r")
-    if array.shape != (manifest["rows"], len(manifest["members"]), len(manifest["labels"])):
-        raise ArtifactError(f"{npy_path}: shape {array.shape} does not fit its manifest; rebuild it")
-    if manifest["rows"] != len(row_ids):
-        raise ArtifactError(f"{npy_path}: made for {manifest['rows']} rows, the data split has {len(row_ids)}")
-    if labels is not None and manifest["labels"] != list(labels):
-        raise ArtifactError(f"{npy_path}: label list {manifest['labels']} differs from the expected {list(labels)}")
-    return array.transpose(1, 0, 2), manifest
 
 
 def run_pass(

@@ -136,8 +136,8 @@ def _template(template, pairs: bool, where: str) -> str:
     return template
 
 
-def _count(settings: dict, key: str, least: int, where: str) -> int:
-    value = settings[key]
+def _count(completed: dict, key: str, least: int, where: str) -> int:
+    value = completed[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise KdpipeError(f"{where}.{key}: {value!r} is not a whole number of at least {least}")
     return value

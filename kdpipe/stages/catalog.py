@@ -180,7 +180,7 @@ STAGES = {
         ),
         Stage(
             "prompt-gather",
-            "kdpipe.signals.prompted:gather",
+            "kdpipe.signals.prompt_members:gather",
             "a prompted teacher's logits, mc and prompt members from its shards",
             (read("parts", many=True), OUT),
             "kdpipe.signals.settings:PromptPassSettings",

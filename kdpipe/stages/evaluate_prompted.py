@@ -18,7 +18,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import read_split
 from kdpipe.evaluation.results import remove_stale, write_evaluation
 from kdpipe.evaluation.settings import EvalSettings
-from kdpipe.signals.prompted import read_members
+from kdpipe.signals.prompt_members import read_members
 
 
 def run(
