@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -502,3 +503,131 @@ def test_the_plan_side_imports_neither_torch_nor_transformers():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+# -- the plan of a config with prompted teachers (tests/configs/tiny_llm.yaml) ---------------------------------------
+
+BBC_LABELS = ["business", "entertainment", "politics", "sport", "tech"]  # builtin:bbc_news, in their order
+
+
+def planned(monkeypatch, tmp_path, edit=None, name: str = "tiny_llm.yaml"):
+    """The plan of ``tests/configs/<name>`` (edited by ``edit``) as the workflow makes it, in ``tmp_path``."""
+    import yaml
+    from snakemake.utils import validate
+
+    from kdpipe.plan import Plan
+    from kdpipe.plan.entries import validate_entry
+
+    config = yaml.safe_load((REPO / "tests/configs" / name).read_text())
+    monkeypatch.chdir(tmp_path)
+    if edit is not None:
+        edit(config)
+    schema = REPO / "kdpipe/config.schema.yaml"
+    validate_entry(config, yaml.safe_load(schema.read_text()))
+    validate(config, str(schema), set_default=True)
+    monkeypatch.setattr(Plan, "data_labels", lambda self: BBC_LABELS)
+    return Plan(config)
+
+
+def test_the_plan_of_prompted_teachers(monkeypatch, tmp_path):
+    from kdpipe.plan.prompted import llm_name
+
+    plan = planned(monkeypatch, tmp_path)
+    assert plan.prompted_teachers() == ["llm_a", "llm_b"] and plan.classifier_teachers() == []
+    assert plan.llms() == {llm_name("data/tiny-llm"): "data/tiny-llm"}  # one import for both teachers
+    assert plan.llm_params(llm_name("data/tiny-llm")) == {"source": "data/tiny-llm"}  # (no such folder here)
+    assert plan.passes() == {}  # no classifier teacher's pass
+    splits = ["train", "transfer", "validation", "test"]
+    assert plan.prompt_passes() == [(t, s) for t in ("llm_a", "llm_b") for s in splits]
+    params = plan.prompt_params("llm_b", "transfer")
+    assert params["batch_size"] == 16 and params["classes"] == ["politics", "sport", "tech"]
+    assert params["prompt"]["verbalizers"] == [
+        {"politics": ["politics", "government"], "sport": ["sport"], "tech": ["tech", "technology"]}
+    ]
+    assert params["prompt"]["calibrate"] == [] and params["prompt"]["shot_draws"] == 2
+    assert plan.prompt_shots("transfer") == ["results/data/tiny_bbc"] and plan.prompt_shots("train") == []
+    assert plan.eval_params("llm_a")["seed"] == 0 and "mc_samples" not in plan.eval_params("llm_a")
+    assert plan.prompt_members_count("llm_a") == plan.prompt_members_count("llm_b") == 2 and plan.has_members()
+    assert "results/teachers/llm_a" not in plan.trained_models()
+    # a config without a prompted teacher: no teacher's slice names the key
+    tiny = planned(monkeypatch, tmp_path, name="tiny.yaml")
+    assert all("prompt" not in tiny.teacher_params(t) for t in tiny.teachers) and tiny.llms() == {}
+
+
+def _dynamic_objective(config):
+    """Dynamic KD's objective adjustment (hidden states) from one prompted teacher of every class."""
+    config["teachers"]["llm_a"].pop("classes")
+    config["students"] = {"s_vkd": {"method": "dynamic_objective", "teachers": ["llm_a"]}}
+
+
+def _not_a_causal_lm(config):
+    folder = Path("bert")
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"]}))
+    config["teachers"]["llm_a"]["prompt"]["model"] = "bert"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda c: c["teachers"]["llm_a"]["prompt"].update(templates=["Classify: {labels}"]),
+            r"^teachers\.llm_a\.prompt\.templates\[0\]: the template needs the row's text slot \{text\} exactly once",
+        ),
+        (
+            lambda c: c["teachers"]["llm_b"]["prompt"]["verbalizers"].pop("tech"),
+            r"^teachers\.llm_b\.prompt\.verbalizers: class 'tech' has no verbalizer",
+        ),
+        (
+            lambda c: c["teachers"]["llm_b"]["prompt"]["verbalizers"].update(sport=["sport", "government"]),
+            r"^teachers\.llm_b\.prompt\.verbalizers: the word 'government' names both 'politics' and 'sport'",
+        ),
+        (
+            lambda c: c["teachers"]["llm_a"]["prompt"].update(shot=2),
+            r"^teachers\.llm_a\.prompt: unknown key 'shot' \(did you mean 'shots'\?\)",
+        ),
+        (_not_a_causal_lm, r"^teachers\.llm_a\.prompt\.model: bert: it is a BertForSequenceClassification"),
+        (
+            lambda c: c["teachers"]["llm_a"].update(checkpoint="some/classifier"),
+            r"^teachers\.llm_a\.checkpoint: a prompted teacher \(prompt\) is an instruction-tuned LLM used as it is",
+        ),
+        (
+            lambda c: c["teachers"]["llm_a"].update(ensemble={"size": 2}),
+            r"^teachers\.llm_a\.ensemble: a prompted teacher",
+        ),
+        (
+            lambda c: c["students"]["s_vkd"].update(method="dfa"),
+            r"^students\.s_vkd: method 'dfa' reads the teachers' hidden signal, which a prompted teacher \(llm_a\) "
+            r"does not have: its tokens are not the student's",
+        ),
+        (
+            _dynamic_objective,
+            r"^students\.s_vkd: method 'dynamic_objective' reads the teachers' hidden signal",
+        ),
+        (
+            lambda c: c["students"]["s_muki"]["method_args"].update(router="knn"),
+            r"^students\.s_muki\.method_args\.router: knn routes by the teachers' pooled hidden states",
+        ),
+        (
+            lambda c: c["evaluate"].update(ood={"classes": ["tech"]}),
+            r"^evaluate\.ood: the OOD evaluation runs each model on the OOD rows",
+        ),
+    ],
+    ids=[
+        "no-text-slot",
+        "class-without-verbalizer",
+        "word-of-two-classes",
+        "unknown-key",
+        "not-a-causal-lm",
+        "checkpoint",
+        "ensemble",
+        "token-level-method",
+        "dynamic-kd-objective",
+        "knn-router",
+        "ood",
+    ],
+)
+def test_a_bad_prompted_config_is_one_line_from_the_plan(monkeypatch, tmp_path, edit, message):
+    with pytest.raises(KdpipeError, match=message) as caught:
+        planned(monkeypatch, tmp_path, edit)
+    assert "\n" not in str(caught.value)

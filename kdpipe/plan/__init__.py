@@ -42,7 +42,7 @@ from kdpipe.plan.paths import (
     TRAINED_ROOTS,
     TRANSFER,
 )
-from kdpipe.plan.prompted import Prompted
+from kdpipe.plan.prompted import Prompted, check_prompted_entry
 from kdpipe.plan.routes import Routes
 from kdpipe.plan.slices import Slices
 from kdpipe.signals.catalog import FEATURES, signal_files
@@ -84,6 +84,8 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
         self.teacher_entries = list(config.get("teachers") or {})  # names as written (ensembles unexpanded)
         for name, spec in (config.get("teachers") or {}).items():
             merged = {**config.get("teacher_defaults", {}), **(spec or {})}
+            if merged.get("prompt"):
+                check_prompted_entry(merged, f"teachers.{name}")
             _complete_objective_args(merged, f"teachers.{name}")
             ensemble = merged.pop("ensemble", None)
             if not ensemble:

@@ -34,6 +34,20 @@ NOT_PROMPTED = {
 }
 
 
+def check_prompted_entry(spec: dict, where: str) -> None:
+    """A prompted teacher's entry (``spec``: merged with teacher_defaults) sets none of the keys a trained or
+    imported teacher has (:data:`NOT_PROMPTED`, a teacher objective): checked first, before the plan expands an
+    ensemble or reads a checkpoint. ``where``: ``teachers.<name>``."""
+    for key, what in NOT_PROMPTED.items():
+        if spec.get(key):
+            raise KdpipeError(
+                f"{where}.{key}: a prompted teacher (prompt) is an instruction-tuned LLM used as it is, so it has no "
+                f"{what}; remove one of the two"
+            )
+    if spec.get("objective", "ce") != "ce":
+        raise KdpipeError(f"{where}.objective: a prompted teacher is never trained; remove it")
+
+
 def llm_name(source: str) -> str:
     """The folder name of an imported model: the source's last path part (letters, digits, ``.``, ``_``, ``-``)
     and a digest of the whole source, so that two sources never share a folder."""
@@ -144,15 +158,6 @@ class Prompted:
         self._check_prompted_readers(prompted)
 
     def _check_prompted_teacher(self, teacher: str) -> None:
-        entry, spec = teacher.split(".")[0], self.teachers[teacher]
-        for key, what in NOT_PROMPTED.items():
-            if spec.get(key):
-                raise KdpipeError(
-                    f"teachers.{entry}.{key}: a prompted teacher (prompt) is an instruction-tuned LLM used as it "
-                    f"is, so it has no {what}; remove one of the two"
-                )
-        if spec.get("objective", "ce") != "ce":
-            raise KdpipeError(f"teachers.{entry}.objective: a prompted teacher is never trained; remove it")
         self.prompt_settings(teacher)
 
     def _check_prompted_readers(self, prompted: set[str]) -> None:
