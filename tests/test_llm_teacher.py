@@ -20,10 +20,11 @@ from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.data.batching import Batches, inference_batches
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.models.causal_lm import check_causal_lm_folder, import_causal_lm, load_causal_lm
-from kdpipe.models.settings import CausalLmImportSettings
+from kdpipe.models.causal_lm_source import CausalLmImportSettings
 from kdpipe.signals.io import read_logits, read_mc
 from kdpipe.signals.mc_dropout import SCORES, summarise
 from kdpipe.signals.prompt_members import gather, read_members
+from kdpipe.signals.prompt_settings import PromptPassSettings
 from kdpipe.signals.prompted import (
     calibrated,
     check_tokenizer,
@@ -37,7 +38,6 @@ from kdpipe.signals.prompted import (
     score_split,
 )
 from kdpipe.signals.prompts import check_prompt_teacher, draw_shots, prompt_settings, typed
-from kdpipe.signals.settings import PromptPassSettings
 from tests.conftest import REPO
 from tests.tiny_models import byte_level_bpe, family_config, tiny_distilbert, wordpiece
 
@@ -246,6 +246,26 @@ def test_prefix_reuse_equals_the_naive_forward_of_the_whole_prompt(family, chat)
         np.testing.assert_allclose(fast, naive, atol=2e-5, rtol=0)
 
 
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_pooled_states_are_the_mean_last_layer_state_of_each_rows_own_ids(attn):
+    """The pass's ``pooled`` signal: each row's last hidden layer, averaged over its own ids (the prefix's last id,
+    its text, what follows it), as the whole prompt run on its own gives it, whatever the batch and its padding."""
+    model = tiny_causal_lm("llama", attn=attn)
+    member, rows = member_and_rows({"verbalizers": VERBALIZERS, "shots": 1, "chat": False, "max_length": 24})
+    expected = []
+    with torch.inference_mode():
+        for i in range(len(TEXTS)):
+            segment = rows.segment(member, i).tolist()
+            ids = torch.tensor([list(member.prefix[:-1]) + segment])
+            hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0]
+            expected.append(hidden[-len(segment) :].mean(0).numpy())
+    for batch_size in (1, 3, 5):
+        pooled = np.zeros((len(TEXTS), model.config.hidden_size), dtype=np.float32)
+        batches = inference_batches(rows.lengths(member), batch_size)
+        member_log_scores(model, member, rows, batches, 3, device=CPU, pad_id=1, pooled=pooled)
+        np.testing.assert_allclose(pooled, np.stack(expected), atol=5e-5, rtol=0)
+
+
 def test_prefix_reuse_with_eager_attention_and_sentence_pairs():
     model = tiny_causal_lm("llama", attn="eager")
     pairs = ["It was a fine day.", "Nothing happened.", "Yes", "The chips are made in Taiwan and sold worldwide.", ""]
@@ -391,12 +411,15 @@ def test_the_ensemble_writes_logits_and_mc_as_every_method_reads_them(imported, 
     read = {row for rows in manifests["prompt"]["shots"].values() for row in rows}
     assert 5 <= len(read) <= 10 and manifests["logits"]["gold_labels"]["train"] == len(read)
     assert manifests["mc"]["ensemble"] == "prompt"
+    pooled = np.load(tmp_path / "sig" / "pooled.npy")
+    assert pooled.shape == (len(row_ids), 32) and manifests["pooled"]["hidden_size"] == 32  # (the tiny Llama's)
+    assert np.abs(pooled).sum(1).min() > 0  # every row's states
     # sharded: the same bytes
     parts = [tmp_path / f"part{k}" for k in (1, 2)]
     for k, part in enumerate(parts, 1):
         run_shard(pass_settings(params, tiny_data), imported, tiny_data, f"{k}-of-2", part)
     gather(pass_settings(params, tiny_data), parts, tmp_path / "sharded")
-    for name in ("logits.parquet", "mc.npy", "mc.parquet", "prompt.npy"):
+    for name in ("logits.parquet", "mc.npy", "mc.parquet", "pooled.npy", "prompt.npy"):
         assert (tmp_path / "sharded" / name).read_bytes() == (tmp_path / "sig" / name).read_bytes(), name
 
 
@@ -605,10 +628,6 @@ def _not_a_causal_lm(config):
             r"^students\.s_vkd: method 'dynamic_objective' reads the teachers' hidden signal",
         ),
         (
-            lambda c: c["students"]["s_muki"]["method_args"].update(router="knn"),
-            r"^students\.s_muki\.method_args\.router: knn routes by the teachers' pooled hidden states",
-        ),
-        (
             lambda c: c["evaluate"].update(ood={"classes": ["tech"]}),
             r"^evaluate\.ood: the OOD evaluation runs each model on the OOD rows",
         ),
@@ -623,7 +642,6 @@ def _not_a_causal_lm(config):
         "ensemble",
         "token-level-method",
         "dynamic-kd-objective",
-        "knn-router",
         "ood",
     ],
 )

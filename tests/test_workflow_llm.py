@@ -62,7 +62,7 @@ def test_prompted_teachers_run_end_to_end(done):
     assert manifest["config"]["source"] == "data/tiny-llm" and "local_content" in manifest["config"]
     for teacher in ("llm_a", "llm_b"):
         for split in SPLITS:
-            for name in ("logits.parquet", "logits.json", "mc.npy", "mc.parquet", "mc.json", "prompt.npy"):
+            for name in ("logits.parquet", "mc.npy", "mc.parquet", "mc.json", "pooled.npy", "prompt.npy"):
                 assert (r / "signals" / teacher / split / name).exists(), (teacher, split, name)
     mc = json.loads((r / "signals/llm_b/train/mc.json").read_text())
     assert mc["ensemble"] == "prompt" and mc["members"] == ["t0.v0.d0", "t0.v0.d1"]
@@ -71,7 +71,7 @@ def test_prompted_teachers_run_end_to_end(done):
     assert set(summary.loc[summary["model"].isin(["llm_a", "llm_b"]), "kind"]) == {"teacher"}
     assert (r / "report/uncertainty.png").exists()  # the prompt ensembles' spread: an uncertainty split
     route = json.loads((r / "routes/llm_a+llm_b.certainty-entropy/route.json").read_text())
-    assert "knn" not in route["diagnostics"] and "certainty/mutual_info" in route["diagnostics"]
+    assert {"knn", "certainty/mutual_info"} <= set(route["diagnostics"])  # (knn: on the LLM's pooled states)
     for student in STUDENTS:
         assert json.loads((r / f"eval/{student}/test.json").read_text())["kind"] == "student"
 
@@ -147,7 +147,7 @@ def test_a_sharded_pass_is_the_same_bytes(done, tmp_path):
         configfile=CONFIG,
     )
     assert "prompt_shard" in out and "2-of-2" in out
-    for name in ("logits.parquet", "mc.npy", "mc.parquet", "prompt.npy"):
+    for name in ("logits.parquet", "mc.npy", "mc.parquet", "pooled.npy", "prompt.npy"):
         assert (copy / folder / name).read_bytes() == (project / folder / name).read_bytes(), name
 
 

@@ -32,9 +32,8 @@ from kdpipe.core.store import (
     read_manifest,
     tensor_bytes,
 )
-from kdpipe.models.causal_lm_source import causal_lm_problem, check_causal_lm_source
+from kdpipe.models.causal_lm_source import CausalLmImportSettings, causal_lm_problem, check_causal_lm_source
 from kdpipe.models.loading import OWN_CODE, refuse_own_code
-from kdpipe.models.settings import CausalLmImportSettings
 
 KIND = "causal_lm"  # the manifest kind of an imported causal LM folder
 AUTO = "AutoModelForCausalLM"

@@ -8,14 +8,27 @@ The plan checks a local model folder's ``config.json`` and a GGUF file's header 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from kdpipe.core.settings import Settings
 from kdpipe.core.store import KdpipeError
 
 GGUF_MAGIC = b"GGUF"
 # The class names transformers gives a decoder with its language-model head: LlamaForCausalLM, Qwen2ForCausalLM...,
 # and GPT-2's family (GPT2LMHeadModel, GPTJForCausalLM)
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+@dataclass(frozen=True)
+class CausalLmImportSettings(Settings):
+    """The ``llm-import`` job's settings (docs/design.md, "Style": settings read once): the model's ``source`` (a
+    local folder, a GGUF file or a hub name) and the digest of a local one (``local_content``), so that a file
+    changed in place is imported again."""
+
+    source: str
+    local_content: Mapping[str, str] | None = None
 
 
 def source_kind(model: str) -> str:

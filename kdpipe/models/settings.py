@@ -6,7 +6,6 @@ and the builder, :func:`kdpipe.models.students.build_student`, uses its own size
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kdpipe.core.settings import Settings, from_schema, renamed
@@ -92,13 +91,3 @@ class ServingSettings(Settings):
     rows: int
     batch_size: int
     threads: int
-
-
-@dataclass(frozen=True)
-class CausalLmImportSettings(Settings):
-    """The import of a prompted teacher's causal language model (``llm-import``, docs/methods.md §7): its
-    ``source`` (a local folder, a GGUF file or a hub name) and the digest of a local one (``local_content``), so
-    that a file changed in place is imported again."""
-
-    source: str
-    local_content: Mapping[str, str] | None = None

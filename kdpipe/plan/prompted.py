@@ -2,12 +2,12 @@
 a third kind of teacher beside trained and imported ones, ``teachers.<name>.prompt``.
 
 Its model is imported once per source (the ``llm-import`` job, shared by every teacher that names it), its passes
-make the ``logits`` and ``mc`` signals (and the members' probabilities) on every split something reads, sharded as
-the ``dump`` section says, and it is evaluated from its passes on the evaluation splits. Every check that needs
-neither a tokenizer nor the weights runs here, before any job: the prompt settings
+make the ``logits``, ``mc`` and ``pooled`` signals (and the members' probabilities) on every split something reads,
+sharded as the ``dump`` section says, and it is evaluated from its passes on the evaluation splits. Every check that
+needs neither a tokenizer nor the weights runs here, before any job: the prompt settings
 (:func:`kdpipe.signals.prompts.check_prompt_teacher`), the keys a prompted teacher cannot have, and what its
-readers need of it (a method or a router that reads token-level features or pooled states of a teacher cannot read
-them of an LLM, whose tokens are not the student's).
+readers need of it (a method that reads token-level features of a teacher cannot read them of an LLM, whose tokens
+are not the student's).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from kdpipe.plan.paths import DATA, LLM, SIGNALS
 from kdpipe.plan.slices import with_local_content
 from kdpipe.signals.prompts import check_prompt_teacher
 
-# The signals a prompted pass makes, and the files of its members' probabilities beside them
-PROMPT_SIGNALS = ("logits", "mc")
+# The signals a prompted pass makes (kdpipe.signals.prompt_members.SIGNALS), and its members' probabilities' files
+PROMPT_SIGNALS = ("logits", "mc", "pooled")
 PROMPT_FILES = ("prompt.npy", "prompt.json")  # (kdpipe.signals.prompt_members, which imports numpy)
 # Teacher keys a prompted teacher cannot have (it is never trained, and it is no checkpoint), with what they mean
 NOT_PROMPTED = {
@@ -161,7 +161,7 @@ class Prompted:
         self.prompt_settings(teacher)
 
     def _check_prompted_readers(self, prompted: set[str]) -> None:
-        """No student's method or router reads a signal of a prompted teacher other than its logits and mc."""
+        """No student's method reads a signal of a prompted teacher other than those its passes make."""
         for name, student in self.students.items():
             teachers = prompted & set(self.student_teachers(name))
             method = get_method(student.config.get("method", ""))
@@ -172,11 +172,4 @@ class Prompted:
                     f"signal, which a prompted teacher ({sorted(teachers)[0]}) does not have: its tokens are not the "
                     "student's; distil it with a logit-level method (vanilla_kd, uhc, muki, muki_no_mc, "
                     "dynamic_teacher, dynamic_data, hydra)"
-                )
-            router = (student.config.get("method_args") or {}).get("router")
-            if teachers and method.routed and router in ("knn", "learned"):
-                raise KdpipeError(
-                    f"students.{student.entry}.method_args.router: {router} routes by the teachers' pooled hidden "
-                    f"states, which a prompted teacher ({sorted(teachers)[0]}) does not have; use router: certainty "
-                    "(its prompt ensemble's certainty, or its logits') or oracle"
                 )

@@ -57,11 +57,7 @@ class Routes:
         """The signals a route reads from each of its teachers, per split (:meth:`kdpipe.routing.RouteSpec.signals`):
         logits and pooled states, and the MC-dropout signal where the router's score needs it or the config makes
         it anyway (``mc_dropout.splits``)."""
-        return self._route(route).signals(self.mc_splits(), pooled=self._route_pooled(route))
-
-    def _route_pooled(self, route: str) -> bool:
-        """Whether a route's teachers have pooled states: none of them is a prompted LLM (kdpipe.plan.prompted)."""
-        return not any(self.prompted(t) for t in self.routes()[route]["teachers"])
+        return self._route(route).signals(self.mc_splits())
 
     def route_inputs(self, route: str) -> list[str]:
         """The cached signal files a route reads, declared as the rule's inputs: those of :meth:`route_signals` for
@@ -105,15 +101,14 @@ class Routes:
 
     def route_transfer_params(self, route: str) -> dict:
         """The ``route_transfer`` job's slice: its route's, with the signals it reads itself."""
-        signals = self._route(route).transfer_signals(pooled=self._route_pooled(route))
-        return {**self.route_params(route), "signals": signals}
+        return {**self.route_params(route), "signals": self._route(route).transfer_signals()}
 
     def route_transfer_inputs(self, route: str) -> list[str]:
         """The cached signal files the ``route_transfer`` job of a route reads, declared as its inputs."""
         return [
             path
             for teacher in self.routes()[route]["teachers"]
-            for split, names in self._route(route).transfer_signals(pooled=self._route_pooled(route)).items()
+            for split, names in self._route(route).transfer_signals().items()
             for name in names
             for path in signal_files(name, SIGNALS.format(teacher=teacher, split=split))
         ]

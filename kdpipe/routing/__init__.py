@@ -69,22 +69,20 @@ class RouteSpec(Settings):
     def needs_mc(self) -> bool:
         return self.router == "certainty" and SCORES[self.score] == "mc"
 
-    def signals(self, mc_splits: list[str] | tuple[str, ...] = (), *, pooled: bool = True) -> dict[str, list[str]]:
+    def signals(self, mc_splits: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]]:
         """The teacher signals a route reads on each of its splits (the same for every teacher): the logits and
         pooled states, and the MC-dropout signal where the router's score needs it or ``mc_splits`` (the config's
-        ``mc_dropout.splits``) makes it anyway, for the diagnostics of the MC scores. ``pooled`` false: teachers
-        without pooled states (prompted LLMs, docs/methods.md §7), whose route has no knn or learned router. The
-        plan declares these files as the route job's inputs and passes this in its config slice; the job opens
-        nothing else."""
-        read = [name for name in ROUTE_SIGNALS if pooled or name != "pooled"]
-        return {split: [*read, *(["mc"] if self.needs_mc or split in mc_splits else [])] for split in ROUTE_SPLITS}
+        ``mc_dropout.splits``) makes it anyway, for the diagnostics of the MC scores. The plan declares these files
+        as the route job's inputs and passes this in its config slice; the job opens nothing else."""
+        return {
+            split: [*ROUTE_SIGNALS, *(["mc"] if self.needs_mc or split in mc_splits else [])] for split in ROUTE_SPLITS
+        }
 
-    def transfer_signals(self, *, pooled: bool = True) -> dict[str, list[str]]:
+    def transfer_signals(self) -> dict[str, list[str]]:
         """The teacher signals the ``route_transfer`` job of a route reads (kdpipe.routing.transfer), per split: the
         transfer rows' logits and pooled states (and MC-dropout signal, for an MC score), and the validation rows'
-        for ``knn`` and ``learned``, which are fitted on them (``pooled`` as for :meth:`signals`)."""
-        read = [name for name in ROUTE_SIGNALS if pooled or name != "pooled"]
-        out = {"transfer": [*read, *(["mc"] if self.needs_mc else [])]}
+        for ``knn`` and ``learned``, which are fitted on them."""
+        out = {"transfer": [*ROUTE_SIGNALS, *(["mc"] if self.needs_mc else [])]}
         if self.router in ("knn", "learned"):
             out = {"validation": list(ROUTE_SIGNALS), **out}
         return out

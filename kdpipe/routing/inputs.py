@@ -66,8 +66,7 @@ class RouteInputs:
         for t in self.teachers:
             for s in splits:
                 self.logits[t, s], classes[t] = read_logits(signals.path(t, s, "logits"), self.row_ids[s])
-                if signals.has(s, "pooled"):  # (prompted teachers have none: docs/methods.md §7)
-                    self.pooled[t, s], _ = read_pooled(signals.path(t, s, "pooled"), self.row_ids[s])
+                self.pooled[t, s], _ = read_pooled(signals.path(t, s, "pooled"), self.row_ids[s])
                 if signals.has(s, "mc"):
                     probs, table = read_mc(signals.path(t, s, "mc"), self.row_ids[s], classes[t])
                     self.mc[t, s] = (np.asarray(probs), table)
@@ -83,10 +82,6 @@ class RouteInputs:
 
     def own_rows(self, teacher: str, split: str) -> np.ndarray:
         return np.isin(self.gold[split], self.blocks[teacher])
-
-    def has_pooled(self) -> bool:
-        """Whether the route read its teachers' pooled states on every split (the knn and learned routers' input)."""
-        return all(self.declared.has(s, "pooled") for s in self.frames)
 
     def has_mc(self, split: str) -> bool:
         """Whether the route declared (and so read) the MC-dropout signal of its teachers on ``split``."""

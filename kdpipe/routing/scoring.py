@@ -94,8 +94,7 @@ def oracle(inputs: RouteInputs) -> dict[str, np.ndarray]:
 def all_routers(
     inputs: RouteInputs, router: str, temperature: float | None, routing: RoutingSettings, temps: dict | None
 ) -> dict[str, dict]:
-    """Every router the declared signals allow (knn and learned only with pooled states): name -> {"scores": {split:
-    [N, K]}, ...} (``router``: the chosen one,
+    """Every router the declared signals allow: name -> {"scores": {split: [N, K]}, ...} (``router``: the chosen one,
     ``temperature``: its τ, 1 when it has none; ``routing``: the settings of the knn and learned routers). An MC
     score is scored on the splits whose MC-dropout signal the route reads, and left out without it on train."""
     temperature = 1.0 if temperature is None else float(temperature)
@@ -110,14 +109,13 @@ def all_routers(
         if source == "logits" or inputs.has_mc("train"):
             splits = [s for s in ROUTE_SPLITS if source == "logits" or inputs.has_mc(s)]
             out[f"certainty/{score}"] = {"scores": {s: certainty(inputs, score, s, temperature, temps) for s in splits}}
-    if inputs.has_pooled():  # (teachers without pooled states, prompted LLMs, have neither router)
-        out["knn"] = {"scores": knn(inputs, int(routing.neighbours), int(routing.folds), int(routing.seed))}
-        try:
-            scores, figures = learned(inputs, int(routing.folds), int(routing.seed))
-            out["learned"] = {"scores": scores, "fit": figures}
-        except KdpipeError as err:  # too few validation rows: an error only when it is the chosen router
-            if router == "learned":
-                raise
-            say(f"[kdpipe] route: the learned router is left out of the diagnostics: {err}")
+    out["knn"] = {"scores": knn(inputs, int(routing.neighbours), int(routing.folds), int(routing.seed))}
+    try:
+        scores, figures = learned(inputs, int(routing.folds), int(routing.seed))
+        out["learned"] = {"scores": scores, "fit": figures}
+    except KdpipeError as err:  # too few validation rows: an error only when it is the chosen router
+        if router == "learned":
+            raise
+        say(f"[kdpipe] route: the learned router is left out of the diagnostics: {err}")
     out["oracle"] = {"scores": oracle(inputs)}
     return out

@@ -1,7 +1,7 @@
 """A prompted teacher's pass gathered from its shards, and its members' probabilities read back (docs/methods.md §7).
 
-Torch-free at import (the ``prompt-gather`` and ``evaluate-prompted`` jobs run no model): the ``logits`` and ``mc``
-artifacts are written by the signal modules of :mod:`kdpipe.signals.shards` (the same files as a classifier
+Torch-free at import (the ``prompt-gather`` and ``evaluate-prompted`` jobs run no model): the ``logits``, ``mc`` and
+``pooled`` artifacts are written by the signal modules of :mod:`kdpipe.signals.shards` (the same files as a classifier
 teacher's), ``prompt.npy`` (every member's probabilities, rows first, float32 [N, K, C]) and ``prompt.json`` here.
 """
 
@@ -14,8 +14,10 @@ import numpy as np
 from kdpipe.core.checksums import verify, write_manifest
 from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, make_manifest, read_manifest
 from kdpipe.signals.parts import gather_array, read_parts
-from kdpipe.signals.settings import PromptPassSettings, SignalSettings
+from kdpipe.signals.prompt_settings import PromptPassSettings
+from kdpipe.signals.settings import SignalSettings
 
+SIGNALS = ("logits", "mc", "pooled")  # the catalog's signals a prompted pass makes
 PROMPT_FILES = ("prompt.npy", "prompt.json")  # every member's probabilities, rows first [N, K, C], and its manifest
 
 
@@ -48,12 +50,12 @@ def gather_members(settings: PromptPassSettings, part_dirs: list[str | Path], ou
 
 
 def gather(settings: PromptPassSettings, parts: list[Path], out: Path) -> dict[str, dict]:
-    """The ``logits``, ``mc`` and ``prompt`` artifacts of a prompted pass in the signal folder ``out``, from the
-    part folders of every shard (:func:`kdpipe.signals.shards.gather` for the first two, the same files as a
-    classifier teacher's); returns the manifest of each."""
+    """The ``logits``, ``mc``, ``pooled`` and ``prompt`` artifacts of a prompted pass in the signal folder ``out``,
+    from the part folders of every shard (:func:`kdpipe.signals.shards.gather` for the first three, the same files as
+    a classifier teacher's); returns the manifest of each."""
     from kdpipe.signals.shards import gather as gather_signal  # (it imports each signal's module by name)
 
-    manifests = {name: gather_signal(signal_settings(settings, name), parts, out) for name in ("logits", "mc")}
+    manifests = {name: gather_signal(signal_settings(settings, name), parts, out) for name in SIGNALS}
     manifests["prompt"] = gather_members(settings, parts, out)
     return manifests
 

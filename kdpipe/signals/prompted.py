@@ -44,6 +44,7 @@ from kdpipe.models.causal_lm import check_causal_lm_folder, load_causal_lm, load
 from kdpipe.signals.mc_dropout import SCORES, summarise
 from kdpipe.signals.parts import finish_part, parse_shard, shard_rows
 from kdpipe.signals.prompt_members import gather
+from kdpipe.signals.prompt_settings import PromptPassSettings, PromptSettings
 from kdpipe.signals.prompts import (
     SHOT_SEPARATOR,
     answer_gap,
@@ -53,7 +54,6 @@ from kdpipe.signals.prompts import (
     split_template,
     typed,
 )
-from kdpipe.signals.settings import PromptPassSettings, PromptSettings
 
 # Marks of the row's slots in a rendered prompt, where it is cut into the shared prefix and the row's own pieces
 TEXT_MARK, PAIR_MARK = "\u27e6kdpipe:text\u27e7", "\u27e6kdpipe:text_pair\u27e7"
@@ -454,9 +454,12 @@ def _attention_mask(model, allowed: torch.Tensor) -> torch.Tensor:
     raise KdpipeError(f"a prompted teacher runs with SDPA or eager attention, not {implementation!r}")
 
 
-def _forward_rows(model, kv, segments: list[np.ndarray], words: _Verbalizers, device, pad_id: int) -> torch.Tensor:
+def _forward_rows(
+    model, kv, segments: list[np.ndarray], words: _Verbalizers, device, pad_id: int, pooled: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Every verbalizer's log-probability [B, V] for rows whose own ids are ``segments``, after the prefix whose
-    cache is ``kv``: one forward of the left-padded rows and the verbalizer block."""
+    cache is ``kv``: one forward of the left-padded rows and the verbalizer block; with ``pooled``, also each row's
+    mean last-layer hidden state over its own ids [B, H] (float32), else None."""
     rows, prefix = len(segments), (kv[0][0].shape[-2] if kv else 0)
     lengths = torch.tensor([len(s) for s in segments], dtype=torch.long)
     width, block = int(lengths.max()), len(words.block)
@@ -492,12 +495,17 @@ def _forward_rows(model, kv, segments: list[np.ndarray], words: _Verbalizers, de
             past_key_values=_batch_cache(model, kv, rows),
             use_cache=True,
             logits_to_keep=block + 1,
+            output_hidden_states=pooled,
         )
     logp = torch.log_softmax(out.logits.float(), dim=-1)  # [B, block + 1, vocab], on the device
     scores = logp[:, 0, words.first]
     if len(words.read_column):
         scores = scores.index_add(1, words.read_owner, logp[:, words.read_column, words.read_token])
-    return scores
+    if not pooled:
+        return scores, None
+    weights = real.to(device=device, dtype=torch.float32)[..., None]  # the row's own ids, not its padding
+    hidden = out.hidden_states[-1][:, :width].float()
+    return scores, (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
 
 
 def _check_lengths(model, member: Member, longest: int, where: str) -> None:
@@ -530,11 +538,13 @@ def member_log_scores(
     pad_id: int,
     desc: str | None = None,
     where: str = "prompt",
+    pooled: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each class's log-score [N, C] (float32; only the rows of ``batches`` filled) under one member: the
     log-sum-exp over its verbalizers of each verbalizer's log-probability after the row's prompt (the sum over its
     tokens, each given the prompt and the verbalizer's earlier tokens). The prefix runs once; each batch is one
-    forward (in chunks of at most :data:`MAX_BATCH_TOKENS` rows × keys)."""
+    forward (in chunks of at most :data:`MAX_BATCH_TOKENS` rows × keys). ``pooled`` [N, H], when given, gets each
+    row's mean last-layer hidden state over its own ids in this member's prompt (the ``pooled`` signal)."""
     model.eval()
     out = np.zeros((len(rows.text), n_classes), dtype=np.float32)
     words = _Verbalizers.of(member, n_classes).to(device)
@@ -551,9 +561,11 @@ def member_log_scores(
                 )
             per_forward = max(1, MAX_BATCH_TOKENS // (prefix + max(map(len, segments)) + len(words.block)))
             for start in range(0, len(index), per_forward):
-                chunk = segments[start : start + per_forward]
-                scores = _forward_rows(model, kv, chunk, words, device, pad_id)
-                out[index[start : start + per_forward]] = _class_scores(scores, words.classes).cpu().numpy()
+                chunk, rows_at = segments[start : start + per_forward], index[start : start + per_forward]
+                scores, states = _forward_rows(model, kv, chunk, words, device, pad_id, pooled is not None)
+                out[rows_at] = _class_scores(scores, words.classes).cpu().numpy()
+                if states is not None:
+                    pooled[rows_at] = states.cpu().numpy()
             bar.update(len(index))
     return out
 
@@ -638,6 +650,7 @@ class PromptPass:
     shots: dict[str, list[int]]
     content_free: np.ndarray | None
     model: dict  # the imported model folder's manifest, without its checksums
+    pooled: np.ndarray | None = None  # [N, H] each row's mean last-layer state in the first member's prompt
 
     @property
     def gold_labels(self) -> dict:
@@ -698,6 +711,7 @@ def score_split(
 
     batches = shard_batches(inference_batches(rows_of(prepared[0]).lengths(prepared[0]), batch_size), shard)
     log_probs = np.zeros((len(prepared), len(row_ids), len(classes)), dtype=np.float32)
+    pooled = np.zeros((len(row_ids), int(model.config.hidden_size)), dtype=np.float32)
     content_free = np.zeros((len(prepared), len(classes))) if settings.calibrate else None
     for k, member in enumerate(prepared):
         scores = member_log_scores(
@@ -710,6 +724,7 @@ def score_split(
             pad_id=_pad_id(tokenizer),
             desc=f"prompt {split} {member.name} ({k + 1}/{len(prepared)})",
             where=where,
+            pooled=pooled if k == 0 else None,  # (the row's states in the first member's prompt)
         )
         member_log_probs = torch.log_softmax(torch.from_numpy(scores).double(), dim=-1).numpy()
         if content_free is not None:
@@ -736,6 +751,7 @@ def score_split(
         shots={m.name: m.shot_rows for m in prepared},
         content_free=content_free,
         model={k: v for k, v in manifest.items() if k != "checksums"},
+        pooled=pooled,
     )
 
 
@@ -756,13 +772,14 @@ def _meta(result: PromptPass) -> dict:
 
 def write_part(result: PromptPass, part: str | Path) -> None:
     """The pass's part folder: ``logits/`` (row_id, logits), ``mc/`` (row_id, mean and every score of
-    :data:`kdpipe.signals.mc_dropout.SCORES`) and ``prompt/`` (row_id, members [n, K, C]), each with its rows and
-    ``part.json``."""
+    :data:`kdpipe.signals.mc_dropout.SCORES`), ``pooled/`` (row_id, pooled [n, H]) and ``prompt/`` (row_id,
+    members [n, K, C]), each with its rows and ``part.json``."""
     rows, meta = result.rows, _meta(result)
     signals = ensemble_signals(result.log_probs[:, rows])
     arrays = {
         "logits": {"logits": signals["logits"]},
         "mc": {"mean": signals["mean"], **{key: signals[key] for key in SCORES}},
+        "pooled": {"pooled": result.pooled[rows]},
         "prompt": {"members": np.exp(result.log_probs[:, rows]).transpose(1, 0, 2).astype(np.float32)},
     }
     for name, values in arrays.items():
@@ -771,7 +788,8 @@ def write_part(result: PromptPass, part: str | Path) -> None:
         np.save(folder / "row_id.npy", result.row_ids[rows])
         for key, array in values.items():
             np.save(folder / f"{key}.npy", np.asarray(array, dtype=np.float32))
-        finish_part(folder, rows, meta)
+        extra = {"hidden_size": int(result.pooled.shape[1])} if name == "pooled" else {}
+        finish_part(folder, rows, {**meta, **extra})
 
 
 def run_shard(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.models.causal_lm_source import check_causal_lm_source
-from kdpipe.signals.settings import PromptSettings
+from kdpipe.signals.prompt_settings import PromptSettings
 
 # What a template may name; every other ``{word}`` is an error (a misspelt slot would stay in the prompt as text)
 SLOTS = ("text", "text_pair", "labels")

@@ -4,7 +4,6 @@ it makes (``signal-pass``, ``signal-shard``). Made by :meth:`kdpipe.plan.slices.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kdpipe.core.settings import Settings
@@ -32,34 +31,3 @@ class PassSettings(Settings):
     """A pass's slice: the slice of each signal it makes, in catalog order."""
 
     signals: tuple[SignalSettings, ...]
-
-
-@dataclass(frozen=True)
-class PromptSettings(Settings):
-    """A prompted teacher's ``prompt`` section, checked and completed by
-    :func:`kdpipe.signals.prompts.prompt_settings` (docs/methods.md §7): the model (a local folder, a GGUF file or a
-    hub name), the templates, one or more verbalizer sets ``{class: [words]}``, the few-shot examples per class and
-    their draws and seed, the content-free inputs of calibration (none: no calibration), whether the prompts go
-    through the chat template (``auto``, true, false) and the tokens kept of a row's text."""
-
-    model: str
-    templates: tuple[str, ...]
-    verbalizers: tuple[Mapping[str, tuple[str, ...]], ...]
-    shots: int
-    shot_draws: int
-    seed: int
-    calibrate: tuple[str, ...]
-    chat: bool | str
-    max_length: int
-
-
-@dataclass(frozen=True)
-class PromptPassSettings(Settings):
-    """A prompted teacher's pass over one split (``prompt-pass``, ``prompt-shard``, ``prompt-gather``): the split, the
-    rows per batch (the teacher's ``eval_batch_size``), the teacher's classes in the dataset's order and its prompt
-    settings. Made by :meth:`kdpipe.plan.prompted.Prompted.prompt_params`."""
-
-    split: str
-    batch_size: int
-    classes: tuple[str, ...]
-    prompt: PromptSettings

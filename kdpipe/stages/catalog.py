@@ -159,7 +159,7 @@ STAGES = {
             "kdpipe.models.causal_lm:import_llm",
             "a prompted teacher's causal language model imported once as safetensors",
             (OUT,),
-            "kdpipe.models.settings:CausalLmImportSettings",
+            "kdpipe.models.causal_lm_source:CausalLmImportSettings",
             **dict(CPU_MODEL, mem_mb=8000, runtime=60),
         ),
         Stage(
@@ -167,7 +167,7 @@ STAGES = {
             "kdpipe.signals.prompted:run_pass",
             "a prompted teacher's pass over a whole split, writing its logits, mc and prompt members",
             (read("model"), DATA, read("shots", optional=True), OUT),
-            "kdpipe.signals.settings:PromptPassSettings",
+            "kdpipe.signals.prompt_settings:PromptPassSettings",
             **MODEL,
         ),
         Stage(
@@ -175,7 +175,7 @@ STAGES = {
             "kdpipe.signals.prompted:run_shard",
             "one shard of a prompted teacher's pass",
             (read("model"), DATA, read("shots", optional=True), Arg("shard", "text"), written("out_part")),
-            "kdpipe.signals.settings:PromptPassSettings",
+            "kdpipe.signals.prompt_settings:PromptPassSettings",
             **MODEL,
         ),
         Stage(
@@ -183,7 +183,7 @@ STAGES = {
             "kdpipe.signals.prompt_members:gather",
             "a prompted teacher's logits, mc and prompt members from its shards",
             (read("parts", many=True), OUT),
-            "kdpipe.signals.settings:PromptPassSettings",
+            "kdpipe.signals.prompt_settings:PromptPassSettings",
             mem_mb=4000,
             runtime=30,
         ),
