@@ -218,7 +218,7 @@ def members(settings: PromptSettings) -> list[dict]:
 
 
 def typed(prompt: dict, *, classes: list[str], pairs: bool, where: str) -> PromptSettings:
-    """:func:`prompt_settings` as the typed :class:`~kdpipe.signals.settings.PromptSettings` the passes take."""
+    """:func:`prompt_settings` as the typed :class:`~kdpipe.signals.prompt_settings.PromptSettings` the passes take."""
     return PromptSettings.from_params(prompt_settings(prompt, classes=classes, pairs=pairs, where=where), where)
 
 
