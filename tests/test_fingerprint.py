@@ -46,6 +46,10 @@ TEACHER_STAGES = (
     "signal-pass",
     "signal-shard",
     "signal-gather",
+    "llm-import",
+    "prompt-pass",
+    "prompt-shard",
+    "prompt-gather",
     "route",
     "route-transfer",
 )

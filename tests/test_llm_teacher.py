@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,24 +20,24 @@ from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.data.batching import Batches, inference_batches
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.models.causal_lm import check_causal_lm_folder, import_causal_lm, load_causal_lm
+from kdpipe.models.causal_lm_source import CausalLmImportSettings
 from kdpipe.signals.io import read_logits, read_mc
 from kdpipe.signals.mc_dropout import SCORES, summarise
+from kdpipe.signals.prompt_members import gather, read_members
+from kdpipe.signals.prompt_settings import PromptPassSettings
 from kdpipe.signals.prompted import (
     calibrated,
     check_tokenizer,
     encode_rows,
     ensemble_signals,
-    gather_members,
     member_log_scores,
     naive_log_scores,
     prepare_members,
-    read_members,
     run_pass,
     run_shard,
     score_split,
 )
-from kdpipe.signals.prompts import check_prompt_teacher, draw_shots, prompt_settings
-from kdpipe.signals.shards import gather
+from kdpipe.signals.prompts import check_prompt_teacher, draw_shots, prompt_settings, typed
 from tests.conftest import REPO
 from tests.tiny_models import byte_level_bpe, family_config, tiny_distilbert, wordpiece
 
@@ -90,24 +91,27 @@ def model_folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def imported(model_folder, tmp_path_factory):
     out = tmp_path_factory.mktemp("imported") / "llm"
-    import_causal_lm(str(model_folder), out, config={"model": str(model_folder)})
+    import_causal_lm(str(model_folder), out, settings=CausalLmImportSettings(source=str(model_folder)))
     return out
 
 
 def settings(**prompt):
-    return prompt_settings(
-        {"model": "m", "templates": [TEMPLATE], **prompt}, classes=CLASSES, pairs="pairs" in prompt, where="t"
-    )
+    return typed({"model": "m", "templates": [TEMPLATE], **prompt}, classes=CLASSES, pairs="pairs" in prompt, where="t")
+
+
+def pass_settings(params: dict, data) -> PromptPassSettings:
+    """A pass's typed settings from ``params`` (split, batch_size, prompt), scoring every class of ``data``."""
+    labels = read_labels(data)
+    prompt = prompt_settings(params["prompt"], classes=labels, pairs=False, where="t")
+    return PromptPassSettings.from_params({**params, "classes": labels, "prompt": prompt})
 
 
 def member_and_rows(prompt: dict, texts=TEXTS, *, pairs=None):
     tokenizer = chat_tokenizer()
-    s = prompt_settings(
-        {"model": "m", "templates": [TEMPLATE], **prompt}, classes=CLASSES, pairs=bool(pairs), where="t"
-    )
+    s = typed({"model": "m", "templates": [TEMPLATE], **prompt}, classes=CLASSES, pairs=bool(pairs), where="t")
     [member, *_] = prepare_members(s, tokenizer, CLASSES, pairs=bool(pairs), shots_frame=SHOTS, where="t")
     rows = encode_rows(
-        tokenizer, texts, pairs, text_space=member.text_space, pair_space=member.pair_space, max_length=s["max_length"]
+        tokenizer, texts, pairs, text_space=member.text_space, pair_space=member.pair_space, max_length=s.max_length
     )
     return member, rows
 
@@ -242,14 +246,32 @@ def test_prefix_reuse_equals_the_naive_forward_of_the_whole_prompt(family, chat)
         np.testing.assert_allclose(fast, naive, atol=2e-5, rtol=0)
 
 
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_pooled_states_are_the_mean_last_layer_state_of_each_rows_own_ids(attn):
+    """The pass's ``pooled`` signal: each row's last hidden layer, averaged over its own ids (the prefix's last id,
+    its text, what follows it), as the whole prompt run on its own gives it, whatever the batch and its padding."""
+    model = tiny_causal_lm("llama", attn=attn)
+    member, rows = member_and_rows({"verbalizers": VERBALIZERS, "shots": 1, "chat": False, "max_length": 24})
+    expected = []
+    with torch.inference_mode():
+        for i in range(len(TEXTS)):
+            segment = rows.segment(member, i).tolist()
+            ids = torch.tensor([list(member.prefix[:-1]) + segment])
+            hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0]
+            expected.append(hidden[-len(segment) :].mean(0).numpy())
+    for batch_size in (1, 3, 5):
+        pooled = np.zeros((len(TEXTS), model.config.hidden_size), dtype=np.float32)
+        batches = inference_batches(rows.lengths(member), batch_size)
+        member_log_scores(model, member, rows, batches, 3, device=CPU, pad_id=1, pooled=pooled)
+        np.testing.assert_allclose(pooled, np.stack(expected), atol=5e-5, rtol=0)
+
+
 def test_prefix_reuse_with_eager_attention_and_sentence_pairs():
     model = tiny_causal_lm("llama", attn="eager")
     pairs = ["It was a fine day.", "Nothing happened.", "Yes", "The chips are made in Taiwan and sold worldwide.", ""]
     prompt = {"templates": ["Premise: {text}\nHypothesis: {text_pair}\nTopic:"], "verbalizers": VERBALIZERS}
     tokenizer = chat_tokenizer()
-    s = prompt_settings(
-        {"model": "m", **prompt, "chat": False, "max_length": 12}, classes=CLASSES, pairs=True, where="t"
-    )
+    s = typed({"model": "m", **prompt, "chat": False, "max_length": 12}, classes=CLASSES, pairs=True, where="t")
     [member] = prepare_members(s, tokenizer, CLASSES, pairs=True, where="t")
     rows = encode_rows(
         tokenizer, TEXTS, pairs, text_space=member.text_space, pair_space=member.pair_space, max_length=12
@@ -311,12 +333,14 @@ def test_content_free_calibration_against_a_hand_computation(imported, tiny_data
         "batch_size": 4,
         "prompt": {"model": "m", "templates": [TEMPLATE], "chat": False, "max_length": 12, "calibrate": ["N/A", ""]},
     }
-    plain = score_split({**params, "prompt": {**params["prompt"], "calibrate": False}}, imported, tiny_data)
-    result = score_split(params, imported, tiny_data)
+    plain = score_split(
+        pass_settings({**params, "prompt": {**params["prompt"], "calibrate": False}}, tiny_data), imported, tiny_data
+    )
+    result = score_split(pass_settings(params, tiny_data), imported, tiny_data)
     labels = read_labels(tiny_data)
     # p_cf by hand: each content-free input scored as a row's text, its class probabilities averaged
     tokenizer, model = chat_tokenizer(), load_causal_lm(imported, CPU)
-    s = prompt_settings(params["prompt"], classes=labels, pairs=False, where="t")
+    s = typed(params["prompt"], classes=labels, pairs=False, where="t")
     [member] = prepare_members(s, tokenizer, labels, pairs=False, where="t")
     rows = encode_rows(tokenizer, ["N/A", ""], None, text_space=member.text_space, pair_space="", max_length=12)
     cf = naive_log_scores(model, member, rows, [0, 1], len(labels), device=CPU)
@@ -336,7 +360,11 @@ def test_few_shot_draws_are_fixed_by_the_seed_and_recorded(imported, tiny_data):
     assert not np.array_equal(first, draw_shots(train["label"], labels, shots=2, draw=1, seed=5, where="t"))
     assert sorted(train["label"].to_numpy()[first]) == sorted(labels * 2)
     prompt = {"model": "m", "templates": [TEMPLATE], "chat": False, "max_length": 8, "shots": 2, "shot_draws": 2}
-    result = score_split({"split": "validation", "batch_size": 8, "prompt": {**prompt, "seed": 5}}, imported, tiny_data)
+    result = score_split(
+        pass_settings({"split": "validation", "batch_size": 8, "prompt": {**prompt, "seed": 5}}, tiny_data),
+        imported,
+        tiny_data,
+    )
     ids = train["row_id"].to_numpy()
     assert result.shots == {
         "t0.v0.d0": ids[first].tolist(),
@@ -345,7 +373,11 @@ def test_few_shot_draws_are_fixed_by_the_seed_and_recorded(imported, tiny_data):
     read = set(result.shots["t0.v0.d0"]) | set(result.shots["t0.v0.d1"])
     assert result.gold_labels == {"train": len(read), "checkpoint": "trained outside kdpipe"}
     zero = score_split(
-        {"split": "validation", "batch_size": 8, "prompt": {**prompt, "shots": 0, "shot_draws": 1}}, imported, tiny_data
+        pass_settings(
+            {"split": "validation", "batch_size": 8, "prompt": {**prompt, "shots": 0, "shot_draws": 1}}, tiny_data
+        ),
+        imported,
+        tiny_data,
     )
     assert zero.shots == {"t0.v0.d0": []} and "train" not in zero.gold_labels
 
@@ -360,7 +392,7 @@ def test_the_ensemble_writes_logits_and_mc_as_every_method_reads_them(imported, 
         "shot_draws": 2,
     }
     params = {"split": "validation", "batch_size": 3, "prompt": prompt}
-    manifests = run_pass(params, imported, tiny_data, tmp_path / "sig")
+    manifests = run_pass(pass_settings(params, tiny_data), imported, tiny_data, tmp_path / "sig")
     labels = read_labels(tiny_data)
     row_ids = read_split(tiny_data, "validation")["row_id"].to_numpy()
     members, prompt_manifest = read_members(tmp_path / "sig" / "prompt.npy", row_ids, labels)
@@ -379,14 +411,15 @@ def test_the_ensemble_writes_logits_and_mc_as_every_method_reads_them(imported, 
     read = {row for rows in manifests["prompt"]["shots"].values() for row in rows}
     assert 5 <= len(read) <= 10 and manifests["logits"]["gold_labels"]["train"] == len(read)
     assert manifests["mc"]["ensemble"] == "prompt"
+    pooled = np.load(tmp_path / "sig" / "pooled.npy")
+    assert pooled.shape == (len(row_ids), 32) and manifests["pooled"]["hidden_size"] == 32  # (the tiny Llama's)
+    assert np.abs(pooled).sum(1).min() > 0  # every row's states
     # sharded: the same bytes
     parts = [tmp_path / f"part{k}" for k in (1, 2)]
     for k, part in enumerate(parts, 1):
-        run_shard(params, imported, tiny_data, f"{k}-of-2", part)
-    for signal in ("logits", "mc"):
-        gather({**params, "signal": signal}, parts, tmp_path / "sharded")
-    gather_members(params, parts, tmp_path / "sharded")
-    for name in ("logits.parquet", "mc.npy", "mc.parquet", "prompt.npy"):
+        run_shard(pass_settings(params, tiny_data), imported, tiny_data, f"{k}-of-2", part)
+    gather(pass_settings(params, tiny_data), parts, tmp_path / "sharded")
+    for name in ("logits.parquet", "mc.npy", "mc.parquet", "pooled.npy", "prompt.npy"):
         assert (tmp_path / "sharded" / name).read_bytes() == (tmp_path / "sig" / name).read_bytes(), name
 
 
@@ -481,7 +514,9 @@ def test_tokenizer_checks_name_the_verbalizer_and_the_template():
 def test_too_few_rows_of_a_class_for_the_shots(imported, tiny_data):
     prompt = {"model": "m", "templates": [TEMPLATE], "shots": 50}
     with pytest.raises(KdpipeError, match=r"prompt\.shots: 50 examples per class, but the train split has \d+ rows"):
-        score_split({"split": "validation", "batch_size": 4, "prompt": prompt}, imported, tiny_data)
+        score_split(
+            pass_settings({"split": "validation", "batch_size": 4, "prompt": prompt}, tiny_data), imported, tiny_data
+        )
 
 
 def test_the_plan_side_imports_neither_torch_nor_transformers():
@@ -491,3 +526,126 @@ def test_the_plan_side_imports_neither_torch_nor_transformers():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+# -- the plan of a config with prompted teachers (tests/configs/tiny_llm.yaml) ---------------------------------------
+
+BBC_LABELS = ["business", "entertainment", "politics", "sport", "tech"]  # builtin:bbc_news, in their order
+
+
+def planned(monkeypatch, tmp_path, edit=None, name: str = "tiny_llm.yaml"):
+    """The plan of ``tests/configs/<name>`` (edited by ``edit``) as the workflow makes it, in ``tmp_path``."""
+    import yaml
+    from snakemake.utils import validate
+
+    from kdpipe.plan import Plan
+    from kdpipe.plan.entries import validate_entry
+
+    config = yaml.safe_load((REPO / "tests/configs" / name).read_text())
+    monkeypatch.chdir(tmp_path)
+    if edit is not None:
+        edit(config)
+    schema = REPO / "kdpipe/config.schema.yaml"
+    validate_entry(config, yaml.safe_load(schema.read_text()))
+    validate(config, str(schema), set_default=True)
+    monkeypatch.setattr(Plan, "data_labels", lambda self: BBC_LABELS)
+    return Plan(config)
+
+
+def test_the_plan_of_prompted_teachers(monkeypatch, tmp_path):
+    from kdpipe.plan.prompted import llm_name
+
+    plan = planned(monkeypatch, tmp_path)
+    assert plan.prompted_teachers() == ["llm_a", "llm_b"] and plan.classifier_teachers() == []
+    assert plan.llms() == {llm_name("data/tiny-llm"): "data/tiny-llm"}  # one import for both teachers
+    assert plan.llm_params(llm_name("data/tiny-llm")) == {"source": "data/tiny-llm"}  # (no such folder here)
+    assert plan.passes() == {}  # no classifier teacher's pass
+    splits = ["train", "transfer", "validation", "test"]
+    assert plan.prompt_passes() == [(t, s) for t in ("llm_a", "llm_b") for s in splits]
+    params = plan.prompt_params("llm_b", "transfer")
+    assert params["batch_size"] == 16 and params["classes"] == ["politics", "sport", "tech"]
+    assert params["prompt"]["verbalizers"] == [
+        {"politics": ["politics", "government"], "sport": ["sport"], "tech": ["tech", "technology"]}
+    ]
+    assert params["prompt"]["calibrate"] == [] and params["prompt"]["shot_draws"] == 2
+    assert plan.prompt_shots("transfer") == ["results/data/tiny_bbc"] and plan.prompt_shots("train") == []
+    assert plan.eval_params("llm_a")["seed"] == 0 and "mc_samples" not in plan.eval_params("llm_a")
+    assert plan.prompt_members_count("llm_a") == plan.prompt_members_count("llm_b") == 2 and plan.has_members()
+    assert "results/teachers/llm_a" not in plan.trained_models()
+    # a config without a prompted teacher: no teacher's slice names the key
+    tiny = planned(monkeypatch, tmp_path, name="tiny.yaml")
+    assert all("prompt" not in tiny.teacher_params(t) for t in tiny.teachers) and tiny.llms() == {}
+
+
+def _dynamic_objective(config):
+    """Dynamic KD's objective adjustment (hidden states) from one prompted teacher of every class."""
+    config["teachers"]["llm_a"].pop("classes")
+    config["students"] = {"s_vkd": {"method": "dynamic_objective", "teachers": ["llm_a"]}}
+
+
+def _not_a_causal_lm(config):
+    folder = Path("bert")
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"]}))
+    config["teachers"]["llm_a"]["prompt"]["model"] = "bert"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda c: c["teachers"]["llm_a"]["prompt"].update(templates=["Classify: {labels}"]),
+            r"^teachers\.llm_a\.prompt\.templates\[0\]: the template needs the row's text slot \{text\} exactly once",
+        ),
+        (
+            lambda c: c["teachers"]["llm_b"]["prompt"]["verbalizers"].pop("tech"),
+            r"^teachers\.llm_b\.prompt\.verbalizers: class 'tech' has no verbalizer",
+        ),
+        (
+            lambda c: c["teachers"]["llm_b"]["prompt"]["verbalizers"].update(sport=["sport", "government"]),
+            r"^teachers\.llm_b\.prompt\.verbalizers: the word 'government' names both 'politics' and 'sport'",
+        ),
+        (
+            lambda c: c["teachers"]["llm_a"]["prompt"].update(shot=2),
+            r"^teachers\.llm_a\.prompt: unknown key 'shot' \(did you mean 'shots'\?\)",
+        ),
+        (_not_a_causal_lm, r"^teachers\.llm_a\.prompt\.model: bert: it is a BertForSequenceClassification"),
+        (
+            lambda c: c["teachers"]["llm_a"].update(checkpoint="some/classifier"),
+            r"^teachers\.llm_a\.checkpoint: a prompted teacher \(prompt\) is an instruction-tuned LLM used as it is",
+        ),
+        (
+            lambda c: c["teachers"]["llm_a"].update(ensemble={"size": 2}),
+            r"^teachers\.llm_a\.ensemble: a prompted teacher",
+        ),
+        (
+            lambda c: c["students"]["s_vkd"].update(method="dfa"),
+            r"^students\.s_vkd: method 'dfa' reads the teachers' hidden signal, which a prompted teacher \(llm_a\) "
+            r"does not have: its tokens are not the student's",
+        ),
+        (
+            _dynamic_objective,
+            r"^students\.s_vkd: method 'dynamic_objective' reads the teachers' hidden signal",
+        ),
+        (
+            lambda c: c["evaluate"].update(ood={"classes": ["tech"]}),
+            r"^evaluate\.ood: the OOD evaluation runs each model on the OOD rows",
+        ),
+    ],
+    ids=[
+        "no-text-slot",
+        "class-without-verbalizer",
+        "word-of-two-classes",
+        "unknown-key",
+        "not-a-causal-lm",
+        "checkpoint",
+        "ensemble",
+        "token-level-method",
+        "dynamic-kd-objective",
+        "ood",
+    ],
+)
+def test_a_bad_prompted_config_is_one_line_from_the_plan(monkeypatch, tmp_path, edit, message):
+    with pytest.raises(KdpipeError, match=message) as caught:
+        planned(monkeypatch, tmp_path, edit)
+    assert "\n" not in str(caught.value)

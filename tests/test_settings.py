@@ -21,6 +21,7 @@ from kdpipe.stages.catalog import STAGES
 from tests.conftest import REPO
 
 CONFIGS = sorted(p.name for p in (REPO / "tests/configs").glob("*.yaml"))
+PROMPTED_STAGES = ("llm-import", "prompt-pass", "prompt-shard", "prompt-gather", "evaluate-prompted")
 BBC_LABELS = ["business", "entertainment", "politics", "sport", "tech"]  # builtin:bbc_news, in their order
 
 
@@ -54,8 +55,12 @@ def stage_slices(plan: Plan) -> dict[str, list[dict]]:
         out["transfer"].append(plan.transfer_params())
     if plan.ood_source():
         out["ood"].append(plan.ood_params())
-    for teacher in plan.teachers:
+    for teacher in plan.classifier_teachers():
         out["import-teacher" if plan.imported(teacher) else "finetune-teacher"].append(plan.teacher_params(teacher))
+    out["llm-import"] += [plan.llm_params(llm) for llm in plan.llms()]
+    for teacher, split in plan.prompt_passes():
+        for stage in ("prompt-pass", "prompt-shard", "prompt-gather"):
+            out[stage].append(plan.prompt_params(teacher, split))
     for signals, pairs in plan.passes().items():
         for teacher, split in pairs:
             out["signal-pass"].append(plan.pass_params(teacher, split, list(signals)))
@@ -67,7 +72,9 @@ def stage_slices(plan: Plan) -> dict[str, list[dict]]:
         out[stage] += [plan.student_params(student) for student in plan.stage_students(stage)]
     for model in plan.models():
         combined = model in plan.ensembles or (model == ORACLE and plan.oracle)
-        out["evaluate-ensemble" if combined else "evaluate"].append(plan.eval_params(model))
+        prompted = model in plan.teachers and plan.prompted(model)
+        stage = "evaluate-ensemble" if combined else "evaluate-prompted" if prompted else "evaluate"
+        out[stage].append(plan.eval_params(model))
     for model, (_, precision) in plan.exported().items():
         out["export" if precision == "onnx" else "quantize"].append(plan.export_params(model))
     out["serve"] += [plan.serving_params(model) for model in plan.serving_models()]
@@ -103,7 +110,10 @@ def test_each_stage_reads_exactly_the_slices_the_plan_makes(config, tmp_path, mo
             "export",  # (students to ship: tests/test_workflow.py's shipped run)
             "quantize",
             "serve",
+            *PROMPTED_STAGES,
         }
+    if config == "tiny_llm.yaml":  # a prompted teacher: its import, passes and evaluation
+        assert {stage for stage, made in slices.items() if made} >= set(PROMPTED_STAGES)
 
 
 def _required(f: dataclasses.Field) -> bool:

@@ -14,10 +14,19 @@ from tests.conftest import REPO
 
 # Stages without a forward pass. route and route-transfer are not among them: their certainty and knn scores are
 # computed with torch (float32, as the MC-dropout pass computed the cached columns); they import no transformers.
-MODEL_FREE = ("prepare", "transfer", "ood", "signal-gather", "report", "evaluate-ensemble")
+MODEL_FREE = (
+    "prepare",
+    "transfer",
+    "ood",
+    "signal-gather",
+    "report",
+    "evaluate-ensemble",
+    "prompt-gather",
+    "evaluate-prompted",
+)
 TORCH_ONLY = ("route", "route-transfer")
 # Stages that run a model on the CPU alone (ONNX export and Runtime, serving profiles): they claim no GPU
-CPU_MODELS = ("export", "quantize", "serve")
+CPU_MODELS = ("export", "quantize", "serve", "llm-import")
 
 
 def imported_after(stage: str) -> set[str]:

@@ -23,8 +23,16 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from kdpipe.core.checksums import checksum, verify, write_manifest
-from kdpipe.core.store import KdpipeError, atomic_path, ensure_disk_space, make_manifest, read_manifest, tensor_bytes
-from kdpipe.models.causal_lm_source import causal_lm_problem, check_causal_lm_source
+from kdpipe.core.store import (
+    KdpipeError,
+    Recorded,
+    atomic_path,
+    ensure_disk_space,
+    make_manifest,
+    read_manifest,
+    tensor_bytes,
+)
+from kdpipe.models.causal_lm_source import CausalLmImportSettings, causal_lm_problem, check_causal_lm_source
 from kdpipe.models.loading import OWN_CODE, refuse_own_code
 
 KIND = "causal_lm"  # the manifest kind of an imported causal LM folder
@@ -105,7 +113,7 @@ def import_causal_lm(
     out_dir: str | Path,
     *,
     where: str = "model",
-    config: dict | None = None,
+    settings: Recorded | None = None,
     tokenizer_check: Callable[[object], None] | None = None,
 ) -> dict:
     """Import the causal LM ``source`` (a local folder, a hub name or a GGUF file) into ``out_dir``: safetensors
@@ -114,7 +122,7 @@ def import_causal_lm(
     parameters and dtype; whether the tokenizer has a chat template; the seconds the import took; the checksum of
     every file), written atomically. ``tokenizer_check(tokenizer)`` runs as soon as the tokenizer is read, before
     the weights (the prompt checks that need a tokenizer: :func:`kdpipe.signals.prompted.check_tokenizer`).
-    ``config``: the job's config slice, kept in the manifest. Returns the manifest."""
+    ``settings``: the job's settings, kept in the manifest as their slice. Returns the manifest."""
     started = time.perf_counter()
     out_dir = Path(out_dir)
     model_config = load_source_config(source, where)  # (a model that is no causal LM stops here)
@@ -132,7 +140,7 @@ def import_causal_lm(
         tokenizer.save_pretrained(tmp)
         manifest = make_manifest(
             KIND,
-            config=config,
+            config=settings,
             source=str(source),
             source_kind=kind,
             source_checksum=checksum(source) if kind == "gguf" else None,
@@ -147,6 +155,12 @@ def import_causal_lm(
         files = sorted(p.relative_to(tmp).as_posix() for p in Path(tmp).rglob("*") if p.is_file())
         manifest = write_manifest(Path(tmp) / "manifest.json", manifest, files)
     return manifest
+
+
+def import_llm(settings: CausalLmImportSettings, out: Path) -> dict:
+    """The ``llm-import`` stage: the causal LM ``settings.source`` imported into the folder ``out``
+    (:func:`import_causal_lm`), once for every prompted teacher and pass that runs it."""
+    return import_causal_lm(settings.source, out, where="model", settings=settings)
 
 
 def check_causal_lm_folder(folder: str | Path) -> dict:

@@ -8,14 +8,27 @@ The plan checks a local model folder's ``config.json`` and a GGUF file's header 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from kdpipe.core.settings import Settings
 from kdpipe.core.store import KdpipeError
 
 GGUF_MAGIC = b"GGUF"
 # The class names transformers gives a decoder with its language-model head: LlamaForCausalLM, Qwen2ForCausalLM...,
 # and GPT-2's family (GPT2LMHeadModel, GPTJForCausalLM)
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+@dataclass(frozen=True)
+class CausalLmImportSettings(Settings):
+    """The ``llm-import`` job's settings (docs/design.md, "Style": settings read once): the model's ``source`` (a
+    local folder, a GGUF file or a hub name) and the digest of a local one (``local_content``), so that a file
+    changed in place is imported again."""
+
+    source: str
+    local_content: Mapping[str, str] | None = None
 
 
 def source_kind(model: str) -> str:
@@ -28,13 +41,13 @@ def source_kind(model: str) -> str:
     return "hub"
 
 
-def causal_lm_problem(config: dict, causal_types: frozenset[str] | None = None) -> str | None:
+def causal_lm_problem(model_config: dict, causal_types: frozenset[str] | None = None) -> str | None:
     """Why a model config is not a causal language model, or None when it is one: its ``architectures`` must name a
     class with a language-model head on a decoder (:data:`CAUSAL_SUFFIXES`); a config without ``architectures`` (one
     read from a GGUF file) must be of a ``model_type`` in ``causal_types`` (transformers' causal-LM model types,
     when the caller has them) and no encoder-decoder."""
-    architectures = [str(a) for a in config.get("architectures") or []]
-    model_type = config.get("model_type")
+    architectures = [str(a) for a in model_config.get("architectures") or []]
+    model_type = model_config.get("model_type")
     if architectures:
         if any(a.endswith(CAUSAL_SUFFIXES) for a in architectures):
             return None
@@ -43,7 +56,7 @@ def causal_lm_problem(config: dict, causal_types: frozenset[str] | None = None) 
             "teacher needs a decoder with its language-model head (a ...ForCausalLM), such as an instruction-tuned "
             "Llama, Qwen2 or SmolLM2"
         )
-    if config.get("is_encoder_decoder"):
+    if model_config.get("is_encoder_decoder"):
         return f"its model_type {model_type!r} is an encoder-decoder, not a causal language model"
     if causal_types is not None and model_type not in causal_types:
         return f"its model_type {model_type!r} has no causal language model in transformers"

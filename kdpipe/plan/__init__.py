@@ -27,6 +27,7 @@ from kdpipe.plan.paths import (
     DATA,
     EVAL,
     EXPORTED,
+    LLM,
     LOGS,
     OOD_DATA,
     ORACLE,
@@ -41,6 +42,7 @@ from kdpipe.plan.paths import (
     TRAINED_ROOTS,
     TRANSFER,
 )
+from kdpipe.plan.prompted import Prompted, check_prompted_entry
 from kdpipe.plan.routes import Routes
 from kdpipe.plan.slices import Slices
 from kdpipe.signals.catalog import FEATURES, signal_files
@@ -52,6 +54,7 @@ __all__ = [
     "DATA",
     "EVAL",
     "EXPORTED",
+    "LLM",
     "LOGS",
     "OOD_DATA",
     "PROTOTYPES",
@@ -69,7 +72,7 @@ __all__ = [
 ]
 
 
-class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Routes, Slices):
+class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Routes, Slices):
     def __init__(self, config: dict, schema: dict | None = None):
         """``config`` with its defaults filled in; ``schema`` (the config schema) validates merged entries."""
         check_empty(config)
@@ -81,6 +84,8 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Routes, Slices
         self.teacher_entries = list(config.get("teachers") or {})  # names as written (ensembles unexpanded)
         for name, spec in (config.get("teachers") or {}).items():
             merged = {**config.get("teacher_defaults", {}), **(spec or {})}
+            if merged.get("prompt"):
+                check_prompted_entry(merged, f"teachers.{name}")
             _complete_objective_args(merged, f"teachers.{name}")
             ensemble = merged.pop("ensemble", None)
             if not ensemble:
@@ -126,6 +131,7 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Routes, Slices
             method = get_method(student.config.get("method", ""))
             declared = tuple(arg for arg in method.args if not (method.first_stage and arg.name == "stage1"))
             student.config["method_args"] = complete_args(declared, student.config.get("method_args"), where)
+        self._check_prompted()  # (after method_args: a route's router is one of them)
 
     def _per_domain(self, entry: str, merged: dict) -> list[tuple[str, dict]]:
         """(base name, domain key) of each student an entry stands for: itself, or with ``per_domain: true`` one
@@ -179,6 +185,8 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Routes, Slices
         return [name for name, s in self.students.items() if get_method(s.config["method"]).stage == stage]
 
     def model_dir(self, model: str) -> str:
+        if model in self.teachers and self.prompted(model):
+            return self.llm_dir(model)
         if model in self.teachers:
             return TEACHER.format(teacher=model)
         if model in self.cotrained:
@@ -290,16 +298,18 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Routes, Slices
         return [*self.config["evaluate"]["splits"], *([OOD_SPLIT] if self.has_ood() else [])]
 
     def trained_models(self) -> list[str]:
-        """The folders of every evaluated model that has one (not an ensemble): the report reads their training
-        logs."""
-        made = (*self.ensembles, ORACLE, *self.exported())
+        """The folders of every evaluated model that has one (not an ensemble, not a prompted teacher): the report
+        reads their training logs."""
+        made = (*self.ensembles, ORACLE, *self.exported(), *self.prompted_teachers())
         return [self.model_dir(model) for model in self.models() if model not in made]
 
     def has_members(self) -> bool:
-        """Some evaluated model averages several members or heads (an ensemble of teachers, a multi-head student):
-        only then does the report split uncertainty into aleatoric and epistemic parts (uncertainty.png)."""
+        """Some evaluated model averages several members or heads (an ensemble of teachers, a multi-head student, a
+        prompted teacher's ensemble of prompts): only then does the report split uncertainty into aleatoric and
+        epistemic parts (uncertainty.png)."""
         heads = (s.config["model"].get("heads") or {} for name, s in self.students.items())
-        return bool(self.ensembles) or any(int(h.get("count", 1)) > 1 for h in heads)
+        prompts = any(self.prompt_members_count(t) > 1 for t in self.prompted_teachers())
+        return bool(self.ensembles) or prompts or any(int(h.get("count", 1)) > 1 for h in heads)
 
     def report_title(self) -> str:
         """The report's title: ``report.title``, or one naming the dataset."""

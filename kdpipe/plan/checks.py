@@ -98,6 +98,8 @@ class Checks:
         classifier."""
         folders = {}  # config key -> folder
         for name, spec in self.teachers.items():
+            if spec.get("prompt"):  # a causal LM, checked by its own rule (kdpipe.plan.prompted)
+                continue
             key = "checkpoint" if spec.get("checkpoint") else "backbone"
             folders[f"teachers.{name.split('.')[0]}.{key}"] = spec.get(key)  # an ensemble member: its entry's key
         folders.update(self._student_sources())

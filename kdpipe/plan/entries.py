@@ -29,6 +29,7 @@ LATER_KEYS = {
     "checkpoint": None,
     "finetune": True,
     "label_map": None,
+    "prompt": None,
 }
 # Training settings that a first stage may set apart from the student's own (``method_args.stage1``).
 STAGE_SETTINGS = ("epochs", "lr", "batch_size", "warmup_ratio", "weight_decay", "max_grad_norm", "checkpoint_every")

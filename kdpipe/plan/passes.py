@@ -42,9 +42,12 @@ class Passes:
 
     def passes(self) -> dict[tuple[str, ...], list[tuple[str, str]]]:
         """Every pass, as the signals it makes -> the (teacher, split) pairs it runs on: the shared forward's signals
-        (one pass per pair) and ``("mc",)``. The rules of S = 1 are made from it, one per distinct set of signals."""
+        (one pass per pair) and ``("mc",)``, of every teacher but a prompted one. The rules of S = 1 are made from it,
+        one per distinct set of signals."""
         out: dict[tuple[str, ...], list[tuple[str, str]]] = {}
         for pair, names in self.requested_signals.items():
+            if self.prompted(pair[0]):  # its own passes make its signals (kdpipe.plan.prompted)
+                continue
             for which in dict.fromkeys(map(pass_of, names)):
                 out.setdefault(tuple(n for n in names if pass_of(n) == which), []).append(pair)
         return out

@@ -4,6 +4,7 @@ DATA = "results/data/{dataset}"
 TRANSFER = "results/transfer/{dataset}"  # the unlabelled transfer rows, one split "transfer" (kdpipe.data.transfer)
 OOD_DATA = "results/ood/{dataset}"  # an external OOD set, one split "ood" (evaluate.ood.source, kdpipe.data.ood)
 TEACHER = "results/teachers/{teacher}"
+LLM = "results/llm/{llm}"  # a prompted teacher's causal LM, imported once per source (kdpipe.models.causal_lm)
 SIGNALS_ROOT = "results/signals"
 SIGNALS = SIGNALS_ROOT + "/{teacher}/{split}"
 STUDENT = "results/students/{student}"

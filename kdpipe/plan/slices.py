@@ -178,6 +178,16 @@ class Slices:
             kind = {"kind": "oracle", "combine": "oracle"} if oracle else {"kind": "ensemble"}
             kind |= {"method": None, "seed": None, "members": self.oracle if oracle else self.ensembles[model]}
             return {"model": model, "base": model, **kind, "splits": splits, **self._eval_settings(model)}
+        if not student and self.prompted(model):  # evaluated from its passes: the seed of its few-shot draws
+            return {
+                "model": model,
+                "base": model,
+                "kind": "teacher",
+                "method": None,
+                "seed": self.prompt_settings(model)["seed"],
+                "splits": splits,
+                **self._eval_settings(model),
+            }
         domain = (student.config if student else self.teachers[model]).get("domain")
         group = {"group": student.entry} if student and student.base != student.entry else {}
         return {
@@ -195,11 +205,12 @@ class Slices:
     def _eval_settings(self, model: str) -> dict:
         """The ``evaluate`` keys an evaluation job of ``model`` uses; ``ood`` and ``mc_samples`` only when set (so
         that slices made before those keys stay valid), and ``mc_samples`` only for a model that runs inference (an
-        ensemble and the oracle are made from their members' predictions)."""
+        ensemble and the oracle are made from their members' predictions, a prompted teacher from its passes)."""
         settings = without(self.config["evaluate"], "splits", "oracle", "ood", "mc_samples")
         if self.has_ood():
             settings["ood"] = {key: value for key, value in self.ood_spec().items() if value is not None}
         combined = model in self.ensembles or (model == ORACLE and self.oracle)
+        combined = combined or (model in self.teachers and self.prompted(model))  # (no inference of its own)
         if self.config["evaluate"].get("mc_samples") and not combined:
             settings["mc_samples"] = self.config["evaluate"]["mc_samples"]
             settings["mc_seed"] = self.config["mc_dropout"].get("seed", 0)

@@ -15,8 +15,8 @@ reference the tests hold the fast pass to.
 **Shards.** The pass cuts a split into one fixed list of batches (rows sorted by length, longest first) and shard k
 of S runs batches k, k + S, ... (docs/design.md, "Signals"): :func:`run_shard` writes a part folder with the
 sub-folders ``logits``, ``mc`` and ``prompt`` (:mod:`kdpipe.signals.parts`), which
-:func:`kdpipe.signals.shards.gather` turns into the ``logits`` and ``mc`` artifacts and :func:`gather_members`
-into ``prompt.npy``; :func:`run_pass` does all of it in one job.
+:func:`kdpipe.signals.prompt_members.gather` turns into the ``logits`` and ``mc`` artifacts and ``prompt.npy``;
+:func:`run_pass` does all of it in one job.
 """
 
 from __future__ import annotations
@@ -31,31 +31,28 @@ import numpy as np
 import torch
 
 from kdpipe.core import progress
-from kdpipe.core.checksums import verify, write_manifest
 from kdpipe.core.device import autocast, pick_device
 from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import (
-    ArtifactError,
     KdpipeError,
     atomic_path,
-    ensure_disk_space,
-    make_manifest,
-    read_manifest,
     scratch_folder,
 )
 from kdpipe.data.batching import WHOLE, Batches, Ragged, inference_batches, shard_batches
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.models.causal_lm import check_causal_lm_folder, load_causal_lm, load_causal_lm_tokenizer
 from kdpipe.signals.mc_dropout import SCORES, summarise
-from kdpipe.signals.parts import finish_part, gather_array, parse_shard, read_parts, shard_rows
+from kdpipe.signals.parts import finish_part, parse_shard, shard_rows
+from kdpipe.signals.prompt_members import gather
+from kdpipe.signals.prompt_settings import PromptPassSettings, PromptSettings
 from kdpipe.signals.prompts import (
     SHOT_SEPARATOR,
     answer_gap,
     draw_shots,
     fill,
     members,
-    prompt_settings,
     split_template,
+    typed,
 )
 
 # Marks of the row's slots in a rendered prompt, where it is cut into the shared prefix and the row's own pieces
@@ -64,7 +61,6 @@ TEXT_MARK, PAIR_MARK = "\u27e6kdpipe:text\u27e7", "\u27e6kdpipe:text_pair\u27e7"
 # for every row of the forward, so this bounds the memory it takes (for SmolLM2-135M, 46 KB per key and row)
 MAX_BATCH_TOKENS = 16384
 SIGNAL_NAMES = ("logits", "mc", "prompt")  # the sub-folders of a part
-PROMPT_FILES = ("prompt.npy", "prompt.json")  # every member's probabilities, rows first [N, K, C], and its manifest
 TOKENIZE_CHUNK = 512
 
 
@@ -202,15 +198,15 @@ def _trailing_space(text: str) -> tuple[str, str]:
 
 
 def prepare_members(
-    settings: dict, tokenizer, classes: list[str], *, pairs: bool, shots_frame=None, where: str = "prompt"
+    settings: PromptSettings, tokenizer, classes: list[str], *, pairs: bool, shots_frame=None, where: str = "prompt"
 ) -> list[Member]:
     """Every member of the prompt ensemble, tokenised, with the checks that need the tokenizer: a chat template that
     fails to render, a verbalizer that tokenises to nothing, two verbalizers (of one class or two) that tokenise
-    alike. ``settings``: :func:`kdpipe.signals.prompts.prompt_settings`. ``shots_frame``: the train split (columns
-    row_id, text, label, and text_pair for pairs), from which each draw's few-shot examples are drawn; None with
-    shots > 0 renders placeholder examples (for the checks alone)."""
+    alike. ``settings``: the prompt settings (:func:`kdpipe.signals.prompts.typed`). ``shots_frame``: the train
+    split (columns row_id, text, label, and text_pair for pairs), from which each draw's few-shot examples are
+    drawn; None with shots > 0 renders placeholder examples (for the checks alone)."""
     chat = None
-    if use_chat(settings["chat"], tokenizer, where):
+    if use_chat(settings.chat, tokenizer, where):
 
         def chat(messages):
             return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -218,22 +214,22 @@ def prepare_members(
     lead = [] if chat else leading_specials(tokenizer)
     prepared = []
     for spec in members(settings):
-        words = settings["verbalizers"][spec["verbalizers"]]
-        template = settings["templates"][spec["template"]]
+        words = settings.verbalizers[spec["verbalizers"]]
+        template = settings.templates[spec["template"]]
         at = f"{where}.templates[{spec['template']}]"
-        if settings["shots"] and shots_frame is not None:
+        if settings.shots and shots_frame is not None:
             positions = draw_shots(
                 shots_frame["label"].to_numpy(),
                 classes,
-                shots=settings["shots"],
+                shots=settings.shots,
                 draw=spec["draw"],
-                seed=settings["seed"],
+                seed=settings.seed,
                 where=where,
             )
-            shots = _shot_texts(tokenizer, shots_frame, positions, settings["max_length"])
+            shots = _shot_texts(tokenizer, shots_frame, positions, settings.max_length)
             shot_rows = [int(r) for r in shots_frame["row_id"].to_numpy()[positions]]
         else:
-            shots = [("...", "..." if pairs else None, name) for name in classes for _ in range(settings["shots"])]
+            shots = [("...", "..." if pairs else None, name) for name in classes for _ in range(settings.shots)]
             shot_rows = []
         rendered = render(template, words, classes, shots, chat, at)
         prefix, middle, suffix = _split_rendered(rendered, pairs, at)
@@ -241,7 +237,7 @@ def prepare_members(
         middle, pair_space = _trailing_space(middle)
         suffix, answer_space = _trailing_space(suffix)
         gap = answer_space or answer_gap(suffix)
-        several = len(settings["verbalizers"]) > 1
+        several = len(settings.verbalizers) > 1
         at_words = f"{where}.verbalizers" + (f"[{spec['verbalizers']}]" if several else "")
         verbalizers, owners = _verbalizer_ids(tokenizer, words, classes, gap, at_words)
         prepared.append(
@@ -288,10 +284,15 @@ def _verbalizer_ids(tokenizer, words, classes, gap: str, at: str):
     return verbalizers, owners
 
 
-def check_tokenizer(prompt: dict, tokenizer, *, classes: list[str], pairs: bool, where: str = "prompt") -> None:
+def check_tokenizer(
+    prompt: PromptSettings | dict, tokenizer, *, classes: list[str], pairs: bool, where: str = "prompt"
+) -> None:
     """The checks of a prompted teacher that need its tokenizer (:func:`prepare_members`, with placeholder
-    few-shot examples), for the import job to run as soon as it has read the tokenizer."""
-    settings = prompt_settings(prompt, classes=classes, pairs=pairs, where=where)
+    few-shot examples), run before any weights are loaded. ``prompt``: the config's ``prompt`` section or its
+    settings."""
+    if isinstance(prompt, PromptSettings):
+        prompt = prompt.to_dict()
+    settings = typed(prompt, classes=classes, pairs=pairs, where=where)
     prepare_members(settings, tokenizer, classes, pairs=pairs, where=where)
 
 
@@ -453,9 +454,12 @@ def _attention_mask(model, allowed: torch.Tensor) -> torch.Tensor:
     raise KdpipeError(f"a prompted teacher runs with SDPA or eager attention, not {implementation!r}")
 
 
-def _forward_rows(model, kv, segments: list[np.ndarray], words: _Verbalizers, device, pad_id: int) -> torch.Tensor:
+def _forward_rows(
+    model, kv, segments: list[np.ndarray], words: _Verbalizers, device, pad_id: int, pooled: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Every verbalizer's log-probability [B, V] for rows whose own ids are ``segments``, after the prefix whose
-    cache is ``kv``: one forward of the left-padded rows and the verbalizer block."""
+    cache is ``kv``: one forward of the left-padded rows and the verbalizer block; with ``pooled``, also each row's
+    mean last-layer hidden state over its own ids [B, H] (float32), else None."""
     rows, prefix = len(segments), (kv[0][0].shape[-2] if kv else 0)
     lengths = torch.tensor([len(s) for s in segments], dtype=torch.long)
     width, block = int(lengths.max()), len(words.block)
@@ -491,12 +495,17 @@ def _forward_rows(model, kv, segments: list[np.ndarray], words: _Verbalizers, de
             past_key_values=_batch_cache(model, kv, rows),
             use_cache=True,
             logits_to_keep=block + 1,
+            output_hidden_states=pooled,
         )
     logp = torch.log_softmax(out.logits.float(), dim=-1)  # [B, block + 1, vocab], on the device
     scores = logp[:, 0, words.first]
     if len(words.read_column):
         scores = scores.index_add(1, words.read_owner, logp[:, words.read_column, words.read_token])
-    return scores
+    if not pooled:
+        return scores, None
+    weights = real.to(device=device, dtype=torch.float32)[..., None]  # the row's own ids, not its padding
+    hidden = out.hidden_states[-1][:, :width].float()
+    return scores, (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
 
 
 def _check_lengths(model, member: Member, longest: int, where: str) -> None:
@@ -529,11 +538,13 @@ def member_log_scores(
     pad_id: int,
     desc: str | None = None,
     where: str = "prompt",
+    pooled: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each class's log-score [N, C] (float32; only the rows of ``batches`` filled) under one member: the
     log-sum-exp over its verbalizers of each verbalizer's log-probability after the row's prompt (the sum over its
     tokens, each given the prompt and the verbalizer's earlier tokens). The prefix runs once; each batch is one
-    forward (in chunks of at most :data:`MAX_BATCH_TOKENS` rows × keys)."""
+    forward (in chunks of at most :data:`MAX_BATCH_TOKENS` rows × keys). ``pooled`` [N, H], when given, gets each
+    row's mean last-layer hidden state over its own ids in this member's prompt (the ``pooled`` signal)."""
     model.eval()
     out = np.zeros((len(rows.text), n_classes), dtype=np.float32)
     words = _Verbalizers.of(member, n_classes).to(device)
@@ -550,9 +561,11 @@ def member_log_scores(
                 )
             per_forward = max(1, MAX_BATCH_TOKENS // (prefix + max(map(len, segments)) + len(words.block)))
             for start in range(0, len(index), per_forward):
-                chunk = segments[start : start + per_forward]
-                scores = _forward_rows(model, kv, chunk, words, device, pad_id)
-                out[index[start : start + per_forward]] = _class_scores(scores, words.classes).cpu().numpy()
+                chunk, rows_at = segments[start : start + per_forward], index[start : start + per_forward]
+                scores, states = _forward_rows(model, kv, chunk, words, device, pad_id, pooled is not None)
+                out[rows_at] = _class_scores(scores, words.classes).cpu().numpy()
+                if states is not None:
+                    pooled[rows_at] = states.cpu().numpy()
             bar.update(len(index))
     return out
 
@@ -627,7 +640,8 @@ class PromptPass:
     when set), filled at ``rows`` (positions in the split); the few-shot rows each member read; the content-free
     probabilities [K, C] of a calibrated pass."""
 
-    settings: dict
+    settings: PromptSettings
+    split: str
     classes: list[str]
     member_names: list[str]
     row_ids: np.ndarray
@@ -636,6 +650,7 @@ class PromptPass:
     shots: dict[str, list[int]]
     content_free: np.ndarray | None
     model: dict  # the imported model folder's manifest, without its checksums
+    pooled: np.ndarray | None = None  # [N, H] each row's mean last-layer state in the first member's prompt
 
     @property
     def gold_labels(self) -> dict:
@@ -646,7 +661,7 @@ class PromptPass:
 
 
 def score_split(
-    params: dict,
+    settings: PromptPassSettings,
     model_dir: str | Path,
     data_dir: str | Path,
     *,
@@ -655,21 +670,22 @@ def score_split(
     where: str = "prompt",
     device: torch.device | None = None,
 ) -> PromptPass:
-    """A prompted teacher's pass over ``params["split"]`` of ``data_dir`` (shard ``(k, S)`` of it): ``params`` holds
-    ``prompt`` (the teacher's prompt settings), ``batch_size``, ``split`` and optionally ``classes`` (the teacher's
-    classes, in the dataset's order; all of them by default). The few-shot examples come from the train split of
-    ``shots_dir`` (the dataset artifact; ``data_dir`` by default, which differs for the transfer rows). The
+    """A prompted teacher's pass over ``settings.split`` of ``data_dir`` (shard ``(k, S)`` of it), scoring the
+    teacher's ``classes`` (in the dataset's order) with its ``prompt`` settings, ``batch_size`` rows at a time. The
+    few-shot examples come from the train split of ``shots_dir`` (the dataset artifact; ``data_dir`` by default,
+    which differs for the transfer rows). The prompt is checked again against the split (sentence pairs) and the
     tokenizer's checks run before the weights are loaded."""
     model_dir, data_dir = Path(model_dir), Path(data_dir)
     shots_dir = Path(shots_dir) if shots_dir is not None else data_dir
     manifest = check_causal_lm_folder(model_dir)
-    classes = list(params.get("classes") or read_labels(shots_dir))
-    frame = read_split(data_dir, params["split"])
+    split, batch_size = settings.split, settings.batch_size
+    classes = list(settings.classes or read_labels(shots_dir))
+    frame = read_split(data_dir, split)
     pairs = "text_pair" in frame.columns
-    settings = prompt_settings(params["prompt"], classes=classes, pairs=pairs, where=where)
+    settings = typed(settings.prompt.to_dict(), classes=classes, pairs=pairs, where=where)
     tokenizer = load_causal_lm_tokenizer(model_dir)
     shots_frame = None
-    if settings["shots"]:
+    if settings.shots:
         shots_frame = read_split(shots_dir, "train")
         shots_frame = shots_frame[shots_frame["label"].isin(classes)].reset_index(drop=True)
     prepared = prepare_members(settings, tokenizer, classes, pairs=pairs, shots_frame=shots_frame, where=where)
@@ -682,7 +698,7 @@ def score_split(
             frame["text_pair"] if pairs else None,
             text_space=key[0],
             pair_space=key[1],
-            max_length=settings["max_length"],
+            max_length=settings.max_length,
         )
         for key in dict.fromkeys((m.text_space, m.pair_space) for m in prepared)
     }
@@ -693,9 +709,10 @@ def score_split(
     def rows_of(member):
         return encoded[(member.text_space, member.pair_space)]
 
-    batches = shard_batches(inference_batches(rows_of(prepared[0]).lengths(prepared[0]), params["batch_size"]), shard)
+    batches = shard_batches(inference_batches(rows_of(prepared[0]).lengths(prepared[0]), batch_size), shard)
     log_probs = np.zeros((len(prepared), len(row_ids), len(classes)), dtype=np.float32)
-    content_free = np.zeros((len(prepared), len(classes))) if settings["calibrate"] else None
+    pooled = np.zeros((len(row_ids), int(model.config.hidden_size)), dtype=np.float32)
+    content_free = np.zeros((len(prepared), len(classes))) if settings.calibrate else None
     for k, member in enumerate(prepared):
         scores = member_log_scores(
             model,
@@ -705,8 +722,9 @@ def score_split(
             len(classes),
             device=device,
             pad_id=_pad_id(tokenizer),
-            desc=f"prompt {params['split']} {member.name} ({k + 1}/{len(prepared)})",
+            desc=f"prompt {split} {member.name} ({k + 1}/{len(prepared)})",
             where=where,
+            pooled=pooled if k == 0 else None,  # (the row's states in the first member's prompt)
         )
         member_log_probs = torch.log_softmax(torch.from_numpy(scores).double(), dim=-1).numpy()
         if content_free is not None:
@@ -714,16 +732,17 @@ def score_split(
                 model,
                 tokenizer,
                 member,
-                settings["calibrate"],
+                list(settings.calibrate),
                 len(classes),
                 pairs=pairs,
-                max_length=settings["max_length"],
+                max_length=settings.max_length,
                 device=device,
             )
             member_log_probs = calibrated(member_log_probs, content_free[k])
         log_probs[k] = member_log_probs
     return PromptPass(
         settings=settings,
+        split=split,
         classes=classes,
         member_names=[m.name for m in prepared],
         row_ids=row_ids,
@@ -732,6 +751,7 @@ def score_split(
         shots={m.name: m.shot_rows for m in prepared},
         content_free=content_free,
         model={k: v for k, v in manifest.items() if k != "checksums"},
+        pooled=pooled,
     )
 
 
@@ -740,7 +760,8 @@ def _meta(result: PromptPass) -> dict:
     return {
         "rows": len(result.row_ids),
         "labels": result.classes,
-        "teacher": {"prompt": result.settings, "model": result.model.get("config") or result.model.get("source")},
+        "teacher": {"prompt": result.settings.to_dict(), "model": result.model.get("source")},
+        "parameters": result.model.get("parameters"),
         "ensemble": "prompt",  # the members are prompts, not MC-dropout samples (docs/methods.md §7)
         "members": result.member_names,
         "shots": result.shots,
@@ -751,13 +772,14 @@ def _meta(result: PromptPass) -> dict:
 
 def write_part(result: PromptPass, part: str | Path) -> None:
     """The pass's part folder: ``logits/`` (row_id, logits), ``mc/`` (row_id, mean and every score of
-    :data:`kdpipe.signals.mc_dropout.SCORES`) and ``prompt/`` (row_id, members [n, K, C]), each with its rows and
-    ``part.json``."""
+    :data:`kdpipe.signals.mc_dropout.SCORES`), ``pooled/`` (row_id, pooled [n, H]) and ``prompt/`` (row_id,
+    members [n, K, C]), each with its rows and ``part.json``."""
     rows, meta = result.rows, _meta(result)
     signals = ensemble_signals(result.log_probs[:, rows])
     arrays = {
         "logits": {"logits": signals["logits"]},
         "mc": {"mean": signals["mean"], **{key: signals[key] for key in SCORES}},
+        "pooled": {"pooled": result.pooled[rows]},
         "prompt": {"members": np.exp(result.log_probs[:, rows]).transpose(1, 0, 2).astype(np.float32)},
     }
     for name, values in arrays.items():
@@ -766,84 +788,42 @@ def write_part(result: PromptPass, part: str | Path) -> None:
         np.save(folder / "row_id.npy", result.row_ids[rows])
         for key, array in values.items():
             np.save(folder / f"{key}.npy", np.asarray(array, dtype=np.float32))
-        finish_part(folder, rows, meta)
+        extra = {"hidden_size": int(result.pooled.shape[1])} if name == "pooled" else {}
+        finish_part(folder, rows, {**meta, **extra})
 
 
 def run_shard(
-    params: dict,
-    model_dir: str | Path,
-    data_dir: str | Path,
+    settings: PromptPassSettings,
+    model: str | Path,
+    data: str | Path,
     shard: str,
     out_part: str | Path,
+    shots: str | Path | None = None,
     *,
-    shots_dir: str | Path | None = None,
     where: str = "prompt",
 ) -> None:
-    """One shard (``"k-of-S"``) of a prompted teacher's pass (:func:`score_split`), written atomically as a part
-    folder (:func:`write_part`)."""
+    """One shard (``"k-of-S"``) of a prompted teacher's pass (:func:`score_split`) with the imported model folder
+    ``model`` over the split of ``data`` (the few-shot examples from the train split of ``shots``, by default
+    ``data``), written atomically as a part folder (:func:`write_part`)."""
     with atomic_path(out_part, directory=True) as tmp:
-        result = score_split(params, model_dir, data_dir, shard=parse_shard(shard), shots_dir=shots_dir, where=where)
+        result = score_split(settings, model, data, shard=parse_shard(shard), shots_dir=shots, where=where)
         write_part(result, tmp)
 
 
-def write(params: dict, meta: dict, parts, out_dir: str | Path) -> dict:
-    """``prompt.npy`` (every member's probabilities, rows first: float32 [N, K, C]) and ``prompt.json`` (kind
-    ``prompt``) in ``out_dir`` from the parts of every shard (``(rows, folder)`` of each, as
-    :func:`kdpipe.signals.parts.read_parts` gives them; the signal modules' ``write`` of the shard protocol);
-    returns the manifest."""
-    out_dir = Path(out_dir)
-    npy, manifest_file = (out_dir / name for name in PROMPT_FILES)
-    size = 4 * meta["rows"] * len(meta["members"]) * len(meta["labels"])
-    ensure_disk_space(npy, size, "the prompt members", "free space")
-    with atomic_path(npy) as tmp, open(tmp, "wb") as fh:
-        np.save(fh, gather_array(parts, "members", meta["rows"]))
-    manifest = make_manifest("prompt", config=params, split=params["split"], **meta)
-    return write_manifest(manifest_file, manifest, [npy.name])
-
-
-def gather_members(params: dict, part_dirs: list[str | Path], out_dir: str | Path) -> dict:
-    """:func:`write` from the part folders of every shard (their ``prompt`` sub-folders)."""
-    meta, parts = read_parts([Path(part) / "prompt" for part in part_dirs])
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return write(params, meta, parts, out_dir)
-
-
-def read_members(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None = None):
-    """Every member's probabilities [K, N, C] (a view of the memory-mapped file) and the manifest, checked: the
-    file against its checksum, its rows against ``row_ids``' count, its classes against ``labels``."""
-    npy_path = Path(npy_path)
-    manifest_file = npy_path.with_name(PROMPT_FILES[1])
-    manifest = read_manifest(manifest_file, kind="prompt")
-    verify(manifest, manifest_file, [npy_path.name], target=npy_path)
-    array = np.load(npy_path, mmap_mode="r")
-    if array.shape != (manifest["rows"], len(manifest["members"]), len(manifest["labels"])):
-        raise ArtifactError(f"{npy_path}: shape {array.shape} does not fit its manifest; rebuild it")
-    if manifest["rows"] != len(row_ids):
-        raise ArtifactError(f"{npy_path}: made for {manifest['rows']} rows, the data split has {len(row_ids)}")
-    if labels is not None and manifest["labels"] != list(labels):
-        raise ArtifactError(f"{npy_path}: label list {manifest['labels']} differs from the expected {list(labels)}")
-    return array.transpose(1, 0, 2), manifest
-
-
 def run_pass(
-    params: dict,
-    model_dir: str | Path,
-    data_dir: str | Path,
-    out_dir: str | Path,
+    settings: PromptPassSettings,
+    model: str | Path,
+    data: str | Path,
+    out: str | Path,
+    shots: str | Path | None = None,
     *,
-    shots_dir: str | Path | None = None,
     where: str = "prompt",
 ) -> dict[str, dict]:
-    """A prompted teacher's whole pass in one job: its ``logits`` and ``mc`` artifacts (through
-    :func:`kdpipe.signals.shards.gather`, the same files as a classifier teacher's) and ``prompt.npy``, in
-    ``out_dir``; returns the manifest of each."""
-    from kdpipe.signals.shards import gather
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with scratch_folder(out_dir / "pass") as tmp:
+    """A prompted teacher's whole pass in one job: its ``logits`` and ``mc`` artifacts and ``prompt.npy`` in the
+    signal folder ``out`` (:func:`gather`: the same bytes as any number of shards); returns the manifest of each."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with scratch_folder(out / "pass") as tmp:
         part = tmp / "part"
-        run_shard(params, model_dir, data_dir, "1-of-1", part, shots_dir=shots_dir, where=where)
-        manifests = {signal: gather({**params, "signal": signal}, [part], out_dir) for signal in ("logits", "mc")}
-        manifests["prompt"] = gather_members(params, [part], out_dir)
-    return manifests
+        run_shard(settings, model, data, "1-of-1", part, shots, where=where)
+        return gather(settings, [part], out)

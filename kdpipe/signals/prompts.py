@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.models.causal_lm_source import check_causal_lm_source
+from kdpipe.signals.prompt_settings import PromptSettings
 
 # What a template may name; every other ``{word}`` is an error (a misspelt slot would stay in the prompt as text)
 SLOTS = ("text", "text_pair", "labels")
@@ -135,8 +136,8 @@ def _template(template, pairs: bool, where: str) -> str:
     return template
 
 
-def _count(settings: dict, key: str, least: int, where: str) -> int:
-    value = settings[key]
+def _count(completed: dict, key: str, least: int, where: str) -> int:
+    value = completed[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise KdpipeError(f"{where}.{key}: {value!r} is not a whole number of at least {least}")
     return value
@@ -194,26 +195,31 @@ def prompt_settings(prompt: dict, *, classes: list[str], pairs: bool, where: str
 
 
 def _content_free(value, where: str) -> list[str]:
-    if value is False or value is None:
-        return []
+    if value is False or value is None or (isinstance(value, list | tuple) and not value):
+        return []  # (an empty list: the completed settings of no calibration)
     if value is True:
         return list(CONTENT_FREE)
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         if len(set(value)) < len(value):
             raise KdpipeError(f"{where}: a content-free input is listed twice: {value}")
         return list(value)
     raise KdpipeError(f"{where}: true, false or a list of content-free inputs such as ['N/A', '', '[MASK]']")
 
 
-def members(settings: dict) -> list[dict]:
+def members(settings: PromptSettings) -> list[dict]:
     """The prompt ensemble's members, in order: every template × verbalizer set × shot draw, each as
     ``{"name": "t<i>.v<j>.d<k>", "template": i, "verbalizers": j, "draw": k}`` (numbered from 0)."""
     return [
         {"name": f"t{t}.v{v}.d{d}", "template": t, "verbalizers": v, "draw": d}
-        for t in range(len(settings["templates"]))
-        for v in range(len(settings["verbalizers"]))
-        for d in range(settings["shot_draws"])
+        for t in range(len(settings.templates))
+        for v in range(len(settings.verbalizers))
+        for d in range(settings.shot_draws)
     ]
+
+
+def typed(prompt: dict, *, classes: list[str], pairs: bool, where: str) -> PromptSettings:
+    """:func:`prompt_settings` as the typed :class:`~kdpipe.signals.prompt_settings.PromptSettings` the passes take."""
+    return PromptSettings.from_params(prompt_settings(prompt, classes=classes, pairs=pairs, where=where), where)
 
 
 def check_prompt_teacher(prompt: dict, *, classes: list[str], pairs: bool, where: str) -> dict:

@@ -22,6 +22,7 @@ from kdpipe.plan import (
     DATA,
     EVAL,
     EXPORTED,
+    LLM,
     LOGS,
     OOD_DATA,
     PROTOTYPES,
@@ -37,6 +38,7 @@ from kdpipe.plan import (
 )
 from kdpipe.data.transfer_sources import check_transfer_files
 from kdpipe.plan.checked import checked_plan
+from kdpipe.plan.prompted import PROMPT_FILES, PROMPT_SIGNALS
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, pass_of, signal_files, signal_spec
 from kdpipe.stages.catalog import STAGES
 
@@ -354,3 +356,27 @@ def gather_parts(wildcards, signal):
         pass_name=pass_of(signal), teacher=wildcards.teacher, split=wildcards.split, scatteritem="{scatteritem}"
     )
     return getattr(gather, signal_spec(signal).shards)(part)
+
+
+# ---- prompted teachers' passes (workflow/rules/signals.smk)
+PROMPT_PAIRS = PLAN.prompt_passes()
+# Where a prompted teacher exists, the classifier teachers' signal rules are kept off its signal paths
+CLASSIFIER_TEACHERS = {"teacher": one_of(PLAN.classifier_teachers())} if PLAN.prompted_teachers() else {}
+# one shard's part folder of a prompted pass (a temp output): logits/, mc/ and prompt/
+PROMPT_PART = f"{SIGNALS}/shards/prompt.{{scatteritem}}"
+
+
+def prompt_outputs():
+    """The files a prompted pass writes: its logits and mc signals' (named as a whole pass's are) and its members'
+    probabilities, ``prompt.npy`` and ``prompt.json``."""
+    members = {f"prompt_{Path(name).suffix[1:]}": f"{SIGNALS}/{name}" for name in PROMPT_FILES}
+    return {**pass_outputs(list(PROMPT_SIGNALS)), **members}
+
+
+PROMPT_OUTPUTS = prompt_outputs()
+
+
+def prompt_parts(wildcards):
+    """The part folders of every shard of a prompted pass (as many as the dump section's shards)."""
+    part = PROMPT_PART.format(teacher=wildcards.teacher, split=wildcards.split, scatteritem="{scatteritem}")
+    return gather.dump(part)

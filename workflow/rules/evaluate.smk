@@ -21,8 +21,24 @@ stage(
     },
     args={"reference": lambda wc: PLAN.export_reference(wc.model)},
     log_file=f"{LOGS}/evaluate/{{model}}.log",
+    # (where a prompted teacher exists, it is evaluated by its own rule below)
+    wildcards={"model": one_of(PLAN.inferred_models())} if PLAN.prompted_teachers() else None,
     cfg=lambda wc: PLAN.eval_params(wc.model),
     modules=lambda wc: PLAN.model_modules(wc.model),
+)
+
+stage(
+    "evaluate-prompted",
+    "A prompted teacher evaluated like any model on every split, from its passes' prompt members (the members' "
+    "mean its prediction, their spread its uncertainty).",
+    inputs={"data": DATA_DIR, "members": lambda wc: PLAN.prompt_members(wc.model)},
+    outputs={
+        "out_json": [f"{EVAL.format(model='{model}', split=s)}.json" for s in PLAN.eval_splits()],
+        "out_predictions": [f"{EVAL.format(model='{model}', split=s)}.predictions.parquet" for s in PLAN.eval_splits()],
+    },
+    log_file=f"{LOGS}/evaluate/{{model}}.log",
+    wildcards={"model": one_of(PLAN.prompted_teachers())},
+    cfg=lambda wc: PLAN.eval_params(wc.model),
 )
 
 stage(

@@ -32,7 +32,7 @@ stage(
     outputs={"out_part": temp(directory(PART))},
     args={"shard": lambda wc: wc.scatteritem},
     log_file=f"{LOGS}/{{pass_name}}/{{teacher}}.{{split}}.{{scatteritem}}.log",
-    wildcards={"pass_name": one_of(PASSES_SHARDED), "split": SIGNAL_SPLITS},
+    wildcards={"pass_name": one_of(PASSES_SHARDED), "split": SIGNAL_SPLITS, **CLASSIFIER_TEACHERS},
     cfg=lambda wc: PLAN.pass_params(wc.teacher, wc.split, shard_signals(wc)),
     modules=lambda wc: PLAN.pass_modules(shard_signals(wc)),
 )
@@ -48,10 +48,62 @@ for _signal in SIGNALS_SHARDED:
         outputs=signal_outputs(_signal),
         args={"out": lambda wc: SIGNALS.format(teacher=wc.teacher, split=wc.split)},
         log_file=f"{LOGS}/{_signal}/{{teacher}}.{{split}}.log",
-        wildcards={"split": SIGNAL_SPLITS},
+        wildcards={"split": SIGNAL_SPLITS, **CLASSIFIER_TEACHERS},
         cached=True,
         cfg=lambda wc, s=_signal: PLAN.signal_params(wc.teacher, wc.split, s),
         modules=PLAN.signal_modules(_signal),
+    )
+
+# A prompted teacher's passes (kdpipe/plan/prompted.py, kdpipe/signals/prompted.py) make its logits and mc signals and
+# its prompt members' probabilities on every split something reads (its evaluation reads validation and test), from
+# its imported model: one job per split (S = 1), or S shard jobs and one gather job as the dump section (or
+# --set-scatter dump=S) says; the same bytes for any S. The few-shot examples of the transfer rows' pass come from
+# the prepared dataset's train split.
+PROMPT_INPUTS = {
+    "model": lambda wc: PLAN.llm_dir(wc.teacher),
+    "data": lambda wc: PLAN.split_data(wc.split),
+    "shots": lambda wc: PLAN.prompt_shots(wc.split),
+}
+if PROMPT_PAIRS and shard_count("logits") == 1:
+    stage(
+        "prompt-pass",
+        "A prompted teacher's pass over a whole split (S = 1): its logits, mc and prompt members.",
+        rule_name="prompt_pass",
+        inputs=PROMPT_INPUTS,
+        outputs=PROMPT_OUTPUTS,
+        args={"out": lambda wc: SIGNALS.format(teacher=wc.teacher, split=wc.split)},
+        log_file=f"{LOGS}/prompt_pass/{{teacher}}.{{split}}.log",
+        wildcards=pair_constraints(PROMPT_PAIRS),
+        cached=True,
+        early=True,
+        job_size=(PASS_THREADS, PASS_RESOURCES),
+        cfg=lambda wc: PLAN.prompt_params(wc.teacher, wc.split),
+    )
+elif PROMPT_PAIRS:
+    stage(
+        "prompt-shard",
+        "One shard of a prompted teacher's pass (S > 1).",
+        rule_name="prompt_shard",
+        inputs=PROMPT_INPUTS,
+        outputs={"out_part": temp(directory(PROMPT_PART))},
+        args={"shard": lambda wc: wc.scatteritem},
+        log_file=f"{LOGS}/prompt_shard/{{teacher}}.{{split}}.{{scatteritem}}.log",
+        wildcards=pair_constraints(PROMPT_PAIRS),
+        early=True,
+        cfg=lambda wc: PLAN.prompt_params(wc.teacher, wc.split),
+    )
+    stage(
+        "prompt-gather",
+        "A prompted teacher's logits, mc and prompt members gathered from the parts of its pass's shards.",
+        rule_name="prompt_gather",
+        inputs={"parts": prompt_parts},
+        outputs=PROMPT_OUTPUTS,
+        args={"out": lambda wc: SIGNALS.format(teacher=wc.teacher, split=wc.split)},
+        log_file=f"{LOGS}/prompt_gather/{{teacher}}.{{split}}.log",
+        wildcards=pair_constraints(PROMPT_PAIRS),
+        cached=True,
+        early=True,
+        cfg=lambda wc: PLAN.prompt_params(wc.teacher, wc.split),
     )
 
 stage(
