@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kdpipe.training.loop import read_resume_state
-from tests.conftest import REPO, TINY_TEACHER
+from tests.conftest import REPO, TINY_DATASET, TINY_TEACHER
 
 pytestmark = pytest.mark.slow
 
@@ -66,11 +66,15 @@ def test_a_job_killed_by_a_signal_says_so_in_its_log(tmp_path, sig):
     code = (
         "import sys, time\nimport kdpipe.data.prepare as stage\n"
         "stage.prepare = lambda params, **paths: time.sleep(60)  # a job that takes a while\n"
-        "from kdpipe.cli import main\nsys.argv[1:] = ['prepare', '--out', sys.argv[1]]\nsys.exit(main())"
+        "from kdpipe.cli import main\nsys.argv[1:] = ['prepare', '--params', sys.argv[2], '--out', sys.argv[1]]\n"
+        "sys.exit(main())"
     )
     env = dict(os.environ)
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(tmp_path / "data")], stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", code, str(tmp_path / "data"), json.dumps(TINY_DATASET)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     deadline = time.time() + 60
     while not _catches(proc.pid, signal.SIGTERM):  # (Python catches SIGINT from the start: wait for ours)
