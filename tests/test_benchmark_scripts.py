@@ -3,12 +3,16 @@ comparison turns evaluation files into intervals and verdicts."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import re
+import runpy
 import shlex
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import datasets
@@ -30,9 +34,27 @@ def _load_script(name: str):
 
 
 def run_script(name: str, *args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPTS / name), *map(str, args)], capture_output=True, text=True, cwd=REPO
-    )
+    """The script run as ``python SCRIPT ARGS`` would run it (as ``__main__``, from the repository's root), in this
+    process: its output, and the exit status a process would have (a ``SystemExit`` message written to stderr with
+    status 1, an uncaught exception's traceback with 1). A process of its own would spend most of each test importing
+    pandas and kdpipe again."""
+    argv = [str(SCRIPTS / name), *map(str, args)]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        saved, sys.argv = sys.argv, argv
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+            if not isinstance(stop.code, int | None):
+                print(stop.code, file=sys.stderr)
+        except Exception:  # a process would print it and exit with 1
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.argv = saved
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def test_glue_mrpc_from_a_glue_folder_has_the_hubs_columns(tmp_path):
