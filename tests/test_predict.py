@@ -153,3 +153,20 @@ def test_nul_characters_are_read_as_spaces_and_counted(students, tmp_path, capsy
     )
     assert "NUL" not in capsys.readouterr().err
     assert nul["score"].tolist() == spaced["score"].tolist() and nul["text"].tolist() == texts  # the input as given
+
+
+def test_a_file_in_another_encoding_is_read_with_the_encoding_option(students, tmp_path, capsys):
+    """A Windows-1252 file: refused in one line that names predict's own option (`--encoding`, not the dataset's
+    setting) and the encoding that works; with that option, its texts are read as written."""
+    texts = ["caf\u00e9 prices \u201cfall\u201d", "a plain row"]
+    (tmp_path / "win.csv").write_bytes(("text\n" + "\n".join(texts) + "\n").encode("cp1252"))
+    args = ["predict", "--model", str(students["transformer"]), "--input", str(tmp_path / "win.csv")]
+    args += ["--out", str(tmp_path / "o.csv")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "not valid utf-8 at byte offset 8" in err and "pass --encoding cp1252 if that is its encoding" in err, err
+    assert "dataset.encoding" not in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "o.csv").exists()
+    assert main([*args, "--encoding", "nosuch"]) == 2
+    assert "encoding 'nosuch' is not a known text encoding; pass --encoding" in capsys.readouterr().err
+    assert main([*args, "--encoding", "cp1252"]) == 0
+    assert pd.read_csv(tmp_path / "o.csv")["text"].tolist() == texts

@@ -180,7 +180,8 @@ STAGES = {stage.name: stage for stage in (
           (MODEL_DIR, DATA, OUT), "kdpipe.models.settings:ServingSettings", **CPU_MODEL),
     Stage("predict", "kdpipe.stages.predict:run",
           "labels and probabilities of a trained model for every row of a CSV/TSV/JSONL/Parquet file",
-          (MODEL_DIR, read("input"), text("text_column"), text("text_pair_column"), text("batch_size"), OUT),
+          (MODEL_DIR, read("input"), *map(text, ("text_column", "text_pair_column", "batch_size", "encoding")),
+           OUT),
           "kdpipe.stages.predict:PredictSettings", **MODEL),
 )}
 # fmt: on

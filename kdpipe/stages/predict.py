@@ -60,9 +60,11 @@ def run(
     text_column: str | None = None,
     text_pair_column: str | None = None,
     batch_size: str | None = None,
+    encoding: str | None = None,
 ) -> pd.DataFrame:
     """Predict every row of ``input`` with the model folder ``model``; write ``out``. Options may also come in
     ``settings`` (``text_column``, ``text_pair_column``, ``batch_size``, ``max_length``, ``format``, ``encoding``)."""
+    encoding = encoding or settings.encoding
     model_dir, out = Path(model), Path(out)
     if out.suffix.lower() not in WRITERS:
         raise KdpipeError(f"--out {out}: unknown extension '{out.suffix}'; use one of {', '.join(WRITERS)}")
@@ -73,7 +75,7 @@ def run(
         )
     text_column = text_column or settings.text_column
     text_pair_column = text_pair_column or settings.text_pair_column
-    frame = read_table(input, "--input", fmt=settings.format, encoding=settings.encoding)
+    frame = read_table(input, "--input", fmt=settings.format, encoding=encoding, set_encoding="pass --encoding {}")
     for option, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column)):
         if column is not None and column not in frame.columns:
             raise KdpipeError(f"{input}: no column '{column}' ({option}); the columns are {list(frame.columns)}")
