@@ -24,13 +24,10 @@ EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parq
 FORMATS = ("csv", "tsv", "jsonl", "parquet")
 
 
-def read_table(
-    path: str | Path, key: str, *, fmt: str, encoding: str, set_encoding: str = "set dataset.encoding: {}"
-) -> pd.DataFrame:
+def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.DataFrame:
     """Every column of a local file as read (text as strings), with errors naming the file and the config key or
     option ``key`` that named it; ``fmt`` is its format (``auto``: from the extension), ``encoding`` that of a text
-    file, and ``set_encoding`` how the caller's user sets another (a template of the encoding's name), for the hint
-    of a file that does not decode. ``frame.attrs["records"]`` says how the file's records map to rows."""
+    file. ``frame.attrs["records"]`` says how the file's records map to rows."""
     path = Path(path)
     fmt = file_format(path, fmt)
     if not path.is_file():
@@ -44,7 +41,7 @@ def read_table(
         if fmt == "parquet":
             raw = pd.read_parquet(io.BytesIO(data))
         else:
-            text = decode(path, data, encoding, set_encoding)
+            text = decode(path, data, encoding)
             del data  # (parsed from the text: one copy of the file less held, memory flat in N)
             raw = {"jsonl": _read_jsonl, "tsv": _read_tsv, "csv": _read_csv}[fmt](path, text, records)
     except (ValueError, pa.ArrowException) as err:
@@ -131,33 +128,30 @@ def file_format(path: Path, fmt: str | None) -> str:
     return fmt
 
 
-def decode(path: Path, data: bytes, encoding: str, set_encoding: str = "set dataset.encoding: {}") -> str:
-    """Decode first so that a wrong encoding is reported with its byte offset and the encoding that works
-    (``set_encoding``: how to give it, see ``read_table``), not as a parser error."""
+def decode(path: Path, data: bytes, encoding: str) -> str:
+    """Decode first so that a wrong encoding is reported with its byte offset and the encoding that works, not as
+    a parser error."""
     try:
         text = data.decode(encoding)
     except LookupError as err:
-        known = set_encoding.format("one Python knows, e.g. latin-1")
-        raise KdpipeError(f"encoding '{encoding}' is not a known text encoding; {known}") from err
+        raise KdpipeError(f"dataset.encoding '{encoding}' is not a known text encoding") from err
     except UnicodeDecodeError as err:
         raise KdpipeError(
-            f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); "
-            f"{encoding_hint(data, set_encoding)}"
+            f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); {encoding_hint(data)}"
         ) from err
     # Spreadsheet programs start UTF-8 files with a byte-order mark, which would become part of the first header.
     return text.removeprefix("\ufeff")
 
 
-def encoding_hint(data: bytes, set_encoding: str = "set dataset.encoding: {}") -> str:
-    """The first candidate encoding that decodes the file (a byte-order mark decides UTF-16/32), and how to give it
-    (``set_encoding``, a template of its name)."""
+def encoding_hint(data: bytes) -> str:
+    """The first candidate encoding that decodes the file (a byte-order mark decides UTF-16/32)."""
     if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
-        return f"the file starts with a UTF-32 byte-order mark: {set_encoding.format('utf-32')}"
+        return "the file starts with a UTF-32 byte-order mark: set dataset.encoding: utf-32"
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return f"the file starts with a UTF-16 byte-order mark: {set_encoding.format('utf-16')}"
+        return "the file starts with a UTF-16 byte-order mark: set dataset.encoding: utf-16"
     try:
         data.decode("utf-8")
-        return f"it decodes as utf-8: {set_encoding.format('utf-8')}"
+        return "it decodes as utf-8: set dataset.encoding: utf-8"
     except UnicodeDecodeError:
         pass
     # latin-1 decodes any bytes; Windows' cp1252 differs from it only on 0x80-0x9F (curly quotes, dashes, the euro)
@@ -167,4 +161,4 @@ def encoding_hint(data: bytes, set_encoding: str = "set dataset.encoding: {}") -
     except UnicodeDecodeError:
         windows = False
     candidate = "cp1252" if windows else "latin-1"
-    return f"it decodes as {candidate}: {set_encoding.format(candidate)} if that is its encoding"
+    return f"it decodes as {candidate}: set dataset.encoding: {candidate} if that is its encoding"
