@@ -544,15 +544,13 @@ def test_a_misspelt_method_arg_stops_the_run_before_any_job(done):
 
 
 def test_sharded_signals_are_the_same_bytes_as_unsharded(done):
-    """S = 3 shards per pass (from the command line), in a second directory: the same artifacts, byte for byte."""
+    """S = 3 shards per pass (from the command line), in a second directory: the same artifacts, byte for byte. One
+    teacher's (ta's: both kinds of pass, MC-dropout and the shared forward with hidden states; tb's passes are the
+    same code on other weights, and each job is a process of its own)."""
     project, env, base = done
     other = copy_project(base / "sharded")
-    signals = [
-        f"results/signals/{t}/train/{name}"
-        for t in ("ta", "tb")
-        for name in ("mc.npy", "mc.parquet", "mc.json", "logits.parquet", "logits.json")
-    ]
-    signals += [f"results/signals/ta/train/{name}" for name in SIGNAL_CATALOG["hidden"].files]
+    names = ("mc.npy", "mc.parquet", "mc.json", "logits.parquet", "logits.json", *SIGNAL_CATALOG["hidden"].files)
+    signals = [f"results/signals/ta/train/{name}" for name in names]
     # targets first: --cache (optional rule names) and --set-scatter (one or more values) would swallow them
     out = snakemake(other, env, *signals, "--cache", "--set-scatter", "mc_dropout=3", "dump=3")
     assert "signal_shard" in out and "scatteritem=3-of-3" in out
