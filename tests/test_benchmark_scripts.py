@@ -496,6 +496,26 @@ def test_compare_joins_a_per_domain_family_into_one_model(tmp_path):
     assert result.returncode != 0 and "family 'meta_kd' seed 2 has no test.json for domain dvd" in result.stderr
 
 
+def test_compare_finds_a_per_domain_family_of_one_seed(tmp_path):
+    """A per-domain student with one seed is evaluated as NAME.DOMAIN (no .seedK): its seed is the one its
+    evaluation records, so two such families pair as seed k with seed k."""
+    half = 100
+    for name, right in (("meta_kd", (90, 70)), ("kd_plain", (80, 60))):
+        for (domain, rows), r in zip((("books", range(half)), ("dvd", range(half, 2 * half))), right, strict=True):
+            record = {"model": f"{name}.{domain}", "group": name, "domain": domain, "seed": 4}
+            correct = [1] * r + [0] * (half - r)
+            _domain_evaluation(tmp_path / "eval" / record["model"], record, list(rows), correct, [domain] * half)
+    result = run_script(
+        "compare.py", "--results", tmp_path, "--models", "meta_kd", "kd_plain", "--claim", "meta_kd beats kd_plain"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "| `meta_kd` | 1 | 80.0 |" in result.stdout and "| `kd_plain` | 1 | 70.0 |" in result.stdout
+    assert "| `meta_kd` | 90.0 | 70.0 | 80.0 |" in result.stdout
+    assert "| meta_kd beats kd_plain | +10.0 |" in result.stdout
+    result = run_script("compare.py", "--results", tmp_path, "--models", "none")
+    assert result.returncode != 0 and "none.DOMAIN.seedK or none.DOMAIN" in result.stderr
+
+
 def test_compare_reads_seeds_from_folder_names_and_refuses_what_it_cannot_pair(tmp_path):
     half = 50
     for seed in range(3):  # no "seed" in the records: the folder names say it

@@ -67,7 +67,8 @@ def evaluations(results: Path, model: str, split: str) -> dict[int, list[Path]]:
     """{seed: the evaluation files whose rows make that seed's predictions}: the one file of ``NAME`` (seed 0) when
     it exists, else seeds read from the folder names, the one file of ``NAME.seedK`` (only those for a model written
     ``NAME.seed*``), or for a per-domain family (a student entry with
-    ``per_domain: true``) the files of its domain students ``NAME.DOMAIN.seedK``, each on its own domain's rows."""
+    ``per_domain: true``) the files of its domain students ``NAME.DOMAIN.seedK`` (``NAME.DOMAIN`` where the student
+    has one seed: the seed its evaluation records), each on its own domain's rows."""
     folders = [p.parent for p in (results / "eval").glob(f"*/{split}.json")]
     only_seeds = model.endswith(".seed*")
     model = model.removesuffix(".seed*")
@@ -84,13 +85,17 @@ def evaluations(results: Path, model: str, split: str) -> dict[int, list[Path]]:
         return dict(sorted(seeds.items()))
     family: dict[int, dict[str, Path]] = defaultdict(dict)
     for folder in folders:
-        match = re.fullmatch(rf"{re.escape(model)}\.(.+)\.seed(\d+)", folder.name)
+        match = re.fullmatch(rf"{re.escape(model)}\.(.+?)(?:\.seed(\d+))?", folder.name)
         record = json.loads((folder / f"{split}.json").read_text()) if match else {}
         if record.get("group") == model and record.get("domain"):
-            family[int(match[2])][record["domain"]] = folder / f"{split}.json"
+            seed = int(match[2]) if match[2] is not None else int(record.get("seed", 0))
+            family[seed][record["domain"]] = folder / f"{split}.json"
             check_domain(folder / f"{split}.json", record["domain"])
     if not family:
-        raise SystemExit(f"{results}/eval: no {split}.json of model {model!r} ({model}.seedK, or {model}.DOMAIN.seedK)")
+        raise SystemExit(
+            f"{results}/eval: no {split}.json of model {model!r} "
+            f"({model}.seedK, or {model}.DOMAIN.seedK or {model}.DOMAIN)"
+        )
     domains = sorted(set().union(*family.values()))
     for seed, students in sorted(family.items()):
         if len(students) < len(domains):
