@@ -22,19 +22,20 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.files import encoding_hint, file_format, json_record
 from kdpipe.data.hf import is_hf_source, load_splits
 from kdpipe.data.labels import container
+from kdpipe.data.settings import OodSourceSettings, TransferSettings
 from kdpipe.data.transfer_sources import file_not_found, no_column
 
 BATCH_ROWS = 65_536
 
 
 def text_readers(
-    source: str, key: str, *, text_column: str, text_pair_column: str | None, fmt: str, encoding: str
+    source: str, key: str, settings: TransferSettings | OodSourceSettings
 ) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
-    """Each part of ``source`` as (where, reader) of its ``text_column`` (and ``text_pair_column``), a file read in
-    format ``fmt`` (``auto``: from its extension) and ``encoding``; ``key`` names the config key in messages."""
-    wanted = _Wanted({"text": text_column}, section=key.rpartition(".")[0])
-    if text_pair_column:
-        wanted["text_pair"] = text_pair_column
+    """Each part of ``source`` as (where, reader) of the ``settings``' text column (and text pair column), a file
+    read in their format (``auto``: from its extension) and encoding; ``key`` names the config key in messages."""
+    wanted = _Wanted({"text": settings.text_column}, section=key.rpartition(".")[0])
+    if settings.text_pair_column:
+        wanted["text_pair"] = settings.text_pair_column
     if is_hf_source(source):
         splits = load_splits(source, key)
         readers = [
@@ -42,7 +43,7 @@ def text_readers(
             for name, data in splits.items()
         ]
     else:
-        readers = [(source, _file_reader(Path(source), fmt, encoding, wanted, key))]
+        readers = [(source, _file_reader(Path(source), settings.format, settings.encoding, wanted, key))]
     return [(where, _texts_of(reader, wanted, where)) for where, reader in readers]
 
 
