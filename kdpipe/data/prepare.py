@@ -116,18 +116,14 @@ def prepare(settings: DatasetSettings, out: str | Path) -> dict:
         if OOD in parts:  # the held-out classes' test rows, with their class names and no label id
             parts[OOD].sort_values("row_id").to_parquet(tmp / f"{OOD}.parquet", index=False)
             files.append(f"{OOD}.parquet")
-        if "unlabelled" in parts:  # texts only: nothing downstream may read a withheld label
-            withheld = parts["unlabelled"].sort_values("row_id")
-            withheld[[c for c in ("row_id", "text", "text_pair") if c in withheld]].to_parquet(
-                tmp / UNLABELLED, index=False
-            )
-            files.append(UNLABELLED)
-        if HELD_OUT in parts:  # what the transfer and OOD filters must also keep out (kdpipe.data.extra_split)
-            held = parts[HELD_OUT].sort_values("row_id", kind="stable")
-            held[[c for c in ("row_id", "text", "text_pair", "label") if c in held]].to_parquet(
-                tmp / HELD_OUT, index=False
-            )
-            files.append(HELD_OUT)
+        # the withheld rows as texts only (nothing downstream may read a withheld label); the held-out classes' rows,
+        # which the transfer and OOD filters must also keep out (kdpipe.data.extra_split)
+        for part, name, label in (("unlabelled", UNLABELLED, ()), (HELD_OUT, HELD_OUT, ("label",))):
+            if part in parts:
+                rows = parts[part].sort_values("row_id", kind="stable")
+                columns = [c for c in ("row_id", "text", "text_pair", *label) if c in rows]
+                rows[columns].to_parquet(tmp / name, index=False)
+                files.append(name)
         write_json(tmp / "labels.json", labels)
         manifest = write_manifest(tmp / "manifest.json", manifest, files)
     return manifest
