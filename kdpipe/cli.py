@@ -28,7 +28,7 @@ from kdpipe.core.finished import job_identity_of_process, set_job_identity
 from kdpipe.core.gpus import claim_gpu
 from kdpipe.core.identity import check_local_content
 from kdpipe.core.killed import end_if_interrupted, say_when_killed
-from kdpipe.core.progress import log_to
+from kdpipe.core.progress import log_to, peak_memory_mb, rows_done, summary_line
 from kdpipe.core.settings import Settings
 from kdpipe.core.store import KdpipeError
 from kdpipe.launch import pause, snapshot
@@ -100,11 +100,6 @@ def _made_already(stage: Stage, settings: Settings, args: dict, inputs: list[Pat
     identity = job_identity(settings, inputs, code or fingerprint(stage.module))
     set_job_identity(identity)
     return restore_finished(identity, outputs)
-
-
-def settings_of(stage: Stage, params: dict) -> Settings:
-    """The stage's typed settings, read from its config slice ``params`` (the one place a job reads the slice)."""
-    return stage.settings_type().from_params(params, "--params")
 
 
 def _check_local_content(params: dict) -> None:
@@ -201,14 +196,6 @@ def _use_threads(threads: int, stage: Stage) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
 
-def _summary(command: str, params: dict, args: dict, rows: int, seconds: float) -> None:
-    """The job's one-line summary on stderr (its log): the rows its passes went through, its time (the stage's own,
-    without the start-up) and its peak memory (docs/design.md, "Compute")."""
-    from kdpipe.core.progress import peak_memory_mb, summary_line
-
-    print(summary_line(job_name(command, params, args), rows, seconds, peak_memory_mb()), file=sys.stderr, flush=True)
-
-
 def main(argv=None) -> int:
     """The command line ``kdpipe COMMAND ...``, its exit status. Run as the process's own command (``argv`` None: the
     ``kdpipe`` script, ``python -m kdpipe``), a Ctrl-C ends the process by SIGINT after the line that
@@ -241,7 +228,7 @@ def _main(argv: list[str]) -> int:
         _check_local_content(params)
         if code:
             check_code(stage, code)
-        settings = settings_of(stage, params)
+        settings = stage.settings_type().from_params(params, "--params")  # (the one place a job reads the slice)
         if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
             set_job_identity(os.environ[LAUNCHED] or None)
         elif stage.trains and _made_already(stage, settings, args, inputs, code):
@@ -262,19 +249,15 @@ def _main(argv: list[str]) -> int:
 
             distributed.init(pick_device())
         pause("run")
-        started, rows = time.perf_counter(), _rows_done()
+        started, rows = time.perf_counter(), rows_done()
         function(settings, **args)
-        if not rank or int(os.environ.get("RANK", "0")) == 0:
-            _summary(command, params, args, _rows_done() - rows, time.perf_counter() - started)
+        if not rank or int(os.environ.get("RANK", "0")) == 0:  # the job's summary: docs/design.md, "Compute"
+            seconds = time.perf_counter() - started  # (the stage's own, without the start-up)
+            line = summary_line(job_name(command, params, args), rows_done() - rows, seconds, peak_memory_mb())
+            print(line, file=sys.stderr, flush=True)
         if rank:
             distributed.close()
     except KdpipeError as err:
         print(f"kdpipe {command}: error: {err}", file=sys.stderr)
         return 2
     return 0
-
-
-def _rows_done() -> int:
-    from kdpipe.core.progress import rows_done
-
-    return rows_done()

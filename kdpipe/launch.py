@@ -99,15 +99,14 @@ def snapshot() -> Snapshot | None:
     return next((finder for finder in sys.meta_path if isinstance(finder, Snapshot)), None)
 
 
-def pause(point: str, argv: list[str] | None = None) -> None:
+def pause(point: str) -> None:
     """For the tests of edits made while a job starts (:data:`PAUSE_ENV`, items ``POINT=FILE`` or
     ``POINT@STAGE=FILE``, the stage a word of the command line): at ``point``, create ``FILE`` and wait until it is
     removed. Does nothing unless the variable names the point."""
-    words = sys.argv if argv is None else argv
     for item in os.environ.get(PAUSE_ENV, "").split(","):
         name, _, marker = item.partition("=")
         name, _, stage = name.partition("@")
-        if name == point and marker and (not stage or stage in words):
+        if name == point and marker and (not stage or stage in sys.argv):
             Path(marker).touch()
             while os.path.exists(marker):
                 time.sleep(0.02)

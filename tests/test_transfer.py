@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import html
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -484,9 +485,8 @@ def test_reading_a_parquet_transfer_file_holds_memory_flat_in_its_length(tmp_pat
                 texts = [" ".join(map(str, rng.integers(0, 10**6, 60))) for _ in range(2000)]
                 writer.write_table(pa.table({"text": texts}))
         start, most = pa.total_allocated_bytes(), 0
-        ((_, reader),) = text_readers.text_readers(
-            str(path), "dataset.transfer", text_column="text", text_pair_column=None, fmt="auto", encoding="utf-8"
-        )
+        source = SimpleNamespace(text_column="text", text_pair_column=None, format="auto", encoding="utf-8")
+        ((_, reader),) = text_readers.text_readers(str(path), "dataset.transfer", source)
         for _ in reader():
             most = max(most, pa.total_allocated_bytes() - start)
         return most, path.stat().st_size

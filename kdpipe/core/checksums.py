@@ -15,7 +15,7 @@ from pathlib import Path
 
 import xxhash
 
-from kdpipe.core.store import ArtifactError, read_json
+from kdpipe.core.store import ArtifactError, read_json, write_json
 
 CHUNK = 16 << 20
 
@@ -27,13 +27,6 @@ def checksum(path: str | Path) -> str:
         while chunk := fh.read(CHUNK):
             digest.update(chunk)
     return f"xxh3_64:{digest.hexdigest()}"
-
-
-def with_checksums(manifest: dict, folder: str | Path, names: Iterable[str]) -> dict:
-    """``manifest`` with ``checksums`` {file name: digest} of the files ``names`` in ``folder`` added."""
-    sums = dict(manifest.get("checksums") or {})
-    sums.update({name: checksum(Path(folder) / name) for name in names})
-    return {**manifest, "checksums": sums}
 
 
 def rebuild_hint(target: str | Path, path: str | Path | None = None) -> str:
@@ -82,11 +75,10 @@ def verify(manifest: dict, manifest_file: str | Path, names: Iterable[str], targ
 
 
 def write_manifest(path: str | Path, manifest: dict, names: Iterable[str]) -> dict:
-    """Write ``manifest`` to ``path`` with the checksums of the files ``names`` beside it (written before it);
-    return what was written."""
-    from kdpipe.core.store import write_json
-
-    manifest = with_checksums(manifest, Path(path).parent, names)
+    """Write ``manifest`` to ``path`` with the checksums of the files ``names`` beside it (written before it) added
+    to any it lists; return what was written."""
+    sums = {**(manifest.get("checksums") or {}), **{name: checksum(Path(path).parent / name) for name in names}}
+    manifest = {**manifest, "checksums": sums}
     write_json(path, manifest)
     return manifest
 

@@ -45,33 +45,33 @@ def _schema() -> dict:
     return yaml.safe_load(CONFIG_SCHEMA.read_text())
 
 
-def schema_default(*path: str) -> Any:
-    """The config schema's default of the key at ``path`` (``"dataset", "split", "unlabelled"``)."""
+def _schema_node(*path: str) -> dict:
     node = _schema()
     for name in path:
         node = node["properties"][name]
-    return node["default"]
+    return node
+
+
+def schema_default(*path: str) -> Any:
+    """The config schema's default of the key at ``path`` (``"dataset", "split", "unlabelled"``)."""
+    return _schema_node(*path)["default"]
 
 
 def schema_completed(section: object, *path: str) -> dict:
     """A config section (or a part of one: ``path`` from the top of the schema, ``"dataset"``) completed with the
     config schema's defaults, as the workflow completes a config before planning it: for a stage called by hand (a
     benchmark, a test) with only the keys it sets."""
-    node = _schema()
-    for name in path:
-        node = node["properties"][name]
     given = dict(section) if isinstance(section, Mapping) else {}
     out = {}
-    for key, spec in node.get("properties", {}).items():
+    for key, spec in _schema_node(*path).get("properties", {}).items():
         if key in given:
             value = given.pop(key)
-            nested = isinstance(value, Mapping) and "properties" in spec
-            out[key] = schema_completed(value, *path, key) if nested else value
         elif "default" in spec:
-            default = spec["default"]
-            out[key] = (
-                schema_completed(default, *path, key) if isinstance(default, dict) and "properties" in spec else default
-            )
+            value = spec["default"]
+        else:
+            continue
+        nested = isinstance(value, Mapping) and "properties" in spec
+        out[key] = schema_completed(value, *path, key) if nested else value
     return {**out, **given}  # (a key the schema does not know stays, for the reader to refuse)
 
 
@@ -197,9 +197,7 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+_hints = cache(typing.get_type_hints)
 
 
 def _shown(value: Any) -> str:

@@ -50,12 +50,9 @@ def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
     try:
         yield tmp
         _default_permissions(tmp)
-        if directory:
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-        else:
-            os.replace(tmp, path)
+        if directory and path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()

@@ -51,11 +51,8 @@ _IDEOGRAPH = "([" + "".join(f"\\x{{{first:x}}}-\\x{{{last:x}}}" for first, last 
 def joined(folded: dict[str, pd.Series]) -> pd.Series:
     """Each row's folded text, and its folded text pair after it, as one text: the words of a copy split between
     the two are consecutive words here (a space cannot join two words)."""
-    texts = list(folded.values())
-    out = texts[0]
-    for other in texts[1:]:
-        out = out + " " + other
-    return out
+    first, *others = folded.values()
+    return first.str.cat(others, sep=" ") if others else first
 
 
 def _chunks(texts: pd.Series) -> Iterator[pd.Series]:

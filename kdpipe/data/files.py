@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.transfer_sources import file_not_found
 
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
 FORMATS = ("csv", "tsv", "jsonl", "parquet")
@@ -31,8 +32,7 @@ def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.Dat
     path = Path(path)
     fmt = file_format(path, fmt)
     if not path.is_file():
-        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        raise KdpipeError(f"{path}: file not found{where}; check {key}")
+        raise file_not_found(path, key)
     data = path.read_bytes()
     if not data.strip():
         raise KdpipeError(f"{path}: the file is empty")
@@ -101,18 +101,22 @@ def _read_jsonl(path: Path, text: str, records: dict) -> pd.DataFrame:
     # JSON Lines ends a record at "\n" only ("\r" before it is JSON whitespace); str.splitlines would also split
     # inside a string at U+2028, U+2029 or U+0085, which JSON allows unescaped.
     for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise KdpipeError(f"{path}: line {number} is not valid JSON ({err.msg} at column {err.colno})") from err
-        if not isinstance(row, dict):
-            raise KdpipeError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object of named fields")
-        rows.append(row)
+        if line.strip():
+            rows.append(json_record(path, number, line))
     records["lines"] = len(rows)
     # every value as read: strings stay strings ("007"), numbers are made text by the column selection
     return pd.DataFrame.from_records(rows)
+
+
+def json_record(path: Path, number: int, line: str) -> dict:
+    """Line ``number`` of a JSONL file as the object of named fields it must be."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise KdpipeError(f"{path}: line {number} is not valid JSON ({err.msg} at column {err.colno})") from err
+    if not isinstance(row, dict):
+        raise KdpipeError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object of named fields")
+    return row
 
 
 def file_format(path: Path, fmt: str | None) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.transfer_sources import saved_dataset
 
 # kdpipe split <- the names a Hugging Face dataset may give it, in order of preference
 SPLIT_NAMES = {
@@ -26,10 +27,7 @@ SPLIT_NAMES = {
 
 def is_hf_source(source: str) -> bool:
     """``hf:NAME[:CONFIG]``, or a local folder written by ``save_to_disk``."""
-    folder = Path(source)
-    return source.startswith("hf:") or (
-        folder.is_dir() and any((folder / name).is_file() for name in ("dataset_dict.json", "state.json"))
-    )
+    return source.startswith("hf:") or (Path(source).is_dir() and saved_dataset(Path(source)))
 
 
 def read_hf(

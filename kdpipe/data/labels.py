@@ -31,7 +31,7 @@ def check_scalars(values: pd.Series, name: str, column: str, key: str, where: st
     """Refuse a list, array or mapping in a cell of a configured column, naming the first such row."""
     if values.dtype != object:
         return
-    kinds = values.map(_container)
+    kinds = values.map(container)
     bad = np.flatnonzero(kinds.notna().to_numpy())
     if len(bad):
         more = f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else ""
@@ -41,7 +41,8 @@ def check_scalars(values: pd.Series, name: str, column: str, key: str, where: st
         )
 
 
-def _container(value) -> str | None:
+def container(value) -> str | None:
+    """What a cell holds that is no single value (a list, an object), or None."""
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, (list, tuple, set, frozenset, np.ndarray)):

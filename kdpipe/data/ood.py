@@ -48,14 +48,7 @@ def build_ood(settings: OodSourceSettings, data: Path, out: Path, transfer: Path
     ``data`` (and the transfer rows ``transfer``, whose texts students learn from); return its manifest."""
     data_dir, out_dir, transfer_dir = Path(data), Path(out), transfer
     columns = ["text", *(["text_pair"] if settings.text_pair_column else [])]
-    readers = text_readers(
-        settings.source,
-        "evaluate.ood.source",
-        text_column=settings.text_column,
-        text_pair_column=settings.text_pair_column,
-        fmt=settings.format,
-        encoding=settings.encoding,
-    )
+    readers = text_readers(settings.source, "evaluate.ood.source", settings)
     frames = [batch for _, reader in readers for batch in reader()]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     if rows.empty:

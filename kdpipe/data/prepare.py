@@ -38,7 +38,6 @@ import importlib.util
 import math
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +52,7 @@ from kdpipe.data.folding import text_hashes
 from kdpipe.data.hf import is_hf_source, read_hf
 from kdpipe.data.labels import NUMERIC_NAME_COLUMNS, cell_texts, check_or_merge, check_scalars
 from kdpipe.data.settings import DatasetSettings
+from kdpipe.data.transfer_sources import no_column
 
 UNLABELLED = "unlabelled.parquet"  # the training rows whose labels dataset.split.unlabelled withholds (texts only)
 HELD_OUT = "held_out.parquet"  # the held-out classes' rows outside test (evaluate.ood.classes): no job trains on them
@@ -75,7 +75,6 @@ _BBC_RENAMES = {"sports": "sport"}
 
 def prepare(settings: DatasetSettings, out: str | Path) -> dict:
     """Build the dataset artifact in the folder ``out`` from the ``dataset`` settings; return its manifest."""
-    out_dir = out
     parts, labels, provenance = _selected(settings)
     label_ids = {label: i for i, label in enumerate(labels)}
     splits = {split: _finish(parts[split], label_ids) for split in SPLITS}
@@ -111,24 +110,20 @@ def prepare(settings: DatasetSettings, out: str | Path) -> dict:
         domains=domains,
     )
     files = [*(f"{s}.parquet" for s in SPLITS), "labels.json"]
-    with atomic_path(out_dir, directory=True) as tmp:
+    with atomic_path(out, directory=True) as tmp:
         for split, frame in splits.items():
             frame.to_parquet(tmp / f"{split}.parquet", index=False)
         if OOD in parts:  # the held-out classes' test rows, with their class names and no label id
             parts[OOD].sort_values("row_id").to_parquet(tmp / f"{OOD}.parquet", index=False)
             files.append(f"{OOD}.parquet")
-        if "unlabelled" in parts:  # texts only: nothing downstream may read a withheld label
-            withheld = parts["unlabelled"].sort_values("row_id")
-            withheld[[c for c in ("row_id", "text", "text_pair") if c in withheld]].to_parquet(
-                tmp / UNLABELLED, index=False
-            )
-            files.append(UNLABELLED)
-        if HELD_OUT in parts:  # what the transfer and OOD filters must also keep out (kdpipe.data.extra_split)
-            held = parts[HELD_OUT].sort_values("row_id", kind="stable")
-            held[[c for c in ("row_id", "text", "text_pair", "label") if c in held]].to_parquet(
-                tmp / HELD_OUT, index=False
-            )
-            files.append(HELD_OUT)
+        # the withheld rows as texts only (nothing downstream may read a withheld label); the held-out classes' rows,
+        # which the transfer and OOD filters must also keep out (kdpipe.data.extra_split)
+        for part, name, label in (("unlabelled", UNLABELLED, ()), (HELD_OUT, HELD_OUT, ("label",))):
+            if part in parts:
+                rows = parts[part].sort_values("row_id", kind="stable")
+                columns = [c for c in ("row_id", "text", "text_pair", *label) if c in rows]
+                rows[columns].to_parquet(tmp / name, index=False)
+                files.append(name)
         write_json(tmp / "labels.json", labels)
         manifest = write_manifest(tmp / "manifest.json", manifest, files)
     return manifest
@@ -271,19 +266,17 @@ def bbc_news_dir() -> Path:
 
 
 def _check_numbers(fractions: dict, max_rows, max_per_class, withheld: float) -> None:
-    """Reject split fractions and caps that cannot work, naming the config key."""
-    for split, fraction in fractions.items():
-        if not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+    """Reject split fractions and caps that cannot work, naming the config key (their types are the settings')."""
+    for split, fraction in {**fractions, "unlabelled": withheld}.items():
+        if not 0 <= fraction < 1:
             raise KdpipeError(f"dataset.split.{split} is {fraction}; it must be a fraction in [0, 1)")
-    if not isinstance(withheld, (int, float)) or not 0 <= withheld < 1:
-        raise KdpipeError(f"dataset.split.unlabelled is {withheld}; it must be a fraction in [0, 1)")
     if sum(fractions.values()) >= 1:
         raise KdpipeError(
             f"dataset.split.validation + dataset.split.test is {sum(fractions.values())}; "
             "it must be below 1 to leave training rows"
         )
     for key, value in (("max_rows", max_rows), ("max_per_class", max_per_class)):
-        if value is not None and (not isinstance(value, int) or value < 1):
+        if value is not None and value < 1:
             raise KdpipeError(f"dataset.{key} is {value!r}; it must be a positive integer or null")
 
 
@@ -409,7 +402,7 @@ def _load_tables(
         return {"train": _select_columns(raw, settings, source)}, renames, source, [], {"train": source}
     if is_hf_source(source):
         keys = [_column_name(settings, key) for _, key in _COLUMNS]
-        roles = settings.hf_splits.given() if settings.hf_splits else None
+        roles = settings.hf_splits.to_dict() if settings.hf_splits else None  # {role: split or None} as given
         raw_tables, declared = read_hf(source, settings.label_column, [k for k in keys if k], roles)
         places = {split: f"{source} ({split} split)" for split in raw_tables}
         tables = {split: _select_columns(raw, settings, places[split]) for split, raw in raw_tables.items()}
@@ -428,11 +421,9 @@ def label_order(present: set[str], declared: list[str]) -> list[str]:
 
 
 def _read_builtin(source: str) -> tuple[pd.DataFrame, dict[str, str]]:
-    name = source.removeprefix("builtin:")
-    if name not in _BUILTINS:
-        names = ", ".join(f"builtin:{builtin}" for builtin in _BUILTINS)
-        raise KdpipeError(f"dataset.source '{source}' is not a builtin dataset; the builtins are: {names}")
-    return _BUILTINS[name]()
+    if source != "builtin:bbc_news":  # (the one builtin)
+        raise KdpipeError(f"dataset.source '{source}' is not a builtin dataset; the builtins are: builtin:bbc_news")
+    return _read_bbc_news()
 
 
 def _read_bbc_news() -> tuple[pd.DataFrame, dict[str, str]]:
@@ -448,9 +439,6 @@ def _read_bbc_news() -> tuple[pd.DataFrame, dict[str, str]]:
                 text = data.decode("latin-1")
             rows.append((text.strip(), label))
     return pd.DataFrame(rows, columns=["text", "label"]), dict(_BBC_RENAMES)
-
-
-_BUILTINS: dict[str, Callable[[], tuple[pd.DataFrame, dict[str, str]]]] = {"bbc_news": _read_bbc_news}
 
 
 def _read_file(path: str | Path, key: str, settings: DatasetSettings) -> pd.DataFrame:
@@ -476,9 +464,7 @@ def _select_columns(raw: pd.DataFrame, settings: DatasetSettings, where: str) ->
         if column is None:
             continue
         if column not in raw.columns:
-            close = difflib.get_close_matches(column, available, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise KdpipeError(f"{where}: no column '{column}' (dataset.{key}); the columns are {available}{hint}")
+            raise no_column(where, column, f"dataset.{key}", available)
         values = raw[column]
         check_scalars(values, name, column, key, where)
         texts = values.astype(str)  # (blank after strip: checked a chunk at a time, no stripped copy of the column)

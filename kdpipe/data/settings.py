@@ -29,10 +29,6 @@ class HfSplits(Settings):
     validation: str | None = None
     test: str | None = None
 
-    def given(self) -> dict[str, str | None]:
-        """The roles the config names, ``{role: split or None}``."""
-        return self.to_dict()
-
 
 @dataclass(frozen=True)
 class DatasetSplit(Settings):

@@ -84,14 +84,7 @@ def build_transfer(settings: TransferSettings, data: Path, out: Path) -> dict:
     readers += [
         (where, reader)
         for source in transfer_sources(settings.transfer)
-        for where, reader in text_readers(
-            source,
-            "dataset.transfer",
-            text_column=settings.text_column,
-            text_pair_column=settings.text_pair_column,
-            fmt=settings.format,
-            encoding=settings.encoding,
-        )
+        for where, reader in text_readers(source, "dataset.transfer", settings)
     ]
     if not readers:
         raise KdpipeError("dataset.transfer is not set and dataset.split.unlabelled is 0: there are no transfer rows")

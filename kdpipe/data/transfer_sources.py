@@ -4,6 +4,11 @@ once); :func:`check_transfer_files` is called by the workflow with the config's 
 
 from __future__ import annotations
 
+import difflib
+from pathlib import Path
+
+from kdpipe.core.store import KdpipeError
+
 # The keys of the dataset section that say what the transfer rows are: the transfer job's slice, not the prepare
 # job's, so that a change of transfer data reruns no teacher.
 TRANSFER_KEYS = ("transfer", "transfer_max_rows")
@@ -39,6 +44,19 @@ def check_transfer_files(dataset: dict) -> None:
         )
 
 
+def no_column(where: str, column: str, key: str, available: list[str]) -> KdpipeError:
+    """The error for a configured ``column`` (config key ``key``) that the source at ``where`` lacks."""
+    close = difflib.get_close_matches(column, available, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return KdpipeError(f"{where}: no column '{column}' ({key}); the columns are {available}{hint}")
+
+
+def file_not_found(path: Path, key: str) -> KdpipeError:
+    """The error for a local file named by config ``key`` that is not there."""
+    where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+    return KdpipeError(f"{path}: file not found{where}; check {key}")
+
+
 def check_text_source(
     source: str,
     key: str,
@@ -53,16 +71,12 @@ def check_text_source(
     column(s) ``text_column`` (and ``text_pair_column``) (in a CSV/TSV header, a Parquet schema, the first JSONL
     record or a saved dataset's features), read as format ``fmt`` in ``encoding``; ``key`` names the config key of
     the source, ``column_keys`` those of the columns (default ``dataset.text_column``...)."""
-    from pathlib import Path
-
-    from kdpipe.core.store import KdpipeError
-
     wanted = {text_column: "text_column", **({text_pair_column: "text_pair_column"} if text_pair_column else {})}
     path = Path(source)
     if source.startswith("hf:"):
         return
     if path.is_dir():
-        if not _saved_dataset(path):
+        if not saved_dataset(path):
             raise KdpipeError(
                 f"{path}: a folder, but not one written by the datasets library's save_to_disk (no "
                 f"dataset_dict.json or state.json in it); give a file, hf:NAME or such a folder ({key})"
@@ -71,8 +85,7 @@ def check_text_source(
             raise KdpipeError(f"{path}: the saved dataset has no rows ({key})")
         columns = _saved_columns(path)
     elif not path.is_file():
-        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        raise KdpipeError(f"{path}: file not found{where}; check {key}")
+        raise file_not_found(path, key)
     else:
         with open(path, "rb") as handle:
             if not handle.read(1 << 20).strip():
@@ -82,12 +95,8 @@ def check_text_source(
         columns = _header(path, fmt, encoding)
     missing = [column for column in wanted if columns is not None and column not in columns]
     if missing:
-        import difflib
-
         column_key = (column_keys or {}).get(wanted[missing[0]], f"dataset.{wanted[missing[0]]}")
-        close = difflib.get_close_matches(missing[0], columns, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise KdpipeError(f"{path}: no column '{missing[0]}' ({column_key}); the columns are {columns}{hint} ({key})")
+        raise KdpipeError(f"{no_column(str(path), missing[0], column_key, columns)} ({key})")
 
 
 def _suffix(path, fmt: str) -> str:
@@ -171,12 +180,10 @@ def transfer_rows_bound(sources: list[str], fmt: str, cap: int | None) -> int | 
     DAG is built: a Parquet file's metadata, the line count of a CSV/TSV/JSONL file
     (a record spanning several lines counts more than once). None when a source cannot be counted so (a Hugging Face
     dataset, a file not there yet)."""
-    from pathlib import Path
-
     total = 0
     for source in sources:
         path = Path(source)
-        if path.is_dir() and _saved_dataset(path):
+        if path.is_dir() and saved_dataset(path):
             rows = _saved_rows(path)
             if rows is None:
                 return None
@@ -204,7 +211,7 @@ def transfer_rows_bound(sources: list[str], fmt: str, cap: int | None) -> int | 
     return total if cap is None else min(total, cap)
 
 
-def _saved_dataset(folder) -> bool:
+def saved_dataset(folder) -> bool:
     """A folder written by ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``)."""
     return any((folder / name).is_file() for name in ("dataset_dict.json", "state.json"))
 
