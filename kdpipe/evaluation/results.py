@@ -19,9 +19,6 @@ from kdpipe.evaluation.metrics import classification_metrics, uncertainty_split,
 from kdpipe.evaluation.ood import detection, scores, selective
 from kdpipe.evaluation.settings import EvalSettings, OodSpec
 
-INFO = ("model", "base", "group", "kind", "method", "seed", "split", "domain")  # (EvalSettings.info)
-
-
 OOD_SPLIT = "ood"  # the OOD rows' split (kdpipe.data.dataset.OOD)
 EVALUATED = ("validation", "test", OOD_SPLIT)  # every split an evaluation can write
 

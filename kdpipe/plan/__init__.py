@@ -27,19 +27,13 @@ from kdpipe.plan.paths import (
     DATA,
     EVAL,
     EXPORTED,
-    LLM,
-    LOGS,
-    OOD_DATA,
     ORACLE,
     PROTOTYPES,
     REPORT,
-    ROUTE,
     SERVING,
     SIGNALS,
-    SIGNALS_ROOT,
     STUDENT,
     TEACHER,
-    TRAINED_ROOTS,
     TRANSFER,
 )
 from kdpipe.plan.prompted import Prompted, check_prompted_entry
@@ -48,28 +42,6 @@ from kdpipe.plan.slices import Slices
 from kdpipe.signals.catalog import FEATURES, signal_files
 
 TRANSFER_SPLIT = "transfer"  # the split of the transfer rows (kdpipe.data.dataset.TRANSFER, without pandas)
-
-__all__ = [
-    "COTRAINED",
-    "DATA",
-    "EVAL",
-    "EXPORTED",
-    "LLM",
-    "LOGS",
-    "OOD_DATA",
-    "PROTOTYPES",
-    "REPORT",
-    "ROUTE",
-    "SERVING",
-    "SIGNALS",
-    "SIGNALS_ROOT",
-    "STUDENT",
-    "TEACHER",
-    "TRAINED_ROOTS",
-    "TRANSFER",
-    "Plan",
-    "Student",
-]
 
 
 class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Routes, Slices):
@@ -195,20 +167,16 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
             return EXPORTED.format(model=model)
         return STUDENT.format(student=model)
 
-    def student_signals(self, student: str) -> list[str]:
-        """The signals a student reads from the cache (an attention dump as the plan chooses it)."""
-        signals = get_method(self.students[student].config["method"]).signals
-        return [self.attention_feature(student) if s == "attentions" else s for s in signals]
-
     def signal_files(self, student: str) -> list[str]:
-        """The cached signal files a student's method reads, for each of its teachers: on the train split, and on
-        the transfer split when it learns from transfer rows."""
+        """The cached signal files a student's method reads, for each of its teachers (an attention dump as the plan
+        chooses it): on the train split, and on the transfer split when it learns from transfer rows."""
         splits = ["train", *([TRANSFER_SPLIT] if self.student_transfer(student) else [])]
+        signals = get_method(self.students[student].config["method"]).signals
         return [
             path
             for teacher in self.student_teachers(student)
             for split in splits
-            for signal in self.student_signals(student)
+            for signal in (self.attention_feature(student) if s == "attentions" else s for s in signals)
             if not (self.online(student) and signal in FEATURES)  # signals: online computes these (plan.budget)
             for path in signal_files(signal, SIGNALS.format(teacher=teacher, split=split))
         ]

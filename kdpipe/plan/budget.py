@@ -107,15 +107,19 @@ def split_rows(plan, split: str) -> int | None:
     return withheld + files if cap is None else min(withheld + files, cap)
 
 
-def _made_rows(folder: Path, params: dict) -> dict | None:
-    """The ``rows`` (and withheld ``unlabelled_rows``) of an artifact's manifest when it was made from ``params``."""
+def made_from(manifest: Path, params: dict) -> dict | None:
+    """The manifest at ``manifest`` when its artifact was made from ``params`` (None: missing, or made otherwise)."""
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
+        made = json.loads(manifest.read_text())
     except (OSError, ValueError):
         return None
-    if json.dumps(manifest.get("config"), sort_keys=True) != json.dumps(params, sort_keys=True):
-        return None
-    return {**manifest.get("rows", {}), "unlabelled": manifest.get("unlabelled_rows", 0)}
+    return made if json.dumps(made.get("config"), sort_keys=True) == json.dumps(params, sort_keys=True) else None
+
+
+def _made_rows(folder: Path, params: dict) -> dict | None:
+    """The ``rows`` (and withheld ``unlabelled_rows``) of an artifact's manifest when it was made from ``params``."""
+    manifest = made_from(folder / "manifest.json", params)
+    return None if manifest is None else {**manifest.get("rows", {}), "unlabelled": manifest.get("unlabelled_rows", 0)}
 
 
 def _data_rows(plan) -> dict:
@@ -176,16 +180,12 @@ class Budget:
     def _made(self, signal: str, teacher: str, split: str) -> bool:
         """The dump is already there, made with the same settings (it needs no new room)."""
         folder = Path(SIGNALS.format(teacher=teacher, split=split))
-        try:
-            manifest = json.loads((folder / CATALOG[signal].manifest).read_text())
-        except (OSError, ValueError):
+        manifest = made_from(folder / CATALOG[signal].manifest, self.signal_params(teacher, split, signal))
+        if manifest is None or manifest.get("layout") != "packed":
             return False
-        same = json.dumps(manifest.get("config"), sort_keys=True) == json.dumps(
-            self.signal_params(teacher, split, signal), sort_keys=True
-        )
         # the same settings on other data (a grown split, another transfer file) need room of their own
         rows = split_rows(self, split)
-        return same and manifest.get("layout") == "packed" and rows is not None and manifest.get("rows") == rows
+        return rows is not None and manifest.get("rows") == rows
 
     def check_dump_budget(self) -> None:
         """Stop, before any job runs, a plan whose feature dumps would not fit their budget (module docstring)."""

@@ -10,7 +10,8 @@ from kdpipe.data.transfer_sources import check_text_source
 from kdpipe.methods.registry import get_method
 from kdpipe.models.backbones import stored_dropout
 from kdpipe.models.heads import fine_tuned_classes, head_labels
-from kdpipe.plan.paths import OOD_DATA
+from kdpipe.plan.paths import DATA, OOD_DATA
+from kdpipe.plan.slices import with_local_content
 
 OOD_SPLIT = "ood"  # the split of the OOD rows (kdpipe.data.dataset.OOD, without pandas)
 OOD_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -35,8 +36,6 @@ class Ood:
 
     def ood_dir(self) -> str:
         """The artifact holding the OOD rows: the prepared dataset (held-out classes) or the ``ood`` job's."""
-        from kdpipe.plan.paths import DATA
-
         return OOD_DATA.format(dataset=self.dataset) if self.ood_source() else DATA.format(dataset=self.dataset)
 
     def ood_inputs(self) -> list[str]:
@@ -45,8 +44,6 @@ class Ood:
 
     def ood_params(self) -> dict:
         """The ``ood`` job's slice: the file and how to read it (the dataset's own slice is its input's)."""
-        from kdpipe.plan.slices import with_local_content
-
         dataset, spec = self.config["dataset"], self.ood_spec()
         params = {key: dataset[key] for key in ("name", "text_pair_column", "encoding") if key in dataset}
         params["format"] = "auto"  # the OOD file's own extension says its format, whatever dataset.format says

@@ -17,12 +17,6 @@ from kdpipe.signals.catalog import pass_of, signal_spec
 FORWARD = "forward"  # the name of the shared forward pass (kdpipe.signals.catalog.pass_of)
 
 
-def pass_modules(signals: list[str]) -> list[str]:
-    """The modules a pass imports by name: each signal's, and the shared forward for deterministic ones."""
-    modules = [signal_spec(name).module for name in signals]
-    return modules + (["kdpipe.signals.forward"] if any(pass_of(n) == FORWARD for n in signals) else [])
-
-
 class Passes:
     """Mixed into :class:`kdpipe.plan.Plan`."""
 
@@ -61,4 +55,6 @@ class Passes:
         return {"signals": [self.signal_params(teacher, split, name) for name in signals]}
 
     def pass_modules(self, signals: list[str]) -> list[str]:
-        return pass_modules(signals)
+        """The modules a pass imports by name: each signal's, and the shared forward for deterministic ones."""
+        modules = [signal_spec(name).module for name in signals]
+        return modules + (["kdpipe.signals.forward"] if any(pass_of(n) == FORWARD for n in signals) else [])

@@ -62,10 +62,14 @@ class Routes:
     def route_inputs(self, route: str) -> list[str]:
         """The cached signal files a route reads, declared as the rule's inputs: those of :meth:`route_signals` for
         every teacher."""
+        return self._signal_paths(route, self.route_signals(route))
+
+    def _signal_paths(self, route: str, signals: dict[str, list[str]]) -> list[str]:
+        """The files of ``signals`` (split -> signal names) of every teacher of ``route``."""
         return [
             path
             for teacher in self.routes()[route]["teachers"]
-            for split, names in self.route_signals(route).items()
+            for split, names in signals.items()
             for name in names
             for path in signal_files(name, SIGNALS.format(teacher=teacher, split=split))
         ]
@@ -105,13 +109,7 @@ class Routes:
 
     def route_transfer_inputs(self, route: str) -> list[str]:
         """The cached signal files the ``route_transfer`` job of a route reads, declared as its inputs."""
-        return [
-            path
-            for teacher in self.routes()[route]["teachers"]
-            for split, names in self._route(route).transfer_signals().items()
-            for name in names
-            for path in signal_files(name, SIGNALS.format(teacher=teacher, split=split))
-        ]
+        return self._signal_paths(route, self._route(route).transfer_signals())
 
     def route_dir(self, student: str) -> list[str]:
         """The folder of the route ``student`` reads, in a list: empty for a student that reads none."""

@@ -169,38 +169,26 @@ class Slices:
             params = self.eval_params(student, splits)
             return {**params, "model": model, "base": f"{params['base']}.{precision}", "exported": precision}
         student = self.students.get(model)
+        oracle = model == ORACLE and self.oracle
         if model in self.cotrained:
             student = self.students[self.cotrained[model]]
-            teacher = {"base": f"{student.base}.teacher", "kind": "teacher", "method": "prokt", "seed": student.seed}
-            return {"model": model, **teacher, "splits": splits, **self._eval_settings(model)}
-        oracle = model == ORACLE and self.oracle
-        if oracle or model in self.ensembles:  # made from its members' predictions
-            kind = {"kind": "oracle", "combine": "oracle"} if oracle else {"kind": "ensemble"}
-            kind |= {"method": None, "seed": None, "members": self.oracle if oracle else self.ensembles[model]}
-            return {"model": model, "base": model, **kind, "splits": splits, **self._eval_settings(model)}
-        if not student and self.prompted(model):  # evaluated from its passes: the seed of its few-shot draws
-            return {
-                "model": model,
-                "base": model,
-                "kind": "teacher",
-                "method": None,
-                "seed": self.prompt_settings(model)["seed"],
-                "splits": splits,
-                **self._eval_settings(model),
+            info = {"base": f"{student.base}.teacher", "kind": "teacher", "method": "prokt", "seed": student.seed}
+        elif oracle or model in self.ensembles:  # made from its members' predictions
+            info = {"base": model, **({"kind": "oracle", "combine": "oracle"} if oracle else {"kind": "ensemble"})}
+            info |= {"method": None, "seed": None, "members": self.oracle if oracle else self.ensembles[model]}
+        elif not student and self.prompted(model):  # evaluated from its passes: the seed of its few-shot draws
+            info = {"base": model, "kind": "teacher", "method": None, "seed": self.prompt_settings(model)["seed"]}
+        else:
+            domain = (student.config if student else self.teachers[model]).get("domain")
+            info = {
+                "base": student.base if student else model,
+                **({"group": student.entry} if student and student.base != student.entry else {}),
+                "kind": "student" if student else "teacher",
+                "method": student.config["method"] if student else None,
+                "seed": student.seed if student else self.teachers[model].get("seed"),
+                **({"domain": domain} if domain else {}),
             }
-        domain = (student.config if student else self.teachers[model]).get("domain")
-        group = {"group": student.entry} if student and student.base != student.entry else {}
-        return {
-            "model": model,
-            "base": student.base if student else model,
-            **group,
-            "kind": "student" if student else "teacher",
-            "method": student.config["method"] if student else None,
-            "seed": student.seed if student else self.teachers[model].get("seed"),
-            "splits": splits,
-            **self._eval_settings(model),
-            **({"domain": domain} if domain else {}),
-        }
+        return {"model": model, **info, "splits": splits, **self._eval_settings(model)}
 
     def _eval_settings(self, model: str) -> dict:
         """The ``evaluate`` keys an evaluation job of ``model`` uses; ``ood`` and ``mc_samples`` only when set (so

@@ -15,12 +15,7 @@ import pandas as pd
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.report.figures import model_label, placeholder, pyplot, save
-
-
-def predictions_path(eval_json: str | Path) -> Path:
-    """The predictions the evaluate stage writes beside ``<split>.json``."""
-    eval_json = Path(eval_json)
-    return eval_json.with_name(f"{eval_json.stem}.predictions.parquet")
+from kdpipe.report.intervals import predictions_path
 
 
 def confusion(sources: list[str], classes: list[str]) -> np.ndarray:

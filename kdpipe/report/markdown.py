@@ -40,12 +40,12 @@ def summary_markdown(summary: pd.DataFrame, warnings: list[str] = (), title: str
         parts.append(f"{UNCERTAINTY_NOTE}\n")
     for split, table in summary.groupby("split", sort=False):
         rows = [summary_cells(row, uncertainty, inference, selective) for row in table.itertuples(index=False)]
-        parts.append(f"## {split} split\n\n{_markdown_table(header, rows)}\n")
+        parts.append(f"## {split} split\n\n{markdown_table(header, rows)}\n")
         classes, per_class = per_class_rows(table)
         if per_class:
             parts.append(
                 f"### Accuracy (%) per class, {split} split\n\n{PER_CLASS_NOTE}\n\n"
-                f"{_markdown_table(('model', 'kind', *classes), per_class)}\n"
+                f"{markdown_table(('model', 'kind', *classes), per_class)}\n"
             )
         if table["per_domain"].notna().any():
             parts.append(_domain_markdown(split, table))
@@ -118,7 +118,7 @@ def _domain_markdown(split: str, table: pd.DataFrame) -> str:
     return (
         f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain (mean ± std over "
         "seeds); a per-domain student is evaluated on its own domain only. The last column is the unweighted "
-        f"mean of the domains' accuracies.\n\n{_markdown_table(header, lines)}\n"
+        f"mean of the domains' accuracies.\n\n{markdown_table(header, lines)}\n"
     )
 
 
@@ -149,15 +149,11 @@ def summary_cells(row, uncertainty: bool, inference: bool, selective: bool = Fal
     return cells
 
 
-def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
-    align = ["---" if name in MARKDOWN_LEFT_ALIGNED else "---:" for name in header]
-    lines = [[table_cell(cell) for cell in header], align, *([table_cell(cell) for cell in row] for row in rows)]
+def markdown_table(header: tuple[str, ...], rows: list[list[str]], left=MARKDOWN_LEFT_ALIGNED) -> str:
+    """A Markdown table, every cell :func:`plain` text, the columns named in ``left`` aligned left."""
+    align = ["---" if name in left else "---:" for name in header]
+    lines = [[plain(cell) for cell in header], align, *([plain(cell) for cell in row] for row in rows)]
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
-
-
-def table_cell(value) -> str:
-    """A Markdown table cell showing ``value`` as it is: :func:`plain` text."""
-    return plain(value)
 
 
 def text(value) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError, atomic_path
-from kdpipe.report.markdown import format_mean_std, plain, table_cell, text
+from kdpipe.report.markdown import format_mean_std, markdown_table, plain, text
 from kdpipe.report.summary import KIND_ORDER
 
 OOD_SPLIT = "ood"
@@ -165,10 +165,6 @@ def tsv_columns(table: pd.DataFrame) -> list[str]:
     return [*TSV_HEAD, *metrics, "reason"]
 
 
-def markdown_header(scores: list[str]) -> tuple[str, ...]:
-    return (*MARKDOWN_HEAD, *(f"{s} {name}" for s in scores for name in DETECTION.values()))
-
-
 def ood_cells(row: dict, scores: list[str]) -> list[str]:
     """The cells of one model: names, counts, in-distribution accuracy, then AUROC, AUPR and FPR@95 of each score
     (mean ± std over seeds; — where the model lacks the score)."""
@@ -201,12 +197,11 @@ def ood_markdown(table: pd.DataFrame, title: str = "Out-of-distribution detectio
     plain text (:func:`kdpipe.report.markdown.plain`), as in summary.md."""
     sentence, unscored = ood_notes(table)
     scores = table_scores(table)
-    header = markdown_header(scores)
+    header = (*MARKDOWN_HEAD, *(f"{s} {name}" for s in scores for name in DETECTION.values()))
     rows = [ood_cells(row, scores) for row in table.to_dict("records") if pd.isna(row["reason"])]
     parts = [f"# {plain(title)}\n", f"{plain(sentence)}\n", f"{OOD_NOTE}\n"]
     if rows:
-        lines = [header, ["---" if c in ("model", "kind", "method") else "---:" for c in header], *rows]
-        parts.append("\n".join("| " + " | ".join(table_cell(c) for c in cells) + " |" for cells in lines))
+        parts.append(markdown_table(header, rows))
     if unscored:
         parts.append("\nNo OOD scores:\n\n" + "\n".join(f"- {plain(line)}" for line in unscored))
     return "\n".join(parts) + "\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kdpipe.core.store import KdpipeError, read_json
+from kdpipe.core.store import KdpipeError
 from kdpipe.evaluation.metrics import total_variation
 from kdpipe.report.intervals import accuracy_interval
 
@@ -37,11 +37,6 @@ SPLIT_ORDER = ("test", "validation")
 KIND_ORDER = ("teacher", "ensemble", "oracle", "student")
 
 # ---- reading and summarising ---------------------------------------------------------------------------------
-
-
-def read_eval(path: str | Path) -> dict:
-    """An evaluation JSON, checked for every field the report uses."""
-    return check_eval(read_json(path), path)
 
 
 def check_eval(record: dict, path: str | Path) -> dict:

@@ -19,19 +19,14 @@ from kdpipe.report.curves import read_log
 NOT_SCALARS = ("epoch", "step")
 
 
-def tensorboard_available() -> bool:
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def write_tensorboard(train_logs: list[str | Path], out: Path) -> bool:
     """Write every log's scalars under ``out`` (replaced whole); False, writing nothing, without tensorboard."""
-    if not train_logs or not tensorboard_available():
+    if not train_logs:
         return False
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    try:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError:  # the optional ``tracking`` extra is not installed
+        return False
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -17,7 +17,7 @@ from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint
 from kdpipe.routing.diagnostics import WARN_ENV
 from kdpipe.core.identity import software_versions
 from kdpipe.core.store import KdpipeError
-from kdpipe.plan import (
+from kdpipe.plan.paths import (
     COTRAINED,
     DATA,
     EVAL,
