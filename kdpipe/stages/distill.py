@@ -47,11 +47,8 @@ def run(
 ) -> dict:
     """Train the student of ``settings`` from the cached signals under ``signals_root``; write it to ``out``. A
     student that reads a ``route`` first says its routing warning at ``warn_below`` (``routing.warn_below``, outside
-    the slice), as the route job did: a route linked from the shared cache ran no job here.
-
-    ``settings.method_spec`` is what the registry says of the method (module, builder, signals, teacher_classes,
-    prototypes), passed by the plan so that this stage imports only the method's own module.
-    """
+    the slice), as the route job did: a route linked from the shared cache ran no job here. The method's module is
+    imported by the name ``settings.method_spec`` gives (kdpipe.methods.settings.MethodJob)."""
     say_route_warning(route, warn_below)
     spec = settings.method_spec
     attn = "eager" if "attentions" in spec.signals else None
