@@ -1,11 +1,14 @@
-"""How well a router sends rows to the teacher that knows them (docs/routing.md, "Diagnostics"), for every router a
-route measures (:func:`diagnose`: routing and target accuracy, overall and per gold class), and how well each teacher's
-certainty scores tell other teachers' rows from its own (:func:`ood_auroc`; docs/routing.md, "Certainty scores as OOD
-detection"); both are recorded in ``route.json``. The warning (:func:`warning`) is computed from them where it is shown,
-with the threshold ``routing.warn_below``: by the route job as soon as it has routed, by every student job that reads
-the route at its start (:func:`say_route_warning`: a route linked from the shared cache runs no job, so its students say
-it), and by the report. The threshold is a display setting, in no route's or student's config slice: changing it reruns
-the report only. Torch-free: the report imports this module (and not scikit-learn, which only :func:`auroc` imports).
+"""How well a router sends rows to the teacher that knows them (docs/routing.md, "Diagnostics").
+
+How well a router sends rows to the teacher that knows them, for every router a route measures (:func:`diagnose`:
+routing and target accuracy, overall and per gold class), and how well each teacher's certainty scores tell other
+teachers' rows from its own (:func:`ood_auroc`; docs/routing.md, "Certainty scores as OOD detection"); both are
+recorded in ``route.json``. The warning (:func:`warning`) is computed from them where it is shown, with the
+threshold ``routing.warn_below``: by the route job as soon as it has routed, by every student job that reads the
+route at its start (:func:`say_route_warning`: a route linked from the shared cache runs no job, so its students
+say it), and by the report. The threshold is a display setting, in no route's or student's config slice: changing
+it reruns the report only. Torch-free: the report imports this module (and not scikit-learn, which only
+:func:`auroc` imports).
 """
 
 from __future__ import annotations
