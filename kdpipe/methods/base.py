@@ -71,11 +71,6 @@ class DistillContext:
         """Position of teacher layer ``layer`` in a feature dump (which keeps only the planned layers)."""
         return self.signal(teacher, feature).layers.index(layer)
 
-    def teacher_hidden(self, teacher: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
-        """Cached hidden states [B, width, H] (float32, on the device) of dump slot ``slot`` for train rows
-        ``index``, cut to the batch's padded width."""
-        return self.teacher_feature(teacher, "hidden", slot, index, width)
-
     def teacher_feature(self, teacher: str, feature: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
         """Cached token-level features of dump slot ``slot`` for train rows ``index`` (float32, on the device),
         padded with zeros to the batch's width: hidden states [B, width, H], attentions [B, (heads,) width, width].

@@ -78,7 +78,7 @@ def build(ctx: DistillContext, args: Args) -> Objective:
         width = mask.shape[1]
         rec_total = amal_total = out.logits.new_zeros(())
         for p, layer in enumerate(student_layers):
-            feats = [ctx.teacher_hidden(teachers[t], pairs[t][p][1], index, width) for t in range(len(teachers))]
+            feats = [ctx.teacher_feature(t, "hidden", pairs[i][p][1], index, width) for i, t in enumerate(teachers)]
             rec, amal = amalgamation_losses(amalgamator, p, out.hidden_states[layer].float(), feats, mask)
             rec_total, amal_total = rec_total + rec, amal_total + amal
         total = args.kd_weight * kd + args.rec_weight * rec_total + args.amal_weight * amal_total

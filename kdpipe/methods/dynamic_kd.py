@@ -133,11 +133,6 @@ def objective_weights(h: torch.Tensor, strategy: str) -> tuple[torch.Tensor, tor
 # ---- builders ------------------------------------------------------------------------------------------------
 
 
-def _args(args: Args) -> Args:
-    kd_distance(torch.zeros(1, 2), torch.zeros(1, 2), args.distance, float(args.temperature))  # validates
-    return args
-
-
 def _entropy(z: torch.Tensor, grad: bool) -> torch.Tensor:
     h = normalized_entropy(z)
     return h if grad else h.detach()
@@ -159,26 +154,24 @@ def _weighted_ce(z: torch.Tensor, batch: dict, weight: float) -> tuple[torch.Ten
 
 def build_teacher(ctx: DistillContext, args: Args) -> Objective:
     """``dynamic_teacher``: CE + KD from a small and a large teacher, weighted by the student's ĥ (§2a)."""
-    a = _args(args)
-    if len(ctx.teachers) != 2 or a.small_teacher not in ctx.teachers:
+    if len(ctx.teachers) != 2 or args.small_teacher not in ctx.teachers:
         raise KdpipeError(
             f"dynamic_teacher: needs exactly two teachers and method_args.small_teacher naming the "
-            f"smaller one; teachers are {ctx.teachers}, small_teacher is {a.small_teacher!r}"
+            f"smaller one; teachers are {ctx.teachers}, small_teacher is {args.small_teacher!r}"
         )
-    teacher_weights(torch.zeros(2), a.mode, a.direction)  # validates
-    large = next(t for t in ctx.teachers if t != a.small_teacher)
-    small_z, large_z = _full_label_logits(ctx, a.small_teacher), _full_label_logits(ctx, large)
-    distance, temperature = a.distance, float(a.temperature)
+    large = next(t for t in ctx.teachers if t != args.small_teacher)
+    small_z, large_z = _full_label_logits(ctx, args.small_teacher), _full_label_logits(ctx, large)
+    distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce, ce_terms = _weighted_ce(z, batch, a.ce_weight)
-        h = _entropy(z, a.entropy_grad)
-        w_small, w_large = teacher_weights(h, a.mode, a.direction)
+        ce, ce_terms = _weighted_ce(z, batch, args.ce_weight)
+        h = _entropy(z, args.entropy_grad)
+        w_small, w_large = teacher_weights(h, args.mode, args.direction)
         d_small = kd_distance(z, small_z[batch["index"]], distance, temperature)
         d_large = kd_distance(z, large_z[batch["index"]], distance, temperature)
         kd = (w_small * d_small + w_large * d_large).mean()
-        total = ce + a.kd_weight * kd
+        total = ce + args.kd_weight * kd
         return total, {**ce_terms, "kd": kd.item(), "entropy": h.mean().item(), "w_small": w_small.mean().item()}
 
     return Objective(loss=loss)
@@ -186,24 +179,22 @@ def build_teacher(ctx: DistillContext, args: Args) -> Objective:
 
 def build_data(ctx: DistillContext, args: Args) -> Objective:
     """``dynamic_data``: CE on the whole batch + KD on the top fraction r scored by the student (§2b)."""
-    a = _args(args)
-    ratio = float(a.ratio)
-    selection_scores(torch.zeros(1, 2), a.strategy)  # validates
-    select_top(torch.zeros(1), ratio)
+    ratio = float(args.ratio)
+    select_top(torch.zeros(1), ratio)  # a bad ratio (which the registry does not check) fails before training
     targets = union_logits(
         [ctx.signal(t, "logits") for t in ctx.teachers], [ctx.block(t) for t in ctx.teachers], len(ctx.labels)
     )
-    distance, temperature = a.distance, float(a.temperature)
+    distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce, ce_terms = _weighted_ce(z, batch, a.ce_weight)
-        kept = select_top(selection_scores(z, a.strategy), ratio)
+        ce, ce_terms = _weighted_ce(z, batch, args.ce_weight)
+        kept = select_top(selection_scores(z, args.strategy), ratio)
         if len(kept):
             kd = kd_distance(z[kept], targets[batch["index"][kept]], distance, temperature).mean()
         else:
             kd = z.new_zeros((), dtype=torch.float32)
-        total = ce + a.kd_weight * kd
+        total = ce + args.kd_weight * kd
         return total, {**ce_terms, "kd": kd.item(), "kept": float(len(kept))}
 
     return Objective(loss=loss)
@@ -211,8 +202,6 @@ def build_data(ctx: DistillContext, args: Args) -> Objective:
 
 def build_objective(ctx: DistillContext, args: Args) -> Objective:
     """``dynamic_objective``: (1 − ĥ)-weighted logit MSE + ĥ-weighted normalised hidden-state MSE (§2c)."""
-    a = _args(args)
-    objective_weights(torch.zeros(1), a.strategy)  # validates
     if len(ctx.teachers) != 1 or not ctx.alignment:
         raise KdpipeError(
             f"dynamic_objective: needs exactly one teacher (got {ctx.teachers}) with a planned layer alignment"
@@ -227,23 +216,25 @@ def build_objective(ctx: DistillContext, args: Args) -> Objective:
         )
     pairs = [(s, ctx.hidden_slot(teacher, tl)) for s, tl in ctx.alignment[teacher]]
     targets = _full_label_logits(ctx, teacher)
-    distance, temperature = a.distance, float(a.temperature)
+    distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True)
         z = out.logits
-        ce, ce_terms = _weighted_ce(z, batch, a.ce_weight)
-        h = _entropy(z, a.entropy_grad)
-        w_logit, w_rep = objective_weights(h, a.strategy)
+        ce, ce_terms = _weighted_ce(z, batch, args.ce_weight)
+        h = _entropy(z, args.entropy_grad)
+        w_logit, w_rep = objective_weights(h, args.strategy)
         d = kd_distance(z, targets[batch["index"]], distance, temperature)
         mask = batch["attention_mask"].float()
-        index = batch["index"].cpu().numpy()
+        index, width = batch["index"].cpu().numpy(), mask.shape[1]
         r = sum(
-            normalized_hidden_mse(out.hidden_states[s], ctx.teacher_hidden(teacher, slot, index, mask.shape[1]), mask)
+            normalized_hidden_mse(
+                out.hidden_states[s], ctx.teacher_feature(teacher, "hidden", slot, index, width), mask
+            )
             for s, slot in pairs
         )
         kl, rep = (w_logit * d).mean(), (w_rep * r).mean()
-        total = ce + a.kd_weight * kl + a.rep_weight * rep
+        total = ce + args.kd_weight * kl + args.rep_weight * rep
         return total, {**ce_terms, "kd": kl.item(), "rep": rep.item(), "entropy": h.mean().item()}
 
     return Objective(loss=loss)

@@ -108,9 +108,6 @@ class CoTrainedTeacher:
         self.best_score, self.best_metrics, self.best_epoch, self.history = -float("inf"), {}, -1, []
         self.best_state = state_on_cpu(self.model)
 
-    def _inputs(self, batch: dict) -> dict:
-        return model_inputs(collate(self.encoded, batch["index"].cpu().numpy(), self.device))
-
     def step(self, student: nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         """Steps 1-3: the teacher's update towards the current student; returns p_T of the updated teacher."""
         was_training = student.training
@@ -118,7 +115,7 @@ class CoTrainedTeacher:
         with torch.no_grad():
             p_student = torch.softmax(student_logits(student, batch).float(), -1)
         student.train(was_training)
-        inputs = self._inputs(batch)
+        inputs = model_inputs(collate(self.encoded, batch["index"].cpu().numpy(), self.device))
         self.model.train()
         logits = self.model(**inputs).logits
         if self.args.dual:

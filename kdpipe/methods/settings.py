@@ -41,14 +41,6 @@ class StudentSettings(Settings, Training):
     domain: str | None
     max_length: int
     eval_batch_size: int
-    epochs: int
-    lr: float
-    batch_size: int
-    warmup_ratio: float
-    weight_decay: float
-    max_grad_norm: float
-    seed: int
-    checkpoint_every: int
     signals: str = from_schema("student_defaults", "signals")
     transfer: float | None = None
     alignment: Mapping[str, tuple[tuple[int, ...], ...]] | None = None

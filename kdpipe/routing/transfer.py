@@ -15,10 +15,8 @@ from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, read_mani
 from kdpipe.data.dataset import TRANSFER
 from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
-from kdpipe.routing.knn import knn_scores
-from kdpipe.routing.learned import learned_router
-from kdpipe.routing.scoring import certainty, router_features
-from kdpipe.routing.settings import RouteSettings, RoutingSettings
+from kdpipe.routing.scoring import certainty, knn, learned
+from kdpipe.routing.settings import RouteSettings
 
 TRANSFER_FILES = (f"{TRANSFER}.parquet", f"{TRANSFER}.json")
 
@@ -32,9 +30,7 @@ def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_
     declared = settings.signals  # the transfer rows' signals, and the validation rows' for a fitted router
     signals = DeclaredSignals(signals_root, declared)
     inputs = RouteInputs(teachers, Path(data), signals, splits=tuple(declared), transfer=Path(transfer))
-    scores = transfer_scores(
-        inputs, settings.router, settings.score, settings.temperature, settings.routing, made.get("calibration")
-    )
+    scores = transfer_scores(inputs, settings, made.get("calibration"))
     with atomic_path(route / TRANSFER_FILES[0]) as tmp:
         write_scores(tmp, inputs.row_ids[TRANSFER], scores)
     manifest = make_manifest(
@@ -51,42 +47,15 @@ def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_
     return write_manifest(route / TRANSFER_FILES[1], manifest, [TRANSFER_FILES[0]])
 
 
-def transfer_scores(
-    inputs: RouteInputs,
-    router: str,
-    score: str | None,
-    temperature: float | None,
-    routing: RoutingSettings,
-    temps: dict | None,
-) -> np.ndarray:
-    """The chosen router's (``router``, ``score``, τ ``temperature``: 1 when it has none) scores [N, K] of the
-    transfer rows; ``routing``: the settings of the knn and learned routers."""
-    folds, seed = int(routing.folds), int(routing.seed)
-    if router == "certainty":
-        return certainty(inputs, score, TRANSFER, 1.0 if temperature is None else float(temperature), temps)
-    if router == "knn":
-        columns = [
-            knn_scores(
-                inputs.pooled[t, TRANSFER],
-                inputs.pooled[t, "validation"],
-                inputs.own_rows(t, "validation"),
-                int(routing.neighbours),
-                folds=folds,
-                seed=seed,
-            )[0]
-            for t in inputs.teachers
-        ]
-        return np.stack(columns, -1)
-    if router == "learned":
-        return learned_router(
-            router_features(inputs, "validation"),
-            inputs.owners["validation"],
-            router_features(inputs, TRANSFER),
-            len(inputs.teachers),
-            folds=folds,
-            seed=seed,
-        )[0]
+def transfer_scores(inputs: RouteInputs, settings: RouteSettings, temps: dict | None) -> np.ndarray:
+    """The chosen router's scores [N, K] of the transfer rows (``temps``: the route's calibration)."""
+    if settings.router == "certainty":
+        return certainty(inputs, settings.score, TRANSFER, settings.temperature, temps)
+    if settings.router == "knn":
+        return knn(inputs, settings.routing, TRANSFER)[TRANSFER]
+    if settings.router == "learned":
+        return learned(inputs, settings.routing, TRANSFER)[0][TRANSFER]
     raise KdpipeError(
-        f"route: the {router} router reads each row's gold label, which transfer rows do not have; choose the "
-        "certainty, knn or learned router for a student that learns from transfer rows"
+        f"route: the {settings.router} router reads each row's gold label, which transfer rows do not have; choose "
+        "the certainty, knn or learned router for a student that learns from transfer rows"
     )

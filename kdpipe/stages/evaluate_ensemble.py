@@ -54,10 +54,7 @@ def evaluate_split(
 ) -> dict:
     """An ensemble from its members' ``{split}.predictions.parquet`` (and their JSONs beside them): the mean of
     their probabilities. Params, train and inference time are the members' sums (the cost of the ensemble)."""
-    tables, records = [], []
-    for path in map(Path, members):
-        tables.append(pd.read_parquet(path))
-        records.append(read_json(path.with_name(path.name.replace(".predictions.parquet", ".json"))))
+    tables, records = _read(members)
     extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
     oracle = settings.combine == "oracle"
     extra["gold_labels"] = combined_label_use(records, disjoint=oracle)
@@ -71,8 +68,7 @@ def evaluate_split(
                 "than the first member's; ensemble members must share one label set"
             )
     member_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in tables]).astype(np.float64)
-    local = {c: i for i, c in enumerate(classes)}
-    y = tables[0]["label"].map(local).to_numpy(dtype=np.int64)
+    y = tables[0]["label"].map(_index(classes)).to_numpy(dtype=np.int64)
     domains = tables[0]["domain"].to_numpy() if "domain" in tables[0] else None
     return write_evaluation(
         settings,

@@ -78,7 +78,8 @@ class Checkpoint:
         ensure_disk_space(folder, 3 * weights, "a resume checkpoint", hint=FREE_SPACE)
         with atomic_path(folder, directory=True) as tmp:
             for name, sd in tensors.items():
-                _save_state(sd, tmp / f"{name}.safetensors")
+                # tied weights share storage; safetensors refuses shared tensors, so store independent copies
+                save_file({k: v.clone().contiguous() for k, v in sd.items()}, str(tmp / f"{name}.safetensors"))
             torch.save(
                 {
                     "optimizer": optimizer.state_dict(),
@@ -109,11 +110,6 @@ class Checkpoint:
     def clear(self) -> None:
         if self.root is not None and self.root.exists():
             shutil.rmtree(self.root)
-
-
-def _save_state(state: dict, path: Path) -> None:
-    # Tied weights share storage; safetensors refuses shared tensors, so store independent copies.
-    save_file({k: v.clone().contiguous() for k, v in state.items()}, str(path))
 
 
 def best_entry(name: str) -> str:

@@ -233,7 +233,9 @@ def fit(
         Checkpoint(resume_dir, resume_key), extra_state,
     )  # fmt: skip
     _restore(run)
-    run.log = _open_log(log_path, run.state)
+    if log_path and distributed.is_main():  # the first process's log, cut back to its length at the checkpoint
+        rewind_log(Path(log_path), run.state.get("log_bytes"))
+        run.log = open(log_path, "a")  # noqa: SIM115 (closed below)
     try:
         while run.state["epoch"] < settings.epochs:
             epoch = run.state["epoch"]
@@ -287,15 +289,6 @@ def _restore(run: _Run) -> None:
     }
     run.state = state
     say(f"[kdpipe] resuming {run.desc} at epoch {state['epoch']} step {state['step_in_epoch']}")
-
-
-def _open_log(log_path: Path | None, state: dict) -> TextIO | None:
-    """The training log opened for appending, cut back to its length at the checkpoint resumed from (the first
-    process's; None for the others or without a log)."""
-    if not log_path or not distributed.is_main():
-        return None
-    rewind_log(Path(log_path), state.get("log_bytes"))
-    return open(log_path, "a")  # noqa: SIM115 (closed by fit)
 
 
 def _train_epoch(run: _Run, batches: Batches) -> None:

@@ -35,12 +35,21 @@ class TrainSettings:
     log_every: int = 10  # steps between training-log lines (not a config key)
 
 
+@dataclass(frozen=True)
 class Training:
     """The training keys of a teacher's or a student's slice, as the loop's :class:`TrainSettings`."""
 
+    epochs: int
+    lr: float
+    batch_size: int
+    warmup_ratio: float
+    weight_decay: float
+    max_grad_norm: float
+    seed: int
+    checkpoint_every: int
+
     def train_settings(self) -> TrainSettings:
-        names = {f.name for f in fields(TrainSettings)}
-        return TrainSettings(**{f.name: getattr(self, f.name) for f in fields(self) if f.name in names})
+        return TrainSettings(**{f.name: getattr(self, f.name) for f in fields(Training)})
 
 
 @dataclass(frozen=True)
@@ -66,14 +75,6 @@ class TeacherSettings(Settings, Training):
     classes: tuple[str, ...] | ClassSlice | None
     max_length: int
     eval_batch_size: int
-    epochs: int
-    lr: float
-    batch_size: int
-    warmup_ratio: float
-    weight_decay: float
-    max_grad_norm: float
-    seed: int
-    checkpoint_every: int
     backbone: str | None = None
     checkpoint: str | None = from_schema("teacher_defaults", "checkpoint")
     finetune: bool = from_schema("teacher_defaults", "finetune")

@@ -14,7 +14,6 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import Encoded, encode_frame
 from kdpipe.data.dataset import NO_LABEL, TRANSFER, dataset_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.data.transfer import transfer_rows
-from kdpipe.models.settings import StudentModel
 from kdpipe.models.students import build_student
 from kdpipe.training.loop import TrainSettings, encoded_validator
 
@@ -64,38 +63,32 @@ class StudentData:
         return encoded_validator(self.enc_valid, batch_size=eval_batch_size, device=self.device)
 
 
-def student_data(
-    data_dir: Path,
-    *,
-    model: StudentModel,
-    domain: str | None,
-    transfer_share: float | None,
-    max_length: int,
-    training: TrainSettings,
-    attn: str | None = None,
-    transfer_dir: Path | None = None,
-) -> StudentData:
-    """Read the splits (the rows of ``domain`` only, when set), build the student of ``model`` and tokenise train
-    and validation its way, cut at ``max_length`` tokens (a BiLSTM tokenises the two sides of a pair apart). With a
-    ``transfer_share`` the training rows are followed by that share of the transfer rows of ``transfer_dir``, with
-    the label ``NO_LABEL``. ``training``: the student's training settings (its seed builds the model)."""
+def student_data(data_dir: Path, settings, *, attn: str | None = None, transfer_dir: Path | None = None) -> StudentData:
+    """Read the splits (the rows of its ``domain`` only, when set), build the student of ``settings`` (a student job's
+    :class:`kdpipe.methods.settings.StudentSettings`) and tokenise train and validation its way, cut at its
+    ``max_length`` tokens (a BiLSTM tokenises the two sides of a pair apart). With a ``transfer`` share the training
+    rows are followed by that share of the transfer rows of ``transfer_dir``, with the label ``NO_LABEL``. The
+    training settings' seed builds the model."""
+    training = settings.train_settings()
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
     full_train = read_split(data_dir, "train")
     train, valid = (
-        restrict_to_domain(frame, domain, domains, "students.<name>.domain")
+        restrict_to_domain(frame, settings.domain, domains, "students.<name>.domain")
         for frame in (full_train, read_split(data_dir, "validation"))
     )
     transfer = transfer_ids = None
-    model, tokenizer = build_student(model, labels, seed=training.seed, pairs="text_pair" in train.columns, attn=attn)
-    if transfer_share:
+    model, tokenizer = build_student(
+        settings.model, labels, seed=training.seed, pairs="text_pair" in train.columns, attn=attn
+    )
+    if settings.transfer:
         if transfer_dir is None:
             raise KdpipeError("the student learns from transfer rows (its transfer share): pass --transfer")
         whole = read_split(transfer_dir, TRANSFER)
         if read_labels(transfer_dir) != labels:
             raise KdpipeError(f"{transfer_dir}: made for a dataset with other labels; rerun the transfer job")
         transfer_ids = whole["row_id"].to_numpy()
-        transfer = transfer_rows(whole, float(transfer_share))
+        transfer = transfer_rows(whole, float(settings.transfer))
         del whole
     learned = train if transfer is None else pd.concat([train, transfer], ignore_index=True)
     label_ids = learned["label_id"].fillna(NO_LABEL).to_numpy(np.int64) if transfer is not None else None
@@ -104,7 +97,7 @@ def student_data(
         encode_frame(
             tokenizer,
             frame,
-            max_length=max_length,
+            max_length=settings.max_length,
             separate_pairs=separate,
             label_ids=frame["label_id"].to_numpy() if ids is None else ids,
         )

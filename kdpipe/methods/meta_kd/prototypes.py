@@ -100,16 +100,13 @@ def write_prototype_scores(settings: PrototypeSettings, data: Path, out: Path) -
     """Score every train row of the dataset ``data`` against the prototypes of ``settings``; write ``out``
     (``train.parquet``: row_id, domain, label, score) and its manifest ``train.json``."""
     data_dir, out_parquet = Path(data), Path(out)
-    by = settings.by
-    if by not in GROUPINGS:
-        raise KdpipeError(f"prototypes.by must be one of {GROUPINGS}, not {by!r}")
+    by = settings.by  # (the config schema allows only GROUPINGS)
     domains = read_domains(data_dir, "prototypes (Meta-KD)")
     if len(domains) < 2:
         raise KdpipeError(f"prototypes (Meta-KD) need at least 2 domains; the data has {domains}")
     labels = read_labels(data_dir)
     frame = read_split(data_dir, "train")
     d, y = domain_ids(frame, domains), frame["label_id"].to_numpy()
-    out_parquet = Path(out_parquet)
     out_parquet.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_parquet.parent, prefix=".embeddings-") as tmp:
         emb = _embed(settings.backbone, settings.max_length, settings.batch_size, frame, Path(tmp) / "embeddings.npy")
@@ -137,4 +134,4 @@ def write_prototype_scores(settings: PrototypeSettings, data: Path, out: Path) -
         score_mean=float(scores.mean()),
         score_std=float(scores.std()),
     )
-    return write_manifest(manifest_path(out_parquet), manifest, [Path(out_parquet).name])
+    return write_manifest(manifest_path(out_parquet), manifest, [out_parquet.name])

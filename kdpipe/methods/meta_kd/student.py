@@ -22,7 +22,6 @@ from kdpipe.methods.losses import token_mse, union_logits
 from kdpipe.methods.meta_kd.branch import DomainBranch
 
 # method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-ATTENTION_HEADS = ("auto", "per_head", "mean")
 
 
 # ---- pure functions ------------------------------------------------------------------------------------------
@@ -77,7 +76,6 @@ class StageOneAdapters(nn.Module):
 
 def build_stage1(ctx: DistillContext, args: Args) -> Objective:
     """``meta_kd_stage1``: λ_i-weighted attention, hidden-state and domain-representation matching."""
-    a = args
     teacher = _one_teacher(ctx, "meta_kd")
     if not ctx.alignment or ctx.prototype_scores is None or ctx.domain_ids is None:
         raise KdpipeError("meta_kd stage 1: needs a planned layer alignment, prototype scores and domains")
@@ -98,7 +96,7 @@ def build_stage1(ctx: DistillContext, args: Args) -> Objective:
     adapters = StageOneAdapters(ctx.student_config.hidden_size, teacher_width, ctx.domains).to(ctx.device)
     domain_rep = ctx.signal(teacher, "domain")
     weights_of = example_weights(ctx.prototype_scores, ctx.signal(teacher, "expertise"))
-    gamma = float(a.gamma)
+    gamma = float(args.gamma)
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True, output_attentions=True)
@@ -137,10 +135,9 @@ def build_stage1(ctx: DistillContext, args: Args) -> Objective:
 
 def build(ctx: DistillContext, args: Args) -> Objective:
     """``meta_kd`` (stage 2, from the stage-1 weights): soft cross-entropy to the teacher's logits at T."""
-    a = args
     teacher = _one_teacher(ctx, "meta_kd")
     targets = union_logits([ctx.signal(teacher, "logits")], [ctx.block(teacher)], len(ctx.labels))
-    temperature = float(a.temperature)
+    temperature = float(args.temperature)
 
     def loss(model, batch):
         kd = soft_cross_entropy(student_logits(model, batch), targets[batch["index"]], temperature)
