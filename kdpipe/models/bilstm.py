@@ -37,10 +37,6 @@ class BiLSTMConfig:
     pairs: bool = False  # sentence pairs, each side encoded separately
     id2label: dict = field(default_factory=dict)
 
-    @property
-    def label2id(self) -> dict:
-        return {name: int(i) for i, name in self.id2label.items()}
-
 
 class BiLSTMClassifier(nn.Module):
     separate_pairs = True  # the two sides of a pair are tokenised apart (kdpipe.data.batching.encode)
