@@ -23,7 +23,8 @@ from kdpipe.data.settings import TransferSettings
 from kdpipe.data.transfer import build_transfer, transfer_rows
 from kdpipe.methods.losses import gold_cross_entropy
 from kdpipe.plan import Plan
-from kdpipe.signals.join import StackedRows, join_parts
+from kdpipe.signals.join import join_parts
+from kdpipe.signals.load import RowView
 from tests.conftest import REPO, TINY_DATASET, dataset_settings
 
 NONE_DROPPED = {
@@ -168,7 +169,7 @@ def test_the_gold_label_loss_skips_rows_without_a_label():
 
 def test_signals_of_two_splits_are_joined_in_the_students_row_order():
     a, b = np.arange(24.0).reshape(4, 3, 2), 100 + np.arange(12.0).reshape(2, 3, 2)
-    stacked = StackedRows([a, b])
+    stacked = RowView([a, b])
     whole = np.concatenate([a, b])
     assert stacked.shape == whole.shape
     index = np.array([5, 0, 4, 2])

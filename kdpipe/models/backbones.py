@@ -76,27 +76,17 @@ def hidden_size(model: str) -> int:
     return _config_int(_auto_config(model, f"the hidden size of '{model}'"), HIDDEN_KEYS, model, "hidden units")
 
 
-def num_layers(model: str) -> int:
-    """Transformer layers of a backbone or checkpoint."""
-    return model_shape(model)[0]
-
-
-def num_heads(model: str) -> int:
-    """Attention heads per layer of a backbone or checkpoint."""
-    return model_shape(model)[1]
-
-
 def student_layers(model: StudentModel) -> int:
     """Transformer layers of a student built from its ``model`` (see ``kdpipe.models.students.build_student``)."""
     if model.init:
-        return len(model.init.layers) if model.init.layers is not None else num_layers(model.init.from_)
+        return len(model.init.layers) if model.init.layers is not None else model_shape(model.init.from_)[0]
     return 2 if model.config is None or model.config.num_layers is None else int(model.config.num_layers)
 
 
 def student_heads(model: StudentModel) -> int:
     """Attention heads per layer of a student built from its ``model``."""
     if model.init:
-        return num_heads(model.init.from_)
+        return model_shape(model.init.from_)[1]
     return 2 if model.config is None or model.config.num_heads is None else int(model.config.num_heads)
 
 
@@ -140,16 +130,12 @@ def architecture_modules(model: StudentModel) -> list[str]:
     return modules
 
 
-# The builtin backbones keep BERT's default dropout (0.1 on hidden states and attention probabilities)
-BUILTIN_DROPOUT = {"builtin:minilm-l6": 0.1, "builtin:tiny-bert": 0.1}
-
-
 def stored_dropout(model: str) -> float | None:
     """The largest dropout probability a stored model's config sets (every ``*dropout*`` number of a builtin's or a
     local folder's ``config.json``), or None when that cannot be read without loading it (a hub name). MC-dropout
     needs it above zero, or its samples are all equal."""
-    if model in BUILTIN_DROPOUT:
-        return BUILTIN_DROPOUT[model]
+    if model in BUILTIN_SHAPES:
+        return 0.1  # the builtins keep BERT's default dropout (on hidden states and attention probabilities)
     try:
         config = json.loads((Path(model) / "config.json").read_text())
     except (OSError, ValueError):

@@ -37,10 +37,6 @@ class BiLSTMConfig:
     pairs: bool = False  # sentence pairs, each side encoded separately
     id2label: dict = field(default_factory=dict)
 
-    @property
-    def label2id(self) -> dict:
-        return {name: int(i) for i, name in self.id2label.items()}
-
 
 class BiLSTMClassifier(nn.Module):
     separate_pairs = True  # the two sides of a pair are tokenised apart (kdpipe.data.batching.encode)
@@ -90,22 +86,18 @@ def make_bilstm(
     *,
     pairs: bool,
     seed: int,
-    embedding_dim: int | None = None,
-    hidden_size: int | None = None,
-    fc_size: int | None = None,
-    dropout: float | None = None,
+    **sizes: float | None,
 ) -> BiLSTMClassifier:
-    """A fresh BiLSTM over ``tokenizer``'s vocabulary; the sizes and dropout the student's ``model`` entry sets (None:
-    :class:`BiLSTMConfig`'s)."""
+    """A fresh BiLSTM over ``tokenizer``'s vocabulary; ``sizes``: the ``embedding_dim``, ``hidden_size``, ``fc_size``
+    and ``dropout`` the student's ``model`` entry sets (None: :class:`BiLSTMConfig`'s)."""
     torch.manual_seed(seed)
-    given = {"embedding_dim": embedding_dim, "hidden_size": hidden_size, "fc_size": fc_size, "dropout": dropout}
     config = BiLSTMConfig(
         vocab_size=len(tokenizer),
         num_labels=len(labels),
         pairs=pairs,
         pad_token_id=tokenizer.pad_token_id or 0,
         id2label=dict(enumerate(labels)),
-        **{k: v for k, v in given.items() if v is not None},
+        **{k: v for k, v in sizes.items() if v is not None},
     )
     return BiLSTMClassifier(config)
 

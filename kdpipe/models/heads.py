@@ -23,19 +23,13 @@ GENERIC = re.compile(r"^LABEL_\d+$")  # transformers' placeholder names when a c
 
 def head_labels(checkpoint: str, where: str) -> list[str]:
     """The classes a checkpoint's head predicts, in output order (its ``id2label``)."""
-    config = Path(checkpoint) / "config.json"
-    if config.is_file():
-        id2label = json.loads(config.read_text()).get("id2label")
-    else:
-        try:
-            from transformers import AutoConfig  # only for hub names, so the default DAG build stays light
-
-            id2label = AutoConfig.from_pretrained(checkpoint).id2label
-        except (OSError, ValueError) as err:
-            raise KdpipeError(
-                f"{where}: cannot read the checkpoint '{checkpoint}': not a local model folder with a config.json "
-                f"and not reachable on the hub from here ({type(err).__name__})"
-            ) from err
+    config = _model_config(checkpoint)
+    if config is None:
+        raise KdpipeError(
+            f"{where}: cannot read the checkpoint '{checkpoint}': not a local model folder with a readable "
+            "config.json and not reachable on the hub from here"
+        )
+    id2label = config.get("id2label")
     if not id2label:
         raise KdpipeError(f"{where}: checkpoint '{checkpoint}' has no id2label; it is not a sequence classifier")
     ids = sorted(int(i) for i in id2label)

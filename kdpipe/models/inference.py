@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
+from scipy import special
 from torch import nn
 
 from kdpipe.core import progress
@@ -134,9 +135,7 @@ def mc_member_logits(
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Softmax over the last axis."""
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+    return special.softmax(logits, axis=-1)
 
 
 def probs_predictor(encoded: Encoded, *, batch_size: int, device: torch.device) -> Callable[[nn.Module], np.ndarray]:

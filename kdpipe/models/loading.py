@@ -45,18 +45,19 @@ def minilm_dir() -> Path:
 
 
 def _source(backbone: str) -> str:
-    if backbone == "builtin:minilm-l6" or backbone == "builtin:tiny-bert":
+    if backbone in BUILTINS:
         return str(minilm_dir())
     if backbone.startswith("builtin:"):
         raise KdpipeError(f"unknown builtin backbone '{backbone}'; builtins are {', '.join(BUILTINS)}")
     return backbone
 
 
-# What kdpipe loads a model folder as, by the Auto class it calls (see refuse_own_code)
+# What kdpipe loads a model folder as, by the Auto class it calls, and transformers' table of the model types it
+# provides for it (see refuse_own_code)
 TASKS = {
-    "AutoModelForSequenceClassification": "sequence classifier",
-    "AutoModel": "encoder",
-    "AutoModelForCausalLM": "causal language model",  # a prompted teacher's (kdpipe.models.causal_lm)
+    "AutoModelForSequenceClassification": ("sequence classifier", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    "AutoModel": ("encoder", "MODEL_MAPPING_NAMES"),
+    "AutoModelForCausalLM": ("causal language model", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),  # (kdpipe.models.causal_lm)
 }
 OWN_CODE = "kdpipe does not run a checkpoint's own code (trust_remote_code is off)"
 
@@ -78,18 +79,14 @@ def refuse_own_code(source: str, auto: str = "AutoModelForSequenceClassification
     from transformers.models.auto import modeling_auto
 
     model_type = config.get("model_type")
-    provided = {
-        "AutoModelForSequenceClassification": modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
-        "AutoModel": modeling_auto.MODEL_MAPPING_NAMES,
-        "AutoModelForCausalLM": modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-    }[auto]
-    if model_type in provided:
+    task, provided = TASKS[auto]
+    if model_type in getattr(modeling_auto, provided):
         return
     named = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
     code = sorted({str(c) for c in (c for v in named for c in (v if isinstance(v, list) else [v])) if c})
     raise KdpipeError(
         f"{where + ': ' if where else ''}{config_file}: the key auto_map asks for the checkpoint's own code "
-        f"({', '.join(code)}), as transformers provides no {TASKS[auto]} for its model_type {model_type!r}; "
+        f"({', '.join(code)}), as transformers provides no {task} for its model_type {model_type!r}; "
         f"{OWN_CODE}: use a checkpoint of a model class that transformers provides (a model_type such as bert, "
         "roberta or deberta-v2)"
     )

@@ -42,7 +42,8 @@ def load_npy(path: Path) -> np.ndarray:
         raise ArtifactError(f"{path}: cannot be read as a .npy array ({err}); {rebuild_hint(path)}") from err
 
 
-def _check_rows(path: Path, manifest: dict, row_ids: np.ndarray, file_rows: int) -> None:
+def _check_rows(path: Path, manifest: dict, row_ids: np.ndarray, file_rows: int, file_row_ids=None) -> None:
+    """The file holds its manifest's rows, those of the data split (and its ``file_row_ids``, when it stores them)."""
     if file_rows != manifest["rows"]:
         raise ArtifactError(
             f"{path}: holds {file_rows} rows but its manifest {manifest_path(path)} says "
@@ -53,6 +54,8 @@ def _check_rows(path: Path, manifest: dict, row_ids: np.ndarray, file_rows: int)
             f"{path}: made for {manifest['rows']} rows of split '{manifest.get('split')}', but the "
             f"data split has {len(row_ids)} rows: rebuild the teacher's signals"
         )
+    if file_row_ids is not None and not np.array_equal(file_row_ids, row_ids):
+        raise ArtifactError(f"{path}: row_ids are not those of the data split (other data, or another order)")
 
 
 def _check_labels(path: Path, manifest: dict, width: int, labels: list[str] | None) -> None:
@@ -71,9 +74,7 @@ def read_logits(path: str | Path, row_ids: np.ndarray, labels: list[str] | None 
     manifest = read_manifest(manifest_path(path), kind="logits")
     verify(manifest, manifest_path(path), [path.name], target=path)
     table = pq.read_table(path)
-    _check_rows(path, manifest, row_ids, table.num_rows)
-    if not np.array_equal(table.column("row_id").to_numpy(), row_ids):
-        raise ArtifactError(f"{path}: row_ids are not those of the data split (other data, or another order)")
+    _check_rows(path, manifest, row_ids, table.num_rows, table.column("row_id").to_numpy())
     column = table.column("logits").combine_chunks()
     width = column.type.list_size
     logits = column.flatten().to_numpy().reshape(-1, width)
@@ -90,9 +91,7 @@ def read_mc(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None 
     _check_rows(npy_path, manifest, row_ids, probs.shape[0])
     _check_labels(npy_path, manifest, probs.shape[1], labels)
     scores = pq.read_table(npy_path.with_suffix(".parquet")).to_pandas()
-    _check_rows(npy_path.with_suffix(".parquet"), manifest, row_ids, len(scores))
-    if not np.array_equal(scores["row_id"].to_numpy(), row_ids):
-        raise ArtifactError(f"{npy_path.with_suffix('.parquet')}: row_ids are not those of the data split")
+    _check_rows(npy_path.with_suffix(".parquet"), manifest, row_ids, len(scores), scores["row_id"].to_numpy())
     return probs, scores
 
 
@@ -148,9 +147,7 @@ def read_table(path: str | Path, row_ids: np.ndarray, kind: str) -> pd.DataFrame
     manifest = read_manifest(manifest_path(path), kind=kind)
     verify(manifest, manifest_path(path), [path.name], target=path)
     table = pq.read_table(path).to_pandas()
-    _check_rows(path, manifest, row_ids, len(table))
-    if not np.array_equal(table["row_id"].to_numpy(), row_ids):
-        raise ArtifactError(f"{path}: row_ids are not those of the data split (other data, or another order)")
+    _check_rows(path, manifest, row_ids, len(table), table["row_id"].to_numpy())
     return table
 
 

@@ -8,6 +8,7 @@ batch's rows padded to the batch's width, as the methods read them.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def load_signals(
 def subset_signals(signals: dict, positions: np.ndarray) -> dict:
     """One teacher's signals restricted to the rows ``positions`` of the split (a per-domain student): tensors and
     tables are indexed, token-level dumps restricted (:meth:`TokenFeature.subset`) and other memory-mapped arrays
-    wrapped in a :class:`RowSubset` (no dump is copied)."""
+    wrapped in a :class:`RowView` (no dump is copied)."""
     out = {}
     for name, value in signals.items():
         if isinstance(value, torch.Tensor):
@@ -72,31 +73,51 @@ def subset_signals(signals: dict, positions: np.ndarray) -> dict:
         elif isinstance(value, TokenFeature):
             out[name] = value.subset(positions)
         elif isinstance(value, np.ndarray) and value.ndim >= 2:
-            out[name] = RowSubset(value, positions)
+            out[name] = RowView([value], positions)
         else:
             out[name] = value  # labels, layer lists
     return out
 
 
-class RowSubset:
-    """Rows ``positions`` of a (memory-mapped) array, indexed like the array itself: ``view[i, ...]`` reads
-    ``array[positions[i], ...]``."""
+class RowView:
+    """Row-indexed arrays (memory-mapped dumps, or views of them) one after the other, indexed like one array
+    without a copy: ``view[i, ...]`` reads row ``index[i]`` of the stack (every row, in order, when ``index`` is
+    None): a per-domain student's rows of a dump, or one teacher's train then transfer rows (kdpipe.signals.join)."""
 
-    def __init__(self, array: np.ndarray, positions: np.ndarray):
-        self.array, self.positions = array, np.asarray(positions)
+    def __init__(self, arrays: list, index: np.ndarray | None = None):
+        if any(a.shape[1:] != arrays[0].shape[1:] for a in arrays):
+            raise KdpipeError(f"signals of shapes {[a.shape for a in arrays]} cannot be joined row-wise")
+        self.arrays = arrays
+        self.starts = np.cumsum([0, *(a.shape[0] for a in arrays)])
+        self.index = np.arange(self.starts[-1]) if index is None else np.asarray(index)
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return (len(self.positions), *self.array.shape[1:])
+        return (len(self.index), *self.arrays[0].shape[1:])
 
     @property
     def ndim(self) -> int:
-        return self.array.ndim
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        return len(self.index)
 
     def __getitem__(self, key):
-        if isinstance(key, tuple):
-            return self.array[(self.positions[key[0]], *key[1:])]
-        return self.array[self.positions[key]]
+        rows, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        index = self.index[rows.cpu().numpy() if isinstance(rows, torch.Tensor) else rows]
+        if len(self.arrays) == 1:
+            return self.arrays[0][(index, *rest)]
+        part = np.searchsorted(self.starts, index, side="right") - 1
+        if np.ndim(index) == 0:
+            return self.arrays[part][(int(index - self.starts[part]), *rest)]
+        out = None
+        for k in np.unique(part):
+            chosen = np.flatnonzero(part == k)
+            values = np.asarray(self.arrays[k][(index[chosen] - self.starts[k], *rest)])
+            if out is None:
+                out = np.empty((len(index), *values.shape[1:]), values.dtype)
+            out[chosen] = values
+        return out
 
 
 class TokenFeature:
@@ -136,14 +157,9 @@ class TokenFeature:
     def concat(cls, views: list[TokenFeature], where: str = "token-level dumps") -> TokenFeature:
         """The rows of ``views`` one after the other (a student's train rows, then its transfer rows): nothing is
         copied. The views must hold the same feature, layers and widths."""
-        first = views[0]
+        first, same = views[0], ("feature", "layers", "hidden_size", "heads")
         for view in views[1:]:
-            if (view.feature, view.layers, view.hidden_size, view.heads) != (
-                first.feature,
-                first.layers,
-                first.hidden_size,
-                first.heads,
-            ):
+            if [getattr(view, key) for key in same] != [getattr(first, key) for key in same]:
                 raise KdpipeError(
                     f"{where}: {first.feature} of layers {first.layers} and {view.feature} of layers {view.layers} "
                     "cannot be joined; rerun the dumps"
@@ -170,18 +186,10 @@ class TokenFeature:
 
     def subset(self, positions: np.ndarray) -> TokenFeature:
         """Rows ``positions`` only, reading the same arrays (nothing is copied)."""
-        positions = np.asarray(positions)
-        return TokenFeature(
-            self.feature,
-            self.arrays,
-            self.starts[positions],
-            self.lengths[positions],
-            self.layers,
-            hidden_size=self.hidden_size,
-            heads=self.heads,
-            token_hashes=None if self.token_hashes is None else self.token_hashes[positions],
-            source=self.source[positions],
-        )
+        positions, view = np.asarray(positions), copy.copy(self)
+        view.starts, view.lengths, view.source = self.starts[positions], self.lengths[positions], self.source[positions]
+        view.token_hashes = None if self.token_hashes is None else self.token_hashes[positions]
+        return view
 
     def rows(self, index: np.ndarray, slot: int, width: int) -> np.ndarray:
         """Layer slot ``slot`` of rows ``index`` as float32, zero-padded (or cut) to ``width`` tokens: hidden states

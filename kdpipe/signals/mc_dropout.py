@@ -144,13 +144,8 @@ def compute(settings: SignalSettings, teacher_dir: Path, data_dir: Path, shard: 
         shard=shard,
     )
     rows = shard_rows(pass_batches(teacher.encoded, settings.batch_size, shard))
-    arrays = {
-        "row_id": scores["row_id"].to_numpy()[rows],
-        "mean": mean[rows],
-        **{key: scores[key].to_numpy()[rows] for key in SCORES},
-    }
-    for name, values in arrays.items():
-        np.save(part / f"{name}.npy", values)
+    for name, values in {"mean": mean, **scores}.items():  # and row_id and every score, the columns of scores
+        np.save(part / f"{name}.npy", np.asarray(values)[rows])
     return rows, {"rows": len(teacher.encoded), "labels": teacher.labels, "teacher": teacher.teacher_config}
 
 

@@ -13,7 +13,6 @@ import numpy as np
 
 from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.data.batching import WHOLE
-from kdpipe.signals import rowfile
 from kdpipe.signals.rowfile import RowFile
 
 
@@ -96,17 +95,11 @@ def gather_packed(parts: list[tuple[np.ndarray, Path]], name: str, offsets: np.n
             if part.shape != (int(counts[rows].sum()), *first.shape[1:]) or part.dtype != first.dtype:
                 raise ArtifactError(f"{folder / f'{name}.npy'}: shape {part.shape} does not fit its rows; rerun it")
         with RowFile.create(out, (int(offsets[-1]), *first.shape[1:]), first.dtype) as full:
-            step = max(1, rowfile.CHUNK_BYTES // max(first.row_bytes, 1))
             starts = np.flatnonzero(np.diff(owner, prepend=-2))  # runs of consecutive rows from one part
             for start, stop in zip(starts, [*starts[1:], len(counts)]):
-                source, begin, end = (
-                    files[owner[start]],
-                    int(local[start]),
-                    int(local[start] + offsets[stop] - offsets[start]),
-                )
-                for at in range(begin, end, step):
-                    chunk = source.read(at, min(at + step, end))
-                    full.write_at(int(offsets[start]) + at - begin, chunk)
+                source, begin = files[owner[start]], int(local[start])
+                for at, until in source.chunks(begin, begin + int(offsets[stop] - offsets[start])):
+                    full.write_at(int(offsets[start]) + at - begin, source.read(at, until))
     finally:
         for part in files:
             part.close()

@@ -71,11 +71,11 @@ class RowFile:
             done += got
         return out
 
-    def chunks(self):
-        """(start, stop) row ranges of about CHUNK_BYTES each, covering the file."""
-        step = max(1, CHUNK_BYTES // max(self.row_bytes, 1))
-        for start in range(0, self.shape[0], step):
-            yield start, min(start + step, self.shape[0])
+    def chunks(self, begin: int = 0, end: int | None = None):
+        """(start, stop) row ranges of about CHUNK_BYTES each, covering rows ``begin`` to ``end`` (the whole file)."""
+        step, end = max(1, CHUNK_BYTES // max(self.row_bytes, 1)), self.shape[0] if end is None else end
+        for start in range(begin, end, step):
+            yield start, min(start + step, end)
 
     def close(self) -> None:
         os.close(self.fd)
