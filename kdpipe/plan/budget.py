@@ -1,9 +1,6 @@
-"""The disk budget of the feature dumps, checked when the DAG is built (docs/design.md, "Feature dumps and their size").
-
-Every hidden-state and attention dump the plan asks for is bounded from what is known before any job runs (the rows
-of its split, :func:`split_rows`; the teacher's width and heads; the layers kept; ``max_length``), and a plan whose
-dumps would not fit ``dump.max_gb`` stops with one message naming the largest dump and what would make it fit.
-Torch-free and numpy-free, like the whole plan.
+"""The disk budget of the feature dumps, checked when the DAG is built (docs/design.md, "Feature dumps and their size"):
+every dump the plan asks for is bounded from what is known before any job runs, and a plan whose dumps would not fit
+stops with one message naming the largest dump and what would make it fit.
 """
 
 from __future__ import annotations
@@ -86,11 +83,9 @@ def _size(n: float) -> str:
 
 
 def split_rows(plan, split: str) -> int | None:
-    """The rows of ``split`` of the plan's data, or None when they cannot be known before a job runs: the one place
-    the plan asks the data how large a split is. From the prepared artifact's manifest when it was made from this
-    config (a rerun reads one small file), else as the prepare stage will make them; transfer rows from their
-    artifact's manifest, else at most the withheld training rows plus what the transfer files hold
-    (:func:`kdpipe.data.transfer_sources.transfer_rows_bound`), capped by ``dataset.transfer_max_rows``."""
+    """The rows of ``split`` of the plan's data (None: unknown before a job runs), from the artifact's manifest when it
+    was made from this config, else as the prepare stage will make them; transfer rows at most the withheld training
+    rows plus what the transfer files hold, capped by ``dataset.transfer_max_rows``."""
     rows = _data_rows(plan)
     if plan.split_data(split) != TRANSFER.format(dataset=plan.dataset):
         return rows.get(split)

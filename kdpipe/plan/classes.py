@@ -17,21 +17,8 @@ from kdpipe.plan.budget import made_from, selected_data
 from kdpipe.plan.paths import DATA
 
 # Teacher keys that only matter when a teacher is trained (left out of an imported teacher's slice)
-TRAINING_KEYS = (
-    "backbone",
-    "epochs",
-    "lr",
-    "batch_size",
-    "warmup_ratio",
-    "weight_decay",
-    "max_grad_norm",
-    "seed",
-    "checkpoint_every",
-    "layers",
-    "objective",
-    "objective_args",
-    "domain",
-)
+TRAINING_KEYS = ("backbone", "epochs", "lr", "batch_size", "warmup_ratio", "weight_decay", "max_grad_norm", "seed",
+                 "checkpoint_every", "layers", "objective", "objective_args", "domain")  # fmt: skip
 
 
 class Classes:

@@ -75,8 +75,7 @@ class Ood:
         self._check_held_out()
 
     def _check_ood_file(self, spec: dict) -> None:
-        """The OOD file is one kdpipe reads (by its extension), with its text column and a data row: checked when
-        the DAG is built, before any job (the ``ood`` job reads it whole)."""
+        """The OOD file is one kdpipe reads (by its extension), with its text column and a data row."""
         path = Path(spec["source"])
         if path.is_file() and path.suffix.lower() not in OOD_SUFFIXES:
             raise KdpipeError(
@@ -136,8 +135,7 @@ class Ood:
         return [(where, source) for where, source in sources if isinstance(source, str)]
 
     def _check_mc_samples(self) -> None:
-        """``evaluate.mc_samples`` on a model whose dropout is zero everywhere would give T equal samples: named
-        before any job (a model whose config cannot be read without loading it is checked by its job)."""
+        """``evaluate.mc_samples`` on a model whose dropout is zero everywhere would give T equal samples."""
         if not self.config["evaluate"].get("mc_samples"):
             return
         for teacher, spec in self.teachers.items():
@@ -162,8 +160,8 @@ class Ood:
 
 
 def _refuse_known_class(what: str, head: list[str], label_map: dict | None, folded: set[str]) -> None:
-    """Stop the plan when a model that a teacher or student starts from already predicts a held-out class (``head``:
-    its classes, renamed by ``label_map``; ``folded``: the held-out classes in lower case)."""
+    """Stop the plan when a starting model's ``head`` (renamed by ``label_map``) predicts a class of ``folded`` (the
+    held-out classes in lower case)."""
     label_map = label_map or {}
     known = [label_map.get(c, c) for c in head if label_map.get(c, c).lower() in folded]
     if known:

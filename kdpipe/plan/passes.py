@@ -1,9 +1,7 @@
 """The teacher signal passes a config runs (docs/design.md, "Signals"; docs/caching-and-reruns.md).
 
-A pass is one job (S = 1) or S shard jobs plus a gather per signal (:mod:`kdpipe.signals.shards`) that makes some
-signals of one teacher on one split: the teacher's shared forward pass makes every deterministic signal that some
-job reads of it there (:mod:`kdpipe.signals.forward`), MC-dropout is a pass of its own. Which signals a job reads is
-what its rule declares (students, routes, the MC-dropout targets), so the passes follow the readers exactly.
+A pass (one job, or S shard jobs and a gather) makes the signals of one teacher on one split that some job reads:
+the shared forward pass every deterministic one (:mod:`kdpipe.signals.forward`), MC-dropout a pass of its own.
 """
 
 from __future__ import annotations
@@ -35,9 +33,8 @@ class Passes:
         return {key: [name for name in CATALOG if name in names] for key, names in sorted(wanted.items())}
 
     def passes(self) -> dict[tuple[str, ...], list[tuple[str, str]]]:
-        """Every pass, as the signals it makes -> the (teacher, split) pairs it runs on: the shared forward's signals
-        (one pass per pair) and ``("mc",)``, of every teacher but a prompted one. The rules of S = 1 are made from it,
-        one per distinct set of signals."""
+        """Every pass, as the signals it makes -> the (teacher, split) pairs it runs on, of every teacher but a
+        prompted one (the rules of S = 1 are made from it, one per distinct set of signals)."""
         out: dict[tuple[str, ...], list[tuple[str, str]]] = {}
         for pair, names in self.requested_signals.items():
             if self.prompted(pair[0]):  # its own passes make its signals (kdpipe.plan.prompted)
