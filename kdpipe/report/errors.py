@@ -1,10 +1,5 @@
 """Where the models err: accuracy per class beside the teachers' on their own classes (a table), and a row-normalised
-confusion matrix per model (a figure), both from the evaluations of the plotted split.
-
-The confusion matrices are counted from each evaluation's predictions (``<split>.predictions.parquet`` beside its
-JSON: gold ``label`` and predicted ``pred`` per row), the seeds of a model pooled; a teacher trained on a subset of
-the classes has the rows and predictions of its own classes only.
-"""
+confusion matrix per model (a figure), both from the evaluations of the plotted split."""
 
 from __future__ import annotations
 

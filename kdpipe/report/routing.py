@@ -1,8 +1,7 @@
 """The report's routing section (docs/routing.md, "Diagnostics"): from every route's manifest, a table of each
 router's routing and target accuracy (``routing.tsv``, ``routing.md``, the routes' warnings first, and where
 recorded the teachers' certainty scores as OOD detection) and a plot of the per-class validation routing accuracy
-(``routing.png``). The warnings are computed here from the threshold ``routing.warn_below``
-(:func:`kdpipe.routing.diagnostics.warning`), so changing it reruns the report only.
+(``routing.png``).
 """
 
 from __future__ import annotations
@@ -69,8 +68,7 @@ def _auroc(value: float | None) -> str:
 
 def ood_markdown(route: dict) -> str | None:
     """The table "Certainty as OOD detection" of a route: one row per teacher and split, one column per score, the
-    AUROC of :func:`kdpipe.routing.diagnostics.ood_auroc`; None for a route that did not record it (an older
-    route.json)."""
+    AUROC of :func:`kdpipe.routing.diagnostics.ood_auroc`; None for a route without it."""
     record = route.get("ood_auroc")
     if not record:
         return None

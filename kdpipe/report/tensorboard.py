@@ -2,9 +2,8 @@
 optional ``tensorboard`` package is installed (``pip install -e ".[tracking]"``; docs/report.md, "Training logs").
 
 Each trained model becomes one run, ``<out>/<family>/<model>``, with ``train/<term>`` per logged step and
-``validation/<metric>`` (plus ``validation/kept``) per epoch, made from ``train_log.jsonl`` when the report is
-built, so they match ``curves.png``; a rebuilt report replaces them. Written with TensorBoard's own event-file
-writer, not torch's ``SummaryWriter``, which would import torch into a stage that runs no model.
+``validation/<metric>`` (plus ``validation/kept``) per epoch. Written with TensorBoard's own event-file writer: torch's
+``SummaryWriter`` would import torch into a stage that runs no model.
 """
 
 from __future__ import annotations
