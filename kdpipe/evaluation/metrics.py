@@ -1,6 +1,7 @@
-"""Classification metrics of predicted class probabilities: accuracy, macro-F1, NLL, ECE, Brier, reliability bins,
-and the uncertainty split of several members (docs/methods.md §3). Accuracy, macro-F1 and ECE come from torchmetrics,
-the rest is numpy where torchmetrics has no such metric (docs/design.md, "Design notes").
+"""Classification metrics of predicted class probabilities: accuracy, macro-F1, NLL, ECE, Brier, reliability bins.
+
+Also the uncertainty split of several members (docs/methods.md §3). Accuracy, macro-F1 and ECE come from
+torchmetrics, the rest is numpy where torchmetrics has no such metric (docs/design.md, "Design notes").
 """
 
 from __future__ import annotations

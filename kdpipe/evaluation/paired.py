@@ -108,12 +108,9 @@ class Accuracy(_Units):
 
 
 class CalibrationError(_Units):
-    """The expected calibration error (L1, equal-width confidence bins, as
-    ``torchmetrics.MulticlassCalibrationError``): per bin the gap between the mean confidence and the accuracy,
-    weighted by the bin's share of rows, from ``confidence`` and ``correct`` [units, N]. The confidences are binned
-    in float32 and a row of confidence 1 has a bin of its own, both as in torchmetrics. Binned ECE is biased upwards
-    (a calibrated model on a finite sample scores above 0), so its interval says how much it moves between samples,
-    not how far it is from 0; the difference of two models' ECE on the same rows is the quantity to test."""
+    """The expected calibration error as ``torchmetrics.MulticlassCalibrationError`` computes it (L1, equal-width
+    bins of float32 confidences, a confidence of 1 in a bin of its own), from ``confidence`` and ``correct``
+    [units, N]. Binned ECE is biased upwards: test the difference of two models' ECE, not its distance from 0."""
 
     lower_is_better = True
 
@@ -232,8 +229,8 @@ Unit = list[tuple[int, np.ndarray]]  # a top-level unit: (model, its unit rows a
 
 def _top_levels(models: list[Metric]) -> list[list[Unit]]:
     """The top-level units of the models, in groups drawn together: the teacher seeds of models with the same
-    several teacher seeds (each unit every such model's mean over its student seeds under that teacher seed), else
-    the student seeds of models with the same student seed labels (unlabelled seeds: each model alone)."""
+    several teacher seeds, else the student seeds of models with the same student seed labels, else each model
+    alone (docs/report.md, "Intervals and verdicts": pairing)."""
     by_teachers = defaultdict(list)
     for index, model in enumerate(models):
         by_teachers[tuple(model.teacher_seeds)].append(index)
@@ -353,19 +350,17 @@ def compare_gains(
     seed: int = 0,
     clusters=None,
 ) -> Comparison:
-    """(A − B) − (C − D): how much larger A's gain over B is than C's over D, all four on the same test rows (e.g.
-    one method's gain with little data against its gain with all of it, every model scored on the same reviews).
-    One draw of the rows is shared by the four models, their seeds drawn as in :func:`compare`."""
+    """(A − B) − (C − D): how much larger A's gain over B is than C's over D, all four on the same test rows, one
+    draw of the rows shared by the four, their seeds drawn as in :func:`compare`."""
     models = [_metric(m) for m in (a, b, c, d)]
     found = _estimate(models, [1.0, -1.0, -1.0, 1.0], draws, seed, clusters)
     return _comparison(found, models[0].lower_is_better, claim, gap, margin)
 
 
 def claim_tests(advantage: float, se: float, df: float, claim: str, gap: float = 0.0, margin: float = 0.01):
-    """The tests of a claim on the *advantage* of A (A − B, or B − A where lower is better), its standard error and
-    degrees of freedom: ``beats`` the direction (two-sided against 0) and, with a gap g > 0, the size (two-sided
-    against g); ``matches`` the equivalence within ±``margin`` (two one-sided tests at 5% each while the estimate
-    lies inside ±margin; outside it, the test that the difference lies beyond the margin)."""
+    """The tests of a claim on the *advantage* of A (A − B, or B − A where lower is better): ``beats`` the direction
+    and, with a gap > 0, the size (two-sided); ``matches`` the equivalence within ±``margin`` (two one-sided tests
+    inside the margin; outside it, the test that the difference lies beyond it)."""
     if claim == "beats":
         tests = [_two_sided("direction", advantage, 0.0, se, df)]
         if gap > 0:

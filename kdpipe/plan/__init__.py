@@ -1,9 +1,8 @@
-"""The experiment plan: from a validated config (:func:`checked_plan`) to jobs, their config slices and the artifact
-paths.
+"""The experiment plan: from a validated config to jobs, their config slices and the artifact paths.
 
 Imported by the workflow (``workflow/rules/common.smk``) when Snakemake builds the DAG, so it stays free of torch
-and transformers. :class:`Plan` gathers one mixin per concern, each a module of this package (docs/design.md,
-"Layers", lists them).
+and transformers. :func:`checked_plan` checks a config and makes its :class:`Plan`, which gathers one mixin per
+concern, each a module of this package (docs/design.md, "Layers", lists them).
 """
 
 from __future__ import annotations
@@ -113,8 +112,8 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
         self._check_prompted()  # (after method_args: a route's router is one of them)
 
     def _per_domain(self, entry: str, merged: dict) -> list[tuple[str, dict]]:
-        """(base name, domain key) of each student an entry stands for: itself, or with ``per_domain: true`` one
-        student ``<entry>.<domain>`` per domain of the data (``merged`` loses the key)."""
+        """(base name, domain key) of each student an entry stands for: itself, or one ``<entry>.<domain>`` per domain
+        with ``per_domain: true`` (popped from ``merged``)."""
         if not merged.pop("per_domain", False):
             return [(entry, {})]
         if merged.get("domain"):

@@ -1,5 +1,6 @@
-"""The disk budget of the feature dumps, checked when the DAG is built (docs/design.md, "Feature dumps and their size"):
-every dump the plan asks for is bounded from what is known before any job runs, and a plan whose dumps would not fit
+"""The disk budget of the feature dumps, checked when the DAG is built (docs/design.md, "Feature dumps and their size").
+
+Every dump the plan asks for is bounded from what is known before any job runs, and a plan whose dumps would not fit
 stops with one message naming the largest dump and what would make it fit.
 """
 

@@ -1,6 +1,7 @@
-"""Each job's config slice: exactly the part of the config its output depends on, as plain JSON-able values: the
-job's ``params.cfg``, compared by Snakemake's params trigger and hashed by the output cache
-(docs/caching-and-reruns.md)."""
+"""Each job's config slice: exactly the part of the config its output depends on (docs/caching-and-reruns.md).
+
+Plain JSON-able values: the job's ``params.cfg``, compared by Snakemake's params trigger and hashed by the output cache.
+"""
 
 from __future__ import annotations
 
