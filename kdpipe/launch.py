@@ -1,12 +1,9 @@
 """Which kdpipe a job runs: the workflow's own, exactly the code its fingerprint was computed from (docs/design.md,
 "Which kdpipe a job runs").
 
-The workflow sets :func:`job_environment` for its jobs; a job that imported another kdpipe all the same stops
-(:func:`check_package`). ``python -m kdpipe`` then reads every source file of the package once, at its start
-(:class:`Snapshot`), and imports every kdpipe module from those bytes, never again from the disk: the job checks its
-code fingerprint against the snapshot (``kdpipe.cli``), so the code that runs is the code recorded, whenever an edit
-lands. Only this launcher (``kdpipe/__main__.py`` and this module, part of no job's fingerprint) runs from the disk.
-Standard library only: nothing of kdpipe is imported here.
+``python -m kdpipe`` reads every source file of the package once, at its start (:class:`Snapshot`), and imports
+kdpipe from those bytes only, so the code a job runs is the code its fingerprint checks (``kdpipe.cli``). Standard
+library only: this launcher is part of no job's fingerprint.
 """
 
 from __future__ import annotations
@@ -100,9 +97,8 @@ def snapshot() -> Snapshot | None:
 
 
 def pause(point: str) -> None:
-    """For the tests of edits made while a job starts (:data:`PAUSE_ENV`, items ``POINT=FILE`` or
-    ``POINT@STAGE=FILE``, the stage a word of the command line): at ``point``, create ``FILE`` and wait until it is
-    removed. Does nothing unless the variable names the point."""
+    """For the tests of edits made while a job starts (:data:`PAUSE_ENV`: ``POINT=FILE`` or ``POINT@STAGE=FILE``):
+    at ``point``, create ``FILE`` and wait until it is removed."""
     for item in os.environ.get(PAUSE_ENV, "").split(","):
         name, _, marker = item.partition("=")
         name, _, stage = name.partition("@")

@@ -1,9 +1,7 @@
 """Tokenisation and length-bucketed batching (docs/design.md, "Compute": no padding to max_length).
 
-A split is tokenised once into variable-length id rows (:class:`Encoded`), stored flat (:class:`Ragged`); batches
-are index arrays into it (:class:`Batches`, one array for all of them), each padded only to its own longest row.
-torch is imported only where batches become tensors (:func:`collate`), so a stage that reads no model starts
-without it.
+A split is tokenised once into flat id rows (:class:`Encoded`, :class:`Ragged`); batches are index arrays into it
+(:class:`Batches`), each padded to its own longest row; torch is imported only in :func:`collate`.
 """
 
 from __future__ import annotations
@@ -31,10 +29,8 @@ def _spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 class Ragged(Sequence):
-    """Rows of integers of different lengths stored flat: row i is ``values[offsets[i]:offsets[i + 1]]`` (a view).
-
-    Indexing gives one row, iteration every row, as the list of arrays it replaces did; :meth:`pad` gathers a batch
-    of rows into one padded array without a Python loop over them."""
+    """Rows of integers of different lengths stored flat: row i is ``values[offsets[i]:offsets[i + 1]]`` (a view);
+    :meth:`pad` gathers a batch of rows into one padded array."""
 
     __slots__ = ("values", "offsets")
 
@@ -117,10 +113,8 @@ class Encoded:
         return _row_crcs(self.input_ids, self.pair_ids)
 
 
-# Rows tokenised at a time. A fast tokenizer keeps, per row, an encoding object with the tokens, offsets and the
-# truncated rest of the text, many times the ids it returns: tokenising a whole split at once raised the peak memory
-# by about 85 KB per BBC article (341 MB for 4,000 rows at max_length 64; 97 MB in chunks of 512), so memory grew
-# with the split (benchmarks/RESULTS.md, "How cost grows with the work").
+# Rows tokenised at a time: a fast tokenizer keeps an encoding object per row, many times its ids, so a whole split
+# at once made memory grow with it (benchmarks/RESULTS.md, "How cost grows with the work").
 TOKENIZE_CHUNK = 512
 
 # How each field is stored: ids as int32 (every vocabulary fits), token types (0 or 1, a few at most) as int8
@@ -128,10 +122,9 @@ FIELD_DTYPES = {"input_ids": np.int32, "token_type_ids": np.int8}
 
 
 class _Column:
-    """One field of a split built a chunk of rows at a time into a single array: allocated for ``capacity`` values
-    up front (the rows times max_length; pages the ids never reach are never touched, so they take no memory) and
-    grown only when a tokenizer returns more, so the split's ids are never held twice (chunks and their
-    concatenation). Values are stored as ``dtype`` while they fit it, else as int64."""
+    """One field of a split built a chunk of rows at a time into one array, allocated for ``capacity`` values up front
+    (untouched pages take no memory) so the ids are never held twice; stored as ``dtype`` while they fit, else
+    int64."""
 
     def __init__(self, rows: int, capacity: int, dtype):
         self.values = np.empty(max(capacity, 1), dtype=dtype)

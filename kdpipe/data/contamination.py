@@ -3,28 +3,11 @@ the rule by which the transfer rows (kdpipe.data.transfer) and an external OOD s
 holds a validation, test or held-out class's text anywhere in it, behind a source line, inside a quotation, before
 a credit line.
 
-Texts are compared as words: each text :func:`kdpipe.data.folding.fold`-ed (so capitals, accents, entities, curly
-quotes and spaced punctuation change nothing), cut at every character that is neither a letter nor a digit (a CJK
-ideograph is a word of its own), a row's text pair following its text. A row is caught when
-
-- it shares one sequence of :data:`NGRAM` (13) consecutive words with an evaluation text of at least 13 words
-  (``shared``), or
-- it contains, as consecutive whole words, an evaluation text of fewer than 13 words (``contained``).
-
-Thirteen words is the n of the n-gram rule that decontaminated GPT-3's training data from its benchmarks: a
-sentence's length, so that two texts written apart almost never share one (fixed phrases such as "the prime minister
-said on monday" are shorter), while a copy of an evaluation text inside another text shares all of its 13-grams, and
-a copy cut short or interrupted shares those of every stretch of 13 words left whole. One shared 13-gram is enough,
-as in that rule, because a model input may be cut at ``max_length`` tokens and then holds only part of a copied text:
-no share of the evaluation text's n-grams can be demanded.
-
-The evaluation texts' n-gram hashes are built once (:class:`EvaluationNgrams`: 8 bytes per word of the evaluation
-texts, in one sorted array, and a table of their leading bits); a batch of rows is then tested in numpy and Arrow,
-without a Python loop over rows or words: the words of many rows are split by one Arrow call, each distinct word
-hashed once (``pandas.util.hash_array``), and every window of k words hashed at once by Horner's rule over the flat
-word array, k multiply-adds per word (:func:`windows`). Rows are taken :data:`CHUNK_CHARS` folded characters at a
-time, so memory stays bounded whatever the number of rows. A row is caught by mistake only through a collision of
-64-bit hashes: for 10^9 windows against 10^6 evaluation n-grams, about one chance in 20,000.
+Words are cut from folded texts (kdpipe.data.folding). A row is ``shared`` when it has a run of :data:`NGRAM` (13)
+consecutive words in common with an evaluation text of at least 13 words, ``contained`` when it holds a shorter
+evaluation text as consecutive whole words. The evaluation n-grams are hashed once (:class:`EvaluationNgrams`); a
+batch of rows is tested in numpy and Arrow with no Python loop over rows or words (:func:`windows`: Horner's rule
+over the flat word hashes), :data:`CHUNK_CHARS` folded characters at a time, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -85,11 +68,9 @@ def word_hashes(texts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def windows(words: np.ndarray, lengths: Iterable[int]) -> Iterator[tuple[int, np.ndarray]]:
-    """For each k of ``lengths`` (ascending), k and the hash of the k words starting at each position of ``words``
-    (``len(words) - k + 1`` of them; windows that cross from one text to the next are the caller's to mask).
-
-    The hash of w_0 … w_{k-1} is (Σ_j w_j·B^(k-1-j) + k·L) mod 2^64, grown one word at a time (Horner's rule): the
-    windows of every length up to the largest cost that many multiply-adds per word."""
+    """For each k of ``lengths`` (ascending), k and the hash (Σ_j w_j·B^(k-1-j) + k·L) mod 2^64 of the k words starting
+    at each position of ``words``, grown one word at a time (Horner's rule); windows that cross texts are the caller's
+    to mask."""
     wanted = sorted(set(lengths))
     current = words.copy()
     for k in range(1, (wanted[-1] if wanted else 0) + 1):
@@ -102,11 +83,8 @@ def windows(words: np.ndarray, lengths: Iterable[int]) -> Iterator[tuple[int, np
 
 
 class EvaluationNgrams:
-    """The n-grams of the evaluation texts, hashed once, and :meth:`find`, which tests rows against them.
-
-    ``texts``: the evaluation texts, folded and joined (:func:`joined`), in any number of parts. A text of at least
-    ``n`` words gives every window of ``n`` of its words; a shorter one gives itself whole; a text without a word
-    (empty, or only punctuation) gives nothing (the equality of whole texts covers it)."""
+    """The n-grams of the evaluation texts (folded and :func:`joined`, in any number of parts), hashed once, and
+    :meth:`find`, which tests rows against them; a text shorter than ``n`` words gives itself whole."""
 
     def __init__(self, texts: Iterable[pd.Series], n: int = NGRAM):
         self.n = n

@@ -1,9 +1,5 @@
 """Reading a local CSV/TSV/JSONL/Parquet file faithfully: every record of the file becomes one row, or the reader
 says why not (docs/your-own-models-and-data.md, "Your own data", which gives each format's rules).
-
-TSV has no quote character and a row with the wrong tab count is an error naming its line; CSV follows RFC 4180
-(records spanning several lines are counted and reported); JSONL ends a record at a line feed only. A file that
-does not decode in the configured encoding gets a hint with the encoding that does decode it.
 """
 
 from __future__ import annotations
@@ -26,9 +22,8 @@ FORMATS = ("csv", "tsv", "jsonl", "parquet")
 
 
 def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.DataFrame:
-    """Every column of a local file as read (text as strings), with errors naming the file and the config key or
-    option ``key`` that named it; ``fmt`` is its format (``auto``: from the extension), ``encoding`` that of a text
-    file. ``frame.attrs["records"]`` says how the file's records map to rows."""
+    """Every column of a local file as read (text as strings), errors naming the file and the config ``key``;
+    ``frame.attrs["records"]`` says how the file's records map to rows."""
     path = Path(path)
     fmt = file_format(path, fmt)
     if not path.is_file():
@@ -59,8 +54,7 @@ _FILLED_LINE = re.compile(r"[^\r\n]*\S[^\r\n]*")
 
 
 def _lines(text: str) -> int:
-    """The number of non-blank lines (what a reader that skips blank lines turns into records), counted without
-    holding them (memory flat in N)."""
+    """The number of non-blank lines, counted without holding them."""
     return sum(1 for _ in _FILLED_LINE.finditer(text))
 
 
@@ -133,8 +127,7 @@ def file_format(path: Path, fmt: str | None) -> str:
 
 
 def decode(path: Path, data: bytes, encoding: str) -> str:
-    """Decode first so that a wrong encoding is reported with its byte offset and the encoding that works, not as
-    a parser error."""
+    """``data`` as text; a wrong encoding is an error with its byte offset and a hint (:func:`encoding_hint`)."""
     try:
         text = data.decode(encoding)
     except LookupError as err:

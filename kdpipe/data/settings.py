@@ -44,9 +44,8 @@ class DatasetSplit(Settings):
 
 @dataclass(frozen=True)
 class DatasetSettings(Settings):
-    """The ``prepare`` job's slice: the ``dataset`` section without its transfer keys (``conflicts``,
-    ``id_column`` and ``normalize_labels`` left out at their defaults), the classes held out as the OOD set
-    (``ood_classes``, only when some are) and the digests of local files (``local_content``)."""
+    """The ``prepare`` job's slice: the ``dataset`` section without its transfer keys, the classes held out as the
+    OOD set (``ood_classes``) and the digests of local files (``local_content``)."""
 
     name: str
     source: str | None
