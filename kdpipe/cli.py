@@ -35,8 +35,7 @@ def _params(text: str) -> dict:
 
 
 def _add_argument(sub: argparse.ArgumentParser, arg: Arg) -> None:
-    """An optional path or paths may be given with no value: the rule writes the flag whether the job needs it or
-    not, followed by the path(s) it needs, if any."""
+    """An optional path or paths may be given with no value (the rule always writes the flag)."""
     if arg.kind == "text":
         sub.add_argument(arg.flag, dest=arg.name, required=not arg.optional, default=None)
     elif arg.optional:
@@ -77,8 +76,7 @@ def _arguments(argv: list[str]) -> dict:
 
 
 def _made_already(stage: Stage, settings: Settings, args: dict, inputs: list[Path], code: str | None) -> bool:
-    """Lock a training job's outputs, set its identity (:func:`kdpipe.core.identity.job_identity`) and say whether
-    its finished outputs were restored (:func:`kdpipe.core.finished.restore_finished`)."""
+    """Lock a training job's outputs, set its identity and say whether its finished outputs were restored."""
     from kdpipe.core.fingerprint import fingerprint
     from kdpipe.core.finished import lock_outputs, restore_finished
     from kdpipe.core.identity import job_identity
@@ -104,9 +102,8 @@ def _check_local_content(params: dict) -> None:
 
 
 def check_code(stage: Stage, code: str) -> None:
-    """Stop a job whose kdpipe code is not the code its fingerprint ``code`` was computed from (``--code``: the
-    fingerprint, then after a ``:`` the modules the stage imports by name), computed here from the snapshot of the
-    sources the job runs from (:mod:`kdpipe.launch`)."""
+    """Stop a job whose code (the snapshot it runs from, :mod:`kdpipe.launch`) is not what its fingerprint ``code``
+    was computed from (``--code``: the fingerprint, then after a ``:`` the modules the stage imports by name)."""
     from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint, read_sources_from
 
     taken = snapshot()
@@ -130,8 +127,7 @@ LAUNCHED = "KDPIPE_LAUNCHED_IDENTITY"
 
 
 def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
-    """Become ``torchrun`` running this same command as ``processes`` ranks on this machine, each with an equal part
-    of the CPU threads; the output lock this process holds stays held across the exec."""
+    """Become ``torchrun`` running this same command as ``processes`` ranks, the output lock held across the exec."""
     from kdpipe.core.finished import held_locks
 
     rest, skip = [], False
@@ -171,8 +167,7 @@ def job_name(command: str, params: dict, args: dict) -> str:
 
 
 def _use_threads(threads: int, stage: Stage) -> None:
-    """torch's CPU threads: those Snakemake granted the job; a stage that has not imported torch gets
-    ``OMP_NUM_THREADS`` instead (importing torch takes seconds)."""
+    """torch's CPU threads (``OMP_NUM_THREADS`` for a stage that has not imported torch, which takes seconds)."""
     if stage.model or "torch" in sys.modules:
         from kdpipe.core.device import set_threads
 
@@ -182,9 +177,8 @@ def _use_threads(threads: int, stage: Stage) -> None:
 
 
 def main(argv=None) -> int:
-    """The command line ``kdpipe COMMAND ...``, its exit status. With ``argv`` None (the process's own command) a
-    Ctrl-C ends the process by SIGINT without a traceback (kdpipe.core.killed); with a list it raises
-    KeyboardInterrupt."""
+    """The command line ``kdpipe COMMAND ...``, its exit status; with ``argv`` None a Ctrl-C ends the process by
+    SIGINT without a traceback (kdpipe.core.killed)."""
     if argv is not None:
         return _main(list(argv))
     try:

@@ -22,8 +22,7 @@ PAUSE_ENV = "KDPIPE_TEST_PAUSE"
 
 
 def job_environment(env: dict | None = None, package: Path = PACKAGE) -> dict[str, str]:
-    """What makes ``python -m kdpipe`` import ``package``: its folder's parent first on ``PYTHONPATH`` (then what
-    ``env`` had there), no working directory on ``sys.path``, and :data:`PACKAGE_ENV`."""
+    """What makes ``python -m kdpipe`` import ``package``: its parent first on ``PYTHONPATH``; :data:`PACKAGE_ENV`."""
     env = os.environ if env is None else env
     root = str(package.parent)
     rest = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry and entry != root]
@@ -42,16 +41,14 @@ def check_package() -> str | None:
 
 
 class Snapshot(importlib.abc.MetaPathFinder):
-    """The package's source files, read once: every ``kdpipe`` module this process imports after
-    :meth:`install` is compiled from these bytes (never from the disk, nor from a cached ``.pyc``)."""
+    """The package's source files, read once: every ``kdpipe`` module imported after :meth:`install` comes from them."""
 
     def __init__(self, package: Path = PACKAGE):
         self.package = package
         self.sources = {path: path.read_bytes() for path in sorted(package.rglob("*.py"))}
 
     def install(self) -> None:
-        """Serve kdpipe from the snapshot, the package itself included (imported again from it); this launcher stays
-        as it was loaded."""
+        """Serve kdpipe from the snapshot, the package itself included; this launcher stays as it was loaded."""
         sys.meta_path.insert(0, self)
         for name in [n for n in sys.modules if n == "kdpipe" or n.startswith("kdpipe.")]:
             if name != __name__:
@@ -75,8 +72,7 @@ class Snapshot(importlib.abc.MetaPathFinder):
 
 
 class _Loader(importlib.abc.SourceLoader):
-    """One module's source from the snapshot. Without ``path_stats`` the source loader never reads or writes a
-    ``.pyc``: it compiles the snapshot's bytes."""
+    """One module's source from the snapshot (without ``path_stats``, no ``.pyc`` is read or written)."""
 
     def __init__(self, path: Path, source: bytes):
         self.path, self.source = str(path), source

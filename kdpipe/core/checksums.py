@@ -72,8 +72,7 @@ def verify(manifest: dict, manifest_file: str | Path, names: Iterable[str], targ
 
 
 def write_manifest(path: str | Path, manifest: dict, names: Iterable[str]) -> dict:
-    """Write ``manifest`` to ``path`` with the checksums of the files ``names`` beside it (written before it) added
-    to any it lists; return what was written."""
+    """Write ``manifest`` to ``path`` with the checksums of the files ``names`` beside it added; return it."""
     sums = {**(manifest.get("checksums") or {}), **{name: checksum(Path(path).parent / name) for name in names}}
     manifest = {**manifest, "checksums": sums}
     write_json(path, manifest)

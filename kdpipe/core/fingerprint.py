@@ -86,8 +86,7 @@ def _memo() -> JsonMemo:
 
 
 def _imported_names(source: bytes, filename: str, module: str, is_package: bool) -> set[str]:
-    """Every module name the source imports, resolved to absolute names, with the packages above each (importing
-    a submodule also runs the ``__init__.py`` of every package above it)."""
+    """Every module name the source imports, resolved to absolute names, with the packages above each."""
     tree = ast.parse(source, filename=filename)
     package = module if is_package else module.rpartition(".")[0]
     found = set()

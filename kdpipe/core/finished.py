@@ -1,10 +1,8 @@
 """Finished outputs kept for a rerun of the same job.
 
-See docs/caching-and-reruns.md, "A finished job recorded as incomplete". A training job keeps a copy of its finished
-output (:func:`keep_finished`, ``.resume/<name>.done``) with its identity, restored (:func:`restore_finished`) only
-for a job of that identity whose copy still matches its checksums, never in a forced run (:data:`NO_RESTORE`); the
-workflow drops the copies when a run starts and ends (:func:`drop_finished_copies`). The output locks
-(:func:`lock_outputs`, :func:`take_lock`) are here too. Torch-free: it runs before a GPU is claimed.
+See docs/caching-and-reruns.md, "A finished job recorded as incomplete": a training job keeps a copy of its output
+with its identity (:func:`keep_finished`), restored only under those rules (:func:`restore_finished`); and the output
+locks (:func:`lock_outputs`). Torch-free: it runs before a GPU is claimed.
 """
 
 from __future__ import annotations
@@ -67,8 +65,7 @@ def _drop(done: Path) -> None:
 
 
 def drop_finished_copies(roots: list[str | Path], *, keep_if_output_exists: bool = False) -> list[Path]:
-    """Drop the kept copies under every ``root`` (``results/teachers``...), with ``keep_if_output_exists`` only
-    those whose output is missing now; returns the copies dropped."""
+    """Drop the kept copies under every ``root`` (with ``keep_if_output_exists``, those of missing outputs)."""
     dropped = []
     for root in roots:
         for done in sorted((Path(root) / RESUME).glob("*.done")):
@@ -80,8 +77,7 @@ def drop_finished_copies(roots: list[str | Path], *, keep_if_output_exists: bool
 
 
 def restore_finished(identity: str, out_dirs: list[Path]) -> bool:
-    """Put back the kept copies of every output of a job of this ``identity`` and return True; a copy of another
-    identity, or one whose files no longer match its manifest, is removed with a log line."""
+    """Put back the kept copies of every output of a job of this ``identity`` and return True, or remove them."""
     if os.environ.get(NO_RESTORE) == "1":
         return False
     copies = [finished_copy(Path(out)) for out in out_dirs]
@@ -149,9 +145,8 @@ def lock_outputs(out_dirs: list[Path]) -> None:
 
 
 def take_lock(path: Path, waiting: str, holder: str = "", stop=None):
-    """An exclusive ``flock`` on ``path``, held while the returned handle is open. When another process holds it, say
-    ``waiting`` (``{holder}``: what the file names) and wait; with ``stop`` (a ``threading.Event``) set, give up and
-    return None. The file then names this process (pid, host, ``holder``)."""
+    """An exclusive ``flock`` on ``path``, held while the returned handle is open; when another process holds it, say
+    ``waiting`` and wait (None once ``stop``, a ``threading.Event``, is set). The file names the holder."""
     import fcntl
 
     handle = open(path, "a+")  # noqa: SIM115 (held open on purpose: the lock lives as long as the file is open)

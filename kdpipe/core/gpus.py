@@ -79,9 +79,8 @@ def _try_lock(pool: Path, count: int) -> int | None:
 
 
 def claim_gpu() -> int | None:
-    """Claim a free GPU for this process and set ``CUDA_VISIBLE_DEVICES`` to it; return its index, or None when
-    there is nothing to choose (fewer than 2 GPUs, or one already chosen). Raises :class:`KdpipeError` when none
-    frees up within ``KDPIPE_GPU_WAIT_S``."""
+    """Claim a free GPU, set ``CUDA_VISIBLE_DEVICES`` to it and return its index (None: fewer than 2 GPUs, or one
+    already chosen); :class:`KdpipeError` when none frees up within ``KDPIPE_GPU_WAIT_S``."""
     if not _wants_pool():
         return None
     count = gpu_count()

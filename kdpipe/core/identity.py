@@ -59,14 +59,12 @@ def local_path(value) -> Path | None:
 
 
 def local_content(paths: Mapping[str, object]) -> dict[str, str]:
-    """``{name: digest}`` of each of ``paths`` (``{config key: value}``) that is a local file or folder
-    (:func:`local_path`, :func:`content_digest`)."""
+    """``{name: digest}`` of each of ``paths`` (``{config key: value}``) that is a local file or folder."""
     return {name: content_digest(path) for name, value in paths.items() if (path := local_path(value)) is not None}
 
 
 def check_local_content(planned: Mapping[str, str], paths: Mapping[str, object]) -> None:
-    """Stop a job whose local files ``paths`` changed after the plan digested them into its slice (``planned``): it
-    would read new bytes under the old identity."""
+    """Stop a job whose local files ``paths`` changed after the plan digested them into its slice (``planned``)."""
     now = local_content(paths) if planned else {}
     changed = [key for key in planned if now.get(key) != planned[key]]
     if changed:
@@ -112,8 +110,7 @@ class _Memo:
         if entry and entry[:4] == stamp:
             return entry[4]
         value = checksum(file)
-        # A file written within the last seconds may be written again within the same tick of a coarse clock
-        # (same times after the edit): remember only files older than that, as git does with its index.
+        # (only files older than a coarse clock's tick: an edit within it keeps the times, as git's index knows)
         if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _RACY_NS:
             self.memo.put(key, [*stamp, value])
         return value

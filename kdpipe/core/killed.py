@@ -28,8 +28,8 @@ def killed_line(what: str, signum: int) -> str:
 
 
 def say_when_killed(what: str) -> None:
-    """From now on, a signal of :data:`CAUGHT` that this process does not ignore writes :func:`killed_line` to
-    stderr first; SIGINT then raises KeyboardInterrupt, the others end the process."""
+    """From now on a signal of :data:`CAUGHT` (unless ignored) writes :func:`killed_line` first (SIGINT then raises
+    KeyboardInterrupt)."""
     if threading.current_thread() is not threading.main_thread():
         return
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import html
 import re
 
-# The ASCII characters that start or end Markdown inline syntax outside code spans: the backslash itself, code spans,
-# emphasis, links and images, GFM strikethrough, tables and math, an ATX heading's closing sequence; an underscore
-# between two letters or digits opens and closes no emphasis (CommonMark's flanking rules), so ``max_prob`` stays so
+# The ASCII characters of Markdown inline syntax outside code spans (GFM and math included); an underscore between
+# two letters or digits is no emphasis (CommonMark's flanking rules), so ``max_prob`` stays so
 MARKDOWN_ACTIVE = re.compile(r"([\\`*\[\]|~$#]|(?<![^\W_])_|_(?![^\W_]))")
 
 

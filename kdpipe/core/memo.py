@@ -17,8 +17,7 @@ MEMO_DIR = Path(".snakemake")  # Snakemake's own folder in the working directory
 
 
 class JsonMemo:
-    """``{key: JSON value}`` remembered in ``.snakemake/<name>``; a file that cannot be read is an empty cache, one
-    that cannot be written (a read-only working directory) is left as it was."""
+    """``{key: JSON value}`` remembered in ``.snakemake/<name>`` (a file that cannot be read: empty)."""
 
     def __init__(self, name: str, limit: int | None = None):
         self.path = (MEMO_DIR / name).absolute()  # the working directory when the run began

@@ -77,8 +77,7 @@ def _is_terminal(stream) -> bool:
 
 
 def bar(total: int, desc: str | None = None, *, initial: int = 0, disable: bool = False, file=None) -> RowBar:
-    """A progress bar over ``total`` rows on ``file`` (stderr), ``initial`` of them done already (a resumed epoch);
-    hidden with ``disable`` or without ``desc``."""
+    """A progress bar over ``total`` rows on ``file`` (stderr), ``initial`` done already; hidden without ``desc``."""
     stream = sys.stderr if file is None else file
     terminal = _is_terminal(stream)
     interval = TERMINAL_INTERVAL if terminal else FILE_INTERVAL
@@ -103,8 +102,7 @@ def peak_memory_mb() -> float:
 
 
 def summary_line(what: str, rows: int, seconds: float, peak_mb: float) -> str:
-    """``[kdpipe] logits minilm_a/train: 1,000,000 rows in 412.0 s (2,427 rows/s), peak 812 MB``; without rows
-    (a stage that runs no pass): ``[kdpipe] prepare data: done in 3.2 s, peak 300 MB``."""
+    """``[kdpipe] logits minilm_a/train: 1,000,000 rows in 412.0 s (2,427 rows/s), peak 812 MB`` (or ``done in``)."""
     if rows:
         rate = rows / seconds if seconds > 0 else float("inf")
         return f"[kdpipe] {what}: {rows:,} rows in {seconds:.1f} s ({rate:,.0f} rows/s), peak {peak_mb:,.0f} MB"

@@ -103,8 +103,7 @@ class Settings:
         return made
 
     def to_dict(self) -> dict:
-        """The slice these settings were made from, key for key and in its order (settings made otherwise: every
-        key that is not at its default, in the order of the fields)."""
+        """The slice these settings were made from, key for key and in order (made otherwise: the keys off default)."""
         fields = {_key(f): f for f in dataclasses.fields(self)}
         given = getattr(self, "_given", None)
         if given is None:

@@ -1,10 +1,8 @@
 """Two runs sharing one output cache make each cached artifact once (docs/caching-and-reruns.md, "Two runs at once").
 
-In a run with ``--cache``, :func:`install` wraps Snakemake's look-up, run and store of each cached job
-(``Executor.cached_or_run``) in an exclusive ``flock`` named by its cache key, so a second run's job waits, then
-finds the entry and links it. Under the lock the store is kdpipe's own (:func:`_store`): staged, then renamed into
-the cache whole; a forced job skips the look-up; a failed store keeps the output in the working directory; a stop
-while waiting fails the job unrun. This wraps Snakemake's private code, checked with the versions :data:`CHECKED`.
+In a run with ``--cache``, :func:`install` wraps Snakemake's look-up, run and store of each cached job in a ``flock``
+named by its cache key, and stores under it with kdpipe's own atomic store (:func:`_store`). This wraps Snakemake's
+private code, checked with the versions :data:`CHECKED`.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ _WHY = {
 
 
 def folder_problem(cache: str) -> str | None:
-    """What keeps a run from storing in the cache folder ``cache`` (a small file written there and in its locks'
-    folder fails), in a few words, or None."""
+    """What keeps a run from writing in the cache folder ``cache`` or its locks' folder, in a few words, or None."""
     locks = Path(cache) / LOCKS
     try:
         locks.mkdir(exist_ok=True)
@@ -60,8 +57,7 @@ def _probe(folder: str | Path) -> None:
 
 
 def install(workflow) -> None:
-    """For a run with ``--cache`` that stores in a folder (not a dry run): stop in one line when the folder cannot
-    take the outputs (:func:`folder_problem`), and lock every cached job's look-up, run and store by its key."""
+    """For a run with ``--cache`` in a folder (not a dry run): check the folder, lock every cached job by its key."""
     dry = workflow.dryrun or getattr(workflow.output_settings, "dryrun", False)
     if workflow.workflow_settings.cache is None or dry or not os.environ.get(CACHE_ENV):
         return
@@ -149,8 +145,7 @@ def _locked(cached_or_run):
                 handle.close()
             raise WorkflowError(f"{outputs}: not run: the run was stopped while the job waited for the cache lock")
         try:
-            # Snakemake's look-up, run and store (Executor.acached_or_run), but a forced job is not looked up, an
-            # entry is taken only whole (a killed store may have put some of its files in), and the store is kdpipe's
+            # Snakemake's look-up, run and store (Executor.acached_or_run), but a forced job is not looked up
             if not _forced(workflow, job) and workflow.async_run(cache.exists(job)):
                 workflow.async_run(job.rule.cache.fetch(job))
                 return None

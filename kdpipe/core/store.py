@@ -30,8 +30,7 @@ class ArtifactError(KdpipeError):
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
-    """Yield a temporary path (an empty directory with ``directory``) beside ``path``; move it onto ``path``
-    (replacing a directory there) only if the block finishes, else remove it."""
+    """Yield a temporary path (a directory with ``directory``) beside ``path``, moved onto it if the block finishes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_left_behind(path)
@@ -108,14 +107,13 @@ DUMP_HINT = (
 
 
 def disk_reserve(nbytes: int) -> int:
-    """The room kept free after a write of ``nbytes``: as much again, within [``DISK_RESERVE``,
-    ``DISK_RESERVE_MAX``]."""
+    """The room kept free after a write of ``nbytes``: as much again, within [DISK_RESERVE, DISK_RESERVE_MAX]."""
     return min(max(int(nbytes), DISK_RESERVE), DISK_RESERVE_MAX)
 
 
 def ensure_disk_space(path: str | Path, nbytes: int, what: str, hint: str = DUMP_HINT) -> None:
     """Refuse, before writing, an output of ``nbytes`` that would not fit on the disk of ``path`` with
-    :func:`disk_reserve` kept free (a memory-mapped array on a full disk fails with SIGBUS)."""
+    :func:`disk_reserve` kept free."""
     folder = Path(path).parent
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free
@@ -173,8 +171,7 @@ class Recorded(Protocol):
 
 
 def make_manifest(kind: str, *, config: Recorded | None = None, **fields: Any) -> dict:
-    """A manifest: what the artifact is, the config slice that made it (``config.to_dict()``), plus any checked
-    fields (``rows``, ``labels``, ``tokenizer``, ``split``...)."""
+    """A manifest: what the artifact is, the config slice that made it, plus any checked ``fields``."""
     return {
         "kind": kind,
         "kdpipe_version": __version__,

@@ -3,11 +3,8 @@ the rule by which the transfer rows (kdpipe.data.transfer) and an external OOD s
 holds a validation, test or held-out class's text anywhere in it, behind a source line, inside a quotation, before
 a credit line.
 
-Words are cut from folded texts (kdpipe.data.folding). A row is ``shared`` when it has a run of :data:`NGRAM` (13)
-consecutive words in common with an evaluation text of at least 13 words, ``contained`` when it holds a shorter
-evaluation text as consecutive whole words. The evaluation n-grams are hashed once (:class:`EvaluationNgrams`); a
-batch of rows is tested in numpy and Arrow with no Python loop over rows or words (:func:`windows`: Horner's rule
-over the flat word hashes), :data:`CHUNK_CHARS` folded characters at a time, so memory stays bounded.
+The evaluation n-grams are hashed once (:class:`EvaluationNgrams`); rows are tested in numpy and Arrow with no Python
+loop over rows or words, :data:`CHUNK_CHARS` folded characters at a time, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ _IDEOGRAPH = "([" + "".join(f"\\x{{{first:x}}}-\\x{{{last:x}}}" for first, last 
 
 
 def joined(folded: dict[str, pd.Series]) -> pd.Series:
-    """Each row's folded text, and its folded text pair after it, as one text: the words of a copy split between
-    the two are consecutive words here (a space cannot join two words)."""
+    """Each row's folded text and text pair as one text, so a copy split between the two is consecutive words."""
     first, *others = folded.values()
     return first.str.cat(others, sep=" ") if others else first
 
@@ -50,8 +46,7 @@ def _chunks(texts: pd.Series) -> Iterator[pd.Series]:
 
 
 def word_hashes(texts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """The 64-bit hash of every word of the folded ``texts``, one text after another, and each text's number of
-    words."""
+    """The 64-bit hash of every word of the folded ``texts``, one text after another, and each text's word count."""
     array = pa.array(texts.to_numpy(dtype=object), pa.large_string())
     if pc.any(pc.match_substring_regex(array, _IDEOGRAPH)).as_py():
         array = pc.replace_substring_regex(array, _IDEOGRAPH, r" \1 ")
@@ -106,8 +101,7 @@ class EvaluationNgrams:
                     found.append(hashed[whole])
         self.lengths = sorted(lengths)
         self.hashes = np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
-        # a table of the hashes' leading bits (a byte per entry, 16 per hash, at most 64 MB): about 1 in 16 windows
-        # that miss goes on to the binary search
+        # a table of the hashes' leading bits (at most 64 MB): about 1 in 16 misses goes on to the binary search
         self.bits = int(min(26, max(10, np.ceil(np.log2(len(self.hashes) + 1)) + 4)))
         self.table = np.zeros(1 << self.bits, bool)
         self.table[self.hashes >> np.uint64(64 - self.bits)] = True
@@ -131,8 +125,7 @@ class EvaluationNgrams:
         return candidates[self.hashes[at] == values]
 
     def find(self, texts: pd.Series) -> np.ndarray:
-        """For each folded, joined row of ``texts``: :data:`SHARED` when it shares n consecutive words with an
-        evaluation text, else :data:`CONTAINED` when it contains a shorter evaluation text whole, else 0."""
+        """For each folded, joined row of ``texts``: :data:`SHARED`, :data:`CONTAINED` or 0."""
         out = np.zeros(len(texts), np.int8)
         if not self.lengths or not len(texts):
             return out
@@ -152,8 +145,7 @@ class EvaluationNgrams:
 
 
 def _layout(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where each text's words start in the flat word array, and for each word how many words of its text are left
-    from it on (itself included)."""
+    """Where each text's words start in the flat word array, and how many words of its text each word begins."""
     ends = np.cumsum(counts)
     starts = ends - counts
     room = (np.repeat(ends, counts) - np.arange(int(ends[-1]) if len(ends) else 0)).astype(np.int32)

@@ -48,8 +48,7 @@ def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.Dat
     return raw
 
 
-# A non-blank line: characters between the line breaks of CSV and TSV readers (\r\n, \r, \n; not the Unicode
-# separators that str.splitlines also splits on), one of them not whitespace (str.strip's whitespace)
+# A non-blank line between the line breaks of CSV and TSV readers (\r\n, \r, \n; not str.splitlines' others)
 _FILLED_LINE = re.compile(r"[^\r\n]*\S[^\r\n]*")
 
 
@@ -92,8 +91,7 @@ def _read_csv(path: Path, text: str, records: dict) -> pd.DataFrame:
 
 def _read_jsonl(path: Path, text: str, records: dict) -> pd.DataFrame:
     rows = []
-    # JSON Lines ends a record at "\n" only ("\r" before it is JSON whitespace); str.splitlines would also split
-    # inside a string at U+2028, U+2029 or U+0085, which JSON allows unescaped.
+    # JSON Lines ends a record at "\n" only: str.splitlines would also split at U+2028, which JSON allows unescaped
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             rows.append(json_record(path, number, line))

@@ -95,14 +95,12 @@ def fold(texts: pd.Series) -> pd.Series:
 
 
 def text_hashes(frame: pd.DataFrame, columns: list[str], prefix: int | None = None) -> np.ndarray:
-    """A 64-bit hash of each row's (text, text pair), each :func:`fold`-ed; with ``prefix``, of the first ``prefix``
-    folded characters of each (:func:`copy_prefix`)."""
+    """A 64-bit hash of each row's folded (text, text pair), or of their first ``prefix`` folded characters."""
     return folded_hashes(fold_columns(frame, columns), prefix)
 
 
 def fold_columns(frame: pd.DataFrame, columns: list[str]) -> dict[str, pd.Series]:
-    """The :func:`fold`-ed texts of each of ``columns`` (the text, the text pair): fold once, compare several ways
-    (:func:`folded_hashes`, :mod:`kdpipe.data.contamination`)."""
+    """The :func:`fold`-ed texts of each of ``columns`` (the text, the text pair): fold once, compare several ways."""
     return {column: fold(frame[column]) for column in columns}
 
 

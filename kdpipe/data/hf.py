@@ -92,8 +92,7 @@ def _choose_splits(source: str, splits: dict, roles: dict) -> dict[str, str]:
 
 
 def load_splits(source: str, key: str = "dataset.source") -> dict:
-    """{split name: ``datasets.Dataset``}; a single saved ``Dataset`` is the train split. ``key`` names the config
-    key in errors."""
+    """{split name: ``datasets.Dataset``} (a single saved ``Dataset``: train); ``key``: the config key, for errors."""
     import datasets
 
     datasets.disable_progress_bars()

@@ -83,9 +83,8 @@ def _merged_spelling(label: str) -> str:
 def check_or_merge(
     tables: dict[str, pd.DataFrame], declared: list[str], normalize: bool, where: str, column: str
 ) -> tuple[dict[str, pd.DataFrame], list[str], dict[str, dict[str, int]] | None]:
-    """Stop on labels that are one class written differently, or merge them (``normalize``): the tables with
-    merged labels, the declared label order mapped through the merge, and the merges ({label: {spelling: rows}};
-    None without ``normalize``)."""
+    """Stop on labels that are one class written differently, or merge them (``normalize``): the tables, the declared
+    order mapped through the merge, and the merges ({label: {spelling: rows}}; None without ``normalize``)."""
     counts = Counter()
     for table in tables.values():
         counts.update(table["label"].value_counts().to_dict())

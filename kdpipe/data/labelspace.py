@@ -24,8 +24,7 @@ def muki_slice(labels: list[str], k: int, K: int) -> list[str]:
 
 
 def resolve_classes(classes: Sequence[str] | ClassSlice | None, labels: list[str], where: str) -> list[str]:
-    """The classes a teacher covers (``classes``: its list, MUKI's slice, or None for all), in dataset order.
-    ``where`` names the config key for errors."""
+    """The classes a teacher covers (``classes``: its list, MUKI's slice, or None for all), in dataset order."""
     if classes is None or classes == "all":
         return list(labels)
     if isinstance(classes, ClassSlice):

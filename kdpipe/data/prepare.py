@@ -1,12 +1,8 @@
 """The ``prepare`` stage: read a dataset, deduplicate, subsample, split, and write it as a dataset artifact.
 
-What is read and how it is split: docs/your-own-models-and-data.md, "Your own data". The steps, all seeded by
-``dataset.split.seed``: read and check every configured column (kdpipe.data.labels); resolve conflicting copies
-(kdpipe.data.conflicts) and drop duplicates, compared folded (kdpipe.data.folding; with explicit files test wins over
-validation over train); number the rows (``row_id``); cap per class, then ``max_rows``; split stratified by label
-(and domain), or by whole groups (:func:`_split_grouped`); hold out the classes of ``evaluate.ood.classes``
-(:func:`_hold_out`). Every check that the data allows a run is made before anything is written, and also when the
-plan reads the labels (:func:`dataset_labels`), so such data stops a run before any job.
+The steps and their rules: docs/your-own-models-and-data.md, "Your own data". Every check that the data allows a run
+is made before anything is written, and also when the plan reads the labels (:func:`dataset_labels`), so such data
+stops a run before any job.
 """
 
 from __future__ import annotations
@@ -60,12 +56,8 @@ def prepare(settings: DatasetSettings, out: str | Path) -> dict:
     domains = (
         sorted(set().union(*(frame["domain"] for frame in splits.values()))) if "domain" in splits["train"] else None
     )
-    absent = {
-        split: [label for label in labels if not (frame["label"] == label).any()]
-        for split, frame in splits.items()
-        if split != "train"
-    }
-    absent = {split: missing for split, missing in absent.items() if missing}
+    absent = {split: sorted(set(labels) - set(frame["label"]), key=labels.index) for split, frame in splits.items()}
+    absent = {split: missing for split, missing in absent.items() if missing and split != "train"}
     for split, missing in absent.items():
         print(
             f"[kdpipe] dataset: no {split} rows of class(es) {missing} (too few rows to split); models are not "
@@ -94,8 +86,7 @@ def prepare(settings: DatasetSettings, out: str | Path) -> dict:
         if OOD in parts:  # the held-out classes' test rows, with their class names and no label id
             parts[OOD].sort_values("row_id").to_parquet(tmp / f"{OOD}.parquet", index=False)
             files.append(f"{OOD}.parquet")
-        # the withheld rows as texts only (nothing downstream may read a withheld label); the held-out classes' rows,
-        # which the transfer and OOD filters must also keep out (kdpipe.data.extra_split)
+        # the withheld rows as texts only (nothing may read a withheld label); the held-out classes' rows
         for part, name, label in (("unlabelled", UNLABELLED, ()), (HELD_OUT, HELD_OUT, ("label",))):
             if part in parts:
                 rows = parts[part].sort_values("row_id", kind="stable")
@@ -113,8 +104,7 @@ def dataset_labels(settings: DatasetSettings) -> list[str]:
 
 
 def _selected(settings: DatasetSettings) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
-    """The splits ({split: table}), the label order, and where the rows came from (manifest fields); every check
-    that the data allows a run is made here."""
+    """The splits, the label order and where the rows came from; every check that the data allows a run is here."""
     shares = settings.split
     fractions = {"validation": shares.validation, "test": shares.test}
     seed = int(shares.seed)
@@ -337,8 +327,7 @@ def _load_tables(
     settings: DatasetSettings,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], str, list[str], dict[str, str]]:
     """Read the configured source(s): ({origin split: table}, label renames, source description, the label order
-    the source declares (a ``ClassLabel``'s names, else empty), {origin split: where its rows come from}). A single
-    file becomes the "train" table."""
+    the source declares, {origin split: where its rows come from}); a single file is the "train" table."""
     files = settings.files
     if files:
         if not files.train:
@@ -370,8 +359,8 @@ def _load_tables(
 
 
 def label_order(present: set[str], declared: list[str]) -> list[str]:
-    """The dataset's label order, which every model's output follows: the order the source declares (a
-    ``ClassLabel``), else numeric when every label is an integer ("2" before "10"), else sorted as text."""
+    """The dataset's label order: the source's (a ``ClassLabel``), else numeric when every label is an integer, else
+    sorted as text."""
     if declared:
         return [label for label in declared if label in present]
     if all(INTEGER.match(label) for label in present):
@@ -502,8 +491,7 @@ def _apply_caps(table: pd.DataFrame, settings: DatasetSettings, seed: int) -> pd
 
 
 def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
-    """Split ``fractions`` of ``table`` off into their splits, stratified by label; the rest is train. Every class
-    keeps a training row: one too small for every share fills the splits in ``fractions`` order."""
+    """Split ``fractions`` of ``table`` off, stratified by label; the rest, a row of every class at least, is train."""
     strata = _strata(table)
     counts = _class_counts(table, strata)
     quotas = {
@@ -522,10 +510,9 @@ def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: in
 
 
 def _split_grouped(table: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
-    """Split ``fractions`` of ``table`` off into their splits as whole groups (its ``group`` column); the rest is
-    train. The groups are dealt out in a seeded order, largest first, each to the split where it most lowers the sum
-    over splits and strata of (rows - target)² (ties: train first); a class left without training rows then gets its
-    smallest group moved to train."""
+    """Split ``fractions`` of ``table`` off as whole groups (its ``group`` column), dealt out seeded, largest first,
+    each where it most lowers the sum of (rows - target)² over splits and strata; a class left without training rows
+    gets its smallest group moved to train."""
     strata = _strata(table)
     codes, names = pd.factorize(strata, sort=True)
     splits = ["train", *fractions]

@@ -119,8 +119,7 @@ def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str)
     return read
 
 
-# Arrow's CSV reader parses a file in blocks and needs every record inside one: the first block size, and the most
-# it grows to when a record is larger (a whole long document in one cell)
+# Arrow's CSV block size (every record must fit one), and the most it grows to for a larger record
 CSV_BLOCK, CSV_BLOCK_MAX = 1 << 22, (1 << 31) - 1
 
 

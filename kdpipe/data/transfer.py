@@ -1,11 +1,8 @@
 """Unlabelled transfer text (docs/your-own-models-and-data.md, "Unlabelled transfer data"): rows that teachers
 label and students learn from, never evaluated, with no gold label.
 
-The ``transfer`` stage writes the rows of ``dataset.transfer`` and the withheld training rows
-(``unlabelled.parquet``) as a one-split dataset artifact. Memory is flat in N (a hash and a reason per row): pass 1
-(:func:`_reasons`) folds and hashes every batch and says why each row is dropped (:data:`_REASONS`, the first that
-applies, in that order), pass 2 (:func:`_write`) writes the rows kept. Each kept row gets a ``row_id`` after the
-dataset's largest and ``draw``, its rank in a seeded order (:func:`transfer_rows`).
+Memory is flat in N (a hash and a reason per row): pass 1 (:func:`_reasons`) hashes every batch and says why each row
+is dropped (:data:`_REASONS`, the first that applies), pass 2 (:func:`_write`) writes the rows kept.
 """
 
 from __future__ import annotations
@@ -146,8 +143,7 @@ def _reasons(
 
 
 def _write(path: Path, readers, reason: np.ndarray, hashed: np.ndarray, draw: np.ndarray, first_id: int, columns):
-    """Pass 2: the kept rows, numbered after the dataset's largest row_id (a withheld training row keeps its own).
-    Every batch must hash as in pass 1: a file changed between the passes stops the job (nothing is written)."""
+    """Pass 2: the kept rows, numbered after the dataset's largest row_id; a file changed since pass 1 stops the job."""
     writer, position, written, numbered = None, 0, 0, 0
     for where, reader in readers:
         for batch in reader():

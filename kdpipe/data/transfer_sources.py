@@ -62,8 +62,7 @@ def check_text_source(
     column_keys: dict | None = None,
 ) -> None:
     """A local text source (a transfer file, the OOD file) exists, is not empty, has a data row and its text
-    column(s) (read cheaply: a header, a schema, the first record); ``key`` and ``column_keys`` name the config keys
-    in messages (columns: ``dataset.text_column``... by default)."""
+    column(s), read cheaply; ``key`` and ``column_keys`` name the config keys in messages."""
     wanted = {text_column: "text_column", **({text_pair_column: "text_pair_column"} if text_pair_column else {})}
     path = Path(source)
     if source.startswith("hf:"):
@@ -164,9 +163,8 @@ def _header(path, fmt: str, encoding: str) -> list[str] | None:
 
 
 def transfer_rows_bound(sources: list[str], fmt: str, cap: int | None) -> int | None:
-    """At most how many rows the transfer files ``sources`` give before any is dropped (at most ``cap``), counted
-    cheaply (Parquet metadata, line counts); None when a source cannot be counted so (a Hugging Face dataset, a file
-    not there yet)."""
+    """At most how many rows the transfer files ``sources`` give (at most ``cap``), counted cheaply; None when a
+    source cannot be counted so (a Hugging Face dataset, a file not there yet)."""
     total = 0
     for source in sources:
         path = Path(source)
