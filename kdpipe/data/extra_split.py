@@ -29,8 +29,7 @@ def write_one_split(
     rows: int,
     **fields,
 ) -> dict:
-    """Write a one-split dataset artifact atomically: ``write_rows(path)`` writes ``{split}.parquet``, then the
-    dataset's labels and the manifest (of ``settings``); returns the manifest."""
+    """Write a one-split dataset artifact atomically (``write_rows(path)`` writes ``{split}.parquet``)."""
     labels = read_labels(data_dir)
     with atomic_path(out_dir, directory=True) as tmp:
         write_rows(tmp / f"{split}.parquet")
@@ -61,8 +60,7 @@ def next_row_id(data_dir: Path) -> int:
 
 
 def held_out_rows(data_dir: Path) -> pd.DataFrame:
-    """The rows of the classes held out by ``evaluate.ood.classes`` outside the test split, checked against the
-    dataset's manifest."""
+    """The rows of the classes held out by ``evaluate.ood.classes`` outside the test split, checked."""
     manifest = read_manifest(data_dir / "manifest.json", kind="dataset")
     if not (data_dir / HELD_OUT).is_file():
         raise ArtifactError(f"{data_dir / HELD_OUT}: missing; the dataset holds classes out: rerun the prepare stage")
@@ -71,8 +69,7 @@ def held_out_rows(data_dir: Path) -> pd.DataFrame:
 
 
 def evaluation_texts(data_dir: Path) -> list[pd.DataFrame]:
-    """The texts a model is evaluated on, which no transfer or OOD row may hold: validation, test, and every row of
-    a held-out class (:func:`held_out_rows`)."""
+    """The texts no transfer or OOD row may hold: validation, test, and every row of a held-out class."""
     frames = [read_split(data_dir, split) for split in ("validation", "test")]
     if (data_dir / f"{OOD}.parquet").is_file():  # the held-out classes' rows are evaluated too: test, then the others
         frames += [read_split(data_dir, OOD), held_out_rows(data_dir)]

@@ -64,8 +64,7 @@ def _text(value) -> str:
 
 
 def number_text(label: str) -> str | None:
-    """A label that is a decimal number, written canonically (``1.0``, ``01``, ``+1``, ``1e0`` -> ``1``;
-    ``0.50`` -> ``0.5``); None for any other label."""
+    """A decimal number label written canonically (``1.0``, ``01``, ``1e0`` -> ``1``; ``0.50`` -> ``0.5``), or None."""
     if not NUMBER.match(label):
         return None
     number = Decimal(label)  # (the pattern admits only valid decimals)

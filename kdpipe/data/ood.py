@@ -42,8 +42,7 @@ _REASONS = {
 
 
 def build_ood(settings: OodSourceSettings, data: Path, out: Path, transfer: Path | None = None) -> dict:
-    """Write the OOD artifact of ``settings`` into ``out``, beside the prepared dataset ``data`` (and the transfer
-    rows ``transfer``)."""
+    """Write the OOD artifact of ``settings`` into ``out``, beside the dataset ``data`` (and transfer rows)."""
     data_dir, out_dir, transfer_dir = Path(data), Path(out), transfer
     columns = ["text", *(["text_pair"] if settings.text_pair_column else [])]
     readers = text_readers(settings.source, "evaluate.ood.source", settings)

@@ -177,8 +177,7 @@ def _hold_out(
     parts: dict[str, pd.DataFrame], labels: list[str], held: list[str], source: str, read: pd.DataFrame
 ) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
     """``evaluate.ood.classes``, after the split: the held-out classes' test rows become the ``ood`` split, their
-    other rows, and those of ``read`` that a conflict or a cap removed (``row_id`` -1), :data:`HELD_OUT`. Returns the
-    parts, the labels left and what was held out (a manifest field)."""
+    other rows (and those of ``read`` that a conflict or a cap removed: ``row_id`` -1) :data:`HELD_OUT`."""
     unknown = [c for c in held if c not in labels]
     if unknown:
         close = difflib.get_close_matches(unknown[0], labels, n=1)
