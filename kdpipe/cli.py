@@ -1,17 +1,9 @@
 """``python -m kdpipe <stage> ...``: one sub-command per workflow stage (the rules call these).
 
-Built from the stage declarations (:data:`kdpipe.stages.catalog.STAGES`): every stage takes its config slice as
-``--params JSON`` (exactly what the rule's ``params.cfg`` holds) and its arguments by name; the slice is read once
-into the stage's typed settings (:meth:`kdpipe.core.settings.Settings.from_params`: an unknown or missing key, or a
-value of the wrong type, stops the job with one line naming it), and the function is called with the settings and
-the arguments; its module is imported only when its sub-command runs. A job started by the workflow checks its
-code fingerprint (``--code``) against the sources it runs from (:func:`check_code`). A stage that runs a model first
-claims a free GPU from the lock-file pool (:mod:`kdpipe.core.gpus`), before anything imports torch; a stage that
-needs no model imports neither torch nor transformers, which take seconds to start (docs/design.md, "Compute"). A
-:class:`KdpipeError` (bad input or configuration) is printed as one clear line and exits with status 2, leaving no
-output behind. ``--log FILE`` sends everything the job writes into its log, and the lines meant for the user
-(:func:`kdpipe.core.progress.say`) to the console as well. A training stage given ``--processes N`` (N > 1) becomes
-``torchrun`` with N copies of itself, one per device, training data-parallel (:mod:`kdpipe.training.distributed`).
+Built from :data:`kdpipe.stages.catalog.STAGES` (docs/design.md, "Style"): a stage's ``--params`` slice is read once
+into its typed settings, its module imported only when its sub-command runs; a job checks its code fingerprint
+(:func:`check_code`), claims a GPU before torch is imported when it runs a model (docs/design.md, "Compute"), and
+with ``--processes N`` becomes ``torchrun`` (:func:`_launch`). A :class:`KdpipeError` is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -43,8 +35,7 @@ def _params(text: str) -> dict:
 
 
 def _add_argument(sub: argparse.ArgumentParser, arg: Arg) -> None:
-    """An optional path or paths may be given with no value: the rule writes the flag whether the job needs it or
-    not, followed by the path(s) it needs, if any."""
+    """An optional path or paths may be given with no value (the rule always writes the flag)."""
     if arg.kind == "text":
         sub.add_argument(arg.flag, dest=arg.name, required=not arg.optional, default=None)
     elif arg.optional:
@@ -85,9 +76,7 @@ def _arguments(argv: list[str]) -> dict:
 
 
 def _made_already(stage: Stage, settings: Settings, args: dict, inputs: list[Path], code: str | None) -> bool:
-    """Lock a training job's outputs, set its identity (:func:`kdpipe.core.identity.job_identity`: its settings,
-    its declared ``inputs`` and its code fingerprint) and say whether its finished outputs were restored
-    (:func:`kdpipe.core.finished.restore_finished`)."""
+    """Lock a training job's outputs, set its identity and say whether its finished outputs were restored."""
     from kdpipe.core.fingerprint import fingerprint
     from kdpipe.core.finished import lock_outputs, restore_finished
     from kdpipe.core.identity import job_identity
@@ -113,11 +102,8 @@ def _check_local_content(params: dict) -> None:
 
 
 def check_code(stage: Stage, code: str) -> None:
-    """Stop a job whose kdpipe code is not the code its fingerprint ``code`` (``--code``: the fingerprint, then after
-    a ``:`` the modules the stage imports by name, computed when Snakemake scheduled it) was computed from. Under
-    ``python -m kdpipe`` the job runs from a snapshot of the sources read at its start (:mod:`kdpipe.launch`), and the
-    fingerprint is computed from that snapshot: an edit made before it stops the job here, one made after it changes
-    nothing the job runs. Rerun: Snakemake schedules it again."""
+    """Stop a job whose code (the snapshot it runs from, :mod:`kdpipe.launch`) is not what its fingerprint ``code``
+    was computed from (``--code``: the fingerprint, then after a ``:`` the modules the stage imports by name)."""
     from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint, read_sources_from
 
     taken = snapshot()
@@ -141,9 +127,7 @@ LAUNCHED = "KDPIPE_LAUNCHED_IDENTITY"
 
 
 def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
-    """Become ``torchrun`` running this same command as ``processes`` ranks on this machine (``--standalone``: a free
-    port of its own). The output lock, taken by this process, stays held by torchrun (its descriptor survives the
-    exec); each rank gets an equal part of the job's CPU threads, and writes where this process writes (its log)."""
+    """Become ``torchrun`` running this same command as ``processes`` ranks, the output lock held across the exec."""
     from kdpipe.core.finished import held_locks
 
     rest, skip = [], False
@@ -167,10 +151,8 @@ def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
 
 
 def job_name(command: str, params: dict, args: dict) -> str:
-    """What a job's summary line calls it: a signal pass by its signals, teacher and split (``logits+pooled
-    minilm_a/train``, ``mc minilm_a/train shard 2-of-4``, ``logits gather minilm_a/train``), an evaluation by its
-    model and splits (``evaluate vkd/validation,test``), any other job by its command and output folder
-    (``distill vkd``)."""
+    """What a job's summary line calls it: ``logits+pooled minilm_a/train``, ``mc minilm_a/train shard 2-of-4``,
+    ``evaluate vkd/validation,test``, ``distill vkd`` (any other job: its command and output folder)."""
     slices = params.get("signals") or ([params] if "signal" in params else [])
     if command in ("signal-pass", "signal-shard", "signal-gather") and slices:
         teacher = Path(args["teacher"]).name if args.get("teacher") else Path(args["out"]).parent.name
@@ -185,9 +167,7 @@ def job_name(command: str, params: dict, args: dict) -> str:
 
 
 def _use_threads(threads: int, stage: Stage) -> None:
-    """torch's CPU threads: those Snakemake granted the job (docs/design.md, "Compute"). A stage that runs no model
-    and did not import torch is not made to (it takes seconds); should it import torch later, OMP_NUM_THREADS holds
-    the number."""
+    """torch's CPU threads (``OMP_NUM_THREADS`` for a stage that has not imported torch, which takes seconds)."""
     if stage.model or "torch" in sys.modules:
         from kdpipe.core.device import set_threads
 
@@ -197,10 +177,8 @@ def _use_threads(threads: int, stage: Stage) -> None:
 
 
 def main(argv=None) -> int:
-    """The command line ``kdpipe COMMAND ...``, its exit status. Run as the process's own command (``argv`` None: the
-    ``kdpipe`` script, ``python -m kdpipe``), a Ctrl-C ends the process by SIGINT after the line that
-    says so, without a traceback (kdpipe.core.killed); called with a list, it raises KeyboardInterrupt as a function
-    does."""
+    """The command line ``kdpipe COMMAND ...``, its exit status; with ``argv`` None a Ctrl-C ends the process by
+    SIGINT without a traceback (kdpipe.core.killed)."""
     if argv is not None:
         return _main(list(argv))
     try:

@@ -1,16 +1,9 @@
 """Typed settings, read once at a stage's boundary (docs/design.md, "Style": settings read once).
 
-A job's config slice arrives as JSON (``--params``). The command line turns it into the frozen dataclass its stage
-declares (``kdpipe.stages.catalog``), a subclass of :class:`Settings`, and calls the stage with it; the layers below
-take that object or the fields they use, never the dict. :meth:`Settings.from_params` refuses, with one line naming
-the key, an unknown key, a missing one and a value of the wrong type: in a job's slice, which the plan made from the
-same declarations, any of these means that the plan and the code disagree. :meth:`Settings.to_dict` gives back
-exactly the slice it was made from (manifests record it, the job's identity hashes it). A method's ``method_args``
-become :class:`Args`, read by attribute.
-
-A field without a default is a key every slice carries (the schema fills in every default before the plan runs);
-a field with one is a key the plan leaves out where it is at that value (:func:`schema_default` takes it from the
-config schema, so that no default is written twice).
+:meth:`Settings.from_params` turns a job's JSON slice into the frozen dataclass its stage declares, refusing an
+unknown key, a missing one or a value of the wrong type with one line naming it; :meth:`Settings.to_dict` gives back
+exactly that slice. A field with a default is a key the plan may leave out; :func:`from_schema` takes that default
+from the config schema. A method's ``method_args`` become :class:`Args`, read by attribute.
 """
 
 from __future__ import annotations
@@ -58,9 +51,8 @@ def schema_default(*path: str) -> Any:
 
 
 def schema_completed(section: object, *path: str) -> dict:
-    """A config section (or a part of one: ``path`` from the top of the schema, ``"dataset"``) completed with the
-    config schema's defaults, as the workflow completes a config before planning it: for a stage called by hand (a
-    benchmark, a test) with only the keys it sets."""
+    """A config section (at ``path`` in the schema, ``"dataset"``) completed with the schema's defaults, as the
+    workflow completes a config: for a stage called by hand with only the keys it sets."""
     given = dict(section) if isinstance(section, Mapping) else {}
     out = {}
     for key, spec in _schema_node(*path).get("properties", {}).items():
@@ -111,8 +103,7 @@ class Settings:
         return made
 
     def to_dict(self) -> dict:
-        """The slice these settings were made from, key for key and in its order (settings made otherwise: every
-        key that is not at its default, in the order of the fields)."""
+        """The slice these settings were made from, key for key and in order (made otherwise: the keys off default)."""
         fields = {_key(f): f for f in dataclasses.fields(self)}
         given = getattr(self, "_given", None)
         if given is None:
@@ -125,9 +116,8 @@ class Settings:
 
 
 class Args:
-    """A method's (or a teacher objective's) arguments, read by attribute (``args.temperature``): the registry's
-    declaration completed with its defaults (``kdpipe.methods.registry``), read-only. A name it does not have is
-    an error naming it."""
+    """A method's (or a teacher objective's) arguments, read-only, read by attribute (``args.temperature``; a name it
+    does not have is an error naming it)."""
 
     __slots__ = ("_values", "_where")
 

@@ -1,10 +1,8 @@
 """The texts of a user's unlabelled files, read in batches: a transfer source or an external OOD file.
 
-Transfer sources: docs/your-own-models-and-data.md, "Unlabelled transfer data" (:mod:`kdpipe.data.transfer`). An
-external OOD file: docs/methods.md, "Judging uncertainty" (:mod:`kdpipe.data.ood`). :func:`text_readers` gives each
-part of a source (a CSV/TSV/JSONL/Parquet file, ``hf:NAME[:CONFIG]`` or a ``save_to_disk`` folder) as (where, a
-function that yields its ``text`` and ``text_pair`` columns as strings in batches of :data:`BATCH_ROWS`), so a
-caller can read a source twice without holding it. Bad input stops the read with one line naming the file.
+:func:`text_readers` gives each part of a source (docs/your-own-models-and-data.md, "Unlabelled transfer data") as
+(where, a function that yields its ``text`` and ``text_pair`` columns as strings in batches of :data:`BATCH_ROWS`),
+so a caller can read a source twice without holding it. Bad input stops the read with one line naming the file.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ BATCH_ROWS = 65_536
 def text_readers(
     source: str, key: str, settings: TransferSettings | OodSourceSettings
 ) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
-    """Each part of ``source`` as (where, reader) of the ``settings``' text column (and text pair column), a file
-    read in their format (``auto``: from its extension) and encoding; ``key`` names the config key in messages."""
+    """Each part of ``source`` as (where, reader) of the ``settings``' text column(s); ``key``: the config key."""
     wanted = _Wanted({"text": settings.text_column}, section=key.rpartition(".")[0])
     if settings.text_pair_column:
         wanted["text_pair"] = settings.text_pair_column
@@ -84,8 +81,8 @@ def _check_columns(where: str, available: list[str], wanted: dict[str, str]) -> 
 
 
 def _as_text(batches: Iterator[pd.DataFrame], wanted: dict[str, str], where: str) -> Iterator[pd.DataFrame]:
-    """The wanted columns of each batch under kdpipe's names, as strings (None where missing); numbers become their
-    text. A list, an object or bytes in a cell stops the read, naming the row (as the labelled data's reader does)."""
+    """The wanted columns of each batch under kdpipe's names, as strings (None where missing); a list, an object or
+    bytes in a cell stops the read, naming the row."""
     start = 0
     for frame in batches:
         out = {}
@@ -122,8 +119,7 @@ def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str)
     return read
 
 
-# Arrow's CSV reader parses a file in blocks and needs every record inside one: the first block size, and the most
-# it grows to when a record is larger (a whole long document in one cell)
+# Arrow's CSV block size (every record must fit one), and the most it grows to for a larger record
 CSV_BLOCK, CSV_BLOCK_MAX = 1 << 22, (1 << 31) - 1
 
 
