@@ -19,10 +19,8 @@ def _training(name: str):
 
 @dataclass
 class TrainSettings:
-    """The training loop's settings (:func:`kdpipe.training.loop.fit`). A stage takes them from its typed settings
-    (:meth:`Training.train_settings`), whose slice Snakemake has completed with the schema's defaults; a caller that
-    leaves a setting out (a test, a benchmark) gets the schema's default too, so that a default is written in one
-    place only."""
+    """The training loop's settings (:func:`kdpipe.training.loop.fit`); a setting left out gets the schema's
+    default."""
 
     epochs: int
     lr: float
