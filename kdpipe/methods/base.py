@@ -19,13 +19,9 @@ __all__ = ["DistillContext", "Objective", "student_logits"]
 @dataclass
 class DistillContext:
     """Everything a method may read: cached teacher signals on the train split, never a teacher model
-    (docs/adding-a-method.md).
-
-    ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, in the student's train row order),
-    ``"mc"``, ``"certainty"``, ``"domain"``, ``"expertise"``; the token-level dumps ``"hidden"`` / ``"attentions"``
-    (:class:`kdpipe.signals.load.TokenFeature`) are read only through :meth:`teacher_feature`. ``blocks[teacher]``:
-    the student-label index of each of the teacher's local classes.
-    """
+    (docs/adding-a-method.md). ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, in
+    the student's train row order); the token-level dumps are read through :meth:`teacher_feature`.
+    ``blocks[teacher]``: the student-label index of each of the teacher's local classes."""
 
     labels: list[str]
     teachers: list[str]
@@ -73,9 +69,7 @@ class DistillContext:
 
     def teacher_feature(self, teacher: str, feature: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
         """Cached token-level features of dump slot ``slot`` for train rows ``index`` (float32, on the device),
-        padded with zeros to the batch's width: hidden states [B, width, H], attentions [B, (heads,) width, width].
-        The one access point to a token-level dump, which is stored without padding
-        (docs/design.md, "Feature dumps and their size")."""
+        zero-padded to the batch's width: hidden states [B, width, H], attentions [B, (heads,) width, width]."""
         return self.signal(teacher, feature).batch(index, slot, width, self.device)
 
 

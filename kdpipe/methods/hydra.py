@@ -19,7 +19,6 @@ from kdpipe.methods.base import DistillContext, Objective
 from kdpipe.methods.losses import gold_cross_entropy, kl_divergence
 from kdpipe.models.multihead import MultiHeadClassifier, mean_probs_log
 
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 # plain Hydra: β = 1 gives the aggregate KL weight 0, so its temperature is fixed too (it has no effect)
 HYDRA_FIXED = {"alpha": 1.0, "beta": 1.0, "diversity": 0.0, "diversity_ramp": None, "temp_aggregate": 1.0}
 
@@ -61,9 +60,7 @@ def _agreement(mean: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 
 def diversity_loss(head_linears: list[list[nn.Linear]]) -> torch.Tensor:
     """L4 = Σ_layers Σ_m Σ_rows (1 + cos(θ̄^l_row, θ^{l,m}_row))/2 over every Linear weight and bias of the heads;
-    ``head_linears[m]`` lists head m's Linear modules, in the same order for every head. Where all heads share a
-    layer's weights (copied heads, ``model.head_init: copy``) its gradient is zero; ``noise`` and ``reinit`` start
-    them apart (docs/methods.md §3)."""
+    ``head_linears[m]`` lists head m's Linear modules, in the same order for every head (docs/methods.md §3)."""
     if len({len(linears) for linears in head_linears}) != 1:
         raise KdpipeError("diversity loss: the heads have different numbers of Linear layers")
     total = head_linears[0][0].weight.new_zeros(())
@@ -147,7 +144,6 @@ def build(ctx: DistillContext, args: Args) -> Objective:
         heads = model(**model_inputs(batch)).head_logits
         targets = members[:, batch["index"]]
         # α = 1 (plain Hydra) gives L1 no weight: the gold labels are then not read
-        # (docs/report.md, "Which gold labels each model read")
         l1 = correctness_loss(heads, batch["labels"]) if alpha < 1 else None
         l2 = aggregation_loss(targets, heads, temp_a)
         l3 = individuality_loss(targets, heads, temp_i)

@@ -123,6 +123,13 @@ _DYNAMIC = (
     Arg("entropy_grad", "bool", False, "let gradients flow through the student's entropy weights"),
 )
 
+
+def _dynamic(name: str, classes: str, summary: str, *args: Arg, signals=("logits",), **more) -> MethodSpec:
+    """A Dynamic KD method: its builder ``build_<variant>`` in kdpipe.methods.dynamic_kd, the shared arguments first."""
+    builder = "build_" + name.removeprefix("dynamic_")
+    return MethodSpec(name, "kdpipe.methods.dynamic_kd", signals, classes, summary, (*_DYNAMIC, *args), builder, **more)
+
+
 # What each method learns from a row without a gold label (a transfer row, kdpipe.data.transfer): its
 # distillation terms only. A gold-label term (cross-entropy, Hydra's correctness loss) skips the row
 # (kdpipe.methods.losses.gold_cross_entropy). A method without an entry reads no transfer row; why is said here.
@@ -209,52 +216,29 @@ METHODS = {
             args=_muki("logit_entropy"),
             routed=True,
         ),
-        MethodSpec(
+        _dynamic(
             "dynamic_teacher",
-            "kdpipe.methods.dynamic_kd",
-            ("logits",),
             "identical",
             "Dynamic KD (a): CE + KD from two teachers of different capacity weighted by student entropy (§2a)",
-            builder="build_teacher",
-            args=(
-                *_DYNAMIC,
-                Arg("mode", "str", "hard", "how student entropy picks the teacher", choices=TEACHER_MODES),
-                Arg(
-                    "direction",
-                    "str",
-                    "uncertain_to_small",
-                    "which teacher uncertain examples go to",
-                    choices=DIRECTIONS,
-                ),
-                Arg("small_teacher", "str", None, "the smaller of the two teachers (required)"),
-            ),
+            Arg("mode", "str", "hard", "how student entropy picks the teacher", choices=TEACHER_MODES),
+            Arg("direction", "str", "uncertain_to_small", "which teacher uncertain examples go to", choices=DIRECTIONS),
+            Arg("small_teacher", "str", None, "the smaller of the two teachers (required)"),
         ),
-        MethodSpec(
+        _dynamic(
             "dynamic_data",
-            "kdpipe.methods.dynamic_kd",
-            ("logits",),
             "disjoint_or_identical",
             "Dynamic KD (b): CE on the batch + KD on the top fraction r scored by the student (§2b)",
-            builder="build_data",
-            args=(
-                *_DYNAMIC,
-                Arg("strategy", "str", "margin", "how the student scores examples", choices=DATA_STRATEGIES),
-                Arg("ratio", "float", 0.5, "fraction r of each batch that gets the KD term"),
-            ),
+            Arg("strategy", "str", "margin", "how the student scores examples", choices=DATA_STRATEGIES),
+            Arg("ratio", "float", 0.5, "fraction r of each batch that gets the KD term"),
         ),
-        MethodSpec(
+        _dynamic(
             "dynamic_objective",
-            "kdpipe.methods.dynamic_kd",
-            ("logits", "hidden"),
             "identical",
             "Dynamic KD (c): per-example (1−ĥ)·logit MSE + ĥ·normalised hidden-state MSE (§2c)",
-            builder="build_objective",
+            Arg("rep_weight", "float", 1.0, "weight of the hidden-state term"),
+            Arg("strategy", "str", "uncertainty", "entropy split of the terms", choices=OBJECTIVE_STRATEGIES),
+            signals=("logits", "hidden"),
             alignment="uniform",
-            args=(
-                *_DYNAMIC,
-                Arg("rep_weight", "float", 1.0, "weight of the hidden-state term"),
-                Arg("strategy", "str", "uncertainty", "entropy split of the terms", choices=OBJECTIVE_STRATEGIES),
-            ),
         ),
         MethodSpec(
             "hydra_plus",
