@@ -289,7 +289,9 @@ def test_certainty_as_ood_detection_by_hand():
             "variance": [0.05, 0.06, 0.07, 0.01, 0.02, 0.03],  # every other row below every own row: 0/9
             # own 0.1, 0.4, 0.6; other 0.4 (> 0.1, ties 0.4: 1.5), 0.5 (> 0.1, 0.4: 2), 0.7 (> all: 3): 6.5/9
             "mutual_info": [0.1, 0.4, 0.6, 0.4, 0.5, 0.7],
-        }  # no mean_entropy: an MC signal made before the column existed
+            # own 0.2, 0.5, 0.5; other 0.3 (> 0.2: 1), 0.6 (> all: 3), 0.6 (3): 7/9
+            "mean_entropy": [0.2, 0.5, 0.5, 0.3, 0.6, 0.6],
+        }
     )
     # max softmax own 0.9, 0.6, 0.8; other 0.7, 0.55, 0.95, negated: an other row counts where its max softmax is
     # below the own row's: 0.7 (< 0.9, 0.8: 2), 0.55 (< all three: 3), 0.95 (none: 0): 5/9
@@ -302,7 +304,7 @@ def test_certainty_as_ood_detection_by_hand():
             "certainty": 1.0,
             "max_prob": 0.5,
             "variance": 0.0,
-            "mean_entropy": None,
+            "mean_entropy": 7 / 9,
             "mutual_info": 6.5 / 9,
             "logit_max_prob": 5 / 9,
         }

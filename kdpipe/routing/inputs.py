@@ -1,9 +1,8 @@
 """What a route reads (docs/routing.md): the data's train and validation splits and, for every teacher, the cached
 signals the plan declared as the route job's inputs, and nothing else.
 
-The plan passes the declared signals per split in the job's config slice (``signals``, from
-:meth:`kdpipe.routing.RouteSpec.signals`). A signal file that is not declared is never opened, even where it exists:
-Snakemake does not track it, so it may be stale, and the diagnostics would depend on it.
+The plan passes the declared signals per split in the job's config slice (``signals``). A signal file that is not
+declared is never opened, even where it exists: Snakemake does not track it, so it may be stale.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The ``knn`` router: how close a row is to a teacher's own labelled validation rows in that teacher's feature space
 (docs/routing.md, "Routers"; Sun et al., ICML 2022, "Out-of-distribution detection with deep nearest neighbors").
 
-d_k(x) is the cosine distance from x to its ``neighbours``-th nearest reference row (the validation rows of
-teacher k's own classes, in its L2-normalised pooled states); each teacher's distances become a percentile s_k(x)
-among the reference rows' own distances, so that teachers compare. The validation rows' scores are cross-fitted over
-``folds`` seeded folds, so a row's own label never decides its score.
+d_k(x) is the cosine distance from x to its ``neighbours``-th nearest validation row of teacher k's own classes (in
+its pooled states), turned into a percentile s_k(x) among those rows' own distances; the validation rows' scores are
+cross-fitted over ``folds`` seeded folds.
 """
 
 from __future__ import annotations

@@ -101,12 +101,6 @@ def all_routers(
     score is scored on the splits whose MC-dropout signal the route reads, and left out without it on train."""
     out = {}
     for score, source in SCORES.items():
-        if (
-            score == "mutual_info"
-            and inputs.has_mc("train")
-            and "mutual_info" not in inputs.mc[inputs.teachers[0], "train"][1]
-        ):
-            continue  # an MC signal made before the column existed
         if source == "logits" or inputs.has_mc("train"):
             splits = [s for s in ROUTE_SPLITS if source == "logits" or inputs.has_mc(s)]
             out[f"certainty/{score}"] = {"scores": {s: certainty(inputs, score, s, temperature, temps) for s in splits}}

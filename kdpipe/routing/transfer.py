@@ -1,7 +1,7 @@
 """A route's scores of the transfer rows (kdpipe.data.transfer), routed like train rows: the ``route_transfer`` job,
-beside its route (docs/routing.md, "Transfer rows"). It reads the route's manifest and refits nothing of its own:
-``knn`` and ``learned`` are fitted on the validation rows alone, so fitting them again on the same rows and seed
-gives the route's own router. Writes ``transfer.parquet`` (row_id, scores [K]) and ``transfer.json``.
+beside its route (docs/routing.md, "Transfer rows"): ``knn`` and ``learned`` are fitted again on the same validation
+rows and seed, which gives the route's own router. Writes ``transfer.parquet`` (row_id, scores [K]) and
+``transfer.json``.
 """
 
 from __future__ import annotations
