@@ -1,9 +1,8 @@
 """The ``cotrain`` stage: ProKT, a student and its teacher trained together (docs/methods.md §5).
 
-Nothing is read from the signal cache. The student is trained by the shared training loop; the teacher's step runs
-inside the student's loss (``kdpipe.methods.prokt``) and its state is checkpointed with the student's, so a killed
-job resumes both. Outputs: the student (``results/students/{student}``, as from ``distill``) and the co-trained
-teacher (``results/cotrained/{student}``, the layout of a fine-tuned teacher), so it can be evaluated and reused.
+Nothing is read from the signal cache. The teacher's step runs inside the student's loss (``kdpipe.methods.prokt``)
+and its state is checkpointed with the student's. Outputs: the student (``results/students/{student}``) and the
+co-trained teacher (``results/cotrained/{student}``, the layout of a fine-tuned teacher).
 """
 
 from __future__ import annotations
@@ -64,8 +63,7 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
         desc="student (prokt)",
     )
     rows = {"train": len(job.train), "validation": len(job.valid)}
-    # what the models they start from read (a classifier fine-tuned elsewhere: "trained outside kdpipe"); the
-    # student's job trains the teacher too, so the student records the teacher's start as well
+    # what the models they start from read; the student's job trains the teacher too, so it records both
     teacher_start = start_label_use(args.backbone)
     init = settings.model.init_from
     student_start = combined_label_use([{"gold_labels": teacher_start}, {"gold_labels": start_label_use(init)}])

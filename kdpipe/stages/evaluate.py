@@ -1,11 +1,9 @@
 """The ``evaluate`` stage: metrics and predictions of one trained model on every split it is evaluated on.
 
-One job per model (docs/caching-and-reruns.md, "Rerun rules"): the model is loaded once, then each split is read,
-tokenised, predicted and written in turn, exactly as a job of that split alone would write it. A subset teacher is
-evaluated on the rows of its own classes, a model trained for one ``domain`` on that domain's rows, every other
-model on all rows. Every model gets the uncertainty split of docs/methods.md §3 over its members, with
-``evaluate.mc_samples`` also the MC-dropout scores, and with ``evaluate.ood`` a last split ``ood``
-(docs/methods.md, "Judging uncertainty"); the outputs are :mod:`kdpipe.evaluation.results`'.
+One job per model (docs/caching-and-reruns.md, "Rerun rules"): the model is loaded once, then each split is
+evaluated in turn: a subset teacher on the rows of its own classes, a model of one ``domain`` on that domain's rows,
+every other model on all rows; with ``evaluate.ood`` a last split ``ood`` (docs/methods.md, "Judging uncertainty").
+The outputs are :mod:`kdpipe.evaluation.results`'.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_mem
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
 
 # The comparison of an exported model with the model it was made from, imported by name: only the evaluations that
-# compare (the plan names the module for them, as it names architecture modules) rerun when it changes.
+# compare rerun when it changes.
 REFERENCE_MODULE = "kdpipe.evaluation.exported"
 
 
@@ -57,11 +55,9 @@ def run(
     ood: list[Path] = (),
     reference: Path | None = None,
 ) -> list[dict]:
-    """``settings``: model (name), base, kind, method, seed, splits, batch_size, ece_bins (and domain, ood,
-    mc_samples, mc_seed, exported); ``out_json`` and ``out_predictions``: one path per split, in the order of
-    ``splits``; ``ood``: the artifact of an external OOD set, if any (else the OOD rows are the dataset's ``ood``
-    split); ``reference``: the evaluation folder of the model an exported one was made from, whose predictions each
-    split's record is compared with (kdpipe.evaluation.exported.with_reference)."""
+    """Evaluate ``model`` on each of ``settings.splits`` (``out_json``, ``out_predictions``: one path per split);
+    ``ood``: the artifact of an external OOD set, if any; ``reference``: the evaluation folder of the model an
+    exported one was made from, which each split's record is compared with."""
     remove_stale(Path(out_json[0]).parent, list(settings.splits))
     loaded = load(Path(model))
     done: dict[str, Predicted] = {}
