@@ -10,7 +10,7 @@ docs/methods.md (section numbers below).
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
@@ -21,6 +21,7 @@ from kdpipe.methods.dynamic_choices import (
     OBJECTIVE_STRATEGIES,
     TEACHER_MODES,
 )
+from kdpipe.methods.settings import MethodJob
 from kdpipe.routing import ROUTERS, SCORES
 
 TYPES = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,), "list": (list,), "dict": (dict,)}
@@ -69,16 +70,8 @@ class MethodSpec:
     unlabelled: str = ""  # what it learns from a row without a gold label (a transfer row); "": it reads none
 
     def job_spec(self) -> dict:
-        """What the distill stage needs to know of the method, passed in its params (``method_spec``) so that the
-        stage imports the method's module alone, not this registry."""
-        return {
-            "module": self.module,
-            "builder": self.builder,
-            "signals": list(self.signals),
-            "teacher_classes": self.teacher_classes,
-            "prototypes": self.prototypes,
-            "routed": self.routed,
-        }
+        """What the distill stage needs to know of the method (:class:`kdpipe.methods.settings.MethodJob`)."""
+        return {f.name: getattr(self, f.name) for f in fields(MethodJob)} | {"signals": list(self.signals)}
 
 
 @dataclass(frozen=True)

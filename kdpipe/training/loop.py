@@ -68,33 +68,24 @@ class LabelWatch(dict):
             self.read_labels = True
         return super().get(key, default)
 
-    def _all(self):
-        self.read_labels = self.read_labels or "labels" in self
-
-    def keys(self):
-        self._all()
-        return super().keys()
-
-    def __iter__(self):
-        self._all()
-        return super().__iter__()
-
-    def items(self):
-        self._all()
-        return super().items()
-
-    def values(self):
-        self._all()
-        return super().values()
-
-    def copy(self):
-        self._all()
-        return super().copy()
-
     def pop(self, key, *default):
         if key == "labels":
             self.read_labels = True
         return super().pop(key, *default)
+
+
+def _reading_all(method):
+    """``method`` of a :class:`LabelWatch` that gives every value at once (a copy, ``**batch``, iteration)."""
+
+    def wrapped(self, *args):
+        self.read_labels = self.read_labels or "labels" in self
+        return method(self, *args)
+
+    return wrapped
+
+
+for _name in ("keys", "__iter__", "items", "values", "copy"):
+    setattr(LabelWatch, _name, _reading_all(getattr(dict, _name)))
 
 
 def state_on_cpu(module: nn.Module) -> dict:

@@ -27,16 +27,12 @@ from kdpipe.models.inference import iterate
 from kdpipe.models.loading import load_encoder, load_tokenizer
 from kdpipe.signals.io import manifest_path
 
-GROUPINGS = ("domain_class", "domain")
-
 
 def prototypes(
     embeddings: np.ndarray, domains: np.ndarray, classes: np.ndarray, n_domains: int, n_classes: int, by: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """(prototypes [K, C', H], row counts [K, C']): the mean embedding per (domain, class) (C' = C) or per domain
-    (``by="domain"``, C' = 1). Summed in chunks, so ``embeddings`` may be a memmap larger than memory."""
-    if by not in GROUPINGS:
-        raise KdpipeError(f"prototypes.by must be one of {GROUPINGS}, not {by!r}")
+    (``by="domain"``, C' = 1; the schema allows no other). Summed in chunks: ``embeddings`` may be a memmap."""
     groups = classes if by == "domain_class" else np.zeros_like(classes)
     width = n_classes if by == "domain_class" else 1
     sums = np.zeros((n_domains, width, embeddings.shape[1]), dtype=np.float64)
@@ -100,7 +96,7 @@ def write_prototype_scores(settings: PrototypeSettings, data: Path, out: Path) -
     """Score every train row of the dataset ``data`` against the prototypes of ``settings``; write ``out``
     (``train.parquet``: row_id, domain, label, score) and its manifest ``train.json``."""
     data_dir, out_parquet = Path(data), Path(out)
-    by = settings.by  # (the config schema allows only GROUPINGS)
+    by = settings.by
     domains = read_domains(data_dir, "prototypes (Meta-KD)")
     if len(domains) < 2:
         raise KdpipeError(f"prototypes (Meta-KD) need at least 2 domains; the data has {domains}")

@@ -21,9 +21,6 @@ from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import token_mse, union_logits
 from kdpipe.methods.meta_kd.branch import DomainBranch
 
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-
-
 # ---- pure functions ------------------------------------------------------------------------------------------
 
 

@@ -23,8 +23,6 @@ from kdpipe.methods.meta_kd.branch import DomainBranch, save_branch
 from kdpipe.signals.io import read_prototype_scores
 from kdpipe.training.objective import Objective
 
-# objective_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-
 
 def meta_teacher_loss(
     logits: torch.Tensor,
