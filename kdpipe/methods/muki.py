@@ -2,9 +2,8 @@
 
     L = (1/B) Σ_i m_i · KL(q_i ‖ softmax(z_s,i / τ)),   no T² factor, no gold labels
 
-q aggregates the teachers' zero-padded distributions softmax(z_k / τ) by the scores of the student's route
-(``ctx.route``, docs/routing.md), hard or soft, and m is the margin between the two best scores. q and m depend only
-on the teachers, so both are computed once for every train row when the objective is built (docs/methods.md §6).
+q aggregates the teachers' zero-padded distributions softmax(z_k / τ) by the scores of the student's route, hard or
+soft, and m is the margin between the two best scores; both are computed once for every train row.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The one place a method is registered, importable without torch (the plan reads it when the DAG is built).
 
-Each :class:`MethodSpec` names the module that builds the method's loss, the cached teacher signals it reads, how
-its teachers' classes must relate, and its ``method_args`` (:class:`Arg`), which the plan checks and completes
-(:func:`complete_args`) before any job runs. The distill stage imports the method's module by name, so only its
-students carry it in their code fingerprint. How to add a method: docs/adding-a-method.md. The losses:
-docs/methods.md (section numbers below).
+Each :class:`MethodSpec` names the module that builds the method's loss (imported by name, so only its students
+carry it in their code fingerprint), the cached teacher signals it reads, how its teachers' classes must relate, and
+its ``method_args`` (:class:`Arg`), which the plan checks and completes before any job runs
+(docs/adding-a-method.md; the losses: docs/methods.md, section numbers below).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The gold labels a student depends on before its own training reads any: what its route read to fit the router,
 what Meta-KD's per-example weights read, and what the model it starts from read
-(docs/report.md, "Which gold labels each model read"). The training loop adds what the loss and the choice of
-the kept epoch read (:func:`kdpipe.training.loop.label_use`).
-
-The record is ``{key: rows}``, a key being a split (``train``: a loss or an example weight read them;
-``validation``: they chose the kept epoch), a split under :data:`ROUTER` (``router: validation``: they fitted the
-router or its temperatures, or the oracle router read them), or ``checkpoint`` with :data:`OUTSIDE`'s words.
+(docs/report.md, "Which gold labels each model read"). As ``{key: rows}``: a split, a split under :data:`ROUTER`,
+or ``checkpoint`` with :data:`OUTSIDE`'s words.
 """
 
 from __future__ import annotations

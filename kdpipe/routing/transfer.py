@@ -1,5 +1,5 @@
 """A route's scores of the transfer rows (kdpipe.data.transfer), routed like train rows: the ``route_transfer`` job,
-beside its route (docs/routing.md, "Transfer rows"): ``knn`` and ``learned`` are fitted again on the same validation
+beside its route (docs/routing.md, "Transfer rows"). ``knn`` and ``learned`` are fitted again on the same validation
 rows and seed, which gives the route's own router. Writes ``transfer.parquet`` (row_id, scores [K]) and
 ``transfer.json``.
 """

@@ -1,10 +1,8 @@
 """Data-parallel training over several processes (docs/cluster.md, "One job on several devices").
 
-A training job started with ``--processes N`` runs as N processes under ``torchrun``; each takes every N-th row of
-each global batch and scales its loss by its share of the batch's rows, and the gradients are summed before
-clipping and the optimiser step: the one-process update. Rank 0 alone writes. One all-reduce of the flattened
-gradients serves any set of trained modules (``DistributedDataParallel`` wraps one). Without a process group every
-function here is the one-process identity.
+A job started with ``--processes N`` runs as N processes under ``torchrun``; each takes every N-th row of each
+global batch, and the gradients are summed before the optimiser step: the one-process update. Rank 0 alone writes.
+Without a process group every function here is the one-process identity.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The ``prototypes`` stage: Meta-KD's per-example prototype scores (docs/methods.md §4).
 
 How transferable a training example looks, from the **un-fine-tuned** backbone: t_i averages the cosine of the
-row's token-mean embedding ([CLS] and padding left out) to its own domain's prototype and to the mean of the other
-domains' (per class with ``by: domain_class``, per domain with ``by: domain``). Output: ``train.parquet`` (row_id,
-domain, label, score) and ``train.json``; the embeddings go through a float32 ``open_memmap``, so memory stays flat.
+row's token-mean embedding to its own domain's prototype and to the mean of the other domains'. Output:
+``train.parquet`` (row_id, domain, label, score) and ``train.json``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Meta-KD's student (Pan et al., ACL-IJCNLP 2021; docs/methods.md §4), distilled in two stages
-from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). The plan runs the
-stages as two distill jobs: ``<student>.stage1`` (method ``meta_kd_stage1``, settings from ``method_args.stage1``),
-then ``<student>`` (method ``meta_kd``), initialised from stage 1's weights, so a change to stage 2 reruns stage 2 only.
-
-Stage 1 matches intermediate features (hidden states, attentions and the domain representation), each example
-weighted by its own λ_i; stage 2 matches the soft labels at T = 2. The losses, the head averaging of
-``attention_heads`` and where kdpipe departs from EasyNLP are in docs/methods.md §4.
+from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). Two distill jobs:
+``<student>.stage1`` (method ``meta_kd_stage1``) matches intermediate features, each example weighted by its own
+λ_i, then ``<student>`` (method ``meta_kd``), started from stage 1's weights, matches the soft labels at T.
 """
 
 from __future__ import annotations
