@@ -13,8 +13,8 @@ import numpy as np
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.progress import say
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
-from kdpipe.routing import ROUTE_SPLITS, SCORES, route_label_use
+from kdpipe.core.store import atomic_path, make_manifest
+from kdpipe.routing import ROUTE_SPLITS, route_label_use
 from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.routing.diagnostics import diagnose, ood_auroc, say_warning, text_table, warn_threshold, warning
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
@@ -32,8 +32,6 @@ def build_route(
     inputs = RouteInputs(list(settings.teachers), Path(data), signals)
     router, score = settings.router, settings.score
     chosen = chosen_name(router, score)
-    if router == "certainty" and SCORES[score] == "mc" and not inputs.has_mc("train"):
-        raise KdpipeError(f"route: score {score!r} needs the MC-dropout signal of every teacher on train")
     temps = calibrate(inputs) if settings.calibrate else None
     routers = all_routers(inputs, router, settings.temperature, settings.routing, temps)
     diagnostics = diagnose(inputs, routers)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from kdpipe.core.checksums import write_manifest
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, read_manifest
+from kdpipe.core.store import atomic_path, make_manifest, read_manifest
 from kdpipe.data.dataset import TRANSFER
 from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
@@ -53,9 +53,4 @@ def transfer_scores(inputs: RouteInputs, settings: RouteSettings, temps: dict | 
         return certainty(inputs, settings.score, TRANSFER, settings.temperature, temps)
     if settings.router == "knn":
         return knn(inputs, settings.routing, TRANSFER)[TRANSFER]
-    if settings.router == "learned":
-        return learned(inputs, settings.routing, TRANSFER)[0][TRANSFER]
-    raise KdpipeError(
-        f"route: the {settings.router} router reads each row's gold label, which transfer rows do not have; choose "
-        "the certainty, knn or learned router for a student that learns from transfer rows"
-    )
+    return learned(inputs, settings.routing, TRANSFER)[0][TRANSFER]  # (the plan makes no transfer route for oracle)
