@@ -96,12 +96,6 @@ def auroc(other: np.ndarray, scores: np.ndarray) -> float | None:
     return float(roc_auc_score(other, scores))
 
 
-def max_softmax(logits: np.ndarray) -> np.ndarray:
-    """max softmax(z) of every row of ``logits`` [N, C], float64 [N]: 1 / Σ_c exp(z_c − max z)."""
-    z = np.asarray(logits, np.float64)
-    return 1.0 / np.exp(z - z.max(-1, keepdims=True)).sum(-1)
-
-
 def teacher_ood(own: np.ndarray, logits: np.ndarray, mc_table=None) -> dict:
     """One teacher on one split: the AUROC of each score of :data:`OOD_ORIENTATION`, oriented, for the rows not of
     its classes (``own``: bool [N], its own classes' rows) against those of its classes; an MC score is None without
@@ -111,7 +105,9 @@ def teacher_ood(own: np.ndarray, logits: np.ndarray, mc_table=None) -> dict:
         name: None if mc_table is None else auroc(other, OOD_ORIENTATION[name] * mc_table[name].to_numpy())
         for name in OOD_MC_SCORES
     }
-    scores["logit_max_prob"] = auroc(other, OOD_ORIENTATION["logit_max_prob"] * max_softmax(logits))
+    z = np.asarray(logits, np.float64)
+    max_softmax = 1.0 / np.exp(z - z.max(-1, keepdims=True)).sum(-1)  # max softmax(z) = 1 / Σ_c exp(z_c − max z)
+    scores["logit_max_prob"] = auroc(other, OOD_ORIENTATION["logit_max_prob"] * max_softmax)
     return {"n_own": int((~other).sum()), "n_other": int(other.sum()), "mc": mc_table is not None, "auroc": scores}
 
 

@@ -40,7 +40,6 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
     cotrained = prokt.CoTrainedTeacher(
         teacher, teacher_train, args, training, total_steps(len(job.enc_train), training), device
     )
-    objective = prokt.build(cotrained)
 
     validate_student = job.validator(eval_batch_size)
     validate_teacher = encoded_validator(teacher_valid, batch_size=eval_batch_size, device=device)
@@ -53,7 +52,7 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
 
     result = fit_job(
         job.model,
-        objective,
+        prokt.build(cotrained),
         job.enc_train,
         validate,
         training,
