@@ -16,7 +16,7 @@ import numpy as np
 from kdpipe.core.device import pick_device
 from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import KdpipeError, make_manifest
-from kdpipe.data.batching import encode_frame, without_texts
+from kdpipe.data.batching import encode_frame, model_inputs, without_texts
 from kdpipe.data.dataset import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.models.heads import teacher_classes
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer
@@ -45,13 +45,7 @@ def validation_rows(frame, classes: list[str], where: str):
 
 
 def cross_entropy_loss(model, batch):
-    out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        token_type_ids=batch.get("token_type_ids"),
-        labels=batch["labels"],
-    )
-    return out.loss, {}
+    return model(**model_inputs(batch), labels=batch["labels"]).loss, {}
 
 
 def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | None = None) -> dict:
