@@ -7,6 +7,8 @@ its own tokenisation of the train split, so a student with another tokenisation 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -95,12 +97,8 @@ class CoTrainedTeacher:
     ):
         self.model, self.encoded, self.args, self.device = teacher.to(device), encoded, args, device
         # the student's settings but the teacher's own lr, warm-up and weight decay (the release: Trainer defaults)
-        own = {
-            "lr": float(args.teacher_lr),
-            "warmup_ratio": float(args.teacher_warmup),
-            "weight_decay": float(args.teacher_weight_decay),
-        }
-        self.settings = TrainSettings(**{**settings.__dict__, **own})
+        lr, warmup, decay = float(args.teacher_lr), float(args.teacher_warmup), float(args.teacher_weight_decay)
+        self.settings = replace(settings, lr=lr, warmup_ratio=warmup, weight_decay=decay)
         self.optimizer, self.scheduler = make_optimizer(
             {"teacher": (self.model, self.settings.lr)}, self.settings, steps
         )

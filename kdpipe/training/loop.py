@@ -97,13 +97,10 @@ def param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: floa
     """AdamW groups: no weight decay on biases and LayerNorm weights (the usual BERT recipe)."""
     groups = []
     for module, lr in modules.values():
-        decay, no_decay = [], []
-        for _name, p in module.named_parameters():
-            if p.requires_grad:
-                (no_decay if p.ndim < 2 else decay).append(p)
+        params = [p for p in module.parameters() if p.requires_grad]
         groups += [
-            {"params": decay, "lr": lr, "weight_decay": weight_decay},
-            {"params": no_decay, "lr": lr, "weight_decay": 0.0},
+            {"params": [p for p in params if p.ndim >= 2], "lr": lr, "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "lr": lr, "weight_decay": 0.0},
         ]
     return [g for g in groups if g["params"]]
 
