@@ -15,11 +15,9 @@ ROUTER = "router: "  # the prefix of a split whose labels a route read to weigh 
 OUTSIDE = {"checkpoint": "trained outside kdpipe"}  # a model fine-tuned elsewhere: kdpipe cannot say what it read
 
 
-def route_label_use(route_labels: dict | None) -> dict | None:
+def route_label_use(route_labels: dict) -> dict:
     """A route's ``gold_labels`` ({split: rows}) as a routed student records them: each split under
     :data:`ROUTER`, so that labels that fitted a router are told from labels that chose the kept epoch."""
-    if route_labels is None:  # a route made before kdpipe recorded it
-        return None
     return {key if key.startswith(ROUTER) else f"{ROUTER}{key}": rows for key, rows in route_labels.items()}
 
 
@@ -53,7 +51,7 @@ def started_label_use(
     the route's manifest, None when it has none), the train rows whose gold label weighs them in Meta-KD (p_T(gold)
     in the domain expertise) and the prototypes' rows (``prototypes``), and its starting model's (``init_from``,
     its ``model.init.from``). None when a part was not recorded."""
-    uses = [route_label_use(route.get("gold_labels")) if route is not None else {}]
+    uses = [route_label_use(route["gold_labels"]) if route is not None else {}]
     if "domain" in method.signals or method.prototypes:
         uses.append({"train": train_rows})
     if method.prototypes and prototypes is not None:
