@@ -20,8 +20,6 @@ from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.dynamic_choices import REVERSED
 from kdpipe.methods.losses import gold_cross_entropy, soft_kl, token_mse, union_logits
 
-# ---- pure functions ------------------------------------------------------------------------------------------
-
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """H(softmax(z_i)) in nats from the logits, differentiable; shape [B] (docs/methods.md §2)."""
@@ -101,9 +99,6 @@ def objective_weights(h: torch.Tensor, strategy: str) -> tuple[torch.Tensor, tor
     if strategy == "uncertainty-r":
         return h, 1 - h
     return torch.ones_like(h), torch.ones_like(h)
-
-
-# ---- builders ------------------------------------------------------------------------------------------------
 
 
 def _entropy(z: torch.Tensor, grad: bool) -> torch.Tensor:

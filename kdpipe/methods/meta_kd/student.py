@@ -17,8 +17,6 @@ from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import token_mse, union_logits
 from kdpipe.methods.meta_kd.branch import DomainBranch
 
-# ---- pure functions ------------------------------------------------------------------------------------------
-
 
 def example_weights(prototype_scores: torch.Tensor, expertise: torch.Tensor) -> torch.Tensor:
     """λ_i = (1 + t_i)·w_i (§4), shape [B]."""
@@ -47,9 +45,6 @@ def soft_cross_entropy(student: torch.Tensor, teacher: torch.Tensor, temperature
     """L₂ = (1/B) Σ_i −Σ_c softmax(z_t/T)_c log softmax(z_s/T)_c (§4 stage 2)."""
     target = F.softmax(teacher.float() / temperature, -1)
     return -(target * F.log_softmax(student.float() / temperature, -1)).sum(-1).mean()
-
-
-# ---- builders ------------------------------------------------------------------------------------------------
 
 
 def _one_teacher(ctx: DistillContext, method: str) -> str:
