@@ -84,12 +84,8 @@ def lambda_at(epoch: int, lam: float, ramp: list | tuple | None) -> float:
     return float(lam) * min(max((epoch - start) / (end - start), 0.0), 1.0)
 
 
-def _members(ctx: DistillContext) -> torch.Tensor:
-    """The teachers' cached train logits [N, rows, C] in the student's label order (each covers every label)."""
-    return torch.stack([ctx.signal(t, "logits")[:, torch.argsort(ctx.block(t))] for t in ctx.teachers])
-
-
-def _checked_args(args: Args) -> Args:
+def build(ctx: DistillContext, args: Args) -> Objective:
+    """Hydra+ (docs/methods.md §3): L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4, λ set per epoch by ``on_epoch``."""
     for name in ("alpha", "beta"):
         if not 0 <= float(getattr(args, name)) <= 1:
             raise KdpipeError(f"hydra_plus: {name} must lie in [0, 1], got {getattr(args, name)}")
@@ -99,16 +95,11 @@ def _checked_args(args: Args) -> Args:
     if not float(args.diversity) >= 0:
         raise KdpipeError(f"hydra_plus: diversity must be non-negative, got {args.diversity}")
     lambda_at(0, args.diversity, args.diversity_ramp)  # a bad ramp fails before training
-    return args
-
-
-def build(ctx: DistillContext, args: Args) -> Objective:
-    """Hydra+ (docs/methods.md §3): L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4, λ set per epoch by ``on_epoch``."""
-    args = _checked_args(args)
     alpha, beta = float(args.alpha), float(args.beta)
     temp_a, temp_i = float(args.temp_aggregate), float(args.temp_individual)
     lam, ramp = float(args.diversity), args.diversity_ramp
-    members = _members(ctx)
+    # the teachers' cached train logits [N, rows, C] in the student's label order (each covers every label)
+    members = torch.stack([ctx.signal(t, "logits")[:, torch.argsort(ctx.block(t))] for t in ctx.teachers])
     state = {"lambda": lambda_at(0, lam, ramp)}
 
     def on_epoch(epoch: int, epochs: int) -> None:

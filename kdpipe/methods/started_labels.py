@@ -21,15 +21,6 @@ def route_label_use(route_labels: dict) -> dict:
     return {key if key.startswith(ROUTER) else f"{ROUTER}{key}": rows for key, rows in route_labels.items()}
 
 
-def prototype_label_use(prototypes: Path) -> dict:
-    """The train labels Meta-KD's prototype scores were built from: every train row of every domain (the prototypes
-    are means per domain and class, kdpipe.methods.meta_kd.prototypes), whatever domain the student is restricted
-    to. ``prototypes``: the scores' Parquet file; its manifest (``train.json``) counts the rows."""
-    from kdpipe.signals.io import manifest_path
-
-    return {"train": int(read_json(manifest_path(Path(prototypes)))["rows"])}
-
-
 def start_label_use(source: str | None) -> dict | None:
     """What the model a student starts from (``model.init.from``, ProKT's ``method_args.backbone``) read: a kdpipe
     model folder's own record, :data:`OUTSIDE` for a sequence classifier fine-tuned elsewhere, nothing for a
@@ -54,7 +45,9 @@ def started_label_use(
     uses = [route_label_use(route["gold_labels"]) if route is not None else {}]
     if "domain" in method.signals or method.prototypes:
         uses.append({"train": train_rows})
-    if method.prototypes and prototypes is not None:
-        uses.append(prototype_label_use(prototypes))
+    if method.prototypes and prototypes is not None:  # built from every train row, whatever the student's domain
+        from kdpipe.signals.io import manifest_path
+
+        uses.append({"train": int(read_json(manifest_path(Path(prototypes)))["rows"])})
     uses.append(start_label_use(init_from))
     return combined_label_use([{"gold_labels": use} for use in uses])

@@ -26,11 +26,6 @@ def _certainty(probs: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(1.0 - normalized_entropy(probs.numpy(force=True)))
 
 
-def _tempered(probs: np.ndarray, temperature: float) -> torch.Tensor:
-    """softmax(log p / T): a distribution's temperature changed after the fact (T = 1 gives p back)."""
-    return F.softmax(torch.log(torch.tensor(np.asarray(probs), dtype=torch.float32).clamp_min(1e-12)) / temperature, -1)
-
-
 def certainty_scores(
     score: str,
     *,
@@ -57,7 +52,8 @@ def certainty_scores(
     if calibration is None:  # the cached columns, exactly as the MC pass wrote them
         column = {"entropy": "certainty", "max_prob": "max_prob"}[score]
         return torch.tensor(mc_table[column].to_numpy(), dtype=torch.float32)
-    probs = _tempered(mc_probs, cal)
+    # softmax(log p / T): the MC distribution's temperature changed after the fact
+    probs = F.softmax(torch.log(torch.tensor(np.asarray(mc_probs), dtype=torch.float32).clamp_min(1e-12)) / cal, -1)
     if score == "max_prob":
         return probs.max(-1).values
     return _certainty(probs)

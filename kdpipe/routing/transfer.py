@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import atomic_path, make_manifest, read_manifest
 from kdpipe.data.dataset import TRANSFER
@@ -30,7 +28,13 @@ def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_
     declared = settings.signals  # the transfer rows' signals, and the validation rows' for a fitted router
     signals = DeclaredSignals(signals_root, declared)
     inputs = RouteInputs(teachers, Path(data), signals, splits=tuple(declared), transfer=Path(transfer))
-    scores = transfer_scores(inputs, settings, made.get("calibration"))
+    temps = made.get("calibration")
+    if settings.router == "certainty":
+        scores = certainty(inputs, settings.score, TRANSFER, settings.temperature, temps)
+    elif settings.router == "knn":
+        scores = knn(inputs, settings.routing, TRANSFER)[TRANSFER]
+    else:  # learned (the plan makes no transfer route for oracle)
+        scores = learned(inputs, settings.routing, TRANSFER)[0][TRANSFER]
     with atomic_path(route / TRANSFER_FILES[0]) as tmp:
         write_scores(tmp, inputs.row_ids[TRANSFER], scores)
     manifest = make_manifest(
@@ -45,12 +49,3 @@ def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_
         rows={TRANSFER: len(inputs.row_ids[TRANSFER])},
     )
     return write_manifest(route / TRANSFER_FILES[1], manifest, [TRANSFER_FILES[0]])
-
-
-def transfer_scores(inputs: RouteInputs, settings: RouteSettings, temps: dict | None) -> np.ndarray:
-    """The chosen router's scores [N, K] of the transfer rows (``temps``: the route's calibration)."""
-    if settings.router == "certainty":
-        return certainty(inputs, settings.score, TRANSFER, settings.temperature, temps)
-    if settings.router == "knn":
-        return knn(inputs, settings.routing, TRANSFER)[TRANSFER]
-    return learned(inputs, settings.routing, TRANSFER)[0][TRANSFER]  # (the plan makes no transfer route for oracle)

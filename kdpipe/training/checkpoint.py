@@ -108,19 +108,6 @@ def best_entry(name: str) -> str:
     return "best" if name == "model" else f"best.{name}"
 
 
-def read_resume_state(resume_dir: Path) -> dict | None:
-    """The training state of the latest checkpoint in ``resume_dir`` (None when there is none); safe to call while a
-    job trains and replaces it."""
-    checkpoint = Checkpoint(resume_dir, "")
-    while (current := checkpoint.current()) is not None:
-        try:
-            return read_json(current / "state.json")
-        except ArtifactError:
-            if checkpoint.current() == current:  # not replaced by a newer checkpoint: really missing
-                raise
-    return None
-
-
 def work_paths(out_dir: Path) -> tuple[Path, Path]:
     """The resume directory and the JSONL training log of the job writing ``out_dir``, beside it."""
     out_dir = Path(out_dir)

@@ -34,7 +34,6 @@ from kdpipe.models.inference import probs_predictor
 from kdpipe.models.loading import count_parameters, save_model
 from kdpipe.training import distributed
 from kdpipe.training.checkpoint import FREE_SPACE, Checkpoint, best_entry, finish, rewind_log, say, work_paths
-from kdpipe.training.checkpoint import read_resume_state as read_resume_state  # (re-exported: watch a job's progress)
 from kdpipe.training.settings import TrainSettings as TrainSettings  # (re-exported: the loop's settings)
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
