@@ -90,17 +90,15 @@ def evaluate_ood(
     extra = _extra(settings, records)
     if settings.combine == "oracle":
         extra["classes"] = sorted(c for r in records for c in r["classes"])
-        return write_no_ood(settings, extra, out_json, out_predictions, ORACLE_REASON)
+        why = (
+            "the oracle picks each row's teacher by the row's gold class, and an OOD row's class belongs to no teacher"
+        )
+        return write_no_ood(settings, extra, out_json, out_predictions, why)
     classes = records[0]["classes"]
     in_probs, ood_probs = _probs(test), _probs(ood)
     accuracy = float((in_probs.mean(0).argmax(1) == test[0]["label"].map(_index(classes)).to_numpy()).mean())
     rows = ood[0][["row_id", "ood_label"]].rename(columns={"ood_label": "label"})
     return write_ood(settings, in_probs, ood_probs, rows, classes, extra, out_json, out_predictions, accuracy)
-
-
-ORACLE_REASON = (
-    "the oracle picks each row's teacher by the row's gold class, and an OOD row's class belongs to no teacher"
-)
 
 
 def _read(paths: list[Path]) -> tuple[list[pd.DataFrame], list[dict]]:
