@@ -47,8 +47,7 @@ class DistillContext:
         return torch.as_tensor(self.blocks[teacher], device=self.device)
 
     def check_token_aligned(self, method: str, feature: str = "hidden") -> None:
-        """Token-level teacher features are only comparable when the student tokenised the train split exactly as
-        the teachers' dumps did (same tokenizer and max_length)."""
+        """Refuse token-level features of a dump tokenised otherwise than the student's train split."""
         for t in self.teachers:
             dump = self.signal(t, feature)
             same = (

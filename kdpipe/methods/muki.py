@@ -42,8 +42,7 @@ def aggregate(
     padded: torch.Tensor, scores: torch.Tensor, mode: str, tau_s: float, weighting: str = "softmax"
 ) -> torch.Tensor:
     """The target q [N, C] from padded teacher distributions [N, K, C] and scores [N, K] (docs/methods.md §1):
-    hard picks the best-scored teacher; soft weighs them by softmax(s/τ_s), or by the scores themselves when the
-    router's scores are already weights (``weighting="scores"``, docs/routing.md)."""
+    hard picks the best-scored teacher; soft weighs them by softmax(s/τ_s), or by the scores (weighting "scores")."""
     if mode == "hard":
         best = scores.argmax(-1)  # ties go to the first teacher
         return padded[torch.arange(padded.shape[0], device=padded.device), best]

@@ -341,10 +341,8 @@ def get_method(name: str) -> MethodSpec:
 
 
 def complete_args(declared: tuple[Arg, ...], given: dict | None, where: str) -> dict:
-    """``given`` checked against the declared arguments (names and types) and completed with their defaults.
-
-    ``where`` names the config key (e.g. ``students.s1.method_args``) in the error of an unknown or mistyped key.
-    """
+    """``given`` checked against the declared arguments and completed with their defaults; ``where`` names the
+    config key in an error."""
     given = dict(given or {})
     known = {arg.name: arg for arg in declared}
     for key in given:

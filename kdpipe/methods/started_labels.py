@@ -38,10 +38,9 @@ def start_label_use(source: str | None) -> dict | None:
 def started_label_use(
     init_from: str | None, method, train_rows: int, route: dict | None, prototypes: Path | None
 ) -> dict | None:
-    """The gold labels a distilled student reads besides its loss's and its validation's: its route's (``route``:
-    the route's manifest, None when it has none), the train rows whose gold label weighs them in Meta-KD (p_T(gold)
-    in the domain expertise) and the prototypes' rows (``prototypes``), and its starting model's (``init_from``,
-    its ``model.init.from``). None when a part was not recorded."""
+    """The gold labels a distilled student reads besides its loss's and its validation's: its ``route``'s (its
+    manifest), Meta-KD's example weights' and its starting model's (``init_from``). None when a part was not
+    recorded."""
     uses = [route_label_use(route["gold_labels"]) if route is not None else {}]
     if "domain" in method.signals or method.prototypes:
         uses.append({"train": train_rows})

@@ -69,8 +69,7 @@ def misrouted(per_class: dict, threshold: float) -> list[str]:
 
 def diagnose(inputs, routers: dict) -> dict:
     """Routing and target accuracy of every router of ``routers`` (:func:`kdpipe.routing.scoring.all_routers`) on
-    the splits it scored (validation cross-fitted for the learned one), from a route's
-    :class:`~kdpipe.routing.inputs.RouteInputs`."""
+    the splits it scored."""
     out = {}
     for name, router in routers.items():
         entry = {"gold_labels": name in GOLD_LABEL_ROUTERS, **({"fit": router["fit"]} if "fit" in router else {})}

@@ -42,9 +42,8 @@ class DeclaredSignals:
 
 
 class RouteInputs:
-    """The data and every teacher's declared signals on the train and validation splits (by default), or on the
-    ``splits`` asked for; the transfer split's rows come from the transfer artifact ``transfer`` and have no gold
-    label."""
+    """The data and every teacher's declared signals on ``splits``; the transfer split's rows come from the transfer
+    artifact ``transfer``."""
 
     def __init__(
         self,

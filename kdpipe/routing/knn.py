@@ -52,9 +52,8 @@ def _fit(features: torch.Tensor, rows: np.ndarray, k: int) -> tuple[torch.Tensor
 def knn_scores(
     train: np.ndarray, validation: np.ndarray, validation_own: np.ndarray, neighbours: int, *, folds: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One teacher's scores s_k for the train rows (against all its own validation rows) and for the validation rows
-    (cross-fitted over ``folds``), from its pooled states of both splits and the mask of the validation rows of its
-    own classes."""
+    """One teacher's scores s_k for the train rows and (cross-fitted over ``folds``) for the validation rows, from its
+    pooled states and the mask of the validation rows of its own classes."""
     train_x, val_x = normalise(train), normalise(validation)
     own = np.flatnonzero(np.asarray(validation_own, bool))
     reference, ranks = _fit(val_x, own, neighbours)

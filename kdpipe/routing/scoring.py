@@ -97,8 +97,7 @@ def all_routers(
     inputs: RouteInputs, router: str, temperature: float | None, routing: RoutingSettings, temps: dict | None
 ) -> dict[str, dict]:
     """Every router the declared signals allow: name -> {"scores": {split: [N, K]}, ...} (``router``: the chosen one,
-    ``temperature``: its τ, 1 when it has none; ``routing``: the settings of the knn and learned routers). An MC
-    score is scored on the splits whose MC-dropout signal the route reads, and left out without it on train."""
+    ``temperature``: its τ); an MC score only on the splits whose MC-dropout signal the route reads."""
     out = {}
     for score, source in SCORES.items():
         if source == "logits" or inputs.has_mc("train"):

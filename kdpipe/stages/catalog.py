@@ -28,8 +28,7 @@ class Arg:
 @dataclass(frozen=True)
 class Stage:
     """A stage: its sub-command, the ``module:function`` that does its work, what it does, its arguments, the
-    ``module:class`` of its typed settings (a :class:`kdpipe.core.settings.Settings`, imported by name only when
-    the stage runs) and the resources its rule asks for (threads, memory in MB, run time in minutes)."""
+    ``module:class`` of its typed settings and its rule's resources (threads, memory in MB, run time in minutes)."""
 
     name: str
     entry: str

@@ -55,9 +55,8 @@ def run(
     ood: list[Path] = (),
     reference: Path | None = None,
 ) -> list[dict]:
-    """Evaluate ``model`` on each of ``settings.splits`` (``out_json``, ``out_predictions``: one path per split);
-    ``ood``: the artifact of an external OOD set, if any; ``reference``: the evaluation folder of the model an
-    exported one was made from, which each split's record is compared with."""
+    """Evaluate ``model`` on each of ``settings.splits``; ``ood``: an external OOD set, if any; ``reference``: the
+    evaluation folder of the model an exported one was made from, which each split's record is compared with."""
     remove_stale(Path(out_json[0]).parent, list(settings.splits))
     loaded = load(Path(model))
     done: dict[str, Predicted] = {}

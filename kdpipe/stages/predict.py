@@ -29,9 +29,8 @@ from kdpipe.models.loading import load_tokenizer, load_trained
 
 @dataclass(frozen=True)
 class PredictSettings(Settings):
-    """What ``--params`` may set for ``kdpipe predict`` (the options win): the text column(s), the batch size, the
-    ``max_length`` (left out: the model's own), and how the input is read (its ``format`` and ``encoding``, as
-    ``dataset`` reads files)."""
+    """What ``--params`` may set for ``kdpipe predict`` (the options win); ``max_length`` left out: the model's
+    own."""
 
     text_column: str = from_schema("dataset", "text_column")
     text_pair_column: str | None = from_schema("dataset", "text_pair_column")

@@ -76,10 +76,9 @@ def student_data(
     attn: str | None = None,
     transfer_dir: Path | None = None,
 ) -> StudentData:
-    """Read the splits (the rows of its ``domain`` only, when set), build the ``student`` (seeded by
-    ``training.seed``) and tokenise train and validation its way, cut at ``max_length`` tokens (a BiLSTM tokenises
-    the two sides of a pair apart). With a ``transfer`` share the training rows are followed by that share of the
-    transfer rows of ``transfer_dir``, with the label ``NO_LABEL``."""
+    """Read the splits (its ``domain``'s rows only, when set), build the ``student`` and tokenise train and validation
+    its way; with a ``transfer`` share the training rows are followed by that share of the transfer rows of
+    ``transfer_dir``, with the label ``NO_LABEL``."""
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
     full_train = read_split(data_dir, "train")

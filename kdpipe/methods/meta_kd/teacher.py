@@ -53,9 +53,8 @@ def build(
     device: torch.device,
     args: Args,
 ) -> Objective:
-    """The meta-teacher's loss over ``train``, the teacher's rows (``batch["index"]`` indexes them), weighted by their
-    prototype scores read from ``prototypes``; the branch covers the dataset's ``domains`` and trains at the
-    teacher's learning rate."""
+    """The meta-teacher's loss over ``train``, the teacher's rows, weighted by their prototype scores; the branch
+    covers the dataset's ``domains``."""
     a = args
     if train["domain"].nunique() < 2:
         raise KdpipeError(
