@@ -16,10 +16,8 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.checksums import verify
 from kdpipe.core.store import ArtifactError, KdpipeError, read_manifest
-from kdpipe.routing import ROUTE_SPLITS
 
 FILES = ("train.parquet", "validation.parquet", "route.json")
-SPLITS = ROUTE_SPLITS
 
 
 def write_scores(path: Path, row_ids: np.ndarray, scores: np.ndarray) -> None:

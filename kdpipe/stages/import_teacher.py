@@ -35,12 +35,7 @@ def run(settings: ImportedTeacherSettings, data: Path, out: Path) -> dict:
     started = time.perf_counter()
     metrics = encoded_validator(encoded, batch_size=settings.eval_batch_size, device=device)(model.to(device).eval())
     print(f"[kdpipe] imported {checkpoint}: validation accuracy {metrics['accuracy']:.4f} on its classes")
-    result = FitResult(
-        best_state=state_on_cpu(model),
-        best_metrics=metrics,
-        best_epoch=0,
-        train_time_s=time.perf_counter() - started,
-    )
+    result = FitResult(state_on_cpu(model), metrics, best_epoch=0, train_time_s=time.perf_counter() - started)
     manifest = make_manifest(
         "teacher",
         config=settings,
