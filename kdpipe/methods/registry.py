@@ -13,13 +13,7 @@ from dataclasses import dataclass, fields, replace
 
 from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
-from kdpipe.methods.dynamic_choices import (
-    DATA_STRATEGIES,
-    DIRECTIONS,
-    DISTANCES,
-    OBJECTIVE_STRATEGIES,
-    TEACHER_MODES,
-)
+from kdpipe.methods.dynamic_choices import DATA_STRATEGIES, DIRECTIONS, DISTANCES, OBJECTIVE_STRATEGIES, TEACHER_MODES
 from kdpipe.methods.settings import MethodJob
 from kdpipe.routing import ROUTERS, SCORES
 

@@ -107,10 +107,7 @@ def evaluate_split(
 ) -> tuple[dict, Predicted]:
     """The metrics and predictions of ``split``."""
     frame = restrict_to_domain(
-        read_split(data_dir, split),
-        settings.domain,
-        dataset_domains(data_dir),
-        f"evaluate {settings.model}",
+        read_split(data_dir, split), settings.domain, dataset_domains(data_dir), f"evaluate {settings.model}"
     )
     frame = frame[frame["label"].isin(loaded.classes)].reset_index(drop=True)
     local = {c: i for i, c in enumerate(loaded.classes)}

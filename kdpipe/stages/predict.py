@@ -103,11 +103,7 @@ def run(
     )
     device = pick_device()
     logits = predict_member_logits(
-        net.to(device),
-        encoded,
-        batch_size=int(batch_size or settings.batch_size),
-        device=device,
-        desc="predict",
+        net.to(device), encoded, batch_size=int(batch_size or settings.batch_size), device=device, desc="predict"
     )
     probs = softmax(logits).mean(axis=0)  # [members, N, C]: a multi-head model's heads, as kdpipe evaluates it
     result = frame.copy()

@@ -314,9 +314,7 @@ def _end_epoch(run: _Run, validate: Callable[[nn.Module], dict] | None) -> None:
     improved = metrics is None or is_better(metrics, state["best_score"], state["best_metrics"])
     if improved:
         state.update(
-            best_score=metrics["score"] if metrics else -math.inf,
-            best_metrics=metrics or {},
-            best_epoch=epoch + 1,
+            best_score=metrics["score"] if metrics else -math.inf, best_metrics=metrics or {}, best_epoch=epoch + 1
         )
         run.keep_best()
     record = {
