@@ -35,10 +35,9 @@ class DistillContext:
     domains: list[str] | None = None
     domain_ids: torch.Tensor | None = None  # Meta-KD: each train row's index into ``domains``
     prototype_scores: torch.Tensor | None = None  # Meta-KD: each train row's prototype score
-    train_labels: np.ndarray | None = None  # gold label index per train row (for diagnostics, never a loss
-    # of a method that trains without labels)
-    route: dict | None = None  # the student's route (docs/routing.md): "scores" (tensor [N, K], teachers in
-    # ``teachers`` order), "weighting" ("softmax" | "scores"), "temperatures" ({teacher: T} when calibrated)
+    train_labels: np.ndarray | None = None  # gold label index per train row (for diagnostics only)
+    # the student's route (docs/routing.md): "scores" [N, K], "weighting" and "temperatures" (when calibrated)
+    route: dict | None = None
 
     def signal(self, teacher: str, name: str):
         return self.signals[teacher][name]

@@ -231,16 +231,9 @@ def _restore(run: _Run) -> None:
     if not distributed.is_main():
         state = run.ckpt.load()
     if not state:
-        run.state = {
-            "epoch": 0,
-            "step_in_epoch": 0,
-            "best_score": -math.inf,
-            "best_metrics": {},
-            "best_epoch": -1,
-            "history": [],
-            "train_time_s": 0.0,
-            "log_bytes": 0,  # a log left by an attempt killed before its first checkpoint is stale
-        }
+        # (log_bytes 0: a log left by an attempt killed before its first checkpoint is stale)
+        run.state = dict(epoch=0, step_in_epoch=0, best_score=-math.inf, best_metrics={}, best_epoch=-1, history=[])
+        run.state.update(train_time_s=0.0, log_bytes=0)
         run.keep_best()
         return
     for name, (module, _) in run.modules.items():
@@ -317,12 +310,8 @@ def _end_epoch(run: _Run, validate: Callable[[nn.Module], dict] | None) -> None:
             best_score=metrics["score"] if metrics else -math.inf, best_metrics=metrics or {}, best_epoch=epoch + 1
         )
         run.keep_best()
-    record = {
-        "epoch": epoch + 1,
-        "validation": metrics,
-        "best": improved,
-        "train_time_s": round(state["train_time_s"], 2),
-    }
+    record = {"epoch": epoch + 1, "validation": metrics, "best": improved}
+    record["train_time_s"] = round(state["train_time_s"], 2)
     state["history"].append(record)
     run.write_log(record)
     say(f"[kdpipe] {run.desc} epoch {epoch + 1}: validation {metrics if metrics else 'skipped'}")
