@@ -26,6 +26,9 @@ from kdpipe.evaluation.settings import EvalSettings
 from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_member_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
 
+# A split's predictions, kept for the OOD rows' comparison: member probabilities [M, N, C], MC-dropout samples
+# [T·M, N, C] (or None) and the accuracy
+Predicted = tuple[np.ndarray, np.ndarray | None, float]
 # The comparison of an exported model with the model it was made from, imported by name: only the evaluations that
 # compare rerun when it changes.
 REFERENCE_MODULE = "kdpipe.evaluation.exported"
@@ -92,16 +95,6 @@ def load(model_dir: Path) -> Loaded:
     )
 
 
-@dataclass(frozen=True)
-class Predicted:
-    """A split's predictions, kept for the OOD rows' comparison: member probabilities [M, N, C], MC-dropout samples
-    [T·M, N, C] (or None) and the accuracy."""
-
-    member_probs: np.ndarray
-    mc_probs: np.ndarray | None
-    accuracy: float
-
-
 def evaluate_split(
     settings: EvalSettings, split: str, loaded: Loaded, data_dir: Path, out_json: Path, out_predictions: Path
 ) -> tuple[dict, Predicted]:
@@ -126,26 +119,26 @@ def evaluate_split(
         frame["domain"].to_numpy() if "domain" in frame else None,
         mc_probs,
     )
-    return result, Predicted(member_probs, mc_probs, result["metrics"]["accuracy"])
+    return result, (member_probs, mc_probs, result["metrics"]["accuracy"])
 
 
 def evaluate_ood(
     settings: EvalSettings, loaded: Loaded, ood_dir: Path, test: Predicted, out_json: Path, out_predictions: Path
 ) -> dict:
     """The OOD rows (every one, whatever its class: none is a class of the model) against the test rows."""
-    frame = read_split(ood_dir, OOD)
-    frame, member_probs, mc_probs, extra = _predict(settings, OOD, loaded, frame, None)
+    frame, member_probs, mc_probs, extra = _predict(settings, OOD, loaded, read_split(ood_dir, OOD), None)
+    test_probs, test_mc, accuracy = test
     return write_ood(
         settings,
-        test.member_probs,
+        test_probs,
         member_probs,
         frame,
         loaded.classes,
         extra,
         out_json,
         out_predictions,
-        test.accuracy,
-        test.mc_probs,
+        accuracy,
+        test_mc,
         mc_probs,
     )
 
