@@ -310,21 +310,17 @@ METHODS = {
 
 # Teacher objectives of ``finetune_teacher`` besides plain cross-entropy ("ce"): the module is imported by name,
 # so that only the teachers using it carry it in their code fingerprint.
-TEACHER_OBJECTIVES = {
-    spec.name: spec
-    for spec in (
-        TeacherObjective(
-            "meta",
-            "kdpipe.methods.meta_kd.teacher",
-            args=(
-                Arg("gamma", "float", 0.5, "γ: weight of the domain-corruption loss"),
-                Arg("sample_weights", "bool", True, "weight examples by their prototype scores"),
-                Arg("domain_loss", "bool", True, "train the domain branch (the domain-corruption loss)"),
-                Arg("dropout", "float", 0.1, "dropout of the domain branch"),
-            ),
-        ),
-    )
-}
+META_TEACHER = TeacherObjective(
+    "meta",
+    "kdpipe.methods.meta_kd.teacher",
+    args=(
+        Arg("gamma", "float", 0.5, "γ: weight of the domain-corruption loss"),
+        Arg("sample_weights", "bool", True, "weight examples by their prototype scores"),
+        Arg("domain_loss", "bool", True, "train the domain branch (the domain-corruption loss)"),
+        Arg("dropout", "float", 0.1, "dropout of the domain branch"),
+    ),
+)
+TEACHER_OBJECTIVES = {META_TEACHER.name: META_TEACHER}
 
 
 def get_method(name: str) -> MethodSpec:
