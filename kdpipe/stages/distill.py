@@ -155,9 +155,6 @@ def routed(ctx: DistillContext, method: str, job, route: Path | None) -> dict:
     scores, manifests = zip(*(read_route(route, p.split, p.split_row_ids, ctx.teachers) for p in job.parts))
     scores = np.concatenate([split_scores[p.positions] for split_scores, p in zip(scores, job.parts)])
     manifest = manifests[0]
-    ctx.route = {
-        "scores": torch.as_tensor(scores, device=job.device),
-        "weighting": manifest["weighting"],
-        "temperatures": manifest.get("temperatures"),
-    }
+    ctx.route = {"scores": torch.as_tensor(scores, device=job.device), "weighting": manifest["weighting"]}
+    ctx.route["temperatures"] = manifest.get("temperatures")
     return manifest
