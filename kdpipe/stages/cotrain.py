@@ -23,9 +23,7 @@ from kdpipe.training.student import student_data
 def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> dict:
     """Train the ProKT student of ``settings`` (to ``out``) and its teacher (to ``out_teacher``) together."""
     args = prokt.checked_args(settings.method_args)
-    job = student_data(
-        data, settings.model, settings.train_settings(), max_length=settings.max_length, domain=settings.domain
-    )
+    job = student_data(data, settings)
     device, labels, training = job.device, job.labels, job.settings
     eval_batch_size = settings.eval_batch_size
 

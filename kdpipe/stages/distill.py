@@ -48,16 +48,7 @@ def run(
     say_route_warning(route, warn_below)
     spec = settings.method_spec
     attn = "eager" if "attentions" in spec.signals else None
-    job = student_data(
-        data,
-        settings.model,
-        settings.train_settings(),
-        max_length=settings.max_length,
-        domain=settings.domain,
-        transfer=settings.transfer,
-        attn=attn,
-        transfer_dir=transfer,
-    )
+    job = student_data(data, settings, attn=attn, transfer_dir=transfer)
     signals = teacher_signals(settings, job, Path(signals_root), teacher_dirs)
     ctx = context(settings, job, signals, prototypes)
     route_manifest = routed(ctx, settings.method, job, route) if spec.routed else None

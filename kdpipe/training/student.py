@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -65,20 +66,24 @@ class StudentData:
         return encoded_validator(self.enc_valid, batch_size=eval_batch_size, device=self.device)
 
 
+class StudentJob(Protocol):
+    """What :func:`student_data` reads of a student job's settings (``kdpipe.methods.settings.StudentSettings``)."""
+
+    model: StudentModel
+    max_length: int
+    domain: str | None
+    transfer: float | None
+
+    def train_settings(self) -> TrainSettings: ...
+
+
 def student_data(
-    data_dir: Path,
-    student: StudentModel,
-    training: TrainSettings,
-    *,
-    max_length: int,
-    domain: str | None = None,
-    transfer: float | None = None,
-    attn: str | None = None,
-    transfer_dir: Path | None = None,
+    data_dir: Path, job: StudentJob, *, attn: str | None = None, transfer_dir: Path | None = None
 ) -> StudentData:
-    """Read the splits (its ``domain``'s rows only, when set), build the ``student`` and tokenise train and validation
-    its way; with a ``transfer`` share the training rows are followed by that share of the transfer rows of
+    """Read the splits (its ``domain``'s rows only, when set), build the student ``job.model`` and tokenise train and
+    validation its way; with a ``transfer`` share the training rows are followed by that share of the transfer rows of
     ``transfer_dir``, with the label ``NO_LABEL``."""
+    training, domain, transfer = job.train_settings(), job.domain, job.transfer
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
     full_train = read_split(data_dir, "train")
@@ -87,7 +92,9 @@ def student_data(
         for frame in (full_train, read_split(data_dir, "validation"))
     )
     rows = transfer_ids = None
-    model, tokenizer = build_student(student, labels, seed=training.seed, pairs="text_pair" in train.columns, attn=attn)
+    model, tokenizer = build_student(
+        job.model, labels, seed=training.seed, pairs="text_pair" in train.columns, attn=attn
+    )
     if transfer:
         if transfer_dir is None:
             raise KdpipeError("the student learns from transfer rows (its transfer share): pass --transfer")
@@ -104,7 +111,7 @@ def student_data(
         encode_frame(
             tokenizer,
             frame,
-            max_length=max_length,
+            max_length=job.max_length,
             separate_pairs=separate,
             label_ids=frame["label_id"].to_numpy() if ids is None else ids,
         )
