@@ -99,9 +99,7 @@ class CoTrainedTeacher:
         # the student's settings but the teacher's own lr, warm-up and weight decay (the release: Trainer defaults)
         lr, warmup, decay = float(args.teacher_lr), float(args.teacher_warmup), float(args.teacher_weight_decay)
         self.settings = replace(settings, lr=lr, warmup_ratio=warmup, weight_decay=decay)
-        self.optimizer, self.scheduler = make_optimizer(
-            {"teacher": (self.model, self.settings.lr)}, self.settings, steps
-        )
+        self.optimizer, self.scheduler = make_optimizer({"teacher": (self.model, lr)}, self.settings, steps)
         self.beta = float(args.beta)
         self.best_score, self.best_metrics, self.best_epoch, self.history = -float("inf"), {}, -1, []
         self.best_state = state_on_cpu(self.model)

@@ -25,7 +25,6 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
     args = prokt.checked_args(settings.method_args)
     job = student_data(data, settings)
     device, labels, training = job.device, job.labels, job.settings
-    eval_batch_size = settings.eval_batch_size
 
     teacher_tokenizer = load_tokenizer(args.backbone)
     teacher_train, teacher_valid = (
@@ -39,8 +38,8 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
         teacher, teacher_train, args, training, total_steps(len(job.enc_train), training), device
     )
 
-    validate_student = job.validator(eval_batch_size)
-    validate_teacher = encoded_validator(teacher_valid, batch_size=eval_batch_size, device=device)
+    validate_student = job.validator(settings.eval_batch_size)
+    validate_teacher = encoded_validator(teacher_valid, batch_size=settings.eval_batch_size, device=device)
 
     def validate(student):
         metrics = validate_student(student)
