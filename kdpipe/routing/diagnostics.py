@@ -50,8 +50,7 @@ def routing_accuracy(scores: np.ndarray, owners: np.ndarray, gold: np.ndarray, l
 
 
 def target_accuracy(scores: np.ndarray, predictions: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
-    """As :func:`routing_accuracy` for the hard-routed target: ``predictions`` [N, K] is each teacher's predicted
-    class as a student label index."""
+    """As :func:`routing_accuracy` for the hard-routed target (``predictions`` [N, K]: each teacher's, as labels)."""
     routed = np.asarray(scores).argmax(-1)
     right = predictions[np.arange(len(routed)), routed] == gold
     return _shares(right, gold, labels)

@@ -43,8 +43,7 @@ def percentile(distances: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def _fit(features: torch.Tensor, rows: np.ndarray, k: int) -> tuple[torch.Tensor, np.ndarray]:
-    """The reference rows ``rows`` of ``features`` and each one's distance to its k-th nearest other reference row
-    (what a query's distance is ranked among)."""
+    """The reference rows ``rows`` of ``features`` and each one's distance to its k-th nearest other reference row."""
     reference = features[torch.as_tensor(rows, dtype=torch.long)]
     return reference, kth_distance(reference, reference, k, np.arange(len(rows)))
 

@@ -20,8 +20,7 @@ TRANSFER_FILES = (f"{TRANSFER}.parquet", f"{TRANSFER}.json")
 
 
 def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_root: Path, route: Path) -> dict:
-    """Score the transfer rows for the route in the folder ``route`` (whose settings are ``settings``); write the
-    files beside the route's and return their manifest."""
+    """Score the transfer rows for the route in the folder ``route``; write them beside it, return their manifest."""
     route = Path(route)
     teachers = list(settings.teachers)
     made = read_manifest(route / FILES[-1], kind="route", teachers=teachers)

@@ -8,6 +8,7 @@ the jobs whose command line it changes.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 
@@ -52,8 +53,6 @@ class Stage:
 
     def settings_type(self) -> type:
         """The class of the stage's typed settings (imported here, by name)."""
-        import importlib
-
         module, _, name = self.settings.partition(":")
         return getattr(importlib.import_module(module), name)
 

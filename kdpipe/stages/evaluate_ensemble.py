@@ -50,8 +50,7 @@ def run(settings: EvalSettings, members: list[Path], out_json: list[Path], out_p
 def evaluate_split(
     settings: EvalSettings, split: str, members: list[Path], out_json: Path, out_predictions: Path
 ) -> dict:
-    """An ensemble from its members' ``{split}.predictions.parquet`` (and their JSONs beside them): the mean of
-    their probabilities."""
+    """An ensemble from its members' predictions of ``split``: the mean of their probabilities."""
     tables, records = _read(members)
     extra = _extra(settings, records)
     if settings.combine == "oracle":
@@ -83,8 +82,7 @@ def evaluate_split(
 def evaluate_ood(
     settings: EvalSettings, test_members: list[Path], ood_members: list[Path], out_json: Path, out_predictions: Path
 ) -> dict:
-    """The ensemble on the OOD rows against the test rows, each side the mean of its members' probabilities; the
-    oracle has no OOD scores."""
+    """The ensemble on the OOD rows against the test rows; the oracle has no OOD scores."""
     test, test_records = _read(test_members)
     ood, records = _read(ood_members)
     extra = _extra(settings, records)

@@ -75,8 +75,7 @@ def prototype_scores(
 
 @torch.inference_mode()
 def _embed(backbone: str, max_length: int, batch_size: int, frame: pd.DataFrame, out: Path) -> np.ndarray:
-    """e_i of every row of ``frame`` under ``backbone`` (texts cut at ``max_length`` tokens, run ``batch_size`` rows
-    at a time) into a float32 memmap at ``out``."""
+    """e_i of every row of ``frame`` under ``backbone``, into a float32 memmap at ``out``."""
     device = pick_device()
     model = load_encoder(backbone).to(device).eval()
     encoded = encode_frame(load_tokenizer(backbone), frame, max_length=max_length)
@@ -92,8 +91,7 @@ def _embed(backbone: str, max_length: int, batch_size: int, frame: pd.DataFrame,
 
 
 def write_prototype_scores(settings: PrototypeSettings, data: Path, out: Path) -> dict:
-    """Score every train row of the dataset ``data`` against the prototypes of ``settings``; write ``out``
-    (``train.parquet``: row_id, domain, label, score) and its manifest ``train.json``."""
+    """Score every train row of the dataset ``data`` against the prototypes of ``settings``; write ``out``."""
     data_dir, out_parquet = Path(data), Path(out)
     by = settings.by
     domains = read_domains(data_dir, "prototypes (Meta-KD)")
