@@ -321,6 +321,7 @@ def test_certainty_as_ood_detection_on_every_split_and_none_without_rows_on_one_
     gold = {"train": np.array([0, 0, 1, 1]), "validation": np.array([0, 0, 0, 0])}  # teacher tb owns class 1
     blocks = {"ta": np.array([0]), "tb": np.array([1])}
     table = pd.DataFrame({"entropy": [0.1, 0.2, 0.8, 0.9]})  # ta: its own rows the most certain
+    table = table.assign(certainty=0.5, max_prob=0.5, variance=0.1, mean_entropy=0.5, mutual_info=0.3)  # (all equal)
     inputs = SimpleNamespace(
         teachers=["ta", "tb"],
         logits={(t, s): _two_class_logits([0.9] * 4) for t in blocks for s in gold},
@@ -360,8 +361,9 @@ def test_route_json_records_certainty_as_ood_detection(tmp_path, monkeypatch, mc
         teacher = Path(path).relative_to(tmp_path).parts[0]
         return (ta_logits if teacher == "ta" else np.zeros((len(row_ids), 1), np.float32)), classes[teacher]
 
-    def read_mc(path, row_ids, labels):
+    def read_mc(path, row_ids, labels):  # every column an MC pass writes; those not set here the same on every row
         table = pd.DataFrame({"row_id": row_ids, "entropy": entropy, "certainty": 1 - entropy, "max_prob": 0.7})
+        table = table.assign(variance=0.1, mean_entropy=0.5, mutual_info=0.3)
         return np.full((len(row_ids), len(labels)), 1 / len(labels)), table
 
     monkeypatch.setattr(module, "read_logits", read_logits)
@@ -383,7 +385,7 @@ def test_route_json_records_certainty_as_ood_detection(tmp_path, monkeypatch, mc
         assert ta["auroc"]["entropy"] == (0.0 if split in mc_splits else None)
         assert ta["auroc"]["certainty"] == (0.0 if split in mc_splits else None)
         assert ta["auroc"]["max_prob"] == (0.5 if split in mc_splits else None)  # the same on every row
-        assert ta["auroc"]["variance"] is None  # a column this MC table lacks
+        assert ta["auroc"]["variance"] == (0.5 if split in mc_splits else None)
         # tb, a teacher of one class, is equally sure of every row
         assert record[split]["tb"]["auroc"]["logit_max_prob"] == 0.5
 
