@@ -1,8 +1,8 @@
 """The one training loop shared by teacher fine-tuning and every distillation method (docs/design.md, "Style").
 
-AdamW with linear warmup and decay, validation after each epoch keeping the best weights, a JSONL training log, and
-resume from checkpoints beside the job's outputs (docs/caching-and-reruns.md, "Interrupted jobs and resume"); data-
-parallel under ``torchrun``. A method differs only by its :class:`kdpipe.training.objective.Objective`.
+AdamW with linear warmup and decay, validation after each epoch keeping the best weights, a JSONL training log,
+resume from checkpoints beside the job's outputs (docs/caching-and-reruns.md, "Interrupted jobs and resume"), and
+data-parallel under ``torchrun``. A method differs only by its :class:`kdpipe.training.objective.Objective`.
 """
 
 from __future__ import annotations
