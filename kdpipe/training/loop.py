@@ -52,8 +52,8 @@ class FitResult:
 
 
 class LabelWatch(dict):
-    """A training batch that notes whether the loss reads its gold labels (docs/report.md, "Which gold labels each
-    model read")."""
+    """A training batch that notes whether the loss reads its gold labels
+    (docs/report.md, "Which gold labels each model read")."""
 
     read_labels = False
 
