@@ -66,8 +66,12 @@ def test_prototypes_by_domain_ignore_the_class():
     assert has_other.all()
     # row 5, [0, 3]: own cos([0,3], [1/3, 4/3]) = 4/√17; the others' mean [1.5, 0], cos 0
     assert scores[5] == pytest.approx(0.5 * (4 / math.sqrt(17)))
-    with pytest.raises(KdpipeError, match="prototypes.by"):
-        prototypes(EMB, DOM, CLS, 3, 2, "class")
+    # any other grouping is refused once, by the config schema, before any job runs
+    import jsonschema
+
+    schema = yaml.safe_load((REPO / "kdpipe/config.schema.yaml").read_text())["properties"]["prototypes"]
+    with pytest.raises(jsonschema.ValidationError, match=r"'class' is not one of \['domain_class', 'domain'\]"):
+        jsonschema.validate({"by": "class"}, schema)
 
 
 # ---- teacher signals and losses --------------------------------------------------------------------------------

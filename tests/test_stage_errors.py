@@ -11,7 +11,8 @@ import pytest
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import make_manifest, write_json
 from kdpipe.data.dataset import read_labels, read_split
-from kdpipe.routing.artifact import FILES, SPLITS, write_scores
+from kdpipe.routing import ROUTE_SPLITS as SPLITS
+from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.signals.io import write_logits
 from tests.conftest import TINY_TEACHER, student_job, student_settings
 

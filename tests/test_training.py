@@ -7,9 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kdpipe.core.store import ArtifactError, read_json
 from kdpipe.data.batching import encode, model_inputs
 from kdpipe.models.loading import load_classifier, load_tokenizer
-from kdpipe.training.loop import TrainSettings, fit, read_resume_state
+from kdpipe.training.checkpoint import Checkpoint
+from kdpipe.training.loop import TrainSettings, fit
 
 CPU = torch.device("cpu")
 TEXTS = [f"{w} story number {i}" for i in range(24) for w in ("sport", "money")][:32]
@@ -23,6 +25,19 @@ def data():
 
 def ce_loss(model, batch):
     return F.cross_entropy(model(**model_inputs(batch)).logits, batch["labels"]), {}
+
+
+def read_resume_state(resume_dir) -> dict | None:
+    """The training state of the latest checkpoint in ``resume_dir`` (None when there is none), as a test watches a
+    job's progress: safe to call while the job trains and replaces it."""
+    checkpoint = Checkpoint(resume_dir, "")
+    while (current := checkpoint.current()) is not None:
+        try:
+            return read_json(current / "state.json")
+        except ArtifactError:
+            if checkpoint.current() == current:  # not replaced by a newer checkpoint: really missing
+                raise
+    return None
 
 
 def validator(data):

@@ -4,8 +4,8 @@
 
 For each layer pair (``kdpipe.models.backbones.strided_alignment``) trained adapters encode the concatenated
 teacher features to r, reconstruct each teacher's features from r (L_rec) and match the student to r (L_amal).
-Teacher features come from the cached dumps, so the student must tokenise like the teachers (checked); see
-docs/methods.md §1.3 for the adapters and the departures from the released ``dfa.py``.
+Teacher features come from the cached dumps, so the student must tokenise like the teachers (checked);
+docs/methods.md §1.3.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective
 from kdpipe.methods.losses import union_logits, vanilla_kd_loss
-
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
 
 class Amalgamator(nn.Module):

@@ -3,8 +3,7 @@
 ``dynamic_teacher`` (§2a) mixes a small and a large teacher by the student's normalised entropy ĥ, ``dynamic_data``
 (§2b) gives the KD term only to the examples the student scores most informative, and ``dynamic_objective`` (§2c)
 splits KD between logits and hidden states by ĥ. ĥ is computed online every step (detached unless
-``entropy_grad: true``); the teacher side is read from the cache, never from a live teacher. The losses, their
-keys and where they depart from the released code are in docs/methods.md §2.
+``entropy_grad: true``); the teacher side is read from the cache.
 """
 
 from __future__ import annotations
@@ -18,26 +17,12 @@ from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
-from kdpipe.methods.dynamic_choices import (
-    DATA_STRATEGIES,
-    DIRECTIONS,
-    DISTANCES,
-    OBJECTIVE_STRATEGIES,
-    REVERSED,
-    TEACHER_MODES,
-)
+from kdpipe.methods.dynamic_choices import REVERSED
 from kdpipe.methods.losses import gold_cross_entropy, soft_kl, token_mse, union_logits
-
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built, with
-# the choices of kdpipe.methods.dynamic_choices
-
-
-# ---- pure functions ------------------------------------------------------------------------------------------
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
-    """H(softmax(z_i)) in nats from the logits, differentiable; shape [B] (docs/methods.md §2). The torch form of
-    :func:`kdpipe.evaluation.information.entropy`, for a loss that needs its gradient."""
+    """H(softmax(z_i)) in nats from the logits, differentiable; shape [B] (docs/methods.md §2)."""
     log_p = F.log_softmax(logits.float(), -1)
     return -(log_p.exp() * log_p).sum(-1)
 
@@ -51,24 +36,16 @@ def kd_distance(student: torch.Tensor, teacher: torch.Tensor, distance: str, tem
     """Per-example KD distance D_i: ``mse`` mean_c (z_s − z_t)², or ``kl`` T²·KL(softmax(z_t/T) ‖ softmax(z_s/T))."""
     if distance == "mse":
         return ((student.float() - teacher.float()) ** 2).mean(-1)
-    if distance == "kl":
-        target = F.softmax(teacher.float() / temperature, -1)
-        return temperature**2 * soft_kl(target, student, temperature)
-    raise KdpipeError(f"dynamic KD: distance must be one of {DISTANCES}, not {distance!r}")
+    target = F.softmax(teacher.float() / temperature, -1)
+    return temperature**2 * soft_kl(target, student, temperature)
 
 
 def teacher_weights(
     h: torch.Tensor, mode: str, direction: str = "uncertain_to_small"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-example weights (w_small, w_large), shape [B] each, such that the KD term is
-    mean_i(w_small,i·D_small,i + w_large,i·D_large,i) (docs/methods.md §2a).
-
-    ``hard``: the ⌊B/2⌋ examples with the highest ĥ go to the small teacher with weight B/⌊B/2⌋, the others to the
-    large one with weight B/(B − ⌊B/2⌋), so each half contributes its own mean, as in the release.
-    """
-    if direction not in DIRECTIONS:
-        raise KdpipeError(f"dynamic_teacher: direction must be one of {DIRECTIONS}, not {direction!r}")
-    if mode == "hard":
+    mean_i(w_small,i·D_small,i + w_large,i·D_large,i) (docs/methods.md §2a)."""
+    if mode == "hard":  # the ⌊B/2⌋ most uncertain rows and the others each contribute their own mean
         b = h.shape[0]
         half = b // 2
         uncertain = torch.zeros_like(h, dtype=torch.bool)
@@ -78,10 +55,8 @@ def teacher_weights(
     elif mode == "soft":
         to_uncertain = h.mean().expand_as(h)
         to_certain = 1 - to_uncertain
-    elif mode == "soft_instance":
+    else:  # soft_instance
         to_uncertain, to_certain = h, 1 - h
-    else:
-        raise KdpipeError(f"dynamic_teacher: mode must be one of {TEACHER_MODES}, not {mode!r}")
     if direction == "uncertain_to_small":
         return to_uncertain, to_certain
     return to_certain, to_uncertain
@@ -89,8 +64,6 @@ def teacher_weights(
 
 def selection_scores(logits: torch.Tensor, strategy: str, generator: torch.Generator | None = None) -> torch.Tensor:
     """Scores of the examples, highest = most informative = kept first (docs/methods.md §2b). Shape [B], no gradient."""
-    if strategy not in DATA_STRATEGIES:
-        raise KdpipeError(f"dynamic_data: strategy must be one of {DATA_STRATEGIES}, not {strategy!r}")
     base, reverse = strategy.removesuffix(REVERSED), strategy.endswith(REVERSED)
     p = F.softmax(logits.detach().float(), -1)
     if base == "entropy":
@@ -125,12 +98,7 @@ def objective_weights(h: torch.Tensor, strategy: str) -> tuple[torch.Tensor, tor
         return 1 - h, h
     if strategy == "uncertainty-r":
         return h, 1 - h
-    if strategy == "none":
-        return torch.ones_like(h), torch.ones_like(h)
-    raise KdpipeError(f"dynamic_objective: strategy must be one of {OBJECTIVE_STRATEGIES}, not {strategy!r}")
-
-
-# ---- builders ------------------------------------------------------------------------------------------------
+    return torch.ones_like(h), torch.ones_like(h)
 
 
 def _entropy(z: torch.Tensor, grad: bool) -> torch.Tensor:
@@ -144,8 +112,8 @@ def _full_label_logits(ctx: DistillContext, teacher: str) -> torch.Tensor:
 
 
 def _weighted_ce(z: torch.Tensor, batch: dict, weight: float) -> tuple[torch.Tensor, dict]:
-    """(α_ce · CE with the gold labels, its ``ce`` term); with ``ce_weight: 0`` the batch's labels are not read, so
-    the student is not recorded as trained on them (docs/report.md, "Which gold labels each model read")."""
+    """(α_ce · CE with the gold labels, its ``ce`` term); with ``ce_weight: 0`` the batch's labels are not read
+    (docs/report.md, "Which gold labels each model read")."""
     if not weight:
         return z.new_zeros((), dtype=torch.float32), {}
     ce = gold_cross_entropy(z, batch["labels"])

@@ -89,24 +89,13 @@ def learned(inputs: RouteInputs, routing: RoutingSettings, split: str = "train")
     return {split: scores, "validation": validation}, figures
 
 
-def oracle(inputs: RouteInputs) -> dict[str, np.ndarray]:
-    return {s: np.eye(len(inputs.teachers), dtype=np.float32)[inputs.owners[s]] for s in ROUTE_SPLITS}
-
-
 def all_routers(
     inputs: RouteInputs, router: str, temperature: float | None, routing: RoutingSettings, temps: dict | None
 ) -> dict[str, dict]:
     """Every router the declared signals allow: name -> {"scores": {split: [N, K]}, ...} (``router``: the chosen one,
-    ``temperature``: its τ, 1 when it has none; ``routing``: the settings of the knn and learned routers). An MC
-    score is scored on the splits whose MC-dropout signal the route reads, and left out without it on train."""
+    ``temperature``: its τ); an MC score only on the splits whose MC-dropout signal the route reads."""
     out = {}
     for score, source in SCORES.items():
-        if (
-            score == "mutual_info"
-            and inputs.has_mc("train")
-            and "mutual_info" not in inputs.mc[inputs.teachers[0], "train"][1]
-        ):
-            continue  # an MC signal made before the column existed
         if source == "logits" or inputs.has_mc("train"):
             splits = [s for s in ROUTE_SPLITS if source == "logits" or inputs.has_mc(s)]
             out[f"certainty/{score}"] = {"scores": {s: certainty(inputs, score, s, temperature, temps) for s in splits}}
@@ -118,5 +107,6 @@ def all_routers(
         if router == "learned":
             raise
         say(f"[kdpipe] route: the learned router is left out of the diagnostics: {err}")
-    out["oracle"] = {"scores": oracle(inputs)}
+    eye = np.eye(len(inputs.teachers), dtype=np.float32)
+    out["oracle"] = {"scores": {s: eye[inputs.owners[s]] for s in ROUTE_SPLITS}}  # each row to its class's owner
     return out

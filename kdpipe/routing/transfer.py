@@ -1,17 +1,15 @@
 """A route's scores of the transfer rows (kdpipe.data.transfer), routed like train rows: the ``route_transfer`` job,
-beside its route (docs/routing.md, "Transfer rows"). It reads the route's manifest and refits nothing of its own:
-``knn`` and ``learned`` are fitted on the validation rows alone, so fitting them again on the same rows and seed
-gives the route's own router. Writes ``transfer.parquet`` (row_id, scores [K]) and ``transfer.json``.
+beside its route (docs/routing.md, "Transfer rows"). ``knn`` and ``learned`` are fitted again on the same validation
+rows and seed, which gives the route's own router. Writes ``transfer.parquet`` (row_id, scores [K]) and
+``transfer.json``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from kdpipe.core.checksums import write_manifest
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest, read_manifest
+from kdpipe.core.store import atomic_path, make_manifest, read_manifest
 from kdpipe.data.dataset import TRANSFER
 from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
@@ -22,15 +20,20 @@ TRANSFER_FILES = (f"{TRANSFER}.parquet", f"{TRANSFER}.json")
 
 
 def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_root: Path, route: Path) -> dict:
-    """Score the transfer rows for the route in the folder ``route`` (whose settings are ``settings``); write the
-    files beside the route's and return their manifest."""
+    """Score the transfer rows for the route in the folder ``route``; write them beside it, return their manifest."""
     route = Path(route)
     teachers = list(settings.teachers)
     made = read_manifest(route / FILES[-1], kind="route", teachers=teachers)
     declared = settings.signals  # the transfer rows' signals, and the validation rows' for a fitted router
     signals = DeclaredSignals(signals_root, declared)
     inputs = RouteInputs(teachers, Path(data), signals, splits=tuple(declared), transfer=Path(transfer))
-    scores = transfer_scores(inputs, settings, made.get("calibration"))
+    temps = made.get("calibration")
+    if settings.router == "certainty":
+        scores = certainty(inputs, settings.score, TRANSFER, settings.temperature, temps)
+    elif settings.router == "knn":
+        scores = knn(inputs, settings.routing, TRANSFER)[TRANSFER]
+    else:  # learned (the plan makes no transfer route for oracle)
+        scores = learned(inputs, settings.routing, TRANSFER)[0][TRANSFER]
     with atomic_path(route / TRANSFER_FILES[0]) as tmp:
         write_scores(tmp, inputs.row_ids[TRANSFER], scores)
     manifest = make_manifest(
@@ -45,17 +48,3 @@ def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_
         rows={TRANSFER: len(inputs.row_ids[TRANSFER])},
     )
     return write_manifest(route / TRANSFER_FILES[1], manifest, [TRANSFER_FILES[0]])
-
-
-def transfer_scores(inputs: RouteInputs, settings: RouteSettings, temps: dict | None) -> np.ndarray:
-    """The chosen router's scores [N, K] of the transfer rows (``temps``: the route's calibration)."""
-    if settings.router == "certainty":
-        return certainty(inputs, settings.score, TRANSFER, settings.temperature, temps)
-    if settings.router == "knn":
-        return knn(inputs, settings.routing, TRANSFER)[TRANSFER]
-    if settings.router == "learned":
-        return learned(inputs, settings.routing, TRANSFER)[0][TRANSFER]
-    raise KdpipeError(
-        f"route: the {settings.router} router reads each row's gold label, which transfer rows do not have; choose "
-        "the certainty, knn or learned router for a student that learns from transfer rows"
-    )

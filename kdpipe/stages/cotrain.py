@@ -1,9 +1,8 @@
 """The ``cotrain`` stage: ProKT, a student and its teacher trained together (docs/methods.md §5).
 
-Nothing is read from the signal cache. The student is trained by the shared training loop; the teacher's step runs
-inside the student's loss (``kdpipe.methods.prokt``) and its state is checkpointed with the student's, so a killed
-job resumes both. Outputs: the student (``results/students/{student}``, as from ``distill``) and the co-trained
-teacher (``results/cotrained/{student}``, the layout of a fine-tuned teacher), so it can be evaluated and reused.
+Nothing is read from the signal cache. The teacher's step runs inside the student's loss (``kdpipe.methods.prokt``)
+and its state is checkpointed with the student's. Outputs: the student (``results/students/{student}``) and the
+co-trained teacher (``results/cotrained/{student}``, the layout of a fine-tuned teacher).
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
     args = prokt.checked_args(settings.method_args)
     job = student_data(data, settings)
     device, labels, training = job.device, job.labels, job.settings
-    eval_batch_size = settings.eval_batch_size
 
     teacher_tokenizer = load_tokenizer(args.backbone)
     teacher_train, teacher_valid = (
@@ -39,10 +37,9 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
     cotrained = prokt.CoTrainedTeacher(
         teacher, teacher_train, args, training, total_steps(len(job.enc_train), training), device
     )
-    objective = prokt.build(cotrained)
 
-    validate_student = job.validator(eval_batch_size)
-    validate_teacher = encoded_validator(teacher_valid, batch_size=eval_batch_size, device=device)
+    validate_student = job.validator(settings.eval_batch_size)
+    validate_teacher = encoded_validator(teacher_valid, batch_size=settings.eval_batch_size, device=device)
 
     def validate(student):
         metrics = validate_student(student)
@@ -52,7 +49,7 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
 
     result = fit_job(
         job.model,
-        objective,
+        prokt.build(cotrained),
         job.enc_train,
         validate,
         training,
@@ -62,8 +59,7 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
         desc="student (prokt)",
     )
     rows = {"train": len(job.train), "validation": len(job.valid)}
-    # what the models they start from read (a classifier fine-tuned elsewhere: "trained outside kdpipe"); the
-    # student's job trains the teacher too, so the student records the teacher's start as well
+    # what the models they start from read; the student's job trains the teacher too, so it records both
     teacher_start = start_label_use(args.backbone)
     init = settings.model.init_from
     student_start = combined_label_use([{"gold_labels": teacher_start}, {"gold_labels": start_label_use(init)}])

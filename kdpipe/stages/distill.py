@@ -1,12 +1,9 @@
 """The ``distill`` stage: train one student from cached teacher signals only (docs/design.md, "Data flow").
 
 The student never sees a teacher model: it reads the signals its method declares (``kdpipe.methods.registry``)
-from ``{signals_root}/{teacher}/train/``, checked against their manifests and the data split. Signals are keyed by
-row_id, not by token, so the student's tokenizer may differ from the teachers' for logit-level methods. A student
-restricted to a ``domain`` trains on that domain's rows and reads the same cached signals (made once for all rows),
-restricted to those rows. A student that learns from transfer rows (its ``transfer`` share) reads each teacher's
-signals on the transfer split too, joined after the train rows' (kdpipe.signals.join); those rows carry no gold
-label (docs/methods.md, "Rows without a gold label"). The one exception to "never a teacher model": a student with
+from ``{signals_root}/{teacher}/train/``, keyed by row_id (so its tokenizer may differ from the teachers' for
+logit-level methods), restricted to its rows (those of its ``domain``) and followed by the transfer split's when it
+learns from transfer rows (docs/methods.md, "Rows without a gold label"). The one exception: a student with
 ``signals: online`` runs its teachers here for their hidden states and attentions (kdpipe.signals.online).
 """
 
@@ -46,9 +43,8 @@ def run(
     warn_below: str | None = None,
 ) -> dict:
     """Train the student of ``settings`` from the cached signals under ``signals_root``; write it to ``out``. A
-    student that reads a ``route`` first says its routing warning at ``warn_below`` (``routing.warn_below``, outside
-    the slice), as the route job did: a route linked from the shared cache ran no job here. The method's module is
-    imported by the name ``settings.method_spec`` gives (kdpipe.methods.settings.MethodJob)."""
+    student that reads a ``route`` first says its routing warning at ``warn_below``, as the route job did (a route
+    linked from the shared cache ran no job here)."""
     say_route_warning(route, warn_below)
     spec = settings.method_spec
     attn = "eager" if "attentions" in spec.signals else None
@@ -78,8 +74,7 @@ def run(
         tokenizer=settings.model.to_dict(),
         domain=settings.domain,
         rows={"train": len(job.train), **transfer_rows, "validation": len(job.valid)},
-        # what its route, Meta-KD's example weights and its starting model read, with what training reads
-        # (docs/report.md, "Which gold labels each model read"; kdpipe.training.loop.label_use)
+        # what its route, Meta-KD's example weights and its starting model read (training adds its own)
         gold_labels=started_label_use(settings.model.init_from, spec, len(job.train), route_manifest, prototypes),
     )
     save_trained(out, job.model, job.tokenizer, job.labels, result, manifest)
@@ -116,10 +111,8 @@ def context(settings: StudentSettings, job, signals: dict, prototypes: Path | No
 
 
 def teacher_signals(settings: StudentSettings, job, signals_root: Path, teacher_dirs: list[Path]) -> dict[str, dict]:
-    """Each teacher's signals of the student's train (and transfer) rows: read from the cache, restricted to the
-    rows and joined over the parts; with ``signals: online`` (kdpipe.signals.online, imported by name) the teachers of
-    ``teacher_dirs`` compute the token-level ones here, from the rows' texts. The texts go once tokenised (memory
-    flat in N)."""
+    """Each teacher's signals of the student's train (and transfer) rows, read from the cache; with ``signals:
+    online`` the teachers of ``teacher_dirs`` compute the token-level ones here. The texts go once tokenised."""
     online = importlib.import_module("kdpipe.signals.online") if settings.signals == "online" else None
     computed = {}
     if online:
@@ -153,9 +146,6 @@ def routed(ctx: DistillContext, method: str, job, route: Path | None) -> dict:
     scores, manifests = zip(*(read_route(route, p.split, p.split_row_ids, ctx.teachers) for p in job.parts))
     scores = np.concatenate([split_scores[p.positions] for split_scores, p in zip(scores, job.parts)])
     manifest = manifests[0]
-    ctx.route = {
-        "scores": torch.as_tensor(scores, device=job.device),
-        "weighting": manifest["weighting"],
-        "temperatures": manifest.get("temperatures"),
-    }
+    ctx.route = {"scores": torch.as_tensor(scores, device=job.device), "weighting": manifest["weighting"]}
+    ctx.route["temperatures"] = manifest.get("temperatures")
     return manifest

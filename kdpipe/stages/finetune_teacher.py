@@ -1,10 +1,9 @@
 """The ``finetune_teacher`` stage: fine-tune one teacher, possibly on a subset of the classes (docs/methods.md §1).
 
-A teacher with a ``checkpoint`` continues training a fine-tuned classifier, keeping its head when its classes are
-the teacher's (:mod:`kdpipe.models.heads`); one with ``layers`` keeps only those layers of its backbone; one
-restricted to ``classes`` or a ``domain`` trains on those rows only (local label ids in the dataset's order). The
-objective is plain cross-entropy or Meta-KD's meta-teacher loss (``objective: meta``,
-``kdpipe.methods.meta_kd.teacher``). Output: the teacher's model folder (docs/design.md, "Artifacts").
+A teacher with a ``checkpoint`` trains a fine-tuned classifier further (:mod:`kdpipe.models.heads`); one with
+``layers`` keeps only those layers of its backbone; one restricted to ``classes`` or a ``domain`` trains on those
+rows only. The objective is cross-entropy or one the plan names (``objective: meta``). Output: the teacher's model
+folder (docs/design.md, "Artifacts").
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import numpy as np
 from kdpipe.core.device import pick_device
 from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import KdpipeError, make_manifest
-from kdpipe.data.batching import encode_frame, without_texts
+from kdpipe.data.batching import encode_frame, model_inputs, without_texts
 from kdpipe.data.dataset import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.models.heads import teacher_classes
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer
@@ -46,13 +45,7 @@ def validation_rows(frame, classes: list[str], where: str):
 
 
 def cross_entropy_loss(model, batch):
-    out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        token_type_ids=batch.get("token_type_ids"),
-        labels=batch["labels"],
-    )
-    return out.loss, {}
+    return model(**model_inputs(batch), labels=batch["labels"]).loss, {}
 
 
 def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | None = None) -> dict:
@@ -79,7 +72,7 @@ def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | Non
     valid, valid_y = validation_rows(frames.pop("validation"), classes, where)
     enc_train = encode_frame(tokenizer, train, max_length=settings.max_length, label_ids=train_y)
     enc_valid = encode_frame(tokenizer, valid, max_length=settings.max_length, label_ids=valid_y)
-    # tokenised: the texts go (a copy of the split's would otherwise stay for the whole training, memory growing with N)
+    # tokenised: the texts go (a copy would otherwise stay for the whole training)
     train, rows = without_texts(train), {"train": len(train), "validation": len(valid)}
     del valid
     release_freed_memory()
@@ -89,8 +82,7 @@ def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | Non
         keep_layers(model, list(settings.layers))  # a smaller teacher, e.g. Dynamic KD's (docs/methods.md §2)
     objective = Objective(loss=cross_entropy_loss)
     if settings.objective != "ce":
-        # an objective module the plan names (registered in kdpipe.methods.registry.TEACHER_OBJECTIVES), imported by
-        # name so that only the teachers using it carry it in their code fingerprint
+        # imported by name: only the teachers using it carry it in their code fingerprint
         if not settings.objective_module:
             raise KdpipeError(
                 f"{where}.objective: {settings.objective!r} needs its objective module in the stage's params"

@@ -19,10 +19,8 @@ def _training(name: str):
 
 @dataclass
 class TrainSettings:
-    """The training loop's settings (:func:`kdpipe.training.loop.fit`). A stage takes them from its typed settings
-    (:meth:`Training.train_settings`), whose slice Snakemake has completed with the schema's defaults; a caller that
-    leaves a setting out (a test, a benchmark) gets the schema's default too, so that a default is written in one
-    place only."""
+    """The training loop's settings (:func:`kdpipe.training.loop.fit`); a setting left out gets the schema's
+    default."""
 
     epochs: int
     lr: float
@@ -68,9 +66,7 @@ class ImportedTeacherSettings(Settings):
 @dataclass(frozen=True)
 class TeacherSettings(Settings, Training):
     """A ``finetune-teacher`` job's slice: the teacher entry (``backbone``, or a ``checkpoint`` trained further),
-    its classes, training settings and objective; the keys added after the first teachers were cached are left out
-    at their defaults (``kdpipe.plan.entries.LATER_KEYS``). ``objective_module``: the module of an objective other
-    than plain cross-entropy, which the stage imports by name."""
+    its classes, training settings and objective (``objective_module``: its module, imported by name)."""
 
     classes: tuple[str, ...] | ClassSlice | None
     max_length: int

@@ -1,11 +1,7 @@
 """Meta-KD's student (Pan et al., ACL-IJCNLP 2021; docs/methods.md §4), distilled in two stages
-from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). The plan runs the
-stages as two distill jobs: ``<student>.stage1`` (method ``meta_kd_stage1``, settings from ``method_args.stage1``),
-then ``<student>`` (method ``meta_kd``), initialised from stage 1's weights, so a change to stage 2 reruns stage 2 only.
-
-Stage 1 matches intermediate features (hidden states, attentions and the domain representation), each example
-weighted by its own λ_i; stage 2 matches the soft labels at T = 2. The losses, the head averaging of
-``attention_heads`` and where kdpipe departs from EasyNLP are in docs/methods.md §4.
+from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). Two distill jobs:
+``<student>.stage1`` (method ``meta_kd_stage1``) matches intermediate features, each example weighted by its own
+λ_i, then ``<student>`` (method ``meta_kd``), started from stage 1's weights, matches the soft labels at T.
 """
 
 from __future__ import annotations
@@ -20,11 +16,6 @@ from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import token_mse, union_logits
 from kdpipe.methods.meta_kd.branch import DomainBranch
-
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-
-
-# ---- pure functions ------------------------------------------------------------------------------------------
 
 
 def example_weights(prototype_scores: torch.Tensor, expertise: torch.Tensor) -> torch.Tensor:
@@ -54,9 +45,6 @@ def soft_cross_entropy(student: torch.Tensor, teacher: torch.Tensor, temperature
     """L₂ = (1/B) Σ_i −Σ_c softmax(z_t/T)_c log softmax(z_s/T)_c (§4 stage 2)."""
     target = F.softmax(teacher.float() / temperature, -1)
     return -(target * F.log_softmax(student.float() / temperature, -1)).sum(-1).mean()
-
-
-# ---- builders ------------------------------------------------------------------------------------------------
 
 
 def _one_teacher(ctx: DistillContext, method: str) -> str:
