@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from kdpipe.models.loading import write_kdpipe_config
+from kdpipe.models.loading import save_kdpipe_model
 
 BILSTM_FILE = "bilstm.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -73,11 +73,7 @@ class BiLSTMClassifier(nn.Module):
         return SequenceClassifierOutput(logits=self.classifier(hidden))
 
     def save_pretrained(self, out_dir, **_ignored) -> None:
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / BILSTM_FILE).write_text(json.dumps(asdict(self.config), indent=1))
-        write_kdpipe_config(out_dir, "bilstm")
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out_dir / WEIGHTS_FILE))
+        save_kdpipe_model(self, out_dir, "bilstm", json.dumps(asdict(self.config), indent=1))
 
 
 def make_bilstm(

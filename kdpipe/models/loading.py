@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertModel
 
@@ -224,6 +225,16 @@ def write_kdpipe_config(out_dir: Path, architecture: str) -> None:
     how = "load it with kdpipe.models.loading.load_trained, or predict with `kdpipe predict`"
     config = {"model_type": f"kdpipe-{architecture} ({how})", "architectures": [f"kdpipe:{architecture}"]}
     (Path(out_dir) / "config.json").write_text(json.dumps(config, indent=1))
+
+
+def save_kdpipe_model(model: nn.Module, out_dir: str | Path, architecture: str, spec: str) -> None:
+    """Save a model only kdpipe loads: ``<architecture>.json`` (``spec``, what its loader rebuilds it from), a
+    :func:`write_kdpipe_config` ``config.json`` and ``model.safetensors``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{architecture}.json").write_text(spec)
+    write_kdpipe_config(out, architecture)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
 
 
 def check_model_folder(model_dir: str | Path) -> dict | None:

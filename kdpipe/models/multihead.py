@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 from transformers import AutoConfig, AutoModelForSequenceClassification, PretrainedConfig
 from transformers.masking_utils import create_bidirectional_mask
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.models.loading import reinit, write_kdpipe_config
+from kdpipe.models.loading import reinit, save_kdpipe_model
 
 MULTIHEAD_FILE = "multihead.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -84,18 +84,10 @@ class MultiHeadClassifier(nn.Module):
         """For each head, all its Linear modules (layers, pooler, classifier) in the same order."""
         return [[m for m in head.modules() if isinstance(m, nn.Linear)] for head in self.heads]
 
-    def save_pretrained(self, out_dir: str | Path, safe_serialization: bool = True) -> None:
-        """Write ``config.json``, ``multihead.json`` and ``model.safetensors`` into ``out_dir``."""
-        if not safe_serialization:
-            raise KdpipeError("multi-head models are saved as safetensors only")
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        # the base classifier's config lives in multihead.json: transformers must not load the folder as a plain
-        # classifier (config.json says to use kdpipe's loader)
+    def save_pretrained(self, out_dir: str | Path, **_ignored) -> None:
+        """``multihead.json`` holds the base classifier's config: transformers must not load the folder as one."""
         spec = {"heads": len(self.heads), "head_layers": len(self.heads[0].layers), "config": self.config.to_dict()}
-        (out / MULTIHEAD_FILE).write_text(json.dumps(spec))
-        write_kdpipe_config(out, "multihead")
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out / WEIGHTS_FILE))
+        save_kdpipe_model(self, out_dir, "multihead", json.dumps(spec))
 
 
 def mean_probs_log(head_logits: torch.Tensor) -> torch.Tensor:
@@ -198,10 +190,7 @@ def load_multihead(model_dir: str | Path, *, attn: str | None = None) -> MultiHe
     default when None)."""
     model_dir = Path(model_dir)
     spec = json.loads((model_dir / MULTIHEAD_FILE).read_text())
-    if "config" in spec:
-        config = AutoConfig.for_model(**spec["config"])
-    else:  # saved before the config moved into multihead.json
-        config = AutoConfig.from_pretrained(str(model_dir))
+    config = AutoConfig.for_model(**spec["config"])
     kwargs = {"attn_implementation": attn} if attn else {}
     base = AutoModelForSequenceClassification.from_config(config, **kwargs)
     model = make_multihead(base, int(spec["heads"]), int(spec["head_layers"]), seed=0)

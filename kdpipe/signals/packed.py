@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-LAYOUT = "packed"  # the manifest's ``layout``: dumps of an older kdpipe (padded to the split's longest row) lack it
+LAYOUT = "packed"  # the manifest's ``layout``
 TOKENS = np.dtype([("length", "<i8"), ("token_hash", "<i8")])
 SIDECARS = ("offsets", "tokens")  # f.offsets.npy, f.tokens.npy beside f.npy
 
@@ -53,11 +53,3 @@ def pack_rows(feature: str, values: np.ndarray, lengths: np.ndarray) -> list[np.
         else:
             out.append(np.ascontiguousarray(row[..., :n, :n]).reshape(-1))
     return out
-
-
-def pack_dense(feature: str, dense: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A dense dump (the older layout, padded to one width) as (data, offsets) of the packed layout."""
-    rows = pack_rows(feature, np.asarray(dense), lengths)
-    shape = (0, dense.shape[1], dense.shape[-1]) if feature == "hidden" else (0,)
-    data = np.concatenate(rows) if rows else np.zeros(shape, dtype=dense.dtype)
-    return data, offsets_of(np.array([len(r) for r in rows], dtype=np.int64))

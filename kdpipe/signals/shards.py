@@ -55,8 +55,3 @@ def run_pass(settings: PassSettings, teacher: Path, data: Path, out: Path) -> di
         part = tmp / "part"
         run_shard(settings, teacher, data, "1-of-1", part)
         return {signal.signal: gather(signal, [part], out) for signal in settings.signals}
-
-
-def run(settings: SignalSettings, teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict:
-    """One signal over the whole split, in a pass of its own; returns its manifest."""
-    return run_pass(PassSettings(signals=(settings,)), teacher_dir, data_dir, out_dir)[settings.signal]
