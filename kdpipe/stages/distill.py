@@ -5,7 +5,7 @@ from ``{signals_root}/{teacher}/train/``, checked against their manifests and th
 row_id, not by token, so the student's tokenizer may differ from the teachers' for logit-level methods. A student
 restricted to a ``domain`` trains on that domain's rows and reads the same cached signals (made once for all rows),
 restricted to those rows. A student that learns from transfer rows (its ``transfer`` share) reads each teacher's
-signals on the transfer split too, joined after the train rows' (kdpipe.signals.join); those rows carry no gold
+signals on the transfer split too, joined after the train rows' (kdpipe.signals.load); those rows carry no gold
 label (docs/methods.md, "Rows without a gold label"). The one exception to "never a teacher model": a student with
 ``signals: online`` runs its teachers here for their hidden states and attentions (kdpipe.signals.online).
 """
@@ -28,8 +28,7 @@ from kdpipe.methods.started_labels import started_label_use
 from kdpipe.routing.artifact import read_route
 from kdpipe.routing.diagnostics import say_route_warning
 from kdpipe.signals.io import read_prototype_scores
-from kdpipe.signals.join import join_parts
-from kdpipe.signals.load import load_signals, subset_signals
+from kdpipe.signals.load import join_parts, load_signals, subset_signals
 from kdpipe.training.loop import fit_job, save_trained
 from kdpipe.training.student import student_data
 
