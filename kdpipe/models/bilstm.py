@@ -2,9 +2,8 @@
 
 Embedding → dropout → one bidirectional LSTM layer → max-pooling over the real tokens; a sentence pair's two sides
 are encoded apart and combined as [u; v; |u − v|; u ∘ v]; then Linear + ReLU + dropout and the classifier (sizes
-after ProKT's README). It reads WordPiece ids from a Hugging Face tokenizer, so every cached signal keyed by row_id
-works for it, takes the transformer students' batch keys (plus ``pair_input_ids`` / ``pair_attention_mask``) and
-returns ``.logits``. Saved as ``bilstm.json`` (its sizes and label map) plus ``model.safetensors``.
+after ProKT's README). It reads a Hugging Face tokenizer's ids, takes the transformer students' batch keys (plus
+``pair_input_ids`` / ``pair_attention_mask``) and returns ``.logits``.
 """
 
 from __future__ import annotations
@@ -76,16 +75,8 @@ class BiLSTMClassifier(nn.Module):
         save_kdpipe_model(self, out_dir, "bilstm", json.dumps(asdict(self.config), indent=1))
 
 
-def make_bilstm(
-    tokenizer,
-    labels: list[str],
-    *,
-    pairs: bool,
-    seed: int,
-    **sizes: float | None,
-) -> BiLSTMClassifier:
-    """A fresh BiLSTM over ``tokenizer``'s vocabulary; ``sizes``: the ``embedding_dim``, ``hidden_size``, ``fc_size``
-    and ``dropout`` the student's ``model`` entry sets (None: :class:`BiLSTMConfig`'s)."""
+def make_bilstm(tokenizer, labels: list[str], *, pairs: bool, seed: int, **sizes: float | None) -> BiLSTMClassifier:
+    """A fresh BiLSTM over ``tokenizer``'s vocabulary; ``sizes``: :class:`BiLSTMConfig` fields (None: its default)."""
     torch.manual_seed(seed)
     config = BiLSTMConfig(
         vocab_size=len(tokenizer),
