@@ -23,8 +23,7 @@ from kdpipe.data.settings import TransferSettings
 from kdpipe.data.transfer import build_transfer, transfer_rows
 from kdpipe.methods.losses import gold_cross_entropy
 from kdpipe.plan import Plan
-from kdpipe.signals.join import join_parts
-from kdpipe.signals.load import RowView
+from kdpipe.signals.load import RowView, join_parts
 from tests.conftest import REPO, TINY_DATASET, dataset_settings
 
 NONE_DROPPED = {
@@ -178,13 +177,13 @@ def test_signals_of_two_splits_are_joined_in_the_students_row_order():
     assert np.array_equal(stacked[3], whole[3])
     joined = join_parts(
         [
-            {"logits": torch.zeros(4, 2), "labels": ["a", "b"], "hidden": a, "hidden_lengths": [1, 2, 3, 4]},
-            {"logits": torch.ones(2, 2), "labels": ["a", "b"], "hidden": b, "hidden_lengths": [5, 6]},
+            {"logits": torch.zeros(4, 2), "labels": ["a", "b"], "hidden": a},
+            {"logits": torch.ones(2, 2), "labels": ["a", "b"], "hidden": b},
         ],
         "test",
     )
     assert joined["logits"].shape == (6, 2) and joined["labels"] == ["a", "b"]
-    assert joined["hidden_lengths"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert isinstance(joined["hidden"], RowView) and np.array_equal(joined["hidden"][index], whole[index])
     with pytest.raises(KdpipeError, match="differ in labels"):
         join_parts([{"labels": ["a"]}, {"labels": ["b"]}], "test")
 

@@ -1,9 +1,8 @@
 """A student's view of the cached teacher signals: read, checked, as tensors (the large dumps memory-mapped).
 
-The distill stage reads only what its method declares (``signals`` in :mod:`kdpipe.methods.registry`), from one
-teacher's folder of the train split; a per-domain student sees the rows of its domain without any copy. A token-level
-dump is stored without padding (docs/design.md, "Feature dumps and their size"); :class:`TokenFeature` gives a
-batch's rows padded to the batch's width, as the methods read them.
+The distill stage reads what its method declares from a teacher's folder of each split its rows come from (a
+per-domain student its domain's rows, a student with transfer rows the train then transfer rows), copying no dump.
+:class:`TokenFeature` pads a batch's rows of a dump (docs/design.md, "Feature dumps and their size").
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from kdpipe.signals.packed import offsets_of, row_counts
 def load_signals(
     names: tuple[str, ...], signal_dir: Path, row_ids, device: torch.device, attention_feature: str = "attentions"
 ) -> dict:
-    """The cached signals ``names`` of one teacher on the train split, checked, as tensors on ``device`` (the large
-    token-level dumps stay memory-mapped)."""
+    """The cached signals ``names`` of one teacher on a split, checked, as tensors on ``device`` or memory-mapped."""
     out = {}
     if "logits" in names:
         logits, labels = read_logits(signal_dir / SIGNALS["logits"].files[0], row_ids)
@@ -61,9 +59,7 @@ def load_signals(
 
 
 def subset_signals(signals: dict, positions: np.ndarray) -> dict:
-    """One teacher's signals restricted to the rows ``positions`` of the split (a per-domain student): tensors and
-    tables are indexed, token-level dumps restricted (:meth:`TokenFeature.subset`) and other memory-mapped arrays
-    wrapped in a :class:`RowView` (no dump is copied)."""
+    """One teacher's signals restricted to the rows ``positions`` of the split, no dump copied."""
     out = {}
     for name, value in signals.items():
         if isinstance(value, torch.Tensor):
@@ -79,10 +75,32 @@ def subset_signals(signals: dict, positions: np.ndarray) -> dict:
     return out
 
 
+def join_parts(parts: list[dict], where: str) -> dict:
+    """The signals of each split (dicts of the same keys, in the student's row order) as one dict."""
+    if len(parts) == 1:
+        return parts[0]
+    first, out = parts[0], {}
+    for name, value in first.items():
+        values = [part[name] for part in parts]
+        if isinstance(value, torch.Tensor):
+            out[name] = torch.cat(values)
+        elif isinstance(value, pd.DataFrame):
+            out[name] = pd.concat(values, ignore_index=True)
+        elif isinstance(value, TokenFeature):
+            out[name] = TokenFeature.concat(values, where)
+        elif len(getattr(value, "shape", ())) >= 2:
+            out[name] = RowView(values)
+        else:  # labels, layer lists: the same in every split
+            if any(v != value for v in values[1:]):
+                raise KdpipeError(f"{where}: the train and transfer signals differ in {name} ({values}); rerun them")
+            out[name] = value
+    return out
+
+
 class RowView:
     """Row-indexed arrays (memory-mapped dumps, or views of them) one after the other, indexed like one array
     without a copy: ``view[i, ...]`` reads row ``index[i]`` of the stack (every row, in order, when ``index`` is
-    None): a per-domain student's rows of a dump, or one teacher's train then transfer rows (kdpipe.signals.join)."""
+    None): a per-domain student's rows of a dump, or one teacher's train then transfer rows (:func:`join_parts`)."""
 
     def __init__(self, arrays: list, index: np.ndarray | None = None):
         if any(a.shape[1:] != arrays[0].shape[1:] for a in arrays):
@@ -122,9 +140,8 @@ class RowView:
 
 class TokenFeature:
     """A packed token-level dump (:mod:`kdpipe.signals.packed`) as a student reads it: row i's entries start at
-    ``starts[i]`` of the (memory-mapped) array ``arrays[source[i]]`` and cover its ``lengths[i]`` tokens (one array
-    per split the rows come from); :meth:`batch` pads a batch's rows to the batch's width with zeros, so a method
-    sees what a dump padded to that width would hold."""
+    ``starts[i]`` of the array ``arrays[source[i]]`` (one per split) and cover its ``lengths[i]`` tokens;
+    :meth:`batch` zero-pads a batch's rows to the batch's width."""
 
     def __init__(
         self,
@@ -155,8 +172,7 @@ class TokenFeature:
 
     @classmethod
     def concat(cls, views: list[TokenFeature], where: str = "token-level dumps") -> TokenFeature:
-        """The rows of ``views`` one after the other (a student's train rows, then its transfer rows): nothing is
-        copied. The views must hold the same feature, layers and widths."""
+        """The rows of ``views`` (of the same feature, layers and widths) one after the other, nothing copied."""
         first, same = views[0], ("feature", "layers", "hidden_size", "heads")
         for view in views[1:]:
             if [getattr(view, key) for key in same] != [getattr(first, key) for key in same]:

@@ -59,8 +59,7 @@ def read_parts(part_dirs: list[Path]) -> tuple[dict, list[tuple[np.ndarray, Path
 
 
 def gather_array(parts: list[tuple[np.ndarray, Path]], name: str, rows: int, out: Path | None = None):
-    """Array ``name`` of every part placed at its rows: returned in memory, or copied chunk by chunk into the file
-    ``out`` with plain file I/O (memory flat in N, for the large feature dumps; :mod:`kdpipe.signals.rowfile`)."""
+    """Array ``name`` of every part placed at its rows: returned, or copied in chunks into the file ``out``."""
     if out is None:
         first = np.load(parts[0][1] / f"{name}.npy", mmap_mode="r")
         full = np.zeros((rows, *first.shape[1:]), dtype=first.dtype)
@@ -78,10 +77,9 @@ def gather_array(parts: list[tuple[np.ndarray, Path]], name: str, rows: int, out
 
 
 def gather_packed(parts: list[tuple[np.ndarray, Path]], name: str, offsets: np.ndarray, out: Path) -> None:
-    """A packed array (rows of different sizes one after the other, :mod:`kdpipe.signals.packed`) from the parts of
-    every shard, each holding its own rows packed in split order: ``offsets`` [N + 1] says where each row of the
-    split starts along the first axis. The output is written front to back, each run of consecutive rows from one
-    part copied in chunks of at most ``CHUNK_BYTES`` (plain file I/O, memory flat in N)."""
+    """A packed array (:mod:`kdpipe.signals.packed`) from every shard's part, each holding its rows packed in split
+    order; ``offsets`` [N + 1]: where each row of the split starts. Written front to back in chunks (memory flat in
+    N)."""
     counts = np.diff(offsets)
     owner = np.full(len(counts), -1, dtype=np.int64)
     local = np.zeros(len(counts), dtype=np.int64)  # where each row starts in its part's file

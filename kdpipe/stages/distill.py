@@ -25,8 +25,7 @@ from kdpipe.methods.started_labels import started_label_use
 from kdpipe.routing.artifact import read_route
 from kdpipe.routing.diagnostics import say_route_warning
 from kdpipe.signals.io import read_prototype_scores
-from kdpipe.signals.join import join_parts
-from kdpipe.signals.load import load_signals, subset_signals
+from kdpipe.signals.load import join_parts, load_signals, subset_signals
 from kdpipe.training.loop import fit_job, save_trained
 from kdpipe.training.student import student_data
 
