@@ -77,7 +77,8 @@ def drop_finished_copies(roots: list[str | Path], *, keep_if_output_exists: bool
 
 
 def restore_finished(identity: str, out_dirs: list[Path]) -> bool:
-    """Put back the kept copies of every output of a job of this ``identity`` and return True, or remove them."""
+    """Put back the kept copies of every output of a job of this ``identity`` and return True, or remove them.
+    Only copies of this identity whose files match their manifest's checksums; nothing under :data:`NO_RESTORE`."""
     if os.environ.get(NO_RESTORE) == "1":
         return False
     copies = [finished_copy(Path(out)) for out in out_dirs]
@@ -130,7 +131,8 @@ def held_locks() -> list:
 
 def lock_outputs(out_dirs: list[Path]) -> None:
     """Take an exclusive lock per output (``.resume/<name>.lock``) for the rest of this process: a second job for the
-    same output (an orphan of a killed Snakemake) waits for the first to end."""
+    same output (an orphan of a killed Snakemake) waits for the first to end, and only then looks at what is there:
+    the orphan's output is restored only if it has this job's identity, never taken for this job's."""
     for out in out_dirs:
         out = Path(out)
         path = work_dir(out) / f"{out.name}.lock"
@@ -146,7 +148,8 @@ def lock_outputs(out_dirs: list[Path]) -> None:
 
 def take_lock(path: Path, waiting: str, holder: str = "", stop=None):
     """An exclusive ``flock`` on ``path``, held while the returned handle is open; when another process holds it, say
-    ``waiting`` and wait (None once ``stop``, a ``threading.Event``, is set). The file names the holder."""
+    ``waiting`` and wait, with no time limit (None once ``stop``, a ``threading.Event``, is set). The kernel releases
+    it when the process ends, even on SIGKILL. The file names the holder."""
     import fcntl
 
     handle = open(path, "a+")  # noqa: SIM115 (held open on purpose: the lock lives as long as the file is open)
@@ -168,7 +171,8 @@ def take_lock(path: Path, waiting: str, holder: str = "", stop=None):
 
 
 def _wait_for_lock(handle, stop) -> bool:
-    """Try the lock on ``handle`` every :data:`LOCK_POLL_S` until it is taken (True) or ``stop`` is set (False)."""
+    """Try the lock on ``handle`` every :data:`LOCK_POLL_S` until it is taken (True) or ``stop`` is set (False):
+    a blocking ``flock`` cannot be interrupted from another thread."""
     import fcntl
 
     while not stop.wait(LOCK_POLL_S):

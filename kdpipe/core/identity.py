@@ -64,7 +64,8 @@ def local_content(paths: Mapping[str, object]) -> dict[str, str]:
 
 
 def check_local_content(planned: Mapping[str, str], paths: Mapping[str, object]) -> None:
-    """Stop a job whose local files ``paths`` changed after the plan digested them into its slice (``planned``)."""
+    """Stop a job whose local files ``paths`` changed after the plan digested them into its slice (``planned``): it
+    would read the new bytes under the old identity, and the shared cache would file them under it."""
     now = local_content(paths) if planned else {}
     changed = [key for key in planned if now.get(key) != planned[key]]
     if changed:

@@ -16,6 +16,6 @@ MARKDOWN_ACTIVE = re.compile(r"([\\`*\[\]|~$#]|(?<![^\W_])_|_(?![^\W_]))")
 def plain(value) -> str:
     """``value`` as Markdown text that shows it as it is, outside code spans: Markdown syntax (:data:`MARKDOWN_ACTIVE`,
     ``|`` included) backslash-escaped, ``<``, ``>`` and ``&`` as HTML entities (raw HTML is HTML in Markdown), a line
-    break as a space."""
+    break as a space (it would end a table row). Entities for ``<``: a backslash does not escape it in every viewer."""
     escaped = html.escape(MARKDOWN_ACTIVE.sub(r"\\\1", str(value)), quote=False)
     return escaped.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")

@@ -2,7 +2,8 @@
 (docs/caching-and-reruns.md, "What the workflow remembers between runs").
 
 Each cache is one JSON file, read once per run and written whole through a rename (the last writer wins); past its
-``limit`` the entries a run did not use go first; an entry whose digest does not match is a miss.
+``limit`` the entries a run did not use go first; an entry whose digest does not match is a miss. Written by hand: a
+database library would cost more to import than the caches save in a no-op rerun.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ MEMO_DIR = Path(".snakemake")  # Snakemake's own folder in the working directory
 
 
 class JsonMemo:
-    """``{key: JSON value}`` remembered in ``.snakemake/<name>`` (a file that cannot be read: empty)."""
+    """``{key: JSON value}`` remembered in ``.snakemake/<name>`` (a file that cannot be read: empty; one that cannot be
+    written, a read-only working directory: left as it was)."""
 
     def __init__(self, name: str, limit: int | None = None):
         self.path = (MEMO_DIR / name).absolute()  # the working directory when the run began

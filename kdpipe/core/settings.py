@@ -1,7 +1,8 @@
 """Typed settings, read once at a stage's boundary (docs/design.md, "Style": settings read once).
 
 :meth:`Settings.from_params` turns a job's JSON slice into the frozen dataclass its stage declares, refusing an
-unknown key, a missing one or a value of the wrong type with one line naming it; :meth:`Settings.to_dict` gives back
+unknown key, a missing one or a value of the wrong type with one line naming it (the plan made the slice from the
+same declarations, so any of these means plan and code disagree); :meth:`Settings.to_dict` gives back
 exactly that slice. A field with a default is a key the plan may leave out; :func:`from_schema` takes that default
 from the config schema. A method's ``method_args`` become :class:`Args`, read by attribute.
 """

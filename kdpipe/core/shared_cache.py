@@ -168,9 +168,10 @@ def _forced(workflow, job) -> bool:
 
 
 def _store(workflow, cache, job, staging: Path) -> None:
-    """Store ``job``'s outputs under the lock: copied (or hard-linked) into ``staging``, renamed into the cache in
-    place of any entry there, then replaced by a link to it. A copy that fails leaves the outputs in place and says
-    so in one line."""
+    """Store ``job``'s outputs under the lock: copied (or hard-linked) into ``staging`` (a killed store's leftovers
+    removed first), renamed into the cache in place of any entry there, each whole or absent (so a Snakemake killed
+    mid-store leaves no part of an entry a look-up would take), then replaced by a link to it. A copy that fails leaves
+    the outputs in place and says so in one line."""
     pairs = workflow.async_run(cache.get_outputfiles_and_cachefiles(job))
     if not all(os.path.lexists(out) for out, _ in pairs):
         workflow.async_run(cache.store(job))  # Snakemake names the missing output

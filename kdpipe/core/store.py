@@ -30,7 +30,8 @@ class ArtifactError(KdpipeError):
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
-    """Yield a temporary path (a directory with ``directory``) beside ``path``, moved onto it if the block finishes."""
+    """Yield a temporary path (a directory with ``directory``) beside ``path``, moved onto it if the block finishes
+    (an existing directory is replaced); on an exception it is removed and nothing at ``path`` changes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_left_behind(path)
@@ -69,7 +70,8 @@ def scratch_folder(near: str | Path) -> Iterator[Path]:
 
 
 def _remove_left_behind(path: Path) -> None:
-    """Remove the temporary paths of ``path`` left by a process of this host that is gone (not another host's)."""
+    """Remove the temporary paths of ``path`` left by a process of this host that is gone (killed mid-write).
+    Another host's are kept: its process ids mean nothing here (a shared file system under SLURM)."""
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-{glob.escape(_HOST)}-*"):
         pid = tmp.name[len(f".{path.name}.tmp-{_HOST}-") :].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
@@ -107,13 +109,16 @@ DUMP_HINT = (
 
 
 def disk_reserve(nbytes: int) -> int:
-    """The room kept free after a write of ``nbytes``: as much again, within [DISK_RESERVE, DISK_RESERVE_MAX]."""
+    """The room kept free after a write of ``nbytes``: as much again (a dump's shards and their gather coexist; a new
+    checkpoint is written before the old one goes), at least 64 MB (logs, other jobs' small files) and at most 1 GB,
+    so a small model folder still fits on a nearly full disk."""
     return min(max(int(nbytes), DISK_RESERVE), DISK_RESERVE_MAX)
 
 
 def ensure_disk_space(path: str | Path, nbytes: int, what: str, hint: str = DUMP_HINT) -> None:
     """Refuse, before writing, an output of ``nbytes`` that would not fit on the disk of ``path`` with
-    :func:`disk_reserve` kept free."""
+    :func:`disk_reserve` kept free: a write that fails half-way wastes the work before it (a memory-mapped array on
+    a full disk dies with SIGBUS)."""
     folder = Path(path).parent
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free

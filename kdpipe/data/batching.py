@@ -120,7 +120,8 @@ FIELD_DTYPES = {"input_ids": np.int32, "token_type_ids": np.int8}
 
 class _Column:
     """One field of a split built a chunk of rows at a time into one array allocated up front (untouched pages take
-    no memory), as ``dtype`` while the values fit, else int64."""
+    no memory) and grown only when a tokenizer returns more, so the ids are never held twice; as ``dtype`` while the
+    values fit, else int64."""
 
     def __init__(self, rows: int, capacity: int, dtype):
         self.values = np.empty(max(capacity, 1), dtype=dtype)
@@ -193,7 +194,8 @@ def encode(
 
 
 class Batches(Sequence):
-    """Batches of row indices in one array: batch i is ``rows[bounds[i]:bounds[i + 1]]`` (a view); a slice
+    """Batches of row indices in one array: batch i is ``rows[bounds[i]:bounds[i + 1]]`` (a view), so a pass holds
+    two arrays, not one per batch; a slice
     (``batches[k::S]``, a shard's) or :meth:`take` gives a new Batches."""
 
     __slots__ = ("rows", "bounds")
@@ -260,7 +262,8 @@ def shard_batches(batches: Batches, shard: tuple[int, int]) -> Batches:
 
 
 def collate(encoded: Encoded, index: np.ndarray, device: torch.device | None = None) -> dict:
-    """Pad the rows ``index`` to their longest length; returns model inputs plus ``index`` and ``labels``."""
+    """Pad the rows ``index`` to their longest length; returns model inputs plus ``index`` and ``labels`` (and
+    ``pair_input_ids`` / ``pair_attention_mask``, padded apart, when the pairs were tokenised separately)."""
     import torch
 
     input_ids, mask = encoded.input_ids.pad(index, encoded.pad_id)
@@ -301,5 +304,5 @@ def encode_frame(tokenizer, frame, *, max_length: int, label_ids=None, separate_
 
 
 def without_texts(frame):
-    """A prepared split without its text columns, not held once tokenised."""
+    """A prepared split without its text columns: texts held for the whole job would make its memory grow with N."""
     return frame.drop(columns=[c for c in ("text", "text_pair") if c in frame.columns])

@@ -4,7 +4,8 @@ holds a validation, test or held-out class's text anywhere in it, behind a sourc
 a credit line.
 
 The evaluation n-grams are hashed once (:class:`EvaluationNgrams`); rows are tested in numpy and Arrow with no Python
-loop over rows or words, :data:`CHUNK_CHARS` folded characters at a time, so memory stays bounded.
+loop over rows or words, :data:`CHUNK_CHARS` folded characters at a time, so memory stays bounded. A row is caught
+by mistake only through a 64-bit hash collision: for 10^9 windows against 10^6 n-grams, about 1 in 20,000.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def windows(words: np.ndarray, lengths: Iterable[int]) -> Iterator[tuple[int, np
 
 class EvaluationNgrams:
     """The n-grams of the evaluation texts (folded and :func:`joined`, in any number of parts), hashed once, and
-    :meth:`find`, which tests rows against them; a text shorter than ``n`` words gives itself whole."""
+    :meth:`find`, which tests rows against them; a text shorter than ``n`` words gives itself whole, one without a
+    word nothing (the equality of whole texts covers it)."""
 
     def __init__(self, texts: Iterable[pd.Series], n: int = NGRAM):
         self.n = n

@@ -29,7 +29,8 @@ def write_one_split(
     rows: int,
     **fields,
 ) -> dict:
-    """Write a one-split dataset artifact atomically (``write_rows(path)`` writes ``{split}.parquet``)."""
+    """Write a one-split dataset artifact atomically (``write_rows(path)`` writes ``{split}.parquet``), with the
+    dataset's labels; returns its manifest."""
     labels = read_labels(data_dir)
     with atomic_path(out_dir, directory=True) as tmp:
         write_rows(tmp / f"{split}.parquet")

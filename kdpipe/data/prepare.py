@@ -490,7 +490,8 @@ def _apply_caps(table: pd.DataFrame, settings: DatasetSettings, seed: int) -> pd
 
 
 def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
-    """Split ``fractions`` of ``table`` off, stratified by label; the rest, a row of every class at least, is train."""
+    """Split ``fractions`` of ``table`` off, stratified by label; the rest, a row of every class at least, is train
+    (a class too small for its share of every split fills the splits in ``fractions`` order)."""
     strata = _strata(table)
     counts = _class_counts(table, strata)
     quotas = {

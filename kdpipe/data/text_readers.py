@@ -2,7 +2,8 @@
 
 :func:`text_readers` gives each part of a source (docs/your-own-models-and-data.md, "Unlabelled transfer data") as
 (where, a function that yields its ``text`` and ``text_pair`` columns as strings in batches of :data:`BATCH_ROWS`),
-so a caller can read a source twice without holding it. Bad input stops the read with one line naming the file.
+so a caller can read a source twice without holding it. Bad input stops the read with one line naming the file. An
+external OOD file: docs/methods.md, "Judging uncertainty".
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ WITHHELD = "the withheld training rows (dataset.split.unlabelled)"
 
 
 def build_transfer(settings: TransferSettings, data: Path, out: Path) -> dict:
-    """Write the transfer artifact of ``settings`` into ``out``, beside the prepared dataset ``data``."""
+    """Write the transfer artifact of ``settings`` into ``out``, beside the prepared dataset ``data``; its manifest."""
     data_dir, out_dir = Path(data), Path(out)
     columns = ["text", *(["text_pair"] if settings.text_pair_column else [])]
     # the withheld training rows first: they keep their row_ids, smaller than the ids given after them

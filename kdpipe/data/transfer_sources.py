@@ -163,7 +163,8 @@ def _header(path, fmt: str, encoding: str) -> list[str] | None:
 
 
 def transfer_rows_bound(sources: list[str], fmt: str, cap: int | None) -> int | None:
-    """At most how many rows the transfer files ``sources`` give (at most ``cap``), counted cheaply; None when a
+    """At most how many rows the transfer files ``sources`` give before any is dropped, withheld rows not counted (at
+    most ``cap``), counted cheaply (a record spanning several lines counts more than once); None when a
     source cannot be counted so (a Hugging Face dataset, a file not there yet)."""
     total = 0
     for source in sources:

@@ -1,7 +1,9 @@
 """Classification metrics of predicted class probabilities: accuracy, macro-F1, NLL, ECE, Brier, reliability bins.
 
 Also the uncertainty split of several members (docs/methods.md §3). Accuracy, macro-F1 and ECE come from
-torchmetrics, the rest is numpy where torchmetrics has no such metric (docs/design.md, "Design notes").
+torchmetrics, the rest is numpy where torchmetrics has no such metric (docs/design.md, "Design notes"). Macro-F1
+averages over the classes among the labels or the predictions, as scikit-learn's ``f1_score(average="macro")``; ECE
+and the reliability bins share equal-width bins on the top-class probability.
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ class DistillContext:
     domain_ids: torch.Tensor | None = None  # Meta-KD: each train row's index into ``domains``
     prototype_scores: torch.Tensor | None = None  # Meta-KD: each train row's prototype score
     train_labels: np.ndarray | None = None  # gold label index per train row (for diagnostics only)
-    # the student's route (docs/routing.md): "scores" [N, K], "weighting" and "temperatures" (when calibrated)
+    # the student's route (docs/routing.md): "scores" [N, K] (teachers in ``teachers`` order), "weighting" and
+    # "temperatures" (when calibrated)
     route: dict | None = None
 
     def signal(self, teacher: str, name: str):
@@ -67,7 +68,8 @@ class DistillContext:
 
     def teacher_feature(self, teacher: str, feature: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
         """Cached token-level features of dump slot ``slot`` for train rows ``index`` (float32, on the device),
-        zero-padded to the batch's width: hidden states [B, width, H], attentions [B, (heads,) width, width]."""
+        zero-padded to the batch's width: hidden states [B, width, H], attentions [B, (heads,) width, width]; the one
+        access point to a dump stored without padding (docs/design.md, "Feature dumps and their size")."""
         return self.signal(teacher, feature).batch(index, slot, width, self.device)
 
 

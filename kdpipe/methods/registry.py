@@ -63,7 +63,8 @@ class MethodSpec:
     unlabelled: str = ""  # what it learns from a row without a gold label (a transfer row); "": it reads none
 
     def job_spec(self) -> dict:
-        """What the distill stage needs to know of the method (:class:`kdpipe.methods.settings.MethodJob`)."""
+        """What the distill stage needs to know of the method (:class:`kdpipe.methods.settings.MethodJob`), passed in
+        its params so that the stage imports the method's module alone, not this registry."""
         return {f.name: getattr(self, f.name) for f in fields(MethodJob)} | {"signals": list(self.signals)}
 
 

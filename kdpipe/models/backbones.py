@@ -18,7 +18,8 @@ HEAD_KEYS = ("num_attention_heads", "n_heads", "num_heads", "n_head")
 
 
 def model_shape(model: str) -> tuple[int, int]:
-    """(transformer layers, attention heads) of a builtin, a local model folder or a hub name (``AutoConfig``)."""
+    """(transformer layers, attention heads) of a builtin, a local model folder or a hub name (``AutoConfig``);
+    transformers is imported only here, so the default config's DAG build does without it."""
     if model in BUILTIN_SIZES:
         return BUILTIN_SIZES[model][:2]
     config = _auto_config(model, f"how many layers and heads '{model}' has")
@@ -103,7 +104,7 @@ def uniform_alignment(teacher_layers: int, student_layers: int) -> list[tuple[in
     return [(layer, layer * k) for layer in range(student_layers + 1)]
 
 
-# How a multi-head student's heads start (docs/methods.md §3), the schema's defaults
+# How a multi-head student's heads start (docs/methods.md §3), the schema's defaults (make_multihead's must match)
 HEAD_INIT_DEFAULTS = {"head_init": "copy", "head_noise": 0.01}
 
 
@@ -118,7 +119,8 @@ def architecture_modules(model: StudentModel) -> list[str]:
 
 
 def stored_dropout(model: str) -> float | None:
-    """The largest ``*dropout*`` number a stored model's ``config.json`` sets (None: a hub name)."""
+    """The largest ``*dropout*`` number a stored model's ``config.json`` sets (None: a hub name). MC-dropout needs it
+    above zero, or its samples are all equal."""
     if model in BUILTIN_SIZES:
         return 0.1  # the builtins keep BERT's default dropout (on hidden states and attention probabilities)
     try:
@@ -130,6 +132,7 @@ def stored_dropout(model: str) -> float | None:
 
 
 # A model folder's weights as transformers looks for them: safetensors, or pickle files, which kdpipe never reads
+# (unpickling a file can run code)
 SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors")
 PICKLE_WEIGHTS = "pytorch_model*.bin"
 

@@ -16,7 +16,8 @@ from kdpipe.data.batching import WHOLE, Batches, Encoded, collate, inference_bat
 
 
 def pass_batches(encoded: Encoded, batch_size: int, shard: tuple[int, int] = WHOLE) -> Batches:
-    """The row-index batches of an inference pass, longest first; shard ``(k, S)``: every S-th from the k-th."""
+    """The row-index batches of an inference pass, longest first; shard ``(k, S)``: every S-th from the k-th (S
+    shards run exactly the batches of one unsharded pass)."""
     return shard_batches(inference_batches(encoded.lengths, batch_size), shard)
 
 

@@ -116,7 +116,8 @@ def _quiet_from_pretrained(fn, name: str, auto: str | None = None, **kwargs):
 
 
 def load_tokenizer(backbone: str):
-    """The backbone's tokenizer; one without a padding token (GPT-2, Llama, Qwen2) pads with its end-of-text token."""
+    """The backbone's tokenizer; one without a padding token (GPT-2, Llama, Qwen2) pads with its end-of-text token
+    (batches need one; the classifier reads the last non-pad token)."""
     tokenizer = _quiet_from_pretrained(AutoTokenizer.from_pretrained, _source(backbone))
     if tokenizer.pad_token is None:
         fallback = tokenizer.eos_token or tokenizer.unk_token
@@ -127,7 +128,8 @@ def load_tokenizer(backbone: str):
 
 
 def ensure_pad_token(model: nn.Module, tokenizer) -> nn.Module:
-    """Give a classifier without a padding id (decoder-only families) the tokenizer's."""
+    """Give a classifier without a padding id (decoder-only families) the tokenizer's, so it finds each row's last
+    real token in a padded batch, and keeps it when saved."""
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model
@@ -161,7 +163,7 @@ def load_classifier(
         **kwargs,
     )
     if not keep_head and any(a.endswith("ForSequenceClassification") for a in model.config.architectures or []):
-        generator = torch.Generator().manual_seed(seed)  # a fresh head: all outside the base model
+        generator = torch.Generator().manual_seed(seed)  # a fresh head (_init_weights skips loaded weights)
         for child in model.children():
             if child is not model.base_model:
                 reinit(child, getattr(model.config, "initializer_range", 0.02), generator)
@@ -169,7 +171,7 @@ def load_classifier(
 
 
 def reinit(module: nn.Module, std: float, generator: torch.Generator) -> None:
-    """Re-initialise ``module`` as BERT does new weights (Linear N(0, ``std``²) from ``generator``, LayerNorm 1)."""
+    """Re-initialise ``module`` as BERT does: Linear N(0, ``std``²) from ``generator``, biases 0, LayerNorm 1."""
     with torch.no_grad():
         for sub in module.modules():
             if isinstance(sub, nn.Linear):
@@ -200,7 +202,8 @@ ARCHITECTURE_FILES = {
 
 
 def write_kdpipe_config(out_dir: Path, architecture: str) -> None:
-    """A ``config.json`` whose ``model_type`` names kdpipe's loader, for ``from_pretrained`` to fail with."""
+    """A ``config.json`` whose ``model_type`` names kdpipe's loader, for ``from_pretrained`` to fail with instead of
+    loading a plain classifier with random weights."""
     how = "load it with kdpipe.models.loading.load_trained, or predict with `kdpipe predict`"
     config = {"model_type": f"kdpipe-{architecture} ({how})", "architectures": [f"kdpipe:{architecture}"]}
     (Path(out_dir) / "config.json").write_text(json.dumps(config, indent=1))
@@ -258,7 +261,8 @@ def keep_layers(model: nn.Module, layers: list[int]) -> nn.Module:
     for name, child in parent.named_children():
         if child is blocks:
             setattr(parent, name, kept)
-    # a cache indexed by each attention's ``layer_idx`` and per-layer config lists (``layer_types``) follow them
+    # a cache indexed by each attention's ``layer_idx`` and per-layer config lists (``layer_types``) follow them, so
+    # the saved config reloads to the same model
     for new_index, block in enumerate(kept):
         for module in block.modules():
             if isinstance(getattr(module, "layer_idx", None), int):

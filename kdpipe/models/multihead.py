@@ -94,6 +94,7 @@ def mean_probs_log(head_logits: torch.Tensor) -> torch.Tensor:
 
 
 HEAD_INITS = ("copy", "noise", "reinit")  # how the heads start; defaults: kdpipe.models.backbones.HEAD_INIT_DEFAULTS
+# streams of a head's generator besides its classifier's, which is seeded by (seed, head) alone
 _NOISE_STREAM, _REINIT_STREAM = 1, 2
 
 
@@ -103,7 +104,8 @@ def _generator(*key: int) -> torch.Generator:
 
 
 def add_noise(head: nn.Module, scale: float, generator: torch.Generator) -> None:
-    """Add N(0, (scale·std(W))²) noise to every Linear weight W of ``head``, in module order from ``generator``."""
+    """Add N(0, (scale·std(W))²) noise to every Linear weight W of ``head``, in module order from ``generator``:
+    copies of one layer then differ by about ``scale`` relative to its spread."""
     with torch.no_grad():
         for module in head.modules():
             if isinstance(module, nn.Linear):
@@ -117,8 +119,9 @@ def make_multihead(
 ) -> MultiHeadClassifier:
     """A Hydra student from a BERT-like classifier with L layers (taken over: do not use ``model`` afterwards).
 
-    Head 0 is the base's own top; head m ≥ 1 gets a classifier re-initialised from (``seed``, m), then ``head_init``
-    (docs/methods.md §3) from (``seed``, m, stream). ``head_layers`` must lie in 1..L−1.
+    Head 0 is the base's own top (one head reproduces the base model exactly); head m ≥ 1 gets a classifier
+    re-initialised from (``seed``, m), then ``head_init`` (docs/methods.md §3) from (``seed``, m, stream).
+    ``head_layers`` must lie in 1..L−1 (the core keeps a layer).
     """
     try:  # a BERT-family classifier's parts
         base = model.base_model
@@ -169,7 +172,8 @@ def make_multihead(
 
 
 def load_multihead(model_dir: str | Path, *, attn: str | None = None) -> MultiHeadClassifier:
-    """A multi-head model written by :meth:`MultiHeadClassifier.save_pretrained`, in eval mode."""
+    """A multi-head model written by :meth:`MultiHeadClassifier.save_pretrained`, in eval mode (``attn``: the
+    attention implementation; None: transformers' default)."""
     model_dir = Path(model_dir)
     spec = json.loads((model_dir / MULTIHEAD_FILE).read_text())
     config = AutoConfig.for_model(**spec["config"])

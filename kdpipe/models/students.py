@@ -22,7 +22,8 @@ def build_student(
 ) -> tuple[nn.Module, object]:
     """The student model and its tokenizer, from the student's ``model`` (docs/configuration.md,
     ``students.<name>.model``; ``pairs``: the data has sentence pairs, for a BiLSTM). ``attn``: the attention
-    implementation of a transformer student (``"eager"`` where a loss reads its attention maps)."""
+    implementation of a transformer student (``"eager"`` where a loss reads its attention maps, which SDPA does not
+    return)."""
     heads = spec.heads
     if spec.head_init != "copy" and not heads:
         raise KdpipeError(f"model.head_init: {spec.head_init!r} starts the heads of a multi-head student; set heads")

@@ -135,7 +135,8 @@ class Ood:
         return [(where, source) for where, source in sources if isinstance(source, str)]
 
     def _check_mc_samples(self) -> None:
-        """``evaluate.mc_samples`` on a model whose dropout is zero everywhere would give T equal samples."""
+        """``evaluate.mc_samples`` on a model whose dropout is zero everywhere would give T equal samples (a model
+        whose config cannot be read without loading it is checked by its job)."""
         if not self.config["evaluate"].get("mc_samples"):
             return
         for teacher, spec in self.teachers.items():

@@ -44,7 +44,8 @@ class Routes:
 
     def route_params(self, route: str) -> dict:
         """The route job's config slice: its teachers and router settings, the signals it reads per split, and the
-        ``routing`` settings but the display ones (``warn_below``: the report's, :meth:`report_params`)."""
+        ``routing`` settings but the display ones (``warn_below``: the report's, :meth:`report_params`), so changing
+        those reruns the report only."""
         return {
             **self.routes()[route],
             "signals": self.route_signals(route),

@@ -45,8 +45,9 @@ def with_local_content(params: dict) -> dict:
 
 def model_slice(model_spec: dict, where: str = "model") -> dict:
     """``model_spec`` as it belongs in a student's slice: ``head_init`` and ``head_noise`` only where they change the
-    heads' starting point (``head_noise`` only for ``noise``); a head_init other than ``copy`` without ``heads`` is
-    an error naming ``where``."""
+    heads' starting point (``head_noise`` only for ``noise``): Snakemake fills the schema's defaults into
+    ``student_defaults.model``, and every student taking that model would otherwise get a new slice and rerun. A
+    head_init other than ``copy`` without ``heads`` is an error naming ``where``."""
     spec = {k: v for k, v in model_spec.items() if k not in HEAD_INIT_DEFAULTS}
     head_init = model_spec.get("head_init", HEAD_INIT_DEFAULTS["head_init"])
     if head_init == HEAD_INIT_DEFAULTS["head_init"]:
@@ -90,7 +91,8 @@ class Slices:
 
     def teacher_params(self, teacher: str) -> dict:
         """The teacher's settings (without keys at their "as before" value, :data:`LATER_KEYS`), plus the module of
-        its objective when it is not plain cross-entropy."""
+        its objective when it is not plain cross-entropy; so adding such a key to kdpipe does not change the slice of
+        teachers that do not use it."""
         spec = self.teachers[teacher]
         params = {k: v for k, v in spec.items() if not (k in LATER_KEYS and v == LATER_KEYS[k]) and k != "devices"}
         if spec.get("checkpoint"):  # the checkpoint replaces the backbone; an import trains nothing
@@ -128,8 +130,8 @@ class Slices:
         return params
 
     def student_params(self, student: str) -> dict:
-        """The student's settings with its complete method_args, its teachers, its method's registry entry and the
-        layer alignment a feature method needs."""
+        """The student's settings with its complete method_args, its teachers, its method's registry entry (so the
+        distill stage need not import the registry) and the layer alignment a feature method needs."""
         method = get_method(self.students[student].config["method"])
         params = {
             **without(self.students[student].config, "devices"),
@@ -180,7 +182,8 @@ class Slices:
         return {"model": model, **info, "splits": splits, **self._eval_settings(model)}
 
     def _eval_settings(self, model: str) -> dict:
-        """The ``evaluate`` keys an evaluation job of ``model`` uses; ``ood`` and ``mc_samples`` only when set, and
+        """The ``evaluate`` keys an evaluation job of ``model`` uses; ``ood`` and ``mc_samples`` only when set (so
+        slices made before those keys stay valid), and
         ``mc_samples`` only for a model that runs inference (not one made from others' predictions or passes)."""
         settings = without(self.config["evaluate"], "splits", "oracle", "ood", "mc_samples")
         if self.has_ood():

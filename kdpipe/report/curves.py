@@ -2,7 +2,8 @@
 per logged step and the validation accuracy after each epoch, with the epoch whose weights were kept marked.
 
 The kept epoch is the last whose validation line has ``best`` true; of lines a resumed job wrote again the last wins.
-The loss is drawn against the fractional epoch ``epoch − 1 + step / S`` (S: one more than the largest step logged).
+The loss is drawn against the fractional epoch ``epoch − 1 + step / S`` (``step`` from 0 in each epoch; S: one more
+than the largest step logged), so that it shares its axis with the validation metrics.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Where the models err: accuracy per class beside the teachers' on their own classes (a table), and a row-normalised
-confusion matrix per model (a figure), both from the evaluations of the plotted split."""
+confusion matrix per model (a figure), both from the evaluations of the plotted split. The seeds of a model are
+pooled; a teacher of a subset of the classes has the rows and predictions of its own classes only."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Temperature scaling of a teacher (Guo et al., ICML 2017; docs/routing.md, "Calibrated teachers").
 
-One temperature T per teacher minimises the NLL of softmax(z/T) on the validation rows of its own classes (SciPy's
-bounded scalar minimiser on log T).
+One temperature T per teacher minimises the NLL of softmax(z/T) on the validation rows of its own classes (the only
+rows whose label it can predict), by SciPy's bounded scalar minimiser on log T: convex enough, no gradient code.
 """
 
 from __future__ import annotations

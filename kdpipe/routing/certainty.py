@@ -1,7 +1,8 @@
 """The ``certainty`` router: a score per teacher computed from that teacher's own output (docs/routing.md,
 "Certainty scores"). Higher is more certain; MUKI turns the scores into weights softmax(s/τ_s) (docs/methods.md §1).
 
-The entropy scores use the MC pass's own :func:`kdpipe.evaluation.information.normalized_entropy`, so the same
+A calibrated teacher's scores are tempered as docs/routing.md, "Calibrated teachers", says. The entropy scores use
+the MC pass's own :func:`kdpipe.evaluation.information.normalized_entropy`, so the same
 probabilities give the cached ``certainty`` column bit for bit.
 """
 

@@ -3,8 +3,9 @@
 Every router's routing and target accuracy, overall and per gold class (:func:`diagnose`), and how well each
 teacher's certainty scores tell other teachers' rows from its own (:func:`ood_auroc`;
 docs/routing.md, "Certainty scores as OOD detection"), both recorded in ``route.json``. The warning
-(:func:`warning`) is computed from them where it is shown (the route job, each student job that reads the route,
-the report), at ``routing.warn_below``, a display setting in no config slice. Torch-free: the report imports it.
+(:func:`warning`) is computed from them where it is shown (the route job, each student job that reads the route:
+a route linked from the shared cache runs no job; the report), at ``routing.warn_below``, a display setting in no
+config slice, so changing it reruns the report only. Torch-free: the report imports it.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def misrouted(per_class: dict, threshold: float) -> list[str]:
 
 def diagnose(inputs, routers: dict) -> dict:
     """Routing and target accuracy of every router of ``routers`` (:func:`kdpipe.routing.scoring.all_routers`) on
-    the splits it scored."""
+    the splits it scored (validation cross-fitted for the learned one)."""
     out = {}
     for name, router in routers.items():
         entry = {"gold_labels": name in GOLD_LABEL_ROUTERS, **({"fit": router["fit"]} if "fit" in router else {})}

@@ -2,8 +2,9 @@
 (docs/routing.md, "Routers"; Sun et al., ICML 2022, "Out-of-distribution detection with deep nearest neighbors").
 
 d_k(x) is the cosine distance from x to its ``neighbours``-th nearest validation row of teacher k's own classes (in
-its pooled states), turned into a percentile s_k(x) among those rows' own distances; the validation rows' scores are
-cross-fitted over ``folds`` seeded folds.
+its L2-normalised pooled states), turned into a percentile s_k(x) among those rows' own distances so that teachers
+compare; the validation rows' scores are cross-fitted over ``folds`` seeded folds, so a row's own label never decides
+its score.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 the teachers' features (docs/routing.md, "Routers").
 
 Features: every teacher's pooled state and logits, standardised; fitted on the validation rows by scikit-learn's
-``LogisticRegressionCV``, cross-fitted for the validation rows themselves. The weights are its probabilities.
+``LogisticRegressionCV``, cross-fitted for the validation rows themselves (the train rows: the model fitted on all of
+them). The weights are its probabilities.
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ def selected_states(outputs, feature: str, layers: list[int]) -> torch.Tensor:
 
 
 class PackedWriter:
-    """Rows of one feature written packed in split order into ``out_npy`` as the forward's batches come."""
+    """Rows of one feature written packed in split order into ``out_npy`` as the forward's batches come, each cut to
+    its own length: nothing depends on the batch's padding."""
 
     def __init__(
         self,

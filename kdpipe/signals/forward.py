@@ -36,7 +36,8 @@ def forward(
     desc: str | None = None,
     shard: tuple[int, int] = WHOLE,
 ) -> None:
-    """Run ``model`` in eval mode over the shard's batches, every batch's outputs to each collector."""
+    """Run ``model`` in eval mode over the shard's batches, every batch's outputs to each collector, outside the
+    autocast region (a collector that computes more enters it itself)."""
     collectors = list(collectors)
     hidden = any(c.hidden_states for c in collectors)
     attentions = any(c.attentions for c in collectors)

@@ -2,7 +2,8 @@
 
 T passes with dropout on and everything else in eval mode, run as one enlarged batch of T·B rows (in chunks), the
 RNG re-seeded per batch from ``(seed, smallest row_id of the batch)`` (docs/design.md, "Signals"). Outputs: the mean
-probabilities (``mc.npy``) and per-row scores (``mc.parquet``; docs/routing.md, "Certainty scores").
+probabilities (``mc.npy``) and per-row scores (``mc.parquet``; docs/routing.md, "Certainty scores"); every entropy is
+:func:`kdpipe.evaluation.information.normalized_entropy`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def set_dropout(model: nn.Module, rate: float | None, where: str) -> nn.Module:
     return model
 
 
+# The enlarged batch's bound in tokens (and max_batch_rows in rows): long rows make activations (and attention,
+# quadratic in the width) large, and on a CPU an oversized batch is slower per row than a smaller one
 MAX_BATCH_TOKENS = 16384
 
 

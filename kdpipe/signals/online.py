@@ -2,7 +2,8 @@
 (docs/design.md, "Feature dumps and their size").
 
 The student job runs the teacher (eval mode, no gradients) on each batch's rows, tokenised the teacher's way, and a
-method reads the result as it reads a dump.
+method reads the result as it reads a dump. The one exception to "a distill job never loads a teacher": the
+teacher's folder is then an input of the student job.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from kdpipe.signals.features import selected_states
 
 
 class OnlineTeacher:
-    """A teacher run on the student's training rows a batch at a time, its last batch's outputs kept."""
+    """A teacher run on the student's training rows a batch at a time, its last batch's outputs kept, so every layer
+    and feature a step reads comes from one forward pass."""
 
     def __init__(self, model, encoded, device: torch.device, hidden: bool, attentions: bool):
         self.model, self.encoded, self.device = model.to(device).eval(), encoded, device

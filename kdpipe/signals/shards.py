@@ -44,7 +44,8 @@ def gather(settings: SignalSettings, parts: list[Path], out: Path) -> dict:
 
 
 def run_pass(settings: PassSettings, teacher: Path, data: Path, out: Path) -> dict[str, dict]:
-    """The pass of ``settings`` over the whole split in one job; each signal's manifest."""
+    """The pass of ``settings`` over the whole split in one job (the same bytes as any number of shards); each
+    signal's manifest."""
     Path(out).mkdir(parents=True, exist_ok=True)
     with scratch_folder(Path(out) / "pass") as tmp:  # (hidden, and removed by the next pass if killed)
         part = tmp / "part"

@@ -3,7 +3,7 @@
 A :class:`Stage` names its sub-command (``python -m kdpipe <name>``), the function that does its work, its
 arguments and its resources; from it come the command line (:mod:`kdpipe.cli`) and each rule's shell command and
 resources (``workflow/rules/common.smk``). Torch-free, and imported by no stage, so that a change here reruns only
-the jobs whose command line it changes.
+the jobs whose command line it changes (the shell command is part of a rule's code).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The ``cotrain`` stage: ProKT, a student and its teacher trained together (docs/methods.md §5).
 
-Nothing is read from the signal cache. The teacher's step runs inside the student's loss (``kdpipe.methods.prokt``)
-and its state is checkpointed with the student's. Outputs: the student (``results/students/{student}``) and the
-co-trained teacher (``results/cotrained/{student}``, the layout of a fine-tuned teacher).
+Nothing is read from the signal cache. The teacher's step runs inside the student's loss (``kdpipe.methods.prokt``) and
+its state is checkpointed with the student's, so a killed job resumes both. Outputs: the student
+(``results/students/{student}``) and the co-trained teacher (``results/cotrained/{student}``, the layout of a fine-tuned
+teacher).
 """
 
 from __future__ import annotations

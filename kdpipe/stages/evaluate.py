@@ -1,9 +1,10 @@
 """The ``evaluate`` stage: metrics and predictions of one trained model on every split it is evaluated on.
 
-One job per model (docs/caching-and-reruns.md, "Rerun rules"): the model is loaded once, then each split is
-evaluated in turn: a subset teacher on the rows of its own classes, a model of one ``domain`` on that domain's rows,
-every other model on all rows; with ``evaluate.ood`` a last split ``ood`` (docs/methods.md, "Judging uncertainty").
-The outputs are :mod:`kdpipe.evaluation.results`'.
+One job per model (docs/caching-and-reruns.md, "Rerun rules"): the model is loaded once, then each split is evaluated in
+turn, exactly as a job of that split alone would write it: a subset teacher on the rows of its own classes, a model of
+one ``domain`` on that domain's rows, every other model on all rows. Every model gets the uncertainty split of
+docs/methods.md §3 over its members (with ``evaluate.mc_samples`` the MC-dropout scores too), and with ``evaluate.ood``
+a last split ``ood`` (docs/methods.md, "Judging uncertainty"). The outputs are :mod:`kdpipe.evaluation.results`'.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def run(
     ood: list[Path] = (),
     reference: Path | None = None,
 ) -> list[dict]:
-    """Evaluate ``model`` on each of ``settings.splits``; ``ood``: an external OOD set, if any; ``reference``: the
+    """Evaluate ``model`` on each of ``settings.splits`` (``out_json``, ``out_predictions``: a path per split, in that
+    order); ``ood``: an external OOD set, if any (else the dataset's ``ood`` split); ``reference``: the
     evaluation folder of the model an exported one was made from, which each split's record is compared with."""
     remove_stale(Path(out_json[0]).parent, list(settings.splits))
     loaded = load(Path(model))

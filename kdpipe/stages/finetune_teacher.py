@@ -1,9 +1,9 @@
 """The ``finetune_teacher`` stage: fine-tune one teacher, possibly on a subset of the classes (docs/methods.md §1).
 
-A teacher with a ``checkpoint`` trains a fine-tuned classifier further (:mod:`kdpipe.models.heads`); one with
-``layers`` keeps only those layers of its backbone; one restricted to ``classes`` or a ``domain`` trains on those
-rows only. The objective is cross-entropy or one the plan names (``objective: meta``). Output: the teacher's model
-folder (docs/design.md, "Artifacts").
+A teacher with a ``checkpoint`` trains a fine-tuned classifier further (:mod:`kdpipe.models.heads`); one with ``layers``
+keeps only those layers of its backbone; one restricted to ``classes`` or a ``domain`` trains on those rows only (local
+label ids in the dataset's order). The objective is cross-entropy or one the plan names (``objective: meta``). Output:
+the teacher's model folder (docs/design.md, "Artifacts").
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The ``import_teacher`` stage: a fine-tuned sequence classifier from elsewhere, used as a teacher without training.
 
 Writes the same artifact as ``finetune_teacher`` (docs/design.md, "Artifacts"): ``labels.json`` gives the dataset
-label of each of the head's outputs (:mod:`kdpipe.models.heads`), ``metrics.json`` its validation accuracy.
+label of each of the head's outputs in the head's order (:mod:`kdpipe.models.heads`), ``metrics.json`` its validation
+accuracy. The model's own ``id2label`` is rewritten to the dataset's names.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ FREE_SPACE = "free space on that disk (or set checkpoint_every: 0 to checkpoint 
 
 class Checkpoint:
     """The resume directory: numbered checkpoint folders and a ``LATEST`` pointer, switched atomically to a new
-    complete one before older ones are removed."""
+    complete one before older ones are removed: a kill at any moment leaves ``LATEST`` naming a complete one."""
 
     def __init__(self, root: Path | None, key: str):
         self.root, self.key = (Path(root) if root else None), key

@@ -2,7 +2,9 @@
 
 A job started with ``--processes N`` runs as N processes under ``torchrun``; each takes every N-th row of each
 global batch, and the gradients are summed before the optimiser step: the one-process update. Rank 0 alone writes.
-Without a process group every function here is the one-process identity.
+Without a process group every function here is the one-process identity. Not ``DistributedDataParallel``, which
+wraps one module: kdpipe's losses call the model and their own modules directly, and one all-reduce of the flattened
+gradients after ``backward`` serves any set of modules.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def requested() -> int:
 
 
 def init(device: torch.device) -> None:
-    """Join the process group torchrun describes (nothing for a single process); a rank dies with its launcher."""
+    """Join the process group torchrun describes (nothing for a single process); a rank dies with its launcher
+    (``PR_SET_PDEATHSIG``), so a job killed with SIGKILL leaves no orphan rank training into its resume folder."""
     if requested() <= 1 or dist.is_initialized():
         return
     global _DEVICE
@@ -67,7 +70,8 @@ def _die_with_parent() -> None:
 
 
 def shard(batch: np.ndarray) -> tuple[np.ndarray, float]:
-    """This process's rows of a global batch (dealt round-robin) and their share of it. A process left without a row
+    """This process's rows of a global batch (dealt round-robin: the batch is sorted by length, so each gets alike
+    lengths) and their share of it. A process left without a row
     takes the batch's first row with share 0, so that every process runs the same collectives."""
     world = world_size()
     if world == 1:
@@ -85,7 +89,7 @@ def set_share(share: float) -> None:
 
 def sync_backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> float:
     """``loss.backward()`` for this process's rows (``loss``: their mean), then the gradients of ``params`` (the same
-    list everywhere) summed over the processes; returns the global batch's mean loss."""
+    list, in the same order, everywhere) summed over the processes; returns the global batch's mean loss."""
     if world_size() == 1:
         loss.backward()
         return loss.item()

@@ -1,7 +1,8 @@
 """Meta-KD's student (Pan et al., ACL-IJCNLP 2021; docs/methods.md §4), distilled in two stages
 from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). Two distill jobs:
 ``<student>.stage1`` (method ``meta_kd_stage1``) matches intermediate features, each example weighted by its own
-λ_i, then ``<student>`` (method ``meta_kd``), started from stage 1's weights, matches the soft labels at T.
+λ_i, then ``<student>`` (method ``meta_kd``), started from stage 1's weights, matches the soft labels at T; so a
+change to stage 2 reruns stage 2 only.
 """
 
 from __future__ import annotations
