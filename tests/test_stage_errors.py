@@ -73,7 +73,9 @@ def fake_route(folder, data, teachers: list[str]):
     for split in SPLITS:
         row_ids = read_split(data, split)["row_id"].to_numpy()
         write_scores(folder / f"{split}.parquet", row_ids, np.zeros((len(row_ids), len(teachers)), np.float32))
-    manifest = make_manifest("route", teachers=teachers, router="certainty-entropy", weighting="softmax")
+    manifest = make_manifest(
+        "route", teachers=teachers, router="certainty-entropy", weighting="softmax", gold_labels={}
+    )  # (a certainty router reads no gold label, as a route job records)
     write_manifest(folder / FILES[-1], manifest, list(FILES[:-1]))
     return folder
 

@@ -299,7 +299,6 @@ def test_resume_state_read_while_a_job_replaces_its_checkpoint(tmp_path, monkeyp
     checkpoint 9's state: the reader follows LATEST to checkpoint 11. A state missing from the checkpoint that LATEST
     still names is an error."""
     from kdpipe.core.store import ArtifactError, read_json
-    from kdpipe.training import checkpoint
 
     resume = tmp_path / "resume"
     for step in (9, 11):
@@ -314,7 +313,7 @@ def test_resume_state_read_while_a_job_replaces_its_checkpoint(tmp_path, monkeyp
             (resume / "ckpt-000009").rmdir()
         return read_json(path)
 
-    monkeypatch.setattr(checkpoint, "read_json", job_moves_on_first)
+    monkeypatch.setitem(globals(), "read_json", job_moves_on_first)  # (read_resume_state, above, reads by it)
     assert read_resume_state(resume) == {"step": 11}
     (resume / "ckpt-000011" / "state.json").unlink()
     with pytest.raises(ArtifactError, match="ckpt-000011/state.json"):
