@@ -1,17 +1,9 @@
 """``python -m kdpipe <stage> ...``: one sub-command per workflow stage (the rules call these).
 
-Built from the stage declarations (:data:`kdpipe.stages.catalog.STAGES`): every stage takes its config slice as
-``--params JSON`` (exactly what the rule's ``params.cfg`` holds) and its arguments by name; the slice is read once
-into the stage's typed settings (:meth:`kdpipe.core.settings.Settings.from_params`: an unknown or missing key, or a
-value of the wrong type, stops the job with one line naming it), and the function is called with the settings and
-the arguments; its module is imported only when its sub-command runs. A job started by the workflow checks its
-code fingerprint (``--code``) against the sources it runs from (:func:`check_code`). A stage that runs a model first
-claims a free GPU from the lock-file pool (:mod:`kdpipe.core.gpus`), before anything imports torch; a stage that
-needs no model imports neither torch nor transformers, which take seconds to start (docs/design.md, "Compute"). A
-:class:`KdpipeError` (bad input or configuration) is printed as one clear line and exits with status 2, leaving no
-output behind. ``--log FILE`` sends everything the job writes into its log, and the lines meant for the user
-(:func:`kdpipe.core.progress.say`) to the console as well. A training stage given ``--processes N`` (N > 1) becomes
-``torchrun`` with N copies of itself, one per device, training data-parallel (:mod:`kdpipe.training.distributed`).
+Built from :data:`kdpipe.stages.catalog.STAGES` (docs/design.md, "Style"): a stage's ``--params`` slice is read once
+into its typed settings, its module imported only when its sub-command runs; a job checks its code fingerprint
+(:func:`check_code`), claims a GPU before torch is imported when it runs a model (docs/design.md, "Compute"), and
+with ``--processes N`` becomes ``torchrun`` (:func:`_launch`). A :class:`KdpipeError` is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ from kdpipe.core.finished import job_identity_of_process, set_job_identity
 from kdpipe.core.gpus import claim_gpu
 from kdpipe.core.identity import check_local_content
 from kdpipe.core.killed import end_if_interrupted, say_when_killed
-from kdpipe.core.progress import log_to
+from kdpipe.core.progress import log_to, peak_memory_mb, rows_done, summary_line
 from kdpipe.core.settings import Settings
 from kdpipe.core.store import KdpipeError
 from kdpipe.launch import pause, snapshot
@@ -43,8 +35,7 @@ def _params(text: str) -> dict:
 
 
 def _add_argument(sub: argparse.ArgumentParser, arg: Arg) -> None:
-    """An optional path or paths may be given with no value: the rule writes the flag whether the job needs it or
-    not, followed by the path(s) it needs, if any."""
+    """An optional path or paths may be given with no value (the rule always writes the flag)."""
     if arg.kind == "text":
         sub.add_argument(arg.flag, dest=arg.name, required=not arg.optional, default=None)
     elif arg.optional:
@@ -85,9 +76,7 @@ def _arguments(argv: list[str]) -> dict:
 
 
 def _made_already(stage: Stage, settings: Settings, args: dict, inputs: list[Path], code: str | None) -> bool:
-    """Lock a training job's outputs, set its identity (:func:`kdpipe.core.identity.job_identity`: its settings,
-    its declared ``inputs`` and its code fingerprint) and say whether its finished outputs were restored
-    (:func:`kdpipe.core.finished.restore_finished`)."""
+    """Lock a training job's outputs, set its identity and say whether its finished outputs were restored."""
     from kdpipe.core.fingerprint import fingerprint
     from kdpipe.core.finished import lock_outputs, restore_finished
     from kdpipe.core.identity import job_identity
@@ -102,11 +91,6 @@ def _made_already(stage: Stage, settings: Settings, args: dict, inputs: list[Pat
     return restore_finished(identity, outputs)
 
 
-def settings_of(stage: Stage, params: dict) -> Settings:
-    """The stage's typed settings, read from its config slice ``params`` (the one place a job reads the slice)."""
-    return stage.settings_type().from_params(params, "--params")
-
-
 def _check_local_content(params: dict) -> None:
     """Stop a job whose local files changed since the plan digested them (:func:`kdpipe.core.identity.
     check_local_content`), reading the paths its slice names as the plan does."""
@@ -118,11 +102,8 @@ def _check_local_content(params: dict) -> None:
 
 
 def check_code(stage: Stage, code: str) -> None:
-    """Stop a job whose kdpipe code is not the code its fingerprint ``code`` (``--code``: the fingerprint, then after
-    a ``:`` the modules the stage imports by name, computed when Snakemake scheduled it) was computed from. Under
-    ``python -m kdpipe`` the job runs from a snapshot of the sources read at its start (:mod:`kdpipe.launch`), and the
-    fingerprint is computed from that snapshot: an edit made before it stops the job here, one made after it changes
-    nothing the job runs. Rerun: Snakemake schedules it again."""
+    """Stop a job whose code (the snapshot it runs from, :mod:`kdpipe.launch`) is not what its fingerprint ``code``
+    was computed from (``--code``: the fingerprint, then after a ``:`` the modules the stage imports by name)."""
     from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint, read_sources_from
 
     taken = snapshot()
@@ -146,9 +127,7 @@ LAUNCHED = "KDPIPE_LAUNCHED_IDENTITY"
 
 
 def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
-    """Become ``torchrun`` running this same command as ``processes`` ranks on this machine (``--standalone``: a free
-    port of its own). The output lock, taken by this process, stays held by torchrun (its descriptor survives the
-    exec); each rank gets an equal part of the job's CPU threads, and writes where this process writes (its log)."""
+    """Become ``torchrun`` running this same command as ``processes`` ranks, the output lock held across the exec."""
     from kdpipe.core.finished import held_locks
 
     rest, skip = [], False
@@ -172,10 +151,8 @@ def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
 
 
 def job_name(command: str, params: dict, args: dict) -> str:
-    """What a job's summary line calls it: a signal pass by its signals, teacher and split (``logits+pooled
-    minilm_a/train``, ``mc minilm_a/train shard 2-of-4``, ``logits gather minilm_a/train``), an evaluation by its
-    model and splits (``evaluate vkd/validation,test``), any other job by its command and output folder
-    (``distill vkd``)."""
+    """What a job's summary line calls it: ``logits+pooled minilm_a/train``, ``mc minilm_a/train shard 2-of-4``,
+    ``evaluate vkd/validation,test``, ``distill vkd`` (any other job: its command and output folder)."""
     slices = params.get("signals") or ([params] if "signal" in params else [])
     if command in ("signal-pass", "signal-shard", "signal-gather") and slices:
         teacher = Path(args["teacher"]).name if args.get("teacher") else Path(args["out"]).parent.name
@@ -190,9 +167,7 @@ def job_name(command: str, params: dict, args: dict) -> str:
 
 
 def _use_threads(threads: int, stage: Stage) -> None:
-    """torch's CPU threads: those Snakemake granted the job (docs/design.md, "Compute"). A stage that runs no model
-    and did not import torch is not made to (it takes seconds); should it import torch later, OMP_NUM_THREADS holds
-    the number."""
+    """torch's CPU threads (``OMP_NUM_THREADS`` for a stage that has not imported torch, which takes seconds)."""
     if stage.model or "torch" in sys.modules:
         from kdpipe.core.device import set_threads
 
@@ -201,19 +176,9 @@ def _use_threads(threads: int, stage: Stage) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
 
-def _summary(command: str, params: dict, args: dict, rows: int, seconds: float) -> None:
-    """The job's one-line summary on stderr (its log): the rows its passes went through, its time (the stage's own,
-    without the start-up) and its peak memory (docs/design.md, "Compute")."""
-    from kdpipe.core.progress import peak_memory_mb, summary_line
-
-    print(summary_line(job_name(command, params, args), rows, seconds, peak_memory_mb()), file=sys.stderr, flush=True)
-
-
 def main(argv=None) -> int:
-    """The command line ``kdpipe COMMAND ...``, its exit status. Run as the process's own command (``argv`` None: the
-    ``kdpipe`` script, ``python -m kdpipe``), a Ctrl-C ends the process by SIGINT after the line that
-    says so, without a traceback (kdpipe.core.killed); called with a list, it raises KeyboardInterrupt as a function
-    does."""
+    """The command line ``kdpipe COMMAND ...``, its exit status; with ``argv`` None a Ctrl-C ends the process by
+    SIGINT without a traceback (kdpipe.core.killed)."""
     if argv is not None:
         return _main(list(argv))
     try:
@@ -241,7 +206,7 @@ def _main(argv: list[str]) -> int:
         _check_local_content(params)
         if code:
             check_code(stage, code)
-        settings = settings_of(stage, params)
+        settings = stage.settings_type().from_params(params, "--params")  # (the one place a job reads the slice)
         if rank:  # one of several ranks: the launcher took the lock and checked for finished outputs
             set_job_identity(os.environ[LAUNCHED] or None)
         elif stage.trains and _made_already(stage, settings, args, inputs, code):
@@ -262,19 +227,15 @@ def _main(argv: list[str]) -> int:
 
             distributed.init(pick_device())
         pause("run")
-        started, rows = time.perf_counter(), _rows_done()
+        started, rows = time.perf_counter(), rows_done()
         function(settings, **args)
-        if not rank or int(os.environ.get("RANK", "0")) == 0:
-            _summary(command, params, args, _rows_done() - rows, time.perf_counter() - started)
+        if not rank or int(os.environ.get("RANK", "0")) == 0:  # the job's summary: docs/design.md, "Compute"
+            seconds = time.perf_counter() - started  # (the stage's own, without the start-up)
+            line = summary_line(job_name(command, params, args), rows_done() - rows, seconds, peak_memory_mb())
+            print(line, file=sys.stderr, flush=True)
         if rank:
             distributed.close()
     except KdpipeError as err:
         print(f"kdpipe {command}: error: {err}", file=sys.stderr)
         return 2
     return 0
-
-
-def _rows_done() -> int:
-    from kdpipe.core.progress import rows_done
-
-    return rows_done()

@@ -1,12 +1,9 @@
 """Which kdpipe a job runs: the workflow's own, exactly the code its fingerprint was computed from (docs/design.md,
 "Which kdpipe a job runs").
 
-The workflow sets :func:`job_environment` for its jobs; a job that imported another kdpipe all the same stops
-(:func:`check_package`). ``python -m kdpipe`` then reads every source file of the package once, at its start
-(:class:`Snapshot`), and imports every kdpipe module from those bytes, never again from the disk: the job checks its
-code fingerprint against the snapshot (``kdpipe.cli``), so the code that runs is the code recorded, whenever an edit
-lands. Only this launcher (``kdpipe/__main__.py`` and this module, part of no job's fingerprint) runs from the disk.
-Standard library only: nothing of kdpipe is imported here.
+``python -m kdpipe`` reads every source file of the package once, at its start (:class:`Snapshot`), and imports
+kdpipe from those bytes only, so the code a job runs is the code its fingerprint checks (``kdpipe.cli``). Standard
+library only: this launcher is part of no job's fingerprint.
 """
 
 from __future__ import annotations
@@ -25,8 +22,7 @@ PAUSE_ENV = "KDPIPE_TEST_PAUSE"
 
 
 def job_environment(env: dict | None = None, package: Path = PACKAGE) -> dict[str, str]:
-    """What makes ``python -m kdpipe`` import ``package``: its folder's parent first on ``PYTHONPATH`` (then what
-    ``env`` had there), no working directory on ``sys.path``, and :data:`PACKAGE_ENV`."""
+    """What makes ``python -m kdpipe`` import ``package``: its parent first on ``PYTHONPATH``; :data:`PACKAGE_ENV`."""
     env = os.environ if env is None else env
     root = str(package.parent)
     rest = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry and entry != root]
@@ -45,16 +41,14 @@ def check_package() -> str | None:
 
 
 class Snapshot(importlib.abc.MetaPathFinder):
-    """The package's source files, read once: every ``kdpipe`` module this process imports after
-    :meth:`install` is compiled from these bytes (never from the disk, nor from a cached ``.pyc``)."""
+    """The package's source files, read once: every ``kdpipe`` module imported after :meth:`install` comes from them."""
 
     def __init__(self, package: Path = PACKAGE):
         self.package = package
         self.sources = {path: path.read_bytes() for path in sorted(package.rglob("*.py"))}
 
     def install(self) -> None:
-        """Serve kdpipe from the snapshot, the package itself included (imported again from it); this launcher stays
-        as it was loaded."""
+        """Serve kdpipe from the snapshot, the package itself included; this launcher stays as it was loaded."""
         sys.meta_path.insert(0, self)
         for name in [n for n in sys.modules if n == "kdpipe" or n.startswith("kdpipe.")]:
             if name != __name__:
@@ -78,8 +72,7 @@ class Snapshot(importlib.abc.MetaPathFinder):
 
 
 class _Loader(importlib.abc.SourceLoader):
-    """One module's source from the snapshot. Without ``path_stats`` the source loader never reads or writes a
-    ``.pyc``: it compiles the snapshot's bytes."""
+    """One module's source from the snapshot (without ``path_stats``, no ``.pyc`` is read or written)."""
 
     def __init__(self, path: Path, source: bytes):
         self.path, self.source = str(path), source
@@ -99,15 +92,13 @@ def snapshot() -> Snapshot | None:
     return next((finder for finder in sys.meta_path if isinstance(finder, Snapshot)), None)
 
 
-def pause(point: str, argv: list[str] | None = None) -> None:
-    """For the tests of edits made while a job starts (:data:`PAUSE_ENV`, items ``POINT=FILE`` or
-    ``POINT@STAGE=FILE``, the stage a word of the command line): at ``point``, create ``FILE`` and wait until it is
-    removed. Does nothing unless the variable names the point."""
-    words = sys.argv if argv is None else argv
+def pause(point: str) -> None:
+    """For the tests of edits made while a job starts (:data:`PAUSE_ENV`: ``POINT=FILE`` or ``POINT@STAGE=FILE``):
+    at ``point``, create ``FILE`` and wait until it is removed."""
     for item in os.environ.get(PAUSE_ENV, "").split(","):
         name, _, marker = item.partition("=")
         name, _, stage = name.partition("@")
-        if name == point and marker and (not stage or stage in words):
+        if name == point and marker and (not stage or stage in sys.argv):
             Path(marker).touch()
             while os.path.exists(marker):
                 time.sleep(0.02)

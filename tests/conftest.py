@@ -16,7 +16,7 @@ from kdpipe.evaluation.settings import EvalSettings
 from kdpipe.methods.registry import get_method, method_args
 from kdpipe.methods.settings import StudentSettings
 from kdpipe.models.settings import StudentModel
-from kdpipe.signals.settings import SignalSettings
+from kdpipe.signals.settings import PassSettings, SignalSettings
 from kdpipe.training.settings import TeacherSettings
 
 # A suite started under nohup, or as a background job of a non-interactive shell, ignores SIGHUP or SIGINT, and every
@@ -108,12 +108,17 @@ def signal_settings(signal: str, **params) -> SignalSettings:
     return SignalSettings.from_params({"signal": signal, **params}, "test signal")
 
 
+def run_one(settings: SignalSettings, teacher: Path, data: Path, out: Path) -> dict:
+    """One signal over the whole split, in a pass of its own; returns its manifest."""
+    from kdpipe.signals.shards import run_pass
+
+    return run_pass(PassSettings(signals=(settings,)), teacher, data, out)[settings.signal]
+
+
 def run_signal(signal: str, params: dict, teacher: Path, data: Path, out: Path) -> dict:
     """One signal (its slice ``params``, without or with ``signal``) over a whole split, in a pass of its own
-    (:func:`kdpipe.signals.shards.run`); its manifest."""
-    from kdpipe.signals.shards import run
-
-    return run(signal_settings(signal, **{k: v for k, v in params.items() if k != "signal"}), teacher, data, out)
+    (:func:`run_one`); its manifest."""
+    return run_one(signal_settings(signal, **{k: v for k, v in params.items() if k != "signal"}), teacher, data, out)
 
 
 def eval_settings(**params) -> EvalSettings:

@@ -509,16 +509,30 @@ def test_single_class(tmp_path):
     expect_error(dataset_params(source=source), tmp_path / "out", r"data\.csv: column 'label'.*at least 2")
 
 
+def test_bad_settings_name_the_key(tmp_path):
+    overrides = {"split": {"validation": 0.5, "test": 0.5, "seed": 1}}
+    expect_error(dataset_params(**overrides), tmp_path / "out", r"dataset\.split\.validation \+ dataset\.split\.test")
+
+
 @pytest.mark.parametrize(
-    ("overrides", "pattern"),
+    ("section", "key", "message"),
     [
-        ({"split": {"validation": 0.5, "test": 0.5, "seed": 1}}, r"dataset\.split\.validation \+ dataset\.split\.test"),
-        ({"split": {"validation": -0.1, "test": 0.2, "seed": 1}}, r"dataset\.split\.validation is -0\.1"),
-        ({"max_rows": 0}, r"dataset\.max_rows is 0"),
+        ({"split": {"validation": -0.1}}, ["split", "validation"], "-0.1 is less than the minimum of 0"),
+        ({"split": {"test": 1.0}}, ["split", "test"], "1.0 is greater than or equal to the maximum of 1"),
+        ({"max_rows": 0}, ["max_rows"], "0 is less than the minimum of 10"),
     ],
 )
-def test_bad_settings_name_the_key(tmp_path, overrides, pattern):
-    expect_error(dataset_params(**overrides), tmp_path / "out", pattern)
+def test_out_of_range_settings_are_refused_by_the_schema_naming_the_key(section, key, message):
+    """A fraction outside [0, 1) or a cap below its minimum is the config schema's to refuse: the workflow checks
+    every config against it before the plan (and so the prepare stage) reads a key."""
+    import jsonschema
+    import yaml
+
+    from kdpipe import CONFIG_SCHEMA
+
+    schema = yaml.safe_load(CONFIG_SCHEMA.read_text())
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors({"dataset": section}))
+    assert [(list(e.path), e.message) for e in errors] == [(["dataset", *key], message)]
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from transformers import BertConfig, BertModel
 from kdpipe.data.dataset import read_split
 from kdpipe.models.loading import TINY_BERT, load_tokenizer
 from kdpipe.training import distributed
-from kdpipe.training.loop import read_resume_state
 from tests.conftest import TINY_TEACHER
+from tests.test_training import read_resume_state
 
 # Weights of a 2-process and a 1-process run after the same steps: only the order of float sums differs
 TOLERANCE = 1e-5

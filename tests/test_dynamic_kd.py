@@ -113,14 +113,20 @@ def test_random_selection_follows_the_generator():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(KdpipeError, match="strategy must be one of"):
-        selection_scores(Z_SEL, "lc")
+    """A choice outside its list is refused by the registry, where every method_args is checked when the DAG is
+    built; the ratio's range by the method."""
+    for method, bad in (
+        ("dynamic_data", {"strategy": "lc"}),
+        ("dynamic_teacher", {"mode": "medium"}),
+        ("dynamic_teacher", {"direction": "sideways"}),
+        ("dynamic_objective", {"strategy": "lc"}),
+        ("dynamic_data", {"distance": "l1"}),
+    ):
+        ((key, value),) = bad.items()
+        with pytest.raises(KdpipeError, match=rf"^method_args of {method}\.{key}: '{value}'; choose one of "):
+            method_args(method, bad)
     with pytest.raises(KdpipeError, match=r"ratio must be in \(0, 1\]"):
         select_top(torch.zeros(4), 0.0)
-    with pytest.raises(KdpipeError, match="mode must be one of"):
-        teacher_weights(torch.zeros(4), "medium")
-    with pytest.raises(KdpipeError, match="distance must be"):
-        kd_distance(Z, Z, "l1", 1.0)
 
 
 def test_normalized_hidden_mse_by_hand():

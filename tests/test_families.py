@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.models.backbones import num_heads, num_layers, strided_alignment
+from kdpipe.models.backbones import model_shape, strided_alignment
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer, load_trained
 from kdpipe.signals.io import read_features
 from kdpipe.signals.mc_dropout import set_dropout
@@ -33,7 +33,7 @@ def backbones(tmp_path_factory):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_shapes_through_autoconfig(backbones, family):
-    assert (num_layers(str(backbones[family])), num_heads(str(backbones[family]))) == (3, 2)
+    assert model_shape(str(backbones[family])) == (3, 2)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

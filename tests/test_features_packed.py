@@ -26,7 +26,7 @@ from kdpipe.signals.features import selected_states
 from kdpipe.signals.io import read_features
 from kdpipe.signals.load import TokenFeature, load_signals, subset_signals
 from kdpipe.signals.online import online_signals
-from kdpipe.signals.packed import offsets_of, pack_dense, row_counts
+from kdpipe.signals.packed import offsets_of, pack_rows, row_counts
 from kdpipe.signals.teacher import open_teacher
 from kdpipe.stages.finetune_teacher import run as finetune_teacher
 from tests.conftest import run_signal, teacher_settings
@@ -44,6 +44,14 @@ def test_row_sizes_and_offsets_by_hand():
     assert row_counts("attentions", lengths, 2, 4).tolist() == [72, 8, 32]  # 2 layers x 4 heads x len²
     assert row_counts("attentions_mean", lengths, 2, 4).tolist() == [18, 2, 8]  # 2 layers x len²
     assert offsets_of(np.array([72, 8, 32])).tolist() == [0, 72, 80, 112]
+
+
+def pack_dense(feature: str, dense: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A dense dump (the older layout, padded to one width) as (data, offsets) of the packed layout."""
+    rows = pack_rows(feature, np.asarray(dense), lengths)
+    shape = (0, dense.shape[1], dense.shape[-1]) if feature == "hidden" else (0,)
+    data = np.concatenate(rows) if rows else np.zeros(shape, dtype=dense.dtype)
+    return data, offsets_of(np.array([len(r) for r in rows], dtype=np.int64))
 
 
 def _dense(shape: tuple[int, ...], lengths: np.ndarray, square: bool) -> np.ndarray:
@@ -247,16 +255,6 @@ def _copy(dumps: Path, tmp_path: Path, feature: str = "hidden") -> Path:
     for name in (f"{feature}.npy", f"{feature}.offsets.npy", f"{feature}.tokens.npy", f"{feature}.json"):
         (tmp_path / name).write_bytes((dumps / name).read_bytes())
     return tmp_path / f"{feature}.npy"
-
-
-def test_a_dense_dump_of_an_older_kdpipe_is_refused_with_what_to_do(dumps, tiny_data, tmp_path):
-    path = _copy(dumps, tmp_path)
-    manifest = json.loads((tmp_path / "hidden.json").read_text())
-    del manifest["layout"]
-    (tmp_path / "hidden.json").write_text(json.dumps(manifest))
-    row_ids = read_split(tiny_data, "train")["row_id"].to_numpy()
-    with pytest.raises(ArtifactError, match=r"hidden\.npy: a feature dump padded .* older kdpipe.*forcerun"):
-        read_features(path, row_ids)
 
 
 @pytest.mark.parametrize(

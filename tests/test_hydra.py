@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.hydra import (
     aggregation_loss,
@@ -20,7 +21,7 @@ from kdpipe.methods.hydra import (
     individuality_loss,
     lambda_at,
 )
-from kdpipe.methods.registry import method_args
+from kdpipe.methods.registry import METHODS, method_args
 from kdpipe.models.loading import load_classifier
 from kdpipe.models.multihead import make_multihead
 
@@ -272,23 +273,36 @@ def test_plain_hydra_is_the_individuality_loss_only():
 
 
 def test_build_refusals():
-    plain = load_classifier("builtin:tiny-bert", LABELS, seed=0)
-    with pytest.raises(KdpipeError, match="model.heads"):
-        build(make_ctx(plain), method_args("hydra_plus", {}))
     model = student(heads=2)
-    with pytest.raises(KdpipeError, match="M ≤ N"):
-        build(make_ctx(model, teachers=("A",)), method_args("hydra_plus", {}))
     with pytest.raises(KdpipeError, match="unknown key 'lambda'"):
         build(make_ctx(model), method_args("hydra_plus", {"lambda": 0.1}))
     with pytest.raises(KdpipeError, match="alpha"):
         build(make_ctx(model), method_args("hydra_plus", {"alpha": 1.5}))
     with pytest.raises(KdpipeError, match="diversity_ramp"):
         build(make_ctx(model), method_args("hydra_plus", {"diversity_ramp": [5, 1]}))
-    partial = {**BLOCKS, "C": [0, 1]}
-    with pytest.raises(KdpipeError, match="full label set"):
-        build(make_ctx(model, blocks=partial), method_args("hydra_plus", {}))
-    with pytest.raises(KdpipeError, match="multi-head"):
-        build(make_ctx(model), method_args("hydra_plus", {})).loss(plain, BATCH)
+    # the ensemble's members must each cover the full label set: the distill stage's class blocks check it
+    partial = {t: [LABELS[i] for i in block] for t, block in {**BLOCKS, "C": [0, 1]}.items()}
+    with pytest.raises(KdpipeError, match="teacher 'C' covers 2 of the 3 labels, but this method needs teachers"):
+        teacher_blocks(partial, LABELS, policy=METHODS["hydra_plus"].teacher_classes, where="hydra")
+
+
+@pytest.mark.parametrize(
+    "heads, message",
+    [
+        (None, r"^students\.s_hydra_plus: method 'hydra_plus' trains a multi-head student; set model\.heads"),
+        (3, r"^students\.s_hydra_plus\.model\.heads\.count: 3 heads for 2 teachers; .* \(M <= N\)$"),
+    ],
+)
+def test_the_plan_refuses_a_student_without_heads_or_with_more_heads_than_members(heads, message):
+    """Checked once, when the DAG is built (kdpipe.plan.checks), before any job runs."""
+    from tests.test_plan import load
+
+    def edit(config):
+        model = config["students"]["s_hydra_plus"]["model"]
+        model.pop("heads") if heads is None else model["heads"].update(count=heads)
+
+    with pytest.raises(KdpipeError, match=message):
+        load("tests/configs/tiny_full.yaml", edit=edit)
 
 
 def test_plain_hydra_reads_no_gold_label_and_hydra_plus_does():

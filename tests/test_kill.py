@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kdpipe.training.loop import read_resume_state
 from tests.conftest import REPO, TINY_DATASET, TINY_TEACHER
+from tests.test_training import read_resume_state
 
 pytestmark = pytest.mark.slow
 

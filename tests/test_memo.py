@@ -11,7 +11,7 @@ import yaml
 
 from kdpipe.core.memo import JsonMemo
 from kdpipe.core.store import KdpipeError
-from kdpipe.plan import checked
+from kdpipe.plan import checked_plan
 from tests.conftest import REPO
 
 SCHEMA = REPO / "kdpipe/config.schema.yaml"
@@ -91,7 +91,7 @@ def snakemake_validate(config):
 
 
 def plan_of(config, schema=SCHEMA):
-    return checked.checked_plan(config, schema, snakemake_validate(config))
+    return checked_plan(config, schema, snakemake_validate(config))
 
 
 def test_a_config_is_checked_entry_by_entry():

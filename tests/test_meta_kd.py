@@ -29,7 +29,7 @@ from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_tokenizer
 from kdpipe.report import build_report
 from kdpipe.signals.features import dump_feature
-from kdpipe.signals.load import RowSubset, TokenFeature, subset_signals
+from kdpipe.signals.load import RowView, TokenFeature, subset_signals
 from tests.conftest import REPO, TINY_DATASET, dataset_settings
 from tests.test_plan import load
 from tests.test_workflow_meta import domain_dataset
@@ -66,8 +66,12 @@ def test_prototypes_by_domain_ignore_the_class():
     assert has_other.all()
     # row 5, [0, 3]: own cos([0,3], [1/3, 4/3]) = 4/√17; the others' mean [1.5, 0], cos 0
     assert scores[5] == pytest.approx(0.5 * (4 / math.sqrt(17)))
-    with pytest.raises(KdpipeError, match="prototypes.by"):
-        prototypes(EMB, DOM, CLS, 3, 2, "class")
+    # any other grouping is refused once, by the config schema, before any job runs
+    import jsonschema
+
+    schema = yaml.safe_load((REPO / "kdpipe/config.schema.yaml").read_text())["properties"]["prototypes"]
+    with pytest.raises(jsonschema.ValidationError, match=r"'class' is not one of \['domain_class', 'domain'\]"):
+        jsonschema.validate({"by": "class"}, schema)
 
 
 # ---- teacher signals and losses --------------------------------------------------------------------------------
@@ -269,7 +273,7 @@ def test_splits_are_stratified_by_domain_and_label(domain_data):
 
 def test_row_subset_reads_the_rows_of_a_domain():
     array = np.arange(5 * 2 * 3).reshape(5, 2, 3)
-    view = RowSubset(array, np.array([4, 1]))
+    view = RowView([array], np.array([4, 1]))
     assert view.shape == (2, 2, 3) and view.ndim == 3
     np.testing.assert_array_equal(view[np.array([1, 0]), 1, :2], array[[1, 4], 1, :2])
     np.testing.assert_array_equal(view[0], array[4])

@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.muki import aggregate, build, margin_weights, muki_loss, padded_probs
@@ -83,11 +82,6 @@ def test_soft_aggregation_weights_are_softmax_of_scores_over_tau_s():
     assert q[0].tolist() == pytest.approx([0.75 * a1, 0.25 * a1, 0.5 * (1 - a1), 0.5 * (1 - a1)])
     assert q[1].tolist() == pytest.approx([0.5 * a2, 0.5 * a2, 0.25 * (1 - a2), 0.75 * (1 - a2)])
     assert q.sum(-1).tolist() == pytest.approx([1.0, 1.0])
-
-
-def test_unknown_aggregation_is_refused():
-    with pytest.raises(KdpipeError, match="aggregation"):
-        aggregate(torch.tensor(PADDED), SCORES, "mean", 0.2)
 
 
 def test_margin_weights_are_the_gap_between_the_top_two_scores():
@@ -210,11 +204,11 @@ def test_build_no_mc_scores_from_the_logits_only():
     assert loss.item() == pytest.approx(hand, rel=1e-4)
 
 
-def test_build_refuses_an_unknown_aggregation():
-    with pytest.raises(KdpipeError, match="unknown aggregation"):
-        build(make_ctx(mc=True), Args({**method_args("muki").to_dict(), "aggregation": "vote"}))
-    with pytest.raises(KdpipeError, match="aggregation: 'vote'; choose one of hard, soft"):
-        method_args("muki_no_mc", {"aggregation": "vote"})
+def test_an_unknown_aggregation_is_refused():
+    """By the registry, where every method_args is checked when the DAG is built."""
+    for method, aggregation in (("muki", "vote"), ("muki_no_mc", "vote"), ("muki", "mean")):
+        with pytest.raises(KdpipeError, match=f"aggregation: '{aggregation}'; choose one of hard, soft"):
+            method_args(method, {"aggregation": aggregation})
 
 
 def test_router_weights_are_used_as_they_are_for_soft_aggregation():

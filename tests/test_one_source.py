@@ -10,10 +10,11 @@ import pytest
 import torch
 import yaml
 
+from kdpipe import CONFIG_SCHEMA
 from kdpipe.evaluation.information import entropy, nll, normalized_entropy
 from kdpipe.methods import dynamic_choices
 from kdpipe.methods.registry import METHODS
-from kdpipe.training.loop import CONFIG_SCHEMA, TrainSettings, accuracy_validator
+from kdpipe.training.loop import TrainSettings, accuracy_validator
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,9 +15,9 @@ from kdpipe.methods import prokt
 from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.models.students import build_student
-from kdpipe.training.loop import TrainSettings, fit, read_resume_state, total_steps
+from kdpipe.training.loop import TrainSettings, fit, total_steps
 from tests.conftest import model_spec
-from tests.test_training import LABELS, TEXTS, validator
+from tests.test_training import LABELS, TEXTS, read_resume_state, validator
 
 CPU = torch.device("cpu")
 

@@ -366,12 +366,12 @@ def test_html_in_a_class_name_is_text_in_summary_md(tmp_path):
     """A class, model or warning with HTML in it shows as written: no tag reaches summary.md or routing.md."""
     from kdpipe.report.markdown import summary_markdown
     from kdpipe.report.routing import routing_markdown, routing_table
-    from kdpipe.report.summary import read_eval, runs_table, summarise
+    from kdpipe.report.summary import check_eval, runs_table, summarise
 
     classes = ["<img src=x onerror=alert(1)>", "</script><b>tech</b>", "R&D"]
     record = _eval("vkd", "vkd", "student", "vanilla_kd", 1, "test", classes, 0.9, 0.05, 10.0, 1_000_000)
     record["metrics"]["per_class_accuracy"] = dict(zip(classes, (0.5, 1.0, 0.75)))
-    summary = summarise(runs_table([read_eval(path) for path in _write_evals(tmp_path, [record])]))
+    summary = summarise(runs_table([check_eval(read_json(path), path) for path in _write_evals(tmp_path, [record])]))
     warning = f"router knn sends 10% of {classes[0]}"
     markdown = summary_markdown(summary, warnings=[warning], title="<i>run</i>")
     route = {"route": "r", "router": "knn", "warning": warning, "diagnostics": {"knn": {"gold_labels": False}}}
@@ -401,11 +401,11 @@ def _named_markdown(tmp_path, names: list[str]) -> tuple[str, str]:
     """summary.md and routing.md with ``names`` as the classes, the title, a route, a router and in a warning."""
     from kdpipe.report.markdown import summary_markdown
     from kdpipe.report.routing import routing_markdown, routing_table
-    from kdpipe.report.summary import read_eval, runs_table, summarise
+    from kdpipe.report.summary import check_eval, runs_table, summarise
 
     record = _eval("vkd", "vkd", "student", "vanilla_kd", 1, "test", names, 0.9, 0.05, 10.0, 1_000_000)
     record["metrics"]["per_class_accuracy"] = dict.fromkeys(names, 0.5)
-    summary = summarise(runs_table([read_eval(path) for path in _write_evals(tmp_path, [record])]))
+    summary = summarise(runs_table([check_eval(read_json(path), path) for path in _write_evals(tmp_path, [record])]))
     warning = f"router knn sends 10% of {names[0]}"
     markdown = summary_markdown(summary, warnings=[warning], title=names[1])
     route = {"route": names[1], "router": names[2], "warning": warning, "diagnostics": {names[2]: {"gold_labels": 0}}}
@@ -447,12 +447,12 @@ def _cells(line: str) -> list[str]:
 def test_a_pipe_in_a_class_name_stays_inside_its_markdown_cell(tmp_path):
     from kdpipe.report.markdown import summary_markdown
     from kdpipe.report.routing import routing_markdown, routing_table
-    from kdpipe.report.summary import read_eval, runs_table, summarise
+    from kdpipe.report.summary import check_eval, runs_table, summarise
 
     classes = ["sport|news", "tech", "a\\|b"]
     record = _eval("vkd.seed1", "vkd", "student", "vanilla_kd", 1, "test", classes, 0.9, 0.05, 10.0, 1_000_000)
     record["metrics"]["per_class_accuracy"] = {"sport|news": 0.5, "tech": 1.0, "a\\|b": 0.75}
-    summary = summarise(runs_table([read_eval(path) for path in _write_evals(tmp_path, [record])]))
+    summary = summarise(runs_table([check_eval(read_json(path), path) for path in _write_evals(tmp_path, [record])]))
     markdown = summary_markdown(summary)
     header = next(line for line in markdown.splitlines() if line.startswith("| model | kind | sport"))
     assert _cells(header) == ["model", "kind", "sport\\|news", "tech", "a\\\\\\|b"]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from kdpipe.core.store import KdpipeError, write_json
+from kdpipe.core.store import KdpipeError, read_json, write_json
 from kdpipe.report import build_report
 from kdpipe.report.cost import _measured_on, _time_axis, pareto_front
 from kdpipe.report.serving import read_profiles, serving_markdown, serving_table, with_serving_latency
-from kdpipe.report.summary import read_eval, runs_table, summarise
+from kdpipe.report.summary import check_eval, runs_table, summarise
 from tests.test_report_views import CLASSES, _write_model
 
 GOLD = ["a"] * 4 + ["b"] * 4 + ["c"] * 2  # 10 rows
@@ -51,7 +51,7 @@ def run(tmp_path_factory):
         _profile(root, "s.onnx", "onnx", "onnx", "fp32", 10.0),
         _profile(root, "s.int8", "onnx", "onnx", "int8", 4.0, peak=160.0, weights=15.7),
     ]
-    summary = summarise(runs_table([read_eval(path) for path in evals]))
+    summary = summarise(runs_table([check_eval(read_json(path), path) for path in evals]))
     return root, evals, profiles, summary
 
 
@@ -75,7 +75,7 @@ def test_teachers_on_class_subsets_are_one_teacher_side_with_the_oracles_accurac
         _write_model(tmp_path, "oracle", "oracle", None, CLASSES, GOLD, GOLD[:9] + ["a"], 45_400_000, 0.4),
         _write_model(tmp_path, "s.int8", "student", "muki", CLASSES, GOLD, PREDICTED["s.int8"], 15_600_000, 0.1),
     ]
-    summary = summarise(runs_table([read_eval(path) for path in evals]))
+    summary = summarise(runs_table([check_eval(read_json(path), path) for path in evals]))
     profiles = read_profiles(
         [
             _profile(tmp_path, "t_ab", "teacher", "pytorch", "fp32", 30.0),

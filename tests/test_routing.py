@@ -289,7 +289,9 @@ def test_certainty_as_ood_detection_by_hand():
             "variance": [0.05, 0.06, 0.07, 0.01, 0.02, 0.03],  # every other row below every own row: 0/9
             # own 0.1, 0.4, 0.6; other 0.4 (> 0.1, ties 0.4: 1.5), 0.5 (> 0.1, 0.4: 2), 0.7 (> all: 3): 6.5/9
             "mutual_info": [0.1, 0.4, 0.6, 0.4, 0.5, 0.7],
-        }  # no mean_entropy: an MC signal made before the column existed
+            # own 0.2, 0.5, 0.5; other 0.3 (> 0.2: 1), 0.6 (> all: 3), 0.6 (3): 7/9
+            "mean_entropy": [0.2, 0.5, 0.5, 0.3, 0.6, 0.6],
+        }
     )
     # max softmax own 0.9, 0.6, 0.8; other 0.7, 0.55, 0.95, negated: an other row counts where its max softmax is
     # below the own row's: 0.7 (< 0.9, 0.8: 2), 0.55 (< all three: 3), 0.95 (none: 0): 5/9
@@ -302,7 +304,7 @@ def test_certainty_as_ood_detection_by_hand():
             "certainty": 1.0,
             "max_prob": 0.5,
             "variance": 0.0,
-            "mean_entropy": None,
+            "mean_entropy": 7 / 9,
             "mutual_info": 6.5 / 9,
             "logit_max_prob": 5 / 9,
         }
@@ -319,6 +321,7 @@ def test_certainty_as_ood_detection_on_every_split_and_none_without_rows_on_one_
     gold = {"train": np.array([0, 0, 1, 1]), "validation": np.array([0, 0, 0, 0])}  # teacher tb owns class 1
     blocks = {"ta": np.array([0]), "tb": np.array([1])}
     table = pd.DataFrame({"entropy": [0.1, 0.2, 0.8, 0.9]})  # ta: its own rows the most certain
+    table = table.assign(certainty=0.5, max_prob=0.5, variance=0.1, mean_entropy=0.5, mutual_info=0.3)  # (all equal)
     inputs = SimpleNamespace(
         teachers=["ta", "tb"],
         logits={(t, s): _two_class_logits([0.9] * 4) for t in blocks for s in gold},
@@ -358,8 +361,9 @@ def test_route_json_records_certainty_as_ood_detection(tmp_path, monkeypatch, mc
         teacher = Path(path).relative_to(tmp_path).parts[0]
         return (ta_logits if teacher == "ta" else np.zeros((len(row_ids), 1), np.float32)), classes[teacher]
 
-    def read_mc(path, row_ids, labels):
+    def read_mc(path, row_ids, labels):  # every column an MC pass writes; those not set here the same on every row
         table = pd.DataFrame({"row_id": row_ids, "entropy": entropy, "certainty": 1 - entropy, "max_prob": 0.7})
+        table = table.assign(variance=0.1, mean_entropy=0.5, mutual_info=0.3)
         return np.full((len(row_ids), len(labels)), 1 / len(labels)), table
 
     monkeypatch.setattr(module, "read_logits", read_logits)
@@ -381,7 +385,7 @@ def test_route_json_records_certainty_as_ood_detection(tmp_path, monkeypatch, mc
         assert ta["auroc"]["entropy"] == (0.0 if split in mc_splits else None)
         assert ta["auroc"]["certainty"] == (0.0 if split in mc_splits else None)
         assert ta["auroc"]["max_prob"] == (0.5 if split in mc_splits else None)  # the same on every row
-        assert ta["auroc"]["variance"] is None  # a column this MC table lacks
+        assert ta["auroc"]["variance"] == (0.5 if split in mc_splits else None)
         # tb, a teacher of one class, is equally sure of every row
         assert record[split]["tb"]["auroc"]["logit_max_prob"] == 0.5
 

@@ -17,9 +17,10 @@ from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.parts import parse_shard
 from kdpipe.signals.settings import PassSettings, SignalSettings
-from kdpipe.signals.shards import gather, run, run_pass, run_shard
+from kdpipe.signals.shards import gather, run_pass, run_shard
 from kdpipe.stages.finetune_teacher import run as finetune_teacher
 from tests.conftest import REPO, teacher_settings
+from tests.conftest import run_one as run
 
 MC = {"samples": 3, "seed": 7, "batch_size": 4, "max_batch_rows": 64, "split": "train", "signal": "mc"}
 LOGITS = {"batch_size": 4, "split": "train", "signal": "logits"}

@@ -25,9 +25,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from kdpipe.training.loop import read_resume_state
 from tests.conftest import REPO
 from tests.slurm.cluster import Unavailable, start_cluster
+from tests.test_training import read_resume_state
 from tests.test_workflow import copy_project, edited_config, environment
 
 pytestmark = pytest.mark.slow

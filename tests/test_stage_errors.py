@@ -11,7 +11,8 @@ import pytest
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import make_manifest, write_json
 from kdpipe.data.dataset import read_labels, read_split
-from kdpipe.routing.artifact import FILES, SPLITS, write_scores
+from kdpipe.routing import ROUTE_SPLITS as SPLITS
+from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.signals.io import write_logits
 from tests.conftest import TINY_TEACHER, student_job, student_settings
 
@@ -72,7 +73,9 @@ def fake_route(folder, data, teachers: list[str]):
     for split in SPLITS:
         row_ids = read_split(data, split)["row_id"].to_numpy()
         write_scores(folder / f"{split}.parquet", row_ids, np.zeros((len(row_ids), len(teachers)), np.float32))
-    manifest = make_manifest("route", teachers=teachers, router="certainty-entropy", weighting="softmax")
+    manifest = make_manifest(
+        "route", teachers=teachers, router="certainty-entropy", weighting="softmax", gold_labels={}
+    )  # (a certainty router reads no gold label, as a route job records)
     write_manifest(folder / FILES[-1], manifest, list(FILES[:-1]))
     return folder
 

@@ -30,7 +30,6 @@ def test_a_routers_labels_are_told_from_those_that_chose_the_kept_epoch():
     oracle = started_label_use({}, PLAIN, 400, {"gold_labels": {"train": 400, "validation": 80}}, None)
     assert describe_label_use({**oracle, "train": 400}) == "train 400 · router: train 400 · router: validation 80"
     assert started_label_use({}, PLAIN, 400, {"gold_labels": {}}, None) == {}  # a certainty score reads none
-    assert started_label_use({}, PLAIN, 400, {"weighting": "softmax"}, None) is None  # a route that did not say
 
 
 def test_a_student_started_from_a_classifier_fine_tuned_elsewhere_is_marked(tmp_path):

@@ -7,9 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kdpipe.core.store import ArtifactError, read_json
 from kdpipe.data.batching import encode, model_inputs
 from kdpipe.models.loading import load_classifier, load_tokenizer
-from kdpipe.training.loop import TrainSettings, fit, read_resume_state
+from kdpipe.training.checkpoint import Checkpoint
+from kdpipe.training.loop import TrainSettings, fit
 
 CPU = torch.device("cpu")
 TEXTS = [f"{w} story number {i}" for i in range(24) for w in ("sport", "money")][:32]
@@ -23,6 +25,19 @@ def data():
 
 def ce_loss(model, batch):
     return F.cross_entropy(model(**model_inputs(batch)).logits, batch["labels"]), {}
+
+
+def read_resume_state(resume_dir) -> dict | None:
+    """The training state of the latest checkpoint in ``resume_dir`` (None when there is none), as a test watches a
+    job's progress: safe to call while the job trains and replaces it."""
+    checkpoint = Checkpoint(resume_dir, "")
+    while (current := checkpoint.current()) is not None:
+        try:
+            return read_json(current / "state.json")
+        except ArtifactError:
+            if checkpoint.current() == current:  # not replaced by a newer checkpoint: really missing
+                raise
+    return None
 
 
 def validator(data):
@@ -284,7 +299,6 @@ def test_resume_state_read_while_a_job_replaces_its_checkpoint(tmp_path, monkeyp
     checkpoint 9's state: the reader follows LATEST to checkpoint 11. A state missing from the checkpoint that LATEST
     still names is an error."""
     from kdpipe.core.store import ArtifactError, read_json
-    from kdpipe.training import checkpoint
 
     resume = tmp_path / "resume"
     for step in (9, 11):
@@ -299,7 +313,7 @@ def test_resume_state_read_while_a_job_replaces_its_checkpoint(tmp_path, monkeyp
             (resume / "ckpt-000009").rmdir()
         return read_json(path)
 
-    monkeypatch.setattr(checkpoint, "read_json", job_moves_on_first)
+    monkeypatch.setitem(globals(), "read_json", job_moves_on_first)  # (read_resume_state, above, reads by it)
     assert read_resume_state(resume) == {"step": 11}
     (resume / "ckpt-000011" / "state.json").unlink()
     with pytest.raises(ArtifactError, match="ckpt-000011/state.json"):

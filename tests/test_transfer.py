@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import html
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -22,7 +23,7 @@ from kdpipe.data.settings import TransferSettings
 from kdpipe.data.transfer import build_transfer, transfer_rows
 from kdpipe.methods.losses import gold_cross_entropy
 from kdpipe.plan import Plan
-from kdpipe.signals.join import StackedRows, join_parts
+from kdpipe.signals.load import RowView, join_parts
 from tests.conftest import REPO, TINY_DATASET, dataset_settings
 
 NONE_DROPPED = {
@@ -167,7 +168,7 @@ def test_the_gold_label_loss_skips_rows_without_a_label():
 
 def test_signals_of_two_splits_are_joined_in_the_students_row_order():
     a, b = np.arange(24.0).reshape(4, 3, 2), 100 + np.arange(12.0).reshape(2, 3, 2)
-    stacked = StackedRows([a, b])
+    stacked = RowView([a, b])
     whole = np.concatenate([a, b])
     assert stacked.shape == whole.shape
     index = np.array([5, 0, 4, 2])
@@ -176,13 +177,13 @@ def test_signals_of_two_splits_are_joined_in_the_students_row_order():
     assert np.array_equal(stacked[3], whole[3])
     joined = join_parts(
         [
-            {"logits": torch.zeros(4, 2), "labels": ["a", "b"], "hidden": a, "hidden_lengths": [1, 2, 3, 4]},
-            {"logits": torch.ones(2, 2), "labels": ["a", "b"], "hidden": b, "hidden_lengths": [5, 6]},
+            {"logits": torch.zeros(4, 2), "labels": ["a", "b"], "hidden": a},
+            {"logits": torch.ones(2, 2), "labels": ["a", "b"], "hidden": b},
         ],
         "test",
     )
     assert joined["logits"].shape == (6, 2) and joined["labels"] == ["a", "b"]
-    assert joined["hidden_lengths"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert isinstance(joined["hidden"], RowView) and np.array_equal(joined["hidden"][index], whole[index])
     with pytest.raises(KdpipeError, match="differ in labels"):
         join_parts([{"labels": ["a"]}, {"labels": ["b"]}], "test")
 
@@ -484,9 +485,8 @@ def test_reading_a_parquet_transfer_file_holds_memory_flat_in_its_length(tmp_pat
                 texts = [" ".join(map(str, rng.integers(0, 10**6, 60))) for _ in range(2000)]
                 writer.write_table(pa.table({"text": texts}))
         start, most = pa.total_allocated_bytes(), 0
-        ((_, reader),) = text_readers.text_readers(
-            str(path), "dataset.transfer", text_column="text", text_pair_column=None, fmt="auto", encoding="utf-8"
-        )
+        source = SimpleNamespace(text_column="text", text_pair_column=None, format="auto", encoding="utf-8")
+        ((_, reader),) = text_readers.text_readers(str(path), "dataset.transfer", source)
         for _ in reader():
             most = max(most, pa.total_allocated_bytes() - start)
         return most, path.stat().st_size

@@ -1,10 +1,8 @@
 """Checksums of artifact files, recorded in their manifest by the writer and verified by every reader
 (docs/caching-and-reruns.md, "Verified artifacts").
 
-Snakemake decides what to rerun from timestamps, code and parameters; it never notices a file edited or damaged
-after it was written, and a reader would then use it silently. Each manifest therefore lists an xxh3-64 digest of
-every file it describes (xxhash: about 10 GB/s, streamed, so large dumps cost little), and readers compare before
-they trust a file; a mismatch names the file, both digests and the exact command that rebuilds it.
+Each manifest lists an xxh3-64 digest of every file it describes (streamed, about 10 GB/s); a mismatch names the
+file, both digests and the command that rebuilds it.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from pathlib import Path
 
 import xxhash
 
-from kdpipe.core.store import ArtifactError, read_json
+from kdpipe.core.store import ArtifactError, read_json, write_json
 
 CHUNK = 16 << 20
 
@@ -29,17 +27,9 @@ def checksum(path: str | Path) -> str:
     return f"xxh3_64:{digest.hexdigest()}"
 
 
-def with_checksums(manifest: dict, folder: str | Path, names: Iterable[str]) -> dict:
-    """``manifest`` with ``checksums`` {file name: digest} of the files ``names`` in ``folder`` added."""
-    sums = dict(manifest.get("checksums") or {})
-    sums.update({name: checksum(Path(folder) / name) for name in names})
-    return {**manifest, "checksums": sums}
-
-
 def rebuild_hint(target: str | Path, path: str | Path | None = None) -> str:
-    """How to rebuild ``target`` (what ``--forcerun`` makes again), given the damaged ``path`` in it: a file linked
-    from the shared output cache is damaged in the cache entry itself, which any run with ``--cache`` that does not
-    force the job links again (``--forcerun`` with ``--cache`` replaces it), so the entry had better go first."""
+    """How to rebuild ``target`` (what ``--forcerun`` makes again), given the damaged ``path`` in it; a file linked
+    from the shared cache is damaged in the entry itself, which must go first."""
     hint = f"rebuild it with: snakemake --forcerun {target} (plus your usual options)"
     entry = _linked_entry(Path(target), Path(path) if path is not None else None)
     if entry is None:
@@ -61,8 +51,8 @@ def _linked_entry(target: Path, path: Path | None) -> Path | None:
 
 
 def verify(manifest: dict, manifest_file: str | Path, names: Iterable[str], target: str | Path) -> None:
-    """Fail when a file among ``names`` (beside ``manifest_file``) differs from the digest its manifest recorded.
-    Artifacts written before manifests held checksums are not checked. ``target``: what ``--forcerun`` rebuilds."""
+    """Fail when a file among ``names`` (beside ``manifest_file``) differs from the digest its manifest recorded (a
+    manifest without checksums checks nothing); ``target``: what ``--forcerun`` rebuilds."""
     sums = manifest.get("checksums")
     if not sums:
         return
@@ -82,18 +72,15 @@ def verify(manifest: dict, manifest_file: str | Path, names: Iterable[str], targ
 
 
 def write_manifest(path: str | Path, manifest: dict, names: Iterable[str]) -> dict:
-    """Write ``manifest`` to ``path`` with the checksums of the files ``names`` beside it (written before it);
-    return what was written."""
-    from kdpipe.core.store import write_json
-
-    manifest = with_checksums(manifest, Path(path).parent, names)
+    """Write ``manifest`` to ``path`` with the checksums of the files ``names`` beside it added; return it."""
+    sums = {**(manifest.get("checksums") or {}), **{name: checksum(Path(path).parent / name) for name in names}}
+    manifest = {**manifest, "checksums": sums}
     write_json(path, manifest)
     return manifest
 
 
 def verify_folder(folder: str | Path) -> dict | None:
-    """Every file a folder's ``manifest.json`` lists, checked (:func:`verify`); its manifest, or None for a folder
-    kdpipe did not write."""
+    """:func:`verify` every file a folder's manifest lists; its manifest, or None for a folder kdpipe did not write."""
     manifest_file = Path(folder) / "manifest.json"
     if not manifest_file.is_file():
         return None

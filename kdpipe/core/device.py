@@ -1,8 +1,7 @@
 """Device and precision choices (docs/design.md, "Compute").
 
-The device is an execution choice, not part of any result's identity, so it is read from the environment
-(``KDPIPE_DEVICE``: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``) rather than from the config: moving a finished
-workflow from a CPU to a GPU machine must not rerun it.
+The device is read from ``KDPIPE_DEVICE`` (``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``), not the config: it is part of
+no result's identity, so moving a workflow to a GPU reruns nothing.
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ import torch
 
 
 def pick_device(requested: str | None = None) -> torch.device:
-    """``auto`` picks CUDA when present, else CPU. One of several ranks of a job (``torchrun``) that sees several
-    GPUs (SLURM gave the job N) takes the one of its local rank; a rank that claimed its own GPU from the pool
-    (:mod:`kdpipe.core.gpus`) sees only that one."""
+    """``auto`` picks CUDA when present, else CPU; a rank of a ``torchrun`` job that sees several GPUs takes the one
+    of its local rank."""
     choice = (requested or os.environ.get("KDPIPE_DEVICE") or "auto").strip()
     if choice == "auto":
         choice = "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,9 +1,7 @@
 """Code fingerprints: a hash of the kdpipe modules a stage uses (docs/caching-and-reruns.md, "Rerun rules").
 
-Each rule passes ``params: code=fingerprint(...)`` over the stage's entry module, its static import closure (found
-with ``ast``, importing nothing) and the modules the plan names for it to import by name, so that an edit reruns
-exactly the jobs whose closure holds it. What a module imports is remembered in ``.snakemake/kdpipe-imports.json``
-(docs/caching-and-reruns.md, "What the workflow remembers between runs").
+A fingerprint covers a stage's entry module, its static import closure (found with ``ast``, importing nothing) and
+the modules the plan names for it; what a module imports is remembered in ``.snakemake/kdpipe-imports.json``.
 """
 
 from __future__ import annotations
@@ -23,16 +21,14 @@ _snapshot: dict[Path, bytes] = {}  # a job's sources as it read them at its star
 
 
 def read_sources_from(sources: dict[Path, bytes]) -> None:
-    """Fingerprint the package's source files as ``sources`` hold them, not as the disk holds them now: a job
-    checks the code it runs, read once at its start (docs/design.md, "Which kdpipe a job runs")."""
+    """Fingerprint the sources as ``sources`` hold them, not the disk (docs/design.md, "Which kdpipe a job runs")."""
     _snapshot.clear()
     _snapshot.update(sources)
     _module_file.cache_clear()
 
 
 def module_file(module: str) -> Path | None:
-    """The source file of a ``kdpipe.*`` module name, or None when it is not part of kdpipe (looked up once per
-    process: a Snakemake run)."""
+    """The source file of a ``kdpipe.*`` module name, or None when it is not part of kdpipe."""
     return _module_file(PACKAGE_ROOT, module)
 
 
@@ -50,8 +46,7 @@ def _module_file(root: Path, module: str) -> Path | None:
 
 
 def _source(path: Path) -> bytes:
-    """A module's source, read once per process while the file stays as it is (size, times, inode); in a job, as
-    its snapshot holds it."""
+    """A module's source, read once while the file stays as it is; in a job, as its snapshot holds it."""
     return _snapshot[path] if _snapshot else _read(path, _stamp(path))
 
 
@@ -68,8 +63,7 @@ def _read(path: Path, stamp: tuple[int, ...]) -> bytes:
 
 
 def _imports(path: Path, module: str) -> frozenset[str]:
-    """The kdpipe modules that ``module`` (its source file ``path``) imports, anywhere in it (lazy imports in
-    functions too)."""
+    """The kdpipe modules that ``module`` (its source file ``path``) imports anywhere in it."""
     return _imports_at(path, module, _stamp(path))
 
 
@@ -92,8 +86,7 @@ def _memo() -> JsonMemo:
 
 
 def _imported_names(source: bytes, filename: str, module: str, is_package: bool) -> set[str]:
-    """Every module name the source imports, resolved to absolute names, with the packages above each (importing
-    a submodule also runs the ``__init__.py`` of every package above it)."""
+    """Every module name the source imports, resolved to absolute names, with the packages above each."""
     tree = ast.parse(source, filename=filename)
     package = module if is_package else module.rpartition(".")[0]
     found = set()
@@ -127,16 +120,13 @@ def module_closure(*modules: str) -> tuple[Path, ...]:
     return tuple(sorted(set(seen.values())))
 
 
-# The library versions the workflow's fingerprints were computed with, in its jobs' environment: a job that checks
-# its fingerprint (kdpipe.cli) uses them, so that a job run in another environment (conda) compares the code alone
+# The library versions the workflow's fingerprints were computed with, for a job in another environment (conda)
 VERSIONS_ENV = "KDPIPE_FINGERPRINT_VERSIONS"
 
 
 def fingerprint(*modules: str, versions: dict[str, str] | None = None) -> str:
-    """sha256 (16 hex digits) over the relative paths and contents of :func:`module_closure` and the versions of
-    the libraries that compute a job's numbers (``versions``, by default those installed here:
-    :func:`kdpipe.core.identity.software_versions`): upgrading torch or transformers reruns the jobs, and the shared
-    cache keeps their outputs apart."""
+    """sha256 (16 hex digits) over the relative paths and contents of :func:`module_closure` and the library
+    ``versions`` (default: :func:`kdpipe.core.identity.software_versions`), so an upgrade of torch reruns the jobs."""
     versions = software_versions() if versions is None else versions
     digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode())
     for path in module_closure(*modules):

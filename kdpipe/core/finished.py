@@ -1,24 +1,8 @@
 """Finished outputs kept for a rerun of the same job.
 
-See docs/caching-and-reruns.md, "A finished job recorded as incomplete".
-
-Snakemake stopped by a signal while a job runs (or a cluster job that outlives the Snakemake that submitted it) lets
-the job finish but leaves its output recorded as incomplete; the rerun (``--rerun-incomplete``) deletes the output
-and runs the job again. A training job therefore keeps a copy of its finished output folder beside it
-(``.resume/<name>.done``: a real copy, so damage to one never reaches the other) with the job's identity
-(:func:`kdpipe.core.identity.job_identity`: settings, local files, inputs, the stage's code fingerprint). The copy is
-used only for that case:
-
-- only by a job of the same identity, and only when every file of the copy still has the checksum its manifest
-  records;
-- never in a run started with ``--forcerun``, ``--forceall`` or ``--force`` (the workflow sets
-  :data:`NO_RESTORE`);
-- only when the output existed when the run started (an output deleted by hand is made again): the workflow's
-  ``onstart`` drops the other copies (:func:`drop_finished_copies`);
-- only after a Snakemake that did not end normally: a run that ends, with success or an error, saw every job it
-  ran finish, so its ``onsuccess``/``onerror`` drop every copy.
-
-Torch-free: it runs before a GPU is claimed.
+See docs/caching-and-reruns.md, "A finished job recorded as incomplete": a training job keeps a copy of its output
+with its identity (:func:`keep_finished`), restored only under those rules (:func:`restore_finished`); and the output
+locks (:func:`lock_outputs`). Torch-free: it runs before a GPU is claimed.
 """
 
 from __future__ import annotations
@@ -32,13 +16,12 @@ from pathlib import Path
 from kdpipe.core.identity import what_changed
 from kdpipe.core.store import ArtifactError, atomic_path, read_json
 
-# What a finished output was made from, set by the command line for the training stages (kdpipe.cli); None when a
-# stage is called directly, and then no copy is kept.
+# What a finished output was made from, set by the command line for the training stages (None: no copy is kept)
 _JOB_IDENTITY: str | None = None
 # Set (to "1") by the workflow when the run forces jobs to run again: no finished copy is restored then.
 NO_RESTORE = "KDPIPE_NO_RESTORE"
 RESUME = ".resume"
-# How often a lock wait that can be called off (take_lock's ``stop``) tries the lock again: how soon it ends
+# How often a lock wait that can be called off (take_lock's ``stop``) tries the lock again
 LOCK_POLL_S = 0.2
 
 
@@ -53,8 +36,7 @@ def job_identity_of_process() -> str | None:
 
 
 def work_dir(out_dir: str | Path) -> Path:
-    """The folder beside an output that holds its job's resume checkpoints, training log, lock and kept copy
-    (outside the output: Snakemake deletes declared outputs before a rerun)."""
+    """The folder beside an output (which Snakemake deletes before a rerun) for its job's checkpoints, log and lock."""
     return Path(out_dir).parent / RESUME
 
 
@@ -68,8 +50,7 @@ def _identity_file(done: Path) -> Path:
 
 
 def keep_finished(out_tmp: Path, out_dir: Path) -> None:
-    """Replace the kept copy of ``out_dir`` by a copy of ``out_tmp`` (its finished output, not yet in place), when
-    the job's identity is known."""
+    """Replace the kept copy of ``out_dir`` by a copy of ``out_tmp``, its finished output, when the identity is set."""
     done = finished_copy(out_dir)
     _drop(done)
     if _JOB_IDENTITY is not None:
@@ -84,9 +65,7 @@ def _drop(done: Path) -> None:
 
 
 def drop_finished_copies(roots: list[str | Path], *, keep_if_output_exists: bool = False) -> list[Path]:
-    """Drop the kept copies under every ``root`` (``results/teachers``, ``results/students``...); with
-    ``keep_if_output_exists``, keep those whose output exists now (it may be an output Snakemake recorded as
-    incomplete, which this run deletes and reruns). Returns the copies dropped."""
+    """Drop the kept copies under every ``root`` (with ``keep_if_output_exists``, those of missing outputs)."""
     dropped = []
     for root in roots:
         for done in sorted((Path(root) / RESUME).glob("*.done")):
@@ -98,57 +77,48 @@ def drop_finished_copies(roots: list[str | Path], *, keep_if_output_exists: bool
 
 
 def restore_finished(identity: str, out_dirs: list[Path]) -> bool:
-    """When every output of a job was already finished by a job of this ``identity`` (it completed, then its
-    outputs were deleted as incomplete because Snakemake was stopped before it noticed), put back copies of them
-    and return True. A copy of another identity, or one whose files no longer match its manifest, is removed with
-    a log line; in a run that forces jobs (:data:`NO_RESTORE`) nothing is restored."""
+    """Put back the kept copies of every output of a job of this ``identity`` and return True, or remove them.
+    Only copies of this identity whose files match their manifest's checksums; nothing under :data:`NO_RESTORE`."""
     if os.environ.get(NO_RESTORE) == "1":
         return False
     copies = [finished_copy(Path(out)) for out in out_dirs]
     for done in copies:
-        marker = _identity_file(done)
-        if not marker.is_file() or not done.is_dir():
-            _drop(done)
-            return False
-        if marker.read_text() != identity:
-            _say(f"{done}: a finished copy made from {what_changed(marker.read_text(), identity)}; removed, not used")
-            _drop(done)
-            return False
-        damage = folder_damage(done)
-        if damage:
-            _say(f"{done}: {damage}; removed, not used (the job runs again)")
+        why = _unusable(done, identity)
+        if why is not None:
+            if why:
+                say(f"{done}: {why}")
             _drop(done)
             return False
     for done, out in zip(copies, out_dirs):
-        copy_into(done, out, "restored, already finished by this same job (nothing trained)")
+        with atomic_path(out, directory=True) as tmp:
+            shutil.copytree(done, tmp, dirs_exist_ok=True)
+        say(f"{out}: restored, already finished by this same job (nothing trained)")
     return True
 
 
-def copy_into(source: Path, out: Path, why: str) -> None:
-    """Put a copy of the finished folder ``source`` at ``out`` atomically and say ``why`` in the job's log."""
-    with atomic_path(out, directory=True) as tmp:
-        shutil.copytree(source, tmp, dirs_exist_ok=True)
-    _say(f"{out}: {why}")
-
-
-def folder_damage(done: Path) -> str | None:
-    """Why a finished folder cannot be used (a file differs from the checksum its manifest records, or the
-    manifest records none), or None."""
+def _unusable(done: Path, identity: str) -> str | None:
+    """Why the kept copy ``done`` is not restored for ``identity`` ("" when there is no whole copy), or None."""
     from kdpipe.core.checksums import verify
 
+    marker = _identity_file(done)
+    if not marker.is_file() or not done.is_dir():
+        return ""
+    if marker.read_text() != identity:
+        return f"a finished copy made from {what_changed(marker.read_text(), identity)}; removed, not used"
     try:
         manifest = read_json(done / "manifest.json")
         listed = manifest.get("checksums") or {}
         if not listed:
-            return "its manifest lists no checksums"
+            return "its manifest lists no checksums; removed, not used (the job runs again)"
         verify(manifest, done / "manifest.json", listed, done)
     except ArtifactError as err:
-        return str(err).split(";")[0]
+        return f"{str(err).split(';')[0]}; removed, not used (the job runs again)"
     return None
 
 
-def _say(message: str) -> None:
-    print(f"[kdpipe] {message}", file=sys.stderr)
+def say(message: str) -> None:
+    """``[kdpipe] message`` on stderr (the job's log, or Snakemake's output for the cache lock)."""
+    print(f"[kdpipe] {message}", file=sys.stderr, flush=True)
 
 
 _LOCKS: dict = {}  # lock file -> its open handle, held until the process ends (released by the OS, also on SIGKILL)
@@ -160,12 +130,9 @@ def held_locks() -> list:
 
 
 def lock_outputs(out_dirs: list[Path]) -> None:
-    """Take an exclusive lock per output (``.resume/<name>.lock``) for the rest of this process. A second job for the
-    same output (a rerun after ``--unlock`` while a job of the killed Snakemake still runs as an orphan) waits for
-    the first to end, saying which process it waits for: only then does it look at what is there, so that the
-    orphan's output, written when it ends, is used only if it has this job's identity (restored from its kept copy)
-    and is otherwise replaced, never taken for this job's."""
-
+    """Take an exclusive lock per output (``.resume/<name>.lock``) for the rest of this process: a second job for the
+    same output (an orphan of a killed Snakemake) waits for the first to end, and only then looks at what is there:
+    the orphan's output is restored only if it has this job's identity, never taken for this job's."""
     for out in out_dirs:
         out = Path(out)
         path = work_dir(out) / f"{out.name}.lock"
@@ -180,11 +147,9 @@ def lock_outputs(out_dirs: list[Path]) -> None:
 
 
 def take_lock(path: Path, waiting: str, holder: str = "", stop=None):
-    """An exclusive ``flock`` on the file ``path``, held as long as the returned handle is open (the system releases
-    it when the process ends, even on SIGKILL). When another process holds it, say ``waiting`` (``{holder}``: what
-    that process wrote in the file) and wait for it, without a time limit; with ``stop`` (a ``threading.Event``),
-    give up as soon as it is set and return None (the wait tries the lock again every :data:`LOCK_POLL_S`). The
-    file then names this process (pid, host, and ``holder``)."""
+    """An exclusive ``flock`` on ``path``, held while the returned handle is open; when another process holds it, say
+    ``waiting`` and wait, with no time limit (None once ``stop``, a ``threading.Event``, is set). The kernel releases
+    it when the process ends, even on SIGKILL. The file names the holder."""
     import fcntl
 
     handle = open(path, "a+")  # noqa: SIM115 (held open on purpose: the lock lives as long as the file is open)
@@ -192,7 +157,7 @@ def take_lock(path: Path, waiting: str, holder: str = "", stop=None):
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
-        _say(waiting.format(holder=handle.read().strip() or "another process"))
+        say(waiting.format(holder=handle.read().strip() or "another process"))
         if stop is None:
             fcntl.flock(handle, fcntl.LOCK_EX)
         elif not _wait_for_lock(handle, stop):
@@ -206,8 +171,8 @@ def take_lock(path: Path, waiting: str, holder: str = "", stop=None):
 
 
 def _wait_for_lock(handle, stop) -> bool:
-    """Wait for the lock on ``handle`` until it is taken (True) or ``stop`` is set (False): ``flock`` itself cannot
-    be interrupted from another thread, so the lock is tried again every :data:`LOCK_POLL_S`."""
+    """Try the lock on ``handle`` every :data:`LOCK_POLL_S` until it is taken (True) or ``stop`` is set (False):
+    a blocking ``flock`` cannot be interrupted from another thread."""
     import fcntl
 
     while not stop.wait(LOCK_POLL_S):

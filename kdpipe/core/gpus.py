@@ -1,9 +1,7 @@
 """A lock-file GPU pool: each stage process claims one free GPU for its whole life.
 
-Snakemake's ``--resources gpu=N`` only counts GPU jobs, so before CUDA is initialised :func:`claim_gpu` takes an
-exclusive non-blocking ``flock`` on the first free ``<pool>/gpu<i>.lock`` (released by the kernel when the process
-ends, even on SIGKILL) and sets ``CUDA_VISIBLE_DEVICES=i``; when every GPU is taken it polls up to
-``KDPIPE_GPU_WAIT_S`` seconds. See docs/cluster.md, "GPU workstation (`profiles/workstation`)".
+Before CUDA starts, :func:`claim_gpu` takes a ``flock`` on the first free ``<pool>/gpu<i>.lock`` and sets
+``CUDA_VISIBLE_DEVICES=i`` (docs/cluster.md, "GPU workstation (`profiles/workstation`)").
 """
 
 from __future__ import annotations
@@ -66,10 +64,7 @@ def _wants_pool() -> bool:
 
 
 def _try_lock(pool: Path, count: int) -> int | None:
-    """Lock the first free ``gpu<i>.lock`` and return i; None when all are held.
-
-    The locked descriptor is never closed: the lock lasts until the process exits.
-    """
+    """Lock the first free ``gpu<i>.lock`` (its descriptor never closed) and return i; None when all are held."""
     for index in range(count):
         fd = os.open(pool / f"gpu{index}.lock", os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -84,11 +79,8 @@ def _try_lock(pool: Path, count: int) -> int | None:
 
 
 def claim_gpu() -> int | None:
-    """Claim a free GPU for this process and set ``CUDA_VISIBLE_DEVICES`` to it; return its index.
-
-    Call before anything initialises CUDA. Returns None, changing nothing, when there is nothing to choose (see
-    the module docstring). Raises :class:`KdpipeError` when no GPU frees up within ``KDPIPE_GPU_WAIT_S``.
-    """
+    """Claim a free GPU, set ``CUDA_VISIBLE_DEVICES`` to it and return its index (None: fewer than 2 GPUs, or one
+    already chosen); :class:`KdpipeError` when none frees up within ``KDPIPE_GPU_WAIT_S``."""
     if not _wants_pool():
         return None
     count = gpu_count()

@@ -1,14 +1,9 @@
 """What a job's outputs are made from, as one identity (docs/caching-and-reruns.md, "One identity per job").
 
-A job's identity covers its config slice, the content of every local file or folder the config names (a dataset
-file, a local backbone or checkpoint: :func:`local_content` of the paths the plan finds in the slice,
-:func:`kdpipe.plan.slices.named_paths`, added to the slice, so Snakemake's params trigger and its output cache see an
-edit in place), the checksums of its input artifacts, and its code: the
-stage's code fingerprint (:mod:`kdpipe.core.fingerprint`, the same one the rule's rerun trigger and Snakemake's
-cache use, with the versions of the libraries that compute its numbers). Resume checkpoints and kept copies of
-finished outputs are keyed on it: one of another identity is never used, and :func:`what_changed` says why.
-
-Torch-free: the plan calls :func:`local_content` while Snakemake builds the DAG.
+A job's identity covers its config slice, the content of every local file or folder the config names
+(:func:`local_content`), the checksums of its input artifacts, and the stage's code fingerprint
+(:mod:`kdpipe.core.fingerprint`). Resume checkpoints and kept copies of finished outputs are keyed on it;
+:func:`what_changed` says why one of another identity is not used. Torch-free: the plan calls :func:`local_content`.
 """
 
 from __future__ import annotations
@@ -64,16 +59,13 @@ def local_path(value) -> Path | None:
 
 
 def local_content(paths: Mapping[str, object]) -> dict[str, str]:
-    """``{name: digest}`` of each of ``paths`` (``{config key: value}``, the values a config slice names under a
-    path key) that is a local file or folder (:func:`local_path`); empty when none is. The digest covers the bytes
-    of every file (a folder's by relative path), so the same path with other content gets another digest."""
+    """``{name: digest}`` of each of ``paths`` (``{config key: value}``) that is a local file or folder."""
     return {name: content_digest(path) for name, value in paths.items() if (path := local_path(value)) is not None}
 
 
 def check_local_content(planned: Mapping[str, str], paths: Mapping[str, object]) -> None:
-    """Stop a job whose local files changed after the plan digested them into its slice (``planned``, its
-    ``local_content``; ``paths``: the paths the slice names): the job would read the new bytes under the old
-    identity, and the shared cache would file them under it."""
+    """Stop a job whose local files ``paths`` changed after the plan digested them into its slice (``planned``): it
+    would read the new bytes under the old identity, and the shared cache would file them under it."""
     now = local_content(paths) if planned else {}
     changed = [key for key in planned if now.get(key) != planned[key]]
     if changed:
@@ -84,8 +76,7 @@ def check_local_content(planned: Mapping[str, str], paths: Mapping[str, object])
 
 
 def content_digest(path: str | Path) -> str:
-    """``xxh3_128:<hex>`` of a file's bytes, or of a folder's files (relative paths and bytes, sorted, links
-    followed)."""
+    """``xxh3_128:<hex>`` of a file's bytes, or of a folder's files (relative paths and bytes, sorted)."""
     path = Path(path)
     memo = _Memo()
     digest = xxhash.xxh3_128()
@@ -105,8 +96,7 @@ def _files(folder: Path) -> Iterable[Path]:
 
 
 class _Memo:
-    """Digests of large files, keyed by (size, mtime, ctime, inode): any write changes ctime, which no tool can set
-    back, so an edit in place is always read again."""
+    """Digests of large files, keyed by (size, mtime, ctime, inode): an edit in place changes ctime."""
 
     def __init__(self):
         self.memo = JsonMemo(_MEMO)
@@ -121,8 +111,7 @@ class _Memo:
         if entry and entry[:4] == stamp:
             return entry[4]
         value = checksum(file)
-        # A file written within the last seconds may be written again within the same tick of a coarse clock
-        # (same times after the edit): remember only files older than that, as git does with its index.
+        # (only files older than a coarse clock's tick: an edit within it keeps the times, as git's index knows)
         if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _RACY_NS:
             self.memo.put(key, [*stamp, value])
         return value
@@ -132,11 +121,9 @@ class _Memo:
 
 
 def job_identity(settings: Settings, inputs: Iterable[str | Path], code: str) -> str:
-    """What a job's outputs are made from, in three parts (``settings=… inputs=… code=…``): its settings (the
-    config slice they were read from, with the digests of local files: :func:`local_content`); its input
-    artifacts, a folder by its JSON files (whose manifests hold the checksums of the large files), a JSON file by
-    its bytes, any other file by the checksum a manifest beside it records for it (else by its bytes); and
-    ``code``, the stage's code fingerprint. Two jobs with the same identity make the same outputs."""
+    """``settings=… inputs=… code=…``: hashes of the settings (local files' digests included), of the input
+    artifacts (a folder by its JSON files, whose manifests hold the checksums of the others; a file by the checksum
+    its manifest records, else its bytes), and the code fingerprint ``code``."""
     settings_hash = xxhash.xxh3_64(settings.canonical().encode())
     artifacts = xxhash.xxh3_64()
     for item in sorted({str(i) for i in inputs}):
@@ -151,8 +138,7 @@ def job_identity(settings: Settings, inputs: Iterable[str | Path], code: str) ->
 
 
 def what_changed(old: str, new: str) -> str:
-    """Why something kept under identity ``old`` is not used by a job of identity ``new``, for its log line:
-    ``other code``, ``other settings and inputs``... (an identity of another form: all three may have)."""
+    """Why something kept under identity ``old`` is not used by a job of identity ``new``: ``other code``..."""
     parts = [dict(part.split("=", 1) for part in key.split() if "=" in part) for key in (old, new)]
     names = [name for name in ("settings", "inputs", "code") if parts[0].get(name) != parts[1].get(name)]
     if set(parts[0]) != {"settings", "inputs", "code"} or not names:
@@ -161,8 +147,7 @@ def what_changed(old: str, new: str) -> str:
 
 
 def _recorded_checksum(path: Path) -> str:
-    """A non-JSON artifact file by the checksum its manifest (a JSON file beside it) records, which its reader
-    verifies; a JSON file, or one no manifest describes, by its bytes."""
+    """A file by the checksum a JSON manifest beside it records, else (a JSON file too) by its bytes."""
     if path.suffix != ".json":
         for manifest in sorted(path.parent.glob("*.json")):
             try:

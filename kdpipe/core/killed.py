@@ -1,11 +1,8 @@
 """The last line of a job killed by a signal (docs/design.md, "Compute"): its log says so, instead of ending mid-way.
 
-A job's own process says it for the signals it can catch (:data:`CAUGHT`: Snakemake's and SLURM's SIGTERM, a closed
-terminal's SIGHUP, Ctrl-C), then ends by the same signal, so that the shell and Snakemake see what happened. Ctrl-C
-(SIGINT) first unwinds the job as a KeyboardInterrupt, so that its cleanup runs; the command then ends by SIGINT
-without a traceback (:func:`end_if_interrupted`: status 130 to a shell, -2 to Python's ``subprocess``). A job killed
-by a signal no process can catch (SIGKILL: the kernel's out-of-memory killer, a cluster's time limit) leaves no
-line: only Snakemake's own log says the job failed, with exit status 137.
+For the signals a process can catch (:data:`CAUGHT`) the job says so, then ends by the same signal; Ctrl-C first
+unwinds as a KeyboardInterrupt, so cleanup runs, and ends without a traceback (:func:`end_if_interrupted`). SIGKILL
+leaves no line.
 """
 
 from __future__ import annotations
@@ -31,9 +28,8 @@ def killed_line(what: str, signum: int) -> str:
 
 
 def say_when_killed(what: str) -> None:
-    """From now on, a signal of :data:`CAUGHT` that this process does not ignore writes :func:`killed_line` to
-    stderr (the job's log) first; SIGINT then raises KeyboardInterrupt (:func:`end_if_interrupted` ends the command
-    after it), the others end the process."""
+    """From now on a signal of :data:`CAUGHT` (unless ignored) writes :func:`killed_line` first (SIGINT then raises
+    KeyboardInterrupt)."""
     if threading.current_thread() is not threading.main_thread():
         return
 
@@ -51,9 +47,8 @@ def say_when_killed(what: str) -> None:
 
 
 def end_if_interrupted() -> None:
-    """After a KeyboardInterrupt reached the command: when it came from Ctrl-C whose line :func:`say_when_killed`
-    wrote, end this process by SIGINT at once (as Python does after an uncaught KeyboardInterrupt, without the
-    traceback, which says nothing the line did not); otherwise return, and the caller raises it on."""
+    """After a KeyboardInterrupt reached the command: when it came from a Ctrl-C that :func:`say_when_killed` said,
+    end this process by SIGINT without a traceback; otherwise return, and the caller raises it on."""
     if signal.SIGINT not in _said:
         return
     for stream in (sys.stdout, sys.stderr):

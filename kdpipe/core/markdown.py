@@ -8,18 +8,14 @@ from __future__ import annotations
 import html
 import re
 
-# The ASCII characters that start or end Markdown inline syntax outside code spans: the backslash itself, code spans,
-# emphasis, links and images, GFM strikethrough, tables and math, an ATX heading's closing sequence; an underscore
-# between two letters or digits opens and closes no emphasis (CommonMark's flanking rules), so ``max_prob`` stays so
+# The ASCII characters of Markdown inline syntax outside code spans (GFM and math included); an underscore between
+# two letters or digits is no emphasis (CommonMark's flanking rules), so ``max_prob`` stays so
 MARKDOWN_ACTIVE = re.compile(r"([\\`*\[\]|~$#]|(?<![^\W_])_|_(?![^\W_]))")
 
 
 def plain(value) -> str:
-    """``value`` as Markdown text that shows it as it is, outside code spans: each character of Markdown syntax
-    (:data:`MARKDOWN_ACTIVE`) backslash-escaped (CommonMark escapes any ASCII punctuation so), so ``**bold**`` and
-    ``[l](http://x)`` are no emphasis and no link, and a ``|`` (a class named ``a|b``) does not end a table cell;
-    ``<``, ``>`` and ``&`` as HTML entities, which every Markdown viewer shows as the characters (raw HTML in Markdown
-    is HTML: ``</script>``, ``<img onerror=...>``; a backslash before ``<`` does not escape it in every viewer); a
-    line break as a space (it would end a table row, or start a heading or a list)."""
+    """``value`` as Markdown text that shows it as it is, outside code spans: Markdown syntax (:data:`MARKDOWN_ACTIVE`,
+    ``|`` included) backslash-escaped, ``<``, ``>`` and ``&`` as HTML entities (raw HTML is HTML in Markdown), a line
+    break as a space (it would end a table row). Entities for ``<``: a backslash does not escape it in every viewer."""
     escaped = html.escape(MARKDOWN_ACTIVE.sub(r"\\\1", str(value)), quote=False)
     return escaped.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")

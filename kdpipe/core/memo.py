@@ -1,10 +1,9 @@
 """Small caches the workflow keeps between Snakemake runs in ``.snakemake/``
 (docs/caching-and-reruns.md, "What the workflow remembers between runs").
 
-Each cache is one JSON file, read once per run and written whole through a temporary file renamed over it (the
-last writer wins; a lost entry is computed again). A cache with a ``limit`` drops, past it, the entries a run did
-not use, oldest first. Each entry carries a digest of its key and value, so one edited by hand or damaged is a miss.
-Written by hand: a database library would cost more to import than the caches save in a no-op rerun.
+Each cache is one JSON file, read once per run and written whole through a rename (the last writer wins); past its
+``limit`` the entries a run did not use go first; an entry whose digest does not match is a miss. Written by hand: a
+database library would cost more to import than the caches save in a no-op rerun.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ MEMO_DIR = Path(".snakemake")  # Snakemake's own folder in the working directory
 
 
 class JsonMemo:
-    """``{key: JSON value}`` remembered in ``.snakemake/<name>``; a file that cannot be read is an empty cache, one
-    that cannot be written (a read-only working directory) is left as it was."""
+    """``{key: JSON value}`` remembered in ``.snakemake/<name>`` (a file that cannot be read: empty; one that cannot be
+    written, a read-only working directory: left as it was)."""
 
     def __init__(self, name: str, limit: int | None = None):
         self.path = (MEMO_DIR / name).absolute()  # the working directory when the run began

@@ -1,9 +1,8 @@
 """Giving freed memory back to the operating system after a large transient allocation.
 
-Reading a split (Arrow buffers, then a pandas frame) and tokenising it allocate several times what they leave
-behind, and Arrow's allocator (mimalloc) and glibc's keep the freed pages: without this a signal pass kept about
-25 KB per row more resident than the token ids it holds. A job run from the command line also lets Arrow allocate
-with the C library's malloc (:func:`use_system_allocator`; docs/design.md, "Compute").
+Reading and tokenising a split allocate several times what they keep, and Arrow's and glibc's allocators hold the
+freed pages; a job also lets Arrow use the C library's malloc (:func:`use_system_allocator`; docs/design.md,
+"Compute").
 """
 
 from __future__ import annotations

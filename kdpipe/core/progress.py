@@ -1,10 +1,7 @@
 """Progress of long passes and the one-line summary of every job (docs/design.md, "Compute").
 
-Every pass over rows (a training epoch, an inference or signal pass, MC-dropout) shows a progress bar in rows, with
-rows/s and the time left, on stderr, which is the job's log under Snakemake. On a terminal it is redrawn at most
-once a second; into a file it writes one line at most every ``FILE_INTERVAL`` seconds, so a long job's log stays
-small. Every bar, shown or not, adds the rows it went through to the process's count (:func:`rows_done`), which the
-command line's :func:`summary_line` reports when the stage finishes.
+Every pass over rows shows a bar in rows on stderr (a log file gets a line at most every ``FILE_INTERVAL`` seconds)
+and adds its rows to the process's count (:func:`rows_done`), which :func:`summary_line` reports.
 """
 
 from __future__ import annotations
@@ -25,8 +22,8 @@ _console: list[TextIO] = []  # where the lines for the user go besides the log, 
 
 
 def log_to(path: Path) -> None:
-    """From now on everything this process (and what it starts) writes goes into the log file ``path``, written
-    afresh; :func:`say` still reaches the console (Snakemake's output) too."""
+    """Send everything this process (and what it starts) writes into the log file ``path``; :func:`say` still
+    reaches the console too."""
     sys.stdout.flush()
     sys.stderr.flush()
     _console[:] = [os.fdopen(os.dup(2), "w", buffering=1)]
@@ -38,8 +35,7 @@ def log_to(path: Path) -> None:
 
 
 def say(text: str) -> None:
-    """A line for the user (a routing warning, the routing diagnostics): on stderr, which is the job's log, and on
-    the console when the log is not the console."""
+    """A line for the user: on stderr (the job's log) and on the console when the log is not the console."""
     print(text, file=sys.stderr, flush=True)
     for console in _console:
         print(text, file=console, flush=True)
@@ -51,8 +47,7 @@ def rows_done() -> int:
 
 
 class _Lines:
-    """A log file as tqdm's output: each redraw as one line of its own (tqdm's carriage returns and the spaces that
-    blank a longer previous line dropped)."""
+    """A log file as tqdm's output: each redraw as one line of its own."""
 
     def __init__(self, stream: TextIO):
         self.stream = stream
@@ -82,8 +77,7 @@ def _is_terminal(stream) -> bool:
 
 
 def bar(total: int, desc: str | None = None, *, initial: int = 0, disable: bool = False, file=None) -> RowBar:
-    """A progress bar over ``total`` rows on ``file`` (stderr), ``initial`` of them done already (a resumed epoch);
-    hidden with ``disable`` or without ``desc``."""
+    """A progress bar over ``total`` rows on ``file`` (stderr), ``initial`` done already; hidden without ``desc``."""
     stream = sys.stderr if file is None else file
     terminal = _is_terminal(stream)
     interval = TERMINAL_INTERVAL if terminal else FILE_INTERVAL
@@ -108,8 +102,7 @@ def peak_memory_mb() -> float:
 
 
 def summary_line(what: str, rows: int, seconds: float, peak_mb: float) -> str:
-    """``[kdpipe] logits minilm_a/train: 1,000,000 rows in 412.0 s (2,427 rows/s), peak 812 MB``; without rows
-    (a stage that runs no pass): ``[kdpipe] prepare data: done in 3.2 s, peak 300 MB``."""
+    """``[kdpipe] logits minilm_a/train: 1,000,000 rows in 412.0 s (2,427 rows/s), peak 812 MB`` (or ``done in``)."""
     if rows:
         rate = rows / seconds if seconds > 0 else float("inf")
         return f"[kdpipe] {what}: {rows:,} rows in {seconds:.1f} s ({rate:,.0f} rows/s), peak {peak_mb:,.0f} MB"

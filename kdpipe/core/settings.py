@@ -1,16 +1,10 @@
 """Typed settings, read once at a stage's boundary (docs/design.md, "Style": settings read once).
 
-A job's config slice arrives as JSON (``--params``). The command line turns it into the frozen dataclass its stage
-declares (``kdpipe.stages.catalog``), a subclass of :class:`Settings`, and calls the stage with it; the layers below
-take that object or the fields they use, never the dict. :meth:`Settings.from_params` refuses, with one line naming
-the key, an unknown key, a missing one and a value of the wrong type: in a job's slice, which the plan made from the
-same declarations, any of these means that the plan and the code disagree. :meth:`Settings.to_dict` gives back
-exactly the slice it was made from (manifests record it, the job's identity hashes it). A method's ``method_args``
-become :class:`Args`, read by attribute.
-
-A field without a default is a key every slice carries (the schema fills in every default before the plan runs);
-a field with one is a key the plan leaves out where it is at that value (:func:`schema_default` takes it from the
-config schema, so that no default is written twice).
+:meth:`Settings.from_params` turns a job's JSON slice into the frozen dataclass its stage declares, refusing an
+unknown key, a missing one or a value of the wrong type with one line naming it (the plan made the slice from the
+same declarations, so any of these means plan and code disagree); :meth:`Settings.to_dict` gives back
+exactly that slice. A field with a default is a key the plan may leave out; :func:`from_schema` takes that default
+from the config schema. A method's ``method_args`` become :class:`Args`, read by attribute.
 """
 
 from __future__ import annotations
@@ -45,33 +39,32 @@ def _schema() -> dict:
     return yaml.safe_load(CONFIG_SCHEMA.read_text())
 
 
-def schema_default(*path: str) -> Any:
-    """The config schema's default of the key at ``path`` (``"dataset", "split", "unlabelled"``)."""
+def _schema_node(*path: str) -> dict:
     node = _schema()
     for name in path:
         node = node["properties"][name]
-    return node["default"]
+    return node
+
+
+def schema_default(*path: str) -> Any:
+    """The config schema's default of the key at ``path`` (``"dataset", "split", "unlabelled"``)."""
+    return _schema_node(*path)["default"]
 
 
 def schema_completed(section: object, *path: str) -> dict:
-    """A config section (or a part of one: ``path`` from the top of the schema, ``"dataset"``) completed with the
-    config schema's defaults, as the workflow completes a config before planning it: for a stage called by hand (a
-    benchmark, a test) with only the keys it sets."""
-    node = _schema()
-    for name in path:
-        node = node["properties"][name]
+    """A config section (at ``path`` in the schema, ``"dataset"``) completed with the schema's defaults, as the
+    workflow completes a config: for a stage called by hand with only the keys it sets."""
     given = dict(section) if isinstance(section, Mapping) else {}
     out = {}
-    for key, spec in node.get("properties", {}).items():
+    for key, spec in _schema_node(*path).get("properties", {}).items():
         if key in given:
             value = given.pop(key)
-            nested = isinstance(value, Mapping) and "properties" in spec
-            out[key] = schema_completed(value, *path, key) if nested else value
         elif "default" in spec:
-            default = spec["default"]
-            out[key] = (
-                schema_completed(default, *path, key) if isinstance(default, dict) and "properties" in spec else default
-            )
+            value = spec["default"]
+        else:
+            continue
+        nested = isinstance(value, Mapping) and "properties" in spec
+        out[key] = schema_completed(value, *path, key) if nested else value
     return {**out, **given}  # (a key the schema does not know stays, for the reader to refuse)
 
 
@@ -111,8 +104,7 @@ class Settings:
         return made
 
     def to_dict(self) -> dict:
-        """The slice these settings were made from, key for key and in its order (settings made otherwise: every
-        key that is not at its default, in the order of the fields)."""
+        """The slice these settings were made from, key for key and in order (made otherwise: the keys off default)."""
         fields = {_key(f): f for f in dataclasses.fields(self)}
         given = getattr(self, "_given", None)
         if given is None:
@@ -125,9 +117,8 @@ class Settings:
 
 
 class Args:
-    """A method's (or a teacher objective's) arguments, read by attribute (``args.temperature``): the registry's
-    declaration completed with its defaults (``kdpipe.methods.registry``), read-only. A name it does not have is
-    an error naming it."""
+    """A method's (or a teacher objective's) arguments, read-only, read by attribute (``args.temperature``; a name it
+    does not have is an error naming it)."""
 
     __slots__ = ("_values", "_where")
 
@@ -197,9 +188,7 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+_hints = cache(typing.get_type_hints)
 
 
 def _shown(value: Any) -> str:

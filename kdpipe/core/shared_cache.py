@@ -1,22 +1,8 @@
 """Two runs sharing one output cache make each cached artifact once (docs/caching-and-reruns.md, "Two runs at once").
 
-Snakemake's between-workflow cache (rules marked ``cache: True``, ``--cache``, ``SNAKEMAKE_OUTPUT_CACHE``) looks a
-job up just before it runs and stores its output just after it ends, with no lock: two runs that reach the same job
-between those moments would both make it, and the second store of a folder output lands inside the first entry. In a
-run with ``--cache``, :func:`install` makes each cached job hold an exclusive lock named by its cache key
-(Snakemake's own hash of it) from its look-up to its store: a second run's job waits for the lock, then looks up,
-finds the entry and links it. Nothing is timed: the lock is a ``flock``, which the kernel releases when the
-Snakemake that holds it ends, however it ends. A run without ``--cache`` neither looks up nor stores.
-
-Under the lock the store is kdpipe's own (:func:`_store`): the outputs are staged in a folder of the key's own and
-renamed into the cache, each file or folder whole or absent, and only then replaced by a link; a Snakemake killed
-mid-store leaves its outputs in place and no part of an entry that a look-up would take. A job that the run forces
-(``--forcerun``, ``--forceall``, ``--force``) skips the look-up and replaces the entry; a store that fails (a full
-cache folder) leaves the output in the working directory; a Snakemake stopped (Ctrl-C, SIGTERM) while a job waits
-for the lock fails the job without running it. This wraps Snakemake's private executor and cache code, checked with
-the versions :data:`CHECKED`; another stops a run with ``--cache`` in one line.
-
-``flock`` locks hold across the processes of one machine and on most shared file systems (NFS v4, Lustre, GPFS).
+In a run with ``--cache``, :func:`install` wraps Snakemake's look-up, run and store of each cached job in a ``flock``
+named by its cache key, and stores under it with kdpipe's own atomic store (:func:`_store`). This wraps Snakemake's
+private code, checked with the versions :data:`CHECKED`.
 """
 
 from __future__ import annotations
@@ -25,12 +11,11 @@ import errno
 import os
 import re
 import shutil
-import sys
 import tempfile
 import threading
 from pathlib import Path
 
-from kdpipe.core.finished import take_lock
+from kdpipe.core.finished import say, take_lock
 
 CACHE_ENV = "SNAKEMAKE_OUTPUT_CACHE"
 LOCKS = ".kdpipe-locks"
@@ -49,9 +34,7 @@ _WHY = {
 
 
 def folder_problem(cache: str) -> str | None:
-    """What keeps a run from storing in the cache folder ``cache``, in a few words, or None: the folder and its
-    locks' folder are made to take a small file each (a missing, read-only or full folder, or a locks' folder
-    this user may not write to, fails here)."""
+    """What keeps a run from writing in the cache folder ``cache`` or its locks' folder, in a few words, or None."""
     locks = Path(cache) / LOCKS
     try:
         locks.mkdir(exist_ok=True)
@@ -74,9 +57,7 @@ def _probe(folder: str | Path) -> None:
 
 
 def install(workflow) -> None:
-    """For a run with ``--cache`` that stores in a folder: stop at once, with one line, when the folder cannot
-    take the outputs (:func:`folder_problem`), and lock every cached job's look-up, run and store by its key. A dry
-    run (``-n``, known at parse time from the output settings) neither checks nor writes the folder."""
+    """For a run with ``--cache`` in a folder (not a dry run): check the folder, lock every cached job by its key."""
     dry = workflow.dryrun or getattr(workflow.output_settings, "dryrun", False)
     if workflow.workflow_settings.cache is None or dry or not os.environ.get(CACHE_ENV):
         return
@@ -164,8 +145,7 @@ def _locked(cached_or_run):
                 handle.close()
             raise WorkflowError(f"{outputs}: not run: the run was stopped while the job waited for the cache lock")
         try:
-            # Snakemake's look-up, run and store (Executor.acached_or_run), but a forced job is not looked up, an
-            # entry is taken only whole (a killed store may have put some of its files in), and the store is kdpipe's
+            # Snakemake's look-up, run and store (Executor.acached_or_run), but a forced job is not looked up
             if not _forced(workflow, job) and workflow.async_run(cache.exists(job)):
                 workflow.async_run(job.rule.cache.fetch(job))
                 return None
@@ -180,8 +160,7 @@ def _locked(cached_or_run):
 
 
 def _forced(workflow, job) -> bool:
-    """Whether the run forces ``job`` (``--forcerun``, ``--forceall``, ``--force``: Snakemake's reason ``forced``).
-    A run that forces nothing may still call a job with an incomplete output forced: it is looked up."""
+    """Whether the run forces ``job`` (``--forcerun``, ``--forceall``, ``--force``), not just an incomplete one."""
     settings = workflow.dag_settings
     if not (settings.forceall or settings.forcerun or settings.forcetargets):
         return False
@@ -189,11 +168,10 @@ def _forced(workflow, job) -> bool:
 
 
 def _store(workflow, cache, job, staging: Path) -> None:
-    """Store ``job``'s outputs under the lock: each is copied (hard links where the cache shares the working
-    directory's file system) into ``staging``, the key's own folder (a killed store's leftovers are removed first),
-    then renamed into the cache in place of any entry there (a forced job's, or a part a killed store left), and
-    replaced by a link to it, as Snakemake's own store leaves it. A copy that fails (a full cache folder) removes the
-    staged copies and says so in one line: the job has made its output, the run goes on."""
+    """Store ``job``'s outputs under the lock: copied (or hard-linked) into ``staging`` (a killed store's leftovers
+    removed first), renamed into the cache in place of any entry there, each whole or absent (so a Snakemake killed
+    mid-store leaves no part of an entry a look-up would take), then replaced by a link to it. A copy that fails leaves
+    the outputs in place and says so in one line."""
     pairs = workflow.async_run(cache.get_outputfiles_and_cachefiles(job))
     if not all(os.path.lexists(out) for out, _ in pairs):
         workflow.async_run(cache.store(job))  # Snakemake names the missing output
@@ -207,7 +185,7 @@ def _store(workflow, cache, job, staging: Path) -> None:
     except OSError as err:
         _remove(staging)
         outputs = ", ".join(str(out) for out, _ in pairs)
-        _say(
+        say(
             f"{outputs}: could not be stored in the shared cache {cache.path} ({_failure(err)}); the output stays "
             f"in this working directory, not in the cache"
         )
@@ -237,8 +215,7 @@ def _remove(path: Path) -> None:
 
 
 def _failure(err: BaseException) -> str:
-    """Why a store failed, in a few words: a full folder, a read-only one... (``shutil.Error`` lists its copies'
-    errors as text)."""
+    """Why a store failed, in a few words (``shutil.Error`` lists its copies' errors as text)."""
     number = getattr(err, "errno", None)
     if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) and err.args[0]:
         text = str(err.args[0][0][-1])
@@ -250,13 +227,8 @@ def _failure(err: BaseException) -> str:
     return (getattr(err, "strerror", None) or str(err)).splitlines()[0]
 
 
-def _say(message: str) -> None:
-    print(f"[kdpipe] {message}", file=sys.stderr, flush=True)
-
-
 def _group_writable(path: Path, mode: int) -> None:
-    """Let the other members of a lab's group take the locks, whatever this process's umask: a cache folder is
-    shared by its group (docs/caching-and-reruns.md, "The between-workflow cache")."""
+    """Let the group sharing the cache take the locks (docs/caching-and-reruns.md, "The between-workflow cache")."""
     try:
         if path.stat().st_uid == os.getuid():
             path.chmod(mode)

@@ -1,9 +1,7 @@
 """Reading and writing artifacts: atomic outputs, JSON, manifests and their checks (docs/design.md, "Contracts").
 
-Every output is first written under a temporary name beside its final path and renamed into place only when
-complete, so a killed job never leaves a file or directory that looks finished. The temporary name says which
-process wrote it (``.{name}.tmp-{host}-{pid}-…``), so that the next write of the same path removes what a killed
-process left behind (a hidden folder can hold a whole dump) without touching a live writer's.
+Every output is written under a temporary name that names its process (``.{name}.tmp-{host}-{pid}-…``) and renamed
+into place when complete; the next write of the path removes what a killed process left.
 """
 
 from __future__ import annotations
@@ -32,11 +30,8 @@ class ArtifactError(KdpipeError):
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; move it onto ``path`` only if the block finishes.
-
-    For ``directory=True`` the temporary path is an (empty) directory; an existing directory at ``path`` is
-    replaced. On an exception the temporary path is removed and nothing at ``path`` changes.
-    """
+    """Yield a temporary path (a directory with ``directory``) beside ``path``, moved onto it if the block finishes
+    (an existing directory is replaced); on an exception it is removed and nothing at ``path`` changes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_left_behind(path)
@@ -50,12 +45,9 @@ def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
     try:
         yield tmp
         _default_permissions(tmp)
-        if directory:
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-        else:
-            os.replace(tmp, path)
+        if directory and path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
@@ -66,8 +58,7 @@ _HOST = socket.gethostname().replace("-", "_")  # (no "-": the name's fields are
 
 @contextlib.contextmanager
 def scratch_folder(near: str | Path) -> Iterator[Path]:
-    """A temporary folder beside ``near``, removed at the end; named as :func:`atomic_path` names its temporary
-    paths, so that one a killed process left behind is removed by the next use."""
+    """A temporary folder beside ``near``, removed at the end (named as :func:`atomic_path` names its paths)."""
     near = Path(near)
     near.parent.mkdir(parents=True, exist_ok=True)
     _remove_left_behind(near)
@@ -98,8 +89,7 @@ def _alive(pid: int) -> bool:
 
 
 def _default_permissions(path: Path) -> None:
-    """mkstemp/mkdtemp create private (0600/0700) paths; give outputs the usual umask-based modes, so a shared
-    cache or a lab's results directory stays readable by others."""
+    """Give outputs the umask's modes (mkstemp/mkdtemp make them private), so others can read them."""
     umask = os.umask(0)
     os.umask(umask)
     paths = [path, *path.rglob("*")] if path.is_dir() else [path]
@@ -107,8 +97,7 @@ def _default_permissions(path: Path) -> None:
         p.chmod((0o777 if p.is_dir() else 0o666) & ~umask)
 
 
-# Room kept free on a disk after a write, for other jobs, logs and the gather of shards: as much again as the write
-# itself, but at least DISK_RESERVE and at most DISK_RESERVE_MAX (see ensure_disk_space).
+# The bounds of the room kept free on a disk after a write (disk_reserve)
 DISK_RESERVE = 64_000_000
 DISK_RESERVE_MAX = 1_000_000_000
 
@@ -120,17 +109,16 @@ DUMP_HINT = (
 
 
 def disk_reserve(nbytes: int) -> int:
-    """The room kept free after a write of ``nbytes``: as much again as the write (a dump's shards and their gather
-    coexist for a while; a new checkpoint is written before the old one is removed), at least ``DISK_RESERVE``
-    (64 MB: logs, manifests, other jobs' small files) and at most ``DISK_RESERVE_MAX`` (1 GB). So a small model
-    folder still fits on a nearly full disk, and a large dump keeps 1 GB spare."""
+    """The room kept free after a write of ``nbytes``: as much again (a dump's shards and their gather coexist; a new
+    checkpoint is written before the old one goes), at least 64 MB (logs, other jobs' small files) and at most 1 GB,
+    so a small model folder still fits on a nearly full disk."""
     return min(max(int(nbytes), DISK_RESERVE), DISK_RESERVE_MAX)
 
 
 def ensure_disk_space(path: str | Path, nbytes: int, what: str, hint: str = DUMP_HINT) -> None:
     """Refuse, before writing, an output of ``nbytes`` that would not fit on the disk of ``path`` with
-    :func:`disk_reserve` kept free: a write that fails half-way wastes the work before it (and a memory-mapped array
-    on a full disk fails with SIGBUS). Outputs are atomic, so a failed write never leaves a finished-looking file."""
+    :func:`disk_reserve` kept free: a write that fails half-way wastes the work before it (a memory-mapped array on
+    a full disk dies with SIGBUS)."""
     folder = Path(path).parent
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free
@@ -188,12 +176,7 @@ class Recorded(Protocol):
 
 
 def make_manifest(kind: str, *, config: Recorded | None = None, **fields: Any) -> dict:
-    """A manifest: what the artifact is, the config slice that made it (the job's settings as their slice,
-    :meth:`kdpipe.core.settings.Settings.to_dict`), plus any checked fields.
-
-    Conventional fields: ``rows`` (row count), ``labels`` (label list in output order), ``tokenizer``,
-    ``inputs`` (paths or fingerprints of what it was made from), ``split``, ``dataset``.
-    """
+    """A manifest: what the artifact is, the config slice that made it, plus any checked ``fields``."""
     return {
         "kind": kind,
         "kdpipe_version": __version__,

@@ -1,9 +1,7 @@
 """Tokenisation and length-bucketed batching (docs/design.md, "Compute": no padding to max_length).
 
-A split is tokenised once into variable-length id rows (:class:`Encoded`), stored flat (:class:`Ragged`); batches
-are index arrays into it (:class:`Batches`, one array for all of them), each padded only to its own longest row.
-torch is imported only where batches become tensors (:func:`collate`), so a stage that reads no model starts
-without it.
+A split is tokenised once into flat id rows (:class:`Encoded`, :class:`Ragged`); batches are index arrays into it
+(:class:`Batches`), each padded to its own longest row; torch is imported only in :func:`collate`.
 """
 
 from __future__ import annotations
@@ -31,10 +29,8 @@ def _spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 class Ragged(Sequence):
-    """Rows of integers of different lengths stored flat: row i is ``values[offsets[i]:offsets[i + 1]]`` (a view).
-
-    Indexing gives one row, iteration every row, as the list of arrays it replaces did; :meth:`pad` gathers a batch
-    of rows into one padded array without a Python loop over them."""
+    """Rows of integers of different lengths stored flat: row i is ``values[offsets[i]:offsets[i + 1]]`` (a view);
+    :meth:`pad` gathers a batch of rows into one padded array."""
 
     __slots__ = ("values", "offsets")
 
@@ -56,8 +52,7 @@ class Ragged(Sequence):
         return np.diff(self.offsets)
 
     def pad(self, index: np.ndarray, fill: int, width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The rows ``index`` as int64 [B, width] (``width``: their longest row by default), ``fill`` past each
-        row's end, and the mask of their real positions (bool)."""
+        """The rows ``index`` as int64 [B, width] (default: their longest), ``fill`` past each end, and the mask."""
         index = np.asarray(index, dtype=np.int64)
         starts = self.offsets[index]
         lengths = self.offsets[index + 1] - starts
@@ -90,8 +85,7 @@ def _row_crcs(ids: Ragged, pairs: Ragged | None, chunk: int = 65536) -> np.ndarr
 
 @dataclass
 class Encoded:
-    """A tokenised split, in the split's row order: each row's ids (already truncated) as a flat :class:`Ragged`
-    (int32; token types int8), its row_id and its label."""
+    """A tokenised split, in its row order: each row's truncated ids (a :class:`Ragged`), row_id and label."""
 
     input_ids: Ragged
     token_type_ids: Ragged | None
@@ -112,15 +106,12 @@ class Encoded:
 
     @property
     def token_hashes(self) -> np.ndarray:
-        """A CRC-32 of each row's token ids: two tokenisations of a split agree row by row exactly when these do
-        (a cheap fingerprint that a feature dump keeps, so a student can check it tokenises as the teacher did)."""
+        """A CRC-32 of each row's token ids, which a feature dump keeps so a student can check it tokenises alike."""
         return _row_crcs(self.input_ids, self.pair_ids)
 
 
-# Rows tokenised at a time. A fast tokenizer keeps, per row, an encoding object with the tokens, offsets and the
-# truncated rest of the text, many times the ids it returns: tokenising a whole split at once raised the peak memory
-# by about 85 KB per BBC article (341 MB for 4,000 rows at max_length 64; 97 MB in chunks of 512), so memory grew
-# with the split (benchmarks/RESULTS.md, "How cost grows with the work").
+# Rows tokenised at a time: a fast tokenizer keeps an encoding object per row, many times its ids, so a whole split
+# at once made memory grow with it (benchmarks/RESULTS.md, "How cost grows with the work").
 TOKENIZE_CHUNK = 512
 
 # How each field is stored: ids as int32 (every vocabulary fits), token types (0 or 1, a few at most) as int8
@@ -128,10 +119,9 @@ FIELD_DTYPES = {"input_ids": np.int32, "token_type_ids": np.int8}
 
 
 class _Column:
-    """One field of a split built a chunk of rows at a time into a single array: allocated for ``capacity`` values
-    up front (the rows times max_length; pages the ids never reach are never touched, so they take no memory) and
-    grown only when a tokenizer returns more, so the split's ids are never held twice (chunks and their
-    concatenation). Values are stored as ``dtype`` while they fit it, else as int64."""
+    """One field of a split built a chunk of rows at a time into one array allocated up front (untouched pages take
+    no memory) and grown only when a tokenizer returns more, so the ids are never held twice; as ``dtype`` while the
+    values fit, else int64."""
 
     def __init__(self, rows: int, capacity: int, dtype):
         self.values = np.empty(max(capacity, 1), dtype=dtype)
@@ -158,14 +148,12 @@ class _Column:
 
 
 def _rows(texts, start: int, end: int) -> list:
-    """Rows ``start:end`` of a list or a pandas column as a list (a column's Python strings made a chunk at a
-    time, never for the whole split at once)."""
+    """Rows ``start:end`` of a list or a pandas column as a list."""
     return texts.iloc[start:end].tolist() if hasattr(texts, "iloc") else list(texts[start:end])
 
 
 def _tokenized(tokenizer, texts, pairs, options: dict) -> dict[str, Ragged]:
-    """The tokenizer's ``input_ids`` and, when it makes them, ``token_type_ids`` of every row, flat
-    (:data:`FIELD_DTYPES`), tokenised TOKENIZE_CHUNK rows at a time (the same ids as one call)."""
+    """The tokenizer's ``input_ids`` (and ``token_type_ids``) of every row, flat, TOKENIZE_CHUNK rows at a time."""
     columns: dict[str, _Column] = {}
     for start in range(0, len(texts), TOKENIZE_CHUNK):
         end = start + TOKENIZE_CHUNK
@@ -182,10 +170,8 @@ def _tokenized(tokenizer, texts, pairs, options: dict) -> dict[str, Ragged]:
 def encode(
     tokenizer, texts, text_pairs=None, *, max_length: int, row_ids=None, labels=None, separate_pairs: bool = False
 ) -> Encoded:
-    """Tokenise without padding. Pairs are encoded as one pair sequence (``truncation="longest_first"``), the
-    transformer way, or with ``separate_pairs`` each side on its own, each cut to ``max_length`` (the BiLSTM's
-    way: it encodes the two sides apart, docs/methods.md §5). ``texts`` and ``text_pairs``: lists, or pandas
-    columns (turned into Python strings a chunk at a time)."""
+    """Tokenise without padding (``texts``, ``text_pairs``: lists or pandas columns). Pairs are one pair sequence,
+    or with ``separate_pairs`` each side on its own, as the BiLSTM reads them (docs/methods.md §5)."""
     texts = texts if hasattr(texts, "iloc") else list(texts)
     pairs = None if text_pairs is None else text_pairs if hasattr(text_pairs, "iloc") else list(text_pairs)
     options = dict(truncation=True, max_length=max_length, padding=False, return_attention_mask=False)
@@ -208,9 +194,9 @@ def encode(
 
 
 class Batches(Sequence):
-    """Batches of row indices in one array: batch i is ``rows[bounds[i]:bounds[i + 1]]`` (a view), so a pass over
-    N rows holds two arrays, not N / batch_size of them. Indexing gives one batch; a slice (``batches[k::S]``, a
-    shard's) or :meth:`take` gives a new Batches."""
+    """Batches of row indices in one array: batch i is ``rows[bounds[i]:bounds[i + 1]]`` (a view), so a pass holds
+    two arrays, not one per batch; a slice
+    (``batches[k::S]``, a shard's) or :meth:`take` gives a new Batches."""
 
     __slots__ = ("rows", "bounds")
 
@@ -265,8 +251,7 @@ def inference_batches(lengths: np.ndarray, batch_size: int) -> Batches:
     return Batches.cut(np.argsort(-lengths, kind="stable"), batch_size)
 
 
-# A shard of a pass: (k, S) runs every S-th batch from the k-th (0-based k); WHOLE is the unsharded pass
-# (see kdpipe.signals.shards).
+# The unsharded pass: shard (k, S) runs every S-th batch from the k-th (kdpipe.signals.shards)
 WHOLE = (0, 1)
 
 
@@ -319,6 +304,5 @@ def encode_frame(tokenizer, frame, *, max_length: int, label_ids=None, separate_
 
 
 def without_texts(frame):
-    """A prepared split without its text columns: once tokenised, a job needs only its row ids, labels and domains,
-    and a split's texts held for the whole job would make its memory grow with N."""
+    """A prepared split without its text columns: texts held for the whole job would make its memory grow with N."""
     return frame.drop(columns=[c for c in ("text", "text_pair") if c in frame.columns])

@@ -1,12 +1,9 @@
 """Duplicate texts with conflicting labels, found across all of a dataset's files before anything else is done
 with them (docs/your-own-models-and-data.md, "Your own data").
 
-Texts are compared folded, as the leak filters compare them (:func:`kdpipe.data.folding.text_hashes`): an
-upper-cased copy or one with ``&amp;`` for ``&`` is the same text, so it never stays beside its original with
-another label. ``dataset.conflicts``: ``drop`` every copy of such a text (the default: nobody can say which label is
-right), keep the ``majority`` label (a tie is an error), or stop with an ``error``. What was found, with the rows
-dropped or relabelled in each file (``by_split``), goes to the dataset manifest (``conflicting_duplicates``) and, with
-examples, to the prepare log.
+Texts are compared folded (:func:`kdpipe.data.folding.text_hashes`); ``dataset.conflicts`` drops every copy, keeps
+the ``majority`` label or stops with an ``error``. What was found goes to the manifest (``conflicting_duplicates``)
+and, with examples, to the prepare log.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ POLICIES = ("drop", "majority", "error")
 
 
 def resolve_conflicts(tables: dict[str, pd.DataFrame], policy: str) -> tuple[dict[str, pd.DataFrame], dict]:
-    """The tables with conflicting copies dropped or relabelled as ``policy`` says, and what was found ({} when
-    nothing conflicts)."""
+    """The tables with conflicting copies dropped or relabelled as ``policy`` says, and what was found."""
     if policy not in POLICIES:
         raise KdpipeError(f"dataset.conflicts is {policy!r}; expected one of {', '.join(POLICIES)}")
     keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]

@@ -3,28 +3,9 @@ the rule by which the transfer rows (kdpipe.data.transfer) and an external OOD s
 holds a validation, test or held-out class's text anywhere in it, behind a source line, inside a quotation, before
 a credit line.
 
-Texts are compared as words: each text :func:`kdpipe.data.folding.fold`-ed (so capitals, accents, entities, curly
-quotes and spaced punctuation change nothing), cut at every character that is neither a letter nor a digit (a CJK
-ideograph is a word of its own), a row's text pair following its text. A row is caught when
-
-- it shares one sequence of :data:`NGRAM` (13) consecutive words with an evaluation text of at least 13 words
-  (``shared``), or
-- it contains, as consecutive whole words, an evaluation text of fewer than 13 words (``contained``).
-
-Thirteen words is the n of the n-gram rule that decontaminated GPT-3's training data from its benchmarks: a
-sentence's length, so that two texts written apart almost never share one (fixed phrases such as "the prime minister
-said on monday" are shorter), while a copy of an evaluation text inside another text shares all of its 13-grams, and
-a copy cut short or interrupted shares those of every stretch of 13 words left whole. One shared 13-gram is enough,
-as in that rule, because a model input may be cut at ``max_length`` tokens and then holds only part of a copied text:
-no share of the evaluation text's n-grams can be demanded.
-
-The evaluation texts' n-gram hashes are built once (:class:`EvaluationNgrams`: 8 bytes per word of the evaluation
-texts, in one sorted array, and a table of their leading bits); a batch of rows is then tested in numpy and Arrow,
-without a Python loop over rows or words: the words of many rows are split by one Arrow call, each distinct word
-hashed once (``pandas.util.hash_array``), and every window of k words hashed at once by Horner's rule over the flat
-word array, k multiply-adds per word (:func:`windows`). Rows are taken :data:`CHUNK_CHARS` folded characters at a
-time, so memory stays bounded whatever the number of rows. A row is caught by mistake only through a collision of
-64-bit hashes: for 10^9 windows against 10^6 evaluation n-grams, about one chance in 20,000.
+The evaluation n-grams are hashed once (:class:`EvaluationNgrams`); rows are tested in numpy and Arrow with no Python
+loop over rows or words, :data:`CHUNK_CHARS` folded characters at a time, so memory stays bounded. A row is caught
+by mistake only through a 64-bit hash collision: for 10^9 windows against 10^6 n-grams, about 1 in 20,000.
 """
 
 from __future__ import annotations
@@ -49,13 +30,9 @@ _IDEOGRAPH = "([" + "".join(f"\\x{{{first:x}}}-\\x{{{last:x}}}" for first, last 
 
 
 def joined(folded: dict[str, pd.Series]) -> pd.Series:
-    """Each row's folded text, and its folded text pair after it, as one text: the words of a copy split between
-    the two are consecutive words here (a space cannot join two words)."""
-    texts = list(folded.values())
-    out = texts[0]
-    for other in texts[1:]:
-        out = out + " " + other
-    return out
+    """Each row's folded text and text pair as one text, so a copy split between the two is consecutive words."""
+    first, *others = folded.values()
+    return first.str.cat(others, sep=" ") if others else first
 
 
 def _chunks(texts: pd.Series) -> Iterator[pd.Series]:
@@ -70,8 +47,7 @@ def _chunks(texts: pd.Series) -> Iterator[pd.Series]:
 
 
 def word_hashes(texts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """The 64-bit hash of every word of the folded ``texts``, one text after another, and each text's number of
-    words."""
+    """The 64-bit hash of every word of the folded ``texts``, one text after another, and each text's word count."""
     array = pa.array(texts.to_numpy(dtype=object), pa.large_string())
     if pc.any(pc.match_substring_regex(array, _IDEOGRAPH)).as_py():
         array = pc.replace_substring_regex(array, _IDEOGRAPH, r" \1 ")
@@ -88,11 +64,9 @@ def word_hashes(texts: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def windows(words: np.ndarray, lengths: Iterable[int]) -> Iterator[tuple[int, np.ndarray]]:
-    """For each k of ``lengths`` (ascending), k and the hash of the k words starting at each position of ``words``
-    (``len(words) - k + 1`` of them; windows that cross from one text to the next are the caller's to mask).
-
-    The hash of w_0 … w_{k-1} is (Σ_j w_j·B^(k-1-j) + k·L) mod 2^64, grown one word at a time (Horner's rule): the
-    windows of every length up to the largest cost that many multiply-adds per word."""
+    """For each k of ``lengths`` (ascending), k and the hash (Σ_j w_j·B^(k-1-j) + k·L) mod 2^64 of the k words starting
+    at each position of ``words``, grown one word at a time (Horner's rule); windows that cross texts are the caller's
+    to mask."""
     wanted = sorted(set(lengths))
     current = words.copy()
     for k in range(1, (wanted[-1] if wanted else 0) + 1):
@@ -105,11 +79,9 @@ def windows(words: np.ndarray, lengths: Iterable[int]) -> Iterator[tuple[int, np
 
 
 class EvaluationNgrams:
-    """The n-grams of the evaluation texts, hashed once, and :meth:`find`, which tests rows against them.
-
-    ``texts``: the evaluation texts, folded and joined (:func:`joined`), in any number of parts. A text of at least
-    ``n`` words gives every window of ``n`` of its words; a shorter one gives itself whole; a text without a word
-    (empty, or only punctuation) gives nothing (the equality of whole texts covers it)."""
+    """The n-grams of the evaluation texts (folded and :func:`joined`, in any number of parts), hashed once, and
+    :meth:`find`, which tests rows against them; a text shorter than ``n`` words gives itself whole, one without a
+    word nothing (the equality of whole texts covers it)."""
 
     def __init__(self, texts: Iterable[pd.Series], n: int = NGRAM):
         self.n = n
@@ -131,8 +103,7 @@ class EvaluationNgrams:
                     found.append(hashed[whole])
         self.lengths = sorted(lengths)
         self.hashes = np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
-        # a table of the hashes' leading bits (a byte per entry, 16 per hash, at most 64 MB): about 1 in 16 windows
-        # that miss goes on to the binary search
+        # a table of the hashes' leading bits (at most 64 MB): about 1 in 16 misses goes on to the binary search
         self.bits = int(min(26, max(10, np.ceil(np.log2(len(self.hashes) + 1)) + 4)))
         self.table = np.zeros(1 << self.bits, bool)
         self.table[self.hashes >> np.uint64(64 - self.bits)] = True
@@ -156,8 +127,7 @@ class EvaluationNgrams:
         return candidates[self.hashes[at] == values]
 
     def find(self, texts: pd.Series) -> np.ndarray:
-        """For each folded, joined row of ``texts``: :data:`SHARED` when it shares n consecutive words with an
-        evaluation text, else :data:`CONTAINED` when it contains a shorter evaluation text whole, else 0."""
+        """For each folded, joined row of ``texts``: :data:`SHARED`, :data:`CONTAINED` or 0."""
         out = np.zeros(len(texts), np.int8)
         if not self.lengths or not len(texts):
             return out
@@ -177,8 +147,7 @@ class EvaluationNgrams:
 
 
 def _layout(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where each text's words start in the flat word array, and for each word how many words of its text are left
-    from it on (itself included)."""
+    """Where each text's words start in the flat word array, and how many words of its text each word begins."""
     ends = np.cumsum(counts)
     starts = ends - counts
     room = (np.repeat(ends, counts) - np.arange(int(ends[-1]) if len(ends) else 0)).astype(np.int32)

@@ -1,9 +1,7 @@
 """One extra split beside a prepared dataset, made of a user's unlabelled texts: the transfer rows or an OOD set.
 
-Both the ``transfer`` job (:mod:`kdpipe.data.transfer`) and the ``ood`` job (:mod:`kdpipe.data.ood`) read their
-texts with :mod:`kdpipe.data.text_readers`, compare them folded (:mod:`kdpipe.data.folding`) with the dataset's
-(:func:`held_out_rows`), drop and count what they must (:func:`empty_texts`, :func:`dropped_text`), number the rows
-kept after the dataset's largest ``row_id`` (:func:`next_row_id`) and write them with :func:`write_one_split`.
+What the ``transfer`` job (:mod:`kdpipe.data.transfer`) and the ``ood`` job (:mod:`kdpipe.data.ood`) share: the
+evaluation texts to keep out, the count of what was dropped, the next ``row_id`` and the artifact's writer.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ def write_one_split(
     rows: int,
     **fields,
 ) -> dict:
-    """A one-split dataset artifact beside the prepared dataset ``data_dir`` (the transfer rows, an external OOD
-    set), made by a job of ``settings`` (recorded in the manifest): ``write_rows(path)`` writes ``{split}.parquet``;
-    then its labels (the dataset's) and manifest, all at once (atomically). Returns the manifest."""
+    """Write a one-split dataset artifact atomically (``write_rows(path)`` writes ``{split}.parquet``), with the
+    dataset's labels; returns its manifest."""
     labels = read_labels(data_dir)
     with atomic_path(out_dir, directory=True) as tmp:
         write_rows(tmp / f"{split}.parquet")
@@ -45,8 +42,7 @@ def write_one_split(
 
 
 def dropped_text(dropped: dict[str, int], reasons: dict[str, str]) -> str:
-    """The rows dropped, in words for the log and errors: ``dropped`` counts rows by reason, ``reasons`` says each
-    reason in words (the caller's)."""
+    """The rows ``dropped`` ({reason: rows}) in words (``reasons``), for the log and errors."""
     return ", ".join(f"{n:,} dropped as {reasons[k]}" for k, n in dropped.items() if n) or "none dropped"
 
 
@@ -65,9 +61,7 @@ def next_row_id(data_dir: Path) -> int:
 
 
 def held_out_rows(data_dir: Path) -> pd.DataFrame:
-    """The rows of the classes held out by ``evaluate.ood.classes`` outside the test split (training, validation,
-    withheld; their test rows are the ``ood`` split), checked against the dataset's manifest: texts no transfer or
-    OOD row may copy."""
+    """The rows of the classes held out by ``evaluate.ood.classes`` outside the test split, checked."""
     manifest = read_manifest(data_dir / "manifest.json", kind="dataset")
     if not (data_dir / HELD_OUT).is_file():
         raise ArtifactError(f"{data_dir / HELD_OUT}: missing; the dataset holds classes out: rerun the prepare stage")
@@ -76,9 +70,7 @@ def held_out_rows(data_dir: Path) -> pd.DataFrame:
 
 
 def evaluation_texts(data_dir: Path) -> list[pd.DataFrame]:
-    """The texts a model is evaluated on, which no transfer row may hold and an external OOD set must not hold
-    either: the validation and test splits and, with classes held out by ``evaluate.ood.classes``, their test rows
-    (the ``ood`` split) and every other row of theirs (:func:`held_out_rows`)."""
+    """The texts no transfer or OOD row may hold: validation, test, and every row of a held-out class."""
     frames = [read_split(data_dir, split) for split in ("validation", "test")]
     if (data_dir / f"{OOD}.parquet").is_file():  # the held-out classes' rows are evaluated too: test, then the others
         frames += [read_split(data_dir, OOD), held_out_rows(data_dir)]

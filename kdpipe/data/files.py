@@ -1,9 +1,5 @@
 """Reading a local CSV/TSV/JSONL/Parquet file faithfully: every record of the file becomes one row, or the reader
 says why not (docs/your-own-models-and-data.md, "Your own data", which gives each format's rules).
-
-TSV has no quote character and a row with the wrong tab count is an error naming its line; CSV follows RFC 4180
-(records spanning several lines are counted and reported); JSONL ends a record at a line feed only. A file that
-does not decode in the configured encoding gets a hint with the encoding that does decode it.
 """
 
 from __future__ import annotations
@@ -19,20 +15,19 @@ import pandas as pd
 import pyarrow as pa
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.transfer_sources import file_not_found
 
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
 FORMATS = ("csv", "tsv", "jsonl", "parquet")
 
 
 def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.DataFrame:
-    """Every column of a local file as read (text as strings), with errors naming the file and the config key or
-    option ``key`` that named it; ``fmt`` is its format (``auto``: from the extension), ``encoding`` that of a text
-    file. ``frame.attrs["records"]`` says how the file's records map to rows."""
+    """Every column of a local file as read (text as strings), errors naming the file and the config ``key``;
+    ``frame.attrs["records"]`` says how the file's records map to rows."""
     path = Path(path)
     fmt = file_format(path, fmt)
     if not path.is_file():
-        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        raise KdpipeError(f"{path}: file not found{where}; check {key}")
+        raise file_not_found(path, key)
     data = path.read_bytes()
     if not data.strip():
         raise KdpipeError(f"{path}: the file is empty")
@@ -53,14 +48,12 @@ def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.Dat
     return raw
 
 
-# A non-blank line: characters between the line breaks of CSV and TSV readers (\r\n, \r, \n; not the Unicode
-# separators that str.splitlines also splits on), one of them not whitespace (str.strip's whitespace)
+# A non-blank line between the line breaks of CSV and TSV readers (\r\n, \r, \n; not str.splitlines' others)
 _FILLED_LINE = re.compile(r"[^\r\n]*\S[^\r\n]*")
 
 
 def _lines(text: str) -> int:
-    """The number of non-blank lines (what a reader that skips blank lines turns into records), counted without
-    holding them (memory flat in N)."""
+    """The number of non-blank lines, counted without holding them."""
     return sum(1 for _ in _FILLED_LINE.finditer(text))
 
 
@@ -98,21 +91,24 @@ def _read_csv(path: Path, text: str, records: dict) -> pd.DataFrame:
 
 def _read_jsonl(path: Path, text: str, records: dict) -> pd.DataFrame:
     rows = []
-    # JSON Lines ends a record at "\n" only ("\r" before it is JSON whitespace); str.splitlines would also split
-    # inside a string at U+2028, U+2029 or U+0085, which JSON allows unescaped.
+    # JSON Lines ends a record at "\n" only: str.splitlines would also split at U+2028, which JSON allows unescaped
     for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise KdpipeError(f"{path}: line {number} is not valid JSON ({err.msg} at column {err.colno})") from err
-        if not isinstance(row, dict):
-            raise KdpipeError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object of named fields")
-        rows.append(row)
+        if line.strip():
+            rows.append(json_record(path, number, line))
     records["lines"] = len(rows)
     # every value as read: strings stay strings ("007"), numbers are made text by the column selection
     return pd.DataFrame.from_records(rows)
+
+
+def json_record(path: Path, number: int, line: str) -> dict:
+    """Line ``number`` of a JSONL file as the object of named fields it must be."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise KdpipeError(f"{path}: line {number} is not valid JSON ({err.msg} at column {err.colno})") from err
+    if not isinstance(row, dict):
+        raise KdpipeError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object of named fields")
+    return row
 
 
 def file_format(path: Path, fmt: str | None) -> str:
@@ -129,8 +125,7 @@ def file_format(path: Path, fmt: str | None) -> str:
 
 
 def decode(path: Path, data: bytes, encoding: str) -> str:
-    """Decode first so that a wrong encoding is reported with its byte offset and the encoding that works, not as
-    a parser error."""
+    """``data`` as text; a wrong encoding is an error with its byte offset and a hint (:func:`encoding_hint`)."""
     try:
         text = data.decode(encoding)
     except LookupError as err:

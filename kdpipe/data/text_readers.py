@@ -1,16 +1,14 @@
 """The texts of a user's unlabelled files, read in batches: a transfer source or an external OOD file.
 
-Transfer sources: docs/your-own-models-and-data.md, "Unlabelled transfer data" (:mod:`kdpipe.data.transfer`). An
-external OOD file: docs/methods.md, "Judging uncertainty" (:mod:`kdpipe.data.ood`). :func:`text_readers` gives each
-part of a source (a CSV/TSV/JSONL/Parquet file, ``hf:NAME[:CONFIG]`` or a ``save_to_disk`` folder) as (where, a
-function that yields its ``text`` and ``text_pair`` columns as strings in batches of :data:`BATCH_ROWS`), so a
-caller can read a source twice without holding it. Bad input stops the read with one line naming the file.
+:func:`text_readers` gives each part of a source (docs/your-own-models-and-data.md, "Unlabelled transfer data") as
+(where, a function that yields its ``text`` and ``text_pair`` columns as strings in batches of :data:`BATCH_ROWS`),
+so a caller can read a source twice without holding it. Bad input stops the read with one line naming the file. An
+external OOD file: docs/methods.md, "Judging uncertainty".
 """
 
 from __future__ import annotations
 
 import codecs
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,20 +18,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.data.files import encoding_hint, file_format
+from kdpipe.data.files import encoding_hint, file_format, json_record
 from kdpipe.data.hf import is_hf_source, load_splits
+from kdpipe.data.labels import container
+from kdpipe.data.settings import OodSourceSettings, TransferSettings
+from kdpipe.data.transfer_sources import file_not_found, no_column
 
 BATCH_ROWS = 65_536
 
 
 def text_readers(
-    source: str, key: str, *, text_column: str, text_pair_column: str | None, fmt: str, encoding: str
+    source: str, key: str, settings: TransferSettings | OodSourceSettings
 ) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
-    """Each part of ``source`` as (where, reader) of its ``text_column`` (and ``text_pair_column``), a file read in
-    format ``fmt`` (``auto``: from its extension) and ``encoding``; ``key`` names the config key in messages."""
-    wanted = _Wanted({"text": text_column}, section=key.rpartition(".")[0])
-    if text_pair_column:
-        wanted["text_pair"] = text_pair_column
+    """Each part of ``source`` as (where, reader) of the ``settings``' text column(s); ``key``: the config key."""
+    wanted = _Wanted({"text": settings.text_column}, section=key.rpartition(".")[0])
+    if settings.text_pair_column:
+        wanted["text_pair"] = settings.text_pair_column
     if is_hf_source(source):
         splits = load_splits(source, key)
         readers = [
@@ -41,7 +41,7 @@ def text_readers(
             for name, data in splits.items()
         ]
     else:
-        readers = [(source, _file_reader(Path(source), fmt, encoding, wanted, key))]
+        readers = [(source, _file_reader(Path(source), settings.format, settings.encoding, wanted, key))]
     return [(where, _texts_of(reader, wanted, where)) for where, reader in readers]
 
 
@@ -61,8 +61,7 @@ def _file_reader(
     path: Path, fmt: str, encoding: str, wanted: dict[str, str], key: str
 ) -> Callable[[], Iterator[pd.DataFrame]]:
     if not path.is_file():
-        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        raise KdpipeError(f"{path}: file not found{where}; check {key}")
+        raise file_not_found(path, key)
     if not path.stat().st_size or not _has_content(path):
         raise KdpipeError(f"{path}: the file is empty ({key})")
     fmt = file_format(path, fmt)
@@ -72,14 +71,6 @@ def _file_reader(
     return reader(path, wanted, fmt, encoding)
 
 
-def _missing(where: str, column: str, key: str, available: list[str]) -> KdpipeError:
-    import difflib
-
-    close = difflib.get_close_matches(column, available, n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    return KdpipeError(f"{where}: no column '{column}' ({key}); the columns are {available}{hint}")
-
-
 _KEYS = {"text": "text_column", "text_pair": "text_pair_column"}
 
 
@@ -87,12 +78,12 @@ def _check_columns(where: str, available: list[str], wanted: dict[str, str]) -> 
     section = getattr(wanted, "section", "dataset")
     for name, column in wanted.items():
         if column not in available:
-            raise _missing(where, column, f"{section}.{_KEYS[name]}", available)
+            raise no_column(where, column, f"{section}.{_KEYS[name]}", available)
 
 
 def _as_text(batches: Iterator[pd.DataFrame], wanted: dict[str, str], where: str) -> Iterator[pd.DataFrame]:
-    """The wanted columns of each batch under kdpipe's names, as strings (None where missing); numbers become their
-    text. A list, an object or bytes in a cell stops the read, naming the row (as the labelled data's reader does)."""
+    """The wanted columns of each batch under kdpipe's names, as strings (None where missing); a list, an object or
+    bytes in a cell stops the read, naming the row."""
     start = 0
     for frame in batches:
         out = {}
@@ -113,13 +104,7 @@ def _as_text(batches: Iterator[pd.DataFrame], wanted: dict[str, str], where: str
 
 
 def _not_text(value) -> str | None:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, (list, tuple, set, np.ndarray)):
-        return "a list"
-    if isinstance(value, (bytes, bytearray)):
-        return "bytes (a binary column)"
-    return None
+    return container(value) or ("bytes (a binary column)" if isinstance(value, (bytes, bytearray)) else None)
 
 
 def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
@@ -135,8 +120,7 @@ def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str)
     return read
 
 
-# Arrow's CSV reader parses a file in blocks and needs every record inside one: the first block size, and the most
-# it grows to when a record is larger (a whole long document in one cell)
+# Arrow's CSV block size (every record must fit one), and the most it grows to for a larger record
 CSV_BLOCK, CSV_BLOCK_MAX = 1 << 22, (1 << 31) - 1
 
 
@@ -187,16 +171,7 @@ def _jsonl_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
                     line = line.removeprefix("\ufeff")  # a byte-order mark, as spreadsheet programs write it
                 if not line.strip():
                     continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise KdpipeError(
-                        f"{path}: line {number} is not valid JSON ({err.msg} at column {err.colno})"
-                    ) from err
-                if not isinstance(row, dict):
-                    raise KdpipeError(
-                        f"{path}: line {number} is a JSON {type(row).__name__}, not an object of named fields"
-                    )
+                row = json_record(path, number, line)
                 seen.update(row)
                 rows.append({column: row.get(column) for column in wanted.values()})
                 if len(rows) == BATCH_ROWS:

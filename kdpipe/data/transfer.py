@@ -1,37 +1,8 @@
 """Unlabelled transfer text (docs/your-own-models-and-data.md, "Unlabelled transfer data"): rows that teachers
 label and students learn from, never evaluated, with no gold label.
 
-Transfer rows come from ``dataset.transfer`` (a file, a list of per-part files, ``hf:NAME[:CONFIG]`` or a
-``save_to_disk`` folder; only the text column, and the text pair column when configured, are read: a label column
-is ignored) and from the training rows whose labels ``dataset.split.unlabelled`` withholds (the prepare stage writes
-their texts to ``unlabelled.parquet``). The ``transfer`` stage writes them as a one-split dataset artifact,
-``results/transfer/<dataset>/`` (``transfer.parquet``, ``labels.json``, ``manifest.json``), so that teacher signal
-passes read it like any split.
-
-Rows are read in batches and written in batches, in two passes over the sources, so memory is flat in N beyond
-an 8-byte hash and a reason per row (no text is held): pass 1 folds each batch once, hashes every text and tests it
-against the evaluation texts, pass 2 writes the rows kept. Dropped, and counted in the manifest (``dropped``) and
-the log, each row under the first reason that applies, in this order:
-- an empty or missing text (``empty``);
-- a text that repeats an earlier transfer row (``duplicate``);
-- a text equal to an evaluation text (``evaluation``): a validation or test text, or a row of a class held out by
-  ``evaluate.ood.classes`` from any split (its test rows are the OOD set, the others ``held_out.parquet``): a
-  teacher's view of it would leak into the student;
-- a text that is the same model input as an evaluation text once both are cut at ``max_length`` tokens
-  (``evaluation_truncated``: a test text with a sentence appended): the same first
-  :func:`kdpipe.data.folding.copy_prefix` folded characters, for the smallest ``max_length`` of any teacher or
-  student (``settings.max_length``, recorded as ``copy_prefix``);
-- a text that holds an evaluation text anywhere in it (:mod:`kdpipe.data.contamination`;
-  docs/your-own-models-and-data.md, "Evaluation texts inside other texts"): 13 consecutive words in common with one
-  (``evaluation_shared``), or the whole of one shorter than 13 words (``evaluation_contained``); the rule is
-  recorded as ``contamination``;
-- a text equal to a labelled training text (``labelled``): that row is already in the student's data with its label;
-- rows beyond ``dataset.transfer_max_rows`` (``over_max_rows``), a seeded random choice.
-Texts are compared by a 64-bit hash of (text, text pair), folded as an uncased tokenizer reads them
-(:func:`kdpipe.data.folding.text_hashes`). Every kept row gets a ``row_id`` after the dataset's
-largest (the withheld training rows keep theirs) and ``draw``, its rank in a seeded random order: a student that
-reads a fraction f of the transfer rows (``students.<name>.transfer``) takes the rows with ``draw < round(f·N)``,
-so a smaller fraction's rows are part of every larger one's.
+Memory is flat in N (a hash and a reason per row): pass 1 (:func:`_reasons`) hashes every batch and says why each row
+is dropped (:data:`_REASONS`, the first that applies), pass 2 (:func:`_write`) writes the rows kept.
 """
 
 from __future__ import annotations
@@ -70,8 +41,7 @@ WITHHELD = "the withheld training rows (dataset.split.unlabelled)"
 
 
 def build_transfer(settings: TransferSettings, data: Path, out: Path) -> dict:
-    """Write the transfer artifact of the transfer ``settings`` into ``out``, beside the prepared dataset ``data``;
-    return its manifest."""
+    """Write the transfer artifact of ``settings`` into ``out``, beside the prepared dataset ``data``; its manifest."""
     data_dir, out_dir = Path(data), Path(out)
     columns = ["text", *(["text_pair"] if settings.text_pair_column else [])]
     # the withheld training rows first: they keep their row_ids, smaller than the ids given after them
@@ -84,14 +54,7 @@ def build_transfer(settings: TransferSettings, data: Path, out: Path) -> dict:
     readers += [
         (where, reader)
         for source in transfer_sources(settings.transfer)
-        for where, reader in text_readers(
-            source,
-            "dataset.transfer",
-            text_column=settings.text_column,
-            text_pair_column=settings.text_pair_column,
-            fmt=settings.format,
-            encoding=settings.encoding,
-        )
+        for where, reader in text_readers(source, "dataset.transfer", settings)
     ]
     if not readers:
         raise KdpipeError("dataset.transfer is not set and dataset.split.unlabelled is 0: there are no transfer rows")
@@ -126,8 +89,7 @@ def _reasons(
     readers, data_dir: Path, columns: list[str], prefix: int | None, cap: int | None, rng
 ) -> tuple[np.ndarray, np.ndarray, dict, dict]:
     """Pass 1: why each row read is dropped (a code, 1-based in ``_REASONS``; 0: kept), each row's hash, what was
-    read (rows per source, texts spanning several lines) and the contamination rule's description. ``prefix``: the
-    folded characters that make a copy of an evaluation text (None: whole texts only)."""
+    read and the contamination rule's description; ``prefix``: :func:`kdpipe.data.folding.copy_prefix` or None."""
     code = {name: i for i, name in enumerate(_REASONS, start=1)}
     evaluated = [fold_columns(frame, columns) for frame in evaluation_texts(data_dir)]
     evaluation = np.unique(np.concatenate([folded_hashes(folded) for folded in evaluated]))
@@ -181,8 +143,7 @@ def _reasons(
 
 
 def _write(path: Path, readers, reason: np.ndarray, hashed: np.ndarray, draw: np.ndarray, first_id: int, columns):
-    """Pass 2: the kept rows, numbered after the dataset's largest row_id (a withheld training row keeps its own).
-    Every batch must hash as in pass 1: a file changed between the passes stops the job (nothing is written)."""
+    """Pass 2: the kept rows, numbered after the dataset's largest row_id; a file changed since pass 1 stops the job."""
     writer, position, written, numbered = None, 0, 0, 0
     for where, reader in readers:
         for batch in reader():

@@ -1,33 +1,32 @@
 """Where the config says the transfer rows come from (kdpipe.data.transfer), read without numpy or pandas: the plan
-imports it when the DAG is built. The functions take the settings they read (docs/design.md, "Style": settings read
-once); :func:`check_transfer_files` is called by the workflow with the config's ``dataset`` section."""
+imports it when the DAG is built. It makes the cheap checks of local text sources then."""
 
 from __future__ import annotations
 
-# The keys of the dataset section that say what the transfer rows are: the transfer job's slice, not the prepare
-# job's, so that a change of transfer data reruns no teacher.
+import difflib
+from pathlib import Path
+
+from kdpipe.core.store import KdpipeError
+
+# The keys of the dataset section in the transfer job's slice, not the prepare job's: they rerun no teacher
 TRANSFER_KEYS = ("transfer", "transfer_max_rows")
 
 
 def transfer_sources(transfer: str | list[str] | tuple[str, ...] | None) -> list[str]:
-    """The configured ``dataset.transfer`` sources (``transfer``) as a list (a single file or folder, or per-part
-    files)."""
+    """The configured ``dataset.transfer`` sources as a list."""
     if transfer in (None, "", [], ()):
         return []
     return [str(transfer)] if isinstance(transfer, str) else [str(v) for v in transfer]
 
 
 def has_transfer(transfer: str | list[str] | tuple[str, ...] | None, unlabelled: float) -> bool:
-    """Whether the dataset has transfer rows: ``dataset.transfer`` or withheld training labels
-    (``dataset.split.unlabelled``)."""
+    """Whether the dataset has transfer rows: ``dataset.transfer`` or ``dataset.split.unlabelled``."""
     return bool(transfer_sources(transfer)) or bool(unlabelled)
 
 
 def check_transfer_files(dataset: dict) -> None:
-    """The cheap checks of every local transfer file of the config's ``dataset`` section, made when the DAG is
-    built so that a mistake stops the run before any job (:func:`check_text_source`). The full read, with its
-    encoding check, is the ``transfer`` job's (kdpipe.data.transfer). The workflow's entry point: it reads the
-    section's keys here and passes them on."""
+    """:func:`check_text_source` of every transfer source of the config's ``dataset`` section (the workflow's entry
+    point; the full read is the ``transfer`` job's)."""
     for source in transfer_sources(dataset["transfer"]):
         check_text_source(
             source,
@@ -37,6 +36,19 @@ def check_transfer_files(dataset: dict) -> None:
             fmt=dataset["format"],
             encoding=dataset["encoding"],
         )
+
+
+def no_column(where: str, column: str, key: str, available: list[str]) -> KdpipeError:
+    """The error for a configured ``column`` (config key ``key``) that the source at ``where`` lacks."""
+    close = difflib.get_close_matches(column, available, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return KdpipeError(f"{where}: no column '{column}' ({key}); the columns are {available}{hint}")
+
+
+def file_not_found(path: Path, key: str) -> KdpipeError:
+    """The error for a local file named by config ``key`` that is not there."""
+    where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+    return KdpipeError(f"{path}: file not found{where}; check {key}")
 
 
 def check_text_source(
@@ -49,20 +61,14 @@ def check_text_source(
     encoding: str,
     column_keys: dict | None = None,
 ) -> None:
-    """A local text source (a transfer file, the OOD file) exists, is not empty, has a data row, and has the text
-    column(s) ``text_column`` (and ``text_pair_column``) (in a CSV/TSV header, a Parquet schema, the first JSONL
-    record or a saved dataset's features), read as format ``fmt`` in ``encoding``; ``key`` names the config key of
-    the source, ``column_keys`` those of the columns (default ``dataset.text_column``...)."""
-    from pathlib import Path
-
-    from kdpipe.core.store import KdpipeError
-
+    """A local text source (a transfer file, the OOD file) exists, is not empty, has a data row and its text
+    column(s), read cheaply; ``key`` and ``column_keys`` name the config keys in messages."""
     wanted = {text_column: "text_column", **({text_pair_column: "text_pair_column"} if text_pair_column else {})}
     path = Path(source)
     if source.startswith("hf:"):
         return
     if path.is_dir():
-        if not _saved_dataset(path):
+        if not saved_dataset(path):
             raise KdpipeError(
                 f"{path}: a folder, but not one written by the datasets library's save_to_disk (no "
                 f"dataset_dict.json or state.json in it); give a file, hf:NAME or such a folder ({key})"
@@ -71,8 +77,7 @@ def check_text_source(
             raise KdpipeError(f"{path}: the saved dataset has no rows ({key})")
         columns = _saved_columns(path)
     elif not path.is_file():
-        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
-        raise KdpipeError(f"{path}: file not found{where}; check {key}")
+        raise file_not_found(path, key)
     else:
         with open(path, "rb") as handle:
             if not handle.read(1 << 20).strip():
@@ -82,23 +87,17 @@ def check_text_source(
         columns = _header(path, fmt, encoding)
     missing = [column for column in wanted if columns is not None and column not in columns]
     if missing:
-        import difflib
-
         column_key = (column_keys or {}).get(wanted[missing[0]], f"dataset.{wanted[missing[0]]}")
-        close = difflib.get_close_matches(missing[0], columns, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise KdpipeError(f"{path}: no column '{missing[0]}' ({column_key}); the columns are {columns}{hint} ({key})")
+        raise KdpipeError(f"{no_column(str(path), missing[0], column_key, columns)} ({key})")
 
 
 def _suffix(path, fmt: str) -> str:
-    """The file's format as its reader sees it: ``fmt`` (``dataset.format``), or the extension with format
-    ``auto``."""
+    """The file's format as its reader sees it: ``fmt``, or the extension with ``auto``."""
     return path.suffix.lower() if fmt == "auto" else f".{fmt}"
 
 
 def _has_rows(path, fmt: str) -> bool:
-    """Whether a file that is not empty has a data row: a Parquet file's metadata, or a non-blank line after a
-    CSV/TSV header (True for what cannot be told cheaply: the transfer job reads it)."""
+    """Whether a file that is not empty has a data row (True for what cannot be told cheaply)."""
     suffix = _suffix(path, fmt)
     if suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -115,8 +114,7 @@ def _has_rows(path, fmt: str) -> bool:
 
 
 def _saved_columns(folder) -> list[str] | None:
-    """The columns of a ``save_to_disk`` folder, from the features in its ``dataset_info.json`` files (of every
-    split of a ``DatasetDict``: those all splits have); None when they cannot be read."""
+    """The columns every split of a ``save_to_disk`` folder has (its ``dataset_info.json`` features), or None."""
     import json
 
     found = None
@@ -132,8 +130,7 @@ def _saved_columns(folder) -> list[str] | None:
 
 
 def _header(path, fmt: str, encoding: str) -> list[str] | None:
-    """The column names of a CSV/TSV header, a Parquet schema or the first JSONL record (None for what cannot be
-    read cheaply)."""
+    """The column names of a CSV/TSV header, a Parquet schema or the first JSONL record, or None."""
     import csv
     import json
 
@@ -166,17 +163,13 @@ def _header(path, fmt: str, encoding: str) -> list[str] | None:
 
 
 def transfer_rows_bound(sources: list[str], fmt: str, cap: int | None) -> int | None:
-    """At most how many rows the transfer files ``sources`` (read in format ``fmt``) give (before any is dropped,
-    not counting the withheld training rows; at most ``cap``, ``dataset.transfer_max_rows``), read cheaply when the
-    DAG is built: a Parquet file's metadata, the line count of a CSV/TSV/JSONL file
-    (a record spanning several lines counts more than once). None when a source cannot be counted so (a Hugging Face
-    dataset, a file not there yet)."""
-    from pathlib import Path
-
+    """At most how many rows the transfer files ``sources`` give before any is dropped, withheld rows not counted (at
+    most ``cap``), counted cheaply (a record spanning several lines counts more than once); None when a
+    source cannot be counted so (a Hugging Face dataset, a file not there yet)."""
     total = 0
     for source in sources:
         path = Path(source)
-        if path.is_dir() and _saved_dataset(path):
+        if path.is_dir() and saved_dataset(path):
             rows = _saved_rows(path)
             if rows is None:
                 return None
@@ -204,7 +197,7 @@ def transfer_rows_bound(sources: list[str], fmt: str, cap: int | None) -> int | 
     return total if cap is None else min(total, cap)
 
 
-def _saved_dataset(folder) -> bool:
+def saved_dataset(folder) -> bool:
     """A folder written by ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``)."""
     return any((folder / name).is_file() for name in ("dataset_dict.json", "state.json"))
 

@@ -1,10 +1,7 @@
 """Entropy, normalised entropy and negative log-likelihood of predicted class probabilities, in numpy.
 
-The one implementation of each, used by the MC-dropout signal, the certainty router, the training loop's validation
-and the evaluation metrics (docs/methods.md §1.4 and §3, docs/routing.md, "Certainty scores"). A loss that needs the
-gradient of one has its torch form beside it (Dynamic KD's ĥ, docs/methods.md §2). Each function works on the last
-axis and in the dtype of its input: float32 probabilities give float32 scores, as the MC-dropout signal stores them,
-float64 ones float64, as the metrics compute them.
+The one implementation of each (docs/methods.md §1.4 and §3, docs/routing.md, "Certainty scores"), on the last axis
+and in the dtype of its input (float32 as the MC-dropout signal stores them, float64 as the metrics compute them).
 """
 
 from __future__ import annotations

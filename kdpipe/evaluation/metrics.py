@@ -1,11 +1,9 @@
 """Classification metrics of predicted class probabilities: accuracy, macro-F1, NLL, ECE, Brier, reliability bins.
 
-Accuracy, macro-F1 and ECE come from torchmetrics; NLL and entropy (:mod:`kdpipe.evaluation.information`), the
-multi-class Brier score and the reliability bins are computed in numpy, where torchmetrics has no such metric
-(docs/design.md, "Design notes"). ``macro_f1`` averages over the classes that occur among the labels or the
-predictions, as scikit-learn's ``f1_score(average="macro")`` does; ``ece`` and the reliability bins share their
-equal-width bins on the top-class probability (Guo et al. 2017). ``uncertainty_split`` decomposes the total
-predictive entropy of several members into aleatoric and epistemic parts (docs/methods.md §3).
+Also the uncertainty split of several members (docs/methods.md §3). Accuracy, macro-F1 and ECE come from
+torchmetrics, the rest is numpy where torchmetrics has no such metric (docs/design.md, "Design notes"). Macro-F1
+averages over the classes among the labels or the predictions, as scikit-learn's ``f1_score(average="macro")``; ECE
+and the reliability bins share equal-width bins on the top-class probability.
 """
 
 from __future__ import annotations

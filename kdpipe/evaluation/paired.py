@@ -1,32 +1,15 @@
 """Intervals and paired tests over teacher seeds, student seeds and test rows
 (docs/report.md, "Intervals and verdicts").
 
-A model is scored on N test rows by a per-row metric, once per *unit*: a (teacher seed, student seed) pair, one row
-of a [units, N] matrix. Accuracy reads a 0/1 matrix ``correct`` (a bare matrix stands for it), the expected
-calibration error each row's confidence and correctness (:class:`CalibrationError`), and :class:`Auroc` how well an
-uncertainty score tells OOD rows from the test rows. Each unit may be labelled with its teacher seed (``teachers``:
-the run whose teacher it learnt from) and its student seed (``seeds``); unlabelled, all units share one teacher seed
-and their student seeds pair with no other model's.
+A model is scored on N test rows by a per-row metric, once per *unit* (a teacher seed, student seed pair): one row of
+a [units, N] matrix, read by :class:`Accuracy` (a bare 0/1 matrix stands for it), :class:`CalibrationError` or
+:class:`Auroc`. Units may be labelled with their teacher seed (``teachers``) and student seed (``seeds``); unlabelled,
+all share one teacher seed and their student seeds pair with no other model's. The bootstrap is hierarchical: the
+seed levels in closed form, the rows (or ``clusters`` of rows) drawn, one draw shared by every model compared.
 
-The bootstrap is hierarchical: teacher seeds, student seeds within each, then the test rows, or whole clusters of
-rows (``clusters``: rows of one value form one cluster). Every metric is a mean over its units, so the seed levels
-are bootstrapped in closed form (the mean of n units drawn with replacement varies by s²·(n − 1)/n², exactly); the
-rows are drawn, one draw shared by every model compared (the test is *paired*; the test and the OOD rows of an
-AUROC are drawn apart, as two strata). Seeds are paired where the design pairs them: models with the same teacher
-seeds are compared teacher seed by teacher seed, and with one teacher seed, models with the same student seed labels
-seed by seed. The standard error is the bootstrap's variance with three corrections: the top level's (n − 1)/n
-undone; the student seeds not drawn again below several teacher seeds (the teacher seeds' spread already holds
-theirs); each unit's own row noise, which the units' spread already holds, taken out of the rows' part. Intervals
-and p-values are Student's t, its degrees of freedom Welch–Satterthwaite's for that sum (n − 1 for the top level;
-for the rows' part, a difference of two estimates, each one's own), so that two or three teacher seeds give the wide
-interval so few call for.
-
-:func:`interval` gives a model's 95% interval; :func:`compare` A − B with its 95% and 90% intervals, its p-value,
-the smallest difference the design detects and the smallest equivalence margin it confirms, and the tests of a
-claim: ``beats`` (its direction, and with a published gap its size) or ``matches`` (two one-sided tests);
-:func:`compare_gains` the same for (A − B) − (C − D). :func:`family` adjusts the tests of several claims together
-with Holm's step-down method and turns them into verdicts. Where lower is better (the calibration error), "A beats
-B" means A − B is below 0.
+:func:`interval` gives a model's 95% interval; :func:`compare` A − B with its intervals, p-value, reach and the tests
+of a claim (``beats``, ``matches``); :func:`compare_gains` the same for (A − B) − (C − D); :func:`family` adjusts
+several claims' tests together (Holm). Where lower is better (the calibration error), "A beats B" means A − B < 0.
 """
 
 from __future__ import annotations
@@ -125,12 +108,9 @@ class Accuracy(_Units):
 
 
 class CalibrationError(_Units):
-    """The expected calibration error (L1, equal-width confidence bins, as
-    ``torchmetrics.MulticlassCalibrationError``): per bin the gap between the mean confidence and the accuracy,
-    weighted by the bin's share of rows, from ``confidence`` and ``correct`` [units, N]. The confidences are binned
-    in float32 and a row of confidence 1 has a bin of its own, both as in torchmetrics. Binned ECE is biased upwards
-    (a calibrated model on a finite sample scores above 0), so its interval says how much it moves between samples,
-    not how far it is from 0; the difference of two models' ECE on the same rows is the quantity to test."""
+    """The expected calibration error as ``torchmetrics.MulticlassCalibrationError`` computes it (L1, equal-width
+    bins of float32 confidences, a confidence of 1 in a bin of its own), from ``confidence`` and ``correct``
+    [units, N]. Binned ECE is biased upwards: test the difference of two models' ECE, not its distance from 0."""
 
     lower_is_better = True
 
@@ -249,8 +229,8 @@ Unit = list[tuple[int, np.ndarray]]  # a top-level unit: (model, its unit rows a
 
 def _top_levels(models: list[Metric]) -> list[list[Unit]]:
     """The top-level units of the models, in groups drawn together: the teacher seeds of models with the same
-    several teacher seeds (each unit every such model's mean over its student seeds under that teacher seed), else
-    the student seeds of models with the same student seed labels (unlabelled seeds: each model alone)."""
+    several teacher seeds, else the student seeds of models with the same student seed labels, else each model
+    alone (docs/report.md, "Intervals and verdicts": pairing)."""
     by_teachers = defaultdict(list)
     for index, model in enumerate(models):
         by_teachers[tuple(model.teacher_seeds)].append(index)
@@ -282,17 +262,9 @@ class _Estimate:
 
 
 def _estimate(models: list[Metric], coefficients: Sequence[float], draws: int, seed: int, clusters) -> _Estimate:
-    """Σ c_m · model_m, its standard error and degrees of freedom (docs/report.md, "Intervals and verdicts").
-
-    Seeds: the value is a mean over top-level units (:func:`_top_levels`), so drawing them with replacement has a
-    variance known in closed form, their spread s²·(n − 1)/n over n; corrected by n / (n − 1), each group adds s²/n
-    with n − 1 degrees of freedom (the spread of the teacher seeds' means holds their student seeds' variance, which
-    is therefore not drawn a second time). Rows: ``draws`` bootstrap draws of the rows or clusters, one shared by
-    every model, with every unit kept; their variance R (clusters less one degrees of freedom) less the part each
-    unit's own row noise adds, which the units' spread already holds: W, the units' row-draw variance about their
-    mean over n − 1 ((n − 1)(clusters − 1) degrees of freedom). The rows add R − W where it is positive. The degrees
-    of freedom are Welch–Satterthwaite's for the sum s²/n + R − W, each term with its own (so a rows' part that is
-    a small difference of two large terms counts as the uncertain estimate it is)."""
+    """Σ c_m · model_m, its standard error and degrees of freedom (docs/report.md, "Intervals and verdicts": the
+    top-level seeds' s²/n, plus the rows' bootstrap variance R less each unit's own row noise W where R − W > 0;
+    Welch–Satterthwaite degrees of freedom for the sum)."""
     strata = _check(models)
     codes = _cluster_codes(strata, clusters)
     weights = _row_weights(codes, draws, np.random.default_rng(seed))
@@ -378,19 +350,17 @@ def compare_gains(
     seed: int = 0,
     clusters=None,
 ) -> Comparison:
-    """(A − B) − (C − D): how much larger A's gain over B is than C's over D, all four on the same test rows (e.g.
-    one method's gain with little data against its gain with all of it, every model scored on the same reviews).
-    One draw of the rows is shared by the four models, their seeds drawn as in :func:`compare`."""
+    """(A − B) − (C − D): how much larger A's gain over B is than C's over D, all four on the same test rows, one
+    draw of the rows shared by the four, their seeds drawn as in :func:`compare`."""
     models = [_metric(m) for m in (a, b, c, d)]
     found = _estimate(models, [1.0, -1.0, -1.0, 1.0], draws, seed, clusters)
     return _comparison(found, models[0].lower_is_better, claim, gap, margin)
 
 
 def claim_tests(advantage: float, se: float, df: float, claim: str, gap: float = 0.0, margin: float = 0.01):
-    """The tests of a claim on the *advantage* of A (A − B, or B − A where lower is better), its standard error and
-    degrees of freedom: ``beats`` the direction (two-sided against 0) and, with a gap g > 0, the size (two-sided
-    against g); ``matches`` the equivalence within ±``margin`` (two one-sided tests at 5% each while the estimate
-    lies inside ±margin; outside it, the test that the difference lies beyond the margin)."""
+    """The tests of a claim on the *advantage* of A (A − B, or B − A where lower is better): ``beats`` the direction
+    and, with a gap > 0, the size (two-sided); ``matches`` the equivalence within ±``margin`` (two one-sided tests
+    inside the margin; outside it, the test that the difference lies beyond it)."""
     if claim == "beats":
         tests = [_two_sided("direction", advantage, 0.0, se, df)]
         if gap > 0:

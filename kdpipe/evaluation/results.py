@@ -19,9 +19,6 @@ from kdpipe.evaluation.metrics import classification_metrics, uncertainty_split,
 from kdpipe.evaluation.ood import detection, scores, selective
 from kdpipe.evaluation.settings import EvalSettings, OodSpec
 
-INFO = ("model", "base", "group", "kind", "method", "seed", "split", "domain")  # (EvalSettings.info)
-
-
 OOD_SPLIT = "ood"  # the OOD rows' split (kdpipe.data.dataset.OOD)
 EVALUATED = ("validation", "test", OOD_SPLIT)  # every split an evaluation can write
 
@@ -40,10 +37,8 @@ def sum_or_none(values) -> float | None:
 
 
 def combined_label_use(records: list[dict], *, disjoint: bool = False) -> dict | None:
-    """The gold labels an ensemble or the teachers' oracle read to be made, from its members' evaluation records
-    (``gold_labels``: {split: rows}): members on disjoint classes read disjoint rows (their counts add up), members
-    of one label set (a seed ensemble) the same rows (the largest count). A member that does not say makes the
-    whole unknown (None)."""
+    """The gold labels ({split: rows}) an ensemble or the teachers' oracle read, from its members' records: counts
+    add up over ``disjoint`` members, else the largest; None when a member does not say."""
     uses = [r.get("gold_labels") for r in records]
     if any(use is None for use in uses):
         return None
@@ -79,10 +74,9 @@ def write_evaluation(
     domains: np.ndarray | None = None,
     mc_probs: np.ndarray | None = None,
 ) -> dict:
-    """Metrics of the members' mean prediction on ``split`` plus the uncertainty split, the AURC of every uncertainty
-    score (and the accuracy per domain, given each row's domain); the JSON and the predictions table, the record
-    saying what ``settings`` say of the model (one JSON per split: docs/caching-and-reruns.md, "Rerun rules").
-    ``mc_probs`` [T·M, N, C]: MC-dropout samples, whose scores are added as ``mc_*``."""
+    """The JSON (metrics of the members' mean prediction, the uncertainty split, the AURC of every score, the accuracy
+    per domain given ``domains``) and the predictions table of ``split``; ``mc_probs`` [T·M, N, C]: MC-dropout
+    samples, whose scores are added as ``mc_*``."""
     probs = member_probs.mean(0)
     metrics = classification_metrics(probs, y, classes, ece_bins=settings.ece_bins)
     metrics["uncertainty"] = uncertainty_summary(member_probs)
@@ -205,10 +199,9 @@ def _pandas_frame(columns: dict, classes: list[str], rows) -> pd.DataFrame:
 
 
 def predictions_table(columns: dict, classes: list[str]) -> pa.Table:
-    """The predictions table as Arrow, built column by column: the same table, schema and pandas metadata as
-    ``pandas.DataFrame(...).to_parquet`` makes from one array object per row of ``probs`` and class names as
-    strings, without those N objects (docs/design.md, "Compute": memory flat in N). ``columns``: each column's
-    values in row order, ``label`` and ``pred`` as class indices, ``probs`` as one [N, C] array."""
+    """The predictions table as Arrow, the same as pandas' ``to_parquet`` of one ``probs`` array and class names per
+    row makes, without those N objects (docs/design.md, "Compute"). ``columns``: values in row order, ``label`` and
+    ``pred`` as class indices, ``probs`` as one [N, C] array."""
     rows = len(columns["row_id"])
     if rows == 0:  # (the empty table's column types are pandas' own guesses: made the way pandas makes them)
         return pa.Table.from_pandas(_pandas_frame(columns, classes, slice(None)), preserve_index=False)

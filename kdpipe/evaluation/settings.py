@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from kdpipe.core.settings import Settings
 
+INFO = ("model", "base", "group", "kind", "method", "seed", "split", "domain")  # each evaluation record's first keys
+
 
 @dataclass(frozen=True)
 class OodSpec(Settings):
@@ -43,14 +45,5 @@ class EvalSettings(Settings):
     exported: str | None = None
 
     def info(self, split: str) -> dict:
-        """What the evaluation record of ``split`` says of the model (``kdpipe.evaluation.results.INFO``)."""
-        return {
-            "model": self.model,
-            "base": self.base,
-            "group": self.group,
-            "kind": self.kind,
-            "method": self.method,
-            "seed": self.seed,
-            "split": split,
-            "domain": self.domain,
-        }
+        """What the evaluation record of ``split`` says of the model (:data:`INFO`)."""
+        return {key: split if key == "split" else getattr(self, key) for key in INFO}

@@ -19,13 +19,9 @@ __all__ = ["DistillContext", "Objective", "student_logits"]
 @dataclass
 class DistillContext:
     """Everything a method may read: cached teacher signals on the train split, never a teacher model
-    (docs/adding-a-method.md).
-
-    ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, in the student's train row order),
-    ``"mc"``, ``"certainty"``, ``"domain"``, ``"expertise"``; the token-level dumps ``"hidden"`` / ``"attentions"``
-    (:class:`kdpipe.signals.load.TokenFeature`) are read only through :meth:`teacher_feature`. ``blocks[teacher]``:
-    the student-label index of each of the teacher's local classes.
-    """
+    (docs/adding-a-method.md). ``signals[teacher][name]``: e.g. ``"logits"`` (tensor [N, C_k] on the device, in
+    the student's train row order); the token-level dumps are read through :meth:`teacher_feature`.
+    ``blocks[teacher]``: the student-label index of each of the teacher's local classes."""
 
     labels: list[str]
     teachers: list[str]
@@ -39,10 +35,10 @@ class DistillContext:
     domains: list[str] | None = None
     domain_ids: torch.Tensor | None = None  # Meta-KD: each train row's index into ``domains``
     prototype_scores: torch.Tensor | None = None  # Meta-KD: each train row's prototype score
-    train_labels: np.ndarray | None = None  # gold label index per train row (for diagnostics, never a loss
-    # of a method that trains without labels)
-    route: dict | None = None  # the student's route (docs/routing.md): "scores" (tensor [N, K], teachers in
-    # ``teachers`` order), "weighting" ("softmax" | "scores"), "temperatures" ({teacher: T} when calibrated)
+    train_labels: np.ndarray | None = None  # gold label index per train row (for diagnostics only)
+    # the student's route (docs/routing.md): "scores" [N, K] (teachers in ``teachers`` order), "weighting" and
+    # "temperatures" (when calibrated)
+    route: dict | None = None
 
     def signal(self, teacher: str, name: str):
         return self.signals[teacher][name]
@@ -51,8 +47,7 @@ class DistillContext:
         return torch.as_tensor(self.blocks[teacher], device=self.device)
 
     def check_token_aligned(self, method: str, feature: str = "hidden") -> None:
-        """Token-level teacher features are only comparable when the student tokenised the train split exactly as
-        the teachers' dumps did (same tokenizer and max_length)."""
+        """Refuse token-level features of a dump tokenised otherwise than the student's train split."""
         for t in self.teachers:
             dump = self.signal(t, feature)
             same = (
@@ -71,16 +66,10 @@ class DistillContext:
         """Position of teacher layer ``layer`` in a feature dump (which keeps only the planned layers)."""
         return self.signal(teacher, feature).layers.index(layer)
 
-    def teacher_hidden(self, teacher: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
-        """Cached hidden states [B, width, H] (float32, on the device) of dump slot ``slot`` for train rows
-        ``index``, cut to the batch's padded width."""
-        return self.teacher_feature(teacher, "hidden", slot, index, width)
-
     def teacher_feature(self, teacher: str, feature: str, slot: int, index: np.ndarray, width: int) -> torch.Tensor:
         """Cached token-level features of dump slot ``slot`` for train rows ``index`` (float32, on the device),
-        padded with zeros to the batch's width: hidden states [B, width, H], attentions [B, (heads,) width, width].
-        The one access point to a token-level dump, which is stored without padding
-        (docs/design.md, "Feature dumps and their size")."""
+        zero-padded to the batch's width: hidden states [B, width, H], attentions [B, (heads,) width, width]; the one
+        access point to a dump stored without padding (docs/design.md, "Feature dumps and their size")."""
         return self.signal(teacher, feature).batch(index, slot, width, self.device)
 
 

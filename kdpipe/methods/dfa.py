@@ -4,8 +4,8 @@
 
 For each layer pair (``kdpipe.models.backbones.strided_alignment``) trained adapters encode the concatenated
 teacher features to r, reconstruct each teacher's features from r (L_rec) and match the student to r (L_amal).
-Teacher features come from the cached dumps, so the student must tokenise like the teachers (checked); see
-docs/methods.md §1.3 for the adapters and the departures from the released ``dfa.py``.
+Teacher features come from the cached dumps, so the student must tokenise like the teachers (checked);
+docs/methods.md §1.3.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective
 from kdpipe.methods.losses import union_logits, vanilla_kd_loss
-
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
 
 class Amalgamator(nn.Module):
@@ -78,7 +76,7 @@ def build(ctx: DistillContext, args: Args) -> Objective:
         width = mask.shape[1]
         rec_total = amal_total = out.logits.new_zeros(())
         for p, layer in enumerate(student_layers):
-            feats = [ctx.teacher_hidden(teachers[t], pairs[t][p][1], index, width) for t in range(len(teachers))]
+            feats = [ctx.teacher_feature(t, "hidden", pairs[i][p][1], index, width) for i, t in enumerate(teachers)]
             rec, amal = amalgamation_losses(amalgamator, p, out.hidden_states[layer].float(), feats, mask)
             rec_total, amal_total = rec_total + rec, amal_total + amal
         total = args.kd_weight * kd + args.rec_weight * rec_total + args.amal_weight * amal_total

@@ -1,8 +1,5 @@
 """The choices of Dynamic KD's ``method_args`` (docs/methods.md §2), declared once and importable without torch.
-
-:mod:`kdpipe.methods.registry` checks a config against them when the DAG is built; :mod:`kdpipe.methods.dynamic_kd`
-implements each of them.
-"""
+The registry checks a config against them; :mod:`kdpipe.methods.dynamic_kd` implements them."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 ``dynamic_teacher`` (§2a) mixes a small and a large teacher by the student's normalised entropy ĥ, ``dynamic_data``
 (§2b) gives the KD term only to the examples the student scores most informative, and ``dynamic_objective`` (§2c)
 splits KD between logits and hidden states by ĥ. ĥ is computed online every step (detached unless
-``entropy_grad: true``); the teacher side is read from the cache, never from a live teacher. The losses, their
-keys and where they depart from the released code are in docs/methods.md §2.
+``entropy_grad: true``); the teacher side is read from the cache.
 """
 
 from __future__ import annotations
@@ -18,26 +17,12 @@ from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
-from kdpipe.methods.dynamic_choices import (
-    DATA_STRATEGIES,
-    DIRECTIONS,
-    DISTANCES,
-    OBJECTIVE_STRATEGIES,
-    REVERSED,
-    TEACHER_MODES,
-)
+from kdpipe.methods.dynamic_choices import REVERSED
 from kdpipe.methods.losses import gold_cross_entropy, soft_kl, token_mse, union_logits
-
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built, with
-# the choices of kdpipe.methods.dynamic_choices
-
-
-# ---- pure functions ------------------------------------------------------------------------------------------
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
-    """H(softmax(z_i)) in nats from the logits, differentiable; shape [B] (docs/methods.md §2). The torch form of
-    :func:`kdpipe.evaluation.information.entropy`, for a loss that needs its gradient."""
+    """H(softmax(z_i)) in nats from the logits, differentiable; shape [B] (docs/methods.md §2)."""
     log_p = F.log_softmax(logits.float(), -1)
     return -(log_p.exp() * log_p).sum(-1)
 
@@ -51,24 +36,16 @@ def kd_distance(student: torch.Tensor, teacher: torch.Tensor, distance: str, tem
     """Per-example KD distance D_i: ``mse`` mean_c (z_s − z_t)², or ``kl`` T²·KL(softmax(z_t/T) ‖ softmax(z_s/T))."""
     if distance == "mse":
         return ((student.float() - teacher.float()) ** 2).mean(-1)
-    if distance == "kl":
-        target = F.softmax(teacher.float() / temperature, -1)
-        return temperature**2 * soft_kl(target, student, temperature)
-    raise KdpipeError(f"dynamic KD: distance must be one of {DISTANCES}, not {distance!r}")
+    target = F.softmax(teacher.float() / temperature, -1)
+    return temperature**2 * soft_kl(target, student, temperature)
 
 
 def teacher_weights(
     h: torch.Tensor, mode: str, direction: str = "uncertain_to_small"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-example weights (w_small, w_large), shape [B] each, such that the KD term is
-    mean_i(w_small,i·D_small,i + w_large,i·D_large,i) (docs/methods.md §2a).
-
-    ``hard``: the ⌊B/2⌋ examples with the highest ĥ go to the small teacher with weight B/⌊B/2⌋, the others to the
-    large one with weight B/(B − ⌊B/2⌋), so each half contributes its own mean, as in the release.
-    """
-    if direction not in DIRECTIONS:
-        raise KdpipeError(f"dynamic_teacher: direction must be one of {DIRECTIONS}, not {direction!r}")
-    if mode == "hard":
+    mean_i(w_small,i·D_small,i + w_large,i·D_large,i) (docs/methods.md §2a)."""
+    if mode == "hard":  # the ⌊B/2⌋ most uncertain rows and the others each contribute their own mean
         b = h.shape[0]
         half = b // 2
         uncertain = torch.zeros_like(h, dtype=torch.bool)
@@ -78,10 +55,8 @@ def teacher_weights(
     elif mode == "soft":
         to_uncertain = h.mean().expand_as(h)
         to_certain = 1 - to_uncertain
-    elif mode == "soft_instance":
+    else:  # soft_instance
         to_uncertain, to_certain = h, 1 - h
-    else:
-        raise KdpipeError(f"dynamic_teacher: mode must be one of {TEACHER_MODES}, not {mode!r}")
     if direction == "uncertain_to_small":
         return to_uncertain, to_certain
     return to_certain, to_uncertain
@@ -89,8 +64,6 @@ def teacher_weights(
 
 def selection_scores(logits: torch.Tensor, strategy: str, generator: torch.Generator | None = None) -> torch.Tensor:
     """Scores of the examples, highest = most informative = kept first (docs/methods.md §2b). Shape [B], no gradient."""
-    if strategy not in DATA_STRATEGIES:
-        raise KdpipeError(f"dynamic_data: strategy must be one of {DATA_STRATEGIES}, not {strategy!r}")
     base, reverse = strategy.removesuffix(REVERSED), strategy.endswith(REVERSED)
     p = F.softmax(logits.detach().float(), -1)
     if base == "entropy":
@@ -125,17 +98,7 @@ def objective_weights(h: torch.Tensor, strategy: str) -> tuple[torch.Tensor, tor
         return 1 - h, h
     if strategy == "uncertainty-r":
         return h, 1 - h
-    if strategy == "none":
-        return torch.ones_like(h), torch.ones_like(h)
-    raise KdpipeError(f"dynamic_objective: strategy must be one of {OBJECTIVE_STRATEGIES}, not {strategy!r}")
-
-
-# ---- builders ------------------------------------------------------------------------------------------------
-
-
-def _args(args: Args) -> Args:
-    kd_distance(torch.zeros(1, 2), torch.zeros(1, 2), args.distance, float(args.temperature))  # validates
-    return args
+    return torch.ones_like(h), torch.ones_like(h)
 
 
 def _entropy(z: torch.Tensor, grad: bool) -> torch.Tensor:
@@ -149,8 +112,8 @@ def _full_label_logits(ctx: DistillContext, teacher: str) -> torch.Tensor:
 
 
 def _weighted_ce(z: torch.Tensor, batch: dict, weight: float) -> tuple[torch.Tensor, dict]:
-    """(α_ce · CE with the gold labels, its ``ce`` term); with ``ce_weight: 0`` the batch's labels are not read, so
-    the student is not recorded as trained on them (docs/report.md, "Which gold labels each model read")."""
+    """(α_ce · CE with the gold labels, its ``ce`` term); with ``ce_weight: 0`` the batch's labels are not read
+    (docs/report.md, "Which gold labels each model read")."""
     if not weight:
         return z.new_zeros((), dtype=torch.float32), {}
     ce = gold_cross_entropy(z, batch["labels"])
@@ -159,26 +122,24 @@ def _weighted_ce(z: torch.Tensor, batch: dict, weight: float) -> tuple[torch.Ten
 
 def build_teacher(ctx: DistillContext, args: Args) -> Objective:
     """``dynamic_teacher``: CE + KD from a small and a large teacher, weighted by the student's ĥ (§2a)."""
-    a = _args(args)
-    if len(ctx.teachers) != 2 or a.small_teacher not in ctx.teachers:
+    if len(ctx.teachers) != 2 or args.small_teacher not in ctx.teachers:
         raise KdpipeError(
             f"dynamic_teacher: needs exactly two teachers and method_args.small_teacher naming the "
-            f"smaller one; teachers are {ctx.teachers}, small_teacher is {a.small_teacher!r}"
+            f"smaller one; teachers are {ctx.teachers}, small_teacher is {args.small_teacher!r}"
         )
-    teacher_weights(torch.zeros(2), a.mode, a.direction)  # validates
-    large = next(t for t in ctx.teachers if t != a.small_teacher)
-    small_z, large_z = _full_label_logits(ctx, a.small_teacher), _full_label_logits(ctx, large)
-    distance, temperature = a.distance, float(a.temperature)
+    large = next(t for t in ctx.teachers if t != args.small_teacher)
+    small_z, large_z = _full_label_logits(ctx, args.small_teacher), _full_label_logits(ctx, large)
+    distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce, ce_terms = _weighted_ce(z, batch, a.ce_weight)
-        h = _entropy(z, a.entropy_grad)
-        w_small, w_large = teacher_weights(h, a.mode, a.direction)
+        ce, ce_terms = _weighted_ce(z, batch, args.ce_weight)
+        h = _entropy(z, args.entropy_grad)
+        w_small, w_large = teacher_weights(h, args.mode, args.direction)
         d_small = kd_distance(z, small_z[batch["index"]], distance, temperature)
         d_large = kd_distance(z, large_z[batch["index"]], distance, temperature)
         kd = (w_small * d_small + w_large * d_large).mean()
-        total = ce + a.kd_weight * kd
+        total = ce + args.kd_weight * kd
         return total, {**ce_terms, "kd": kd.item(), "entropy": h.mean().item(), "w_small": w_small.mean().item()}
 
     return Objective(loss=loss)
@@ -186,24 +147,22 @@ def build_teacher(ctx: DistillContext, args: Args) -> Objective:
 
 def build_data(ctx: DistillContext, args: Args) -> Objective:
     """``dynamic_data``: CE on the whole batch + KD on the top fraction r scored by the student (§2b)."""
-    a = _args(args)
-    ratio = float(a.ratio)
-    selection_scores(torch.zeros(1, 2), a.strategy)  # validates
-    select_top(torch.zeros(1), ratio)
+    ratio = float(args.ratio)
+    select_top(torch.zeros(1), ratio)  # a bad ratio (which the registry does not check) fails before training
     targets = union_logits(
         [ctx.signal(t, "logits") for t in ctx.teachers], [ctx.block(t) for t in ctx.teachers], len(ctx.labels)
     )
-    distance, temperature = a.distance, float(a.temperature)
+    distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce, ce_terms = _weighted_ce(z, batch, a.ce_weight)
-        kept = select_top(selection_scores(z, a.strategy), ratio)
+        ce, ce_terms = _weighted_ce(z, batch, args.ce_weight)
+        kept = select_top(selection_scores(z, args.strategy), ratio)
         if len(kept):
             kd = kd_distance(z[kept], targets[batch["index"][kept]], distance, temperature).mean()
         else:
             kd = z.new_zeros((), dtype=torch.float32)
-        total = ce + a.kd_weight * kd
+        total = ce + args.kd_weight * kd
         return total, {**ce_terms, "kd": kd.item(), "kept": float(len(kept))}
 
     return Objective(loss=loss)
@@ -211,8 +170,6 @@ def build_data(ctx: DistillContext, args: Args) -> Objective:
 
 def build_objective(ctx: DistillContext, args: Args) -> Objective:
     """``dynamic_objective``: (1 − ĥ)-weighted logit MSE + ĥ-weighted normalised hidden-state MSE (§2c)."""
-    a = _args(args)
-    objective_weights(torch.zeros(1), a.strategy)  # validates
     if len(ctx.teachers) != 1 or not ctx.alignment:
         raise KdpipeError(
             f"dynamic_objective: needs exactly one teacher (got {ctx.teachers}) with a planned layer alignment"
@@ -227,23 +184,25 @@ def build_objective(ctx: DistillContext, args: Args) -> Objective:
         )
     pairs = [(s, ctx.hidden_slot(teacher, tl)) for s, tl in ctx.alignment[teacher]]
     targets = _full_label_logits(ctx, teacher)
-    distance, temperature = a.distance, float(a.temperature)
+    distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True)
         z = out.logits
-        ce, ce_terms = _weighted_ce(z, batch, a.ce_weight)
-        h = _entropy(z, a.entropy_grad)
-        w_logit, w_rep = objective_weights(h, a.strategy)
+        ce, ce_terms = _weighted_ce(z, batch, args.ce_weight)
+        h = _entropy(z, args.entropy_grad)
+        w_logit, w_rep = objective_weights(h, args.strategy)
         d = kd_distance(z, targets[batch["index"]], distance, temperature)
         mask = batch["attention_mask"].float()
-        index = batch["index"].cpu().numpy()
+        index, width = batch["index"].cpu().numpy(), mask.shape[1]
         r = sum(
-            normalized_hidden_mse(out.hidden_states[s], ctx.teacher_hidden(teacher, slot, index, mask.shape[1]), mask)
+            normalized_hidden_mse(
+                out.hidden_states[s], ctx.teacher_feature(teacher, "hidden", slot, index, width), mask
+            )
             for s, slot in pairs
         )
         kl, rep = (w_logit * d).mean(), (w_rep * r).mean()
-        total = ce + a.kd_weight * kl + a.rep_weight * rep
+        total = ce + args.kd_weight * kl + args.rep_weight * rep
         return total, {**ce_terms, "kd": kl.item(), "rep": rep.item(), "entropy": h.mean().item()}
 
     return Objective(loss=loss)

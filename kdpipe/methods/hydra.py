@@ -3,7 +3,7 @@
 L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4: the heads' CE, the KL of the mean predictions, each head's KL to its
 members (head m matched to members m, m+M, …) and the heads' weight diversity, λ following :func:`lambda_at`.
 Plain Hydra (:func:`build_hydra`) is α = 1, β = 1, λ = 0. The student is a multi-head model
-(``kdpipe.models.multihead``) with M ≤ N heads; the members are full-label teachers.
+(``kdpipe.models.multihead``) with M ≤ N heads; the members are full-label teachers (both checked by the plan).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from kdpipe.methods.base import DistillContext, Objective
 from kdpipe.methods.losses import gold_cross_entropy, kl_divergence
 from kdpipe.models.multihead import MultiHeadClassifier, mean_probs_log
 
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 # plain Hydra: β = 1 gives the aggregate KL weight 0, so its temperature is fixed too (it has no effect)
 HYDRA_FIXED = {"alpha": 1.0, "beta": 1.0, "diversity": 0.0, "diversity_ramp": None, "temp_aggregate": 1.0}
 
@@ -61,9 +60,7 @@ def _agreement(mean: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 
 def diversity_loss(head_linears: list[list[nn.Linear]]) -> torch.Tensor:
     """L4 = Σ_layers Σ_m Σ_rows (1 + cos(θ̄^l_row, θ^{l,m}_row))/2 over every Linear weight and bias of the heads;
-    ``head_linears[m]`` lists head m's Linear modules, in the same order for every head. Where all heads share a
-    layer's weights (copied heads, ``model.head_init: copy``) its gradient is zero; ``noise`` and ``reinit`` start
-    them apart (docs/methods.md §3)."""
+    ``head_linears[m]`` lists head m's Linear modules, in the same order for every head (docs/methods.md §3)."""
     if len({len(linears) for linears in head_linears}) != 1:
         raise KdpipeError("diversity loss: the heads have different numbers of Linear layers")
     total = head_linears[0][0].weight.new_zeros(())
@@ -87,21 +84,8 @@ def lambda_at(epoch: int, lam: float, ramp: list | tuple | None) -> float:
     return float(lam) * min(max((epoch - start) / (end - start), 0.0), 1.0)
 
 
-def _members(ctx: DistillContext) -> torch.Tensor:
-    """The teachers' cached train logits [N, rows, C] in the student's label order."""
-    members = []
-    for t in ctx.teachers:
-        block = ctx.block(t)
-        if len(block) != len(ctx.labels):
-            raise KdpipeError(
-                f"hydra: ensemble member '{t}' covers {len(block)} of the {len(ctx.labels)} labels; "
-                "every member must cover the full label set"
-            )
-        members.append(ctx.signal(t, "logits")[:, torch.argsort(block)])
-    return torch.stack(members)
-
-
-def _checked_args(args: Args) -> Args:
+def build(ctx: DistillContext, args: Args) -> Objective:
+    """Hydra+ (docs/methods.md §3): L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4, λ set per epoch by ``on_epoch``."""
     for name in ("alpha", "beta"):
         if not 0 <= float(getattr(args, name)) <= 1:
             raise KdpipeError(f"hydra_plus: {name} must lie in [0, 1], got {getattr(args, name)}")
@@ -111,43 +95,20 @@ def _checked_args(args: Args) -> Args:
     if not float(args.diversity) >= 0:
         raise KdpipeError(f"hydra_plus: diversity must be non-negative, got {args.diversity}")
     lambda_at(0, args.diversity, args.diversity_ramp)  # a bad ramp fails before training
-    return args
-
-
-def _check_heads(ctx: DistillContext) -> None:
-    heads = getattr(ctx.student_config, "multihead_heads", None)
-    if heads is None:
-        raise KdpipeError(
-            "hydra: the student must be a multi-head model: set model.heads "
-            "(e.g. {count: 5, layers: 1}) in the student config"
-        )
-    if heads > len(ctx.teachers):
-        raise KdpipeError(
-            f"hydra: the student has {heads} heads but the ensemble only {len(ctx.teachers)} members; "
-            "use at most as many heads as members (M ≤ N)"
-        )
-
-
-def build(ctx: DistillContext, args: Args) -> Objective:
-    """Hydra+ (docs/methods.md §3): L = (1−α)·L1 + α[(1−β)·L2 + β·L3] + λ·L4, λ set per epoch by ``on_epoch``."""
-    args = _checked_args(args)
-    _check_heads(ctx)
     alpha, beta = float(args.alpha), float(args.beta)
     temp_a, temp_i = float(args.temp_aggregate), float(args.temp_individual)
     lam, ramp = float(args.diversity), args.diversity_ramp
-    members = _members(ctx)
+    # the teachers' cached train logits [N, rows, C] in the student's label order (each covers every label)
+    members = torch.stack([ctx.signal(t, "logits")[:, torch.argsort(ctx.block(t))] for t in ctx.teachers])
     state = {"lambda": lambda_at(0, lam, ramp)}
 
     def on_epoch(epoch: int, epochs: int) -> None:
         state["lambda"] = lambda_at(epoch, lam, ramp)
 
-    def loss(model: nn.Module, batch: dict):
-        if not isinstance(model, MultiHeadClassifier):
-            raise KdpipeError("hydra: the student must be a multi-head model: set model.heads in the student config")
+    def loss(model: MultiHeadClassifier, batch: dict):
         heads = model(**model_inputs(batch)).head_logits
         targets = members[:, batch["index"]]
         # α = 1 (plain Hydra) gives L1 no weight: the gold labels are then not read
-        # (docs/report.md, "Which gold labels each model read")
         l1 = correctness_loss(heads, batch["labels"]) if alpha < 1 else None
         l2 = aggregation_loss(targets, heads, temp_a)
         l3 = individuality_loss(targets, heads, temp_i)

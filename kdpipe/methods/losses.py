@@ -48,10 +48,8 @@ def vanilla_kd_loss(student: torch.Tensor, teacher_union: torch.Tensor, temperat
 
 
 def gold_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, label_smoothing: float = 0.0) -> torch.Tensor:
-    """Cross-entropy with the gold labels, averaged over the whole batch, a row without a gold label (a transfer row,
-    label ``NO_LABEL``) adding 0 (docs/methods.md, "Rows without a gold label"). Each labelled row weighs what it
-    weighs in a batch of labelled rows, so on labelled rows alone this is ``F.cross_entropy``; a batch of transfer
-    rows only gives 0, not NaN."""
+    """Cross-entropy with the gold labels, averaged over the whole batch, a row without a gold label (``NO_LABEL``)
+    adding 0, not NaN (docs/methods.md, "Rows without a gold label")."""
     labelled = labels >= 0
     per_row = F.cross_entropy(logits.float(), labels.clamp_min(0), reduction="none", label_smoothing=label_smoothing)
     return (per_row * labelled).sum() / max(len(labels), 1)

@@ -2,9 +2,8 @@
 
     L = (1/B) Σ_i m_i · KL(q_i ‖ softmax(z_s,i / τ)),   no T² factor, no gold labels
 
-q aggregates the teachers' zero-padded distributions softmax(z_k / τ) by the scores of the student's route
-(``ctx.route``, docs/routing.md), hard or soft, and m is the margin between the two best scores. q and m depend only
-on the teachers, so both are computed once for every train row when the objective is built (docs/methods.md §6).
+q aggregates the teachers' zero-padded distributions softmax(z_k / τ) by the scores of the student's route, hard or
+soft, and m is the margin between the two best scores; both are computed once for every train row.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import soft_kl
 
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-AGGREGATIONS = ("hard", "soft")
 MARGIN_EPS = 1e-6
 
 
@@ -41,21 +38,13 @@ def padded_probs(
     return out
 
 
-def check_aggregation(mode: str) -> str:
-    if mode not in AGGREGATIONS:
-        raise KdpipeError(f"muki: unknown aggregation {mode!r}; use one of {', '.join(AGGREGATIONS)}")
-    return mode
-
-
 def aggregate(
     padded: torch.Tensor, scores: torch.Tensor, mode: str, tau_s: float, weighting: str = "softmax"
 ) -> torch.Tensor:
     """The target q [N, C] from padded teacher distributions [N, K, C] and scores [N, K] (docs/methods.md §1):
-    hard picks the best-scored teacher; soft weighs them by softmax(s/τ_s), or by the scores themselves when the
-    router's scores are already weights (``weighting="scores"``, docs/routing.md)."""
-    if check_aggregation(mode) == "hard":
-        # ties go to the first teacher (torch.argmax returns the first maximum)
-        best = scores.argmax(-1)
+    hard picks the best-scored teacher; soft weighs them by softmax(s/τ_s), or by the scores (weighting "scores")."""
+    if mode == "hard":
+        best = scores.argmax(-1)  # ties go to the first teacher
         return padded[torch.arange(padded.shape[0], device=padded.device), best]
     weights = F.softmax(scores.float() / tau_s, -1) if weighting == "softmax" else scores.float()
     return torch.einsum("nk,nkc->nc", weights, padded)
@@ -77,7 +66,6 @@ def muki_loss(student: torch.Tensor, q: torch.Tensor, m: torch.Tensor | None, te
 
 def build(ctx: DistillContext, args: Args) -> Objective:
     """The MUKI objective from the student's route: q and m precomputed for all train rows."""
-    check_aggregation(args.aggregation)  # fail on a bad aggregation before any signal is read
     if ctx.route is None:
         raise KdpipeError("muki: the student has no route (the distill stage takes it with --route)")
     mode, tau_s = args.aggregation, float(args.tau_s)

@@ -1,12 +1,14 @@
 """ProKT: a teacher trained jointly with the student (docs/methods.md §5).
 
-The one method whose teacher signals cannot be cached: the teacher starts from the *pre-trained* backbone and takes
-one step per student step towards the task and the student's current prediction, and the student learns the
-updated teacher's prediction. The teacher reads the batch through its own tokenisation of the train split (looked
-up by the batch's row positions), so a student with another tokenisation (a BiLSTM) works too.
+The teacher starts from the *pre-trained* backbone and takes one step per student step towards the task and the
+student's current prediction; the student learns the updated teacher's prediction (so its teacher signals cannot be
+cached: docs/methods.md §6). The teacher reads the batch in
+its own tokenisation of the train split, so a student with another tokenisation (a BiLSTM) works too.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -19,8 +21,6 @@ from kdpipe.methods.base import Objective, student_logits
 from kdpipe.methods.losses import kl_divergence, soft_kl
 from kdpipe.training import distributed
 from kdpipe.training.loop import TrainSettings, is_better, make_optimizer, state_on_cpu
-
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
 
 
 def _ce_and_kl(
@@ -79,10 +79,13 @@ def checked_args(args: Args) -> Args:
     return args
 
 
+_STATEFUL = ("model", "optimizer", "scheduler")  # what CoTrainedTeacher checkpoints by state_dict, then as it is:
+_KEPT = ("beta", "best_score", "best_metrics", "best_epoch", "history", "best_state")
+
+
 class CoTrainedTeacher:
     """The teacher side of ProKT: its model, optimiser, schedule and dual multiplier, stepped inside the student's
-    loss, and its best validation state. ``state_dict`` / ``load_state_dict`` let the training loop checkpoint it
-    with the student (``kdpipe.training.loop.fit(extra_state=...)``)."""
+    loss, and its best validation state; checkpointed with the student (the loop's ``extra_state``)."""
 
     def __init__(
         self,
@@ -95,21 +98,12 @@ class CoTrainedTeacher:
     ):
         self.model, self.encoded, self.args, self.device = teacher.to(device), encoded, args, device
         # the student's settings but the teacher's own lr, warm-up and weight decay (the release: Trainer defaults)
-        own = {
-            "lr": float(args.teacher_lr),
-            "warmup_ratio": float(args.teacher_warmup),
-            "weight_decay": float(args.teacher_weight_decay),
-        }
-        self.settings = TrainSettings(**{**settings.__dict__, **own})
-        self.optimizer, self.scheduler = make_optimizer(
-            {"teacher": (self.model, self.settings.lr)}, self.settings, steps
-        )
+        lr, warmup, decay = float(args.teacher_lr), float(args.teacher_warmup), float(args.teacher_weight_decay)
+        self.settings = replace(settings, lr=lr, warmup_ratio=warmup, weight_decay=decay)
+        self.optimizer, self.scheduler = make_optimizer({"teacher": (self.model, lr)}, self.settings, steps)
         self.beta = float(args.beta)
         self.best_score, self.best_metrics, self.best_epoch, self.history = -float("inf"), {}, -1, []
         self.best_state = state_on_cpu(self.model)
-
-    def _inputs(self, batch: dict) -> dict:
-        return model_inputs(collate(self.encoded, batch["index"].cpu().numpy(), self.device))
 
     def step(self, student: nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
         """Steps 1-3: the teacher's update towards the current student; returns p_T of the updated teacher."""
@@ -118,7 +112,7 @@ class CoTrainedTeacher:
         with torch.no_grad():
             p_student = torch.softmax(student_logits(student, batch).float(), -1)
         student.train(was_training)
-        inputs = self._inputs(batch)
+        inputs = model_inputs(collate(self.encoded, batch["index"].cpu().numpy(), self.device))
         self.model.train()
         logits = self.model(**inputs).logits
         if self.args.dual:
@@ -142,32 +136,20 @@ class CoTrainedTeacher:
         return p_teacher, terms
 
     def observe(self, metrics: dict, epoch: int) -> None:
-        """After each validation: keep the teacher's best state (by its own validation score, a tie going to the
-        lower NLL as in the training loop, :func:`kdpipe.training.loop.is_better`)."""
+        """After each validation: keep the teacher's best state (:func:`kdpipe.training.loop.is_better`)."""
         self.history.append({"epoch": epoch, "validation": metrics})
         if is_better(metrics, self.best_score, self.best_metrics):
             self.best_score, self.best_metrics, self.best_epoch = metrics["score"], metrics, epoch
             self.best_state = state_on_cpu(self.model)
 
     def state_dict(self) -> dict:
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "beta": self.beta,
-            "best_score": self.best_score,
-            "best_metrics": self.best_metrics,
-            "best_epoch": self.best_epoch,
-            "history": self.history,
-            "best_state": self.best_state,
-        }
+        return {name: getattr(self, name).state_dict() for name in _STATEFUL} | {n: getattr(self, n) for n in _KEPT}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.beta, self.best_score, self.best_metrics = state["beta"], state["best_score"], state["best_metrics"]
-        self.best_epoch, self.history, self.best_state = state["best_epoch"], state["history"], state["best_state"]
+        for name in _STATEFUL:
+            getattr(self, name).load_state_dict(state[name])
+        for name in _KEPT:
+            setattr(self, name, state[name])
 
 
 def build(cotrained: CoTrainedTeacher) -> Objective:

@@ -1,26 +1,20 @@
 """The one place a method is registered, importable without torch (the plan reads it when the DAG is built).
 
-Each :class:`MethodSpec` names the module that builds the method's loss, the cached teacher signals it reads, how
-its teachers' classes must relate, and its ``method_args`` (:class:`Arg`), which the plan checks and completes
-(:func:`complete_args`) before any job runs. The distill stage imports the method's module by name, so only its
-students carry it in their code fingerprint. How to add a method: docs/adding-a-method.md. The losses:
-docs/methods.md (section numbers below).
+Each :class:`MethodSpec` names the module that builds the method's loss (imported by name, so only its students
+carry it in their code fingerprint), the cached teacher signals it reads, how its teachers' classes must relate, and
+its ``method_args`` (:class:`Arg`), which the plan checks and completes before any job runs
+(docs/adding-a-method.md; the losses: docs/methods.md, section numbers below).
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
-from kdpipe.methods.dynamic_choices import (
-    DATA_STRATEGIES,
-    DIRECTIONS,
-    DISTANCES,
-    OBJECTIVE_STRATEGIES,
-    TEACHER_MODES,
-)
+from kdpipe.methods.dynamic_choices import DATA_STRATEGIES, DIRECTIONS, DISTANCES, OBJECTIVE_STRATEGIES, TEACHER_MODES
+from kdpipe.methods.settings import MethodJob
 from kdpipe.routing import ROUTERS, SCORES
 
 TYPES = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,), "list": (list,), "dict": (dict,)}
@@ -69,16 +63,9 @@ class MethodSpec:
     unlabelled: str = ""  # what it learns from a row without a gold label (a transfer row); "": it reads none
 
     def job_spec(self) -> dict:
-        """What the distill stage needs to know of the method, passed in its params (``method_spec``) so that the
-        stage imports the method's module alone, not this registry."""
-        return {
-            "module": self.module,
-            "builder": self.builder,
-            "signals": list(self.signals),
-            "teacher_classes": self.teacher_classes,
-            "prototypes": self.prototypes,
-            "routed": self.routed,
-        }
+        """What the distill stage needs to know of the method (:class:`kdpipe.methods.settings.MethodJob`), passed in
+        its params so that the stage imports the method's module alone, not this registry."""
+        return {f.name: getattr(self, f.name) for f in fields(MethodJob)} | {"signals": list(self.signals)}
 
 
 @dataclass(frozen=True)
@@ -122,6 +109,13 @@ _DYNAMIC = (
     _temperature(5.0, "temperature of the KL distance"),
     Arg("entropy_grad", "bool", False, "let gradients flow through the student's entropy weights"),
 )
+
+
+def _dynamic(name: str, classes: str, summary: str, *args: Arg, signals=("logits",), **more) -> MethodSpec:
+    """A Dynamic KD method: its builder ``build_<variant>`` in kdpipe.methods.dynamic_kd, the shared arguments first."""
+    builder = "build_" + name.removeprefix("dynamic_")
+    return MethodSpec(name, "kdpipe.methods.dynamic_kd", signals, classes, summary, (*_DYNAMIC, *args), builder, **more)
+
 
 # What each method learns from a row without a gold label (a transfer row, kdpipe.data.transfer): its
 # distillation terms only. A gold-label term (cross-entropy, Hydra's correctness loss) skips the row
@@ -209,52 +203,29 @@ METHODS = {
             args=_muki("logit_entropy"),
             routed=True,
         ),
-        MethodSpec(
+        _dynamic(
             "dynamic_teacher",
-            "kdpipe.methods.dynamic_kd",
-            ("logits",),
             "identical",
             "Dynamic KD (a): CE + KD from two teachers of different capacity weighted by student entropy (§2a)",
-            builder="build_teacher",
-            args=(
-                *_DYNAMIC,
-                Arg("mode", "str", "hard", "how student entropy picks the teacher", choices=TEACHER_MODES),
-                Arg(
-                    "direction",
-                    "str",
-                    "uncertain_to_small",
-                    "which teacher uncertain examples go to",
-                    choices=DIRECTIONS,
-                ),
-                Arg("small_teacher", "str", None, "the smaller of the two teachers (required)"),
-            ),
+            Arg("mode", "str", "hard", "how student entropy picks the teacher", choices=TEACHER_MODES),
+            Arg("direction", "str", "uncertain_to_small", "which teacher uncertain examples go to", choices=DIRECTIONS),
+            Arg("small_teacher", "str", None, "the smaller of the two teachers (required)"),
         ),
-        MethodSpec(
+        _dynamic(
             "dynamic_data",
-            "kdpipe.methods.dynamic_kd",
-            ("logits",),
             "disjoint_or_identical",
             "Dynamic KD (b): CE on the batch + KD on the top fraction r scored by the student (§2b)",
-            builder="build_data",
-            args=(
-                *_DYNAMIC,
-                Arg("strategy", "str", "margin", "how the student scores examples", choices=DATA_STRATEGIES),
-                Arg("ratio", "float", 0.5, "fraction r of each batch that gets the KD term"),
-            ),
+            Arg("strategy", "str", "margin", "how the student scores examples", choices=DATA_STRATEGIES),
+            Arg("ratio", "float", 0.5, "fraction r of each batch that gets the KD term"),
         ),
-        MethodSpec(
+        _dynamic(
             "dynamic_objective",
-            "kdpipe.methods.dynamic_kd",
-            ("logits", "hidden"),
             "identical",
             "Dynamic KD (c): per-example (1−ĥ)·logit MSE + ĥ·normalised hidden-state MSE (§2c)",
-            builder="build_objective",
+            Arg("rep_weight", "float", 1.0, "weight of the hidden-state term"),
+            Arg("strategy", "str", "uncertainty", "entropy split of the terms", choices=OBJECTIVE_STRATEGIES),
+            signals=("logits", "hidden"),
             alignment="uniform",
-            args=(
-                *_DYNAMIC,
-                Arg("rep_weight", "float", 1.0, "weight of the hidden-state term"),
-                Arg("strategy", "str", "uncertainty", "entropy split of the terms", choices=OBJECTIVE_STRATEGIES),
-            ),
         ),
         MethodSpec(
             "hydra_plus",
@@ -340,21 +311,17 @@ METHODS = {
 
 # Teacher objectives of ``finetune_teacher`` besides plain cross-entropy ("ce"): the module is imported by name,
 # so that only the teachers using it carry it in their code fingerprint.
-TEACHER_OBJECTIVES = {
-    spec.name: spec
-    for spec in (
-        TeacherObjective(
-            "meta",
-            "kdpipe.methods.meta_kd.teacher",
-            args=(
-                Arg("gamma", "float", 0.5, "γ: weight of the domain-corruption loss"),
-                Arg("sample_weights", "bool", True, "weight examples by their prototype scores"),
-                Arg("domain_loss", "bool", True, "train the domain branch (the domain-corruption loss)"),
-                Arg("dropout", "float", 0.1, "dropout of the domain branch"),
-            ),
-        ),
-    )
-}
+META_TEACHER = TeacherObjective(
+    "meta",
+    "kdpipe.methods.meta_kd.teacher",
+    args=(
+        Arg("gamma", "float", 0.5, "γ: weight of the domain-corruption loss"),
+        Arg("sample_weights", "bool", True, "weight examples by their prototype scores"),
+        Arg("domain_loss", "bool", True, "train the domain branch (the domain-corruption loss)"),
+        Arg("dropout", "float", 0.1, "dropout of the domain branch"),
+    ),
+)
+TEACHER_OBJECTIVES = {META_TEACHER.name: META_TEACHER}
 
 
 def get_method(name: str) -> MethodSpec:
@@ -365,10 +332,8 @@ def get_method(name: str) -> MethodSpec:
 
 
 def complete_args(declared: tuple[Arg, ...], given: dict | None, where: str) -> dict:
-    """``given`` checked against the declared arguments (names and types) and completed with their defaults.
-
-    ``where`` names the config key (e.g. ``students.s1.method_args``) in the error of an unknown or mistyped key.
-    """
+    """``given`` checked against the declared arguments and completed with their defaults; ``where`` names the
+    config key in an error."""
     given = dict(given or {})
     known = {arg.name: arg for arg in declared}
     for key in given:

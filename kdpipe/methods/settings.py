@@ -27,11 +27,9 @@ class MethodJob(Settings):
 
 @dataclass(frozen=True)
 class StudentSettings(Settings, Training):
-    """A ``distill`` or ``cotrain`` job's slice: the student entry with its complete ``method_args`` (read by
-    attribute: :class:`~kdpipe.core.settings.Args`), its teachers, what the registry says of its method, its
-    ``model``, and training settings; ``signals`` (left out at ``cached``), ``transfer`` (the share of the transfer
-    rows, only when it learns from some), the layer ``alignment`` and ``attention_feature`` of a method that reads
-    feature dumps."""
+    """A ``distill`` or ``cotrain`` job's slice: the student entry with its complete ``method_args``, its teachers,
+    what the registry says of its method, its ``model`` and training settings; ``transfer``: the share of the
+    transfer rows it learns from; ``alignment`` and ``attention_feature``: for a method that reads feature dumps."""
 
     method: str
     method_args: Args
@@ -41,14 +39,6 @@ class StudentSettings(Settings, Training):
     domain: str | None
     max_length: int
     eval_batch_size: int
-    epochs: int
-    lr: float
-    batch_size: int
-    warmup_ratio: float
-    weight_decay: float
-    max_grad_norm: float
-    seed: int
-    checkpoint_every: int
     signals: str = from_schema("student_defaults", "signals")
     transfer: float | None = None
     alignment: Mapping[str, tuple[tuple[int, ...], ...]] | None = None

@@ -1,11 +1,7 @@
 """The gold labels a student depends on before its own training reads any: what its route read to fit the router,
 what Meta-KD's per-example weights read, and what the model it starts from read
-(docs/report.md, "Which gold labels each model read"). The training loop adds what the loss and the choice of
-the kept epoch read (:func:`kdpipe.training.loop.label_use`).
-
-The record is ``{key: rows}``, a key being a split (``train``: a loss or an example weight read them;
-``validation``: they chose the kept epoch), a split under :data:`ROUTER` (``router: validation``: they fitted the
-router or its temperatures, or the oracle router read them), or ``checkpoint`` with :data:`OUTSIDE`'s words.
+(docs/report.md, "Which gold labels each model read"). As ``{key: rows}``: a split, a split under :data:`ROUTER`,
+or ``checkpoint`` with :data:`OUTSIDE`'s words.
 """
 
 from __future__ import annotations
@@ -19,21 +15,10 @@ ROUTER = "router: "  # the prefix of a split whose labels a route read to weigh 
 OUTSIDE = {"checkpoint": "trained outside kdpipe"}  # a model fine-tuned elsewhere: kdpipe cannot say what it read
 
 
-def route_label_use(route_labels: dict | None) -> dict | None:
+def route_label_use(route_labels: dict) -> dict:
     """A route's ``gold_labels`` ({split: rows}) as a routed student records them: each split under
     :data:`ROUTER`, so that labels that fitted a router are told from labels that chose the kept epoch."""
-    if route_labels is None:  # a route made before kdpipe recorded it
-        return None
     return {key if key.startswith(ROUTER) else f"{ROUTER}{key}": rows for key, rows in route_labels.items()}
-
-
-def prototype_label_use(prototypes: Path) -> dict:
-    """The train labels Meta-KD's prototype scores were built from: every train row of every domain (the prototypes
-    are means per domain and class, kdpipe.methods.meta_kd.prototypes), whatever domain the student is restricted
-    to. ``prototypes``: the scores' Parquet file; its manifest (``train.json``) counts the rows."""
-    from kdpipe.signals.io import manifest_path
-
-    return {"train": int(read_json(manifest_path(Path(prototypes)))["rows"])}
 
 
 def start_label_use(source: str | None) -> dict | None:
@@ -53,14 +38,15 @@ def start_label_use(source: str | None) -> dict | None:
 def started_label_use(
     init_from: str | None, method, train_rows: int, route: dict | None, prototypes: Path | None
 ) -> dict | None:
-    """The gold labels a distilled student reads besides its loss's and its validation's: its route's (``route``:
-    the route's manifest, None when it has none), the train rows whose gold label weighs them in Meta-KD (p_T(gold)
-    in the domain expertise) and the prototypes' rows (``prototypes``), and its starting model's (``init_from``,
-    its ``model.init.from``). None when a part was not recorded."""
-    uses = [route_label_use(route.get("gold_labels")) if route is not None else {}]
+    """The gold labels a distilled student reads besides its loss's and its validation's: its ``route``'s (its
+    manifest), Meta-KD's example weights' and its starting model's (``init_from``). None when a part was not
+    recorded."""
+    uses = [route_label_use(route["gold_labels"]) if route is not None else {}]
     if "domain" in method.signals or method.prototypes:
         uses.append({"train": train_rows})
-    if method.prototypes and prototypes is not None:
-        uses.append(prototype_label_use(prototypes))
+    if method.prototypes and prototypes is not None:  # built from every train row, whatever the student's domain
+        from kdpipe.signals.io import manifest_path
+
+        uses.append({"train": int(read_json(manifest_path(Path(prototypes)))["rows"])})
     uses.append(start_label_use(init_from))
     return combined_label_use([{"gold_labels": use} for use in uses])

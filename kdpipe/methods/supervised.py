@@ -2,8 +2,8 @@
 
     L = CE(z_s, y)   (with label smoothing ε when set),
 
-on the same data, architecture, initialisation and schedule as the distilled students, so that the gap between
-the two is what the teachers add.
+on the same data, architecture, initialisation and schedule as the distilled students, so that the gap between the
+two is what the teachers add.
 """
 
 from __future__ import annotations

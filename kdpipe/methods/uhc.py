@@ -15,16 +15,10 @@ from kdpipe.core.settings import Args
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import kl_divergence
 
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-
 
 def block_renormalised_log_probs(student: torch.Tensor, block: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log(q_s[block] / Σ q_s[block]) with q_s = softmax(z_s / T), shape [B, len(block)], in the block's order.
-
-    The renormalised block of a softmax is exactly the softmax of the logits restricted to the block (the
-    partition function over the other classes cancels), so this is ``log_softmax(z_s[:, block] / T)``: no
-    probabilities are formed, and no log of a small sum is taken, which keeps it stable for large logits.
-    """
+    """log(q_s[block] / Σ q_s[block]) with q_s = softmax(z_s / T), shape [B, len(block)], in the block's order:
+    exactly ``log_softmax(z_s[:, block] / T)`` (the other classes' mass cancels), stable for large logits."""
     return F.log_softmax(student[:, block].float() / temperature, -1)
 
 

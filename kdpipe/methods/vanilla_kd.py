@@ -12,8 +12,6 @@ from kdpipe.core.settings import Args
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import gold_cross_entropy, union_logits, vanilla_kd_loss
 
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-
 
 def build(ctx: DistillContext, args: Args) -> Objective:
     temperature, w_hl = float(args.temperature), float(args.hard_label_weight)

@@ -9,25 +9,19 @@ from types import SimpleNamespace
 from kdpipe.core.store import KdpipeError
 from kdpipe.models.settings import StudentModel
 
-# (transformer layers, attention heads) of the builtin backbones (kdpipe.models.loading.TINY_BERT for tiny-bert)
-BUILTIN_SHAPES = {"builtin:minilm-l6": (6, 12), "builtin:tiny-bert": (2, 2)}
-# their hidden sizes (the width of a hidden-state dump)
-BUILTIN_HIDDEN = {"builtin:minilm-l6": 384, "builtin:tiny-bert": 32}
+# (transformer layers, attention heads, hidden size) of the builtins (kdpipe.models.loading.TINY_BERT for tiny-bert)
+BUILTIN_SIZES = {"builtin:minilm-l6": (6, 12, 384), "builtin:tiny-bert": (2, 2, 32)}
 
-
-# The names a Hugging Face config gives its depth and its heads per layer. ``AutoConfig``'s attribute map already
-# answers to the first for most families (DistilBERT's ``n_layers`` as ``num_hidden_layers``); the others are read
-# where a config has no such map
+# The names a config gives its depth and heads per layer, where ``AutoConfig`` has no attribute map for them
 LAYER_KEYS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
 HEAD_KEYS = ("num_attention_heads", "n_heads", "num_heads", "n_head")
 
 
 def model_shape(model: str) -> tuple[int, int]:
-    """(transformer layers, attention heads) of a model as it is stored: a builtin, a local model folder (a backbone
-    or a fine-tuned checkpoint) or a hub name, read through ``AutoConfig``. transformers is imported only here, so
-    the default config's DAG build does without it."""
-    if model in BUILTIN_SHAPES:
-        return BUILTIN_SHAPES[model]
+    """(transformer layers, attention heads) of a builtin, a local model folder or a hub name (``AutoConfig``);
+    transformers is imported only here, so the default config's DAG build does without it."""
+    if model in BUILTIN_SIZES:
+        return BUILTIN_SIZES[model][:2]
     config = _auto_config(model, f"how many layers and heads '{model}' has")
     return _config_int(config, LAYER_KEYS, model, "layers"), _config_int(config, HEAD_KEYS, model, "heads")
 
@@ -46,8 +40,7 @@ def _auto_config(model: str, what: str):
 
 
 def _config_int(model_config: object, keys: tuple[str, ...], model: str, what: str) -> int:
-    """The first of ``keys`` that a model's config (a Hugging Face config, or its ``config.json`` as a namespace)
-    sets to an integer."""
+    """The first of ``keys`` that a model's config sets to an integer."""
     for key in keys:
         value = getattr(model_config, key, None)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -62,10 +55,9 @@ HIDDEN_KEYS = ("hidden_size", "d_model", "dim", "n_embd")
 
 
 def hidden_size(model: str) -> int:
-    """The hidden size of a model as it is stored: a builtin, a local model folder (its ``config.json`` read as JSON)
-    or a hub name (through ``AutoConfig``, as :func:`model_shape`)."""
-    if model in BUILTIN_HIDDEN:
-        return BUILTIN_HIDDEN[model]
+    """The hidden size of a builtin, a local model folder (its ``config.json``) or a hub name (``AutoConfig``)."""
+    if model in BUILTIN_SIZES:
+        return BUILTIN_SIZES[model][2]
     config_file = Path(model) / "config.json"
     if config_file.is_file():
         try:
@@ -76,34 +68,23 @@ def hidden_size(model: str) -> int:
     return _config_int(_auto_config(model, f"the hidden size of '{model}'"), HIDDEN_KEYS, model, "hidden units")
 
 
-def num_layers(model: str) -> int:
-    """Transformer layers of a backbone or checkpoint."""
-    return model_shape(model)[0]
-
-
-def num_heads(model: str) -> int:
-    """Attention heads per layer of a backbone or checkpoint."""
-    return model_shape(model)[1]
-
-
 def student_layers(model: StudentModel) -> int:
-    """Transformer layers of a student built from its ``model`` (see ``kdpipe.models.students.build_student``)."""
+    """Transformer layers of a student built from its ``model`` (``kdpipe.models.students.build_student``)."""
     if model.init:
-        return len(model.init.layers) if model.init.layers is not None else num_layers(model.init.from_)
+        return len(model.init.layers) if model.init.layers is not None else model_shape(model.init.from_)[0]
     return 2 if model.config is None or model.config.num_layers is None else int(model.config.num_layers)
 
 
 def student_heads(model: StudentModel) -> int:
     """Attention heads per layer of a student built from its ``model``."""
     if model.init:
-        return num_heads(model.init.from_)
+        return model_shape(model.init.from_)[1]
     return 2 if model.config is None or model.config.num_heads is None else int(model.config.num_heads)
 
 
 def strided_alignment(teacher_layers: int, student_layers: int, count: int = -1) -> list[tuple[int, int]]:
-    """(student, teacher) hidden-state indices paired from the last layer backwards with stride L_t / L_s, as in
-    MUKI's DFA (docs/methods.md §1): student layer L_s − j with teacher layer L_t − j·stride, j = 0 .. count−1
-    (count −1: every student layer; the embeddings, index 0, are not aligned)."""
+    """(student, teacher) hidden-state indices as in MUKI's DFA (docs/methods.md §1): student layer L_s − j with
+    teacher layer L_t − j·(L_t // L_s), j = 0 .. count−1 (−1: every student layer; the embeddings are not aligned)."""
     if student_layers < 1 or teacher_layers < student_layers:
         raise KdpipeError(f"cannot align a {student_layers}-layer student with a {teacher_layers}-layer teacher")
     stride = teacher_layers // student_layers
@@ -112,9 +93,8 @@ def strided_alignment(teacher_layers: int, student_layers: int, count: int = -1)
 
 
 def uniform_alignment(teacher_layers: int, student_layers: int) -> list[tuple[int, int]]:
-    """(student, teacher) hidden-state indices l ↔ l·k, k = L_t / L_s, for l = 0..L_s, the embeddings (index 0)
-    included, as in Dynamic KD's objective adjustment (docs/methods.md §2c): a 2-layer student pairs with teacher
-    states 0, 3, 6 of a 6-layer teacher. L_t must be a multiple of L_s."""
+    """(student, teacher) hidden-state indices l ↔ l·L_t/L_s for l = 0..L_s, the embeddings included, as in Dynamic
+    KD's objective adjustment (docs/methods.md §2c); L_t must be a multiple of L_s."""
     if student_layers < 1 or teacher_layers < student_layers or teacher_layers % student_layers:
         raise KdpipeError(
             f"uniform layer alignment needs the teacher's layers ({teacher_layers}) to be a multiple "
@@ -124,14 +104,12 @@ def uniform_alignment(teacher_layers: int, student_layers: int) -> list[tuple[in
     return [(layer, layer * k) for layer in range(student_layers + 1)]
 
 
-# How a multi-head student's heads start (docs/methods.md §3), as the schema's defaults: kdpipe.models.multihead
-# (make_multihead's defaults) reads the same values at training time, the plan's slices (kdpipe.plan.slices) too
+# How a multi-head student's heads start (docs/methods.md §3), the schema's defaults (make_multihead's must match)
 HEAD_INIT_DEFAULTS = {"head_init": "copy", "head_noise": 0.01}
 
 
 def architecture_modules(model: StudentModel) -> list[str]:
-    """The modules of a student's architecture (its ``model``) beyond a Hugging Face classifier, which loading and
-    building import by name (``kdpipe.models.students``, ``kdpipe.models.loading.ARCHITECTURE_FILES``)."""
+    """The modules of a student's architecture beyond a Hugging Face classifier (imported by name)."""
     modules = []
     if model.type == "bilstm":
         modules.append("kdpipe.models.bilstm")
@@ -140,16 +118,11 @@ def architecture_modules(model: StudentModel) -> list[str]:
     return modules
 
 
-# The builtin backbones keep BERT's default dropout (0.1 on hidden states and attention probabilities)
-BUILTIN_DROPOUT = {"builtin:minilm-l6": 0.1, "builtin:tiny-bert": 0.1}
-
-
 def stored_dropout(model: str) -> float | None:
-    """The largest dropout probability a stored model's config sets (every ``*dropout*`` number of a builtin's or a
-    local folder's ``config.json``), or None when that cannot be read without loading it (a hub name). MC-dropout
-    needs it above zero, or its samples are all equal."""
-    if model in BUILTIN_DROPOUT:
-        return BUILTIN_DROPOUT[model]
+    """The largest ``*dropout*`` number a stored model's ``config.json`` sets (None: a hub name). MC-dropout needs it
+    above zero, or its samples are all equal."""
+    if model in BUILTIN_SIZES:
+        return 0.1  # the builtins keep BERT's default dropout (on hidden states and attention probabilities)
     try:
         config = json.loads((Path(model) / "config.json").read_text())
     except (OSError, ValueError):
@@ -158,16 +131,15 @@ def stored_dropout(model: str) -> float | None:
     return max(rates, default=0.0)
 
 
-# A model folder's weights as transformers looks for them: safetensors (one file, or shards and their index), or
-# pickle files (``torch.save``), which kdpipe never reads: unpickling a file can run code
+# A model folder's weights as transformers looks for them: safetensors, or pickle files, which kdpipe never reads
+# (unpickling a file can run code)
 SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors")
 PICKLE_WEIGHTS = "pytorch_model*.bin"
 
 
 def refuse_pickle_weights(folder: str, where: str = "") -> None:
-    """Refuse a local model folder whose weights are only a pickle file (``pytorch_model.bin``, or its shards) with
-    no safetensors weights beside it, in one line that says how to convert it (torch-free: the plan runs it on every
-    model folder before any job, and the loader before it loads one). ``where``: the config key that names it."""
+    """Refuse a local model folder whose weights are only pickle files (``pytorch_model.bin``), saying how to convert
+    it (torch-free: the plan runs it before any job). ``where``: the config key that names it."""
     path = Path(folder)
     if not path.is_dir() or any(any(path.glob(pattern)) for pattern in SAFETENSORS_WEIGHTS):
         return

@@ -2,9 +2,8 @@
 
 Embedding → dropout → one bidirectional LSTM layer → max-pooling over the real tokens; a sentence pair's two sides
 are encoded apart and combined as [u; v; |u − v|; u ∘ v]; then Linear + ReLU + dropout and the classifier (sizes
-after ProKT's README). It reads WordPiece ids from a Hugging Face tokenizer, so every cached signal keyed by row_id
-works for it, takes the transformer students' batch keys (plus ``pair_input_ids`` / ``pair_attention_mask``) and
-returns ``.logits``. Saved as ``bilstm.json`` (its sizes and label map) plus ``model.safetensors``.
+after ProKT's README). It reads a Hugging Face tokenizer's ids, takes the transformer students' batch keys (plus
+``pair_input_ids`` / ``pair_attention_mask``) and returns ``.logits``.
 """
 
 from __future__ import annotations
@@ -14,12 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from kdpipe.models.loading import write_kdpipe_config
+from kdpipe.models.loading import save_kdpipe_model
 
 BILSTM_FILE = "bilstm.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -36,10 +35,6 @@ class BiLSTMConfig:
     dropout: float = 0.4
     pairs: bool = False  # sentence pairs, each side encoded separately
     id2label: dict = field(default_factory=dict)
-
-    @property
-    def label2id(self) -> dict:
-        return {name: int(i) for i, name in self.id2label.items()}
 
 
 class BiLSTMClassifier(nn.Module):
@@ -77,35 +72,19 @@ class BiLSTMClassifier(nn.Module):
         return SequenceClassifierOutput(logits=self.classifier(hidden))
 
     def save_pretrained(self, out_dir, **_ignored) -> None:
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / BILSTM_FILE).write_text(json.dumps(asdict(self.config), indent=1))
-        write_kdpipe_config(out_dir, "bilstm")
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out_dir / WEIGHTS_FILE))
+        save_kdpipe_model(self, out_dir, "bilstm", json.dumps(asdict(self.config), indent=1))
 
 
-def make_bilstm(
-    tokenizer,
-    labels: list[str],
-    *,
-    pairs: bool,
-    seed: int,
-    embedding_dim: int | None = None,
-    hidden_size: int | None = None,
-    fc_size: int | None = None,
-    dropout: float | None = None,
-) -> BiLSTMClassifier:
-    """A fresh BiLSTM over ``tokenizer``'s vocabulary; the sizes and dropout the student's ``model`` entry sets (None:
-    :class:`BiLSTMConfig`'s)."""
+def make_bilstm(tokenizer, labels: list[str], *, pairs: bool, seed: int, **sizes: float | None) -> BiLSTMClassifier:
+    """A fresh BiLSTM over ``tokenizer``'s vocabulary; ``sizes``: :class:`BiLSTMConfig` fields (None: its default)."""
     torch.manual_seed(seed)
-    given = {"embedding_dim": embedding_dim, "hidden_size": hidden_size, "fc_size": fc_size, "dropout": dropout}
     config = BiLSTMConfig(
         vocab_size=len(tokenizer),
         num_labels=len(labels),
         pairs=pairs,
         pad_token_id=tokenizer.pad_token_id or 0,
         id2label=dict(enumerate(labels)),
-        **{k: v for k, v in given.items() if v is not None},
+        **{k: v for k, v in sizes.items() if v is not None},
     )
     return BiLSTMClassifier(config)
 

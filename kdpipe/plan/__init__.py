@@ -1,13 +1,17 @@
 """The experiment plan: from a validated config to jobs, their config slices and the artifact paths.
 
 Imported by the workflow (``workflow/rules/common.smk``) when Snakemake builds the DAG, so it stays free of torch
-and transformers. :class:`Plan` gathers one mixin per concern, each a module of this package (docs/design.md,
-"Layers", lists them).
+and transformers. :func:`checked_plan` checks a config and makes its :class:`Plan`, which gathers one mixin per
+concern, each a module of this package (docs/design.md, "Layers", lists them).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.settings import DatasetSettings
@@ -17,9 +21,10 @@ from kdpipe.models.settings import StudentModel
 from kdpipe.plan.budget import Budget
 from kdpipe.plan.checks import Checks, check_empty
 from kdpipe.plan.classes import Classes
-from kdpipe.plan.entries import Student, ensemble_seeds, split_stages
+from kdpipe.plan.entries import Student, ensemble_seeds, split_stages, validate_entry
 from kdpipe.plan.exports import Exports
 from kdpipe.plan.layers import Layers
+from kdpipe.plan.numbers import check_numbers
 from kdpipe.plan.ood import OOD_SPLIT, Ood
 from kdpipe.plan.passes import Passes
 from kdpipe.plan.paths import (
@@ -27,19 +32,13 @@ from kdpipe.plan.paths import (
     DATA,
     EVAL,
     EXPORTED,
-    LLM,
-    LOGS,
-    OOD_DATA,
     ORACLE,
     PROTOTYPES,
     REPORT,
-    ROUTE,
     SERVING,
     SIGNALS,
-    SIGNALS_ROOT,
     STUDENT,
     TEACHER,
-    TRAINED_ROOTS,
     TRANSFER,
 )
 from kdpipe.plan.prompted import Prompted, check_prompted_entry
@@ -48,28 +47,7 @@ from kdpipe.plan.slices import Slices
 from kdpipe.signals.catalog import FEATURES, signal_files
 
 TRANSFER_SPLIT = "transfer"  # the split of the transfer rows (kdpipe.data.dataset.TRANSFER, without pandas)
-
-__all__ = [
-    "COTRAINED",
-    "DATA",
-    "EVAL",
-    "EXPORTED",
-    "LLM",
-    "LOGS",
-    "OOD_DATA",
-    "PROTOTYPES",
-    "REPORT",
-    "ROUTE",
-    "SERVING",
-    "SIGNALS",
-    "SIGNALS_ROOT",
-    "STUDENT",
-    "TEACHER",
-    "TRAINED_ROOTS",
-    "TRANSFER",
-    "Plan",
-    "Student",
-]
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it: ten times faster
 
 
 class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Routes, Slices):
@@ -134,8 +112,8 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
         self._check_prompted()  # (after method_args: a route's router is one of them)
 
     def _per_domain(self, entry: str, merged: dict) -> list[tuple[str, dict]]:
-        """(base name, domain key) of each student an entry stands for: itself, or with ``per_domain: true`` one
-        student ``<entry>.<domain>`` per domain of the data (``merged`` loses the key)."""
+        """(base name, domain key) of each student an entry stands for: itself, or one ``<entry>.<domain>`` per domain
+        with ``per_domain: true`` (popped from ``merged``)."""
         if not merged.pop("per_domain", False):
             return [(entry, {})]
         if merged.get("domain"):
@@ -170,8 +148,7 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
         return [member for name in named for member in self.ensembles.get(name, [name])]
 
     def models(self) -> list[str]:
-        """Everything evaluated: teachers, ensembles (their members' mean prediction), students (not the first stage
-        of a two-stage student: it trains no classifier) and the exported students asked for."""
+        """Everything evaluated: teachers, ensembles, the oracle, students (not a first stage) and exports."""
         students = [name for name in self.students if name not in self.first_stages]
         combined = [*self.ensembles, *([ORACLE] if self.oracle else [])]
         return [*self.teachers, *combined, *students, *self.cotrained, *self.evaluated_exports()]
@@ -195,20 +172,16 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
             return EXPORTED.format(model=model)
         return STUDENT.format(student=model)
 
-    def student_signals(self, student: str) -> list[str]:
-        """The signals a student reads from the cache (an attention dump as the plan chooses it)."""
-        signals = get_method(self.students[student].config["method"]).signals
-        return [self.attention_feature(student) if s == "attentions" else s for s in signals]
-
     def signal_files(self, student: str) -> list[str]:
-        """The cached signal files a student's method reads, for each of its teachers: on the train split, and on
-        the transfer split when it learns from transfer rows."""
+        """The cached signal files a student's method reads of each of its teachers, on the train split and on the
+        transfer split when it learns from transfer rows."""
         splits = ["train", *([TRANSFER_SPLIT] if self.student_transfer(student) else [])]
+        signals = get_method(self.students[student].config["method"]).signals
         return [
             path
             for teacher in self.student_teachers(student)
             for split in splits
-            for signal in self.student_signals(student)
+            for signal in (self.attention_feature(student) if s == "attentions" else s for s in signals)
             if not (self.online(student) and signal in FEATURES)  # signals: online computes these (plan.budget)
             for path in signal_files(signal, SIGNALS.format(teacher=teacher, split=split))
         ]
@@ -229,8 +202,7 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
 
     def student_transfer(self, student: str) -> float:
         """The share of the transfer rows a student learns from (``students.<name>.transfer``): by default all of
-        them when its method learns from rows without a gold label and it is not a per-domain student; an explicit
-        share where the method or the student cannot use them is an error."""
+        them where its method and the student can use them; an explicit share where they cannot is an error."""
         config = self.students[student].config
         share = config.get("transfer")
         method = get_method(config["method"])
@@ -304,9 +276,7 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
         return [self.model_dir(model) for model in self.models() if model not in made]
 
     def has_members(self) -> bool:
-        """Some evaluated model averages several members or heads (an ensemble of teachers, a multi-head student, a
-        prompted teacher's ensemble of prompts): only then does the report split uncertainty into aleatoric and
-        epistemic parts (uncertainty.png)."""
+        """Some evaluated model averages several members or heads: only then does the report draw uncertainty.png."""
         heads = (s.config["model"].get("heads") or {} for name, s in self.students.items())
         prompts = any(self.prompt_members_count(t) > 1 for t in self.prompted_teachers())
         return bool(self.ensembles) or prompts or any(int(h.get("count", 1)) > 1 for h in heads)
@@ -333,3 +303,14 @@ def _complete_objective_args(merged: dict, where: str) -> None:
         merged["objective_args"] = complete_args(
             objective.args, merged.get("objective_args"), f"{where}.objective_args"
         )
+
+
+def checked_plan(config: dict, schema_path: Path, snakemake_validate: Callable[[], None]) -> Plan:
+    """The :class:`Plan` of a config that has passed every check of its entries (docs/configuration.md), with the
+    schema's defaults filled into ``config`` in place by ``snakemake_validate`` (Snakemake's check of ``config``).
+    Raises :class:`~kdpipe.core.store.KdpipeError` naming the first refused key."""
+    schema = yaml.load(schema_path.read_bytes(), Loader=LOADER)
+    check_numbers(config, schema)  # before the schema, which refuses lr: 1e-3 (text to YAML) without saying why
+    validate_entry(config, schema)  # one line naming the key (Snakemake's check below prints the schema entry)
+    snakemake_validate()
+    return Plan(config, schema)

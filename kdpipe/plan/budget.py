@@ -1,9 +1,7 @@
 """The disk budget of the feature dumps, checked when the DAG is built (docs/design.md, "Feature dumps and their size").
 
-Every hidden-state and attention dump the plan asks for is bounded from what is known before any job runs (the rows
-of its split, :func:`split_rows`; the teacher's width and heads; the layers kept; ``max_length``), and a plan whose
-dumps would not fit ``dump.max_gb`` stops with one message naming the largest dump and what would make it fit.
-Torch-free and numpy-free, like the whole plan.
+Every dump the plan asks for is bounded from what is known before any job runs, and a plan whose dumps would not fit
+stops with one message naming the largest dump and what would make it fit.
 """
 
 from __future__ import annotations
@@ -86,11 +84,9 @@ def _size(n: float) -> str:
 
 
 def split_rows(plan, split: str) -> int | None:
-    """The rows of ``split`` of the plan's data, or None when they cannot be known before a job runs: the one place
-    the plan asks the data how large a split is. From the prepared artifact's manifest when it was made from this
-    config (a rerun reads one small file), else as the prepare stage will make them; transfer rows from their
-    artifact's manifest, else at most the withheld training rows plus what the transfer files hold
-    (:func:`kdpipe.data.transfer_sources.transfer_rows_bound`), capped by ``dataset.transfer_max_rows``."""
+    """The rows of ``split`` of the plan's data (None: unknown before a job runs), from the artifact's manifest when it
+    was made from this config, else as the prepare stage will make them; transfer rows at most the withheld training
+    rows plus what the transfer files hold, capped by ``dataset.transfer_max_rows``."""
     rows = _data_rows(plan)
     if plan.split_data(split) != TRANSFER.format(dataset=plan.dataset):
         return rows.get(split)
@@ -107,15 +103,19 @@ def split_rows(plan, split: str) -> int | None:
     return withheld + files if cap is None else min(withheld + files, cap)
 
 
-def _made_rows(folder: Path, params: dict) -> dict | None:
-    """The ``rows`` (and withheld ``unlabelled_rows``) of an artifact's manifest when it was made from ``params``."""
+def made_from(manifest: Path, params: dict) -> dict | None:
+    """The manifest at ``manifest`` when its artifact was made from ``params`` (None: missing, or made otherwise)."""
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
+        made = json.loads(manifest.read_text())
     except (OSError, ValueError):
         return None
-    if json.dumps(manifest.get("config"), sort_keys=True) != json.dumps(params, sort_keys=True):
-        return None
-    return {**manifest.get("rows", {}), "unlabelled": manifest.get("unlabelled_rows", 0)}
+    return made if json.dumps(made.get("config"), sort_keys=True) == json.dumps(params, sort_keys=True) else None
+
+
+def _made_rows(folder: Path, params: dict) -> dict | None:
+    """The ``rows`` (and withheld ``unlabelled_rows``) of an artifact's manifest when it was made from ``params``."""
+    manifest = made_from(folder / "manifest.json", params)
+    return None if manifest is None else {**manifest.get("rows", {}), "unlabelled": manifest.get("unlabelled_rows", 0)}
 
 
 def _data_rows(plan) -> dict:
@@ -176,16 +176,12 @@ class Budget:
     def _made(self, signal: str, teacher: str, split: str) -> bool:
         """The dump is already there, made with the same settings (it needs no new room)."""
         folder = Path(SIGNALS.format(teacher=teacher, split=split))
-        try:
-            manifest = json.loads((folder / CATALOG[signal].manifest).read_text())
-        except (OSError, ValueError):
+        manifest = made_from(folder / CATALOG[signal].manifest, self.signal_params(teacher, split, signal))
+        if manifest is None or manifest.get("layout") != "packed":
             return False
-        same = json.dumps(manifest.get("config"), sort_keys=True) == json.dumps(
-            self.signal_params(teacher, split, signal), sort_keys=True
-        )
         # the same settings on other data (a grown split, another transfer file) need room of their own
         rows = split_rows(self, split)
-        return same and manifest.get("layout") == "packed" and rows is not None and manifest.get("rows") == rows
+        return rows is not None and manifest.get("rows") == rows
 
     def check_dump_budget(self) -> None:
         """Stop, before any job runs, a plan whose feature dumps would not fit their budget (module docstring)."""

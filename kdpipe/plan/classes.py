@@ -13,25 +13,12 @@ from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.data.settings import ClassSlice
 from kdpipe.methods.registry import get_method
 from kdpipe.models.heads import teacher_classes
-from kdpipe.plan.budget import selected_data
+from kdpipe.plan.budget import made_from, selected_data
 from kdpipe.plan.paths import DATA
 
 # Teacher keys that only matter when a teacher is trained (left out of an imported teacher's slice)
-TRAINING_KEYS = (
-    "backbone",
-    "epochs",
-    "lr",
-    "batch_size",
-    "warmup_ratio",
-    "weight_decay",
-    "max_grad_norm",
-    "seed",
-    "checkpoint_every",
-    "layers",
-    "objective",
-    "objective_args",
-    "domain",
-)
+TRAINING_KEYS = ("backbone", "epochs", "lr", "batch_size", "warmup_ratio", "weight_decay", "max_grad_norm", "seed",
+                 "checkpoint_every", "layers", "objective", "objective_args", "domain")  # fmt: skip
 
 
 class Classes:
@@ -41,12 +28,10 @@ class Classes:
         """The dataset's labels in their order: from the prepared artifact when it was made from this config (a
         rerun reads one small file), else computed from the source as the prepare stage will."""
         if self._labels is None:
-            params = self.prepare_params()
             folder = Path(DATA.format(dataset=self.dataset))
             try:
-                manifest = json.loads((folder / "manifest.json").read_text())
-                same = json.dumps(manifest.get("config"), sort_keys=True) == json.dumps(params, sort_keys=True)
-                self._labels = json.loads((folder / "labels.json").read_text()) if same else None
+                made = made_from(folder / "manifest.json", self.prepare_params())
+                self._labels = json.loads((folder / "labels.json").read_text()) if made else None
             except (OSError, ValueError):
                 self._labels = None
             if self._labels is None:  # read once with the split sizes the plan's disk budget needs

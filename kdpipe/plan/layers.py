@@ -77,16 +77,14 @@ class Layers:
         if "hidden" not in method.signals:
             return None
         n_student = student_layers(self.student_model(student))
-        if method.alignment == "uniform":
-            return {
-                t: [list(pair) for pair in uniform_alignment(self.teacher_layers(t), n_student)]
-                for t in self.student_teachers(student)
-            }
         count = (config.get("method_args") or {}).get("align_number", -1)
-        return {
-            t: [list(pair) for pair in strided_alignment(self.teacher_layers(t), n_student, count)]
-            for t in self.student_teachers(student)
-        }
+
+        def pairs(teacher_layers: int) -> list[tuple[int, int]]:
+            if method.alignment == "uniform":
+                return uniform_alignment(teacher_layers, n_student)
+            return strided_alignment(teacher_layers, n_student, count)
+
+        return {t: [list(pair) for pair in pairs(self.teacher_layers(t))] for t in self.student_teachers(student)}
 
     def feature_layers(self, teacher: str, feature: str = "hidden") -> list[int]:
         """The layers of ``teacher`` any student needs in a feature dump (which keeps only these): hidden-state

@@ -10,7 +10,8 @@ from kdpipe.data.transfer_sources import check_text_source
 from kdpipe.methods.registry import get_method
 from kdpipe.models.backbones import stored_dropout
 from kdpipe.models.heads import fine_tuned_classes, head_labels
-from kdpipe.plan.paths import OOD_DATA
+from kdpipe.plan.paths import DATA, OOD_DATA
+from kdpipe.plan.slices import with_local_content
 
 OOD_SPLIT = "ood"  # the split of the OOD rows (kdpipe.data.dataset.OOD, without pandas)
 OOD_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -35,8 +36,6 @@ class Ood:
 
     def ood_dir(self) -> str:
         """The artifact holding the OOD rows: the prepared dataset (held-out classes) or the ``ood`` job's."""
-        from kdpipe.plan.paths import DATA
-
         return OOD_DATA.format(dataset=self.dataset) if self.ood_source() else DATA.format(dataset=self.dataset)
 
     def ood_inputs(self) -> list[str]:
@@ -45,8 +44,6 @@ class Ood:
 
     def ood_params(self) -> dict:
         """The ``ood`` job's slice: the file and how to read it (the dataset's own slice is its input's)."""
-        from kdpipe.plan.slices import with_local_content
-
         dataset, spec = self.config["dataset"], self.ood_spec()
         params = {key: dataset[key] for key in ("name", "text_pair_column", "encoding") if key in dataset}
         params["format"] = "auto"  # the OOD file's own extension says its format, whatever dataset.format says
@@ -78,8 +75,7 @@ class Ood:
         self._check_held_out()
 
     def _check_ood_file(self, spec: dict) -> None:
-        """The OOD file is one kdpipe reads (by its extension), with its text column and a data row: checked when
-        the DAG is built, before any job (the ``ood`` job reads it whole)."""
+        """The OOD file is one kdpipe reads (by its extension), with its text column and a data row."""
         path = Path(spec["source"])
         if path.is_file() and path.suffix.lower() not in OOD_SUFFIXES:
             raise KdpipeError(
@@ -139,8 +135,8 @@ class Ood:
         return [(where, source) for where, source in sources if isinstance(source, str)]
 
     def _check_mc_samples(self) -> None:
-        """``evaluate.mc_samples`` on a model whose dropout is zero everywhere would give T equal samples: named
-        before any job (a model whose config cannot be read without loading it is checked by its job)."""
+        """``evaluate.mc_samples`` on a model whose dropout is zero everywhere would give T equal samples (a model
+        whose config cannot be read without loading it is checked by its job)."""
         if not self.config["evaluate"].get("mc_samples"):
             return
         for teacher, spec in self.teachers.items():
@@ -165,8 +161,8 @@ class Ood:
 
 
 def _refuse_known_class(what: str, head: list[str], label_map: dict | None, folded: set[str]) -> None:
-    """Stop the plan when a model that a teacher or student starts from already predicts a held-out class (``head``:
-    its classes, renamed by ``label_map``; ``folded``: the held-out classes in lower case)."""
+    """Stop the plan when a starting model's ``head`` (renamed by ``label_map``) predicts a class of ``folded`` (the
+    held-out classes in lower case)."""
     label_map = label_map or {}
     known = [label_map.get(c, c) for c in head if label_map.get(c, c).lower() in folded]
     if known:

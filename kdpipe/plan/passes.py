@@ -1,9 +1,7 @@
 """The teacher signal passes a config runs (docs/design.md, "Signals"; docs/caching-and-reruns.md).
 
-A pass is one job (S = 1) or S shard jobs plus a gather per signal (:mod:`kdpipe.signals.shards`) that makes some
-signals of one teacher on one split: the teacher's shared forward pass makes every deterministic signal that some
-job reads of it there (:mod:`kdpipe.signals.forward`), MC-dropout is a pass of its own. Which signals a job reads is
-what its rule declares (students, routes, the MC-dropout targets), so the passes follow the readers exactly.
+A pass (one job, or S shard jobs and a gather) makes the signals of one teacher on one split that some job reads:
+the shared forward pass every deterministic one (:mod:`kdpipe.signals.forward`), MC-dropout a pass of its own.
 """
 
 from __future__ import annotations
@@ -15,12 +13,6 @@ from kdpipe.signals.catalog import SIGNALS as CATALOG
 from kdpipe.signals.catalog import pass_of, signal_spec
 
 FORWARD = "forward"  # the name of the shared forward pass (kdpipe.signals.catalog.pass_of)
-
-
-def pass_modules(signals: list[str]) -> list[str]:
-    """The modules a pass imports by name: each signal's, and the shared forward for deterministic ones."""
-    modules = [signal_spec(name).module for name in signals]
-    return modules + (["kdpipe.signals.forward"] if any(pass_of(n) == FORWARD for n in signals) else [])
 
 
 class Passes:
@@ -41,9 +33,8 @@ class Passes:
         return {key: [name for name in CATALOG if name in names] for key, names in sorted(wanted.items())}
 
     def passes(self) -> dict[tuple[str, ...], list[tuple[str, str]]]:
-        """Every pass, as the signals it makes -> the (teacher, split) pairs it runs on: the shared forward's signals
-        (one pass per pair) and ``("mc",)``, of every teacher but a prompted one. The rules of S = 1 are made from it,
-        one per distinct set of signals."""
+        """Every pass, as the signals it makes -> the (teacher, split) pairs it runs on, of every teacher but a
+        prompted one (the rules of S = 1 are made from it, one per distinct set of signals)."""
         out: dict[tuple[str, ...], list[tuple[str, str]]] = {}
         for pair, names in self.requested_signals.items():
             if self.prompted(pair[0]):  # its own passes make its signals (kdpipe.plan.prompted)
@@ -61,4 +52,6 @@ class Passes:
         return {"signals": [self.signal_params(teacher, split, name) for name in signals]}
 
     def pass_modules(self, signals: list[str]) -> list[str]:
-        return pass_modules(signals)
+        """The modules a pass imports by name: each signal's, and the shared forward for deterministic ones."""
+        modules = [signal_spec(name).module for name in signals]
+        return modules + (["kdpipe.signals.forward"] if any(pass_of(n) == FORWARD for n in signals) else [])

@@ -43,10 +43,9 @@ class Routes:
         return RouteSpec.from_params(without(self.routes()[route], "teachers"), f"route {route}")
 
     def route_params(self, route: str) -> dict:
-        """The route job's config slice: its teachers and router settings, the signals it reads per split (the
-        job opens no other), and the ``routing`` settings that change its scores. The display settings
-        (``warn_below``) are left out: they change what the report shows, not a route, so they rerun the report
-        only (:meth:`report_params`)."""
+        """The route job's config slice: its teachers and router settings, the signals it reads per split, and the
+        ``routing`` settings but the display ones (``warn_below``: the report's, :meth:`report_params`), so changing
+        those reruns the report only."""
         return {
             **self.routes()[route],
             "signals": self.route_signals(route),
@@ -54,27 +53,27 @@ class Routes:
         }
 
     def route_signals(self, route: str) -> dict[str, list[str]]:
-        """The signals a route reads from each of its teachers, per split (:meth:`kdpipe.routing.RouteSpec.signals`):
-        logits and pooled states, and the MC-dropout signal where the router's score needs it or the config makes
-        it anyway (``mc_dropout.splits``)."""
+        """The signals a route reads from each of its teachers, per split (:meth:`kdpipe.routing.RouteSpec.signals`)."""
         return self._route(route).signals(self.mc_splits())
 
     def route_inputs(self, route: str) -> list[str]:
-        """The cached signal files a route reads, declared as the rule's inputs: those of :meth:`route_signals` for
-        every teacher."""
+        """The cached signal files of :meth:`route_signals` of every teacher, the rule's inputs."""
+        return self._signal_paths(route, self.route_signals(route))
+
+    def _signal_paths(self, route: str, signals: dict[str, list[str]]) -> list[str]:
+        """The files of ``signals`` (split -> signal names) of every teacher of ``route``."""
         return [
             path
             for teacher in self.routes()[route]["teachers"]
-            for split, names in self.route_signals(route).items()
+            for split, names in signals.items()
             for name in names
             for path in signal_files(name, SIGNALS.format(teacher=teacher, split=split))
         ]
 
     def report_params(self) -> dict:
-        """The report job's config slice: the routing settings it displays (``routing.warn_below``, the threshold
-        of its routing warning) when some student reads a route, and ``transfer_curve`` when some student learns from
-        transfer rows (the rule then declares ``transfer.png``), and the margin of its flag of an int8 model when one is
-        evaluated; nothing otherwise."""
+        """The report job's slice (:class:`kdpipe.report.settings.ReportSettings`): ``routing.warn_below`` when some
+        student reads a route, ``transfer_curve`` when some student learns from transfer rows, and the margin of the
+        flag of an int8 model when one is evaluated."""
         out = {}
         if self.routes():
             out = {key: self.config["routing"][key] for key in DISPLAY_SETTINGS if key in self.config["routing"]}
@@ -105,13 +104,7 @@ class Routes:
 
     def route_transfer_inputs(self, route: str) -> list[str]:
         """The cached signal files the ``route_transfer`` job of a route reads, declared as its inputs."""
-        return [
-            path
-            for teacher in self.routes()[route]["teachers"]
-            for split, names in self._route(route).transfer_signals().items()
-            for name in names
-            for path in signal_files(name, SIGNALS.format(teacher=teacher, split=split))
-        ]
+        return self._signal_paths(route, self._route(route).transfer_signals())
 
     def route_dir(self, student: str) -> list[str]:
         """The folder of the route ``student`` reads, in a list: empty for a student that reads none."""

@@ -1,7 +1,6 @@
 """Each job's config slice: exactly the part of the config its output depends on (docs/caching-and-reruns.md).
 
-Plain JSON-able values, never the whole config: the slice is the job's ``params.cfg``, compared by Snakemake's
-params trigger and hashed by the between-workflow output cache.
+Plain JSON-able values: the job's ``params.cfg``, compared by Snakemake's params trigger and hashed by the output cache.
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ PATH_KEYS = ("source", "train", "validation", "test", "transfer", "backbone", "c
 
 
 def named_paths(config_slice: dict, where: str = "") -> dict[str, object]:
-    """``{config key: value}`` of every value a config slice holds under a path key (:data:`PATH_KEYS`, or a key
-    ending in ``_backbone``), found recursively; a list under a path key (``dataset.transfer``'s per-part files)
-    gives one entry per item, ``key[i]``. What :func:`kdpipe.core.identity.local_content` digests."""
+    """``{config key: value}`` of every value under a path key (:data:`PATH_KEYS`, or ``*_backbone``) of a slice,
+    found recursively, a list as ``key[i]`` per item: what :func:`kdpipe.core.identity.local_content` digests."""
     found: dict[str, object] = {}
     for key, value in config_slice.items():
         name = f"{where}.{key}" if where else str(key)
@@ -39,22 +37,17 @@ def named_paths(config_slice: dict, where: str = "") -> dict[str, object]:
 
 
 def with_local_content(params: dict) -> dict:
-    """``params`` with ``local_content``: the digest of every local file or folder it names (a dataset file, a
-    local backbone or checkpoint; :func:`kdpipe.core.identity.local_content`). An edit in place changes the slice,
-    so Snakemake's params trigger reruns the job and the shared cache files its output under another key; a slice
-    that names no local path is unchanged."""
+    """``params`` with ``local_content``, the digest of every local file or folder it names, so that an edit in place
+    reruns the job (a slice that names no local path is unchanged)."""
     content = local_content(named_paths(params))
     return {**params, "local_content": content} if content else params
 
 
 def model_slice(model_spec: dict, where: str = "model") -> dict:
-    """``model_spec`` as it belongs in a student's config slice: one spec per starting point of its heads.
-
-    ``head_init`` and ``head_noise`` are left out at ``head_init: copy`` (their default, what every student did
-    before the keys existed; Snakemake fills the schema defaults into ``student_defaults.model``, so without this
-    every student taking that model would get a new slice and rerun), and ``head_noise`` is left out for ``reinit``,
-    which does not read it; for ``noise`` both are kept, ``head_noise`` filled in when absent. A head_init other
-    than ``copy`` on a student without ``heads`` is an error (``where``: the config key, for the message)."""
+    """``model_spec`` as it belongs in a student's slice: ``head_init`` and ``head_noise`` only where they change the
+    heads' starting point (``head_noise`` only for ``noise``): Snakemake fills the schema's defaults into
+    ``student_defaults.model``, and every student taking that model would otherwise get a new slice and rerun. A
+    head_init other than ``copy`` without ``heads`` is an error naming ``where``."""
     spec = {k: v for k, v in model_spec.items() if k not in HEAD_INIT_DEFAULTS}
     head_init = model_spec.get("head_init", HEAD_INIT_DEFAULTS["head_init"])
     if head_init == HEAD_INIT_DEFAULTS["head_init"]:
@@ -86,9 +79,8 @@ class Slices:
         return with_local_content(dataset)
 
     def transfer_params(self) -> dict:
-        """The transfer job's slice: what the transfer rows are read from and how (the dataset's own slice is its
-        input's, the prepared dataset), and the smallest ``max_length`` of any teacher or student, which says how
-        much of a text makes it a copy of an evaluation text (kdpipe.data.transfer)."""
+        """The transfer job's slice: what the transfer rows are read from and how, and the smallest ``max_length``
+        of any teacher or student (how much of a text makes it a copy of an evaluation text: kdpipe.data.transfer)."""
         dataset = self.config["dataset"]
         keys = (*TRANSFER_KEYS, "name", "text_column", "text_pair_column", "format", "encoding")
         params = {key: dataset[key] for key in keys if key in dataset}
@@ -98,9 +90,9 @@ class Slices:
         return with_local_content(params)
 
     def teacher_params(self, teacher: str) -> dict:
-        """The teacher's settings, plus the module of its objective when it is not plain cross-entropy (imported by
-        name by the stage). Keys at their "as before" value (:data:`LATER_KEYS`) are left out, so adding such a
-        key to kdpipe does not change the slice of teachers that do not use it."""
+        """The teacher's settings (without keys at their "as before" value, :data:`LATER_KEYS`), plus the module of
+        its objective when it is not plain cross-entropy; so adding such a key to kdpipe does not change the slice of
+        teachers that do not use it."""
         spec = self.teachers[teacher]
         params = {k: v for k, v in spec.items() if not (k in LATER_KEYS and v == LATER_KEYS[k]) and k != "devices"}
         if spec.get("checkpoint"):  # the checkpoint replaces the backbone; an import trains nothing
@@ -127,9 +119,8 @@ class Slices:
         return int(student.config.get("devices", 1))
 
     def signal_params(self, teacher: str, split: str, signal: str) -> dict:
-        """The slice of one teacher signal on one split: its pass's settings (the config section that also sets its
-        shards), plus for a feature dump the layers the students need. Neither the shard count nor the disk budget
-        (``dump.max_gb``, checked by the plan: kdpipe.plan.budget) changes what a pass makes."""
+        """The slice of one teacher signal on one split: its pass's settings but the shard count and the disk budget
+        (which change nothing it makes), plus for a feature dump the layers the students need."""
         section = signal_spec(signal).shards
         params = {**without(self.config[section], "splits", "shards", "max_gb"), "signal": signal, "split": split}
         if params.get("dropout", 0) is None:  # the default, left out so that slices made before the key stay valid
@@ -139,8 +130,8 @@ class Slices:
         return params
 
     def student_params(self, student: str) -> dict:
-        """The student's settings with its complete method_args, its teachers, what the registry says of its method
-        (so the distill stage need not import the registry), and the layer alignment a feature method needs."""
+        """The student's settings with its complete method_args, its teachers, its method's registry entry (so the
+        distill stage need not import the registry) and the layer alignment a feature method needs."""
         method = get_method(self.students[student].config["method"])
         params = {
             **without(self.students[student].config, "devices"),
@@ -169,43 +160,31 @@ class Slices:
             params = self.eval_params(student, splits)
             return {**params, "model": model, "base": f"{params['base']}.{precision}", "exported": precision}
         student = self.students.get(model)
+        oracle = model == ORACLE and self.oracle
         if model in self.cotrained:
             student = self.students[self.cotrained[model]]
-            teacher = {"base": f"{student.base}.teacher", "kind": "teacher", "method": "prokt", "seed": student.seed}
-            return {"model": model, **teacher, "splits": splits, **self._eval_settings(model)}
-        oracle = model == ORACLE and self.oracle
-        if oracle or model in self.ensembles:  # made from its members' predictions
-            kind = {"kind": "oracle", "combine": "oracle"} if oracle else {"kind": "ensemble"}
-            kind |= {"method": None, "seed": None, "members": self.oracle if oracle else self.ensembles[model]}
-            return {"model": model, "base": model, **kind, "splits": splits, **self._eval_settings(model)}
-        if not student and self.prompted(model):  # evaluated from its passes: the seed of its few-shot draws
-            return {
-                "model": model,
-                "base": model,
-                "kind": "teacher",
-                "method": None,
-                "seed": self.prompt_settings(model)["seed"],
-                "splits": splits,
-                **self._eval_settings(model),
+            info = {"base": f"{student.base}.teacher", "kind": "teacher", "method": "prokt", "seed": student.seed}
+        elif oracle or model in self.ensembles:  # made from its members' predictions
+            info = {"base": model, **({"kind": "oracle", "combine": "oracle"} if oracle else {"kind": "ensemble"})}
+            info |= {"method": None, "seed": None, "members": self.oracle if oracle else self.ensembles[model]}
+        elif not student and self.prompted(model):  # evaluated from its passes: the seed of its few-shot draws
+            info = {"base": model, "kind": "teacher", "method": None, "seed": self.prompt_settings(model)["seed"]}
+        else:
+            domain = (student.config if student else self.teachers[model]).get("domain")
+            info = {
+                "base": student.base if student else model,
+                **({"group": student.entry} if student and student.base != student.entry else {}),
+                "kind": "student" if student else "teacher",
+                "method": student.config["method"] if student else None,
+                "seed": student.seed if student else self.teachers[model].get("seed"),
+                **({"domain": domain} if domain else {}),
             }
-        domain = (student.config if student else self.teachers[model]).get("domain")
-        group = {"group": student.entry} if student and student.base != student.entry else {}
-        return {
-            "model": model,
-            "base": student.base if student else model,
-            **group,
-            "kind": "student" if student else "teacher",
-            "method": student.config["method"] if student else None,
-            "seed": student.seed if student else self.teachers[model].get("seed"),
-            "splits": splits,
-            **self._eval_settings(model),
-            **({"domain": domain} if domain else {}),
-        }
+        return {"model": model, **info, "splits": splits, **self._eval_settings(model)}
 
     def _eval_settings(self, model: str) -> dict:
         """The ``evaluate`` keys an evaluation job of ``model`` uses; ``ood`` and ``mc_samples`` only when set (so
-        that slices made before those keys stay valid), and ``mc_samples`` only for a model that runs inference (an
-        ensemble and the oracle are made from their members' predictions, a prompted teacher from its passes)."""
+        slices made before those keys stay valid), and
+        ``mc_samples`` only for a model that runs inference (not one made from others' predictions or passes)."""
         settings = without(self.config["evaluate"], "splits", "oracle", "ood", "mc_samples")
         if self.has_ood():
             settings["ood"] = {key: value for key, value in self.ood_spec().items() if value is not None}

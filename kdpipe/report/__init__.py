@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdpipe.core.store import KdpipeError, atomic_path, read_json
-from kdpipe.evaluation.exported import MARGIN
 from kdpipe.report.cost import plot_cost
 from kdpipe.report.curves import plot_curves, read_curve
 from kdpipe.report.errors import plot_confusion
@@ -28,12 +27,12 @@ from kdpipe.report.settings import ReportSettings
 from kdpipe.report.summary import TSV_COLUMNS, check_eval, has_members, runs_table, summarise, tsv_columns
 from kdpipe.report.tensorboard import write_tensorboard
 from kdpipe.report.transfer import plot_transfer
-from kdpipe.routing.diagnostics import WARN_BELOW
 
 __all__ = ["OOD_OUTPUTS", "TSV_COLUMNS", "build_report", "write_report"]
 
 # What the report writes from OOD evaluations (the workflow's report rule declares them when ``Plan.has_ood``).
 OOD_OUTPUTS = ("ood.tsv", "ood.md", "ood_roc.png", "risk_coverage.png")
+DEFAULTS = ReportSettings()  # the schema's defaults
 
 
 def write_report(
@@ -45,16 +44,11 @@ def write_report(
     serving: list[Path] = (),
     title: str | None = None,
 ) -> None:
-    """The report stage: :func:`build_report` of the evaluation JSONs ``evals`` (the manifests of the experiment's
-    ``routes``, the training logs of the trained ``models``' folders, where an imported checkpoint has none, and the
-    ``serving`` profiles) into the folder ``out``, under ``title``. ``settings``: the report's
-    (:meth:`kdpipe.plan.routes.Routes.report_params`), the routing warning's threshold ``warn_below``
-    (``routing.warn_below``'s default when not given), ``transfer_curve``: draw ``transfer.png``, and the margin of
-    the flag of an int8 model, ``max_accuracy_drop`` (``export.max_accuracy_drop``'s default when not given)."""
+    """The report stage: :func:`build_report` of the evaluation JSONs ``evals``, the ``routes``' manifests, the
+    training logs of the ``models``' folders (an imported checkpoint has none) and the ``serving`` profiles into
+    ``out``; ``settings``: :meth:`kdpipe.plan.routes.Routes.report_params`."""
     logs = [log for log in (Path(m) / "train_log.jsonl" for m in models) if log.is_file()]
-    title = title or "Model comparison"
-    warn_below, transfer_curve, margin = settings.warn_below, settings.transfer_curve, settings.max_accuracy_drop
-    build_report(evals, out, routes, logs, title, warn_below, transfer_curve, list(serving) or None, margin)
+    build_report(evals, out, routes, logs, title or "Model comparison", list(serving) or None, settings)
 
 
 def build_report(
@@ -63,21 +57,15 @@ def build_report(
     routes: list[str | Path] | None = None,
     train_logs: list[str | Path] | None = None,
     title: str = "Model comparison",
-    warn_below: float = WARN_BELOW,
-    transfer_curve: bool = False,
     serving: list[str | Path] | None = None,
-    max_accuracy_drop: float = MARGIN,
+    settings: ReportSettings = DEFAULTS,
 ) -> None:
     """Write into ``out_dir`` the tables and figures of docs/report.md for ``eval_paths`` (with their predictions
-    beside them) and the ``train_logs``. uncertainty.png (a model with several members or heads), transfer.png (a
-    student that learnt from transfer rows, or ``transfer_curve``), :data:`OOD_OUTPUTS` (OOD evaluations among
-    ``eval_paths``) and the routing files (the manifests of ``routes``) only when there is something to show, which
-    is when the report rule declares them (``Plan.has_members``, ``Plan.has_transfer_students``, ``Plan.has_ood``);
-    otherwise a stale one is removed. A route whose chosen router sends fewer than ``warn_below`` of the validation
-    rows to the teacher that owns their class gets a routing warning at the top of the summaries. ``serving``: serving
-    profiles (kdpipe.models.serving): the serving table (:data:`SERVING_OUTPUTS`), and their batch-1 latency on the
-    cost plot. Exported students evaluated against their student get :data:`EXPORTED_OUTPUTS`; an int8 one whose
-    accuracy falls by more than ``max_accuracy_drop`` gets a warning at the top of the summaries."""
+    beside them) and the ``train_logs``. The optional outputs (uncertainty.png, transfer.png, :data:`OOD_OUTPUTS`,
+    the routing, serving and exported files) are written only when there is something to show, which is when the
+    report rule declares them; otherwise a stale one is removed. A route that sends fewer than ``settings.warn_below``
+    of the validation rows to their class's teacher, and an int8 export whose accuracy falls by more than
+    ``settings.max_accuracy_drop``, get a warning at the top of the summaries."""
     if not eval_paths:
         raise KdpipeError("report: no evaluation files given")
     records, oods = _read(eval_paths)
@@ -87,14 +75,14 @@ def build_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     warnings = (
-        [f"{r['route']}: {r['warning']}" for r in write_routing(routes, out_dir, warn_below) if r["warning"]]
+        [f"{r['route']}: {r['warning']}" for r in write_routing(routes, out_dir, settings.warn_below) if r["warning"]]
         if routes
         else []
     )
-    exported = exported_rows(records, max_accuracy_drop)
+    exported = exported_rows(records, settings.max_accuracy_drop)
     if len(exported):
         write_exported(exported, out_dir)
-        warnings += flagged_lines(exported, max_accuracy_drop)
+        warnings += flagged_lines(exported, settings.max_accuracy_drop)
     else:
         for name in EXPORTED_OUTPUTS:
             (out_dir / name).unlink(missing_ok=True)
@@ -131,14 +119,13 @@ def build_report(
     plot_curves([read_curve(path) for path in train_logs or ()], out_dir / "curves.png")
     if write_tensorboard(list(train_logs or ()), out_dir / "tensorboard"):
         print(f"[kdpipe] report: training logs for TensorBoard: tensorboard --logdir {out_dir / 'tensorboard'}")
-    if transfer_curve or (runs["transfer_rows"] > 0).any():
+    if settings.transfer_curve or (runs["transfer_rows"] > 0).any():
         plot_transfer(runs, shown["split"].iloc[0], out_dir / "transfer.png")
     else:
         (out_dir / "transfer.png").unlink(missing_ok=True)
     if shown["uncertainty"].notna().any() and has_members(shown):
         plot_uncertainty(shown, out_dir / "uncertainty.png")
     else:
-        # A plot left by an earlier report on other evaluations would contradict the tables.
         (out_dir / "uncertainty.png").unlink(missing_ok=True)
 
 

@@ -31,9 +31,8 @@ def pareto_front(cost: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
 
 
 def plot_cost(summary: pd.DataFrame, path: Path) -> None:
-    """Two panels, accuracy against parameters and against inference time per example (log scales when the costs
-    span more than a factor 10). The front is drawn through the comparable models only (:func:`comparable`): a
-    subset teacher and the teachers' oracle are drawn hollow and kept off it."""
+    """Two panels, accuracy against parameters and against inference time per example; the front through the
+    comparable models only (:func:`comparable`), the others hollow."""
     plt = pyplot()
     full = comparable(summary)
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.2), layout="constrained")
@@ -73,11 +72,9 @@ def plot_cost(summary: pd.DataFrame, path: Path) -> None:
 
 
 def _label_places(ax, cost: np.ndarray, accuracy: np.ndarray, names: list[str], width_in: float, height_in: float):
-    """Where each point's label goes, in data coordinates: right of its point, moved down (then up) in steps of one
-    label height until its box overlaps no marker and no label placed before it (the most accurate point first).
-    Students of one architecture share a cost and often close accuracies; teachers and the oracle sit together near
-    100%: without this their names are printed over each other. Boxes are estimated in axes fractions from the
-    axes' size in inches (8-point text: about 0.075 in per character, 0.16 in per line)."""
+    """Where each point's label goes, in data coordinates: right of its point, moved down (then up) a label height
+    at a time until its box, estimated from the axes' size in inches (8-point text), overlaps no marker and no label
+    placed before it (the most accurate point first): close points would print their names over each other."""
     to_axes, to_data = ax.transLimits, ax.transLimits.inverted()
     char_w, line_h = 0.075 / width_in, 0.16 / height_in
     shown = np.flatnonzero(np.isfinite(cost) & np.isfinite(accuracy))

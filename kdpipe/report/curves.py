@@ -1,10 +1,9 @@
 """Training curves from the ``train_log.jsonl`` every training job writes (kdpipe.training.loop): the training loss
 per logged step and the validation accuracy after each epoch, with the epoch whose weights were kept marked.
 
-A log has a line ``{"epoch", "step", "loss", ...}`` every few steps (``step`` from 0 in each epoch) and
-``{"epoch", "validation", "best"}`` after each epoch; the kept epoch is the last with ``best`` true, and of lines a
-resumed job wrote again the last wins. The loss is drawn against the fractional epoch ``epoch − 1 + step / S`` (S:
-one more than the largest step logged), so that it shares its axis with the validation metrics.
+The kept epoch is the last whose validation line has ``best`` true; of lines a resumed job wrote again the last wins.
+The loss is drawn against the fractional epoch ``epoch − 1 + step / S`` (``step`` from 0 in each epoch; S: one more
+than the largest step logged), so that it shares its axis with the validation metrics.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ def read_log(path: str | Path) -> tuple[dict[tuple[int, int], dict], dict[int, d
 
 
 def fractional_epochs(steps) -> np.ndarray:
-    """``epoch − 1 + step / S`` of each (epoch, step) key (module docstring)."""
+    """``epoch − 1 + step / S`` of each (epoch, step) key, S one more than the largest step logged."""
     per_epoch = max((step for _, step in steps), default=0) + 1
     return np.array([epoch - 1 + step / per_epoch for epoch, step in steps], dtype=float)
 
@@ -74,9 +73,8 @@ def read_curve(path: str | Path) -> Curve:
 
 
 def plot_curves(curves: list[Curve], path: Path) -> None:
-    """One row per family of models (teachers, students...): training loss per logged step against the fractional
-    epoch (left; log scale, a moving average over 5 logged steps drawn over the raw values) and validation accuracy
-    after each epoch (right), the kept epoch circled. Seeds of one model share its colour."""
+    """One row per family of models: the training loss per logged step, raw and smoothed (left), and the validation
+    accuracy after each epoch, the kept epoch circled (right); seeds of one model share its colour."""
     if not curves:
         placeholder(path, "No training curves: no model of this report was trained by the workflow.")
         return

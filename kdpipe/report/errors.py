@@ -1,10 +1,6 @@
 """Where the models err: accuracy per class beside the teachers' on their own classes (a table), and a row-normalised
-confusion matrix per model (a figure), both from the evaluations of the plotted split.
-
-The confusion matrices are counted from each evaluation's predictions (``<split>.predictions.parquet`` beside its
-JSON: gold ``label`` and predicted ``pred`` per row), the seeds of a model pooled; a teacher trained on a subset of
-the classes has the rows and predictions of its own classes only.
-"""
+confusion matrix per model (a figure), both from the evaluations of the plotted split. The seeds of a model are
+pooled; a teacher of a subset of the classes has the rows and predictions of its own classes only."""
 
 from __future__ import annotations
 
@@ -15,12 +11,7 @@ import pandas as pd
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.report.figures import model_label, placeholder, pyplot, save
-
-
-def predictions_path(eval_json: str | Path) -> Path:
-    """The predictions the evaluate stage writes beside ``<split>.json``."""
-    eval_json = Path(eval_json)
-    return eval_json.with_name(f"{eval_json.stem}.predictions.parquet")
+from kdpipe.report.intervals import predictions_path
 
 
 def confusion(sources: list[str], classes: list[str]) -> np.ndarray:

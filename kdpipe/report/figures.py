@@ -1,6 +1,6 @@
 """What every figure of the report shares: pyplot on a headless backend, saving a PNG in place atomically, a
-placeholder that says why a figure is empty, and a model's two-line label. It imports nothing else of
-:mod:`kdpipe.report`, so every module of the report imports it at the top without an import cycle."""
+placeholder that says why a figure is empty, and a model's two-line label. It also has :func:`text`, a table cell,
+and imports nothing else of :mod:`kdpipe.report`, so every module of the report imports it without an import cycle."""
 
 from __future__ import annotations
 
@@ -42,13 +42,13 @@ def model_label(row) -> str:
     if row.kind == "teacher":
         return f"{row.model}\nteacher · {row.classes} classes"
     if row.kind == "ensemble":
-        return f"{row.model}\nensemble · {_shown(row.members)} members"
+        return f"{row.model}\nensemble · {text(row.members)} members"
     if row.kind == "oracle":
         return f"{row.model}\nteachers routed by gold label"
     seeds = f"{row.seeds} seeds" if row.seeds > 1 else "1 seed"
-    return f"{row.model}\n{_shown(row.method)} · {seeds}"
+    return f"{row.model}\n{text(row.method)} · {seeds}"
 
 
-def _shown(value) -> str:
-    """A value that may be missing (a teacher's method is null), as the tables show it."""
+def text(value) -> str:
+    """A table cell for a value that may be missing (a teacher's method is null)."""
     return "—" if pd.isna(value) else str(value)

@@ -20,8 +20,10 @@ from kdpipe.report.markdown import (
     SUMMARY_NOTE,
     UNCERTAINTY_NOTE,
     format_interval,
+    format_mean_std,
     summary_cells,
     table_columns,
+    text,
 )
 from kdpipe.report.ood import (
     DETECTION,
@@ -83,8 +85,8 @@ LANDING_OOD = (("max_prob", "auroc"), ("max_prob", "fpr95"), ("epistemic", "auro
 
 
 def summary_html(summary: pd.DataFrame, warnings: list[str], title: str, ood: pd.DataFrame | None = None) -> str:
-    """A self-contained page: the routing warnings, then per split the comparison table and the accuracy per
-    class, then the OOD table when there is one (``ood``: :func:`kdpipe.report.ood.ood_table`)."""
+    """A self-contained page: the routing warnings, per split the comparison table and the accuracy per class, then
+    the OOD table (``ood``: :func:`kdpipe.report.ood.ood_table`) when there is one."""
     header, uncertainty, inference, selective = table_columns(summary)
     parts = [f"<h1>{html.escape(title)}</h1>", *_warnings(warnings), _note(SUMMARY_NOTE)]
     if selective:
@@ -119,9 +121,7 @@ def landing_html(
     summary: pd.DataFrame, warnings: list[str], title: str, plots: list[Path] = (), ood: pd.DataFrame | None = None
 ) -> str:
     """The fragment at the top of the report's landing page: the title, the routing warnings, the compact
-    comparison of the first split (test when evaluated), the compact OOD table when there is one (``ood``:
-    :func:`kdpipe.report.ood.ood_table`) and the key ``plots`` (PNG files, embedded, so that the fragment stands
-    alone); the rest is one click away in the Summary category."""
+    comparison of the first split, the compact OOD table when there is one and the key ``plots`` (PNG, embedded)."""
     split = summary["split"].iloc[0]
     table = summary[summary["split"] == split]
     header = tuple(name for name, _ in LANDING)
@@ -147,7 +147,7 @@ def landing_html(
             f"<p>Models on the <b>{html.escape(split)}</b> split: mean over seeds; click a column to sort. "
             f"{_landing_caveats(table)}Full tables (± std over seeds, per class), curves, confusion matrices, cost "
             "and calibration: category <i>Summary</i> in the menu.</p>",
-            _table(header, rows, _best_summary(table, header, landing=True)),
+            _table(header, rows, _best_summary(table, header)),
             *(_landing_ood(ood) if ood is not None else ()),
             *(_figure(path) for path in plots),
             "</div>",
@@ -156,8 +156,7 @@ def landing_html(
 
 
 def _landing_caveats(table: pd.DataFrame) -> str:
-    """The landing sentences on rows not comparable with the others, only for the rows this run has: a teacher of
-    some of the classes (its *classes* cell, e.g. 2/5) and the teachers' oracle (as :func:`comparable` tells them)."""
+    """The landing sentences on the rows that :func:`comparable` leaves out, for those this run has."""
     subset = table.loc[table["n_classes"] < table["n_classes"].max(), "classes"]
     parts = []
     if len(subset):
@@ -171,8 +170,7 @@ def _landing_caveats(table: pd.DataFrame) -> str:
 
 
 def _ood_section(ood: pd.DataFrame) -> list[str]:
-    """summary.html's OOD section: what the rows are, the metrics explained, the table with a column group per
-    score (the best value of each column among the comparable models in bold), and the models without scores."""
+    """summary.html's OOD section: the notes, the table with a column group per score, the models without scores."""
     sentence, unscored = ood_notes(ood)
     scores = table_scores(ood)
     scored = ood[ood["reason"].isna()].reset_index(drop=True)
@@ -192,26 +190,24 @@ def _ood_section(ood: pd.DataFrame) -> list[str]:
 
 
 def _landing_ood(ood: pd.DataFrame) -> list[str]:
-    """The landing page's OOD table: AUROC and FPR@95 of the maximum probability and of each model's epistemic
-    score (:func:`kdpipe.report.ood.epistemic_score`), means over seeds."""
+    """The landing page's OOD table: AUROC and FPR@95 of the maximum probability and of each model's
+    :func:`~kdpipe.report.ood.epistemic_score`."""
     sentence, unscored = ood_notes(ood)
     scored = ood[ood["reason"].isna()].reset_index(drop=True)
     records = scored.to_dict("records")
     epistemic = [epistemic_score(row) for row in records]
     shown = scored[["model", "kind", "seeds", "n_classes"]].copy()
-    for metric in ("auroc", "fpr95"):
-        shown[f"max_prob_{metric}"] = [_value(row, f"max_prob_{metric}") for row in records]
-        shown[f"epistemic_{metric}"] = [_value(row, f"{s}_{metric}") if s else None
-                                        for row, s in zip(records, epistemic)]  # fmt: skip
+    for group, metric in LANDING_OOD:  # the epistemic group: each model's own score
+        scores = epistemic if group == "epistemic" else [group] * len(records)
+        shown[f"{group}_{metric}"] = [_value(row, f"{s}_{metric}") if s else None for row, s in zip(records, scores)]
     header = ("model", "kind", "seeds", *(METRIC_HEADERS[m] for _, m in LANDING_OOD[:2]), "score",
               *(METRIC_HEADERS[m] for _, m in LANDING_OOD[2:]))  # fmt: skip
     keys = (None, None, "seeds", "max_prob_auroc", "max_prob_fpr95", None, "epistemic_auroc", "epistemic_fpr95")
     rows = []
     for row, score in zip(shown.to_dict("records"), epistemic):
         values = [_value(row, key) for key in keys]
-        cells = [row["model"], row["kind"], str(row["seeds"])]
-        cells += ["—" if v is None else f"{v:.3f}" for v in values[3:5]] + [score or "—"]
-        cells += ["—" if v is None else f"{v:.3f}" for v in values[6:]]
+        shown_values = ["—" if v is None else f"{v:.3f}" for v in values]
+        cells = [row["model"], row["kind"], str(row["seeds"]), *shown_values[3:5], score or "—", *shown_values[6:]]
         rows.append((cells, values))
     best = _best(shown, [(keys.index(f"{g}_{m}"), f"{g}_{m}", m in LOWER_IS_BETTER) for g, m in LANDING_OOD])
     parts = [
@@ -254,27 +250,21 @@ def _figure(path: Path) -> str:
 
 
 def _landing_cells(row) -> list[str]:
-    def number(value, digits, scale=1.0):
-        return "—" if pd.isna(value) else f"{value * scale:.{digits}f}"
-
+    """The cells of one model in the landing table: means without their std."""
     params = "—" if pd.isna(row.params) else f"{row.params / 1e6:.1f}M"
     return [
-        str(row.model), str(row.kind), "—" if pd.isna(row.method) else str(row.method), str(row.gold_labels),
-        str(row.classes),
-        str(row.seeds),
-        number(row.accuracy, 1, 100), format_interval(row.accuracy_low, row.accuracy_high),
-        number(row.macro_f1, 1, 100), number(row.ece, 3), params,
-        number(row.inference_ms, 2),
+        str(row.model), str(row.kind), text(row.method), str(row.gold_labels), str(row.classes), str(row.seeds),
+        format_mean_std(row.accuracy, np.nan, 1, 100), format_interval(row.accuracy_low, row.accuracy_high),
+        format_mean_std(row.macro_f1, np.nan, 1, 100), format_mean_std(row.ece, np.nan, 3), params,
+        format_mean_std(row.inference_ms, np.nan, 2),
     ]  # fmt: skip
 
 
-def _best_summary(table: pd.DataFrame, header, landing: bool = False) -> set[tuple[int, int]]:
-    """:func:`_best` of accuracy and macro-F1 (highest) and ECE and AURC (lowest)."""
-    names = {"accuracy": ("accuracy (%) ↑", "accuracy (%)"), "macro_f1": ("macro-F1 (%) ↑", "macro-F1 (%)"),
-             "ece": ("ECE ↓", "ECE"), "aurc": (None, "AURC")}  # fmt: skip
-    shown = {column: pair[0] if landing else pair[1] for column, pair in names.items()}
-    return _best(table, [(header.index(name), column, column in ("ece", "aurc"))
-                         for column, name in shown.items() if name in header])  # fmt: skip
+def _best_summary(table: pd.DataFrame, header) -> set[tuple[int, int]]:
+    """:func:`_best` of accuracy and macro-F1 (highest) and ECE and AURC (lowest), in the columns so named."""
+    names = [name.rstrip(" ↑↓") for name in header]  # (the landing table's names end in an arrow)
+    columns = {"accuracy": "accuracy (%)", "macro_f1": "macro-F1 (%)", "ece": "ECE", "aurc": "AURC"}
+    return _best(table, [(names.index(n), c, c in ("ece", "aurc")) for c, n in columns.items() if n in names])
 
 
 def _table(header, rows, best=frozenset(), groups=()) -> str:

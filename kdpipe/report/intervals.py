@@ -41,16 +41,10 @@ def _name(evaluation: str | Path | list[Path]) -> str:
     return ", ".join(map(str, evaluation)) if isinstance(evaluation, list) else str(evaluation)
 
 
-def correct_matrix(evaluations: list) -> tuple[np.ndarray, np.ndarray]:
-    """(row_ids [N], correct [seeds, N]) of the evaluations of one model's seeds, rows ordered by row_id. Every
-    evaluation (a path, or a list of paths on disjoint rows: :func:`prediction_rows`) must cover the same rows (the
-    same split of the same data)."""
-    return row_matrix(evaluations, "correct")
-
-
 def row_matrix(evaluations: list, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """(row_ids [N], the predictions' ``column`` [seeds, N]) of the evaluations of one model's seeds, as
-    :func:`correct_matrix` (e.g. ``confidence``, or an uncertainty score's column)."""
+    """(row_ids [N], the predictions' ``column`` [seeds, N]: ``correct``, ``confidence``, an uncertainty score's
+    column) of the evaluations of one model's seeds, rows ordered by row_id. Every evaluation (a path, or a list of
+    paths on disjoint rows: :func:`prediction_rows`) must cover the same rows (the same split of the same data)."""
     row_ids, rows = None, []
     for evaluation in evaluations:
         table = prediction_rows(evaluation, ["row_id", column])
@@ -76,7 +70,7 @@ def accuracy_interval(evaluations: list[str | Path]) -> tuple[float, float]:
     if not all(predictions_path(e).is_file() for e in evaluations):
         return np.nan, np.nan
     try:
-        _, correct = correct_matrix(evaluations)
+        _, correct = row_matrix(evaluations, "correct")
     except KdpipeError:
         return np.nan, np.nan
     _, low, high = interval(correct)

@@ -10,14 +10,14 @@ import pandas as pd
 
 from kdpipe.core.markdown import plain
 from kdpipe.report.errors import per_class_rows
+from kdpipe.report.figures import text
 from kdpipe.report.summary import UNCERTAINTY_COLUMNS, has_members, has_selective
 
 MARKDOWN_HEADER = (
     "model", "kind", "method", "gold labels read", "classes", "seeds", "params",
     "accuracy (%)", "95% interval", "macro-F1 (%)", "NLL", "ECE", "Brier", "train time",
 )  # fmt: skip
-# Optional column groups: shown only when some model has the fields, so older evaluations keep a narrow table. The
-# AURC goes after the Brier score, before the train time.
+# Optional column groups, shown only when some model has the fields; the AURC goes before the train time.
 SELECTIVE_HEADER = ("AURC",)
 UNCERTAINTY_HEADER = ("members", "entropy", "aleatoric", "epistemic", "TV total", "TV aleatoric", "TV epistemic")
 INFERENCE_HEADER = ("inference time",)
@@ -25,9 +25,8 @@ MARKDOWN_LEFT_ALIGNED = {"model", "kind", "method", "gold labels read", "trained
 
 
 def summary_markdown(summary: pd.DataFrame, warnings: list[str] = (), title: str = "Model comparison") -> str:
-    """The summary as Markdown: a table per split, mean ± sample std over seeds, rounded for reading, then the
-    accuracy per class (and per domain where there are domains); the routing ``warnings`` first (routing.md has the
-    details)."""
+    """The summary as Markdown: the routing ``warnings``, then per split the table (mean ± sample std over seeds)
+    and the accuracy per class (and per domain where there are domains)."""
     parts = [
         f"# {plain(title)}\n",
         *[f"> **Routing warning** ({plain(text)}). See routing.md.\n" for text in warnings],
@@ -40,12 +39,12 @@ def summary_markdown(summary: pd.DataFrame, warnings: list[str] = (), title: str
         parts.append(f"{UNCERTAINTY_NOTE}\n")
     for split, table in summary.groupby("split", sort=False):
         rows = [summary_cells(row, uncertainty, inference, selective) for row in table.itertuples(index=False)]
-        parts.append(f"## {split} split\n\n{_markdown_table(header, rows)}\n")
+        parts.append(f"## {split} split\n\n{markdown_table(header, rows)}\n")
         classes, per_class = per_class_rows(table)
         if per_class:
             parts.append(
                 f"### Accuracy (%) per class, {split} split\n\n{PER_CLASS_NOTE}\n\n"
-                f"{_markdown_table(('model', 'kind', *classes), per_class)}\n"
+                f"{markdown_table(('model', 'kind', *classes), per_class)}\n"
             )
         if table["per_domain"].notna().any():
             parts.append(_domain_markdown(split, table))
@@ -74,8 +73,7 @@ PER_CLASS_NOTE = "Accuracy on each gold class's rows, mean over seeds; — : a c
 
 def table_columns(summary: pd.DataFrame) -> tuple[tuple[str, ...], bool, bool, bool]:
     """The comparison table's header, and whether it shows the uncertainty, the inference-time and the AURC columns
-    (only when some model has them: one model's uncertainty split says nothing, and older evaluations lack times and
-    selective metrics)."""
+    (only when some model has them; the uncertainty split only with several members)."""
     uncertainty = bool(summary["entropy"].notna().any()) and has_members(summary)
     inference = bool(summary["inference_time_s"].notna().any())
     selective = has_selective(summary)
@@ -87,8 +85,8 @@ def table_columns(summary: pd.DataFrame) -> tuple[tuple[str, ...], bool, bool, b
 
 
 def _domain_markdown(split: str, table: pd.DataFrame) -> str:
-    """Accuracy on each domain's rows (docs/methods.md §4): models of all domains beside the per-domain students, the
-    students of one ``per_domain`` entry (its ``group``) on one row, each in its own domain's column."""
+    """Accuracy on each domain's rows (docs/methods.md §4), the students of one ``per_domain`` entry (its ``group``)
+    on one row."""
     table = table[table["per_domain"].notna()]
     domains = sorted(set().union(*table["per_domain"]))
     rows = {}
@@ -118,7 +116,7 @@ def _domain_markdown(split: str, table: pd.DataFrame) -> str:
     return (
         f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain (mean ± std over "
         "seeds); a per-domain student is evaluated on its own domain only. The last column is the unweighted "
-        f"mean of the domains' accuracies.\n\n{_markdown_table(header, lines)}\n"
+        f"mean of the domains' accuracies.\n\n{markdown_table(header, lines)}\n"
     )
 
 
@@ -149,20 +147,11 @@ def summary_cells(row, uncertainty: bool, inference: bool, selective: bool = Fal
     return cells
 
 
-def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
-    align = ["---" if name in MARKDOWN_LEFT_ALIGNED else "---:" for name in header]
-    lines = [[table_cell(cell) for cell in header], align, *([table_cell(cell) for cell in row] for row in rows)]
+def markdown_table(header: tuple[str, ...], rows: list[list[str]], left=MARKDOWN_LEFT_ALIGNED) -> str:
+    """A Markdown table, every cell :func:`plain` text, the columns named in ``left`` aligned left."""
+    align = ["---" if name in left else "---:" for name in header]
+    lines = [[plain(cell) for cell in header], align, *([plain(cell) for cell in row] for row in rows)]
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
-
-
-def table_cell(value) -> str:
-    """A Markdown table cell showing ``value`` as it is: :func:`plain` text."""
-    return plain(value)
-
-
-def text(value) -> str:
-    """A table cell for a value that may be missing (a teacher's method is null)."""
-    return "—" if pd.isna(value) else str(value)
 
 
 def format_mean_std(mean: float, std: float, digits: int, scale: float = 1.0, unit: str = "") -> str:

@@ -2,11 +2,8 @@
 tells the OOD rows from the in-distribution rows, as ``ood.tsv`` and ``ood.md`` (summary.html and the landing page
 show it too, kdpipe.report.html). See docs/report.md, "Out-of-distribution detection and selective prediction".
 
-An ``ood.json`` has no metrics of a labelled split: its ``ood`` field holds, per score (``max_prob``, ``entropy``,
-``expected_entropy``, ``mutual_info`` and their MC-dropout ``mc_`` versions), the AUROC, AUPR and FPR at 95% TPR of
-the OOD rows (positives) against the in-distribution rows, and the ROC curve. A row of the table is one base model,
-its seeds summarised by mean and sample standard deviation (ddof=1) like the summary's. A model without scores (the
-teachers' oracle: ``scores`` null) is kept with its ``reason``.
+A row is one base model, its seeds as mean and sample std like the summary's; a model without scores (the teachers'
+oracle) is kept with its ``reason``.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError, atomic_path
-from kdpipe.report.markdown import format_mean_std, plain, table_cell, text
+from kdpipe.report.markdown import format_mean_std, markdown_table, plain, text
 from kdpipe.report.summary import KIND_ORDER
 
 OOD_SPLIT = "ood"
@@ -50,8 +47,7 @@ OOD_NOTE = (
 
 
 def check_ood(record: dict, path: str | Path) -> dict:
-    """``record``, the ``ood.json`` read from ``path``, checked for every field the report uses, with its
-    ``source``."""
+    """``record``, the ``ood.json`` read from ``path``, checked for every field the report uses, with its source."""
     missing = [f for f in REQUIRED_FIELDS if f not in record]
     ood = record.get("ood")
     if isinstance(ood, dict):
@@ -74,11 +70,9 @@ def check_ood(record: dict, path: str | Path) -> dict:
 
 
 def ood_table(records: list[dict]) -> pd.DataFrame:
-    """One row per base model of the checked ``records`` (:func:`check_ood`): its seeds' detection metrics per score
-    as mean and std (columns ``<score>_<metric>`` and ``<score>_<metric>_std``, the scores of any record, in
-    :data:`SCORE_ORDER`), in-distribution accuracy, row counts, what the OOD rows are, the ``reason`` of a model
-    without scores, and ``roc``: per score, the ROC curve of the first seed that has it. Ordered teachers first,
-    then ensembles, the oracle and the students, each in input order."""
+    """One row per base model of the checked ``records``: per score (:data:`SCORE_ORDER`) ``<score>_<metric>`` and
+    its ``_std``, in-distribution accuracy, row counts, what the OOD rows are, the ``reason`` of a model without
+    scores, and ``roc``: per score, the first seed's ROC curve; ordered by kind (:data:`KIND_ORDER`), then input."""
     seen = {}
     for record in records:
         if record["model"] in seen:
@@ -165,13 +159,8 @@ def tsv_columns(table: pd.DataFrame) -> list[str]:
     return [*TSV_HEAD, *metrics, "reason"]
 
 
-def markdown_header(scores: list[str]) -> tuple[str, ...]:
-    return (*MARKDOWN_HEAD, *(f"{s} {name}" for s in scores for name in DETECTION.values()))
-
-
 def ood_cells(row: dict, scores: list[str]) -> list[str]:
-    """The cells of one model: names, counts, in-distribution accuracy, then AUROC, AUPR and FPR@95 of each score
-    (mean ± std over seeds; — where the model lacks the score)."""
+    """The cells of one model: names, counts, in-distribution accuracy, then each score's detection metrics."""
     counts = "—" if pd.isna(row["n_in"]) else f"{_count(row['n_in'])} / {_count(row['n_ood'])}"
     cells = [
         str(row["model"]), str(row["kind"]), text(row["method"]), str(row["seeds"]), str(row["classes"]), counts,
@@ -197,16 +186,14 @@ def ood_notes(table: pd.DataFrame) -> tuple[str, list[str]]:
 
 def ood_markdown(table: pd.DataFrame, title: str = "Out-of-distribution detection") -> str:
     """ood.md: the notes, the table (one row per model with scores), and the models without scores with their
-    reason. The held-out classes, the OOD file and the models are names from the data and the config: written as
-    plain text (:func:`kdpipe.report.markdown.plain`), as in summary.md."""
+    reason; names from the data and the config as plain text, as in summary.md."""
     sentence, unscored = ood_notes(table)
     scores = table_scores(table)
-    header = markdown_header(scores)
+    header = (*MARKDOWN_HEAD, *(f"{s} {name}" for s in scores for name in DETECTION.values()))
     rows = [ood_cells(row, scores) for row in table.to_dict("records") if pd.isna(row["reason"])]
     parts = [f"# {plain(title)}\n", f"{plain(sentence)}\n", f"{OOD_NOTE}\n"]
     if rows:
-        lines = [header, ["---" if c in ("model", "kind", "method") else "---:" for c in header], *rows]
-        parts.append("\n".join("| " + " | ".join(table_cell(c) for c in cells) + " |" for cells in lines))
+        parts.append(markdown_table(header, rows))
     if unscored:
         parts.append("\nNo OOD scores:\n\n" + "\n".join(f"- {plain(line)}" for line in unscored))
     return "\n".join(parts) + "\n"

@@ -26,10 +26,8 @@ TITLE_WIDTH = 100
 
 
 def plot_ood_roc(table: pd.DataFrame, path: Path, order: list[str] = ()) -> None:
-    """ROC curves of the OOD rows against the in-distribution rows, one per model of the OOD ``table``
-    (:func:`kdpipe.report.ood.ood_table`) for its epistemic score (else its entropy: :func:`curve_score`), with the
-    chance diagonal. A model's colour is that of its place in ``order`` (the summary's models, as in
-    risk_coverage.png)."""
+    """ROC curves of the OOD rows, one per model of the OOD ``table`` for its :func:`curve_score`, with the chance
+    diagonal; a model's colour is that of its place in ``order`` (the summary's models, as in risk_coverage.png)."""
     if all(curve_score(row) is None for row in table.to_dict("records")):
         placeholder(path, "No OOD scores: " + "; ".join(ood_notes(table)[1]))
         return
@@ -59,10 +57,8 @@ def plot_ood_roc(table: pd.DataFrame, path: Path, order: list[str] = ()) -> None
 
 
 def plot_risk_coverage(runs: pd.DataFrame, summary: pd.DataFrame, path: Path) -> None:
-    """Risk–coverage curves (``metrics.selective.curve``) of the models of ``summary`` (one split) from the per-seed
-    ``runs`` (:func:`kdpipe.report.summary.runs_table`): risk (error rate of the kept rows) against coverage (the
-    share of the rows kept, the most confident first). The legend gives the AURC of the curve's score, mean ± std
-    over seeds."""
+    """Risk–coverage curves (``metrics.selective.curve``) of the models of ``summary`` (one split), from the first
+    seed of each in ``runs``, the legend with the AURC of the curve's score over seeds."""
     split = summary["split"].iloc[0]
     lines = []
     for i, (row, full) in enumerate(zip(summary.itertuples(index=False), comparable(summary))):
@@ -100,8 +96,7 @@ def plot_risk_coverage(runs: pd.DataFrame, summary: pd.DataFrame, path: Path) ->
 
 
 def _title(ax, *parts: str) -> None:
-    """The figure's title: each part on lines of at most TITLE_WIDTH characters, so that a long one (the OOD rows'
-    description names every held-out class or the OOD file) stays inside the figure."""
+    """The figure's title, each part wrapped at TITLE_WIDTH characters (the OOD rows' description may be long)."""
     ax.set_title("\n".join(textwrap.fill(part, TITLE_WIDTH) for part in parts), fontsize=10)
 
 

@@ -1,8 +1,7 @@
 """The report's routing section (docs/routing.md, "Diagnostics"): from every route's manifest, a table of each
 router's routing and target accuracy (``routing.tsv``, ``routing.md``, the routes' warnings first, and where
 recorded the teachers' certainty scores as OOD detection) and a plot of the per-class validation routing accuracy
-(``routing.png``). The warnings are computed here from the threshold ``routing.warn_below``
-(:func:`kdpipe.routing.diagnostics.warning`), so changing it reruns the report only.
+(``routing.png``).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import pandas as pd
 
 from kdpipe.core.store import atomic_path, read_manifest
 from kdpipe.report.figures import pyplot, save
-from kdpipe.report.markdown import plain, table_cell
+from kdpipe.report.markdown import markdown_table, plain
 from kdpipe.routing.diagnostics import OOD_ORIENTATION, WARN_BELOW, route_warning
 
 COLUMNS = (
@@ -69,23 +68,21 @@ def _auroc(value: float | None) -> str:
 
 def ood_markdown(route: dict) -> str | None:
     """The table "Certainty as OOD detection" of a route: one row per teacher and split, one column per score, the
-    AUROC of :func:`kdpipe.routing.diagnostics.ood_auroc`; None for a route that did not record it (an older
-    route.json)."""
+    AUROC of :func:`kdpipe.routing.diagnostics.ood_auroc`; None for a route without it."""
     record = route.get("ood_auroc")
     if not record:
         return None
     scores = list(OOD_ORIENTATION)
     header = ["teacher", "split", "own rows", "other rows"]
     header += [("+" if OOD_ORIENTATION[s] > 0 else "−") + s for s in scores]
-    lines = ["| " + " | ".join(header) + " |", "| --- | --- | " + " | ".join(["---:"] * (len(header) - 2)) + " |"]
-    teachers = list(dict.fromkeys(t for split in record.values() for t in split))
-    for teacher in teachers:
+    rows = []
+    for teacher in dict.fromkeys(t for split in record.values() for t in split):
         for split in (s for s in OOD_SPLITS if teacher in record.get(s, {})):
             entry = record[split][teacher]
-            cells = [table_cell(teacher), split, str(entry["n_own"]), str(entry["n_other"])]
-            cells += [_auroc(entry["auroc"].get(s)) for s in scores]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "### Certainty as OOD detection (AUROC)\n\n" + "\n".join(lines) + "\n\n" + OOD_NOTE
+            aurocs = [_auroc(entry["auroc"].get(s)) for s in scores]
+            rows.append([teacher, split, str(entry["n_own"]), str(entry["n_other"]), *aurocs])
+    table = markdown_table(header, rows, left=("teacher", "split"))
+    return f"### Certainty as OOD detection (AUROC)\n\n{table}\n\n{OOD_NOTE}"
 
 
 def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
@@ -104,7 +101,7 @@ def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
             "| --- | ---: | ---: | ---: | ---: |",
         ]
         for row in rows.itertuples(index=False):
-            label = f"**{table_cell(row.router)}** (chosen)" if row.chosen else table_cell(row.router)
+            label = f"**{plain(row.router)}** (chosen)" if row.chosen else plain(row.router)
             label += " · gold labels" if row.gold_labels else ""
             cells = (row.routing_validation, row.routing_train, row.target_validation, row.target_train)
             lines.append(f"| {label} | " + " | ".join(_percent(v) for v in cells) + " |")

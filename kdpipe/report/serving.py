@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from kdpipe.core.store import KdpipeError, atomic_path, read_json
-from kdpipe.report.markdown import plain, table_cell
+from kdpipe.report.markdown import plain
 
 REQUIRED = ("model", "format", "precision", "latency_ms", "throughput", "memory", "size", "threads", "device")
 TSV_COLUMNS = (
@@ -150,7 +150,7 @@ def serving_markdown(table: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(MARKDOWN_HEAD) + " |", "| --- | --- |" + " ---: |" * (len(MARKDOWN_HEAD) - 2)]
     for row in table.itertuples(index=False):
         cells = [
-            table_cell(row.model),
+            plain(row.model),
             f"{row.format} {row.precision}",
             _number(row.latency_ms, 2),
             _number(row.latency_p95_ms, 2),

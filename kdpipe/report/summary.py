@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kdpipe.core.store import KdpipeError, read_json
+from kdpipe.core.store import KdpipeError
 from kdpipe.evaluation.metrics import total_variation
 from kdpipe.report.intervals import accuracy_interval
 
@@ -22,31 +22,21 @@ TABLE_METRICS = ("accuracy", "macro_f1", "nll", "ece", "brier")
 # Summary column of each part's mean over examples: the total uncertainty is the mean predictive entropy.
 UNCERTAINTY_MEANS = {"total": "entropy", "aleatoric": "aleatoric", "epistemic": "epistemic"}
 UNCERTAINTY_COLUMNS = (*UNCERTAINTY_MEANS.values(), *(f"tv_{part}" for part in UNCERTAINTY_PARTS))
-# Columns that differ between seeds and so get a mean and a std; params and members are properties of the
-# architecture.
+# Columns that differ between seeds and so get a mean and a std (params and members do not).
 AVERAGED = (*TABLE_METRICS, "train_time_s", *UNCERTAINTY_COLUMNS, "inference_time_s", "inference_ms")
 TSV_COLUMNS = (
     "split", "model", "kind", "method", "domain", "classes", "gold_labels", "seeds", "params", "members",
     *(name for column in AVERAGED for name in (column, f"{column}_std")),
 )  # fmt: skip
-# The AURC of the maximum probability (metrics.selective): columns of summary.tsv only when some evaluation has it, so
-# that the table of older evaluations keeps its columns.
+# The AURC of the maximum probability (metrics.selective): columns of summary.tsv only when some evaluation has it.
 SELECTIVE_COLUMNS = ("aurc", "aurc_std")
 SELECTIVE_SCORE = "max_prob"
 SPLIT_ORDER = ("test", "validation")
 KIND_ORDER = ("teacher", "ensemble", "oracle", "student")
 
-# ---- reading and summarising ---------------------------------------------------------------------------------
-
-
-def read_eval(path: str | Path) -> dict:
-    """An evaluation JSON, checked for every field the report uses."""
-    return check_eval(read_json(path), path)
-
 
 def check_eval(record: dict, path: str | Path) -> dict:
-    """``record``, the evaluation JSON read from ``path``, checked for every field the report uses, with its
-    ``source``."""
+    """``record``, the evaluation JSON read from ``path``, checked for every field the report uses, with its source."""
     missing = [f for f in REQUIRED_FIELDS if f not in record]
     metrics = record.get("metrics") or {}
     missing += [f"metrics.{f}" for f in REQUIRED_METRICS if metrics.get(f) is None]
@@ -70,9 +60,8 @@ def check_eval(record: dict, path: str | Path) -> dict:
 
 
 def runs_table(records: list[dict]) -> pd.DataFrame:
-    """One row per evaluation file, metrics flattened into columns, in input order; the optional fields (members,
-    inference time, uncertainty, selective prediction) NaN or None where missing, and the TV distances to each run's
-    reference."""
+    """One row per evaluation file, metrics flattened into columns, in input order (optional fields NaN or None),
+    with the TV distances to each run's reference."""
     runs = pd.DataFrame(
         [
             {
@@ -127,16 +116,14 @@ def _uncertainty_means(uncertainty: dict | None) -> dict:
 
 
 def _with_distances(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` with tv_total, tv_aleatoric and tv_epistemic: each run's histograms against its reference's (NaN
-    without uncertainty fields or without a reference)."""
+    """``runs`` with tv_total, tv_aleatoric and tv_epistemic against each run's reference (NaN without one)."""
     distances = [_distances(run, _reference(run, runs)) for run in runs.itertuples(index=False)]
     return runs.assign(**{f"tv_{part}": [d[part] for d in distances] for part in UNCERTAINTY_PARTS})
 
 
 def _reference(run, runs: pd.DataFrame):
-    """The ensemble whose uncertainty histograms ``run`` is compared with, or None. Candidates are the ensembles with
-    uncertainty fields evaluated on the run's split and classes; the run picks one by name in its optional
-    ``reference`` field, an ensemble defaults to itself, and any other run takes the only candidate."""
+    """The ensemble of the run's split and classes whose uncertainty histograms ``run`` is compared with, or None:
+    the one its ``reference`` field names, itself for an ensemble, else the only candidate."""
     if run.uncertainty is None:
         return None
     ensembles = runs[
@@ -171,13 +158,9 @@ def _distances(run, reference) -> dict:
 
 
 def describe_label_use(use: dict | None, transfer_rows: int | None = None) -> str:
-    """The gold labels a model read to be made, in words for the tables: "none", "train 1,489 · validation 213"
-    (a loss or example weight read the train rows', the kept epoch was chosen on the validation rows'), "router:
-    validation 213" (they fitted its route's router, kdpipe.methods.started_labels), "checkpoint: trained outside
-    kdpipe", or "not recorded" for an evaluation made before kdpipe recorded it; then the unlabelled transfer rows it
-    learnt from, if any ("+ 1,340 transfer rows without labels").
-
-    See docs/report.md, "Which gold labels each model read"."""
+    """The gold labels a model read to be made, in words for the tables ("none", "train 1,489 · validation 213",
+    "router: validation 213", "not recorded"...), then the transfer rows it learnt from, if any (docs/report.md,
+    "Which gold labels each model read")."""
     transfer = f" + {transfer_rows:,} transfer rows without labels" if transfer_rows else ""
     if use is None:
         return "not recorded" + transfer
@@ -305,8 +288,7 @@ def _common_edges(models, edges: list, what: str) -> np.ndarray:
 
 
 def tsv_columns(summary: pd.DataFrame) -> tuple[str, ...]:
-    """The columns of summary.tsv: :data:`TSV_COLUMNS`, then the AURC and its std when some evaluation has selective
-    metrics (so the table of older evaluations is unchanged)."""
+    """The columns of summary.tsv: :data:`TSV_COLUMNS`, then the AURC and its std when some evaluation has it."""
     return (*TSV_COLUMNS, *(SELECTIVE_COLUMNS if has_selective(summary) else ()))
 
 
@@ -316,12 +298,11 @@ def has_selective(summary: pd.DataFrame) -> bool:
 
 
 def has_members(summary: pd.DataFrame) -> bool:
-    """Some model averages several members or heads: only then does an uncertainty split say anything (one model's
-    epistemic part is exactly 0, and its total equals its aleatoric part)."""
+    """Some model averages several members or heads: only then does an uncertainty split say anything."""
     return bool((summary["members"].fillna(1) > 1).any())
 
 
 def comparable(summary: pd.DataFrame) -> np.ndarray:
     """The models whose scores compete: those of the full label space, not the teachers' oracle (it reads the gold
-    labels). A teacher of a subset of the classes is scored on its own classes only, an easier task."""
+    labels)."""
     return ((summary["n_classes"] == summary["n_classes"].max()) & (summary["kind"] != "oracle")).to_numpy()

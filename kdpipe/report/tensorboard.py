@@ -2,9 +2,8 @@
 optional ``tensorboard`` package is installed (``pip install -e ".[tracking]"``; docs/report.md, "Training logs").
 
 Each trained model becomes one run, ``<out>/<family>/<model>``, with ``train/<term>`` per logged step and
-``validation/<metric>`` (plus ``validation/kept``) per epoch, made from ``train_log.jsonl`` when the report is
-built, so they match ``curves.png``; a rebuilt report replaces them. Written with TensorBoard's own event-file
-writer, not torch's ``SummaryWriter``, which would import torch into a stage that runs no model.
+``validation/<metric>`` (plus ``validation/kept``) per epoch. Written with TensorBoard's own event-file writer: torch's
+``SummaryWriter`` would import torch into a stage that runs no model.
 """
 
 from __future__ import annotations
@@ -19,19 +18,14 @@ from kdpipe.report.curves import read_log
 NOT_SCALARS = ("epoch", "step")
 
 
-def tensorboard_available() -> bool:
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def write_tensorboard(train_logs: list[str | Path], out: Path) -> bool:
     """Write every log's scalars under ``out`` (replaced whole); False, writing nothing, without tensorboard."""
-    if not train_logs or not tensorboard_available():
+    if not train_logs:
         return False
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    try:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError:  # the optional ``tracking`` extra is not installed
+        return False
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

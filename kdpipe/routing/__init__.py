@@ -18,9 +18,7 @@ GOLD_LABEL_ROUTERS = ("knn", "learned", "oracle")  # routers fitted on, or readi
 
 def route_label_use(router: str, calibrate: bool, rows: dict[str, int]) -> dict[str, int]:
     """The gold labels a route reads to weigh its teachers, as ``{split: rows}`` (``rows``: the route's rows per
-    split): ``knn`` and ``learned`` read the validation split's (their reference or training rows), ``oracle`` the
-    labels of every row it routes, and calibrated teachers (``calibrate: true``) the validation split's, to fit
-    their temperatures; a certainty score alone reads none (docs/routing.md, "Which labels a route reads")."""
+    split; docs/routing.md, "Which labels a route reads")."""
     if router == "oracle":
         return dict(rows)
     return {"validation": rows["validation"]} if router in GOLD_LABEL_ROUTERS or calibrate else {}
@@ -70,18 +68,15 @@ class RouteSpec(Settings):
         return self.router == "certainty" and SCORES[self.score] == "mc"
 
     def signals(self, mc_splits: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]]:
-        """The teacher signals a route reads on each of its splits (the same for every teacher): the logits and
-        pooled states, and the MC-dropout signal where the router's score needs it or ``mc_splits`` (the config's
-        ``mc_dropout.splits``) makes it anyway, for the diagnostics of the MC scores. The plan declares these files
-        as the route job's inputs and passes this in its config slice; the job opens nothing else."""
+        """The teacher signals a route reads on each of its splits: the logits and pooled states, and the MC-dropout
+        signal where the router's score needs it or ``mc_splits`` (``mc_dropout.splits``) makes it anyway."""
         return {
             split: [*ROUTE_SIGNALS, *(["mc"] if self.needs_mc or split in mc_splits else [])] for split in ROUTE_SPLITS
         }
 
     def transfer_signals(self) -> dict[str, list[str]]:
-        """The teacher signals the ``route_transfer`` job of a route reads (kdpipe.routing.transfer), per split: the
-        transfer rows' logits and pooled states (and MC-dropout signal, for an MC score), and the validation rows'
-        for ``knn`` and ``learned``, which are fitted on them."""
+        """The teacher signals the ``route_transfer`` job of a route reads, per split: the transfer rows', and the
+        validation rows' for ``knn`` and ``learned``, which are fitted on them."""
         out = {"transfer": [*ROUTE_SIGNALS, *(["mc"] if self.needs_mc else [])]}
         if self.router in ("knn", "learned"):
             out = {"validation": list(ROUTE_SIGNALS), **out}
@@ -89,9 +84,8 @@ class RouteSpec(Settings):
 
 
 def route_spec(router: str, score: str, temperature: float, calibrate: bool) -> RouteSpec:
-    """The :class:`RouteSpec` of a student's complete method_args ``router``, ``score``, ``temperature`` and
-    ``calibrate``: the score only for the certainty router, the temperature only for a score computed from
-    logits."""
+    """The :class:`RouteSpec` of a student's complete method_args: the score only for the certainty router, the
+    temperature only for a score computed from logits."""
     certainty = router == "certainty"
     return RouteSpec(
         router,

@@ -1,11 +1,9 @@
 """The cached routing artifact of one route, ``results/routes/<route>/`` (docs/design.md, "Artifacts").
 
 ``train.parquet`` and ``validation.parquet`` hold row_id and scores (list<float32>[K], teachers in the manifest's
-order) in the split's row order; ``transfer.parquet`` and ``transfer.json`` the transfer rows' scores
-(kdpipe.routing.transfer); ``route.json`` the manifest: teachers, router, how scores become weights (``weighting``:
-``softmax`` of s/τ_s or the ``scores`` themselves), each teacher's calibration temperature when calibrated, the
-diagnostics of every router the cached signals allow, and ``ood_auroc``: each teacher's certainty scores as OOD
-detection.
+order); ``transfer.parquet`` and ``transfer.json`` the transfer rows' (kdpipe.routing.transfer); ``route.json`` the
+manifest: teachers, router, ``weighting`` (``softmax`` of s/τ_s or the ``scores`` themselves), calibration
+temperatures, the diagnostics and ``ood_auroc``.
 """
 
 from __future__ import annotations
@@ -18,10 +16,8 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.checksums import verify
 from kdpipe.core.store import ArtifactError, KdpipeError, read_manifest
-from kdpipe.routing import ROUTE_SPLITS
 
 FILES = ("train.parquet", "validation.parquet", "route.json")
-SPLITS = ROUTE_SPLITS
 
 
 def write_scores(path: Path, row_ids: np.ndarray, scores: np.ndarray) -> None:

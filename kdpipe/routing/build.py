@@ -1,12 +1,8 @@
 """One route (docs/routing.md): each train and validation row's score for every teacher of a knowledge-integration
 student, from the cached teacher signals the route declared, with the diagnostics of every router they allow.
 
-Writes ``train.parquet`` / ``validation.parquet`` (row_id, scores [K]) and ``route.json``
-(:mod:`kdpipe.routing.artifact`, with every teacher's certainty scores measured as OOD detection,
-:func:`kdpipe.routing.diagnostics.ood_auroc`), and prints the diagnostics table and, when the chosen router routes
-poorly, the warning (:func:`kdpipe.routing.diagnostics.warning`) that the report repeats. What it writes depends only
-on its config slice (the route's teachers and router settings, the ``routing`` settings that change scores, the
-signals it reads) and its inputs: the warning's threshold is said, not written.
+Writes the artifact of :mod:`kdpipe.routing.artifact` and says the diagnostics table and, when the chosen router
+routes poorly, the warning that the report repeats (its threshold is said, not written).
 """
 
 from __future__ import annotations
@@ -17,8 +13,8 @@ import numpy as np
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.progress import say
-from kdpipe.core.store import KdpipeError, atomic_path, make_manifest
-from kdpipe.routing import ROUTE_SPLITS, SCORES, route_label_use
+from kdpipe.core.store import atomic_path, make_manifest
+from kdpipe.routing import ROUTE_SPLITS, route_label_use
 from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.routing.diagnostics import diagnose, ood_auroc, say_warning, text_table, warn_threshold, warning
 from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
@@ -29,17 +25,13 @@ from kdpipe.routing.settings import RouteSettings
 def build_route(
     settings: RouteSettings, data: Path, signals_root: Path, out: Path, warn_below: str | None = None
 ) -> dict:
-    """Route the rows of train and validation for the teachers of ``settings`` with its router, reading only the
-    signals it declares; write the artifact to the folder ``out`` and return its manifest. Says the diagnostics, and
-    warns when the chosen router sends fewer than ``warn_below`` (``--warn-below``, else the workflow's
-    ``routing.warn_below``: :func:`kdpipe.routing.diagnostics.warn_threshold`) of the validation rows to the teacher
-    of their class."""
+    """Route the rows of train and validation for the teachers of ``settings`` with its router; write the artifact
+    to the folder ``out`` and return its manifest. Warns at ``warn_below`` (``--warn-below``,
+    :func:`kdpipe.routing.diagnostics.warn_threshold`)."""
     signals = DeclaredSignals(signals_root, settings.signals)
     inputs = RouteInputs(list(settings.teachers), Path(data), signals)
     router, score = settings.router, settings.score
     chosen = chosen_name(router, score)
-    if router == "certainty" and SCORES[score] == "mc" and not inputs.has_mc("train"):
-        raise KdpipeError(f"route: score {score!r} needs the MC-dropout signal of every teacher on train")
     temps = calibrate(inputs) if settings.calibrate else None
     routers = all_routers(inputs, router, settings.temperature, settings.routing, temps)
     diagnostics = diagnose(inputs, routers)

@@ -1,8 +1,7 @@
 """Temperature scaling of a teacher (Guo et al., ICML 2017; docs/routing.md, "Calibrated teachers").
 
-One temperature T per teacher minimises the negative log-likelihood of softmax(z/T) on the validation rows of the
-teacher's own classes (the only rows whose label it can predict). Fitted by SciPy's bounded scalar minimiser on
-log T, which is convex enough in practice and needs no gradient code.
+One temperature T per teacher minimises the NLL of softmax(z/T) on the validation rows of its own classes (the only
+rows whose label it can predict), by SciPy's bounded scalar minimiser on log T: convex enough, no gradient code.
 """
 
 from __future__ import annotations

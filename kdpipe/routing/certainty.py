@@ -2,8 +2,8 @@
 "Certainty scores"). Higher is more certain; MUKI turns the scores into weights softmax(s/τ_s) (docs/methods.md §1).
 
 A calibrated teacher's scores are tempered as docs/routing.md, "Calibrated teachers", says. The entropy scores use
-the MC pass's own :func:`kdpipe.evaluation.information.normalized_entropy` (float32), so the same probabilities give
-the cached ``certainty`` column bit for bit.
+the MC pass's own :func:`kdpipe.evaluation.information.normalized_entropy`, so the same
+probabilities give the cached ``certainty`` column bit for bit.
 """
 
 from __future__ import annotations
@@ -25,11 +25,6 @@ def _certainty(probs: torch.Tensor) -> torch.Tensor:
     """MUKI's u = 1 − H(p) / log C of each row of ``probs`` (docs/methods.md §1.4), float32 [N]: a one-class teacher
     has no uncertainty to normalise (log 1 = 0), so it is taken as fully certain."""
     return torch.from_numpy(1.0 - normalized_entropy(probs.numpy(force=True)))
-
-
-def _tempered(probs: np.ndarray, temperature: float) -> torch.Tensor:
-    """softmax(log p / T): a distribution's temperature changed after the fact (T = 1 gives p back)."""
-    return F.softmax(torch.log(torch.tensor(np.asarray(probs), dtype=torch.float32).clamp_min(1e-12)) / temperature, -1)
 
 
 def certainty_scores(
@@ -58,7 +53,8 @@ def certainty_scores(
     if calibration is None:  # the cached columns, exactly as the MC pass wrote them
         column = {"entropy": "certainty", "max_prob": "max_prob"}[score]
         return torch.tensor(mc_table[column].to_numpy(), dtype=torch.float32)
-    probs = _tempered(mc_probs, cal)
+    # softmax(log p / T): the MC distribution's temperature changed after the fact
+    probs = F.softmax(torch.log(torch.tensor(np.asarray(mc_probs), dtype=torch.float32).clamp_min(1e-12)) / cal, -1)
     if score == "max_prob":
         return probs.max(-1).values
     return _certainty(probs)

@@ -1,14 +1,11 @@
 """How well a router sends rows to the teacher that knows them (docs/routing.md, "Diagnostics").
 
-How well a router sends rows to the teacher that knows them, for every router a route measures (:func:`diagnose`:
-routing and target accuracy, overall and per gold class), and how well each teacher's certainty scores tell other
-teachers' rows from its own (:func:`ood_auroc`; docs/routing.md, "Certainty scores as OOD detection"); both are
-recorded in ``route.json``. The warning (:func:`warning`) is computed from them where it is shown, with the
-threshold ``routing.warn_below``: by the route job as soon as it has routed, by every student job that reads the
-route at its start (:func:`say_route_warning`: a route linked from the shared cache runs no job, so its students
-say it), and by the report. The threshold is a display setting, in no route's or student's config slice: changing
-it reruns the report only. Torch-free: the report imports this module (and not scikit-learn, which only
-:func:`auroc` imports).
+Every router's routing and target accuracy, overall and per gold class (:func:`diagnose`), and how well each
+teacher's certainty scores tell other teachers' rows from its own (:func:`ood_auroc`;
+docs/routing.md, "Certainty scores as OOD detection"), both recorded in ``route.json``. The warning
+(:func:`warning`) is computed from them where it is shown (the route job, each student job that reads the route:
+a route linked from the shared cache runs no job; the report), at ``routing.warn_below``, a display setting in no
+config slice, so changing it reruns the report only. Torch-free: the report imports it.
 """
 
 from __future__ import annotations
@@ -54,8 +51,7 @@ def routing_accuracy(scores: np.ndarray, owners: np.ndarray, gold: np.ndarray, l
 
 
 def target_accuracy(scores: np.ndarray, predictions: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
-    """As :func:`routing_accuracy` for the hard-routed target: ``predictions`` [N, K] is each teacher's predicted
-    class as a student label index."""
+    """As :func:`routing_accuracy` for the hard-routed target (``predictions`` [N, K]: each teacher's, as labels)."""
     routed = np.asarray(scores).argmax(-1)
     right = predictions[np.arange(len(routed)), routed] == gold
     return _shares(right, gold, labels)
@@ -73,8 +69,7 @@ def misrouted(per_class: dict, threshold: float) -> list[str]:
 
 def diagnose(inputs, routers: dict) -> dict:
     """Routing and target accuracy of every router of ``routers`` (:func:`kdpipe.routing.scoring.all_routers`) on
-    the splits it scored (validation cross-fitted for the learned one), from a route's
-    :class:`~kdpipe.routing.inputs.RouteInputs`."""
+    the splits it scored (validation cross-fitted for the learned one)."""
     out = {}
     for name, router in routers.items():
         entry = {"gold_labels": name in GOLD_LABEL_ROUTERS, **({"fit": router["fit"]} if "fit" in router else {})}
@@ -89,9 +84,8 @@ def diagnose(inputs, routers: dict) -> dict:
 
 
 def auroc(other: np.ndarray, scores: np.ndarray) -> float | None:
-    """The AUROC of ``scores`` (larger: more likely a positive) for the positives ``other`` (bool [N]): the chance
-    that a random positive scores above a random negative, ties counting half. None without rows on one side, or
-    with a score that is not finite."""
+    """The AUROC of ``scores`` (larger: more likely a positive) for the positives ``other`` (bool [N]), ties counting
+    half. None without rows on one side, or with a score that is not finite."""
     from sklearn.metrics import roc_auc_score  # here, not above: the report imports this module
 
     other = np.asarray(other, bool)
@@ -101,32 +95,25 @@ def auroc(other: np.ndarray, scores: np.ndarray) -> float | None:
     return float(roc_auc_score(other, scores))
 
 
-def max_softmax(logits: np.ndarray) -> np.ndarray:
-    """max softmax(z) of every row of ``logits`` [N, C], float64 [N]: 1 / Σ_c exp(z_c − max z)."""
-    z = np.asarray(logits, np.float64)
-    return 1.0 / np.exp(z - z.max(-1, keepdims=True)).sum(-1)
-
-
 def teacher_ood(own: np.ndarray, logits: np.ndarray, mc_table=None) -> dict:
     """One teacher on one split: the AUROC of each score of :data:`OOD_ORIENTATION`, oriented, for the rows not of
     its classes (``own``: bool [N], its own classes' rows) against those of its classes; an MC score is None without
-    the MC-dropout table ``mc_table`` (or without its column, in a signal made before the column existed), every
-    score None without rows on one side."""
+    the MC-dropout table ``mc_table``, every score None without rows on one side."""
     other = ~np.asarray(own, bool)
-    scores = {}
-    for name in OOD_MC_SCORES:
-        present = mc_table is not None and name in mc_table
-        scores[name] = auroc(other, OOD_ORIENTATION[name] * mc_table[name].to_numpy()) if present else None
-    scores["logit_max_prob"] = auroc(other, OOD_ORIENTATION["logit_max_prob"] * max_softmax(logits))
+    scores = {
+        name: None if mc_table is None else auroc(other, OOD_ORIENTATION[name] * mc_table[name].to_numpy())
+        for name in OOD_MC_SCORES
+    }
+    z = np.asarray(logits, np.float64)
+    max_softmax = 1.0 / np.exp(z - z.max(-1, keepdims=True)).sum(-1)  # max softmax(z) = 1 / Σ_c exp(z_c − max z)
+    scores["logit_max_prob"] = auroc(other, OOD_ORIENTATION["logit_max_prob"] * max_softmax)
     return {"n_own": int((~other).sum()), "n_other": int(other.sum()), "mc": mc_table is not None, "auroc": scores}
 
 
 def ood_auroc(inputs) -> dict:
-    """Certainty as OOD detection on every split a route measures its routers on (train and validation), from a
-    route's :class:`~kdpipe.routing.inputs.RouteInputs`: {split: {teacher: :func:`teacher_ood`}}. The MC scores are
-    measured on the splits whose MC-dropout signal the route reads (``mc``: false and None elsewhere), the logit
-    score on every split. The cached columns are used as the MC pass wrote them: a calibrated route's temperatures
-    are not applied."""
+    """Certainty as OOD detection on train and validation, from a route's
+    :class:`~kdpipe.routing.inputs.RouteInputs`: {split: {teacher: :func:`teacher_ood`}}, the MC scores where the
+    route reads the MC-dropout signal; a calibrated route's temperatures are not applied."""
     out = {}
     for split in ROUTE_SPLITS:
         out[split] = {}
@@ -153,18 +140,16 @@ def text_table(diagnostics: dict, chosen: str) -> str:
 
 def suggestion(router: str, calibrate: bool = False) -> str:
     """The method_args that choose ``router`` (its name in the diagnostics: ``certainty/<score>`` or the router),
-    as a YAML mapping to paste into a student's entry: the router, its score, and ``calibrate`` when the route
-    measured is calibrated (its figures were measured so)."""
+    as a YAML mapping to paste into a student's entry (``calibrate`` when the route measured is calibrated)."""
     name, _, score = router.partition("/")
     args = [f"router: {name}"] + ([f"score: {score}"] if score else []) + (["calibrate: true"] if calibrate else [])
     return "{" + ", ".join(args) + "}"
 
 
 def warning(diagnostics: dict, chosen: str, threshold: float, calibrate: bool = False) -> str | None:
-    """The warning shown at the top of the report when the chosen router sends fewer than ``threshold`` of the
-    validation rows to the teacher that owns their class: the misrouted classes, and the router that does better
-    with the method_args that choose it (``calibrate``: the route is calibrated). None when there is nothing to
-    warn of, or the chosen router did not score the validation split."""
+    """The warning when the chosen router sends fewer than ``threshold`` of the validation rows to the teacher that
+    owns their class: the misrouted classes, and a better router with the method_args that choose it. None when
+    there is nothing to warn of, or the chosen router did not score the validation split."""
     mine = diagnostics[chosen].get("validation")
     if mine is None or mine["routing"]["accuracy"] >= threshold:
         return None

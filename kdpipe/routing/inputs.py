@@ -1,9 +1,8 @@
 """What a route reads (docs/routing.md): the data's train and validation splits and, for every teacher, the cached
 signals the plan declared as the route job's inputs, and nothing else.
 
-The plan passes the declared signals per split in the job's config slice (``signals``, from
-:meth:`kdpipe.routing.RouteSpec.signals`). A signal file that is not declared is never opened, even where it exists:
-Snakemake does not track it, so it may be stale, and the diagnostics would depend on it.
+The plan passes the declared signals per split in the job's config slice (``signals``). A signal file that is not
+declared is never opened, even where it exists: Snakemake does not track it, so it may be stale.
 """
 
 from __future__ import annotations
@@ -43,9 +42,8 @@ class DeclaredSignals:
 
 
 class RouteInputs:
-    """The data and every teacher's declared signals on the train and validation splits (by default), or on the
-    ``splits`` asked for; the transfer split's rows come from the transfer artifact ``transfer`` and have no gold
-    label."""
+    """The data and every teacher's declared signals on ``splits``; the transfer split's rows come from the transfer
+    artifact ``transfer``."""
 
     def __init__(
         self,

@@ -1,10 +1,10 @@
 """The ``knn`` router: how close a row is to a teacher's own labelled validation rows in that teacher's feature space
 (docs/routing.md, "Routers"; Sun et al., ICML 2022, "Out-of-distribution detection with deep nearest neighbors").
 
-d_k(x) is the cosine distance from x to its ``neighbours``-th nearest reference row (the validation rows of
-teacher k's own classes, in its L2-normalised pooled states); each teacher's distances become a percentile s_k(x)
-among the reference rows' own distances, so that teachers compare. The validation rows' scores are cross-fitted over
-``folds`` seeded folds, so a row's own label never decides its score.
+d_k(x) is the cosine distance from x to its ``neighbours``-th nearest validation row of teacher k's own classes (in
+its L2-normalised pooled states), turned into a percentile s_k(x) among those rows' own distances so that teachers
+compare; the validation rows' scores are cross-fitted over ``folds`` seeded folds, so a row's own label never decides
+its score.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ def percentile(distances: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def _fit(features: torch.Tensor, rows: np.ndarray, k: int) -> tuple[torch.Tensor, np.ndarray]:
-    """The reference rows ``rows`` of ``features`` and each one's distance to its k-th nearest other reference row
-    (what a query's distance is ranked among)."""
+    """The reference rows ``rows`` of ``features`` and each one's distance to its k-th nearest other reference row."""
     reference = features[torch.as_tensor(rows, dtype=torch.long)]
     return reference, kth_distance(reference, reference, k, np.arange(len(rows)))
 
@@ -53,9 +52,8 @@ def _fit(features: torch.Tensor, rows: np.ndarray, k: int) -> tuple[torch.Tensor
 def knn_scores(
     train: np.ndarray, validation: np.ndarray, validation_own: np.ndarray, neighbours: int, *, folds: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One teacher's scores s_k for the train rows (against all its own validation rows) and for the validation rows
-    (cross-fitted over ``folds``), from its pooled states of both splits and the mask of the validation rows of its
-    own classes."""
+    """One teacher's scores s_k for the train rows and (cross-fitted over ``folds``) for the validation rows, from its
+    pooled states and the mask of the validation rows of its own classes."""
     train_x, val_x = normalise(train), normalise(validation)
     own = np.flatnonzero(np.asarray(validation_own, bool))
     reference, ranks = _fit(val_x, own, neighbours)

@@ -1,10 +1,9 @@
 """The ``learned`` router: a regularised linear classifier that predicts which teacher owns a row's class from
 the teachers' features (docs/routing.md, "Routers").
 
-Features: every teacher's pooled last-layer state and logits, concatenated, standardised; fitted on the labelled
-validation rows by scikit-learn's ``LogisticRegressionCV`` (multinomial). Validation rows are cross-fitted (each
-fold routed by a model fitted on the other folds), train rows routed by the model fitted on all validation rows.
-The weights are the predicted probabilities.
+Features: every teacher's pooled state and logits, standardised; fitted on the validation rows by scikit-learn's
+``LogisticRegressionCV``, cross-fitted for the validation rows themselves (the train rows: the model fitted on all of
+them). The weights are its probabilities.
 """
 
 from __future__ import annotations

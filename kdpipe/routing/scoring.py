@@ -33,8 +33,8 @@ def calibrate(inputs: RouteInputs) -> dict[str, dict]:
     return out
 
 
-def certainty(inputs: RouteInputs, score: str, split: str, temperature: float, temps: dict | None) -> np.ndarray:
-    """The certainty ``score`` of every teacher on ``split``, [N, K]."""
+def certainty(inputs: RouteInputs, score: str, split: str, temperature: float | None, temps: dict | None) -> np.ndarray:
+    """The certainty ``score`` of every teacher on ``split``, [N, K] (τ ``temperature``: 1 when it has none)."""
     columns = []
     for t in inputs.teachers:
         probs, table = inputs.mc.get((t, split), (None, None))
@@ -44,27 +44,28 @@ def certainty(inputs: RouteInputs, score: str, split: str, temperature: float, t
                 logits=inputs.logits[t, split],
                 mc_probs=probs,
                 mc_table=table,
-                temperature=temperature,
+                temperature=1.0 if temperature is None else float(temperature),
                 calibration=temps[t]["temperature"] if temps else None,
             ).numpy()
         )
     return np.stack(columns, -1).astype(np.float32)
 
 
-def knn(inputs: RouteInputs, neighbours: int, folds: int, seed: int) -> dict[str, np.ndarray]:
-    """The knn router's scores: each teacher's own validation rows are its reference (validation labels only)."""
+def knn(inputs: RouteInputs, routing: RoutingSettings, split: str = "train") -> dict[str, np.ndarray]:
+    """The knn router's scores of the rows of ``split`` and (cross-fitted) of the validation rows: each teacher's own
+    validation rows are its reference (validation labels only)."""
     per_teacher = [
         knn_scores(
-            inputs.pooled[t, "train"],
+            inputs.pooled[t, split],
             inputs.pooled[t, "validation"],
             inputs.own_rows(t, "validation"),
-            neighbours,
-            folds=folds,
-            seed=seed,
+            int(routing.neighbours),
+            folds=int(routing.folds),
+            seed=int(routing.seed),
         )
         for t in inputs.teachers
     ]
-    return {s: np.stack([scores[i] for scores in per_teacher], -1) for i, s in enumerate(ROUTE_SPLITS)}
+    return {s: np.stack([scores[i] for scores in per_teacher], -1) for i, s in enumerate((split, "validation"))}
 
 
 def router_features(inputs: RouteInputs, split: str) -> np.ndarray:
@@ -74,48 +75,38 @@ def router_features(inputs: RouteInputs, split: str) -> np.ndarray:
     )
 
 
-def learned(inputs: RouteInputs, folds: int, seed: int) -> tuple[dict[str, np.ndarray], dict]:
-    features = {s: router_features(inputs, s) for s in ROUTE_SPLITS}
-    train, validation, figures = learned_router(
-        features["validation"],
+def learned(inputs: RouteInputs, routing: RoutingSettings, split: str = "train") -> tuple[dict[str, np.ndarray], dict]:
+    """The learned router's scores of the rows of ``split`` and (cross-fitted) of the validation rows, which it is
+    fitted on, and the fit's figures."""
+    scores, validation, figures = learned_router(
+        router_features(inputs, "validation"),
         inputs.owners["validation"],
-        features["train"],
+        router_features(inputs, split),
         len(inputs.teachers),
-        folds=folds,
-        seed=seed,
+        folds=int(routing.folds),
+        seed=int(routing.seed),
     )
-    return {"train": train, "validation": validation}, figures
-
-
-def oracle(inputs: RouteInputs) -> dict[str, np.ndarray]:
-    return {s: np.eye(len(inputs.teachers), dtype=np.float32)[inputs.owners[s]] for s in ROUTE_SPLITS}
+    return {split: scores, "validation": validation}, figures
 
 
 def all_routers(
     inputs: RouteInputs, router: str, temperature: float | None, routing: RoutingSettings, temps: dict | None
 ) -> dict[str, dict]:
     """Every router the declared signals allow: name -> {"scores": {split: [N, K]}, ...} (``router``: the chosen one,
-    ``temperature``: its τ, 1 when it has none; ``routing``: the settings of the knn and learned routers). An MC
-    score is scored on the splits whose MC-dropout signal the route reads, and left out without it on train."""
-    temperature = 1.0 if temperature is None else float(temperature)
+    ``temperature``: its τ); an MC score only on the splits whose MC-dropout signal the route reads."""
     out = {}
     for score, source in SCORES.items():
-        if (
-            score == "mutual_info"
-            and inputs.has_mc("train")
-            and "mutual_info" not in inputs.mc[inputs.teachers[0], "train"][1]
-        ):
-            continue  # an MC signal made before the column existed
         if source == "logits" or inputs.has_mc("train"):
             splits = [s for s in ROUTE_SPLITS if source == "logits" or inputs.has_mc(s)]
             out[f"certainty/{score}"] = {"scores": {s: certainty(inputs, score, s, temperature, temps) for s in splits}}
-    out["knn"] = {"scores": knn(inputs, int(routing.neighbours), int(routing.folds), int(routing.seed))}
+    out["knn"] = {"scores": knn(inputs, routing)}
     try:
-        scores, figures = learned(inputs, int(routing.folds), int(routing.seed))
+        scores, figures = learned(inputs, routing)
         out["learned"] = {"scores": scores, "fit": figures}
     except KdpipeError as err:  # too few validation rows: an error only when it is the chosen router
         if router == "learned":
             raise
         say(f"[kdpipe] route: the learned router is left out of the diagnostics: {err}")
-    out["oracle"] = {"scores": oracle(inputs)}
+    eye = np.eye(len(inputs.teachers), dtype=np.float32)
+    out["oracle"] = {"scores": {s: eye[inputs.owners[s]] for s in ROUTE_SPLITS}}  # each row to its class's owner
     return out

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kdpipe.core.settings import Settings
-from kdpipe.routing import RouteSpec
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,3 @@ class RouteSettings(Settings):
     score: str | None = None
     temperature: float | None = None
     calibrate: bool = False
-
-    @property
-    def spec(self) -> RouteSpec:
-        return RouteSpec(self.router, self.score, self.temperature, self.calibrate)

@@ -1,10 +1,8 @@
 """Every cached teacher signal, named once: its files, the pass that computes it and how it is sharded.
 
-Torch-free: the plan and the workflow read it when the DAG is built (docs/design.md, "The signal catalog"). Every
-signal but MC-dropout comes from the teacher's one forward pass over a split (:mod:`kdpipe.signals.forward`); all
-follow the shard protocol of :mod:`kdpipe.signals.shards`. A module is imported by name, so only the jobs that make
-its signal carry it in their code fingerprint. To add a signal, add one line here and write its module
-(docs/adding-a-method.md).
+Torch-free: the plan and the workflow read it when the DAG is built (docs/design.md, "The signal catalog"). A
+module is imported by name, so only the jobs that make its signal carry it in their code fingerprint. To add a
+signal, add one line here and write its module (docs/adding-a-method.md).
 """
 
 from __future__ import annotations
@@ -27,6 +25,12 @@ class Signal:
     @property
     def manifest(self) -> str:
         return self.files[-1]
+
+
+def _dump(name: str, summary: str, attention: str | None = None) -> Signal:
+    """A token-level dump: the packed data, its offsets and tokens sidecars (kdpipe.signals.packed), its manifest."""
+    files = (f"{name}.npy", f"{name}.offsets.npy", f"{name}.tokens.npy", f"{name}.json")
+    return Signal(name, files, "kdpipe.signals.features", "dump", summary, attention=attention)
 
 
 SIGNALS = {
@@ -54,31 +58,17 @@ SIGNALS = {
             "dump",
             "mean last-layer hidden state of each row, float32 [N, H] (the routers' features)",
         ),
-        Signal(
+        _dump(
             "hidden",
-            ("hidden.npy", "hidden.offsets.npy", "hidden.tokens.npy", "hidden.json"),
-            "kdpipe.signals.features",
-            "dump",
             "hidden states of the aligned layers, float16 [T, L_sel, H] over the rows' T real tokens (no padding)",
         ),
-        Signal(
+        _dump(
             "attentions",
-            ("attentions.npy", "attentions.offsets.npy", "attentions.tokens.npy", "attentions.json"),
-            "kdpipe.signals.features",
-            "dump",
             "attention probabilities of the aligned layers, float16, each row's [L_sel, heads, len, len] packed flat",
             attention="eager",  # the default SDPA returns no attention probabilities
         ),
-        Signal(
+        _dump(
             "attentions_mean",
-            (
-                "attentions_mean.npy",
-                "attentions_mean.offsets.npy",
-                "attentions_mean.tokens.npy",
-                "attentions_mean.json",
-            ),
-            "kdpipe.signals.features",
-            "dump",
             "attention probabilities averaged over heads, float16, each row's [L_sel, len, len] packed flat",
             attention="eager",
         ),
@@ -104,7 +94,7 @@ def signal_spec(name: str) -> Signal:
 
 
 def pass_of(name: str) -> str:
-    """The pass that makes signal ``name``: ``forward`` (the shared forward pass) or the signal itself (MC-dropout)."""
+    """The pass that makes signal ``name``: ``forward`` (the shared one) or the signal itself (MC-dropout)."""
     return "forward" if signal_spec(name).forward else name
 
 

@@ -1,10 +1,9 @@
 """The feature signals: token-level teacher states of one split, for methods that align with them.
 
-``hidden`` (hidden states of the chosen layers, 0 = embeddings), ``attentions`` (post-softmax attention
-probabilities of the chosen layers, 1-based, every head) and ``attentions_mean`` (averaged over the heads), each
-stored packed (:mod:`kdpipe.signals.packed`; docs/design.md, "Feature dumps and their size") and written a batch at
-a time after a check that the disk has room. Attentions need ``attn_implementation="eager"``: under SDPA
-transformers returns an empty tuple without error, so the shapes are checked here.
+``hidden`` (hidden states of the chosen layers, 0 = embeddings), ``attentions`` (attention probabilities of the
+chosen layers, 1-based, every head) and ``attentions_mean`` (their mean over heads), stored packed
+(:mod:`kdpipe.signals.packed`; docs/design.md, "Feature dumps and their size"). Attentions need eager attention:
+under SDPA transformers returns none without error, so the shapes are checked here.
 """
 
 from __future__ import annotations
@@ -28,15 +27,14 @@ from kdpipe.signals.teacher import TeacherPass
 
 
 def dump_bytes(feature: str, layers: int, hidden_size: int, heads: int, lengths: np.ndarray) -> int:
-    """float16 bytes of rows of ``lengths`` tokens in a packed dump of ``layers`` layers (for the disk check and the
-    manifest)."""
+    """float16 bytes of rows of ``lengths`` tokens in a packed dump of ``layers`` layers."""
     per_entry = 2 * int(np.prod(item_shape(feature, layers, hidden_size), dtype=np.int64))
     return per_entry * int(row_counts(feature, lengths, layers, heads).sum())
 
 
 def selected_states(outputs, feature: str, layers: list[int]) -> torch.Tensor:
-    """The layers ``layers`` of a model's outputs, stacked on dimension 1: hidden states [B, L, S, H] (0 = the
-    embeddings), attentions [B, L, heads, S, S] (1-based) or their mean over heads [B, L, S, S] (float32)."""
+    """The ``layers`` of a model's outputs stacked on dimension 1: hidden states [B, L, S, H] (0 = embeddings),
+    attentions [B, L, heads, S, S] (1-based) or their mean over heads [B, L, S, S] (float32)."""
     states = outputs.hidden_states if feature == "hidden" else outputs.attentions
     needed = max(layers) + 1 if feature == "hidden" else max(layers)
     if not states or len(states) < needed:
@@ -50,8 +48,8 @@ def selected_states(outputs, feature: str, layers: list[int]) -> torch.Tensor:
 
 
 class PackedWriter:
-    """Rows of one feature written packed in split order into ``out_npy`` as the forward's batches come (each row cut
-    to its own length: nothing depends on the batch's padding), after a check that the disk has room for them."""
+    """Rows of one feature written packed in split order into ``out_npy`` as the forward's batches come, each cut to
+    its own length: nothing depends on the batch's padding."""
 
     def __init__(
         self,
@@ -99,8 +97,7 @@ def dump_feature(
     device: torch.device,
     shard: tuple[int, int] = WHOLE,
 ) -> np.ndarray:
-    """Write the feature of the shard's rows (all rows by default) packed in split order to ``out_npy``, each row cut
-    to its own length (:mod:`kdpipe.signals.packed`); returns those row positions."""
+    """Write the feature of the shard's rows packed in split order to ``out_npy``; returns those row positions."""
     rows = shard_rows(pass_batches(encoded, batch_size, shard))
     writer = PackedWriter(model.config, encoded.lengths, feature, layers, rows, out_npy)
     forward(model, encoded, [writer], batch_size=batch_size, device=device, desc=f"dump {feature}", shard=shard)
@@ -109,8 +106,7 @@ def dump_feature(
 
 
 class FeatureCollector(PackedWriter):
-    """The shard's rows of the feature of ``settings`` straight into the part folder (memory flat in N), with every
-    row's length and token hash beside (students check that they tokenise the same way)."""
+    """The shard's rows of the feature into the part folder, with every row's length and token hash beside."""
 
     def __init__(self, settings: SignalSettings, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
         feature, layers = settings.signal, list(settings.layers)
@@ -136,8 +132,7 @@ collector = FeatureCollector  # what the forward pass asks this module for (kdpi
 
 
 def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:
-    """The packed ``<feature>.npy``, its offsets and tokens sidecars and its manifest in ``out_dir``, from the parts of
-    every shard (memory flat in N)."""
+    """The packed ``<feature>.npy``, its sidecars and manifest in ``out_dir`` from every shard's part."""
     feature = settings.signal
     data_file, offsets_file, tokens_file, manifest_file = (out_dir / name for name in SIGNALS[feature].files)
     tokens = np.load(parts[0][1] / tokens_file.name)

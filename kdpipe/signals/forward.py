@@ -2,11 +2,9 @@
 the config needs of that teacher on that split: logits, pooled states, hidden states, attentions, Meta-KD's domain
 signals (docs/design.md, "Signals").
 
-Each signal's module (:data:`kdpipe.signals.catalog.SIGNALS`) gives a *collector*
-``collector(settings, teacher, rows, part, device)`` (``settings``: the signal's
-:class:`~kdpipe.signals.settings.SignalSettings`) whose ``add(batch, outputs)`` fills the signal's part folder and
-whose ``finish()`` returns the manifest fields. The signals that need eager attention (``Signal.attention``) get a
-second forward in the same job, so the others keep the bytes they have when made alone.
+Each signal's module gives a ``collector(settings, teacher, rows, part, device)`` whose ``add(batch, outputs)``
+fills the signal's part folder and whose ``finish()`` returns the manifest fields. Signals that need eager attention
+get a second forward, so the others keep the bytes they have when made alone.
 """
 
 from __future__ import annotations
@@ -38,8 +36,8 @@ def forward(
     desc: str | None = None,
     shard: tuple[int, int] = WHOLE,
 ) -> None:
-    """Run ``model`` in eval mode over the shard's batches (longest first) and hand every batch's outputs to each
-    collector, outside the autocast region (a collector that computes more enters it itself)."""
+    """Run ``model`` in eval mode over the shard's batches, every batch's outputs to each collector, outside the
+    autocast region (a collector that computes more enters it itself)."""
     collectors = list(collectors)
     hidden = any(c.hidden_states for c in collectors)
     attentions = any(c.attentions for c in collectors)
@@ -54,8 +52,7 @@ def forward(
 def compute(
     signals: Sequence[SignalSettings], teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path
 ) -> None:
-    """The shard's part of every signal in ``signals`` (their settings), each into ``part/<signal>``: one forward
-    per attention implementation they need (one for all but the attention dumps)."""
+    """The shard's part of every signal in ``signals``, each into ``part/<signal>``."""
     split, batch_size = signals[0].split, signals[0].batch_size
     if any((s.split, s.batch_size) != (split, batch_size) for s in signals):
         raise KdpipeError(f"one forward pass makes signals of one split and batch size, not {list(signals)}")

@@ -1,10 +1,8 @@
 """Teacher signal artifacts under ``results/signals/{teacher}/{split}/``: writers' layout and checked readers.
 
-Every per-example signal is stored in the row_id order of its split with a JSON manifest beside it
-(``<signal>.json``) that records the row count, the teacher's label list and the split. Readers check the file
-against its manifest and the manifest against what the reader expects, and name the file when they differ. The
-files of each signal are listed in docs/design.md, "The signal catalog"; the prototype scores of the train split
-(``kdpipe.methods.meta_kd.prototypes``) are read here too.
+Files: docs/design.md, "The signal catalog" (and Meta-KD's prototype scores). Each is stored in its split's row
+order with a manifest beside it (``<signal>.json``: rows, the teacher's labels, the split); a reader checks the file
+against both and names the file when they differ.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import pyarrow.parquet as pq
 
 from kdpipe.core.checksums import rebuild_hint, verify
 from kdpipe.core.store import ArtifactError, read_manifest
-from kdpipe.signals.packed import LAYOUT, SIDECARS, TOKENS, item_shape, row_counts, sidecar
+from kdpipe.signals.packed import SIDECARS, TOKENS, item_shape, row_counts, sidecar
 
 
 def manifest_path(signal_file: str | Path) -> Path:
@@ -34,15 +32,22 @@ def write_logits(path: Path, row_ids: np.ndarray, logits: np.ndarray) -> None:
 
 
 def load_npy(path: Path) -> np.ndarray:
-    """A memory-mapped ``.npy``; a truncated or damaged file is an error naming it (numpy's own message does
-    not)."""
+    """A memory-mapped ``.npy``; a damaged file is an error naming it."""
     try:
         return np.load(path, mmap_mode="r")
     except (ValueError, OSError, EOFError) as err:
         raise ArtifactError(f"{path}: cannot be read as a .npy array ({err}); {rebuild_hint(path)}") from err
 
 
-def _check_rows(path: Path, manifest: dict, row_ids: np.ndarray, file_rows: int) -> None:
+def _manifest(path: Path, kind: str | None, names: list[str] | None = None) -> dict:
+    """The manifest beside the signal file ``path``, of ``kind``, with the checksums of ``names`` verified."""
+    manifest = read_manifest(manifest_path(path), kind=kind)
+    verify(manifest, manifest_path(path), names or [path.name], target=path)
+    return manifest
+
+
+def _check_rows(path: Path, manifest: dict, row_ids: np.ndarray, file_rows: int, file_row_ids=None) -> None:
+    """The file holds its manifest's rows, those of the data split (and its ``file_row_ids``, when it stores them)."""
     if file_rows != manifest["rows"]:
         raise ArtifactError(
             f"{path}: holds {file_rows} rows but its manifest {manifest_path(path)} says "
@@ -53,6 +58,8 @@ def _check_rows(path: Path, manifest: dict, row_ids: np.ndarray, file_rows: int)
             f"{path}: made for {manifest['rows']} rows of split '{manifest.get('split')}', but the "
             f"data split has {len(row_ids)} rows: rebuild the teacher's signals"
         )
+    if file_row_ids is not None and not np.array_equal(file_row_ids, row_ids):
+        raise ArtifactError(f"{path}: row_ids are not those of the data split (other data, or another order)")
 
 
 def _check_labels(path: Path, manifest: dict, width: int, labels: list[str] | None) -> None:
@@ -68,12 +75,9 @@ def _check_labels(path: Path, manifest: dict, width: int, labels: list[str] | No
 def read_logits(path: str | Path, row_ids: np.ndarray, labels: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """Logits [N, C] aligned with ``row_ids`` (the split's row order), and the teacher's label list."""
     path = Path(path)
-    manifest = read_manifest(manifest_path(path), kind="logits")
-    verify(manifest, manifest_path(path), [path.name], target=path)
+    manifest = _manifest(path, "logits")
     table = pq.read_table(path)
-    _check_rows(path, manifest, row_ids, table.num_rows)
-    if not np.array_equal(table.column("row_id").to_numpy(), row_ids):
-        raise ArtifactError(f"{path}: row_ids are not those of the data split (other data, or another order)")
+    _check_rows(path, manifest, row_ids, table.num_rows, table.column("row_id").to_numpy())
     column = table.column("logits").combine_chunks()
     width = column.type.list_size
     logits = column.flatten().to_numpy().reshape(-1, width)
@@ -84,31 +88,21 @@ def read_logits(path: str | Path, row_ids: np.ndarray, labels: list[str] | None 
 def read_mc(npy_path: str | Path, row_ids: np.ndarray, labels: list[str] | None = None):
     """MC-dropout mean probabilities [N, C] (memory-mapped) and the score table, both checked."""
     npy_path = Path(npy_path)
-    manifest = read_manifest(manifest_path(npy_path), kind="mc")
-    verify(manifest, manifest_path(npy_path), [npy_path.name, npy_path.with_suffix(".parquet").name], target=npy_path)
+    manifest = _manifest(npy_path, "mc", [npy_path.name, npy_path.with_suffix(".parquet").name])
     probs = load_npy(npy_path)
     _check_rows(npy_path, manifest, row_ids, probs.shape[0])
     _check_labels(npy_path, manifest, probs.shape[1], labels)
     scores = pq.read_table(npy_path.with_suffix(".parquet")).to_pandas()
-    _check_rows(npy_path.with_suffix(".parquet"), manifest, row_ids, len(scores))
-    if not np.array_equal(scores["row_id"].to_numpy(), row_ids):
-        raise ArtifactError(f"{npy_path.with_suffix('.parquet')}: row_ids are not those of the data split")
+    _check_rows(npy_path.with_suffix(".parquet"), manifest, row_ids, len(scores), scores["row_id"].to_numpy())
     return probs, scores
 
 
 def read_features(npy_path: str | Path, row_ids: np.ndarray, layers: list[int] | None = None):
-    """A packed float16 feature dump (:mod:`kdpipe.signals.packed`), checked: the memory-mapped data, its offsets
-    [N + 1] and tokens (length, token_hash) per row, and its manifest (layers, hidden_size, heads)."""
+    """A packed feature dump (:mod:`kdpipe.signals.packed`), checked: data, offsets, tokens and manifest."""
     npy_path = Path(npy_path)
     feature = npy_path.name.split(".")[0]
     names = [npy_path.name, *(sidecar(npy_path.name, which) for which in SIDECARS)]
-    manifest = read_manifest(manifest_path(npy_path))
-    if manifest.get("layout") != LAYOUT:
-        raise ArtifactError(
-            f"{npy_path}: a feature dump padded to the split's longest row, written by an older kdpipe; this one "
-            f"reads dumps without padding; {rebuild_hint(npy_path)}"
-        )
-    verify(manifest, manifest_path(npy_path), names, target=npy_path)
+    manifest = _manifest(npy_path, None, names)
     data, offsets, tokens = (load_npy(npy_path.with_name(name)) for name in names)
     _check_rows(npy_path, manifest, row_ids, len(tokens))
     if layers is not None and any(layer not in manifest["layers"] for layer in layers):
@@ -131,43 +125,37 @@ def read_features(npy_path: str | Path, row_ids: np.ndarray, layers: list[int] |
     return data, offsets, tokens, manifest
 
 
-def read_pooled(npy_path: str | Path, row_ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Pooled last-layer states [N, H] (float32, in memory) of the split whose rows are ``row_ids``, and the
-    teacher's labels."""
+def read_npy(npy_path: str | Path, row_ids: np.ndarray, kind: str) -> tuple[np.ndarray, dict]:
+    """A per-row ``.npy`` signal (memory-mapped) checked against its manifest and ``row_ids``, and the manifest."""
     npy_path = Path(npy_path)
-    manifest = read_manifest(manifest_path(npy_path), kind="pooled")
-    verify(manifest, manifest_path(npy_path), [npy_path.name], target=npy_path)
+    manifest = _manifest(npy_path, kind)
     array = load_npy(npy_path)
     _check_rows(npy_path, manifest, row_ids, array.shape[0])
+    return array, manifest
+
+
+def read_pooled(npy_path: str | Path, row_ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Pooled last-layer states [N, H] (float32, in memory) of the split's ``row_ids``, and the teacher's labels."""
+    array, manifest = read_npy(npy_path, row_ids, "pooled")
     return np.asarray(array, dtype=np.float32), manifest["labels"]
 
 
 def read_table(path: str | Path, row_ids: np.ndarray, kind: str) -> pd.DataFrame:
     """A per-row Parquet signal (prototype scores, domain expertise) checked against its manifest and ``row_ids``."""
     path = Path(path)
-    manifest = read_manifest(manifest_path(path), kind=kind)
-    verify(manifest, manifest_path(path), [path.name], target=path)
     table = pq.read_table(path).to_pandas()
-    _check_rows(path, manifest, row_ids, len(table))
-    if not np.array_equal(table["row_id"].to_numpy(), row_ids):
-        raise ArtifactError(f"{path}: row_ids are not those of the data split (other data, or another order)")
+    _check_rows(path, _manifest(path, kind), row_ids, len(table), table["row_id"].to_numpy())
     return table
 
 
 def read_prototype_scores(path: str | Path, row_ids: np.ndarray) -> np.ndarray:
-    """Meta-KD's prototype scores t [N] (float32) of the train rows ``row_ids``
-    (``kdpipe.methods.meta_kd.prototypes``)."""
+    """Meta-KD's prototype scores t [N] (float32) of the train rows ``row_ids``."""
     return read_table(path, row_ids, "prototypes")["score"].to_numpy(dtype=np.float32)
 
 
 def read_domain(npy_path: str | Path, row_ids: np.ndarray):
     """A meta-teacher's domain signals (``kdpipe.methods.meta_kd.domain``): the memory-mapped domain
-    representations [N, H]
-    (float16), the expertise weights [N] (float32) and the manifest, checked."""
-    npy_path = Path(npy_path)
-    manifest = read_manifest(manifest_path(npy_path), kind="domain")
-    verify(manifest, manifest_path(npy_path), [npy_path.name], target=npy_path)
-    rep = load_npy(npy_path)
-    _check_rows(npy_path, manifest, row_ids, rep.shape[0])
-    table = read_table(npy_path.with_suffix(".parquet"), row_ids, "domain")
+    representations [N, H] (float16), the expertise weights [N] (float32) and the manifest, checked."""
+    rep, manifest = read_npy(npy_path, row_ids, "domain")
+    table = read_table(Path(npy_path).with_suffix(".parquet"), row_ids, "domain")
     return rep, table["expertise"].to_numpy(dtype=np.float32), manifest

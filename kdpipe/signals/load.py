@@ -1,13 +1,13 @@
 """A student's view of the cached teacher signals: read, checked, as tensors (the large dumps memory-mapped).
 
-The distill stage reads only what its method declares (``signals`` in :mod:`kdpipe.methods.registry`), from one
-teacher's folder of the train split; a per-domain student sees the rows of its domain without any copy. A token-level
-dump is stored without padding (docs/design.md, "Feature dumps and their size"); :class:`TokenFeature` gives a
-batch's rows padded to the batch's width, as the methods read them.
+The distill stage reads what its method declares from a teacher's folder of each split its rows come from (a
+per-domain student its domain's rows, a student with transfer rows the train then transfer rows), copying no dump.
+:class:`TokenFeature` pads a batch's rows of a dump (docs/design.md, "Feature dumps and their size").
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -24,8 +24,7 @@ from kdpipe.signals.packed import offsets_of, row_counts
 def load_signals(
     names: tuple[str, ...], signal_dir: Path, row_ids, device: torch.device, attention_feature: str = "attentions"
 ) -> dict:
-    """The cached signals ``names`` of one teacher on the train split, checked, as tensors on ``device`` (the large
-    token-level dumps stay memory-mapped)."""
+    """The cached signals ``names`` of one teacher on a split, checked, as tensors on ``device`` or memory-mapped."""
     out = {}
     if "logits" in names:
         logits, labels = read_logits(signal_dir / SIGNALS["logits"].files[0], row_ids)
@@ -60,9 +59,7 @@ def load_signals(
 
 
 def subset_signals(signals: dict, positions: np.ndarray) -> dict:
-    """One teacher's signals restricted to the rows ``positions`` of the split (a per-domain student): tensors and
-    tables are indexed, token-level dumps restricted (:meth:`TokenFeature.subset`) and other memory-mapped arrays
-    wrapped in a :class:`RowSubset` (no dump is copied)."""
+    """One teacher's signals restricted to the rows ``positions`` of the split, no dump copied."""
     out = {}
     for name, value in signals.items():
         if isinstance(value, torch.Tensor):
@@ -72,38 +69,79 @@ def subset_signals(signals: dict, positions: np.ndarray) -> dict:
         elif isinstance(value, TokenFeature):
             out[name] = value.subset(positions)
         elif isinstance(value, np.ndarray) and value.ndim >= 2:
-            out[name] = RowSubset(value, positions)
+            out[name] = RowView([value], positions)
         else:
             out[name] = value  # labels, layer lists
     return out
 
 
-class RowSubset:
-    """Rows ``positions`` of a (memory-mapped) array, indexed like the array itself: ``view[i, ...]`` reads
-    ``array[positions[i], ...]``."""
+def join_parts(parts: list[dict], where: str) -> dict:
+    """The signals of each split (dicts of the same keys, in the student's row order) as one dict."""
+    if len(parts) == 1:
+        return parts[0]
+    first, out = parts[0], {}
+    for name, value in first.items():
+        values = [part[name] for part in parts]
+        if isinstance(value, torch.Tensor):
+            out[name] = torch.cat(values)
+        elif isinstance(value, pd.DataFrame):
+            out[name] = pd.concat(values, ignore_index=True)
+        elif isinstance(value, TokenFeature):
+            out[name] = TokenFeature.concat(values, where)
+        elif len(getattr(value, "shape", ())) >= 2:
+            out[name] = RowView(values)
+        else:  # labels, layer lists: the same in every split
+            if any(v != value for v in values[1:]):
+                raise KdpipeError(f"{where}: the train and transfer signals differ in {name} ({values}); rerun them")
+            out[name] = value
+    return out
 
-    def __init__(self, array: np.ndarray, positions: np.ndarray):
-        self.array, self.positions = array, np.asarray(positions)
+
+class RowView:
+    """Row-indexed arrays (memory-mapped dumps, or views of them) one after the other, indexed like one array
+    without a copy: ``view[i, ...]`` reads row ``index[i]`` of the stack (every row, in order, when ``index`` is
+    None): a per-domain student's rows of a dump, or one teacher's train then transfer rows (:func:`join_parts`)."""
+
+    def __init__(self, arrays: list, index: np.ndarray | None = None):
+        if any(a.shape[1:] != arrays[0].shape[1:] for a in arrays):
+            raise KdpipeError(f"signals of shapes {[a.shape for a in arrays]} cannot be joined row-wise")
+        self.arrays = arrays
+        self.starts = np.cumsum([0, *(a.shape[0] for a in arrays)])
+        self.index = np.arange(self.starts[-1]) if index is None else np.asarray(index)
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return (len(self.positions), *self.array.shape[1:])
+        return (len(self.index), *self.arrays[0].shape[1:])
 
     @property
     def ndim(self) -> int:
-        return self.array.ndim
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        return len(self.index)
 
     def __getitem__(self, key):
-        if isinstance(key, tuple):
-            return self.array[(self.positions[key[0]], *key[1:])]
-        return self.array[self.positions[key]]
+        rows, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        index = self.index[rows.cpu().numpy() if isinstance(rows, torch.Tensor) else rows]
+        if len(self.arrays) == 1:
+            return self.arrays[0][(index, *rest)]
+        part = np.searchsorted(self.starts, index, side="right") - 1
+        if np.ndim(index) == 0:
+            return self.arrays[part][(int(index - self.starts[part]), *rest)]
+        out = None
+        for k in np.unique(part):
+            chosen = np.flatnonzero(part == k)
+            values = np.asarray(self.arrays[k][(index[chosen] - self.starts[k], *rest)])
+            if out is None:
+                out = np.empty((len(index), *values.shape[1:]), values.dtype)
+            out[chosen] = values
+        return out
 
 
 class TokenFeature:
     """A packed token-level dump (:mod:`kdpipe.signals.packed`) as a student reads it: row i's entries start at
-    ``starts[i]`` of the (memory-mapped) array ``arrays[source[i]]`` and cover its ``lengths[i]`` tokens (one array
-    per split the rows come from); :meth:`batch` pads a batch's rows to the batch's width with zeros, so a method
-    sees what a dump padded to that width would hold."""
+    ``starts[i]`` of the array ``arrays[source[i]]`` (one per split) and cover its ``lengths[i]`` tokens;
+    :meth:`batch` zero-pads a batch's rows to the batch's width."""
 
     def __init__(
         self,
@@ -134,16 +172,10 @@ class TokenFeature:
 
     @classmethod
     def concat(cls, views: list[TokenFeature], where: str = "token-level dumps") -> TokenFeature:
-        """The rows of ``views`` one after the other (a student's train rows, then its transfer rows): nothing is
-        copied. The views must hold the same feature, layers and widths."""
-        first = views[0]
+        """The rows of ``views`` (of the same feature, layers and widths) one after the other, nothing copied."""
+        first, same = views[0], ("feature", "layers", "hidden_size", "heads")
         for view in views[1:]:
-            if (view.feature, view.layers, view.hidden_size, view.heads) != (
-                first.feature,
-                first.layers,
-                first.hidden_size,
-                first.heads,
-            ):
+            if [getattr(view, key) for key in same] != [getattr(first, key) for key in same]:
                 raise KdpipeError(
                     f"{where}: {first.feature} of layers {first.layers} and {view.feature} of layers {view.layers} "
                     "cannot be joined; rerun the dumps"
@@ -170,18 +202,10 @@ class TokenFeature:
 
     def subset(self, positions: np.ndarray) -> TokenFeature:
         """Rows ``positions`` only, reading the same arrays (nothing is copied)."""
-        positions = np.asarray(positions)
-        return TokenFeature(
-            self.feature,
-            self.arrays,
-            self.starts[positions],
-            self.lengths[positions],
-            self.layers,
-            hidden_size=self.hidden_size,
-            heads=self.heads,
-            token_hashes=None if self.token_hashes is None else self.token_hashes[positions],
-            source=self.source[positions],
-        )
+        positions, view = np.asarray(positions), copy.copy(self)
+        view.starts, view.lengths, view.source = self.starts[positions], self.lengths[positions], self.source[positions]
+        view.token_hashes = None if self.token_hashes is None else self.token_hashes[positions]
+        return view
 
     def rows(self, index: np.ndarray, slot: int, width: int) -> np.ndarray:
         """Layer slot ``slot`` of rows ``index`` as float32, zero-padded (or cut) to ``width`` tokens: hidden states

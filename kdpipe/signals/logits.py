@@ -1,8 +1,7 @@
 """The ``logits`` signal: eval-mode teacher logits of one split, for distillation from the cache.
 
-``logits.parquet`` (row_id, logits: fixed-size list<float32>[C_teacher], split row order) + ``logits.json``.
-Made by the teacher's shared forward pass (:mod:`kdpipe.signals.forward`); runs as S shards gathered into the same
-bytes as one pass (:mod:`kdpipe.signals.shards`).
+``logits.parquet`` (row_id, logits: fixed-size list<float32>[C_teacher], split row order) + ``logits.json``,
+made by the teacher's shared forward pass (:mod:`kdpipe.signals.forward`).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from kdpipe.signals.teacher import TeacherPass
 
 
 class LogitsCollector:
-    """The logits of the shard's rows from the forward's outputs, into the part folder (row_id.npy, logits.npy)."""
+    """The logits of the shard's rows into the part folder (row_id.npy, logits.npy)."""
 
     hidden_states = attentions = False
 

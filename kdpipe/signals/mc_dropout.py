@@ -1,10 +1,9 @@
 """The ``mc`` signal: offline MC-dropout uncertainty of a teacher on a split (docs/methods.md §1).
 
-T stochastic passes with dropout on (:func:`enable_dropout`) and everything else in eval mode, run as one enlarged
-batch of T·B rows (in chunks of at most ``max_batch_rows`` rows and ``MAX_BATCH_TOKENS`` tokens), the RNG re-seeded
-per batch from ``(seed, smallest row_id of the batch)`` (docs/design.md, "Signals"). Outputs: the mean
-probabilities p̄ (``mc.npy``) and per-row scores (``mc.parquet``) read by the certainty router
-(docs/routing.md, "Certainty scores"); every entropy is :func:`kdpipe.evaluation.information.normalized_entropy`.
+T passes with dropout on and everything else in eval mode, run as one enlarged batch of T·B rows (in chunks), the
+RNG re-seeded per batch from ``(seed, smallest row_id of the batch)`` (docs/design.md, "Signals"). Outputs: the mean
+probabilities (``mc.npy``) and per-row scores (``mc.parquet``; docs/routing.md, "Certainty scores"); every entropy is
+:func:`kdpipe.evaluation.information.normalized_entropy`.
 """
 
 from __future__ import annotations
@@ -31,10 +30,7 @@ SCORES = ("entropy", "certainty", "max_prob", "variance", "mean_entropy", "mutua
 
 
 def set_dropout(model: nn.Module, rate: float | None, where: str) -> nn.Module:
-    """Make sure the dropout passes differ: with ``rate`` set, every dropout probability of the model becomes
-    ``rate`` (``nn.Dropout`` modules and the float ``*dropout*`` attributes attention modules read at run time);
-    without it, a model whose dropout is zero everywhere (ModernBERT's default) is an error, since its T samples
-    would be identical."""
+    """Set every dropout probability to ``rate``; without it, refuse a model without dropout (equal samples)."""
     if rate is not None:
         for module in model.modules():
             if isinstance(module, nn.Dropout):
@@ -51,11 +47,9 @@ def set_dropout(model: nn.Module, rate: float | None, where: str) -> nn.Module:
     return model
 
 
+# The enlarged batch's bound in tokens (and max_batch_rows in rows): long rows make activations (and attention,
+# quadratic in the width) large, and on a CPU an oversized batch is slower per row than a smaller one
 MAX_BATCH_TOKENS = 16384
-
-
-def batch_seed(seed: int, first_row_id: int) -> int:
-    return (seed * 1_000_003 + int(first_row_id)) % (2**63 - 1)
 
 
 @torch.inference_mode()
@@ -65,10 +59,8 @@ def mc_dropout_samples(
     """Softmax probabilities of ``samples`` dropout-on passes over one batch: [T, B, C] float32."""
     inputs = model_inputs(batch)
     rows, width = inputs["input_ids"].shape
-    # the enlarged batch is bounded in rows and in tokens: long rows make activations (and attention, quadratic
-    # in the width) large, and on a CPU an oversized batch is slower per row than a smaller one
     per_pass = max(1, min(max_batch_rows // rows, MAX_BATCH_TOKENS // (rows * width)))
-    torch.manual_seed(batch_seed(seed, int(batch["row_ids"].min())))
+    torch.manual_seed((seed * 1_000_003 + int(batch["row_ids"].min())) % (2**63 - 1))
     chunks = []
     for start in range(0, samples, per_pass):
         k = min(per_pass, samples - start)
@@ -108,8 +100,7 @@ def mc_dropout(
     desc: str | None = None,
     shard: tuple[int, int] = WHOLE,
 ):
-    """Run MC-dropout over a split (or one shard of it: only its rows are filled); returns (mean probs [N, C],
-    score DataFrame)."""
+    """MC-dropout over a split (a shard fills its rows): mean probabilities [N, C] and the score DataFrame."""
     model.to(device)
     enable_dropout(model)
     n, classes = len(encoded), model.config.num_labels
@@ -144,18 +135,13 @@ def compute(settings: SignalSettings, teacher_dir: Path, data_dir: Path, shard: 
         shard=shard,
     )
     rows = shard_rows(pass_batches(teacher.encoded, settings.batch_size, shard))
-    arrays = {
-        "row_id": scores["row_id"].to_numpy()[rows],
-        "mean": mean[rows],
-        **{key: scores[key].to_numpy()[rows] for key in SCORES},
-    }
-    for name, values in arrays.items():
-        np.save(part / f"{name}.npy", values)
+    for name, values in {"mean": mean, **scores}.items():  # and row_id and every score, the columns of scores
+        np.save(part / f"{name}.npy", np.asarray(values)[rows])
     return rows, {"rows": len(teacher.encoded), "labels": teacher.labels, "teacher": teacher.teacher_config}
 
 
 def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:
-    """``mc.npy``, ``mc.parquet`` and ``mc.json`` in ``out_dir`` from the parts of every shard, each atomically."""
+    """``mc.npy``, ``mc.parquet`` and ``mc.json`` in ``out_dir`` from every shard's part."""
     npy, parquet, manifest_file = (out_dir / name for name in SIGNALS["mc"].files)
     ensure_disk_space(
         npy, 4 * meta["rows"] * (len(meta["labels"]) + 2 * len(SCORES)), "the MC-dropout signal", "free space"

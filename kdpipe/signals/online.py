@@ -1,9 +1,9 @@
 """Token-level teacher signals computed inside the student job, for ``signals: online``
 (docs/design.md, "Feature dumps and their size").
 
-The student job runs the teacher (eval mode, no gradients, bf16 autocast on a GPU) on each batch's rows, tokenised
-the teacher's way, and a method reads the result through the same ``DistillContext.teacher_feature`` as a dump. The
-one exception to "a distill job never loads a teacher": the teacher's folder is then an input of the student job.
+The student job runs the teacher (eval mode, no gradients) on each batch's rows, tokenised the teacher's way, and a
+method reads the result as it reads a dump. The one exception to "a distill job never loads a teacher": the
+teacher's folder is then an input of the student job.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from kdpipe.signals.features import selected_states
 
 
 class OnlineTeacher:
-    """A teacher run on the student's training rows, a batch at a time; the last batch's outputs are kept, so every
-    layer and feature a step reads comes from one forward pass."""
+    """A teacher run on the student's training rows a batch at a time, its last batch's outputs kept, so every layer
+    and feature a step reads comes from one forward pass."""
 
     def __init__(self, model, encoded, device: torch.device, hidden: bool, attentions: bool):
         self.model, self.encoded, self.device = model.to(device).eval(), encoded, device
@@ -57,8 +57,7 @@ class OnlineFeature:
         return len(self.lengths)
 
     def batch(self, index: np.ndarray, slot: int, width: int, device: torch.device) -> torch.Tensor:
-        """Layer slot ``slot`` of rows ``index``, float32 on ``device``, zero past each row's length and padded (or
-        cut) to ``width`` tokens: hidden states [B, width, H], attentions [B, (heads,) width, width]."""
+        """As :meth:`kdpipe.signals.load.TokenFeature.batch`: zero past each row's length, padded to ``width``."""
         outputs, mask = self.teacher.outputs(index)
         values = selected_states(outputs, self.feature, [self.layers[slot]])[:, 0].float()
         if self.feature == "hidden":
@@ -88,10 +87,8 @@ def online_signals(
     alignment: Mapping[str, Sequence[Sequence[int]]] | None,
     attention_feature: str | None,
 ) -> dict[str, dict]:
-    """Each of the ``teachers``' token-level signals among a method's ``names``, computed online on the student's
-    training rows (``job.train`` then ``job.transfer``, with their texts), keeping the layers of the student's
-    ``alignment`` (``attention_feature``: the attention dump it reads): teacher -> the entries its cached dumps would
-    give (and its ``labels``)."""
+    """Teacher -> its token-level signals among ``names`` (and ``labels``), as its cached dumps would give them,
+    computed online on the student's training rows (``job.train`` then ``job.transfer``, with their texts)."""
     attention = attention_feature or "attentions"  # every head, or their mean (kdpipe.plan.layers)
     wanted = {n: attention if n == "attentions" else n for n in names if n in ONLINE}
     if not wanted:
@@ -99,31 +96,15 @@ def online_signals(
     frame = job.train if job.transfer is None else pd.concat([job.train, job.transfer], ignore_index=True)
     dirs = {Path(d).name: Path(d) for d in teacher_dirs}
     out = {}
-    for teacher in teachers:
-        if teacher not in dirs:
-            raise KdpipeError(f"the student computes its teachers' token-level signals: pass --teachers .../{teacher}")
-        pairs = alignment[teacher]
+    for name in teachers:
+        if name not in dirs:
+            raise KdpipeError(f"the student computes its teachers' token-level signals: pass --teachers .../{name}")
+        pairs = alignment[name]
         layers = {"hidden": sorted({tl for _, tl in pairs}), "attentions": sorted({tl for s, tl in pairs if s >= 1})}
-        out[teacher] = online_features(dirs[teacher], frame, wanted, layers, job.device)
-    return out
-
-
-def online_features(
-    teacher_dir: Path,
-    frame: pd.DataFrame,
-    names: dict[str, str],
-    layers: dict[str, list[int]],
-    device: torch.device,
-) -> dict:
-    """The online features ``names`` ({"hidden": "hidden", "attentions": "attentions" or "attentions_mean"}) of the
-    teacher in ``teacher_dir`` on the rows of ``frame`` (the student's training rows, in their order), each keeping
-    ``layers[name]``, and the teacher's ``labels``: the entries a cached dump would give the student's signals."""
-    manifest = read_manifest(Path(teacher_dir) / "manifest.json", kind="teacher")
-    attentions = "attentions" in names
-    model = load_trained(teacher_dir, attn="eager" if attentions else None)
-    tokenizer = load_tokenizer(str(teacher_dir))
-    encoded = encode_frame(tokenizer, frame, max_length=manifest["config"]["max_length"])
-    teacher = OnlineTeacher(model, encoded, device, hidden="hidden" in names, attentions=attentions)
-    out = {name: OnlineFeature(teacher, feature, layers[name]) for name, feature in names.items()}
-    out["labels"] = read_json(Path(teacher_dir) / "labels.json")
+        manifest = read_manifest(dirs[name] / "manifest.json", kind="teacher")
+        model = load_trained(dirs[name], attn="eager" if "attentions" in wanted else None)
+        encoded = encode_frame(load_tokenizer(str(dirs[name])), frame, max_length=manifest["config"]["max_length"])
+        teacher = OnlineTeacher(model, encoded, job.device, "hidden" in wanted, "attentions" in wanted)
+        out[name] = {n: OnlineFeature(teacher, feature, layers[n]) for n, feature in wanted.items()}
+        out[name]["labels"] = read_json(dirs[name] / "labels.json")
     return out

@@ -1,17 +1,16 @@
 """The packed layout of token-level dumps: each row's real tokens only, no padding
 (docs/design.md, "Feature dumps and their size").
 
-A dump of feature f on a split of N rows is ``f.npy`` (float16, the rows one after the other in split order),
-``f.offsets.npy`` (int64 [N + 1], where each row starts along the first axis) and ``f.tokens.npy`` (each row's
-``length`` and ``token_hash``, a CRC-32 of its token ids). The writer (:mod:`kdpipe.signals.features`) and the
-checked reader (:func:`kdpipe.signals.io.read_features`) share these functions, numpy only.
+Shared by the writer and the checked reader, numpy only. A dump of feature f on a split of N rows is ``f.npy``
+(float16, the rows one after the other in split order), ``f.offsets.npy`` (int64 [N + 1], where each row starts)
+and ``f.tokens.npy`` (each row's ``length`` and ``token_hash``, a CRC-32 of its token ids).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-LAYOUT = "packed"  # the manifest's ``layout``: dumps of an older kdpipe (padded to the split's longest row) lack it
+LAYOUT = "packed"  # the manifest's ``layout``
 TOKENS = np.dtype([("length", "<i8"), ("token_hash", "<i8")])
 SIDECARS = ("offsets", "tokens")  # f.offsets.npy, f.tokens.npy beside f.npy
 
@@ -22,14 +21,12 @@ def sidecar(data_name: str, which: str) -> str:
 
 
 def item_shape(feature: str, layers: int, hidden_size: int) -> tuple[int, ...]:
-    """The shape of one entry along the first axis of the data file: (L_sel, H) per token for hidden states, a
-    scalar for attentions (stored flat)."""
+    """One entry along the data file's first axis: (L_sel, H) per token (hidden states), a scalar (attentions)."""
     return (layers, hidden_size) if feature == "hidden" else ()
 
 
 def row_counts(feature: str, lengths: np.ndarray, layers: int, heads: int | None) -> np.ndarray:
-    """Entries along the first axis of the data file that each row takes: its tokens (hidden), or
-    L_sel·heads·len² (attentions) / L_sel·len² (attentions_mean) elements."""
+    """Entries each row takes: its tokens (hidden), L_sel·heads·len² (attentions) or L_sel·len² (their mean)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if feature == "hidden":
         return lengths.copy()
@@ -44,8 +41,8 @@ def offsets_of(counts: np.ndarray) -> np.ndarray:
 
 
 def pack_rows(feature: str, values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-    """Rows padded to a common width, [B, L_sel, S, H] (hidden) or [B, L_sel, (heads,) S, S], as stored: each row
-    cut to its own length, hidden states token-major [len, L_sel, H], attentions flattened."""
+    """Padded rows [B, L_sel, S, H] (hidden) or [B, L_sel, (heads,) S, S] as stored: each cut to its own length,
+    hidden states token-major [len, L_sel, H], attentions flat."""
     out = []
     for row, n in zip(values, np.asarray(lengths, dtype=np.int64)):
         if feature == "hidden":
@@ -53,11 +50,3 @@ def pack_rows(feature: str, values: np.ndarray, lengths: np.ndarray) -> list[np.
         else:
             out.append(np.ascontiguousarray(row[..., :n, :n]).reshape(-1))
     return out
-
-
-def pack_dense(feature: str, dense: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A dense dump (the older layout, padded to one width) as (data, offsets) of the packed layout."""
-    rows = pack_rows(feature, np.asarray(dense), lengths)
-    shape = (0, dense.shape[1], dense.shape[-1]) if feature == "hidden" else (0,)
-    data = np.concatenate(rows) if rows else np.zeros(shape, dtype=dense.dtype)
-    return data, offsets_of(np.array([len(r) for r in rows], dtype=np.int64))

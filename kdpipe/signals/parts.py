@@ -13,7 +13,6 @@ import numpy as np
 
 from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.data.batching import WHOLE
-from kdpipe.signals import rowfile
 from kdpipe.signals.rowfile import RowFile
 
 
@@ -60,8 +59,7 @@ def read_parts(part_dirs: list[Path]) -> tuple[dict, list[tuple[np.ndarray, Path
 
 
 def gather_array(parts: list[tuple[np.ndarray, Path]], name: str, rows: int, out: Path | None = None):
-    """Array ``name`` of every part placed at its rows: returned in memory, or copied chunk by chunk into the file
-    ``out`` with plain file I/O (memory flat in N, for the large feature dumps; :mod:`kdpipe.signals.rowfile`)."""
+    """Array ``name`` of every part placed at its rows: returned, or copied in chunks into the file ``out``."""
     if out is None:
         first = np.load(parts[0][1] / f"{name}.npy", mmap_mode="r")
         full = np.zeros((rows, *first.shape[1:]), dtype=first.dtype)
@@ -79,10 +77,9 @@ def gather_array(parts: list[tuple[np.ndarray, Path]], name: str, rows: int, out
 
 
 def gather_packed(parts: list[tuple[np.ndarray, Path]], name: str, offsets: np.ndarray, out: Path) -> None:
-    """A packed array (rows of different sizes one after the other, :mod:`kdpipe.signals.packed`) from the parts of
-    every shard, each holding its own rows packed in split order: ``offsets`` [N + 1] says where each row of the
-    split starts along the first axis. The output is written front to back, each run of consecutive rows from one
-    part copied in chunks of at most ``CHUNK_BYTES`` (plain file I/O, memory flat in N)."""
+    """A packed array (:mod:`kdpipe.signals.packed`) from every shard's part, each holding its rows packed in split
+    order; ``offsets`` [N + 1]: where each row of the split starts. Written front to back in chunks (memory flat in
+    N)."""
     counts = np.diff(offsets)
     owner = np.full(len(counts), -1, dtype=np.int64)
     local = np.zeros(len(counts), dtype=np.int64)  # where each row starts in its part's file
@@ -96,17 +93,11 @@ def gather_packed(parts: list[tuple[np.ndarray, Path]], name: str, offsets: np.n
             if part.shape != (int(counts[rows].sum()), *first.shape[1:]) or part.dtype != first.dtype:
                 raise ArtifactError(f"{folder / f'{name}.npy'}: shape {part.shape} does not fit its rows; rerun it")
         with RowFile.create(out, (int(offsets[-1]), *first.shape[1:]), first.dtype) as full:
-            step = max(1, rowfile.CHUNK_BYTES // max(first.row_bytes, 1))
             starts = np.flatnonzero(np.diff(owner, prepend=-2))  # runs of consecutive rows from one part
             for start, stop in zip(starts, [*starts[1:], len(counts)]):
-                source, begin, end = (
-                    files[owner[start]],
-                    int(local[start]),
-                    int(local[start] + offsets[stop] - offsets[start]),
-                )
-                for at in range(begin, end, step):
-                    chunk = source.read(at, min(at + step, end))
-                    full.write_at(int(offsets[start]) + at - begin, chunk)
+                source, begin = files[owner[start]], int(local[start])
+                for at, until in source.chunks(begin, begin + int(offsets[stop] - offsets[start])):
+                    full.write_at(int(offsets[start]) + at - begin, source.read(at, until))
     finally:
         for part in files:
             part.close()

@@ -1,8 +1,7 @@
 """The ``pooled`` signal: each row's mean last-layer hidden state under a teacher, float32 [N, H].
 
 The small feature the feature-space routers read (docs/routing.md, "Routers"): the mean over the row's own tokens
-(padding excluded) of the teacher's last hidden layer, 4·H bytes per example whatever the length. Made by the
-teacher's shared forward pass (:mod:`kdpipe.signals.forward`).
+of the teacher's last hidden layer, made by the teacher's shared forward pass (:mod:`kdpipe.signals.forward`).
 """
 
 from __future__ import annotations
@@ -21,14 +20,8 @@ from kdpipe.signals.settings import SignalSettings
 from kdpipe.signals.teacher import TeacherPass
 
 
-def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the tokens whose mask is 1: [B, S, H], [B, S] -> [B, H] (float32)."""
-    weights = mask.to(torch.float32).unsqueeze(-1)
-    return (hidden.float() * weights).sum(1) / weights.sum(1).clamp_min(1.0)
-
-
 class PooledCollector:
-    """The pooled last-layer states of the shard's rows from the forward's outputs, into the part folder."""
+    """The pooled last-layer states of the shard's rows into the part folder."""
 
     hidden_states, attentions = True, False
 
@@ -37,8 +30,9 @@ class PooledCollector:
         self.pooled = np.zeros((len(teacher.encoded), teacher.model.config.hidden_size), dtype=np.float32)
 
     def add(self, batch: dict, outputs) -> None:
-        mask = model_inputs(batch)["attention_mask"]
-        self.pooled[batch["index"].cpu().numpy()] = masked_mean(outputs.hidden_states[-1], mask).cpu().numpy()
+        weights = model_inputs(batch)["attention_mask"].to(torch.float32).unsqueeze(-1)  # the mean over real tokens
+        pooled = (outputs.hidden_states[-1].float() * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+        self.pooled[batch["index"].cpu().numpy()] = pooled.cpu().numpy()
 
     def finish(self) -> dict:
         np.save(self.part / "pooled.npy", self.pooled[self.rows])
@@ -51,8 +45,7 @@ collector = PooledCollector  # what the forward pass asks this module for (kdpip
 
 
 def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:
-    """``pooled.npy`` + ``pooled.json`` in ``out_dir`` from the parts of every shard (rows in the split's order,
-    like the feature dumps)."""
+    """``pooled.npy`` + ``pooled.json`` in ``out_dir`` from every shard's part."""
     data_file, manifest_file = (out_dir / name for name in SIGNALS["pooled"].files)
     ensure_disk_space(data_file, 4 * meta["rows"] * meta["hidden_size"], "the pooled states", hint="free space")
     with atomic_path(data_file) as tmp:

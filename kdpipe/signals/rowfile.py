@@ -1,9 +1,8 @@
 """Rows of a large ``.npy`` file written and read with plain file I/O (``os.pwrite``, ``readinto``).
 
-Through a memory map every page written or read stays mapped into the process, so its resident memory grows with
-the file; plain file I/O moves the same bytes through the page cache, so a pass's memory stays flat in N
-(benchmarks/RESULTS.md, "How cost grows with the work"). The file is a standard ``.npy``: ``numpy.load(path,
-mmap_mode="r")`` reads it, as the students do.
+Through a memory map every page touched stays mapped into the process, so its memory grows with the file; plain
+file I/O keeps a pass's memory flat in N (benchmarks/RESULTS.md, "How cost grows with the work"). The file is a
+standard ``.npy``.
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ class RowFile:
         return cls(path, shape, dtype, offset, os.open(path, os.O_RDWR if writable else os.O_RDONLY))
 
     def write(self, positions: np.ndarray, rows: np.ndarray) -> None:
-        """Write ``rows`` [k, ...] (this file's row shape) at row ``positions`` [k]; runs of consecutive positions
-        in one call each."""
+        """Write ``rows`` [k, ...] at row ``positions`` [k], a run of consecutive positions per call."""
         rows = np.ascontiguousarray(rows, dtype=self.dtype)
         positions = np.asarray(positions, dtype=np.int64)
         if rows.shape[1:] != self.shape[1:] or len(rows) != len(positions):
@@ -53,7 +51,7 @@ class RowFile:
             _pwrite_all(self.fd, rows[start:stop], self.offset + int(positions[start]) * self.row_bytes)
 
     def write_at(self, start: int, rows: np.ndarray) -> None:
-        """Write ``rows`` [k, ...] (this file's row shape) as rows ``start`` to ``start + k``."""
+        """Write ``rows`` [k, ...] as rows ``start`` to ``start + k``."""
         rows = np.ascontiguousarray(rows, dtype=self.dtype)
         if rows.shape[1:] != self.shape[1:] or start + len(rows) > self.shape[0]:
             raise ValueError(f"{self.path}: {rows.shape} rows at row {start}, file {self.shape}")
@@ -71,11 +69,11 @@ class RowFile:
             done += got
         return out
 
-    def chunks(self):
-        """(start, stop) row ranges of about CHUNK_BYTES each, covering the file."""
-        step = max(1, CHUNK_BYTES // max(self.row_bytes, 1))
-        for start in range(0, self.shape[0], step):
-            yield start, min(start + step, self.shape[0])
+    def chunks(self, begin: int = 0, end: int | None = None):
+        """(start, stop) row ranges of about CHUNK_BYTES each, covering rows ``begin`` to ``end`` (the whole file)."""
+        step, end = max(1, CHUNK_BYTES // max(self.row_bytes, 1)), self.shape[0] if end is None else end
+        for start in range(begin, end, step):
+            yield start, min(start + step, end)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -88,7 +86,7 @@ class RowFile:
 
 
 def _pwrite_all(fd: int, rows: np.ndarray, at: int) -> None:
-    """Every byte of the contiguous array ``rows`` at byte ``at`` (one write may take fewer bytes than asked)."""
+    """Every byte of ``rows`` at byte ``at`` (one write may take fewer bytes than asked)."""
     view = memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8))
     done = 0
     while done < len(view):

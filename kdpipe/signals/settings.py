@@ -12,9 +12,7 @@ from kdpipe.core.settings import Settings
 @dataclass(frozen=True)
 class SignalSettings(Settings):
     """One signal of one teacher on one split: its name, the split, and the settings of its pass (the config
-    section ``dump`` or ``mc_dropout``: kdpipe.signals.catalog). A feature dump also has the ``layers`` the
-    students need; MC-dropout its samples, seed and enlarged-batch bound, and ``dropout`` when the config sets
-    one."""
+    section ``dump`` or ``mc_dropout``); a feature dump's ``layers``, MC-dropout's own keys."""
 
     signal: str
     split: str

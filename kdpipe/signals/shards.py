@@ -2,11 +2,9 @@
 split runs as one job that writes the artifacts (S = 1), or as S shard jobs, each on its own GPU or node, and one
 gather job per signal that assembles the same artifacts as the unsharded pass.
 
-Shard k of S runs batches k, k+S, ... of the split's one list of inference batches and writes a *part*
-(:mod:`kdpipe.signals.parts`); a signal module's ``write(settings, meta, parts, out_dir) -> manifest`` turns the
-parts into the artifact, which it computes with a ``collector`` of the shared forward (:mod:`kdpipe.signals.forward`)
-or its own ``compute(settings, teacher_dir, data_dir, shard, part) -> (rows, meta)``; ``settings`` is the signal's
-:class:`~kdpipe.signals.settings.SignalSettings`.
+Shard k of S runs batches k, k+S, ... of the split's inference batches and writes a *part*
+(:mod:`kdpipe.signals.parts`), with a ``collector`` of the shared forward or the signal module's own ``compute``;
+the module's ``write`` turns the parts into the artifact (docs/adding-a-method.md).
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ from kdpipe.signals.settings import PassSettings, SignalSettings
 
 
 def run_shard(settings: PassSettings, teacher: Path, data: Path, shard: str, out_part: Path) -> None:
-    """One shard (``"k-of-S"``) of the pass that makes the signals of ``settings`` with the teacher in ``teacher``,
-    written atomically as a part folder with one sub-folder per signal."""
+    """One shard (``"k-of-S"``) of the pass of ``settings``, written atomically as a part folder."""
     signals = settings.signals
     teacher_dir, data_dir, where = Path(teacher), Path(data), parse_shard(shard)
     with atomic_path(out_part, directory=True) as tmp:
@@ -38,8 +35,7 @@ def run_shard(settings: PassSettings, teacher: Path, data: Path, shard: str, out
 
 
 def gather(settings: SignalSettings, parts: list[Path], out: Path) -> dict:
-    """The artifact of the signal of ``settings`` in the folder ``out`` from the parts of all its pass's shards;
-    returns its manifest."""
+    """The artifact of the signal of ``settings`` in ``out`` from all its shards' parts; returns its manifest."""
     signal = settings.signal
     module = importlib.import_module(signal_spec(signal).module)
     meta, read = read_parts([Path(part) / signal for part in parts])
@@ -48,15 +44,10 @@ def gather(settings: SignalSettings, parts: list[Path], out: Path) -> dict:
 
 
 def run_pass(settings: PassSettings, teacher: Path, data: Path, out: Path) -> dict[str, dict]:
-    """The pass that makes the signals of ``settings`` over the whole split, in one job (one shard, gathered in the
-    same job): the same bytes as any number of shards. Returns the manifest of each signal."""
+    """The pass of ``settings`` over the whole split in one job (the same bytes as any number of shards); each
+    signal's manifest."""
     Path(out).mkdir(parents=True, exist_ok=True)
     with scratch_folder(Path(out) / "pass") as tmp:  # (hidden, and removed by the next pass if killed)
         part = tmp / "part"
         run_shard(settings, teacher, data, "1-of-1", part)
         return {signal.signal: gather(signal, [part], out) for signal in settings.signals}
-
-
-def run(settings: SignalSettings, teacher_dir: Path, data_dir: Path, out_dir: Path) -> dict:
-    """One signal over the whole split, in a pass of its own; returns its manifest."""
-    return run_pass(PassSettings(signals=(settings,)), teacher_dir, data_dir, out_dir)[settings.signal]

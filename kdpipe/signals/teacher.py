@@ -23,11 +23,7 @@ class TeacherPass:
 
 
 def open_teacher(teacher_dir: Path, data_dir: Path, split: str, *, attn: str | None = None) -> TeacherPass:
-    """Load the teacher (eval-ready) and tokenise ``split`` with the teacher's tokenizer and max_length.
-
-    Every row of the split is encoded, whatever the teacher's classes: a subset teacher still scores all rows
-    (MUKI needs every teacher's view of every example).
-    """
+    """Load the teacher and tokenise all of ``split`` its way (a subset teacher too: MUKI reads every row)."""
     teacher_dir, data_dir = Path(teacher_dir), Path(data_dir)
     manifest = read_manifest(teacher_dir / "manifest.json", kind="teacher", dataset_labels=read_labels(data_dir))
     model = load_trained(teacher_dir, attn=attn)

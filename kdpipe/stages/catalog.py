@@ -1,16 +1,14 @@
 """Every stage of the workflow, declared once (docs/design.md, "Stages"; docs/adding-a-stage.md).
 
 A :class:`Stage` names its sub-command (``python -m kdpipe <name>``), the function that does its work, its
-arguments (paths the rule passes from its inputs, outputs or params, and texts) and its resources. From it come the
-command line (:mod:`kdpipe.cli`), each rule's shell command and resources (``workflow/rules/common.smk``, which
-generates every stage's rule from one declaration of its wiring), and the call into the stage: the function gets the
-stage's settings (its config slice, ``--params``, read once into the typed object its ``settings`` names) and each
-argument by its name. Torch-free, and imported by no stage, so that a change here reruns only the jobs whose command
-line it changes (the shell command is part of a rule's code).
+arguments and its resources; from it come the command line (:mod:`kdpipe.cli`) and each rule's shell command and
+resources (``workflow/rules/common.smk``). Torch-free, and imported by no stage, so that a change here reruns only
+the jobs whose command line it changes (the shell command is part of a rule's code).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 
@@ -31,8 +29,7 @@ class Arg:
 @dataclass(frozen=True)
 class Stage:
     """A stage: its sub-command, the ``module:function`` that does its work, what it does, its arguments, the
-    ``module:class`` of its typed settings (a :class:`kdpipe.core.settings.Settings`, imported by name only when
-    the stage runs) and the resources its rule asks for (threads, memory in MB, run time in minutes)."""
+    ``module:class`` of its typed settings and its rule's resources (threads, memory in MB, run time in minutes)."""
 
     name: str
     entry: str
@@ -56,8 +53,6 @@ class Stage:
 
     def settings_type(self) -> type:
         """The class of the stage's typed settings (imported here, by name)."""
-        import importlib
-
         module, _, name = self.settings.partition(":")
         return getattr(importlib.import_module(module), name)
 
@@ -68,9 +63,8 @@ class Stage:
 
     def shell(self, sources: dict[str, str]) -> str:
         """The rule's shell command: ``sources`` says which of ``input``, ``output`` or ``params`` holds each
-        argument (an optional argument without a source is left out). The config slice and the code fingerprint
-        are the rule's ``params.cfg`` and ``params.code``; a training job also gets its inputs (``--inputs``), part
-        of its identity, and ``--processes``, one per device it asks for."""
+        argument (an optional argument without a source is left out); a training job also gets ``--inputs`` (part
+        of its identity) and ``--processes``."""
         words = ["python -m kdpipe --threads {threads}"]
         if self.trains:
             words.append("--processes {resources.gpu}")

@@ -1,9 +1,9 @@
 """The ``cotrain`` stage: ProKT, a student and its teacher trained together (docs/methods.md §5).
 
-Nothing is read from the signal cache. The student is trained by the shared training loop; the teacher's step runs
-inside the student's loss (``kdpipe.methods.prokt``) and its state is checkpointed with the student's, so a killed
-job resumes both. Outputs: the student (``results/students/{student}``, as from ``distill``) and the co-trained
-teacher (``results/cotrained/{student}``, the layout of a fine-tuned teacher), so it can be evaluated and reused.
+Nothing is read from the signal cache. The teacher's step runs inside the student's loss (``kdpipe.methods.prokt``) and
+its state is checkpointed with the student's, so a killed job resumes both. Outputs: the student
+(``results/students/{student}``) and the co-trained teacher (``results/cotrained/{student}``, the layout of a fine-tuned
+teacher).
 """
 
 from __future__ import annotations
@@ -24,16 +24,8 @@ from kdpipe.training.student import student_data
 def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> dict:
     """Train the ProKT student of ``settings`` (to ``out``) and its teacher (to ``out_teacher``) together."""
     args = prokt.checked_args(settings.method_args)
-    job = student_data(
-        data,
-        model=settings.model,
-        domain=settings.domain,
-        transfer_share=settings.transfer,
-        max_length=settings.max_length,
-        training=settings.train_settings(),
-    )
+    job = student_data(data, settings)
     device, labels, training = job.device, job.labels, job.settings
-    eval_batch_size = settings.eval_batch_size
 
     teacher_tokenizer = load_tokenizer(args.backbone)
     teacher_train, teacher_valid = (
@@ -46,10 +38,9 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
     cotrained = prokt.CoTrainedTeacher(
         teacher, teacher_train, args, training, total_steps(len(job.enc_train), training), device
     )
-    objective = prokt.build(cotrained)
 
-    validate_student = job.validator(eval_batch_size)
-    validate_teacher = encoded_validator(teacher_valid, batch_size=eval_batch_size, device=device)
+    validate_student = job.validator(settings.eval_batch_size)
+    validate_teacher = encoded_validator(teacher_valid, batch_size=settings.eval_batch_size, device=device)
 
     def validate(student):
         metrics = validate_student(student)
@@ -59,7 +50,7 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
 
     result = fit_job(
         job.model,
-        objective,
+        prokt.build(cotrained),
         job.enc_train,
         validate,
         training,
@@ -69,8 +60,7 @@ def run(settings: StudentSettings, data: Path, out: Path, out_teacher: Path) -> 
         desc="student (prokt)",
     )
     rows = {"train": len(job.train), "validation": len(job.valid)}
-    # what the models they start from read (a classifier fine-tuned elsewhere: "trained outside kdpipe"); the
-    # student's job trains the teacher too, so the student records the teacher's start as well
+    # what the models they start from read; the student's job trains the teacher too, so it records both
     teacher_start = start_label_use(args.backbone)
     init = settings.model.init_from
     student_start = combined_label_use([{"gold_labels": teacher_start}, {"gold_labels": start_label_use(init)}])

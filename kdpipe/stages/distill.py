@@ -1,19 +1,15 @@
 """The ``distill`` stage: train one student from cached teacher signals only (docs/design.md, "Data flow").
 
 The student never sees a teacher model: it reads the signals its method declares (``kdpipe.methods.registry``)
-from ``{signals_root}/{teacher}/train/``, checked against their manifests and the data split. Signals are keyed by
-row_id, not by token, so the student's tokenizer may differ from the teachers' for logit-level methods. A student
-restricted to a ``domain`` trains on that domain's rows and reads the same cached signals (made once for all rows),
-restricted to those rows. A student that learns from transfer rows (its ``transfer`` share) reads each teacher's
-signals on the transfer split too, joined after the train rows' (kdpipe.signals.join); those rows carry no gold
-label (docs/methods.md, "Rows without a gold label"). The one exception to "never a teacher model": a student with
+from ``{signals_root}/{teacher}/train/``, keyed by row_id (so its tokenizer may differ from the teachers' for
+logit-level methods), restricted to its rows (those of its ``domain``) and followed by the transfer split's when it
+learns from transfer rows (docs/methods.md, "Rows without a gold label"). The one exception: a student with
 ``signals: online`` runs its teachers here for their hidden states and attentions (kdpipe.signals.online).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +20,12 @@ from kdpipe.data.batching import without_texts
 from kdpipe.data.dataset import domain_ids
 from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.base import DistillContext
-from kdpipe.methods.settings import MethodJob, StudentSettings
+from kdpipe.methods.settings import StudentSettings
 from kdpipe.methods.started_labels import started_label_use
 from kdpipe.routing.artifact import read_route
 from kdpipe.routing.diagnostics import say_route_warning
 from kdpipe.signals.io import read_prototype_scores
-from kdpipe.signals.join import join_parts
-from kdpipe.signals.load import load_signals, subset_signals
+from kdpipe.signals.load import join_parts, load_signals, subset_signals
 from kdpipe.training.loop import fit_job, save_trained
 from kdpipe.training.student import student_data
 
@@ -47,28 +42,16 @@ def run(
     warn_below: str | None = None,
 ) -> dict:
     """Train the student of ``settings`` from the cached signals under ``signals_root``; write it to ``out``. A
-    student that reads a ``route`` first says its routing warning at ``warn_below`` (``routing.warn_below``, outside
-    the slice), as the route job did: a route linked from the shared cache ran no job here.
-
-    ``settings.method_spec`` is what the registry says of the method (module, builder, signals, teacher_classes,
-    prototypes), passed by the plan so that this stage imports only the method's own module.
-    """
+    student that reads a ``route`` first says its routing warning at ``warn_below``, as the route job did (a route
+    linked from the shared cache ran no job here)."""
     say_route_warning(route, warn_below)
-    method = Method(settings.method, settings.method_spec)
-    job = student_data(
-        data,
-        model=settings.model,
-        domain=settings.domain,
-        transfer_share=settings.transfer,
-        max_length=settings.max_length,
-        training=settings.train_settings(),
-        attn="eager" if "attentions" in method.signals else None,
-        transfer_dir=transfer,
-    )
-    signals = teacher_signals(settings, method, job, Path(signals_root), teacher_dirs)
-    ctx = context(list(settings.teachers), settings.alignment, method, job, signals, prototypes)
-    route_manifest = routed(ctx, method, job, route) if method.routed else None
-    builder = getattr(importlib.import_module(method.module), method.builder)
+    spec = settings.method_spec
+    attn = "eager" if "attentions" in spec.signals else None
+    job = student_data(data, settings, attn=attn, transfer_dir=transfer)
+    signals = teacher_signals(settings, job, Path(signals_root), teacher_dirs)
+    ctx = context(settings, job, signals, prototypes)
+    route_manifest = routed(ctx, settings.method, job, route) if spec.routed else None
+    builder = getattr(importlib.import_module(spec.module), spec.builder)
     result = fit_job(
         job.model,
         builder(ctx, settings.method_args),
@@ -78,46 +61,30 @@ def run(
         job.device,
         out_dir=out,
         job=settings,
-        desc=f"student ({method.name})",
+        desc=f"student ({settings.method})",
     )
     transfer_rows = {} if job.transfer is None else {"transfer": len(job.transfer)}
     manifest = make_manifest(
         "student",
         config=settings,
         labels=job.labels,
-        method=method.name,
+        method=settings.method,
         teachers=ctx.teachers,
         tokenizer=settings.model.to_dict(),
         domain=settings.domain,
         rows={"train": len(job.train), **transfer_rows, "validation": len(job.valid)},
-        # what its route, Meta-KD's example weights and its starting model read, with what training reads
-        # (docs/report.md, "Which gold labels each model read"; kdpipe.training.loop.label_use)
-        gold_labels=started_label_use(settings.model.init_from, method, len(job.train), route_manifest, prototypes),
+        # what its route, Meta-KD's example weights and its starting model read (training adds its own)
+        gold_labels=started_label_use(settings.model.init_from, spec, len(job.train), route_manifest, prototypes),
     )
     save_trained(out, job.model, job.tokenizer, job.labels, result, manifest)
     return manifest
 
 
-class Method:
-    """The student's method as this stage knows it: its name and what the registry says of it (``method_spec``)."""
-
-    def __init__(self, name: str, spec: MethodJob):
-        self.name, self.module, self.builder = name, spec.module, spec.builder
-        self.signals, self.teacher_classes = spec.signals, spec.teacher_classes
-        self.prototypes, self.routed = spec.prototypes, spec.routed
-
-
-def context(
-    teachers: list[str],
-    alignment: Mapping | None,
-    method: Method,
-    job,
-    signals: dict,
-    prototypes: Path | None,
-) -> DistillContext:
-    """What the method receives: the ``teachers``' signals and class blocks, the layer ``alignment`` of a method
-    that reads hidden states, the student's rows, their domains and Meta-KD's prototype scores."""
-    where = f"student with method {method.name}"
+def context(settings: StudentSettings, job, signals: dict, prototypes: Path | None) -> DistillContext:
+    """What the method receives: its teachers' signals and class blocks, the layer alignment of a method that reads
+    hidden states, the student's rows, their domains and Meta-KD's prototype scores."""
+    method, teachers = settings.method_spec, list(settings.teachers)
+    where = f"student with method {settings.method}"
     labels = {t: signals[t]["labels"] for t in teachers}  # (none for a baseline without teachers: method supervised)
     ctx = DistillContext(
         labels=job.labels,
@@ -128,39 +95,35 @@ def context(
         student_config=job.model.config,
         train_lengths=job.enc_train.lengths,
         train_tokens=job.enc_train.token_hashes,
-        alignment=alignment,
+        alignment=settings.alignment,
         domains=job.domains,
     )
     if job.domains and job.transfer is None:  # transfer rows have no domain (no method reading domains takes them)
         ctx.domain_ids = torch.as_tensor(domain_ids(job.train, job.domains), device=job.device)
     if method.prototypes:
         if prototypes is None:
-            raise KdpipeError(f"method {method.name} reads the prototype scores: pass --prototypes")
+            raise KdpipeError(f"method {settings.method} reads the prototype scores: pass --prototypes")
         scores = read_prototype_scores(prototypes, job.split_row_ids)[job.train_positions]
         ctx.prototype_scores = torch.as_tensor(scores, device=job.device)
     ctx.train_labels = job.enc_train.labels
     return ctx
 
 
-def teacher_signals(
-    settings: StudentSettings, method: Method, job, signals_root: Path, teacher_dirs: list[Path]
-) -> dict[str, dict]:
-    """Each teacher's signals of the student's train (and transfer) rows: read from the cache, restricted to the
-    rows and joined over the parts; with ``signals: online`` (kdpipe.signals.online, imported by name) the teachers of
-    ``teacher_dirs`` compute the token-level ones here, from the rows' texts. The texts go once tokenised (memory
-    flat in N)."""
+def teacher_signals(settings: StudentSettings, job, signals_root: Path, teacher_dirs: list[Path]) -> dict[str, dict]:
+    """Each teacher's signals of the student's train (and transfer) rows, read from the cache; with ``signals:
+    online`` the teachers of ``teacher_dirs`` compute the token-level ones here. The texts go once tokenised."""
     online = importlib.import_module("kdpipe.signals.online") if settings.signals == "online" else None
     computed = {}
     if online:
         computed = online.online_signals(
-            method.signals,
+            settings.method_spec.signals,
             teacher_dirs,
             job,
             teachers=settings.teachers,
             alignment=settings.alignment,
             attention_feature=settings.attention_feature,
         )
-    cached = online.cached_signals(method.signals) if online else method.signals
+    cached = online.cached_signals(settings.method_spec.signals) if online else settings.method_spec.signals
     for name in ("train", "valid", "transfer"):
         setattr(job, name, None if getattr(job, name) is None else without_texts(getattr(job, name)))
     feature = settings.attention_feature or "attentions"
@@ -175,16 +138,13 @@ def teacher_signals(
     }
 
 
-def routed(ctx: DistillContext, method, job, route: Path | None) -> dict:
+def routed(ctx: DistillContext, method: str, job, route: Path | None) -> dict:
     """Each row's teacher weights from the route (``ctx.route``); returns the route's manifest."""
     if route is None:
-        raise KdpipeError(f"method {method.name} weighs its teachers by a route: pass --route")
+        raise KdpipeError(f"method {method} weighs its teachers by a route: pass --route")
     scores, manifests = zip(*(read_route(route, p.split, p.split_row_ids, ctx.teachers) for p in job.parts))
     scores = np.concatenate([split_scores[p.positions] for split_scores, p in zip(scores, job.parts)])
     manifest = manifests[0]
-    ctx.route = {
-        "scores": torch.as_tensor(scores, device=job.device),
-        "weighting": manifest["weighting"],
-        "temperatures": manifest.get("temperatures"),
-    }
+    ctx.route = {"scores": torch.as_tensor(scores, device=job.device), "weighting": manifest["weighting"]}
+    ctx.route["temperatures"] = manifest.get("temperatures")
     return manifest

@@ -1,11 +1,10 @@
 """The ``evaluate`` stage: metrics and predictions of one trained model on every split it is evaluated on.
 
-One job per model (docs/caching-and-reruns.md, "Rerun rules"): the model is loaded once, then each split is read,
-tokenised, predicted and written in turn, exactly as a job of that split alone would write it. A subset teacher is
-evaluated on the rows of its own classes, a model trained for one ``domain`` on that domain's rows, every other
-model on all rows. Every model gets the uncertainty split of docs/methods.md §3 over its members, with
-``evaluate.mc_samples`` also the MC-dropout scores, and with ``evaluate.ood`` a last split ``ood``
-(docs/methods.md, "Judging uncertainty"); the outputs are :mod:`kdpipe.evaluation.results`'.
+One job per model (docs/caching-and-reruns.md, "Rerun rules"): the model is loaded once, then each split is evaluated in
+turn, exactly as a job of that split alone would write it: a subset teacher on the rows of its own classes, a model of
+one ``domain`` on that domain's rows, every other model on all rows. Every model gets the uncertainty split of
+docs/methods.md §3 over its members (with ``evaluate.mc_samples`` the MC-dropout scores too), and with ``evaluate.ood``
+a last split ``ood`` (docs/methods.md, "Judging uncertainty"). The outputs are :mod:`kdpipe.evaluation.results`'.
 """
 
 from __future__ import annotations
@@ -28,8 +27,11 @@ from kdpipe.evaluation.settings import EvalSettings
 from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_member_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
 
+# A split's predictions, kept for the OOD rows' comparison: member probabilities [M, N, C], MC-dropout samples
+# [T·M, N, C] (or None) and the accuracy
+Predicted = tuple[np.ndarray, np.ndarray | None, float]
 # The comparison of an exported model with the model it was made from, imported by name: only the evaluations that
-# compare (the plan names the module for them, as it names architecture modules) rerun when it changes.
+# compare rerun when it changes.
 REFERENCE_MODULE = "kdpipe.evaluation.exported"
 
 
@@ -57,11 +59,9 @@ def run(
     ood: list[Path] = (),
     reference: Path | None = None,
 ) -> list[dict]:
-    """``settings``: model (name), base, kind, method, seed, splits, batch_size, ece_bins (and domain, ood,
-    mc_samples, mc_seed, exported); ``out_json`` and ``out_predictions``: one path per split, in the order of
-    ``splits``; ``ood``: the artifact of an external OOD set, if any (else the OOD rows are the dataset's ``ood``
-    split); ``reference``: the evaluation folder of the model an exported one was made from, whose predictions each
-    split's record is compared with (kdpipe.evaluation.exported.with_reference)."""
+    """Evaluate ``model`` on each of ``settings.splits`` (``out_json``, ``out_predictions``: a path per split, in that
+    order); ``ood``: an external OOD set, if any (else the dataset's ``ood`` split); ``reference``: the
+    evaluation folder of the model an exported one was made from, which each split's record is compared with."""
     remove_stale(Path(out_json[0]).parent, list(settings.splits))
     loaded = load(Path(model))
     done: dict[str, Predicted] = {}
@@ -97,25 +97,12 @@ def load(model_dir: Path) -> Loaded:
     )
 
 
-@dataclass(frozen=True)
-class Predicted:
-    """A split's predictions, kept for the OOD rows' comparison: member probabilities [M, N, C], MC-dropout samples
-    [T·M, N, C] (or None) and the accuracy."""
-
-    member_probs: np.ndarray
-    mc_probs: np.ndarray | None
-    accuracy: float
-
-
 def evaluate_split(
     settings: EvalSettings, split: str, loaded: Loaded, data_dir: Path, out_json: Path, out_predictions: Path
 ) -> tuple[dict, Predicted]:
     """The metrics and predictions of ``split``."""
     frame = restrict_to_domain(
-        read_split(data_dir, split),
-        settings.domain,
-        dataset_domains(data_dir),
-        f"evaluate {settings.model}",
+        read_split(data_dir, split), settings.domain, dataset_domains(data_dir), f"evaluate {settings.model}"
     )
     frame = frame[frame["label"].isin(loaded.classes)].reset_index(drop=True)
     local = {c: i for i, c in enumerate(loaded.classes)}
@@ -134,26 +121,26 @@ def evaluate_split(
         frame["domain"].to_numpy() if "domain" in frame else None,
         mc_probs,
     )
-    return result, Predicted(member_probs, mc_probs, result["metrics"]["accuracy"])
+    return result, (member_probs, mc_probs, result["metrics"]["accuracy"])
 
 
 def evaluate_ood(
     settings: EvalSettings, loaded: Loaded, ood_dir: Path, test: Predicted, out_json: Path, out_predictions: Path
 ) -> dict:
     """The OOD rows (every one, whatever its class: none is a class of the model) against the test rows."""
-    frame = read_split(ood_dir, OOD)
-    frame, member_probs, mc_probs, extra = _predict(settings, OOD, loaded, frame, None)
+    frame, member_probs, mc_probs, extra = _predict(settings, OOD, loaded, read_split(ood_dir, OOD), None)
+    test_probs, test_mc, accuracy = test
     return write_ood(
         settings,
-        test.member_probs,
+        test_probs,
         member_probs,
         frame,
         loaded.classes,
         extra,
         out_json,
         out_predictions,
-        test.accuracy,
-        test.mc_probs,
+        accuracy,
+        test_mc,
         mc_probs,
     )
 

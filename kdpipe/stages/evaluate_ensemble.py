@@ -2,9 +2,8 @@
 of every evaluation (:mod:`kdpipe.evaluation.results`), one job per model for all its splits
 (docs/caching-and-reruns.md, "Rerun rules").
 
-An ensemble of teachers is the mean of its members' probabilities; the teachers' oracle
-(docs/report.md, "Baselines") takes each row's probabilities from the teacher that owns its gold class, placed at
-its classes in the full label space.
+An ensemble is the mean of its members' probabilities; the teachers' oracle (docs/report.md, "Baselines") takes each
+row's probabilities from the teacher that owns its gold class.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from kdpipe.evaluation.settings import EvalSettings
 
 def run(settings: EvalSettings, members: list[Path], out_json: list[Path], out_predictions: list[Path]) -> list[dict]:
     """Each split of ``settings.splits`` in turn: ``members`` holds the members' predictions of the first split (in
-    the order of ``settings.members``), then of the second...; ``out_json`` and ``out_predictions`` one path per
-    split."""
+    the order of ``settings.members``), then of the second..."""
     count, splits = len(settings.members), list(settings.splits)
     if len(members) != count * len(splits):
         raise KdpipeError(
@@ -52,16 +50,10 @@ def run(settings: EvalSettings, members: list[Path], out_json: list[Path], out_p
 def evaluate_split(
     settings: EvalSettings, split: str, members: list[Path], out_json: Path, out_predictions: Path
 ) -> dict:
-    """An ensemble from its members' ``{split}.predictions.parquet`` (and their JSONs beside them): the mean of
-    their probabilities. Params, train and inference time are the members' sums (the cost of the ensemble)."""
-    tables, records = [], []
-    for path in map(Path, members):
-        tables.append(pd.read_parquet(path))
-        records.append(read_json(path.with_name(path.name.replace(".predictions.parquet", ".json"))))
-    extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
-    oracle = settings.combine == "oracle"
-    extra["gold_labels"] = combined_label_use(records, disjoint=oracle)
-    if oracle:
+    """An ensemble from its members' predictions of ``split``: the mean of their probabilities."""
+    tables, records = _read(members)
+    extra = _extra(settings, records)
+    if settings.combine == "oracle":
         return _oracle(settings, split, tables, records, extra, out_json, out_predictions)
     classes = records[0]["classes"]
     for path, table, record in zip(members, tables, records):
@@ -70,9 +62,8 @@ def evaluate_split(
                 f"ensemble {settings.model}: member predictions {path} cover other classes or rows "
                 "than the first member's; ensemble members must share one label set"
             )
-    member_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in tables]).astype(np.float64)
-    local = {c: i for i, c in enumerate(classes)}
-    y = tables[0]["label"].map(local).to_numpy(dtype=np.int64)
+    member_probs = _probs(tables)
+    y = tables[0]["label"].map(_index(classes)).to_numpy(dtype=np.int64)
     domains = tables[0]["domain"].to_numpy() if "domain" in tables[0] else None
     return write_evaluation(
         settings,
@@ -91,27 +82,21 @@ def evaluate_split(
 def evaluate_ood(
     settings: EvalSettings, test_members: list[Path], ood_members: list[Path], out_json: Path, out_predictions: Path
 ) -> dict:
-    """The ensemble on the OOD rows against the test rows, each side the mean of its members' probabilities (the
-    members' spread gives the expected entropy and the mutual information). The oracle has no OOD scores: it picks
-    each row's teacher by the row's gold class, which an OOD row does not have among the teachers'."""
+    """The ensemble on the OOD rows against the test rows; the oracle has no OOD scores."""
     test, test_records = _read(test_members)
     ood, records = _read(ood_members)
-    extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
-    extra["gold_labels"] = combined_label_use(records, disjoint=settings.combine == "oracle")
+    extra = _extra(settings, records)
     if settings.combine == "oracle":
         extra["classes"] = sorted(c for r in records for c in r["classes"])
-        return write_no_ood(settings, extra, out_json, out_predictions, ORACLE_REASON)
+        why = (
+            "the oracle picks each row's teacher by the row's gold class, and an OOD row's class belongs to no teacher"
+        )
+        return write_no_ood(settings, extra, out_json, out_predictions, why)
     classes = records[0]["classes"]
-    in_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in test]).astype(np.float64)
-    ood_probs = np.stack([np.stack(t["probs"].to_numpy()) for t in ood]).astype(np.float64)
+    in_probs, ood_probs = _probs(test), _probs(ood)
     accuracy = float((in_probs.mean(0).argmax(1) == test[0]["label"].map(_index(classes)).to_numpy()).mean())
     rows = ood[0][["row_id", "ood_label"]].rename(columns={"ood_label": "label"})
     return write_ood(settings, in_probs, ood_probs, rows, classes, extra, out_json, out_predictions, accuracy)
-
-
-ORACLE_REASON = (
-    "the oracle picks each row's teacher by the row's gold class, and an OOD row's class belongs to no teacher"
-)
 
 
 def _read(paths: list[Path]) -> tuple[list[pd.DataFrame], list[dict]]:
@@ -119,6 +104,17 @@ def _read(paths: list[Path]) -> tuple[list[pd.DataFrame], list[dict]]:
     tables = [pd.read_parquet(path) for path in map(Path, paths)]
     records = [read_json(Path(p).with_name(Path(p).name.replace(".predictions.parquet", ".json"))) for p in paths]
     return tables, records
+
+
+def _extra(settings: EvalSettings, records: list[dict]) -> dict:
+    """What the record says of the ensemble: its members' summed cost and the gold labels they read."""
+    extra = {key: sum_or_none(r.get(key) for r in records) for key in ("params", "train_time_s", "inference_time_s")}
+    return extra | {"gold_labels": combined_label_use(records, disjoint=settings.combine == "oracle")}
+
+
+def _probs(tables: list[pd.DataFrame]) -> np.ndarray:
+    """The members' probabilities [M, N, C], float64."""
+    return np.stack([np.stack(t["probs"].to_numpy()) for t in tables]).astype(np.float64)
 
 
 def _index(classes: list[str]) -> dict[str, int]:

@@ -1,10 +1,9 @@
 """The ``finetune_teacher`` stage: fine-tune one teacher, possibly on a subset of the classes (docs/methods.md §1).
 
-A teacher with a ``checkpoint`` continues training a fine-tuned classifier, keeping its head when its classes are
-the teacher's (:mod:`kdpipe.models.heads`); one with ``layers`` keeps only those layers of its backbone; one
-restricted to ``classes`` or a ``domain`` trains on those rows only (local label ids in the dataset's order). The
-objective is plain cross-entropy or Meta-KD's meta-teacher loss (``objective: meta``,
-``kdpipe.methods.meta_kd.teacher``). Output: the teacher's model folder (docs/design.md, "Artifacts").
+A teacher with a ``checkpoint`` trains a fine-tuned classifier further (:mod:`kdpipe.models.heads`); one with ``layers``
+keeps only those layers of its backbone; one restricted to ``classes`` or a ``domain`` trains on those rows only (local
+label ids in the dataset's order). The objective is cross-entropy or one the plan names (``objective: meta``). Output:
+the teacher's model folder (docs/design.md, "Artifacts").
 """
 
 from __future__ import annotations
@@ -13,12 +12,11 @@ import importlib
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from kdpipe.core.device import pick_device
 from kdpipe.core.memory import release_freed_memory
 from kdpipe.core.store import KdpipeError, make_manifest
-from kdpipe.data.batching import encode_frame, without_texts
+from kdpipe.data.batching import encode_frame, model_inputs, without_texts
 from kdpipe.data.dataset import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.models.heads import teacher_classes
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer
@@ -47,21 +45,14 @@ def validation_rows(frame, classes: list[str], where: str):
 
 
 def cross_entropy_loss(model, batch):
-    out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        token_type_ids=batch.get("token_type_ids"),
-        labels=batch["labels"],
-    )
-    return out.loss, {}
+    return model(**model_inputs(batch), labels=batch["labels"]).loss, {}
 
 
 def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | None = None) -> dict:
     """Fine-tune the teacher of ``settings`` on the dataset artifact ``data``; write it to ``out``."""
-    data_dir, out_dir = data, out
-    labels = read_labels(data_dir)
-    domains = dataset_domains(data_dir)
-    where = f"teachers.{Path(out_dir).name}"  # the output folder is named after the teacher
+    labels = read_labels(data)
+    domains = dataset_domains(data)
+    where = f"teachers.{Path(out).name}"  # the output folder is named after the teacher
     classes, keep_head = teacher_classes(
         settings.classes,
         labels,
@@ -74,14 +65,14 @@ def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | Non
     device = pick_device()
     tokenizer = load_tokenizer(backbone)
     frames = {
-        split: restrict_to_domain(read_split(data_dir, split), settings.domain, domains, f"{where}.domain")
+        split: restrict_to_domain(read_split(data, split), settings.domain, domains, f"{where}.domain")
         for split in ("train", "validation")
     }
     train, train_y = rows_of_classes(frames.pop("train"), classes)
     valid, valid_y = validation_rows(frames.pop("validation"), classes, where)
     enc_train = encode_frame(tokenizer, train, max_length=settings.max_length, label_ids=train_y)
     enc_valid = encode_frame(tokenizer, valid, max_length=settings.max_length, label_ids=valid_y)
-    # tokenised: the texts go (a copy of the split's would otherwise stay for the whole training, memory growing with N)
+    # tokenised: the texts go (a copy would otherwise stay for the whole training)
     train, rows = without_texts(train), {"train": len(train), "validation": len(valid)}
     del valid
     release_freed_memory()
@@ -89,12 +80,26 @@ def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | Non
     model = load_classifier(backbone, classes, seed=training.seed, keep_head=keep_head)
     if settings.layers:
         keep_layers(model, list(settings.layers))  # a smaller teacher, e.g. Dynamic KD's (docs/methods.md §2)
-    objective = _objective(settings, model, train, data_dir, domains, prototypes, device, where)
+    objective = Objective(loss=cross_entropy_loss)
+    if settings.objective != "ce":
+        # imported by name: only the teachers using it carry it in their code fingerprint
+        if not settings.objective_module:
+            raise KdpipeError(
+                f"{where}.objective: {settings.objective!r} needs its objective module in the stage's params"
+            )
+        read_domains(data, f"{where}.objective: {settings.objective}")
+        objective = importlib.import_module(settings.objective_module).build(
+            model,
+            train,
+            data_dir=data,
+            domains=domains,
+            prototypes=prototypes,
+            device=device,
+            args=settings.objective_args,
+        )
 
     validate = encoded_validator(enc_valid, batch_size=settings.eval_batch_size, device=device)
-    result = fit_job(
-        model, objective, enc_train, validate, training, device, out_dir=out_dir, job=settings, desc="teacher"
-    )
+    result = fit_job(model, objective, enc_train, validate, training, device, out_dir=out, job=settings, desc="teacher")
     manifest = make_manifest(
         "teacher",
         config=settings,
@@ -106,37 +111,5 @@ def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | Non
         # a checkpoint trained further: what it read before is not known to kdpipe
         gold_labels={"checkpoint": "trained outside kdpipe"} if settings.checkpoint else {},
     )
-    save_trained(out_dir, model, tokenizer, classes, result, manifest, save_extra=objective.save)
+    save_trained(out, model, tokenizer, classes, result, manifest, save_extra=objective.save)
     return manifest
-
-
-def _objective(
-    settings: TeacherSettings,
-    model,
-    train: pd.DataFrame,
-    data_dir: Path,
-    domains,
-    prototypes: Path | None,
-    device,
-    where: str,
-) -> Objective:
-    """The teacher's loss: plain CE, or the objective module the plan names in ``settings.objective_module``
-    (registered in ``kdpipe.methods.registry.TEACHER_OBJECTIVES`` and imported by name, so that only the teachers
-    using it carry it in their code fingerprint)."""
-    name = settings.objective
-    module_name = settings.objective_module
-    if name == "ce":
-        return Objective(loss=cross_entropy_loss)
-    if not module_name:
-        raise KdpipeError(f"{where}.objective: {name!r} needs its objective module in the stage's params")
-    read_domains(data_dir, f"{where}.objective: {name}")
-    module = importlib.import_module(module_name)
-    return module.build(
-        model,
-        train,
-        data_dir=data_dir,
-        domains=domains,
-        prototypes=prototypes,
-        device=device,
-        args=settings.objective_args,
-    )

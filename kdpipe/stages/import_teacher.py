@@ -1,8 +1,8 @@
 """The ``import_teacher`` stage: a fine-tuned sequence classifier from elsewhere, used as a teacher without training.
 
-Writes the same artifact as ``finetune_teacher`` (docs/design.md, "Artifacts"), ``labels.json`` giving the dataset
-label of each of the head's outputs in the head's order (:mod:`kdpipe.models.heads`) and ``metrics.json`` its
-accuracy on the validation rows of its classes. The model's own ``id2label`` is rewritten to the dataset's names.
+Writes the same artifact as ``finetune_teacher`` (docs/design.md, "Artifacts"): ``labels.json`` gives the dataset
+label of each of the head's outputs in the head's order (:mod:`kdpipe.models.heads`), ``metrics.json`` its validation
+accuracy. The model's own ``id2label`` is rewritten to the dataset's names.
 """
 
 from __future__ import annotations
@@ -36,12 +36,7 @@ def run(settings: ImportedTeacherSettings, data: Path, out: Path) -> dict:
     started = time.perf_counter()
     metrics = encoded_validator(encoded, batch_size=settings.eval_batch_size, device=device)(model.to(device).eval())
     print(f"[kdpipe] imported {checkpoint}: validation accuracy {metrics['accuracy']:.4f} on its classes")
-    result = FitResult(
-        best_state=state_on_cpu(model),
-        best_metrics=metrics,
-        best_epoch=0,
-        train_time_s=time.perf_counter() - started,
-    )
+    result = FitResult(state_on_cpu(model), metrics, best_epoch=0, train_time_s=time.perf_counter() - started)
     manifest = make_manifest(
         "teacher",
         config=settings,

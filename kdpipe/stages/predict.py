@@ -3,12 +3,9 @@ Face classifier, a multi-head or a BiLSTM student) for every row of an unlabelle
 
     kdpipe predict --model results/students/muki --input new.csv --out predicted.csv [--text-column review]
 
-Rows are tokenised as kdpipe evaluated the model (its tokenizer, its training ``max_length``), run in
-length-bucketed batches with a progress bar, and written in the input's order: the input's columns, then ``label``
-(the predicted class), ``score`` (its probability) and ``prob_<class>`` for every class. The output format follows
-the ``--out`` extension (docs/your-own-models-and-data.md, "Using a trained student"). A NUL character in a text
-(a C string's end, a damaged export) is read as a space, and the command says how many it read so; a missing text (a
-Parquet or JSON null) stops the command, naming the file, the column and the row.
+Rows are tokenised as kdpipe evaluated the model and written in the input's order: the input's columns, then
+``label`` (the predicted class), ``score`` (its probability) and ``prob_<class>`` for every class, in the format of
+the ``--out`` extension (docs/your-own-models-and-data.md, "Using a trained student").
 """
 
 from __future__ import annotations
@@ -32,9 +29,8 @@ from kdpipe.models.loading import load_tokenizer, load_trained
 
 @dataclass(frozen=True)
 class PredictSettings(Settings):
-    """What ``--params`` may set for ``kdpipe predict`` (the options win): the text column(s), the batch size, the
-    ``max_length`` (left out: the model's own), and how the input is read (its ``format`` and ``encoding``, as
-    ``dataset`` reads files)."""
+    """What ``--params`` may set for ``kdpipe predict`` (the options win); ``max_length`` left out: the model's
+    own."""
 
     text_column: str = from_schema("dataset", "text_column")
     text_pair_column: str | None = from_schema("dataset", "text_pair_column")
@@ -45,10 +41,8 @@ class PredictSettings(Settings):
 
 
 def _read_input(path: Path, fmt: str, encoding: str) -> pd.DataFrame:
-    """The input file as the dataset reader reads a file; a file that does not decode in ``encoding`` (or an
-    encoding Python does not know) is refused with predict's own option in the hint (``--encoding``), not the
-    dataset setting the reader names. (Rewording here, not in the reader, keeps the reader's bytes, and so the code
-    fingerprint of every job that reads a dataset, as they were.)"""
+    """The input file as the dataset reader reads a file; a file that does not decode in ``encoding`` is refused
+    with predict's own option in the hint (``--encoding``), not the dataset setting the reader names."""
     try:
         return read_table(path, "--input", fmt=fmt, encoding=encoding)
     except KdpipeError as err:
@@ -109,11 +103,7 @@ def run(
     )
     device = pick_device()
     logits = predict_member_logits(
-        net.to(device),
-        encoded,
-        batch_size=int(batch_size or settings.batch_size),
-        device=device,
-        desc="predict",
+        net.to(device), encoded, batch_size=int(batch_size or settings.batch_size), device=device, desc="predict"
     )
     probs = softmax(logits).mean(axis=0)  # [members, N, C]: a multi-head model's heads, as kdpipe evaluates it
     result = frame.copy()
@@ -128,11 +118,10 @@ def run(
 
 
 def _texts(frame: pd.DataFrame, column: str, option: str, input: Path) -> pd.Series:
-    """The texts of ``column``, each a single value: a missing cell (a Parquet or JSON null, which has no text to
-    predict from), a list, an object or bytes stops the command with one line naming the file, the column and the
-    first such row."""
+    """The texts of ``column``, each a single value: a missing cell, a list, an object or bytes stops the command
+    with one line naming the file, the column and the first such row."""
     values = frame[column]
-    kinds = values.map(_not_text).where(values.map(lambda value: not _missing(value)), "no text (a missing value)")
+    kinds = values.map(_not_text).where(~values.isna(), "no text (a missing value)")
     bad = np.flatnonzero(kinds.notna().to_numpy())
     if len(bad):
         more = f" (and {len(bad) - 1} more rows)" if len(bad) > 1 else ""
@@ -143,14 +132,9 @@ def _texts(frame: pd.DataFrame, column: str, option: str, input: Path) -> pd.Ser
     return values
 
 
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA or value is pd.NaT
-
-
 def _without_nul(column: pd.Series, name: str) -> list[str]:
-    """The texts of ``column`` with every NUL character a space, said with counts on stderr when there are any: a
-    tokenizer drops a NUL (joining the words beside it) or reads it as an unknown token, never as the word break it
-    usually stands for."""
+    """The texts of ``column`` with every NUL character a space (a tokenizer would drop it, joining the words beside
+    it), said with counts on stderr when there are any."""
     texts = column.astype(str)
     counts = texts.str.count("\x00")
     if counts.any():

@@ -1,9 +1,8 @@
 """Resume checkpoints of the training loop, and the work folder beside a job's output that holds them.
 
-A job writing ``out_dir`` keeps its resume folder and its JSONL training log beside the output, outside it
-(Snakemake deletes declared outputs before a rerun). The resume folder holds numbered checkpoint folders and a
-``LATEST`` pointer (:class:`Checkpoint`): the full training state, each file's checksum, and the key of the job
-that made it (its identity), so that a checkpoint of another job or a damaged one is discarded, never resumed.
+The resume folder and the JSONL training log live beside the output, outside it (Snakemake deletes declared outputs
+before a rerun). A checkpoint records its files' checksums and the identity of the job that made it, so that a
+damaged one or one of another job is discarded, never resumed.
 """
 
 from __future__ import annotations
@@ -25,11 +24,8 @@ FREE_SPACE = "free space on that disk (or set checkpoint_every: 0 to checkpoint 
 
 
 class Checkpoint:
-    """The resume directory: numbered checkpoint folders and a ``LATEST`` pointer.
-
-    A new checkpoint is written to a fresh folder, then ``LATEST`` is atomically switched to it, then older
-    folders are removed; a kill at any moment leaves ``LATEST`` naming a complete checkpoint.
-    """
+    """The resume directory: numbered checkpoint folders and a ``LATEST`` pointer, switched atomically to a new
+    complete one before older ones are removed: a kill at any moment leaves ``LATEST`` naming a complete one."""
 
     def __init__(self, root: Path | None, key: str):
         self.root, self.key = (Path(root) if root else None), key
@@ -42,9 +38,8 @@ class Checkpoint:
         return self.root / pointer.read_text().strip()
 
     def load(self) -> dict | None:
-        """The state of the latest checkpoint, or None (and the resume folder cleared, with a log line) when there
-        is none, it was made by a job of another identity, or a file of it is damaged (its checksum differs from
-        the one recorded when it was written): training then starts from scratch."""
+        """The state of the latest checkpoint, or None (and the folder cleared, with a log line) when there is none,
+        it was made by a job of another identity, or a file of it is damaged."""
         try:
             current = self.current()
             if current is None:
@@ -78,12 +73,12 @@ class Checkpoint:
         ensure_disk_space(folder, 3 * weights, "a resume checkpoint", hint=FREE_SPACE)
         with atomic_path(folder, directory=True) as tmp:
             for name, sd in tensors.items():
-                _save_state(sd, tmp / f"{name}.safetensors")
+                # tied weights share storage; safetensors refuses shared tensors, so store independent copies
+                save_file({k: v.clone().contiguous() for k, v in sd.items()}, str(tmp / f"{name}.safetensors"))
             torch.save(
                 {
                     "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
-                    "torch_rng": rng[0],
                     "torch_rngs": rng,
                     "extra": extra,
                 },
@@ -100,9 +95,6 @@ class Checkpoint:
     def tensors(self, name: str) -> dict:
         return load_file(str(self.current() / f"{name}.safetensors"))
 
-    def holds(self, name: str) -> bool:
-        return (self.current() / f"{name}.safetensors").is_file()
-
     def optim(self) -> dict:
         return torch.load(self.current() / "optim.pt", weights_only=True)
 
@@ -111,37 +103,13 @@ class Checkpoint:
             shutil.rmtree(self.root)
 
 
-def _save_state(state: dict, path: Path) -> None:
-    # Tied weights share storage; safetensors refuses shared tensors, so store independent copies.
-    save_file({k: v.clone().contiguous() for k, v in state.items()}, str(path))
-
-
 def best_entry(name: str) -> str:
-    """The checkpoint entry of a module's best state ("best" for the model, as before extra modules had one)."""
+    """The checkpoint entry of a module's best state."""
     return "best" if name == "model" else f"best.{name}"
 
 
-def read_resume_state(resume_dir: Path) -> dict | None:
-    """The training state of the latest checkpoint in ``resume_dir`` (None when there is none).
-
-    Safe to call while a job trains, e.g. to watch its progress: the job may write a newer checkpoint and remove the
-    one ``LATEST`` named between the two reads here, and then the newer one is read."""
-    checkpoint = Checkpoint(resume_dir, "")
-    while (current := checkpoint.current()) is not None:
-        try:
-            return read_json(current / "state.json")
-        except ArtifactError:
-            if checkpoint.current() == current:  # not replaced by a newer checkpoint: really missing
-                raise
-    return None
-
-
 def work_paths(out_dir: Path) -> tuple[Path, Path]:
-    """The resume directory and the JSONL training log of the job writing ``out_dir``.
-
-    Both live beside the output, outside it (Snakemake deletes declared outputs before a rerun); the log is appended
-    to across resumes and moved into the output by the training loop's ``save_trained``.
-    """
+    """The resume directory and the JSONL training log of the job writing ``out_dir``, beside it."""
     out_dir = Path(out_dir)
     work = work_dir(out_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -149,18 +117,16 @@ def work_paths(out_dir: Path) -> tuple[Path, Path]:
 
 
 def finish(out_tmp: Path, out_dir: Path) -> None:
-    """Keep a copy of the finished (temporary) output dir beside it with the job's identity, and drop the resume
-    state: if Snakemake, stopped meanwhile, deletes the output as incomplete, the rerun restores it at once
-    (:func:`kdpipe.core.finished.restore_finished`) instead of training again."""
+    """Keep a copy of the finished (temporary) output dir for a rerun to restore
+    (:func:`kdpipe.core.finished.restore_finished`), and drop the resume state."""
     resume, _ = work_paths(out_dir)
     keep_finished(out_tmp, Path(out_dir))
     Checkpoint(resume, "").clear()
 
 
 def rewind_log(path: Path, size: int | None) -> None:
-    """Cut the training log back to ``size`` bytes, its length at the checkpoint a run resumes from: records written
-    after that checkpoint (a kill between an epoch's log line and its checkpoint) are written again by the resumed
-    steps, and must not appear twice. Nothing for a fresh run or a checkpoint that did not record it."""
+    """Cut the training log back to ``size`` bytes, its length at the checkpoint a run resumes from, so that the
+    records the resumed steps write again do not appear twice (nothing when ``size`` is None)."""
     if size is not None and path.is_file() and path.stat().st_size > size:
         with open(path, "r+") as fh:
             fh.truncate(size)

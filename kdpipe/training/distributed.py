@@ -1,11 +1,10 @@
 """Data-parallel training over several processes (docs/cluster.md, "One job on several devices").
 
-A training job started with ``--processes N`` runs as N processes under ``torchrun``; each takes every N-th row of
-each global batch and scales its loss by its share of the batch's rows, and the gradients are summed before
-clipping and the optimiser step: the one-process update. Rank 0 alone writes. Not ``DistributedDataParallel``,
-which wraps one module and hooks its backward: kdpipe's losses call the model and their own trained modules
-directly, and one all-reduce of the flattened gradients after ``backward`` serves any set of modules. Without a
-process group every function here is the one-process identity, so the loop has one code path.
+A job started with ``--processes N`` runs as N processes under ``torchrun``; each takes every N-th row of each
+global batch, and the gradients are summed before the optimiser step: the one-process update. Rank 0 alone writes.
+Without a process group every function here is the one-process identity. Not ``DistributedDataParallel``, which
+wraps one module: kdpipe's losses call the model and their own modules directly, and one all-reduce of the flattened
+gradients after ``backward`` serves any set of modules.
 """
 
 from __future__ import annotations
@@ -45,11 +44,8 @@ def requested() -> int:
 
 
 def init(device: torch.device) -> None:
-    """Join the process group torchrun describes in the environment (nothing for a single process).
-
-    A rank dies with its launcher (Linux ``PR_SET_PDEATHSIG``): a job killed with SIGKILL leaves no orphan rank
-    training into its resume folder.
-    """
+    """Join the process group torchrun describes (nothing for a single process); a rank dies with its launcher
+    (``PR_SET_PDEATHSIG``), so a job killed with SIGKILL leaves no orphan rank training into its resume folder."""
     if requested() <= 1 or dist.is_initialized():
         return
     global _DEVICE
@@ -74,12 +70,9 @@ def _die_with_parent() -> None:
 
 
 def shard(batch: np.ndarray) -> tuple[np.ndarray, float]:
-    """This process's rows of a global batch and their share of it.
-
-    Rows are dealt round-robin (a batch is sorted by length, so every process gets rows of about the same lengths).
-    A process left without a row (a last batch smaller than the process count) takes the batch's first row with
-    share 0, so that every process runs the same forward, backward and collectives.
-    """
+    """This process's rows of a global batch (dealt round-robin: the batch is sorted by length, so each gets alike
+    lengths) and their share of it. A process left without a row
+    takes the batch's first row with share 0, so that every process runs the same collectives."""
     world = world_size()
     if world == 1:
         return batch, 1.0
@@ -95,11 +88,8 @@ def set_share(share: float) -> None:
 
 
 def sync_backward(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> float:
-    """``loss.backward()`` for this process's rows, then the gradients of ``params`` summed over the processes, so
-    each holds the gradient of the global batch's mean loss. Returns that mean loss (the same in every process).
-
-    ``loss`` is a mean over this process's rows; ``params`` must be the same list, in the same order, everywhere.
-    """
+    """``loss.backward()`` for this process's rows (``loss``: their mean), then the gradients of ``params`` (the same
+    list, in the same order, everywhere) summed over the processes; returns the global batch's mean loss."""
     if world_size() == 1:
         loss.backward()
         return loss.item()

@@ -1,12 +1,8 @@
 """The one training loop shared by teacher fine-tuning and every distillation method (docs/design.md, "Style").
 
-AdamW with linear warmup and decay, gradient clipping, length-bucketed batches, bf16 autocast on CUDA, validation
-after each epoch keeping the best weights, a progress bar in rows, a JSONL training log, and resume from the full
-state checkpointed beside the job's outputs (:mod:`kdpipe.training.checkpoint`;
-docs/caching-and-reruns.md, "Interrupted jobs and resume"). Under ``torchrun`` the same loop trains data-parallel
-(:mod:`kdpipe.training.distributed`). A method differs only by its ``loss_fn(model, batch) -> (loss, {name: float})``
-and, when it trains modules or keeps state of its own, by ``extra_modules`` and ``extra_state``
-(:class:`kdpipe.training.objective.Objective`).
+AdamW with linear warmup and decay, validation after each epoch keeping the best weights, a JSONL training log,
+resume from checkpoints beside the job's outputs (docs/caching-and-reruns.md, "Interrupted jobs and resume"), and
+data-parallel under ``torchrun``. A method differs only by its :class:`kdpipe.training.objective.Objective`.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ import torch
 from torch import nn
 from transformers import get_linear_schedule_with_warmup
 
-from kdpipe import CONFIG_SCHEMA as CONFIG_SCHEMA  # (re-exported: the schema that holds the training defaults)
 from kdpipe.core import progress
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.device import autocast
@@ -39,7 +34,6 @@ from kdpipe.models.inference import probs_predictor
 from kdpipe.models.loading import count_parameters, save_model
 from kdpipe.training import distributed
 from kdpipe.training.checkpoint import FREE_SPACE, Checkpoint, best_entry, finish, rewind_log, say, work_paths
-from kdpipe.training.checkpoint import read_resume_state as read_resume_state  # (re-exported: watch a job's progress)
 from kdpipe.training.settings import TrainSettings as TrainSettings  # (re-exported: the loop's settings)
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
@@ -58,8 +52,7 @@ class FitResult:
 
 
 class LabelWatch(dict):
-    """A training batch that notes whether the loss reads its gold labels (``batch["labels"]``): which labels a
-    model read to be made is measured where it happens, so it cannot differ from what the method does
+    """A training batch that notes whether the loss reads its gold labels
     (docs/report.md, "Which gold labels each model read")."""
 
     read_labels = False
@@ -74,34 +67,24 @@ class LabelWatch(dict):
             self.read_labels = True
         return super().get(key, default)
 
-    def _all(self):
-        """Any access to every value at once (a copy, ``**batch``, iteration) counts as reading the labels."""
-        self.read_labels = self.read_labels or "labels" in self
-
-    def keys(self):
-        self._all()
-        return super().keys()
-
-    def __iter__(self):
-        self._all()
-        return super().__iter__()
-
-    def items(self):
-        self._all()
-        return super().items()
-
-    def values(self):
-        self._all()
-        return super().values()
-
-    def copy(self):
-        self._all()
-        return super().copy()
-
     def pop(self, key, *default):
         if key == "labels":
             self.read_labels = True
         return super().pop(key, *default)
+
+
+def _reading_all(method):
+    """``method`` of a :class:`LabelWatch` that gives every value at once (a copy, ``**batch``, iteration)."""
+
+    def wrapped(self, *args):
+        self.read_labels = self.read_labels or "labels" in self
+        return method(self, *args)
+
+    return wrapped
+
+
+for _name in ("keys", "__iter__", "items", "values", "copy"):
+    setattr(LabelWatch, _name, _reading_all(getattr(dict, _name)))
 
 
 def state_on_cpu(module: nn.Module) -> dict:
@@ -113,13 +96,10 @@ def param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: floa
     """AdamW groups: no weight decay on biases and LayerNorm weights (the usual BERT recipe)."""
     groups = []
     for module, lr in modules.values():
-        decay, no_decay = [], []
-        for _name, p in module.named_parameters():
-            if p.requires_grad:
-                (no_decay if p.ndim < 2 else decay).append(p)
+        params = [p for p in module.parameters() if p.requires_grad]
         groups += [
-            {"params": decay, "lr": lr, "weight_decay": weight_decay},
-            {"params": no_decay, "lr": lr, "weight_decay": 0.0},
+            {"params": [p for p in params if p.ndim >= 2], "lr": lr, "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "lr": lr, "weight_decay": 0.0},
         ]
     return [g for g in groups if g["params"]]
 
@@ -138,10 +118,8 @@ def make_optimizer(modules: dict[str, tuple[nn.Module, float]], settings: TrainS
 
 @dataclass
 class _Run:
-    """One call of :func:`fit`: what it trains and how (``modules``: ``{name: (module, lr)}``, the model first), and
-    what it carries across steps, epochs and resumes: the checkpointed ``state`` (epoch, step in the epoch, best
-    score and metrics, history, training time, log length), the ``best`` weights of every module and the open
-    training ``log`` (the first process's)."""
+    """One call of :func:`fit`: what it trains (``modules``: ``{name: (module, lr)}``, the model first), its
+    checkpointed ``state``, the ``best`` weights of every module and the open training ``log``."""
 
     model: nn.Module
     train: Encoded
@@ -163,7 +141,6 @@ class _Run:
             module.train(training)
 
     def keep_best(self) -> None:
-        """The modules' current weights become the best ones."""
         self.best = {name: state_on_cpu(module) for name, (module, _) in self.modules.items()}
 
     def write_log(self, record: dict) -> None:
@@ -211,12 +188,8 @@ def fit(
     desc: str = "train",
 ) -> FitResult:
     """Train ``model`` (plus ``extra_modules``: ``{name: (module, lr)}``) and return the best validation state of
-    every module (``best_state`` of ``model``, ``best_modules`` of the others).
-
-    ``validate(model)`` returns a ``score`` (higher is better) and optionally an ``nll`` that breaks its ties
-    (:func:`is_better`); ``validate=None`` keeps the last epoch (Meta-KD's first stage trains no classifier).
-    ``on_epoch(epoch, epochs)`` (0-based) is called before each epoch's first step, also after a resume.
-    """
+    every module. ``validate(model)`` returns a ``score`` (higher is better) and optionally an ``nll`` that breaks its
+    ties; ``validate=None`` keeps the last epoch. ``on_epoch(epoch, epochs)`` (0-based) runs before each epoch."""
     # each process its own dropout masks; the first process those of a one-process run
     torch.manual_seed(settings.seed + distributed.rank())
     # an extra module's lr None: the model's own
@@ -233,7 +206,9 @@ def fit(
         Checkpoint(resume_dir, resume_key), extra_state,
     )  # fmt: skip
     _restore(run)
-    run.log = _open_log(log_path, run.state)
+    if log_path and distributed.is_main():  # the first process's log, cut back to its length at the checkpoint
+        rewind_log(Path(log_path), run.state.get("log_bytes"))
+        run.log = open(log_path, "a")  # noqa: SIM115 (closed below)
     try:
         while run.state["epoch"] < settings.epochs:
             epoch = run.state["epoch"]
@@ -256,16 +231,9 @@ def _restore(run: _Run) -> None:
     if not distributed.is_main():
         state = run.ckpt.load()
     if not state:
-        run.state = {
-            "epoch": 0,
-            "step_in_epoch": 0,
-            "best_score": -math.inf,
-            "best_metrics": {},
-            "best_epoch": -1,
-            "history": [],
-            "train_time_s": 0.0,
-            "log_bytes": 0,  # a log left by an attempt killed before its first checkpoint is stale
-        }
+        # (log_bytes 0: a log left by an attempt killed before its first checkpoint is stale)
+        run.state = dict(epoch=0, step_in_epoch=0, best_score=-math.inf, best_metrics={}, best_epoch=-1, history=[])
+        run.state.update(train_time_s=0.0, log_bytes=0)
         run.keep_best()
         return
     for name, (module, _) in run.modules.items():
@@ -273,34 +241,18 @@ def _restore(run: _Run) -> None:
     optim = run.ckpt.optim()
     run.optimizer.load_state_dict(optim["optimizer"])
     run.scheduler.load_state_dict(optim["scheduler"])
-    rngs = optim.get("torch_rngs") or [optim["torch_rng"]]
+    rngs = optim["torch_rngs"]
     if distributed.rank() < len(rngs):  # (a process the checkpoint did not have keeps its seed)
         torch.set_rng_state(rngs[distributed.rank()])
     if run.extra_state is not None:
         run.extra_state.load_state_dict(optim["extra"])
-    # (a checkpoint from before extra modules kept a best state has only the model's: the others keep their own)
-    run.best = {
-        name: run.ckpt.tensors(best_entry(name))
-        if state["best_epoch"] >= 0 and run.ckpt.holds(best_entry(name))
-        else state_on_cpu(module)
-        for name, (module, _) in run.modules.items()
-    }
+    run.best = {name: run.ckpt.tensors(best_entry(name)) for name in run.modules}
     run.state = state
     say(f"[kdpipe] resuming {run.desc} at epoch {state['epoch']} step {state['step_in_epoch']}")
 
 
-def _open_log(log_path: Path | None, state: dict) -> TextIO | None:
-    """The training log opened for appending, cut back to its length at the checkpoint resumed from (the first
-    process's; None for the others or without a log)."""
-    if not log_path or not distributed.is_main():
-        return None
-    rewind_log(Path(log_path), state.get("log_bytes"))
-    return open(log_path, "a")  # noqa: SIM115 (closed by fit)
-
-
 def _train_epoch(run: _Run, batches: Batches) -> None:
-    """The steps of the current epoch not done yet (``batches``: each step's rows), logged every ``log_every`` steps
-    and checkpointed every ``checkpoint_every``, with a progress bar in rows (rows/s, time left)."""
+    """The steps of the current epoch not done yet (``batches``: each step's rows), logged and checkpointed."""
     settings, state = run.settings, run.state
     run.set_training(True)
     params = [p for g in run.optimizer.param_groups for p in g["params"]]
@@ -347,26 +299,19 @@ def _step(run: _Run, rows: np.ndarray, params: list, step: int) -> tuple[float, 
 
 
 def _end_epoch(run: _Run, validate: Callable[[nn.Module], dict] | None) -> None:
-    """Validate the epoch just trained (None: keep the last epoch), keep the best weights, log and checkpoint."""
+    """Validate the epoch just trained, keep the best weights, log and checkpoint."""
     state = run.state
     epoch = state["epoch"]
     run.set_training(False)
-    # Every process validates (same weights); the first one's metrics decide
     metrics = distributed.broadcast(validate(run.model)) if validate is not None else None
     improved = metrics is None or is_better(metrics, state["best_score"], state["best_metrics"])
     if improved:
         state.update(
-            best_score=metrics["score"] if metrics else -math.inf,
-            best_metrics=metrics or {},
-            best_epoch=epoch + 1,
+            best_score=metrics["score"] if metrics else -math.inf, best_metrics=metrics or {}, best_epoch=epoch + 1
         )
         run.keep_best()
-    record = {
-        "epoch": epoch + 1,
-        "validation": metrics,
-        "best": improved,
-        "train_time_s": round(state["train_time_s"], 2),
-    }
+    record = {"epoch": epoch + 1, "validation": metrics, "best": improved}
+    record["train_time_s"] = round(state["train_time_s"], 2)
     state["history"].append(record)
     run.write_log(record)
     say(f"[kdpipe] {run.desc} epoch {epoch + 1}: validation {metrics if metrics else 'skipped'}")
@@ -375,9 +320,8 @@ def _end_epoch(run: _Run, validate: Callable[[nn.Module], dict] | None) -> None:
 
 
 def is_better(metrics: dict, best_score: float, best_metrics: dict) -> bool:
-    """Whether an epoch's validation ``metrics`` beat the kept best (``best_score``, ``best_metrics``): a higher
-    ``score``, or an equal score and a lower ``nll`` when both have one (docs/design.md, "Style": a later epoch that
-    ties on accuracy replaces the kept one when it is better calibrated)."""
+    """Whether an epoch's validation ``metrics`` beat the kept best: a higher ``score``, or an equal one and a lower
+    ``nll`` when both have one (docs/design.md, "Style")."""
     if metrics["score"] != best_score:
         return metrics["score"] > best_score
     return "nll" in metrics and best_metrics.get("nll") is not None and metrics["nll"] < best_metrics["nll"]
@@ -395,11 +339,8 @@ def fit_job(
     job: Recorded,
     desc: str,
 ) -> FitResult:
-    """:func:`fit` for a stage job writing ``out_dir``: its :class:`~kdpipe.training.objective.Objective` (loss,
-    extra modules, epoch hook, extra state), with the resume folder and training log beside the output. The resume
-    key is the job's identity (:func:`kdpipe.core.identity.job_identity`: settings, local files, input artifacts,
-    the stage's code fingerprint), set by the command line; a stage called directly keys on its settings ``job``
-    (their config slice). A checkpoint of another key is discarded, never resumed."""
+    """:func:`fit` of an :class:`~kdpipe.training.objective.Objective` for a stage job writing ``out_dir``, resumed
+    only from a checkpoint of the job's identity (set by the command line), else of its settings ``job``."""
     resume, log_path = work_paths(Path(out_dir))
     return fit(
         model,
@@ -424,8 +365,7 @@ def encoded_validator(encoded: Encoded, *, batch_size: int, device: torch.device
 
 
 def accuracy_validator(predict_probs: Callable[[nn.Module], np.ndarray], labels: np.ndarray):
-    """``validate`` for classification: score = accuracy of ``predict_probs(model)`` against ``labels``, and their
-    NLL (:func:`kdpipe.evaluation.information.nll`), which breaks ties of the score (:func:`is_better`)."""
+    """``validate`` for classification: score = accuracy of ``predict_probs(model)`` against ``labels``, and NLL."""
 
     def validate(model: nn.Module) -> dict:
         probs = predict_probs(model)
@@ -436,9 +376,8 @@ def accuracy_validator(predict_probs: Callable[[nn.Module], np.ndarray], labels:
 
 
 def label_use(manifest: dict, result: FitResult) -> dict:
-    """The gold labels a trained model read to be made, as ``{split: rows}``: the training rows when its loss read
-    their labels, the validation rows when they chose its kept epoch, and what the manifest already names (a
-    route's labels, a checkpoint trained outside kdpipe)."""
+    """The gold labels a trained model read to be made, as ``{split: rows}``: the training rows its loss read, the
+    validation rows that chose its kept epoch, and what the manifest already names."""
     rows = manifest.get("rows") or {}
     measured = {
         split: rows[split]
@@ -450,9 +389,8 @@ def label_use(manifest: dict, result: FitResult) -> dict:
 
 
 def model_folder_bytes(model: nn.Module, tokenizer) -> int:
-    """At most what a model folder takes: the weights as saved, the tokenizer's files (under 100 bytes per vocabulary
-    entry: BERT's 30,522 entries take 0.7 MB, XLM-R's 250,002 about 22 MB) and 1 MB for the small files (labels,
-    metrics, card, training log). The disk keeps its reserve beside it (kdpipe.core.store.disk_reserve)."""
+    """At most what a model folder takes: the weights, the tokenizer's files (under 100 bytes per vocabulary entry:
+    XLM-R's 250,002 take about 22 MB) and 1 MB for the small files."""
     return tensor_bytes(model) + 100 * len(tokenizer) + (1 << 20)
 
 
@@ -469,11 +407,9 @@ def save_trained(
     manifest: dict,
     save_extra: Callable[[Path, FitResult], None] | None = None,
 ) -> None:
-    """Write a trained model's directory atomically: the best weights (safetensors) and tokenizer (whose
-    ``model_max_length`` is the training ``max_length``, so a pipeline truncates as kdpipe did), ``labels.json``
-    (output order), ``metrics.json`` (best validation, train time, params, history), ``manifest.json``, a model
-    card ``README.md``, ``train_log.jsonl`` and whatever ``save_extra(folder, result)`` adds; then drop the resume
-    state. Only the first process of a multi-process job writes."""
+    """Write a trained model's directory atomically (the first process only): the best weights, the tokenizer
+    (truncating at the training ``max_length``), ``labels.json``, ``metrics.json``, ``manifest.json``, a model card,
+    ``train_log.jsonl`` and whatever ``save_extra(folder, result)`` adds; then drop the resume state."""
     if not distributed.is_main():
         return
     model.load_state_dict(result.best_state)

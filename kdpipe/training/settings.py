@@ -19,10 +19,8 @@ def _training(name: str):
 
 @dataclass
 class TrainSettings:
-    """The training loop's settings (:func:`kdpipe.training.loop.fit`). A stage takes them from its typed settings
-    (:meth:`Training.train_settings`), whose slice Snakemake has completed with the schema's defaults; a caller that
-    leaves a setting out (a test, a benchmark) gets the schema's default too, so that a default is written in one
-    place only."""
+    """The training loop's settings (:func:`kdpipe.training.loop.fit`); a setting left out gets the schema's
+    default."""
 
     epochs: int
     lr: float
@@ -35,12 +33,21 @@ class TrainSettings:
     log_every: int = 10  # steps between training-log lines (not a config key)
 
 
+@dataclass(frozen=True)
 class Training:
     """The training keys of a teacher's or a student's slice, as the loop's :class:`TrainSettings`."""
 
+    epochs: int
+    lr: float
+    batch_size: int
+    warmup_ratio: float
+    weight_decay: float
+    max_grad_norm: float
+    seed: int
+    checkpoint_every: int
+
     def train_settings(self) -> TrainSettings:
-        names = {f.name for f in fields(TrainSettings)}
-        return TrainSettings(**{f.name: getattr(self, f.name) for f in fields(self) if f.name in names})
+        return TrainSettings(**{f.name: getattr(self, f.name) for f in fields(Training)})
 
 
 @dataclass(frozen=True)
@@ -59,21 +66,12 @@ class ImportedTeacherSettings(Settings):
 @dataclass(frozen=True)
 class TeacherSettings(Settings, Training):
     """A ``finetune-teacher`` job's slice: the teacher entry (``backbone``, or a ``checkpoint`` trained further),
-    its classes, training settings and objective; the keys added after the first teachers were cached are left out
-    at their defaults (``kdpipe.plan.entries.LATER_KEYS``). ``objective_module``: the module of an objective other
-    than plain cross-entropy, which the stage imports by name."""
+    its classes, training settings and objective (``objective_module``: its module, imported by name); keys added
+    after the first teachers were cached are left out at their defaults (``kdpipe.plan.entries.LATER_KEYS``)."""
 
     classes: tuple[str, ...] | ClassSlice | None
     max_length: int
     eval_batch_size: int
-    epochs: int
-    lr: float
-    batch_size: int
-    warmup_ratio: float
-    weight_decay: float
-    max_grad_norm: float
-    seed: int
-    checkpoint_every: int
     backbone: str | None = None
     checkpoint: str | None = from_schema("teacher_defaults", "checkpoint")
     finetune: bool = from_schema("teacher_defaults", "finetune")

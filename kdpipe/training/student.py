@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,8 @@ from kdpipe.data.dataset import NO_LABEL, TRANSFER, dataset_domains, read_labels
 from kdpipe.data.transfer import transfer_rows
 from kdpipe.models.settings import StudentModel
 from kdpipe.models.students import build_student
-from kdpipe.training.loop import TrainSettings, encoded_validator
+from kdpipe.training.loop import encoded_validator
+from kdpipe.training.settings import TrainSettings
 
 
 @dataclass
@@ -64,21 +66,24 @@ class StudentData:
         return encoded_validator(self.enc_valid, batch_size=eval_batch_size, device=self.device)
 
 
+class StudentJob(Protocol):
+    """What :func:`student_data` reads of a student job's settings (``kdpipe.methods.settings.StudentSettings``)."""
+
+    model: StudentModel
+    max_length: int
+    domain: str | None
+    transfer: float | None
+
+    def train_settings(self) -> TrainSettings: ...
+
+
 def student_data(
-    data_dir: Path,
-    *,
-    model: StudentModel,
-    domain: str | None,
-    transfer_share: float | None,
-    max_length: int,
-    training: TrainSettings,
-    attn: str | None = None,
-    transfer_dir: Path | None = None,
+    data_dir: Path, job: StudentJob, *, attn: str | None = None, transfer_dir: Path | None = None
 ) -> StudentData:
-    """Read the splits (the rows of ``domain`` only, when set), build the student of ``model`` and tokenise train
-    and validation its way, cut at ``max_length`` tokens (a BiLSTM tokenises the two sides of a pair apart). With a
-    ``transfer_share`` the training rows are followed by that share of the transfer rows of ``transfer_dir``, with
-    the label ``NO_LABEL``. ``training``: the student's training settings (its seed builds the model)."""
+    """Read the splits (its ``domain``'s rows only, when set), build the student ``job.model`` and tokenise train and
+    validation its way; with a ``transfer`` share the training rows are followed by that share of the transfer rows of
+    ``transfer_dir``, with the label ``NO_LABEL``."""
+    training, domain, transfer = job.train_settings(), job.domain, job.transfer
     labels = read_labels(data_dir)
     domains = dataset_domains(data_dir)
     full_train = read_split(data_dir, "train")
@@ -86,25 +91,27 @@ def student_data(
         restrict_to_domain(frame, domain, domains, "students.<name>.domain")
         for frame in (full_train, read_split(data_dir, "validation"))
     )
-    transfer = transfer_ids = None
-    model, tokenizer = build_student(model, labels, seed=training.seed, pairs="text_pair" in train.columns, attn=attn)
-    if transfer_share:
+    rows = transfer_ids = None
+    model, tokenizer = build_student(
+        job.model, labels, seed=training.seed, pairs="text_pair" in train.columns, attn=attn
+    )
+    if transfer:
         if transfer_dir is None:
             raise KdpipeError("the student learns from transfer rows (its transfer share): pass --transfer")
         whole = read_split(transfer_dir, TRANSFER)
         if read_labels(transfer_dir) != labels:
             raise KdpipeError(f"{transfer_dir}: made for a dataset with other labels; rerun the transfer job")
         transfer_ids = whole["row_id"].to_numpy()
-        transfer = transfer_rows(whole, float(transfer_share))
+        rows = transfer_rows(whole, float(transfer))
         del whole
-    learned = train if transfer is None else pd.concat([train, transfer], ignore_index=True)
-    label_ids = learned["label_id"].fillna(NO_LABEL).to_numpy(np.int64) if transfer is not None else None
+    learned = train if rows is None else pd.concat([train, rows], ignore_index=True)
+    label_ids = learned["label_id"].fillna(NO_LABEL).to_numpy(np.int64) if rows is not None else None
     separate = getattr(model, "separate_pairs", False)
     encoded = [
         encode_frame(
             tokenizer,
             frame,
-            max_length=max_length,
+            max_length=job.max_length,
             separate_pairs=separate,
             label_ids=frame["label_id"].to_numpy() if ids is None else ids,
         )
@@ -121,6 +128,6 @@ def student_data(
         pick_device(),
         full_train["row_id"].to_numpy(),
         domains,
-        transfer,
+        rows,
         transfer_ids,
     )

@@ -17,7 +17,7 @@ from kdpipe.core.fingerprint import VERSIONS_ENV, fingerprint
 from kdpipe.routing.diagnostics import WARN_ENV
 from kdpipe.core.identity import software_versions
 from kdpipe.core.store import KdpipeError
-from kdpipe.plan import (
+from kdpipe.plan.paths import (
     COTRAINED,
     DATA,
     EVAL,
@@ -37,7 +37,7 @@ from kdpipe.plan import (
     TRAINED_ROOTS,
 )
 from kdpipe.data.transfer_sources import check_transfer_files
-from kdpipe.plan.checked import checked_plan
+from kdpipe.plan import checked_plan
 from kdpipe.plan.prompted import PROMPT_FILES, PROMPT_SIGNALS
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG, pass_of, signal_files, signal_spec
 from kdpipe.stages.catalog import STAGES

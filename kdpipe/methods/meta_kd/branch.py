@@ -1,9 +1,8 @@
 """Meta-KD's domain branch (docs/methods.md §4), shared by the meta-teacher and the Meta-KD student.
 
-g = W_g(E_dom[d] + ē), with ē the token mean of the last hidden state over the row's real tokens, is the domain
-representation (dumped, and matched by the student); ℓ = W_d · Dropout(tanh(g)) the domain logits of the
-meta-teacher's domain-corruption loss. The meta-teacher keeps the backbone's own classification head, so it loads
-like any teacher; the branch is saved beside it as ``domain_branch.safetensors`` + ``domain_branch.json``.
+g = W_g(E_dom[d] + ē), ē the token mean of the last hidden state, is the domain representation (dumped, and matched
+by the student); ℓ = W_d · Dropout(tanh(g)) the domain logits of the meta-teacher's domain-corruption loss. The
+branch is saved beside the teacher as ``domain_branch.safetensors`` + ``domain_branch.json``.
 """
 
 from __future__ import annotations

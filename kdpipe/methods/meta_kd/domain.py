@@ -1,9 +1,8 @@
 """The ``domain`` signal: a meta-teacher's per-example Meta-KD signals on one split (docs/methods.md §4).
 
-``domain.npy`` holds the domain representation g_t of every row (``kdpipe.methods.meta_kd.branch``), float16
-[N, H_t], written through ``open_memmap`` (memory flat in N); ``domain.parquet`` row_id, p_gold = p_T(y_i | x_i)
-(eval mode, T = 1) and the domain-expertise weight w_i = 1 / (1 + exp((1 − p_gold)²)); ``domain.json`` the manifest.
-Made by the teacher's shared forward pass (:mod:`kdpipe.signals.forward`).
+``domain.npy`` holds the domain representation g_t of every row, float16 [N, H_t]; ``domain.parquet`` row_id,
+p_gold = p_T(y_i | x_i) and the domain-expertise weight w_i; ``domain.json`` the manifest. Made by the teacher's
+shared forward pass (:mod:`kdpipe.signals.forward`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The ``prototypes`` stage: Meta-KD's per-example prototype scores (docs/methods.md §4).
 
 How transferable a training example looks, from the **un-fine-tuned** backbone: t_i averages the cosine of the
-row's token-mean embedding ([CLS] and padding left out) to its own domain's prototype and to the mean of the other
-domains' (per class with ``by: domain_class``, per domain with ``by: domain``). Output: ``train.parquet`` (row_id,
-domain, label, score) and ``train.json``; the embeddings go through a float32 ``open_memmap``, so memory stays flat.
+row's token-mean embedding to its own domain's prototype and to the mean of the other domains'. Output:
+``train.parquet`` (row_id, domain, label, score) and ``train.json``.
 """
 
 from __future__ import annotations
@@ -27,16 +26,12 @@ from kdpipe.models.inference import iterate
 from kdpipe.models.loading import load_encoder, load_tokenizer
 from kdpipe.signals.io import manifest_path
 
-GROUPINGS = ("domain_class", "domain")
-
 
 def prototypes(
     embeddings: np.ndarray, domains: np.ndarray, classes: np.ndarray, n_domains: int, n_classes: int, by: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """(prototypes [K, C', H], row counts [K, C']): the mean embedding per (domain, class) (C' = C) or per domain
-    (``by="domain"``, C' = 1). Summed in chunks, so ``embeddings`` may be a memmap larger than memory."""
-    if by not in GROUPINGS:
-        raise KdpipeError(f"prototypes.by must be one of {GROUPINGS}, not {by!r}")
+    (``by="domain"``, C' = 1; the schema allows no other). Summed in chunks: ``embeddings`` may be a memmap."""
     groups = classes if by == "domain_class" else np.zeros_like(classes)
     width = n_classes if by == "domain_class" else 1
     sums = np.zeros((n_domains, width, embeddings.shape[1]), dtype=np.float64)
@@ -80,8 +75,7 @@ def prototype_scores(
 
 @torch.inference_mode()
 def _embed(backbone: str, max_length: int, batch_size: int, frame: pd.DataFrame, out: Path) -> np.ndarray:
-    """e_i of every row of ``frame`` under ``backbone`` (texts cut at ``max_length`` tokens, run ``batch_size`` rows
-    at a time) into a float32 memmap at ``out``."""
+    """e_i of every row of ``frame`` under ``backbone``, into a float32 memmap at ``out``."""
     device = pick_device()
     model = load_encoder(backbone).to(device).eval()
     encoded = encode_frame(load_tokenizer(backbone), frame, max_length=max_length)
@@ -97,19 +91,15 @@ def _embed(backbone: str, max_length: int, batch_size: int, frame: pd.DataFrame,
 
 
 def write_prototype_scores(settings: PrototypeSettings, data: Path, out: Path) -> dict:
-    """Score every train row of the dataset ``data`` against the prototypes of ``settings``; write ``out``
-    (``train.parquet``: row_id, domain, label, score) and its manifest ``train.json``."""
+    """Score every train row of the dataset ``data`` against the prototypes of ``settings``; write ``out``."""
     data_dir, out_parquet = Path(data), Path(out)
     by = settings.by
-    if by not in GROUPINGS:
-        raise KdpipeError(f"prototypes.by must be one of {GROUPINGS}, not {by!r}")
     domains = read_domains(data_dir, "prototypes (Meta-KD)")
     if len(domains) < 2:
         raise KdpipeError(f"prototypes (Meta-KD) need at least 2 domains; the data has {domains}")
     labels = read_labels(data_dir)
     frame = read_split(data_dir, "train")
     d, y = domain_ids(frame, domains), frame["label_id"].to_numpy()
-    out_parquet = Path(out_parquet)
     out_parquet.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_parquet.parent, prefix=".embeddings-") as tmp:
         emb = _embed(settings.backbone, settings.max_length, settings.batch_size, frame, Path(tmp) / "embeddings.npy")
@@ -137,4 +127,4 @@ def write_prototype_scores(settings: PrototypeSettings, data: Path, out: Path) -
         score_mean=float(scores.mean()),
         score_std=float(scores.std()),
     )
-    return write_manifest(manifest_path(out_parquet), manifest, [Path(out_parquet).name])
+    return write_manifest(manifest_path(out_parquet), manifest, [out_parquet.name])

@@ -1,11 +1,8 @@
 """Meta-KD's student (Pan et al., ACL-IJCNLP 2021; docs/methods.md §4), distilled in two stages
-from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). The plan runs the
-stages as two distill jobs: ``<student>.stage1`` (method ``meta_kd_stage1``, settings from ``method_args.stage1``),
-then ``<student>`` (method ``meta_kd``), initialised from stage 1's weights, so a change to stage 2 reruns stage 2 only.
-
-Stage 1 matches intermediate features (hidden states, attentions and the domain representation), each example
-weighted by its own λ_i; stage 2 matches the soft labels at T = 2. The losses, the head averaging of
-``attention_heads`` and where kdpipe departs from EasyNLP are in docs/methods.md §4.
+from a meta-teacher's cached signals (``objective: meta``, ``kdpipe.methods.meta_kd.teacher``). Two distill jobs:
+``<student>.stage1`` (method ``meta_kd_stage1``) matches intermediate features, each example weighted by its own
+λ_i, then ``<student>`` (method ``meta_kd``), started from stage 1's weights, matches the soft labels at T; so a
+change to stage 2 reruns stage 2 only.
 """
 
 from __future__ import annotations
@@ -20,12 +17,6 @@ from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.losses import token_mse, union_logits
 from kdpipe.methods.meta_kd.branch import DomainBranch
-
-# method_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-ATTENTION_HEADS = ("auto", "per_head", "mean")
-
-
-# ---- pure functions ------------------------------------------------------------------------------------------
 
 
 def example_weights(prototype_scores: torch.Tensor, expertise: torch.Tensor) -> torch.Tensor:
@@ -57,9 +48,6 @@ def soft_cross_entropy(student: torch.Tensor, teacher: torch.Tensor, temperature
     return -(target * F.log_softmax(student.float() / temperature, -1)).sum(-1).mean()
 
 
-# ---- builders ------------------------------------------------------------------------------------------------
-
-
 def _one_teacher(ctx: DistillContext, method: str) -> str:
     if len(ctx.teachers) != 1:
         raise KdpipeError(f"{method}: distils one meta-teacher, got teachers {ctx.teachers}")
@@ -77,7 +65,6 @@ class StageOneAdapters(nn.Module):
 
 def build_stage1(ctx: DistillContext, args: Args) -> Objective:
     """``meta_kd_stage1``: λ_i-weighted attention, hidden-state and domain-representation matching."""
-    a = args
     teacher = _one_teacher(ctx, "meta_kd")
     if not ctx.alignment or ctx.prototype_scores is None or ctx.domain_ids is None:
         raise KdpipeError("meta_kd stage 1: needs a planned layer alignment, prototype scores and domains")
@@ -98,7 +85,7 @@ def build_stage1(ctx: DistillContext, args: Args) -> Objective:
     adapters = StageOneAdapters(ctx.student_config.hidden_size, teacher_width, ctx.domains).to(ctx.device)
     domain_rep = ctx.signal(teacher, "domain")
     weights_of = example_weights(ctx.prototype_scores, ctx.signal(teacher, "expertise"))
-    gamma = float(a.gamma)
+    gamma = float(args.gamma)
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True, output_attentions=True)
@@ -137,10 +124,9 @@ def build_stage1(ctx: DistillContext, args: Args) -> Objective:
 
 def build(ctx: DistillContext, args: Args) -> Objective:
     """``meta_kd`` (stage 2, from the stage-1 weights): soft cross-entropy to the teacher's logits at T."""
-    a = args
     teacher = _one_teacher(ctx, "meta_kd")
     targets = union_logits([ctx.signal(teacher, "logits")], [ctx.block(teacher)], len(ctx.labels))
-    temperature = float(a.temperature)
+    temperature = float(args.temperature)
 
     def loss(model, batch):
         kd = soft_cross_entropy(student_logits(model, batch), targets[batch["index"]], temperature)

@@ -23,8 +23,6 @@ from kdpipe.methods.meta_kd.branch import DomainBranch, save_branch
 from kdpipe.signals.io import read_prototype_scores
 from kdpipe.training.objective import Objective
 
-# objective_args arrive complete: declared, checked and defaulted in kdpipe.methods.registry when the DAG is built
-
 
 def meta_teacher_loss(
     logits: torch.Tensor,
@@ -55,9 +53,8 @@ def build(
     device: torch.device,
     args: Args,
 ) -> Objective:
-    """The meta-teacher's loss over ``train``, the teacher's rows (``batch["index"]`` indexes them), weighted by their
-    prototype scores read from ``prototypes``; the branch covers the dataset's ``domains`` and trains at the
-    teacher's learning rate."""
+    """The meta-teacher's loss over ``train``, the teacher's rows, weighted by their prototype scores; the branch
+    covers the dataset's ``domains``."""
     a = args
     if train["domain"].nunique() < 2:
         raise KdpipeError(
