@@ -126,18 +126,11 @@ def check_code(stage: Stage, code: str) -> None:
 LAUNCHED = "KDPIPE_LAUNCHED_IDENTITY"
 
 
-def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
+def _launch(processes: int, threads: int | None, command: str, argv: list[str]) -> None:
     """Become ``torchrun`` running this same command as ``processes`` ranks, the output lock held across the exec."""
     from kdpipe.core.finished import held_locks
 
-    rest, skip = [], False
-    for arg in argv:  # drop the launcher's own options; the ranks get theirs below
-        if skip:
-            skip = False
-        elif arg in ("--processes", "--threads", "--log"):
-            skip = True
-        elif not arg.startswith(("--processes=", "--threads=", "--log=")):
-            rest.append(arg)
+    rest = argv[argv.index(command) :]  # (the launcher's own options, which come first, dropped: the ranks get theirs)
     per_rank = max(1, (threads or os.cpu_count() or 1) // processes)
     for handle in held_locks():  # held by torchrun, then, until the job ends
         os.set_inheritable(handle.fileno(), True)
@@ -212,7 +205,7 @@ def _main(argv: list[str]) -> int:
         elif stage.trains and _made_already(stage, settings, args, inputs, code):
             return 0
         elif stage.trains and processes > 1:
-            _launch(processes, threads, argv)
+            _launch(processes, threads, command, argv)
         if stage.model:
             claim_gpu()
         from kdpipe.core.memory import use_system_allocator
