@@ -34,8 +34,6 @@ def _schema() -> dict:
 
     from kdpipe import CONFIG_SCHEMA
 
-    if not CONFIG_SCHEMA.is_file():
-        raise KdpipeError(f"the config schema {CONFIG_SCHEMA}, which holds the defaults, is missing")
     return yaml.safe_load(CONFIG_SCHEMA.read_text())
 
 
