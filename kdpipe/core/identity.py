@@ -50,10 +50,7 @@ def local_path(value) -> Path | None:
     if not isinstance(value, str) or not value or ":" in value.split("/")[0]:
         return None  # builtin:..., hf:..., a URL
     path = Path(value)
-    if not path.exists():
-        return None
-    resolved = path.resolve()
-    if resolved.is_relative_to(Path(RESULTS).resolve()):
+    if not path.exists() or path.resolve().is_relative_to(Path(RESULTS).resolve()):
         return None
     return path
 
