@@ -446,7 +446,7 @@ def test_the_route_job_says_the_routing_warning_as_soon_as_it_routes(tmp_path, m
             distill.run(student_settings({"method": "muki"}), tmp_path / "data", tmp_path, tmp_path / "s",
                         route=tmp_path / "route", warn_below=threshold)  # fmt: skip
         assert capfd.readouterr().err.splitlines() == ([line] if warned else [])
-    from kdpipe.cli import _arguments
+    from kdpipe.cli import parser
 
-    parsed = _arguments(["distill", "--data", "d", "--signals-root", "s", "--out", "o", "--warn-below", "0.8"])
-    assert parsed["warn_below"] == "0.8"
+    parsed = parser().parse_args(["distill", "--data", "d", "--signals-root", "s", "--out", "o", "--warn-below", "0.8"])
+    assert parsed.warn_below == "0.8"
