@@ -17,8 +17,7 @@ from kdpipe.data.folding import text_hashes
 
 
 def resolve_conflicts(tables: dict[str, pd.DataFrame], policy: str) -> tuple[dict[str, pd.DataFrame], dict]:
-    """The tables with conflicting copies dropped or relabelled as ``policy`` (drop, majority or error: the config
-    schema's) says, and what was found."""
+    """The tables with conflicting copies dropped or relabelled as ``policy`` says, and what was found."""
     keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]
     hashes = {origin: text_hashes(table, keys) for origin, table in tables.items()}
     rows = pd.concat(

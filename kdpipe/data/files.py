@@ -43,7 +43,7 @@ def read_table(
             except (LookupError, UnicodeDecodeError) as err:
                 raise encoding_error(path, encoding, err, data, encoding_option) from err
             del data  # (parsed from the text: one copy of the file less held, memory flat in N)
-            raw = {"jsonl": _read_jsonl, "tsv": _read_tsv, "csv": _read_csv}[fmt](path, text, records)
+            raw = _read_jsonl(path, text, records) if fmt == "jsonl" else _read_delimited(path, text, records, fmt)
     except (ValueError, pa.ArrowException) as err:
         raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
     if raw.empty:
@@ -57,31 +57,20 @@ def read_table(
 _FILLED_LINE = re.compile(r"[^\r\n]*\S[^\r\n]*")
 
 
-def _lines(text: str) -> int:
-    """The number of non-blank lines, counted without holding them."""
-    return sum(1 for _ in _FILLED_LINE.finditer(text))
-
-
-def _utf8(text: str) -> io.BytesIO:
-    """The decoded text for pandas' reader as UTF-8 bytes: a StringIO would hold it as 4 bytes a character."""
-    return io.BytesIO(text.encode("utf-8"))
-
-
-def _read_tsv(path: Path, text: str, records: dict) -> pd.DataFrame:
-    # keep_default_na=False: words such as "NA" or "None" are text, not missing values
-    raw = pd.read_csv(_utf8(text), sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE, encoding="utf-8")
-    records["lines"] = _lines(text) - 1
-    if len(raw) != records["lines"]:
-        raise KdpipeError(
-            f"{path}: {records['lines']} data lines but {len(raw)} rows were read; each line of a TSV file must be one "
-            "record (no quoting, no line breaks inside a field)"
-        )
-    return raw
-
-
-def _read_csv(path: Path, text: str, records: dict) -> pd.DataFrame:
-    raw = pd.read_csv(_utf8(text), sep=",", dtype=str, keep_default_na=False, encoding="utf-8")
-    records["lines"] = _lines(text) - 1
+def _read_delimited(path: Path, text: str, records: dict, fmt: str) -> pd.DataFrame:
+    tsv = fmt == "tsv"
+    # keep_default_na=False: words such as "NA" or "None" are text, not missing values; the text goes to pandas as
+    # UTF-8 bytes (a StringIO would hold it as 4 bytes a character)
+    options = {"sep": "\t", "quoting": csv.QUOTE_NONE} if tsv else {"sep": ","}
+    raw = pd.read_csv(io.BytesIO(text.encode("utf-8")), dtype=str, keep_default_na=False, encoding="utf-8", **options)
+    records["lines"] = sum(1 for _ in _FILLED_LINE.finditer(text)) - 1  # (counted without holding the lines)
+    if tsv:
+        if len(raw) != records["lines"]:
+            raise KdpipeError(
+                f"{path}: {records['lines']} data lines but {len(raw)} rows were read; each line of a TSV file must "
+                "be one record (no quoting, no line breaks inside a field)"
+            )
+        return raw
     multiline = raw.apply(lambda column: column.str.contains("\n", regex=False)).any(axis=1)
     records["multiline_rows"] = int(multiline.sum())
     if records["multiline_rows"]:

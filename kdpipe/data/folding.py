@@ -113,7 +113,6 @@ def folded_hashes(folded: dict[str, pd.Series], prefix: int | None = None) -> np
 
 
 def copy_prefix(max_length: int, pairs: bool) -> int:
-    """The folded characters that two texts (or each text of two pairs) must share to be one input to a model that
-    keeps ``max_length`` tokens: ``max_length - 2``, each text of a pair ``(max_length - 3) // 2``
-    (docs/your-own-models-and-data.md, "When two texts are the same")."""
+    """The folded characters two texts (each text of two pairs) must share to be one input to a model keeping
+    ``max_length`` tokens (docs/your-own-models-and-data.md, "When two texts are the same")."""
     return (max_length - 3) // 2 if pairs else max_length - 2

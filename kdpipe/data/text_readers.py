@@ -9,6 +9,7 @@ external OOD file: docs/methods.md, "Judging uncertainty".
 from __future__ import annotations
 
 import codecs
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -42,11 +43,7 @@ def text_readers(
         ]
     else:
         readers = [(source, _file_reader(Path(source), settings.format, settings.encoding, wanted, section, key))]
-    return [(where, _texts_of(reader, wanted, where)) for where, reader in readers]
-
-
-def _texts_of(reader, wanted: dict[str, str], where: str) -> Callable[[], Iterator[pd.DataFrame]]:
-    return lambda: _as_text(reader(), wanted, where)
+    return [(where, functools.partial(_as_text, reader, wanted, where)) for where, reader in readers]
 
 
 def _file_reader(
@@ -72,11 +69,11 @@ def _check_columns(where: str, available: list[str], wanted: dict[str, str], sec
             raise no_column(where, column, f"{section}.{_KEYS[name]}", available)
 
 
-def _as_text(batches: Iterator[pd.DataFrame], wanted: dict[str, str], where: str) -> Iterator[pd.DataFrame]:
-    """The wanted columns of each batch under kdpipe's names, as strings (None where missing); a list, an object or
-    bytes in a cell stops the read, naming the row."""
+def _as_text(reader, wanted: dict[str, str], where: str) -> Iterator[pd.DataFrame]:
+    """The wanted columns of each batch ``reader()`` yields, under kdpipe's names, as strings (None where missing);
+    a list, an object or bytes in a cell stops the read, naming the row."""
     start = 0
-    for frame in batches:
+    for frame in reader():
         out = {}
         for name, column in wanted.items():
             values = frame[column]
