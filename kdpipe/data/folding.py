@@ -94,9 +94,9 @@ def fold(texts: pd.Series) -> pd.Series:
     )
 
 
-def text_hashes(frame: pd.DataFrame, columns: list[str], prefix: int | None = None) -> np.ndarray:
-    """A 64-bit hash of each row's folded (text, text pair), or of their first ``prefix`` folded characters."""
-    return folded_hashes(fold_columns(frame, columns), prefix)
+def text_hashes(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """A 64-bit hash of each row's folded (text, text pair)."""
+    return folded_hashes(fold_columns(frame, columns))
 
 
 def fold_columns(frame: pd.DataFrame, columns: list[str]) -> dict[str, pd.Series]:
@@ -105,7 +105,7 @@ def fold_columns(frame: pd.DataFrame, columns: list[str]) -> dict[str, pd.Series
 
 
 def folded_hashes(folded: dict[str, pd.Series], prefix: int | None = None) -> np.ndarray:
-    """:func:`text_hashes` of texts already folded (:func:`fold_columns`)."""
+    """:func:`text_hashes` of texts already folded (:func:`fold_columns`), or of their first ``prefix`` characters."""
     if prefix is not None:
         folded = {column: texts.str.slice(0, prefix) for column, texts in folded.items()}
     table = pd.DataFrame({column: texts.to_numpy() for column, texts in folded.items()})
