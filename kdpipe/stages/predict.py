@@ -40,18 +40,6 @@ class PredictSettings(Settings):
     encoding: str = from_schema("dataset", "encoding")
 
 
-def _read_input(path: Path, fmt: str, encoding: str) -> pd.DataFrame:
-    """The input file as the dataset reader reads a file; a file that does not decode in ``encoding`` is refused
-    with predict's own option in the hint (``--encoding``), not the dataset setting the reader names."""
-    try:
-        return read_table(path, "--input", fmt=fmt, encoding=encoding)
-    except KdpipeError as err:
-        if not isinstance(err.__cause__, UnicodeDecodeError | LookupError):
-            raise
-        said = str(err).replace("set dataset.encoding: ", "pass --encoding ")
-        raise KdpipeError(said.replace("dataset.encoding '", "--encoding '")) from err.__cause__
-
-
 WRITERS = {
     ".csv": lambda frame, path: frame.to_csv(path, index=False),
     ".tsv": lambda frame, path: frame.to_csv(path, sep="\t", index=False),
@@ -83,7 +71,7 @@ def run(
         )
     text_column = text_column or settings.text_column
     text_pair_column = text_pair_column or settings.text_pair_column
-    frame = _read_input(input, settings.format, encoding)
+    frame = read_table(input, "--input", fmt=settings.format, encoding=encoding, encoding_option="--encoding")
     for option, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column)):
         if column is not None and column not in frame.columns:
             raise KdpipeError(f"{input}: no column '{column}' ({option}); the columns are {list(frame.columns)}")
