@@ -319,17 +319,7 @@ def interval(model, draws: int = 4000, seed: int = 0, clusters=None) -> tuple[fl
     return found.value, max(found.value - half, 0.0), min(found.value + half, 1.0)
 
 
-def compare(
-    a,
-    b,
-    *,
-    claim: str | None = None,
-    gap: float = 0.0,
-    margin: float = 0.01,
-    draws: int = 4000,
-    seed: int = 0,
-    clusters=None,
-) -> Comparison:
+def compare(a, b, *, claim=None, gap=0.0, margin=0.01, draws=4000, seed=0, clusters=None) -> Comparison:
     """A − B on the same test rows (two metrics of one kind, or two 0/1 matrices for accuracy, rows in the same
     order), with the tests and verdict of ``claim`` (``beats`` by ``gap``, or ``matches`` within ``margin``)."""
     a, b = _metric(a), _metric(b)
@@ -337,19 +327,7 @@ def compare(
     return _comparison(found, a.lower_is_better, claim, gap, margin)
 
 
-def compare_gains(
-    a,
-    b,
-    c,
-    d,
-    *,
-    claim: str | None = None,
-    gap: float = 0.0,
-    margin: float = 0.01,
-    draws: int = 4000,
-    seed: int = 0,
-    clusters=None,
-) -> Comparison:
+def compare_gains(a, b, c, d, *, claim=None, gap=0.0, margin=0.01, draws=4000, seed=0, clusters=None) -> Comparison:
     """(A − B) − (C − D): how much larger A's gain over B is than C's over D, all four on the same test rows, one
     draw of the rows shared by the four, their seeds drawn as in :func:`compare`."""
     models = [_metric(m) for m in (a, b, c, d)]
@@ -395,17 +373,6 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
     return out
 
 
-def _decided(test: ClaimTest, adjusted: float, alpha: float) -> str:
-    return test.outcome if adjusted < alpha else UNDECIDED
-
-
-def _verdict(tests: Sequence[ClaimTest], verdicts: Sequence[str]) -> str:
-    """A claim's verdict in words: one test's verdict, or "direction …, size …" for a claim with a gap."""
-    if len(tests) == 1:
-        return verdicts[0]
-    return ", ".join(f"{test.name} {verdict}" for test, verdict in zip(tests, verdicts, strict=True))
-
-
 def family(tests: Sequence[Sequence[ClaimTest]], alpha: float = ALPHA) -> list[Decision]:
     """The verdicts of a family of claims, each given by its tests: every test's p adjusted together (Holm), and a
     test decided when its adjusted p is below ``alpha``, its verdict then the side its estimate lies on."""
@@ -414,8 +381,10 @@ def family(tests: Sequence[Sequence[ClaimTest]], alpha: float = ALPHA) -> list[D
     out, start = [], 0
     for claim in tests:
         mine = adjusted[start : start + len(claim)]
-        verdicts = tuple(_decided(test, p, alpha) for test, p in zip(claim, mine, strict=True))
-        out.append(Decision(tuple(float(p) for p in mine), verdicts, _verdict(claim, verdicts)))
+        verdicts = tuple(test.outcome if p < alpha else UNDECIDED for test, p in zip(claim, mine, strict=True))
+        # in words: one test's verdict, or "direction …, size …" for a claim with a gap
+        verdict = verdicts[0] if len(claim) == 1 else ", ".join(f"{t.name} {v}" for t, v in zip(claim, verdicts))
+        out.append(Decision(tuple(float(p) for p in mine), verdicts, verdict))
         start += len(claim)
     return out
 
