@@ -402,7 +402,7 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second(domain_csv):
         ),
         (
             lambda c: c["students"]["s_meta_narrow"].update(method_args={"stage1": {"attention_heads": "heads"}}),
-            r"students\.s_meta_narrow\.method_args\.stage1\.attention_heads: 'heads'; choose one of auto, per_head",
+            r"students\.s_meta_narrow\.method_args\.stage1\.attention_heads: 'heads'; choose auto, per_head or mean",
         ),
     ],
 )

@@ -54,13 +54,15 @@ class Layers:
         ``attentions_mean`` (averaged over heads) otherwise, or as ``method_args.attention_heads`` says."""
         config = self.students[student].config
         mode = (config.get("method_args") or {}).get("attention_heads", "auto")
+        where = f"students.{self.students[student].entry}.method_args.stage1.attention_heads"
+        if mode not in ("auto", "per_head", "mean"):
+            raise KdpipeError(f"{where}: {mode!r}; choose auto, per_head or mean")
         mine = student_heads(self.student_model(student))
         theirs = {self.teacher_heads(t) for t in self.student_teachers(student)}
         if mode == "per_head" and theirs != {mine}:
-            where = f"students.{self.students[student].entry}.method_args.stage1.attention_heads"
             raise KdpipeError(
-                f"{where}: per_head, but the student has {mine} heads and its teachers {sorted(theirs)}; "
-                "use mean or auto"
+                f"{where}: per_head, but the student has {mine} heads and its teachers "
+                f"{sorted(theirs)}; use mean or auto"
             )
         return "attentions" if mode == "per_head" or (mode == "auto" and theirs == {mine}) else "attentions_mean"
 
