@@ -18,7 +18,7 @@ from kdpipe.routing import ROUTE_SPLITS, route_label_use
 from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.routing.diagnostics import diagnose, ood_auroc, say_warning, text_table, warn_threshold, warning
 from kdpipe.routing.inputs import RouteInputs
-from kdpipe.routing.scoring import all_routers, calibrate, chosen_name
+from kdpipe.routing.scoring import all_routers, calibrate
 from kdpipe.routing.settings import RouteSettings
 
 
@@ -30,7 +30,7 @@ def build_route(
     :func:`kdpipe.routing.diagnostics.warn_threshold`)."""
     inputs = RouteInputs(list(settings.teachers), Path(data), signals_root, settings.signals)
     router, score = settings.router, settings.score
-    chosen = chosen_name(router, score)
+    chosen = f"certainty/{score}" if router == "certainty" else router  # its name in the diagnostics
     temps = calibrate(inputs) if settings.calibrate else None
     routers = all_routers(inputs, router, settings.temperature, settings.routing, temps)
     diagnostics = diagnose(inputs, routers)

@@ -20,11 +20,6 @@ from kdpipe.routing.learned import learned_router
 from kdpipe.routing.settings import RoutingSettings
 
 
-def chosen_name(router: str, score: str | None) -> str:
-    """The chosen router's name in the diagnostics: ``certainty/<score>``, or the router."""
-    return f"certainty/{score}" if router == "certainty" else router
-
-
 def calibrate(inputs: RouteInputs) -> dict[str, dict]:
     """Each teacher's temperature, fitted on the validation rows of its own classes (docs/routing.md)."""
     out = {}
