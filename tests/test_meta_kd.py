@@ -381,8 +381,11 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second(domain_csv):
         "kdpipe.methods.meta_kd.teacher"
     ]
     assert plan.eval_params("s_meta")["domain"] == "books" and "domain" not in plan.eval_params("meta")
-    # keys at their old defaults stay out of a plain teacher's slice (its cached artifacts stay valid)
-    assert not {"objective", "objective_args", "domain"} & set(plan.teacher_params("plain"))
+    # every teacher's slice holds its full settings; only a teacher objective other than ce brings its module
+    plain, meta = plan.teacher_params("plain"), plan.teacher_params("meta")
+    assert (plain["objective"], plain["objective_args"], plain["domain"]) == ("ce", {}, None)
+    assert "objective_module" not in plain and "prompt" not in plain
+    assert meta["objective"] == "meta" and meta["objective_module"] == "kdpipe.methods.meta_kd.teacher"
 
 
 @pytest.mark.parametrize(
@@ -396,6 +399,10 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second(domain_csv):
         (
             lambda c: c["students"]["s_meta_narrow"].update(method_args={"stage1": {"attention_heads": "per_head"}}),
             r"per_head, but the student has 1 heads and its teachers \[2\]",
+        ),
+        (
+            lambda c: c["students"]["s_meta_narrow"].update(method_args={"stage1": {"attention_heads": "heads"}}),
+            r"students\.s_meta_narrow\.method_args\.stage1\.attention_heads: 'heads'; choose auto, per_head or mean",
         ),
     ],
 )

@@ -66,8 +66,7 @@ class ImportedTeacherSettings(Settings):
 @dataclass(frozen=True)
 class TeacherSettings(Settings, Training):
     """A ``finetune-teacher`` job's slice: the teacher entry (``backbone``, or a ``checkpoint`` trained further),
-    its classes, training settings and objective (``objective_module``: its module, imported by name); keys added
-    after the first teachers were cached are left out at their defaults (``kdpipe.plan.entries.LATER_KEYS``)."""
+    its classes, training settings and objective (``objective_module``: its module, imported by name)."""
 
     classes: tuple[str, ...] | ClassSlice | None
     max_length: int
