@@ -28,10 +28,10 @@ from kdpipe.methods.meta_kd.teacher import corrupted_domains, meta_teacher_loss
 from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_tokenizer
 from kdpipe.report import build_report
+from kdpipe.signals.features import dump_feature
 from kdpipe.signals.load import RowView, TokenFeature, subset_signals
 from tests.conftest import REPO, TINY_DATASET, dataset_settings
 from tests.test_plan import load
-from tests.test_signals import dump_feature
 from tests.test_workflow_meta import domain_dataset
 
 # ---- prototype scores ------------------------------------------------------------------------------------------

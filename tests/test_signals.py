@@ -1,35 +1,16 @@
 """Signal artifacts: readers check files against manifests and data; feature dumps have the right shapes."""
 
-from pathlib import Path
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 
 from kdpipe.core.store import ArtifactError, make_manifest, write_json
 from kdpipe.data.batching import collate, encode
-from kdpipe.models.inference import pass_batches
 from kdpipe.models.loading import load_classifier, load_tokenizer
-from kdpipe.signals.features import FeatureCollector, dump_bytes
-from kdpipe.signals.forward import forward
+from kdpipe.signals.features import dump_bytes, dump_feature
 from kdpipe.signals.io import read_logits, write_logits
-from kdpipe.signals.parts import shard_rows
 
 ROWS = np.array([3, 5, 8], dtype=np.int64)
-
-
-def dump_feature(model, encoded, feature: str, layers: list[int], out_npy: Path, *, batch_size: int, device):
-    """The packed dump of ``feature`` (``out_npy``, named ``<feature>.npy``) of every row of ``encoded``, written by the
-    signal pass's collector; returns the row positions it wrote."""
-    rows = shard_rows(pass_batches(encoded, batch_size))
-    teacher, settings = SimpleNamespace(model=model, encoded=encoded), SimpleNamespace(signal=feature, layers=layers)
-    Path(out_npy).parent.mkdir(parents=True, exist_ok=True)
-    collector = FeatureCollector(settings, teacher, rows, Path(out_npy).parent, device)
-    assert collector.name == Path(out_npy).name
-    forward(model, encoded, [collector], batch_size=batch_size, device=device)
-    collector.array.close()
-    return rows
 
 
 def write_signal(path, logits, labels, rows=None, row_ids=ROWS):
@@ -99,19 +80,13 @@ def test_attention_dump_needs_eager_attention(tmp_path, encoded):
     sdpa = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="sdpa")
     with pytest.raises(ArtifactError, match="eager"):
         dump_feature(
-            sdpa,
-            encoded,
-            "attentions",
-            [1],
-            tmp_path / "sdpa" / "attentions.npy",
-            batch_size=2,
-            device=torch.device("cpu"),
+            sdpa, encoded, "attentions", [1], tmp_path / "attentions.npy", batch_size=2, device=torch.device("cpu")
         )
     eager = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="eager")
-    dump_feature(
-        eager, encoded, "attentions", [1, 2], tmp_path / "attentions.npy", batch_size=2, device=torch.device("cpu")
-    )
-    arr = np.load(tmp_path / "attentions.npy")
+    out = tmp_path / "eager" / "attentions.npy"  # (a dump is named after its feature)
+    out.parent.mkdir()
+    dump_feature(eager, encoded, "attentions", [1, 2], out, batch_size=2, device=torch.device("cpu"))
+    arr = np.load(out)
     short, long = (int(n) for n in encoded.lengths)
     assert arr.shape == (2 * 2 * (short**2 + long**2),)  # layers x heads x len² per row, flat
     second = arr[2 * 2 * short**2 :].reshape(2, 2, long, long)  # row 1: [layers, heads, len, len]

@@ -15,9 +15,11 @@ import torch
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, make_manifest
+from kdpipe.models.inference import pass_batches
 from kdpipe.signals.catalog import SIGNALS
+from kdpipe.signals.forward import forward
 from kdpipe.signals.packed import LAYOUT, TOKENS, item_shape, offsets_of, pack_rows, row_counts, sidecar
-from kdpipe.signals.parts import gather_packed
+from kdpipe.signals.parts import gather_packed, shard_rows
 from kdpipe.signals.rowfile import RowFile
 from kdpipe.signals.settings import SignalSettings
 from kdpipe.signals.teacher import TeacherPass
@@ -89,6 +91,23 @@ class FeatureCollector:
 
 
 collector = FeatureCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
+
+
+def dump_feature(
+    model, encoded, feature: str, layers: list[int], out_npy: Path, *, batch_size: int, device: torch.device
+) -> np.ndarray:
+    """Write the feature of every row of ``encoded`` packed in split order to ``out_npy`` (``<feature>.npy``, without
+    sidecars) as a signal pass does; returns the row positions."""
+    out_npy = Path(out_npy)
+    if out_npy.name != f"{feature}.npy":
+        raise ValueError(f"{out_npy}: a {feature} dump is named {feature}.npy")
+    rows = shard_rows(pass_batches(encoded, batch_size))
+    settings = SignalSettings(signal=feature, split="", batch_size=batch_size, layers=tuple(layers))
+    teacher = TeacherPass(model, encoded, [], {}, Path(), Path())  # (the collector reads its model and rows only)
+    writer = FeatureCollector(settings, teacher, rows, out_npy.parent, device)
+    forward(model, encoded, [writer], batch_size=batch_size, device=device, desc=f"dump {feature}")
+    writer.array.close()
+    return rows
 
 
 def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:
