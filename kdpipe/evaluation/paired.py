@@ -319,7 +319,17 @@ def interval(model, draws: int = 4000, seed: int = 0, clusters=None) -> tuple[fl
     return found.value, max(found.value - half, 0.0), min(found.value + half, 1.0)
 
 
-def compare(a, b, *, claim=None, gap=0.0, margin=0.01, draws=4000, seed=0, clusters=None) -> Comparison:
+def compare(
+    a,
+    b,
+    *,
+    claim: str | None = None,
+    gap: float = 0.0,
+    margin: float = 0.01,
+    draws: int = 4000,
+    seed: int = 0,
+    clusters=None,
+) -> Comparison:
     """A − B on the same test rows (two metrics of one kind, or two 0/1 matrices for accuracy, rows in the same
     order), with the tests and verdict of ``claim`` (``beats`` by ``gap``, or ``matches`` within ``margin``)."""
     a, b = _metric(a), _metric(b)
@@ -327,7 +337,19 @@ def compare(a, b, *, claim=None, gap=0.0, margin=0.01, draws=4000, seed=0, clust
     return _comparison(found, a.lower_is_better, claim, gap, margin)
 
 
-def compare_gains(a, b, c, d, *, claim=None, gap=0.0, margin=0.01, draws=4000, seed=0, clusters=None) -> Comparison:
+def compare_gains(
+    a,
+    b,
+    c,
+    d,
+    *,
+    claim: str | None = None,
+    gap: float = 0.0,
+    margin: float = 0.01,
+    draws: int = 4000,
+    seed: int = 0,
+    clusters=None,
+) -> Comparison:
     """(A − B) − (C − D): how much larger A's gain over B is than C's over D, all four on the same test rows, one
     draw of the rows shared by the four, their seeds drawn as in :func:`compare`."""
     models = [_metric(m) for m in (a, b, c, d)]
