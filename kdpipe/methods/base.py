@@ -1,5 +1,5 @@
 """What a method receives (:class:`DistillContext`) and returns (:class:`Objective`, shared with teacher
-objectives: :mod:`kdpipe.training.objective`)."""
+objectives: :mod:`kdpipe.training.loop`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import nn
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
-from kdpipe.training.objective import Objective
+from kdpipe.training.loop import Objective
 
 __all__ = ["DistillContext", "Objective", "student_logits"]
 

@@ -21,7 +21,7 @@ from kdpipe.data.batching import model_inputs
 from kdpipe.data.dataset import domain_ids, read_split
 from kdpipe.methods.meta_kd.branch import DomainBranch, save_branch
 from kdpipe.signals.io import read_prototype_scores
-from kdpipe.training.objective import Objective
+from kdpipe.training.loop import Objective
 
 
 def meta_teacher_loss(
