@@ -108,26 +108,22 @@ def state_on_cpu(module: nn.Module) -> dict:
     return {k: v.detach().to("cpu").clone().contiguous() for k, v in module.state_dict().items()}
 
 
-def param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: float) -> list[dict]:
-    """AdamW groups: no weight decay on biases and LayerNorm weights (the usual BERT recipe)."""
-    groups = []
-    for module, lr in modules.values():
-        params = [p for p in module.parameters() if p.requires_grad]
-        groups += [
-            {"params": [p for p in params if p.ndim >= 2], "lr": lr, "weight_decay": weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "lr": lr, "weight_decay": 0.0},
-        ]
-    return [g for g in groups if g["params"]]
-
-
 def total_steps(rows: int, settings: TrainSettings) -> int:
     """Optimiser steps of a whole training run over ``rows`` examples."""
     return math.ceil(rows / settings.batch_size) * settings.epochs
 
 
 def make_optimizer(modules: dict[str, tuple[nn.Module, float]], settings: TrainSettings, steps: int):
-    """AdamW over ``modules`` (``{name: (module, lr)}``) and its linear warmup-then-decay schedule over ``steps``."""
-    optimizer = torch.optim.AdamW(param_groups(modules, settings.weight_decay), lr=settings.lr)
+    """AdamW over ``modules`` (``{name: (module, lr)}``), no weight decay on biases and LayerNorm weights (the usual
+    BERT recipe), and its linear warmup-then-decay schedule over ``steps``."""
+    groups = []
+    for module, lr in modules.values():
+        params = [p for p in module.parameters() if p.requires_grad]
+        groups += [
+            {"params": [p for p in params if p.ndim >= 2], "lr": lr, "weight_decay": settings.weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "lr": lr, "weight_decay": 0.0},
+        ]
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=settings.lr)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * steps), steps)
     return optimizer, scheduler
 
