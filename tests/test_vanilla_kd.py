@@ -69,8 +69,8 @@ def test_kl_divergence_treats_zero_target_mass_as_zero():
 
 @pytest.mark.parametrize("weight", [0.0, 0.5])
 def test_vanilla_kd_adds_the_hard_label_term_only_when_weighted(weight):
-    """L = T²·KL + w_hl·CE; with w_hl = 0 the batch's gold labels are not read (docs/report.md, "Which gold labels
-    each model read")."""
+    """L = T²·KL + w_hl·CE; with w_hl = 0 the batch's gold labels are not read
+    (docs/report.md, "Which gold labels each model read")."""
     # one row, two classes, T = 1: teacher logits (ln 3, 0) give q = (3/4, 1/4); the student's (0, 0) give p = (1/2,
     # 1/2): KL = 3/4 ln(3/2) + 1/4 ln(1/2); CE with the gold class 0 is ln 2
     kl = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)

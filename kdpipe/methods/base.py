@@ -46,6 +46,10 @@ class DistillContext:
     def block(self, teacher: str) -> torch.Tensor:
         return torch.as_tensor(self.blocks[teacher], device=self.device)
 
+    def full_label_logits(self, teacher: str) -> torch.Tensor:
+        """The cached train logits [N, C] of a teacher that covers every label, in the student's label order."""
+        return self.signal(teacher, "logits")[:, torch.argsort(self.block(teacher))]
+
     def check_token_aligned(self, method: str, feature: str = "hidden") -> None:
         """Refuse token-level features of a dump tokenised otherwise than the student's train split."""
         for t in self.teachers:

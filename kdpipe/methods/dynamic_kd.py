@@ -99,11 +99,6 @@ def objective_weights(h: torch.Tensor, strategy: str) -> tuple[torch.Tensor, tor
     return torch.ones_like(h), torch.ones_like(h)
 
 
-def _full_label_logits(ctx: DistillContext, teacher: str) -> torch.Tensor:
-    """A full-label teacher's cached logits in the student's label order."""
-    return ctx.signal(teacher, "logits")[:, torch.argsort(ctx.block(teacher))]
-
-
 def build_teacher(ctx: DistillContext, args: Args) -> Objective:
     """``dynamic_teacher``: CE + KD from a small and a large teacher, weighted by the student's ĥ (§2a)."""
     if len(ctx.teachers) != 2 or args.small_teacher not in ctx.teachers:
@@ -112,7 +107,7 @@ def build_teacher(ctx: DistillContext, args: Args) -> Objective:
             f"smaller one; teachers are {ctx.teachers}, small_teacher is {args.small_teacher!r}"
         )
     large = next(t for t in ctx.teachers if t != args.small_teacher)
-    small_z, large_z = _full_label_logits(ctx, args.small_teacher), _full_label_logits(ctx, large)
+    small_z, large_z = ctx.full_label_logits(args.small_teacher), ctx.full_label_logits(large)
     distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
@@ -167,7 +162,7 @@ def build_objective(ctx: DistillContext, args: Args) -> Objective:
             f"{ctx.student_config.hidden_size}; the objective compares hidden states directly"
         )
     pairs = [(s, ctx.hidden_slot(teacher, tl)) for s, tl in ctx.alignment[teacher]]
-    targets = _full_label_logits(ctx, teacher)
+    targets = ctx.full_label_logits(teacher)
     distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
