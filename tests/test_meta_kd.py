@@ -25,12 +25,11 @@ from kdpipe.methods.meta_kd.domain import expertise_weight
 from kdpipe.methods.meta_kd.prototypes import prototype_scores, prototypes
 from kdpipe.methods.meta_kd.student import attention_mse, build_stage1, example_weights, soft_cross_entropy, stage1_loss
 from kdpipe.methods.meta_kd.teacher import corrupted_domains, meta_teacher_loss
-from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_tokenizer
 from kdpipe.report import build_report
 from kdpipe.signals.features import dump_feature
 from kdpipe.signals.load import RowView, TokenFeature, subset_signals
-from tests.conftest import REPO, TINY_DATASET, dataset_settings
+from tests.conftest import REPO, TINY_DATASET, dataset_settings, method_args
 from tests.test_plan import load
 from tests.test_workflow_meta import domain_dataset
 
