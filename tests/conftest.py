@@ -10,11 +10,10 @@ import pytest
 import torch
 import yaml
 
-from kdpipe.core.settings import Args
 from kdpipe.data.prepare import prepare
 from kdpipe.data.settings import DatasetSettings
 from kdpipe.evaluation.settings import EvalSettings
-from kdpipe.methods.registry import complete_args, get_method
+from kdpipe.methods.registry import get_method, method_args
 from kdpipe.methods.settings import StudentSettings
 from kdpipe.models.settings import StudentModel
 from kdpipe.signals.settings import PassSettings, SignalSettings
@@ -64,13 +63,6 @@ TINY_TEACHER = {
 
 # The student keys the plan leaves out of every student's slice (or puts in only where they are set)
 _NOT_IN_STUDENT_SLICES = ("seeds", "per_domain", "devices", "signals", "transfer")
-
-
-def method_args(method: str, given: dict | None = None) -> Args:
-    """The complete ``method_args`` of ``method`` as its ``build(ctx, args)`` gets them: checked against the
-    registry's declaration and completed with its defaults, as the plan does."""
-    where = f"method_args of {method}"
-    return Args(complete_args(get_method(method).args, given, where), where)
 
 
 def student_job(config: dict) -> dict:

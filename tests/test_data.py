@@ -492,6 +492,21 @@ def test_unknown_extension(tmp_path):
     )
 
 
+def test_unknown_format_in_a_job_run_by_hand(tmp_path):
+    """The prepare job refuses an unknown format too: a job run by hand has no schema check before it."""
+    source = write_table(tiny_frame(), tmp_path / "data.csv")
+    expect_error(dataset_params(source=source, format="excel"), tmp_path / "out", r"dataset\.format is 'excel'")
+
+
+def test_unknown_conflicts_policy_in_a_job_run_by_hand(tmp_path):
+    source = write_table(tiny_frame(), tmp_path / "data.csv")
+    expect_error(
+        dataset_params(source=source, conflicts="bogus"),
+        tmp_path / "out",
+        r"dataset\.conflicts is 'bogus'; expected one of drop, majority, error",
+    )
+
+
 def test_unknown_format():
     """An unknown dataset.format is refused by the config schema, in one line naming the key, before any job runs."""
     config = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())

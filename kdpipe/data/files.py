@@ -113,6 +113,8 @@ def file_format(path: Path, fmt: str | None) -> str:
                 f"{', '.join(EXTENSIONS)} or set dataset.format to one of {', '.join(FORMATS)}"
             )
         return EXTENSIONS[path.suffix.lower()]
+    if fmt not in FORMATS:  # (also for a stage run by hand, whose settings no schema checked)
+        raise KdpipeError(f"dataset.format is '{fmt}'; expected auto or one of {', '.join(FORMATS)}")
     return fmt
 
 

@@ -27,7 +27,7 @@ def classification_metrics(probs: np.ndarray, labels: np.ndarray, label_names: l
     import torch  # (here, not above: the report and the uncertainty split start without torch)
     from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError, MulticlassF1Score
 
-    probs, labels = _validated(probs, labels, label_names)
+    probs, labels = _validated(probs, labels, label_names, ece_bins)
     n_classes = len(label_names)
     probs_t, labels_t = torch.from_numpy(probs), torch.from_numpy(labels)
 
@@ -76,7 +76,9 @@ def reliability_bins(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15) ->
     }
 
 
-def _validated(probs: np.ndarray, labels: np.ndarray, label_names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _validated(
+    probs: np.ndarray, labels: np.ndarray, label_names: list[str], ece_bins: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``probs`` as float64 [N, C] and ``labels`` as int64 [N], or a KdpipeError saying what does not fit."""
     probs = np.asarray(probs, dtype=np.float64)
     labels = np.asarray(labels)
@@ -99,6 +101,8 @@ def _validated(probs: np.ndarray, labels: np.ndarray, label_names: list[str]) ->
             "probabilities must be finite, non-negative and sum to 1 per row "
             f"(row sums {row_sums.min():.4f}..{row_sums.max():.4f}); were logits passed instead?"
         )
+    if ece_bins < 1:
+        raise KdpipeError(f"ece_bins must be at least 1, got {ece_bins}")
     return probs, labels.astype(np.int64)
 
 

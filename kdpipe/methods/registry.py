@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, fields
 
+from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.dynamic_choices import DATA_STRATEGIES, DIRECTIONS, DISTANCES, OBJECTIVE_STRATEGIES, TEACHER_MODES
 from kdpipe.methods.settings import MethodJob
@@ -340,3 +341,10 @@ def complete_args(declared: tuple[Arg, ...], given: dict | None, where: str) -> 
     for key, value in given.items():
         known[key].check(value, where)
     return {arg.name: given.get(arg.name, arg.default) for arg in declared}
+
+
+def method_args(method: str, given: dict | None = None, where: str | None = None) -> Args:
+    """The complete ``method_args`` of ``method`` (:func:`complete_args` with its declaration), read-only and read
+    by attribute, as its ``build(ctx, args)`` gets them (:class:`kdpipe.core.settings.Args`)."""
+    where = where or f"method_args of {method}"
+    return Args(complete_args(get_method(method).args, given, where), where)

@@ -93,6 +93,7 @@ def mean_probs_log(head_logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(F.log_softmax(head_logits.float(), -1), 0) - math.log(head_logits.shape[0])
 
 
+HEAD_INITS = ("copy", "noise", "reinit")  # how the heads start; defaults: kdpipe.models.backbones.HEAD_INIT_DEFAULTS
 # streams of a head's generator besides its classifier's, which is seeded by (seed, head) alone
 _NOISE_STREAM, _REINIT_STREAM = 1, 2
 
@@ -141,6 +142,10 @@ def make_multihead(
             f"model.heads.layers must lie in 1..{n - 1} for a {n}-layer model (the shared core "
             f"keeps at least one layer), got {head_layers}"
         )
+    if head_init not in HEAD_INITS:
+        raise KdpipeError(f"model.head_init: {head_init!r}; choose one of {', '.join(HEAD_INITS)}")
+    if not float(head_noise) >= 0:
+        raise KdpipeError(f"model.head_noise must be non-negative, got {head_noise}")
     config = model.config
     keep = {id(config): config}  # the copies share the config object (attention implementation) with the core
     std = getattr(config, "initializer_range", 0.02)

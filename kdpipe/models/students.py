@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification, BertConfig
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.models.loading import keep_layers, label_maps, load_classifier, load_tokenizer
 from kdpipe.models.settings import BertSpec, StudentModel
 
@@ -24,6 +25,8 @@ def build_student(
     implementation of a transformer student (``"eager"`` where a loss reads its attention maps, which SDPA does not
     return)."""
     heads = spec.heads
+    if spec.head_init != "copy" and not heads:
+        raise KdpipeError(f"model.head_init: {spec.head_init!r} starts the heads of a multi-head student; set heads")
     if spec.type == "bilstm":
         tokenizer = load_tokenizer("builtin:minilm-l6" if spec.tokenizer is None else spec.tokenizer)
         bilstm = importlib.import_module("kdpipe.models.bilstm")

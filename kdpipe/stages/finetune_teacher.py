@@ -81,7 +81,11 @@ def run(settings: TeacherSettings, data: Path, out: Path, prototypes: Path | Non
         keep_layers(model, list(settings.layers))  # a smaller teacher, e.g. Dynamic KD's (docs/methods.md §2)
     objective = Objective(loss=cross_entropy_loss)
     if settings.objective != "ce":
-        # imported by name (the plan names it): only the teachers using it carry it in their code fingerprint
+        # imported by name: only the teachers using it carry it in their code fingerprint
+        if not settings.objective_module:
+            raise KdpipeError(
+                f"{where}.objective: {settings.objective!r} needs its objective module in the stage's params"
+            )
         read_domains(data, f"{where}.objective: {settings.objective}")
         objective = importlib.import_module(settings.objective_module).build(
             model,
