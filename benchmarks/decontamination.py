@@ -288,7 +288,7 @@ def _old_reasons(readers, data_dir: Path, columns: list[str], prefix: int | None
     from kdpipe.core.store import KdpipeError
     from kdpipe.data.dataset import OOD, read_split
     from kdpipe.data.extra_split import empty_texts, held_out_rows
-    from kdpipe.data.folding import text_hashes
+    from kdpipe.data.folding import fold_columns, folded_hashes, text_hashes
 
     code = {name: i for i, name in enumerate(OLD_REASONS, start=1)}
     evaluated = [read_split(data_dir, split) for split in ("validation", "test")]
@@ -296,7 +296,7 @@ def _old_reasons(readers, data_dir: Path, columns: list[str], prefix: int | None
         evaluated += [read_split(data_dir, OOD), held_out_rows(data_dir)]
     evaluation = np.unique(np.concatenate([text_hashes(frame, columns) for frame in evaluated]))
     if prefix is not None:
-        starts = np.unique(np.concatenate([text_hashes(frame, columns, prefix) for frame in evaluated]))
+        starts = np.unique(np.concatenate([folded_hashes(fold_columns(frame, columns), prefix) for frame in evaluated]))
     hashes, reasons, counts, multiline = [], [], {}, {}
     for where, reader in readers:
         read = lines = 0
@@ -304,7 +304,7 @@ def _old_reasons(readers, data_dir: Path, columns: list[str], prefix: int | None
             hashes.append(text_hashes(batch, columns))
             reason = np.where(empty_texts(batch, columns), code["empty"], 0).astype(np.int8)
             if prefix is not None:
-                reason[(reason == 0) & np.isin(text_hashes(batch, columns, prefix), starts)] = code[
+                reason[(reason == 0) & np.isin(folded_hashes(fold_columns(batch, columns), prefix), starts)] = code[
                     "evaluation_truncated"
                 ]
             reasons.append(reason)

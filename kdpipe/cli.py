@@ -39,7 +39,8 @@ def _add_argument(sub: argparse.ArgumentParser, arg: Arg) -> None:
     if arg.kind == "text":
         sub.add_argument(arg.flag, dest=arg.name, required=not arg.optional, default=None)
     elif arg.optional:
-        sub.add_argument(arg.flag, dest=arg.name, nargs="*", type=Path, default=[])
+        many = arg.kind == "paths"
+        sub.add_argument(arg.flag, dest=arg.name, nargs="*" if many else "?", type=Path, default=[] if many else None)
     else:
         sub.add_argument(arg.flag, dest=arg.name, nargs="+" if arg.kind == "paths" else None, type=Path, required=True)
 
@@ -64,15 +65,6 @@ def parser() -> argparse.ArgumentParser:
         for arg in stage.args:
             _add_argument(s, arg)
     return p
-
-
-def _arguments(argv: list[str]) -> dict:
-    """The command line's arguments by name; an optional path not given is None."""
-    args = vars(parser().parse_args(argv))
-    for arg in STAGES[args["command"]].args:
-        if arg.optional and arg.kind == "path":
-            args[arg.name] = args[arg.name][0] if args[arg.name] else None
-    return args
 
 
 def _made_already(stage: Stage, settings: Settings, args: dict, inputs: list[Path], code: str | None) -> bool:
@@ -126,18 +118,11 @@ def check_code(stage: Stage, code: str) -> None:
 LAUNCHED = "KDPIPE_LAUNCHED_IDENTITY"
 
 
-def _launch(processes: int, threads: int | None, argv: list[str]) -> None:
+def _launch(processes: int, threads: int | None, command: str, argv: list[str]) -> None:
     """Become ``torchrun`` running this same command as ``processes`` ranks, the output lock held across the exec."""
     from kdpipe.core.finished import held_locks
 
-    rest, skip = [], False
-    for arg in argv:  # drop the launcher's own options; the ranks get theirs below
-        if skip:
-            skip = False
-        elif arg in ("--processes", "--threads", "--log"):
-            skip = True
-        elif not arg.startswith(("--processes=", "--threads=", "--log=")):
-            rest.append(arg)
+    rest = argv[argv.index(command) :]  # (the launcher's own options, which come first, dropped: the ranks get theirs)
     per_rank = max(1, (threads or os.cpu_count() or 1) // processes)
     for handle in held_locks():  # held by torchrun, then, until the job ends
         os.set_inheritable(handle.fileno(), True)
@@ -179,17 +164,16 @@ def _use_threads(threads: int, stage: Stage) -> None:
 def main(argv=None) -> int:
     """The command line ``kdpipe COMMAND ...``, its exit status; with ``argv`` None a Ctrl-C ends the process by
     SIGINT without a traceback (kdpipe.core.killed)."""
-    if argv is not None:
-        return _main(list(argv))
     try:
-        return _main(sys.argv[1:])
+        return _main(sys.argv[1:] if argv is None else list(argv))
     except KeyboardInterrupt:
-        end_if_interrupted()
+        if argv is None:
+            end_if_interrupted()
         raise
 
 
 def _main(argv: list[str]) -> int:
-    args = _arguments(argv)
+    args = vars(parser().parse_args(argv))
     log = args.pop("log")
     if log is not None:
         log_to(log)
@@ -212,7 +196,7 @@ def _main(argv: list[str]) -> int:
         elif stage.trains and _made_already(stage, settings, args, inputs, code):
             return 0
         elif stage.trains and processes > 1:
-            _launch(processes, threads, argv)
+            _launch(processes, threads, command, argv)
         if stage.model:
             claim_gpu()
         from kdpipe.core.memory import use_system_allocator

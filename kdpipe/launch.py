@@ -50,9 +50,8 @@ class Snapshot(importlib.abc.MetaPathFinder):
     def install(self) -> None:
         """Serve kdpipe from the snapshot, the package itself included; this launcher stays as it was loaded."""
         sys.meta_path.insert(0, self)
-        for name in [n for n in sys.modules if n == "kdpipe" or n.startswith("kdpipe.")]:
-            if name != __name__:
-                del sys.modules[name]
+        for name in [n for n in sys.modules if n.partition(".")[0] == "kdpipe" and n != __name__]:
+            del sys.modules[name]
         importlib.import_module("kdpipe")
 
     def find_spec(self, fullname, path=None, target=None):
@@ -81,10 +80,7 @@ class _Loader(importlib.abc.SourceLoader):
         return self.path
 
     def get_data(self, path: str) -> bytes:
-        if path == self.path:
-            return self.source
-        with open(path, "rb") as handle:  # (never asked for: a package's data is read by its path)
-            return handle.read()
+        return self.source if path == self.path else Path(path).read_bytes()  # (only ever asked for its source)
 
 
 def snapshot() -> Snapshot | None:

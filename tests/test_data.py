@@ -6,12 +6,14 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 
 from kdpipe.core.store import ArtifactError, KdpipeError
 from kdpipe.data.dataset import SPLITS, read_labels, read_split
 from kdpipe.data.prepare import bbc_news_dir, prepare
 from kdpipe.data.settings import DatasetSettings
-from tests.conftest import dataset_settings
+from kdpipe.plan import checked_plan
+from tests.conftest import REPO, dataset_settings
 
 BBC_LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 
@@ -490,9 +492,27 @@ def test_unknown_extension(tmp_path):
     )
 
 
-def test_unknown_format(tmp_path):
+def test_unknown_format_in_a_job_run_by_hand(tmp_path):
+    """The prepare job refuses an unknown format too: a job run by hand has no schema check before it."""
     source = write_table(tiny_frame(), tmp_path / "data.csv")
     expect_error(dataset_params(source=source, format="excel"), tmp_path / "out", r"dataset\.format is 'excel'")
+
+
+def test_unknown_conflicts_policy_in_a_job_run_by_hand(tmp_path):
+    source = write_table(tiny_frame(), tmp_path / "data.csv")
+    expect_error(
+        dataset_params(source=source, conflicts="bogus"),
+        tmp_path / "out",
+        r"dataset\.conflicts is 'bogus'; expected one of drop, majority, error",
+    )
+
+
+def test_unknown_format():
+    """An unknown dataset.format is refused by the config schema, in one line naming the key, before any job runs."""
+    config = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())
+    config["dataset"]["format"] = "excel"
+    with pytest.raises(KdpipeError, match=r"^dataset\.format: 'excel' is not one of \['auto', 'csv', 'tsv', 'jsonl'"):
+        checked_plan(config, REPO / "kdpipe/config.schema.yaml", lambda: None)
 
 
 def test_corrupt_parquet(tmp_path):

@@ -14,7 +14,9 @@ import pytest
 from kdpipe.core.store import KdpipeError, read_json
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.data.labels import number_text
+from kdpipe.data.labelspace import resolve_classes
 from kdpipe.data.prepare import dataset_labels, prepare
+from kdpipe.data.settings import ClassSlice
 from tests.test_data import dataset_params, expect_error, tiny_frame, write_table
 
 # ---- every class has training rows ----------------------------------------------------------------------------
@@ -289,3 +291,13 @@ def test_an_id_beyond_64_bits_names_the_row(tmp_path):
     every = pd.concat(read_split(tmp_path / "out", s) for s in ("train", "validation", "test"))
     assert np.iinfo(np.int64).max in set(every["row_id"])
     assert read_json(tmp_path / "out" / "manifest.json")["rows"]["train"] == 14
+
+
+def test_a_muki_slice_is_a_contiguous_block_of_the_label_order_the_last_one_to_the_end():
+    labels = list("abcdefg")  # 7 labels in 3 slices of 7 // 3 = 2: the last one takes the remaining 3
+    slices = [resolve_classes(ClassSlice(slice=k, of=3), labels, "teachers.t") for k in range(3)]
+    assert slices == [["a", "b"], ["c", "d"], ["e", "f", "g"]]
+    with pytest.raises(KdpipeError, match=r"classes slice 3 of 3: need 0 <= slice < of <= number of classes \(7\)"):
+        resolve_classes(ClassSlice(slice=3, of=3), labels, "teachers.t")
+    with pytest.raises(KdpipeError, match=r"classes slice 0 of 8"):
+        resolve_classes(ClassSlice(slice=0, of=8), labels, "teachers.t")

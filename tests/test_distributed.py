@@ -131,3 +131,18 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_the_launcher_passes_the_command_on_to_torchrun_without_its_own_options(monkeypatch):
+    """``--processes 2`` becomes ``torchrun`` running the same command, with each rank's share of the threads."""
+    from kdpipe import cli
+
+    monkeypatch.setattr("kdpipe.core.finished.held_locks", lambda: [])
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    execs = []
+    monkeypatch.setattr(os, "execv", lambda path, command: execs.append(command))
+    argv = ["--threads", "8", "--log=x.log", "--processes", "2", "finetune-teacher", "--params", "{}", "--out", "o"]
+    cli._launch(2, 8, "finetune-teacher", argv)
+    (command,) = execs
+    assert command[command.index("kdpipe") :] == ["kdpipe", "--threads", "4", *argv[5:]]
+    assert "--nproc-per-node=2" in command and os.environ["OMP_NUM_THREADS"] == "4"

@@ -26,8 +26,8 @@ from kdpipe.methods.dynamic_kd import (
     selection_scores,
     teacher_weights,
 )
-from kdpipe.methods.registry import method_args
 from kdpipe.signals.load import TokenFeature
+from tests.conftest import method_args
 
 # Student probabilities of a batch of four, from uncertain to confident. ĥ = H(p) / log 3, by hand:
 # row 0: log 3 / log 3 = 1; row 1: (0.5 ln 2 + 0.5 ln 4) / ln 3 = 1.03972 / 1.09861 = 0.94640;

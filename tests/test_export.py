@@ -24,7 +24,7 @@ from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.evaluation.exported import accuracy_drop, against_reference, with_reference
 from kdpipe.models import export
 from kdpipe.models.export import CHECK_TEXTS, export_onnx, flag_card, quantize_int8
-from kdpipe.models.inference import predict_member_logits
+from kdpipe.models.inference import predict_logits
 from kdpipe.models.loading import check_model_folder, count_parameters, load_tokenizer, load_trained
 from kdpipe.models.onnx_runtime import OnnxRunner
 from kdpipe.models.serving import peak_rss_mb, profile_in_subprocess, serving_profile
@@ -62,7 +62,7 @@ def split_logits(folder, tiny_data, split="test"):
         max_length=MAX_LENGTH,
         separate_pairs=getattr(model, "separate_pairs", False),
     )
-    return predict_member_logits(model, encoded, batch_size=3, device=CPU)
+    return predict_logits(model, encoded, batch_size=3, device=CPU, members=True)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -19,7 +19,7 @@ from kdpipe.data.dataset import read_split
 from kdpipe.methods import dfa, dynamic_kd
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.meta_kd import student as meta_kd
-from kdpipe.methods.registry import get_method, method_args
+from kdpipe.methods.registry import get_method
 from kdpipe.models.inference import iterate
 from kdpipe.models.loading import load_classifier
 from kdpipe.signals.features import selected_states
@@ -29,7 +29,7 @@ from kdpipe.signals.online import online_signals
 from kdpipe.signals.packed import offsets_of, pack_rows, row_counts
 from kdpipe.signals.teacher import open_teacher
 from kdpipe.stages.finetune_teacher import run as finetune_teacher
-from tests.conftest import run_signal, teacher_settings
+from tests.conftest import method_args, run_signal, teacher_settings
 
 CPU = torch.device("cpu")
 LAYERS = {"hidden": [0, 1, 2], "attentions": [1, 2], "attentions_mean": [1, 2]}

@@ -21,9 +21,10 @@ from kdpipe.methods.hydra import (
     individuality_loss,
     lambda_at,
 )
-from kdpipe.methods.registry import METHODS, method_args
+from kdpipe.methods.registry import METHODS
 from kdpipe.models.loading import load_classifier
 from kdpipe.models.multihead import make_multihead
+from tests.conftest import method_args
 
 LN2, LN3 = math.log(2), math.log(3)
 

@@ -402,8 +402,8 @@ def test_a_job_stops_when_its_code_changed_after_it_was_scheduled(tmp_path):
     elsewhere = job(code, "elsewhere/t", **{fingerprint.VERSIONS_ENV: json.dumps(other)})
     assert "code changed" not in elsewhere.stderr and "no-data" in elsewhere.stderr
 
-    objective = project / "kdpipe/training/objective.py"
-    objective.write_text(objective.read_text() + "\nEDITED = True  # an edit of the teacher's loss\n")
+    loop = project / "kdpipe/training/loop.py"
+    loop.write_text(loop.read_text() + "\nEDITED = True  # an edit of the teacher's training loop\n")
     now = subprocess.run(
         [sys.executable, "-c", f"from kdpipe.core.fingerprint import fingerprint; print(fingerprint({stage!r}))"],
         cwd=project,

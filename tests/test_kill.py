@@ -93,7 +93,7 @@ def test_a_killed_teacher_resumes_after_an_edit_outside_its_code_and_starts_over
 ):
     """Resume checkpoints are keyed on the stage's code fingerprint (docs/caching-and-reruns.md,
     "One identity per job"): an edit to a report module, outside the teacher's import closure, keeps a killed
-    teacher's checkpoint; an edit to its loss (kdpipe/training/objective.py) discards it, and the log says why."""
+    teacher's checkpoint; an edit to its training loop (kdpipe/training/loop.py) discards it, and the log says why."""
     project = tmp_path / "project"
     shutil.copytree(REPO / "kdpipe", project / "kdpipe", ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "teachers" / "t"
@@ -125,7 +125,7 @@ def test_a_killed_teacher_resumes_after_an_edit_outside_its_code_and_starts_over
     assert f"resuming teacher at epoch {first['epoch']} step {first['step_in_epoch']}" in said
     assert "discarded" not in said
 
-    append("training/objective.py", "\nLOSS_EDITED = True  # an edit of the teacher's loss module\n")
+    append("training/loop.py", "\nLOOP_EDITED = True  # an edit of the teacher's training loop\n")
     result = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"[kdpipe] {resume}: a checkpoint made from other code; discarded, training starts from scratch" in (

@@ -25,12 +25,11 @@ from kdpipe.methods.meta_kd.domain import expertise_weight
 from kdpipe.methods.meta_kd.prototypes import prototype_scores, prototypes
 from kdpipe.methods.meta_kd.student import attention_mse, build_stage1, example_weights, soft_cross_entropy, stage1_loss
 from kdpipe.methods.meta_kd.teacher import corrupted_domains, meta_teacher_loss
-from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_tokenizer
 from kdpipe.report import build_report
 from kdpipe.signals.features import dump_feature
 from kdpipe.signals.load import RowView, TokenFeature, subset_signals
-from tests.conftest import REPO, TINY_DATASET, dataset_settings
+from tests.conftest import REPO, TINY_DATASET, dataset_settings, method_args
 from tests.test_plan import load
 from tests.test_workflow_meta import domain_dataset
 
@@ -381,8 +380,11 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second(domain_csv):
         "kdpipe.methods.meta_kd.teacher"
     ]
     assert plan.eval_params("s_meta")["domain"] == "books" and "domain" not in plan.eval_params("meta")
-    # keys at their old defaults stay out of a plain teacher's slice (its cached artifacts stay valid)
-    assert not {"objective", "objective_args", "domain"} & set(plan.teacher_params("plain"))
+    # every teacher's slice holds its full settings; only a teacher objective other than ce brings its module
+    plain, meta = plan.teacher_params("plain"), plan.teacher_params("meta")
+    assert (plain["objective"], plain["objective_args"], plain["domain"]) == ("ce", {}, None)
+    assert "objective_module" not in plain and "prompt" not in plain
+    assert meta["objective"] == "meta" and meta["objective_module"] == "kdpipe.methods.meta_kd.teacher"
 
 
 @pytest.mark.parametrize(
@@ -396,6 +398,10 @@ def test_plan_runs_meta_kd_as_two_jobs_and_evaluates_the_second(domain_csv):
         (
             lambda c: c["students"]["s_meta_narrow"].update(method_args={"stage1": {"attention_heads": "per_head"}}),
             r"per_head, but the student has 1 heads and its teachers \[2\]",
+        ),
+        (
+            lambda c: c["students"]["s_meta_narrow"].update(method_args={"stage1": {"attention_heads": "heads"}}),
+            r"students\.s_meta_narrow\.method_args\.stage1\.attention_heads: 'heads'; choose auto, per_head or mean",
         ),
     ],
 )

@@ -184,3 +184,9 @@ def test_uncertainty_split_refuses_bad_input():
         uncertainty_split(np.array([[[2.0, -1.0]]]))
     with pytest.raises(KdpipeError, match="bins"):
         uncertainty_summary(MEMBERS, bins=0)
+
+
+def test_fewer_than_one_ece_bin_is_refused_in_one_line():
+    """The evaluate job checks ece_bins itself: a job run by hand has no schema check before it."""
+    with pytest.raises(KdpipeError, match=r"^ece_bins must be at least 1, got 0$"):
+        classification_metrics(np.array([[0.5, 0.5]]), np.array([0]), ["a", "b"], ece_bins=0)

@@ -11,9 +11,9 @@ from torch import nn
 from kdpipe.core.store import KdpipeError
 from kdpipe.methods.base import DistillContext
 from kdpipe.methods.muki import aggregate, build, margin_weights, muki_loss, padded_probs
-from kdpipe.methods.registry import method_args
 from kdpipe.routing.certainty import certainty_scores
 from kdpipe.routing.certainty import logit_entropy as teacher_scores_from_logits
+from tests.conftest import method_args
 
 LN2, LN3 = math.log(2), math.log(3)
 BLOCKS = [torch.tensor([0, 1]), torch.tensor([2, 3])]

@@ -13,7 +13,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.models.loading import load_classifier, load_trained
 from kdpipe.models.multihead import MultiHeadClassifier, load_multihead, make_multihead
 from kdpipe.models.students import build_student
-from tests.conftest import model_spec
+from tests.conftest import REPO, model_spec
 
 LABELS = ["a", "b", "c"]
 IDS = torch.tensor(
@@ -238,10 +238,17 @@ def test_the_diversity_loss_pushes_the_top_layers_apart_from_the_start(head_init
 
 
 def test_bad_head_init_is_refused():
-    with pytest.raises(KdpipeError, match="head_init: 'jitter'; choose one of copy, noise, reinit"):
-        make_multihead(tiny(), heads=2, head_layers=1, seed=0, head_init="jitter")
-    with pytest.raises(KdpipeError, match="head_noise must be non-negative"):
-        make_multihead(tiny(), heads=2, head_layers=1, seed=0, head_init="noise", head_noise=-1.0)
+    """By the schema, when the plan validates each student entry (make_multihead trusts its settings)."""
+    import yaml
+
+    from kdpipe.plan.entries import validate_entry
+
+    schema = yaml.safe_load((REPO / "kdpipe/config.schema.yaml").read_text())["properties"]["student_defaults"]
+    heads = {"init": {"from": "builtin:tiny-bert"}, "heads": {"count": 2}}
+    with pytest.raises(KdpipeError, match=r"students\.s\.model\.head_init: 'jitter' is not one of \['copy', 'noise'"):
+        validate_entry({"model": {**heads, "head_init": "jitter"}}, schema, "students.s")
+    with pytest.raises(KdpipeError, match=r"students\.s\.model\.head_noise: -1\.0 is less than the minimum of 0"):
+        validate_entry({"model": {**heads, "head_init": "noise", "head_noise": -1.0}}, schema, "students.s")
 
 
 def test_build_student_passes_the_head_init():
@@ -254,8 +261,7 @@ def test_build_student_passes_the_head_init():
     # the schema's defaults, as Snakemake fills them into student_defaults.model, change nothing
     same, _ = build_student(model_spec({**spec, "head_init": "copy", "head_noise": 0.01}), LABELS, seed=0)
     assert all(torch.equal(v, plain.state_dict()[k]) for k, v in same.state_dict().items())
-    with pytest.raises(KdpipeError, match="head_init: 'reinit' starts the heads of a multi-head student"):
-        build_student(model_spec({"init": {"from": "builtin:tiny-bert"}, "head_init": "reinit"}), LABELS, seed=0)
+    # a head_init without heads: refused by the plan (test_model_slice_keeps_head_init_only_where_it_changes_the_start)
 
 
 def test_model_slice_keeps_head_init_only_where_it_changes_the_start():

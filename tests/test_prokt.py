@@ -12,11 +12,10 @@ import torch
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import encode
 from kdpipe.methods import prokt
-from kdpipe.methods.registry import method_args
 from kdpipe.models.loading import load_classifier, load_tokenizer
 from kdpipe.models.students import build_student
 from kdpipe.training.loop import TrainSettings, fit, total_steps
-from tests.conftest import model_spec
+from tests.conftest import method_args, model_spec
 from tests.test_training import LABELS, TEXTS, read_resume_state, validator
 
 CPU = torch.device("cpu")

@@ -13,7 +13,6 @@ import yaml
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.routing import RouteSpec, route_spec
-from kdpipe.routing.calibration import fit_temperature
 from kdpipe.routing.certainty import certainty_scores
 from kdpipe.routing.diagnostics import (
     OOD_MC_SCORES,
@@ -25,9 +24,10 @@ from kdpipe.routing.diagnostics import (
     teacher_ood,
     warning,
 )
-from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
+from kdpipe.routing.inputs import RouteInputs
 from kdpipe.routing.knn import fold_assignment, knn_scores, kth_distance, normalise, percentile
 from kdpipe.routing.learned import learned_router
+from kdpipe.routing.scoring import fit_temperature
 from kdpipe.routing.settings import RouteSettings
 from tests.conftest import student_settings
 
@@ -195,16 +195,10 @@ def test_a_route_opens_only_the_signals_it_declares(tmp_path, monkeypatch):
 
     declared = RouteSpec("certainty", "logit_entropy").signals(mc_splits=["train"])
     assert declared == {"train": ["logits", "pooled", "mc"], "validation": ["logits", "pooled"]}
-    signals = DeclaredSignals(tmp_path, declared)
     for teacher in ("ta", "tb"):
         for split in ("train", "validation"):
             (tmp_path / teacher / split).mkdir(parents=True)
             (tmp_path / teacher / split / "mc.npy").write_bytes(b"")  # present on disk on both splits
-    assert signals.path("ta", "train", "mc") == tmp_path / "ta/train/mc.npy"
-    with pytest.raises(KdpipeError, match="mc signal of ta on validation is not among the route's declared inputs"):
-        signals.path("ta", "validation", "mc")
-    with pytest.raises(KdpipeError, match="hidden signal of tb on train"):
-        signals.path("tb", "train", "hidden")
 
     # the route's inputs read exactly the declared files: logits and pooled on both splits, mc on train only
     opened = []
@@ -226,7 +220,7 @@ def test_a_route_opens_only_the_signals_it_declares(tmp_path, monkeypatch):
 
     for kind in ("logits", "pooled", "mc"):
         monkeypatch.setattr(module, f"read_{kind}", reader(kind))
-    inputs = RouteInputs(["ta", "tb"], tmp_path / "data", signals)
+    inputs = RouteInputs(["ta", "tb"], tmp_path / "data", tmp_path, declared)
     assert sorted(opened) == sorted(
         f"{t}/{split}/{name}"
         for t in ("ta", "tb")
@@ -238,6 +232,11 @@ def test_a_route_opens_only_the_signals_it_declares(tmp_path, monkeypatch):
     )
     assert inputs.has_mc("train") and not inputs.has_mc("validation")
     assert set(inputs.mc) == {("ta", "train"), ("tb", "train")}
+    assert inputs.signal_path("ta", "train", "mc") == tmp_path / "ta/train/mc.npy"
+    with pytest.raises(KdpipeError, match="mc signal of ta on validation is not among the route's declared inputs"):
+        inputs.signal_path("ta", "validation", "mc")
+    with pytest.raises(KdpipeError, match="hidden signal of tb on train"):
+        inputs.signal_path("tb", "train", "hidden")
 
 
 def test_route_names_say_what_routes():
@@ -446,7 +445,7 @@ def test_the_route_job_says_the_routing_warning_as_soon_as_it_routes(tmp_path, m
             distill.run(student_settings({"method": "muki"}), tmp_path / "data", tmp_path, tmp_path / "s",
                         route=tmp_path / "route", warn_below=threshold)  # fmt: skip
         assert capfd.readouterr().err.splitlines() == ([line] if warned else [])
-    from kdpipe.cli import _arguments
+    from kdpipe.cli import parser
 
-    parsed = _arguments(["distill", "--data", "d", "--signals-root", "s", "--out", "o", "--warn-below", "0.8"])
-    assert parsed["warn_below"] == "0.8"
+    parsed = parser().parse_args(["distill", "--data", "d", "--signals-root", "s", "--out", "o", "--warn-below", "0.8"])
+    assert parsed.warn_below == "0.8"

@@ -273,7 +273,7 @@ def test_arguments_are_read_by_attribute_and_read_only():
 
 
 def test_method_args_come_from_the_registrys_declaration():
-    from kdpipe.methods.registry import method_args
+    from tests.conftest import method_args
 
     args = method_args("vanilla_kd", {"temperature": 4})
     assert args == Args({"temperature": 4, "hard_label_weight": 0.0}) and args.temperature == 4

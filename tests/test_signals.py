@@ -79,10 +79,14 @@ def test_hidden_dump_keeps_each_rows_own_tokens(tmp_path, encoded):
 def test_attention_dump_needs_eager_attention(tmp_path, encoded):
     sdpa = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="sdpa")
     with pytest.raises(ArtifactError, match="eager"):
-        dump_feature(sdpa, encoded, "attentions", [1], tmp_path / "a.npy", batch_size=2, device=torch.device("cpu"))
+        dump_feature(
+            sdpa, encoded, "attentions", [1], tmp_path / "attentions.npy", batch_size=2, device=torch.device("cpu")
+        )
     eager = load_classifier("builtin:tiny-bert", ["x", "y"], seed=0, attn="eager")
-    dump_feature(eager, encoded, "attentions", [1, 2], tmp_path / "b.npy", batch_size=2, device=torch.device("cpu"))
-    arr = np.load(tmp_path / "b.npy")
+    out = tmp_path / "eager" / "attentions.npy"  # (a dump is named after its feature)
+    out.parent.mkdir()
+    dump_feature(eager, encoded, "attentions", [1, 2], out, batch_size=2, device=torch.device("cpu"))
+    arr = np.load(out)
     short, long = (int(n) for n in encoded.lengths)
     assert arr.shape == (2 * 2 * (short**2 + long**2),)  # layers x heads x len² per row, flat
     second = arr[2 * 2 * short**2 :].reshape(2, 2, long, long)  # row 1: [layers, heads, len, len]

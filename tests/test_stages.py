@@ -122,3 +122,13 @@ def test_every_rule_is_made_by_the_one_skeleton():
         rules = re.findall(r"^\s*rule\b", path.read_text(), re.M)
         assert len(rules) == (1 if path.name == "stages.smk" else 0), path.name
     assert Path(REPO / "Snakefile").read_text().count("\nrule ") == 1  # rule all
+
+
+def test_an_optional_path_left_out_or_given_without_a_value_is_none():
+    """The rule writes an optional argument's flag even when the job has no value for it."""
+    base = ["distill", "--data", "d", "--signals-root", "s", "--out", "o"]
+    for extra, route, teacher_dirs in (([], None, []), (["--route", "--teacher-dirs"], None, [])):
+        parsed = cli.parser().parse_args([*base, *extra])
+        assert (parsed.route, parsed.teacher_dirs) == (route, teacher_dirs)
+    parsed = cli.parser().parse_args([*base, "--route", "r", "--teacher-dirs", "a", "b"])
+    assert (parsed.route, parsed.teacher_dirs, parsed.data) == (Path("r"), [Path("a"), Path("b")], Path("d"))

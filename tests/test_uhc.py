@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from kdpipe.methods.base import DistillContext
-from kdpipe.methods.registry import method_args
 from kdpipe.methods.uhc import block_renormalised_log_probs, build, uhc_loss
+from tests.conftest import method_args
 
 LN2, LN3 = math.log(2), math.log(3)
 BLOCKS = [torch.tensor([0, 1]), torch.tensor([2, 3])]

@@ -1,12 +1,20 @@
 """Vanilla KD (MUKI's VKD, docs/methods.md §1) against hand-computed values."""
 
 import math
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
 from kdpipe.core.store import KdpipeError
+from kdpipe.methods.base import DistillContext
 from kdpipe.methods.losses import kl_divergence, union_logits, vanilla_kd_loss
+from kdpipe.methods.vanilla_kd import build
+from kdpipe.training.loop import LabelWatch
+from tests.conftest import method_args
+
+CPU = torch.device("cpu")
 
 
 def softmax(xs):
@@ -57,3 +65,21 @@ def test_kl_divergence_treats_zero_target_mass_as_zero():
     target = torch.tensor([[1.0, 0.0]])
     log_p = torch.log(torch.tensor([[0.5, 0.5]]))
     assert kl_divergence(target, log_p).item() == pytest.approx(math.log(2))
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_vanilla_kd_adds_the_hard_label_term_only_when_weighted(weight):
+    """L = T²·KL + w_hl·CE; with w_hl = 0 the batch's gold labels are not read
+    (docs/report.md, "Which gold labels each model read")."""
+    # one row, two classes, T = 1: teacher logits (ln 3, 0) give q = (3/4, 1/4); the student's (0, 0) give p = (1/2,
+    # 1/2): KL = 3/4 ln(3/2) + 1/4 ln(1/2); CE with the gold class 0 is ln 2
+    kl = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)
+    ctx = DistillContext(
+        ["a", "b"], ["t"], {"t": np.arange(2)}, {"t": {"logits": torch.tensor([[math.log(3), 0.0]])}}, CPU
+    )
+    objective = build(ctx, method_args("vanilla_kd", {"temperature": 1.0, "hard_label_weight": weight}))
+    batch = LabelWatch(index=torch.tensor([0]), labels=torch.tensor([0]))
+    loss, terms = objective.loss(lambda **inputs: SimpleNamespace(logits=torch.zeros(1, 2)), batch)
+    assert terms["kd"] == pytest.approx(kl, rel=1e-5)
+    assert loss.item() == pytest.approx(kl + weight * math.log(2), rel=1e-5)
+    assert batch.read_labels is bool(weight) and ("ce" in terms) is bool(weight)

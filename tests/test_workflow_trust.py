@@ -33,7 +33,7 @@ TEACHER_LOG = "results/logs/finetune_teacher/{}.log"
 
 
 def write_project_files(project: Path, *, data_seed: int = 0) -> None:
-    frame, _ = _read_bbc_news()
+    frame = _read_bbc_news()
     frame = frame.groupby("label").head(12).sample(frac=1, random_state=data_seed)
     (project / "data").mkdir(exist_ok=True)
     frame.to_csv(project / "data/train.csv", index=False)

@@ -20,7 +20,7 @@ WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 @functools.cache
 def _trained_bpe(vocab_size: int) -> Tokenizer:
     """A byte-level BPE (RoBERTa / GPT-2 style) trained on a few hundred BBC articles, once per session."""
-    texts = _read_bbc_news()[0]["text"].iloc[::8].tolist()
+    texts = _read_bbc_news()["text"].iloc[::8].tolist()
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
@@ -44,7 +44,7 @@ def byte_level_bpe(vocab_size: int = 400) -> PreTrainedTokenizerFast:
 @functools.cache
 def _trained_wordpiece(vocab_size: int) -> Tokenizer:
     """A lower-cased WordPiece (BERT / DistilBERT style) trained on a few hundred BBC articles, once per session."""
-    texts = _read_bbc_news()[0]["text"].iloc[::8].tolist()
+    texts = _read_bbc_news()["text"].iloc[::8].tolist()
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()

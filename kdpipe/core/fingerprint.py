@@ -62,13 +62,9 @@ def _read(path: Path, stamp: tuple[int, ...]) -> bytes:
     return path.read_bytes()
 
 
-def _imports(path: Path, module: str) -> frozenset[str]:
-    """The kdpipe modules that ``module`` (its source file ``path``) imports anywhere in it."""
-    return _imports_at(path, module, _stamp(path))
-
-
 @cache
-def _imports_at(path: Path, module: str, stamp: tuple[int, ...]) -> frozenset[str]:
+def _imports(path: Path, module: str, stamp: tuple[int, ...]) -> frozenset[str]:
+    """The kdpipe modules that ``module`` (its source file ``path``, as of ``stamp``) imports anywhere in it."""
     source = _source(path)
     is_package = path.name == "__init__.py"
     key = hashlib.sha256(_PARSER + f"{module}\0{is_package}\0".encode() + source).hexdigest()
@@ -115,7 +111,7 @@ def module_closure(*modules: str) -> tuple[Path, ...]:
         if path is None or name in seen:
             continue
         seen[name] = path
-        todo.extend(_imports(path, name))
+        todo.extend(_imports(path, name, _stamp(path)))
     _memo().save()
     return tuple(sorted(set(seen.values())))
 

@@ -7,6 +7,7 @@ locks (:func:`lock_outputs`). Torch-free: it runs before a GPU is claimed.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -150,19 +151,17 @@ def take_lock(path: Path, waiting: str, holder: str = "", stop=None):
     """An exclusive ``flock`` on ``path``, held while the returned handle is open; when another process holds it, say
     ``waiting`` and wait, with no time limit (None once ``stop``, a ``threading.Event``, is set). The kernel releases
     it when the process ends, even on SIGKILL. The file names the holder."""
-    import fcntl
-
     handle = open(path, "a+")  # noqa: SIM115 (held open on purpose: the lock lives as long as the file is open)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not _lock_now(handle):
         handle.seek(0)
         say(waiting.format(holder=handle.read().strip() or "another process"))
         if stop is None:
             fcntl.flock(handle, fcntl.LOCK_EX)
-        elif not _wait_for_lock(handle, stop):
-            handle.close()
-            return None
+        else:
+            while not _lock_now(handle):  # (a blocking flock cannot be interrupted from another thread)
+                if stop.wait(LOCK_POLL_S):
+                    handle.close()
+                    return None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} on {socket.gethostname()}{holder}")
@@ -170,15 +169,10 @@ def take_lock(path: Path, waiting: str, holder: str = "", stop=None):
     return handle
 
 
-def _wait_for_lock(handle, stop) -> bool:
-    """Try the lock on ``handle`` every :data:`LOCK_POLL_S` until it is taken (True) or ``stop`` is set (False):
-    a blocking ``flock`` cannot be interrupted from another thread."""
-    import fcntl
-
-    while not stop.wait(LOCK_POLL_S):
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            continue
-    return False
+def _lock_now(handle) -> bool:
+    """Take the lock on ``handle`` if it is free; whether it was."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

@@ -57,12 +57,6 @@ def pool_dir() -> Path:
     return path
 
 
-def _wants_pool() -> bool:
-    """False when the GPU is already chosen (``CUDA_VISIBLE_DEVICES``, ``KDPIPE_DEVICE=cuda:N``) or unused."""
-    device = os.environ.get("KDPIPE_DEVICE", "").strip() or "auto"
-    return "CUDA_VISIBLE_DEVICES" not in os.environ and device in ("auto", "cuda")
-
-
 def _try_lock(pool: Path, count: int) -> int | None:
     """Lock the first free ``gpu<i>.lock`` (its descriptor never closed) and return i; None when all are held."""
     for index in range(count):
@@ -81,7 +75,8 @@ def _try_lock(pool: Path, count: int) -> int | None:
 def claim_gpu() -> int | None:
     """Claim a free GPU, set ``CUDA_VISIBLE_DEVICES`` to it and return its index (None: fewer than 2 GPUs, or one
     already chosen); :class:`KdpipeError` when none frees up within ``KDPIPE_GPU_WAIT_S``."""
-    if not _wants_pool():
+    device = os.environ.get("KDPIPE_DEVICE", "").strip() or "auto"
+    if "CUDA_VISIBLE_DEVICES" in os.environ or device not in ("auto", "cuda"):  # (a GPU chosen already, or none used)
         return None
     count = gpu_count()
     if count < 2:

@@ -50,10 +50,7 @@ def local_path(value) -> Path | None:
     if not isinstance(value, str) or not value or ":" in value.split("/")[0]:
         return None  # builtin:..., hf:..., a URL
     path = Path(value)
-    if not path.exists():
-        return None
-    resolved = path.resolve()
-    if resolved.is_relative_to(Path(RESULTS).resolve()):
+    if not path.exists() or path.resolve().is_relative_to(Path(RESULTS).resolve()):
         return None
     return path
 
@@ -78,13 +75,13 @@ def check_local_content(planned: Mapping[str, str], paths: Mapping[str, object])
 def content_digest(path: str | Path) -> str:
     """``xxh3_128:<hex>`` of a file's bytes, or of a folder's files (relative paths and bytes, sorted)."""
     path = Path(path)
-    memo = _Memo()
+    memo = JsonMemo(_MEMO)
     digest = xxhash.xxh3_128()
     if path.is_file():
-        digest.update(memo.checksum(path).encode())
+        digest.update(_memo_sum(memo, path).encode())
     else:
         for file in sorted(_files(path)):
-            digest.update(file.relative_to(path).as_posix().encode() + b"\0" + memo.checksum(file).encode() + b"\0")
+            digest.update(file.relative_to(path).as_posix().encode() + b"\0" + _memo_sum(memo, file).encode() + b"\0")
     memo.save()
     return f"xxh3_128:{digest.hexdigest()}"
 
@@ -95,29 +92,21 @@ def _files(folder: Path) -> Iterable[Path]:
             yield Path(root) / name
 
 
-class _Memo:
-    """Digests of large files, keyed by (size, mtime, ctime, inode): an edit in place changes ctime."""
-
-    def __init__(self):
-        self.memo = JsonMemo(_MEMO)
-
-    def checksum(self, file: Path) -> str:
-        stat = file.stat()
-        if stat.st_size < _MEMO_MIN_BYTES:
-            return checksum(file)
-        key = str(file.resolve())
-        stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
-        entry = self.memo.get(key)
-        if entry and entry[:4] == stamp:
-            return entry[4]
-        value = checksum(file)
-        # (only files older than a coarse clock's tick: an edit within it keeps the times, as git's index knows)
-        if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _RACY_NS:
-            self.memo.put(key, [*stamp, value])
-        return value
-
-    def save(self) -> None:
-        self.memo.save()
+def _memo_sum(memo: JsonMemo, file: Path) -> str:
+    """A file's checksum, a large file's kept in ``memo`` by size, times and inode (an edit in place changes ctime)."""
+    stat = file.stat()
+    if stat.st_size < _MEMO_MIN_BYTES:
+        return checksum(file)
+    key = str(file.resolve())
+    stamp = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+    entry = memo.get(key)
+    if entry and entry[:4] == stamp:
+        return entry[4]
+    value = checksum(file)
+    # (only files older than a coarse clock's tick: an edit within it keeps the times, as git's index knows)
+    if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _RACY_NS:
+        memo.put(key, [*stamp, value])
+    return value
 
 
 def job_identity(settings: Settings, inputs: Iterable[str | Path], code: str) -> str:

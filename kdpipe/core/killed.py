@@ -17,24 +17,15 @@ CAUGHT = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 _said: set[int] = set()  # the signals that this process said it was killed by and unwinds (SIGINT)
 
 
-def killed_line(what: str, signum: int) -> str:
-    """``[kdpipe] distill s_vkd: killed by SIGTERM (signal 15); its outputs were not finished``."""
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        name = "a signal"
-    hint = " (out of memory? the kernel's OOM killer sends it)" if signum == signal.SIGKILL else ""
-    return f"[kdpipe] {what}: killed by {name} (signal {signum}){hint}; its outputs were not finished"
-
-
 def say_when_killed(what: str) -> None:
-    """From now on a signal of :data:`CAUGHT` (unless ignored) writes :func:`killed_line` first (SIGINT then raises
-    KeyboardInterrupt)."""
+    """From now on a signal of :data:`CAUGHT` (unless ignored) first writes ``[kdpipe] WHAT: killed by SIGTERM (signal
+    15); its outputs were not finished`` (SIGINT then raises KeyboardInterrupt)."""
     if threading.current_thread() is not threading.main_thread():
         return
 
     def handler(signum, frame):
-        print(killed_line(what, signum), file=sys.stderr, flush=True)
+        line = f"killed by {signal.Signals(signum).name} (signal {signum}); its outputs were not finished"
+        print(f"[kdpipe] {what}: {line}", file=sys.stderr, flush=True)
         if signum == signal.SIGINT:
             _said.add(signum)
             raise KeyboardInterrupt

@@ -8,7 +8,6 @@ freed pages; a job also lets Arrow use the C library's malloc (:func:`use_system
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 
@@ -23,16 +22,9 @@ def use_system_allocator() -> None:
 
 def release_freed_memory() -> None:
     """Return the free pages of Arrow's memory pool and of glibc's heap to the operating system (no-op elsewhere)."""
-    try:
-        import pyarrow
+    import pyarrow
 
-        pyarrow.default_memory_pool().release_unused()
-    except ImportError:  # pragma: no cover - pyarrow is a dependency
-        pass
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        if libc is not None and hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
-    except OSError:  # not glibc (macOS, musl): nothing to trim
-        pass
+    pyarrow.default_memory_pool().release_unused()
+    libc = ctypes.CDLL(None)  # (the symbols of the process: its C library's among them)
+    if hasattr(libc, "malloc_trim"):  # glibc's alone (not macOS's, not musl's)
+        libc.malloc_trim(0)

@@ -20,8 +20,6 @@ from typing import Any
 
 from kdpipe.core.store import KdpipeError
 
-_NONE = type(None)
-
 
 def renamed(key: str, **kwargs) -> Any:
     """A field read from ``key`` of the slice (a key that is not a Python name, e.g. ``from``)."""
@@ -34,8 +32,6 @@ def _schema() -> dict:
 
     from kdpipe import CONFIG_SCHEMA
 
-    if not CONFIG_SCHEMA.is_file():
-        raise KdpipeError(f"the config schema {CONFIG_SCHEMA}, which holds the defaults, is missing")
     return yaml.safe_load(CONFIG_SCHEMA.read_text())
 
 
@@ -216,10 +212,10 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         arms = typing.get_args(hint)
-        if value is None and _NONE in arms:
+        if value is None and types.NoneType in arms:
             return None
         for arm in arms:
-            if arm is not _NONE and _accepts(arm, value):
+            if arm is not types.NoneType and _accepts(arm, value):
                 return _convert(value, arm, where)
         raise KdpipeError(f"{where}: expected {_name(hint)}, got {_shown(value)}")
     if hint in (Any, object):
@@ -243,7 +239,7 @@ def _name(hint: Any) -> str:
     """A type as a message says it."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return " or ".join("null" if arm is _NONE else _name(arm) for arm in typing.get_args(hint))
+        return " or ".join("null" if arm is types.NoneType else _name(arm) for arm in typing.get_args(hint))
     if origin is tuple:
         return f"a list of {_name(typing.get_args(hint)[0])}"
     if origin is not None and issubclass(origin, Mapping) or hint is Args:

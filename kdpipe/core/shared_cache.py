@@ -41,11 +41,11 @@ def folder_problem(cache: str) -> str | None:
         _group_writable(locks, 0o2775)
         _probe(cache)
     except OSError as err:
-        return _WHY.get(err.errno, err.strerror or str(err))
+        return _why(err)
     try:
         _probe(locks)  # a lock of a new key is a new file there
     except OSError as err:
-        return f"its locks' folder {locks}: {_WHY.get(err.errno, err.strerror or str(err))}"
+        return f"its locks' folder {locks}: {_why(err)}"
     return None
 
 
@@ -138,8 +138,7 @@ def _locked(cached_or_run):
                 stop=stop,
             )
         except OSError as err:
-            why = _WHY.get(err.errno, err.strerror or str(err))
-            raise WorkflowError(f"{outputs}: cannot take the lock {lock} ({why}); not run") from None
+            raise WorkflowError(f"{outputs}: cannot take the lock {lock} ({_why(err)}); not run") from None
         if handle is None or (stop is not None and stop.is_set()):
             if handle is not None:
                 handle.close()
@@ -186,7 +185,7 @@ def _store(workflow, cache, job, staging: Path) -> None:
         _remove(staging)
         outputs = ", ".join(str(out) for out, _ in pairs)
         say(
-            f"{outputs}: could not be stored in the shared cache {cache.path} ({_failure(err)}); the output stays "
+            f"{outputs}: could not be stored in the shared cache {cache.path} ({_why(err)}); the output stays "
             f"in this working directory, not in the cache"
         )
         return
@@ -214,17 +213,14 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _failure(err: BaseException) -> str:
-    """Why a store failed, in a few words (``shutil.Error`` lists its copies' errors as text)."""
-    number = getattr(err, "errno", None)
+def _why(err: OSError) -> str:
+    """Why a file operation failed, in a few words (``shutil.Error`` lists its copies' errors as text)."""
+    text = err.strerror or str(err)
     if isinstance(err, shutil.Error) and err.args and isinstance(err.args[0], list) and err.args[0]:
-        text = str(err.args[0][0][-1])
-        found = re.search(r"\[Errno (\d+)\]", text)
-        number = int(found.group(1)) if found else None
-        return _WHY.get(number, text) if number else text
-    if number in _WHY:
-        return _WHY[number]
-    return (getattr(err, "strerror", None) or str(err)).splitlines()[0]
+        text = str(err.args[0][0][-1])  # (the first copy's: "[Errno 28] No space left on device: ...")
+    found = re.search(r"\[Errno (\d+)\]", text)
+    number = err.errno or (int(found.group(1)) if found else None)
+    return _WHY.get(number, text.partition("\n")[0])
 
 
 def _group_writable(path: Path, mode: int) -> None:

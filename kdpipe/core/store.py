@@ -62,11 +62,9 @@ def scratch_folder(near: str | Path) -> Iterator[Path]:
     near = Path(near)
     near.parent.mkdir(parents=True, exist_ok=True)
     _remove_left_behind(near)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{near.name}.tmp-{_HOST}-{os.getpid()}-", dir=near.parent))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    prefix = f".{near.name}.tmp-{_HOST}-{os.getpid()}-"
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=near.parent, ignore_cleanup_errors=True) as tmp:
+        yield Path(tmp)
 
 
 def _remove_left_behind(path: Path) -> None:

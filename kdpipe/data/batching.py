@@ -120,8 +120,7 @@ FIELD_DTYPES = {"input_ids": np.int32, "token_type_ids": np.int8}
 
 class _Column:
     """One field of a split built a chunk of rows at a time into one array allocated up front (untouched pages take
-    no memory) and grown only when a tokenizer returns more, so the ids are never held twice; as ``dtype`` while the
-    values fit, else int64."""
+    no memory), grown only when needed, so the ids are never held twice; ``dtype`` while the values fit, else int64."""
 
     def __init__(self, rows: int, capacity: int, dtype):
         self.values = np.empty(max(capacity, 1), dtype=dtype)
@@ -195,8 +194,7 @@ def encode(
 
 class Batches(Sequence):
     """Batches of row indices in one array: batch i is ``rows[bounds[i]:bounds[i + 1]]`` (a view), so a pass holds
-    two arrays, not one per batch; a slice
-    (``batches[k::S]``, a shard's) or :meth:`take` gives a new Batches."""
+    two arrays, not one per batch; a slice (``batches[k::S]``, a shard's) or :meth:`take` gives a new Batches."""
 
     __slots__ = ("rows", "bounds")
 

@@ -20,7 +20,7 @@ POLICIES = ("drop", "majority", "error")
 
 def resolve_conflicts(tables: dict[str, pd.DataFrame], policy: str) -> tuple[dict[str, pd.DataFrame], dict]:
     """The tables with conflicting copies dropped or relabelled as ``policy`` says, and what was found."""
-    if policy not in POLICIES:
+    if policy not in POLICIES:  # (also for a stage run by hand, whose settings no schema checked)
         raise KdpipeError(f"dataset.conflicts is {policy!r}; expected one of {', '.join(POLICIES)}")
     keys = ["text", "text_pair"] if "text_pair" in tables["train"] else ["text"]
     hashes = {origin: text_hashes(table, keys) for origin, table in tables.items()}

@@ -21,9 +21,11 @@ EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parq
 FORMATS = ("csv", "tsv", "jsonl", "parquet")
 
 
-def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.DataFrame:
-    """Every column of a local file as read (text as strings), errors naming the file and the config ``key``;
-    ``frame.attrs["records"]`` says how the file's records map to rows."""
+def read_table(
+    path: str | Path, key: str, *, fmt: str, encoding: str, encoding_option: str = "dataset.encoding"
+) -> pd.DataFrame:
+    """Every column of a local file as read (text as strings), errors naming the file and the config ``key`` (an
+    encoding error: the setting ``encoding_option``); ``frame.attrs["records"]`` says how the records map to rows."""
     path = Path(path)
     fmt = file_format(path, fmt)
     if not path.is_file():
@@ -36,9 +38,12 @@ def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.Dat
         if fmt == "parquet":
             raw = pd.read_parquet(io.BytesIO(data))
         else:
-            text = decode(path, data, encoding)
+            try:  # (a byte-order mark, as spreadsheet programs write it, would become part of the first header)
+                text = data.decode(encoding).removeprefix("\ufeff")
+            except (LookupError, UnicodeDecodeError) as err:
+                raise encoding_error(path, encoding, err, data, encoding_option) from err
             del data  # (parsed from the text: one copy of the file less held, memory flat in N)
-            raw = {"jsonl": _read_jsonl, "tsv": _read_tsv, "csv": _read_csv}[fmt](path, text, records)
+            raw = _read_jsonl(path, text, records) if fmt == "jsonl" else _read_delimited(path, text, records, fmt)
     except (ValueError, pa.ArrowException) as err:
         raise KdpipeError(f"{path}: cannot be read as {fmt} ({err})") from err
     if raw.empty:
@@ -52,31 +57,20 @@ def read_table(path: str | Path, key: str, *, fmt: str, encoding: str) -> pd.Dat
 _FILLED_LINE = re.compile(r"[^\r\n]*\S[^\r\n]*")
 
 
-def _lines(text: str) -> int:
-    """The number of non-blank lines, counted without holding them."""
-    return sum(1 for _ in _FILLED_LINE.finditer(text))
-
-
-def _utf8(text: str) -> io.BytesIO:
-    """The decoded text for pandas' reader as UTF-8 bytes: a StringIO would hold it as 4 bytes a character."""
-    return io.BytesIO(text.encode("utf-8"))
-
-
-def _read_tsv(path: Path, text: str, records: dict) -> pd.DataFrame:
-    # keep_default_na=False: words such as "NA" or "None" are text, not missing values
-    raw = pd.read_csv(_utf8(text), sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE, encoding="utf-8")
-    records["lines"] = _lines(text) - 1
-    if len(raw) != records["lines"]:
-        raise KdpipeError(
-            f"{path}: {records['lines']} data lines but {len(raw)} rows were read; each line of a TSV file must be one "
-            "record (no quoting, no line breaks inside a field)"
-        )
-    return raw
-
-
-def _read_csv(path: Path, text: str, records: dict) -> pd.DataFrame:
-    raw = pd.read_csv(_utf8(text), sep=",", dtype=str, keep_default_na=False, encoding="utf-8")
-    records["lines"] = _lines(text) - 1
+def _read_delimited(path: Path, text: str, records: dict, fmt: str) -> pd.DataFrame:
+    tsv = fmt == "tsv"
+    # keep_default_na=False: words such as "NA" or "None" are text, not missing values; the text goes to pandas as
+    # UTF-8 bytes (a StringIO would hold it as 4 bytes a character)
+    options = {"sep": "\t", "quoting": csv.QUOTE_NONE} if tsv else {"sep": ","}
+    raw = pd.read_csv(io.BytesIO(text.encode("utf-8")), dtype=str, keep_default_na=False, encoding="utf-8", **options)
+    records["lines"] = sum(1 for _ in _FILLED_LINE.finditer(text)) - 1  # (counted without holding the lines)
+    if tsv:
+        if len(raw) != records["lines"]:
+            raise KdpipeError(
+                f"{path}: {records['lines']} data lines but {len(raw)} rows were read; each line of a TSV file must "
+                "be one record (no quoting, no line breaks inside a field)"
+            )
+        return raw
     multiline = raw.apply(lambda column: column.str.contains("\n", regex=False)).any(axis=1)
     records["multiline_rows"] = int(multiline.sum())
     if records["multiline_rows"]:
@@ -119,34 +113,33 @@ def file_format(path: Path, fmt: str | None) -> str:
                 f"{', '.join(EXTENSIONS)} or set dataset.format to one of {', '.join(FORMATS)}"
             )
         return EXTENSIONS[path.suffix.lower()]
-    if fmt not in FORMATS:
+    if fmt not in FORMATS:  # (also for a stage run by hand, whose settings no schema checked)
         raise KdpipeError(f"dataset.format is '{fmt}'; expected auto or one of {', '.join(FORMATS)}")
     return fmt
 
 
-def decode(path: Path, data: bytes, encoding: str) -> str:
-    """``data`` as text; a wrong encoding is an error with its byte offset and a hint (:func:`encoding_hint`)."""
-    try:
-        text = data.decode(encoding)
-    except LookupError as err:
-        raise KdpipeError(f"dataset.encoding '{encoding}' is not a known text encoding") from err
-    except UnicodeDecodeError as err:
-        raise KdpipeError(
-            f"{path}: not valid {encoding} at byte offset {err.start} ({err.reason}); {encoding_hint(data)}"
-        ) from err
-    # Spreadsheet programs start UTF-8 files with a byte-order mark, which would become part of the first header.
-    return text.removeprefix("\ufeff")
+def encoding_error(path: Path, encoding: str, err: Exception, data: bytes, option: str, offset: int = 0) -> KdpipeError:
+    """The error of an unknown ``encoding`` (a LookupError) or of a file that does not decode in it, with the byte
+    offset (``offset`` + the error's) and an encoding that works (:func:`encoding_hint` of ``data``, its start)."""
+    if isinstance(err, LookupError):
+        return KdpipeError(f"{option} '{encoding}' is not a known text encoding")
+    return KdpipeError(
+        f"{path}: not valid {encoding} at byte offset {offset + err.start} ({err.reason}); "
+        f"{encoding_hint(data, option)}"
+    )
 
 
-def encoding_hint(data: bytes) -> str:
-    """The first candidate encoding that decodes the file (a byte-order mark decides UTF-16/32)."""
+def encoding_hint(data: bytes, option: str = "dataset.encoding") -> str:
+    """The first candidate encoding that decodes the file (a byte-order mark decides UTF-16/32), as the setting
+    ``option`` (a config key is set, a command-line option passed)."""
+    use = f"pass {option} " if option.startswith("--") else f"set {option}: "
     if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
-        return "the file starts with a UTF-32 byte-order mark: set dataset.encoding: utf-32"
+        return f"the file starts with a UTF-32 byte-order mark: {use}utf-32"
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return "the file starts with a UTF-16 byte-order mark: set dataset.encoding: utf-16"
+        return f"the file starts with a UTF-16 byte-order mark: {use}utf-16"
     try:
         data.decode("utf-8")
-        return "it decodes as utf-8: set dataset.encoding: utf-8"
+        return f"it decodes as utf-8: {use}utf-8"
     except UnicodeDecodeError:
         pass
     # latin-1 decodes any bytes; Windows' cp1252 differs from it only on 0x80-0x9F (curly quotes, dashes, the euro)
@@ -156,4 +149,4 @@ def encoding_hint(data: bytes) -> str:
     except UnicodeDecodeError:
         windows = False
     candidate = "cp1252" if windows else "latin-1"
-    return f"it decodes as {candidate}: set dataset.encoding: {candidate} if that is its encoding"
+    return f"it decodes as {candidate}: {use}{candidate} if that is its encoding"

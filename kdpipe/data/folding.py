@@ -94,9 +94,9 @@ def fold(texts: pd.Series) -> pd.Series:
     )
 
 
-def text_hashes(frame: pd.DataFrame, columns: list[str], prefix: int | None = None) -> np.ndarray:
-    """A 64-bit hash of each row's folded (text, text pair), or of their first ``prefix`` folded characters."""
-    return folded_hashes(fold_columns(frame, columns), prefix)
+def text_hashes(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """A 64-bit hash of each row's folded (text, text pair)."""
+    return folded_hashes(fold_columns(frame, columns))
 
 
 def fold_columns(frame: pd.DataFrame, columns: list[str]) -> dict[str, pd.Series]:
@@ -105,7 +105,7 @@ def fold_columns(frame: pd.DataFrame, columns: list[str]) -> dict[str, pd.Series
 
 
 def folded_hashes(folded: dict[str, pd.Series], prefix: int | None = None) -> np.ndarray:
-    """:func:`text_hashes` of texts already folded (:func:`fold_columns`)."""
+    """:func:`text_hashes` of texts already folded (:func:`fold_columns`), or of their first ``prefix`` characters."""
     if prefix is not None:
         folded = {column: texts.str.slice(0, prefix) for column, texts in folded.items()}
     table = pd.DataFrame({column: texts.to_numpy() for column, texts in folded.items()})
@@ -113,7 +113,6 @@ def folded_hashes(folded: dict[str, pd.Series], prefix: int | None = None) -> np
 
 
 def copy_prefix(max_length: int, pairs: bool) -> int:
-    """The folded characters that two texts (or each text of two pairs) must share to be one input to a model that
-    keeps ``max_length`` tokens: ``max_length - 2``, each text of a pair ``(max_length - 3) // 2``
-    (docs/your-own-models-and-data.md, "When two texts are the same")."""
+    """The folded characters two texts (each text of two pairs) must share to be one input to a model keeping
+    ``max_length`` tokens (docs/your-own-models-and-data.md, "When two texts are the same")."""
     return (max_length - 3) // 2 if pairs else max_length - 2

@@ -49,7 +49,8 @@ def read_hf(
                 f"its columns are {data.column_names}"
             )
         frame = data.to_pandas()
-        if _unlabelled(frame[label_column]):
+        labels = frame[label_column]
+        if ((labels.astype(str) == "-1") | labels.isna()).all():  # (as GLUE-style test splits mark them)
             if split == "train":
                 raise KdpipeError(f"dataset.source {source}: the train split has no labels")
             print(
@@ -59,7 +60,8 @@ def read_hf(
             )
             continue
         for column in [label_column, *optional_columns]:
-            names = _class_names(data.features.get(column))
+            feature = data.features.get(column)
+            names = list(feature.names) if hasattr(feature, "int2str") and feature.names else []  # (a ClassLabel)
             if names:
                 frame[column] = _to_names(frame[column], names, source, name, column)
                 if column == label_column:
@@ -85,8 +87,7 @@ def _choose_splits(source: str, splits: dict, roles: dict) -> dict[str, str]:
         name = next((n for n in names if n in splits and n not in roles.values()), None)
         if name is not None:
             chosen[split] = name
-    taken = [name for name in chosen.values()]
-    if len(set(taken)) < len(taken):
+    if len(set(chosen.values())) < len(chosen):
         raise KdpipeError(f"dataset.hf_splits: one split of {source} plays two roles ({chosen})")
     return chosen
 
@@ -112,16 +113,6 @@ def load_splits(source: str, key: str = "dataset.source") -> dict:
     if isinstance(loaded, datasets.Dataset):
         return {"train": loaded}
     return dict(loaded)
-
-
-def _class_names(feature) -> list[str]:
-    names = getattr(feature, "names", None)
-    return list(names) if names and hasattr(feature, "int2str") else []
-
-
-def _unlabelled(values: pd.Series) -> bool:
-    """GLUE-style test splits mark every label -1 (or leave it empty)."""
-    return bool(((values.astype(str) == "-1") | values.isna()).all())
 
 
 def _to_names(values: pd.Series, names: list[str], source: str, split: str, column: str) -> pd.Series:

@@ -50,8 +50,7 @@ def container(value) -> str | None:
 
 def cell_texts(values: pd.Series, whole_floats: bool) -> np.ndarray | pd.api.extensions.ExtensionArray:
     """The cells as strings; with ``whole_floats``, a column of floats only writes its whole numbers as integers
-    (``1.0`` -> ``1``), while a column that mixes spellings keeps each as written (:func:`check_or_merge` catches
-    them)."""
+    (``1.0`` -> ``1``); a column that mixes spellings keeps each as written (:func:`check_or_merge` catches them)."""
     if whole_floats and pd.api.types.is_float_dtype(values.dtype):
         return np.array([_text(value) for value in values], dtype=object)
     return values.astype(str).array  # (pandas' strings: not one Python object per cell, memory flat in N)

@@ -14,21 +14,17 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.settings import ClassSlice
 
 
-def muki_slice(labels: list[str], k: int, K: int) -> list[str]:
-    """Teacher k's classes in MUKI's contiguous split of ``labels`` (in the dataset's order) into K teachers."""
-    if not 0 <= k < K or len(labels) < K:
-        raise KdpipeError(f"classes slice {k} of {K}: need 0 <= slice < of <= number of classes ({len(labels)})")
-    width = len(labels) // K
-    end = len(labels) if k == K - 1 else (k + 1) * width
-    return labels[k * width : end]
-
-
 def resolve_classes(classes: Sequence[str] | ClassSlice | None, labels: list[str], where: str) -> list[str]:
-    """The classes a teacher covers (``classes``: its list, MUKI's slice, or None for all), in dataset order."""
+    """The classes a teacher covers (``classes``: its list, MUKI's slice k of K, or None for all), in dataset order;
+    MUKI splits the N labels into K contiguous slices of N//K, the last one running to the end."""
     if classes is None or classes == "all":
         return list(labels)
     if isinstance(classes, ClassSlice):
-        return muki_slice(labels, classes.slice, classes.of)
+        k, K = classes.slice, classes.of
+        if not 0 <= k < K or len(labels) < K:
+            raise KdpipeError(f"classes slice {k} of {K}: need 0 <= slice < of <= number of classes ({len(labels)})")
+        width = len(labels) // K
+        return labels[k * width : len(labels) if k == K - 1 else (k + 1) * width]
     unknown = [c for c in classes if c not in labels]
     if unknown:
         raise KdpipeError(f"{where}: class {unknown[0]!r} is not in the data; the data's labels are {labels}")

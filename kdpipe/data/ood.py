@@ -59,8 +59,7 @@ def build_ood(settings: OodSourceSettings, data: Path, out: Path, transfer: Path
     if transfer_dir is not None:
         known.append(text_hashes(read_split(transfer_dir, TRANSFER), columns))
     empty = empty_texts(rows, columns)
-    first = np.zeros(len(rows), bool)
-    first[np.unique(hashed, return_index=True)[1]] = True
+    first = ~pd.Series(hashed).duplicated().to_numpy()
     in_dataset = np.isin(hashed, np.concatenate(known))
     ngrams = EvaluationNgrams(joined(fold_columns(frame, columns)) for frame in evaluation_texts(data_dir))
     found = ngrams.find(joined(fold_columns(rows, columns)))

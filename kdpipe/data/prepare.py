@@ -151,9 +151,6 @@ def _selected(settings: DatasetSettings) -> tuple[dict[str, pd.DataFrame], list[
     if withheld:  # training rows whose labels are withheld: their texts become transfer rows (kdpipe.data.transfer)
         train = _split_stratified(parts["train"], {"unlabelled": withheld}, seed + 1)
         parts["train"], parts["unlabelled"] = train["train"], train["unlabelled"]
-    if held:
-        parts, labels, provenance_ood = _hold_out(parts, labels, held, source, held_read)
-
     provenance = {
         "duplicates_dropped": sum(duplicates.values()),
         "duplicates_by_split": duplicates,
@@ -161,7 +158,7 @@ def _selected(settings: DatasetSettings) -> tuple[dict[str, pd.DataFrame], list[
         "source": source,
     }
     if held:
-        provenance["ood"] = provenance_ood
+        parts, labels, provenance["ood"] = _hold_out(parts, labels, held, source, held_read)
     if "group" in parts["train"]:  # how many groups each split holds (dataset.split.group_column)
         provenance["groups"] = {origin: int(frame["group"].nunique()) for origin, frame in parts.items()}
     if merges is not None:
@@ -341,12 +338,11 @@ def _load_tables(
             "dataset.source is empty: set it to builtin:bbc_news, a file, hf:NAME or a save_to_disk folder, or set "
             "dataset.files"
         )
-    source = str(source)
     if source.startswith("builtin:"):
         if source != "builtin:bbc_news":  # (the one builtin)
             raise KdpipeError(f"dataset.source '{source}' is not a builtin dataset; the builtins are: builtin:bbc_news")
-        raw, renames = _read_bbc_news()
-        return {"train": _select_columns(raw, settings, source)}, renames, source, [], {"train": source}
+        train = _select_columns(_read_bbc_news(), settings, source)
+        return {"train": train}, dict(_BBC_RENAMES), source, [], {"train": source}
     if is_hf_source(source):
         keys = [_column_name(settings, key) for _, key in _COLUMNS]
         roles = settings.hf_splits.to_dict() if settings.hf_splits else None  # {role: split or None} as given
@@ -358,8 +354,7 @@ def _load_tables(
 
 
 def label_order(present: set[str], declared: list[str]) -> list[str]:
-    """The dataset's label order: the source's (a ``ClassLabel``), else numeric when every label is an integer, else
-    sorted as text."""
+    """The label order: the source's (a ``ClassLabel``), else numeric when every label is an integer, else as text."""
     if declared:
         return [label for label in declared if label in present]
     if all(INTEGER.match(label) for label in present):
@@ -367,7 +362,7 @@ def label_order(present: set[str], declared: list[str]) -> list[str]:
     return sorted(present)
 
 
-def _read_bbc_news() -> tuple[pd.DataFrame, dict[str, str]]:
+def _read_bbc_news() -> pd.DataFrame:
     """The BBC News corpus as (text, label) rows, in folder order then numeric file order."""
     rows = []
     for folder in sorted(path for path in bbc_news_dir().iterdir() if path.is_dir()):
@@ -379,7 +374,7 @@ def _read_bbc_news() -> tuple[pd.DataFrame, dict[str, str]]:
             except UnicodeDecodeError:  # sports/199.txt is latin-1 (a '£' sign)
                 text = data.decode("latin-1")
             rows.append((text.strip(), label))
-    return pd.DataFrame(rows, columns=["text", "label"]), dict(_BBC_RENAMES)
+    return pd.DataFrame(rows, columns=["text", "label"])
 
 
 def _read_file(path: str | Path, key: str, settings: DatasetSettings) -> pd.DataFrame:
@@ -408,9 +403,8 @@ def _select_columns(raw: pd.DataFrame, settings: DatasetSettings, where: str) ->
             raise no_column(where, column, f"dataset.{key}", available)
         values = raw[column]
         check_scalars(values, name, column, key, where)
-        texts = values.astype(str)  # (blank after strip: checked a chunk at a time, no stripped copy of the column)
-        blank = [(texts.iloc[i : i + 65536].str.strip() == "").to_numpy() for i in range(0, len(texts), 65536)]
-        empty = values.isna().to_numpy() | np.concatenate([np.zeros(0, bool), *blank])
+        # (blank: no character that str.strip would keep; no stripped copy of the column)
+        empty = values.isna().to_numpy() | ~values.astype(str).str.contains(r"\S").to_numpy(bool)
         if empty.any():
             rows = np.flatnonzero(empty) + 1
             more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
@@ -425,8 +419,7 @@ def _select_columns(raw: pd.DataFrame, settings: DatasetSettings, where: str) ->
 def _drop_duplicates(
     tables: dict[str, pd.DataFrame], keys: list[str]
 ) -> tuple[dict[str, pd.DataFrame], dict[str, int]]:
-    """Drop folded duplicates of ``keys``, keeping the first in ``_KEEP_PRIORITY`` order; returns the tables and the
-    rows dropped from each."""
+    """Drop folded duplicates of ``keys``, keeping the first in ``_KEEP_PRIORITY`` order; also the rows dropped."""
     order = [origin for origin in _KEEP_PRIORITY if origin in tables]
     first = ~pd.Series(np.concatenate([text_hashes(tables[origin], keys) for origin in order])).duplicated()
     bounds = np.cumsum([0, *(len(tables[origin]) for origin in order)])
@@ -548,9 +541,7 @@ def _take(table: pd.DataFrame, quotas: pd.Series, seed: int) -> pd.DataFrame:
 
 def _strata(table: pd.DataFrame) -> pd.Series:
     """What a split is stratified by: the label, or (label, domain) when the data has domains."""
-    if "domain" not in table:
-        return table["label"]
-    return table["label"] + "\x1f" + table["domain"]
+    return table["label"] + "\x1f" + table["domain"] if "domain" in table else table["label"]
 
 
 def _class_orders(table: pd.DataFrame, seed: int, strata: pd.Series | None = None) -> dict[str, np.ndarray]:

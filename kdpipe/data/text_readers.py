@@ -9,6 +9,7 @@ external OOD file: docs/methods.md, "Judging uncertainty".
 from __future__ import annotations
 
 import codecs
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kdpipe.core.store import KdpipeError
-from kdpipe.data.files import encoding_hint, file_format, json_record
+from kdpipe.data.files import encoding_error, file_format, json_record
 from kdpipe.data.hf import is_hf_source, load_splits
 from kdpipe.data.labels import container
 from kdpipe.data.settings import OodSourceSettings, TransferSettings
@@ -31,34 +32,22 @@ def text_readers(
     source: str, key: str, settings: TransferSettings | OodSourceSettings
 ) -> list[tuple[str, Callable[[], Iterator[pd.DataFrame]]]]:
     """Each part of ``source`` as (where, reader) of the ``settings``' text column(s); ``key``: the config key."""
-    wanted = _Wanted({"text": settings.text_column}, section=key.rpartition(".")[0])
+    wanted, section = {"text": settings.text_column}, key.rpartition(".")[0]  # (section: its keys name the columns)
     if settings.text_pair_column:
         wanted["text_pair"] = settings.text_pair_column
     if is_hf_source(source):
         splits = load_splits(source, key)
         readers = [
-            (f"{source} ({name} split)", _hf_reader(data, wanted, f"{key} {source}", name))
+            (f"{source} ({name} split)", _hf_reader(data, wanted, section, f"{key} {source}", name))
             for name, data in splits.items()
         ]
     else:
-        readers = [(source, _file_reader(Path(source), settings.format, settings.encoding, wanted, key))]
-    return [(where, _texts_of(reader, wanted, where)) for where, reader in readers]
-
-
-class _Wanted(dict):
-    """The columns to read, ``{name: column}``, and the config section whose keys name them (for messages)."""
-
-    def __init__(self, columns: dict[str, str], section: str):
-        super().__init__(columns)
-        self.section = section
-
-
-def _texts_of(reader, wanted: dict[str, str], where: str) -> Callable[[], Iterator[pd.DataFrame]]:
-    return lambda: _as_text(reader(), wanted, where)
+        readers = [(source, _file_reader(Path(source), settings.format, settings.encoding, wanted, section, key))]
+    return [(where, functools.partial(_as_text, reader, wanted, where)) for where, reader in readers]
 
 
 def _file_reader(
-    path: Path, fmt: str, encoding: str, wanted: dict[str, str], key: str
+    path: Path, fmt: str, encoding: str, wanted: dict[str, str], section: str, key: str
 ) -> Callable[[], Iterator[pd.DataFrame]]:
     if not path.is_file():
         raise file_not_found(path, key)
@@ -68,24 +57,23 @@ def _file_reader(
     if fmt != "parquet":
         _check_encoding(path, encoding, key)
     reader = {"parquet": _parquet_reader, "jsonl": _jsonl_reader}.get(fmt, _delimited_reader)
-    return reader(path, wanted, fmt, encoding)
+    return reader(path, wanted, section, fmt, encoding)
 
 
 _KEYS = {"text": "text_column", "text_pair": "text_pair_column"}
 
 
-def _check_columns(where: str, available: list[str], wanted: dict[str, str]) -> None:
-    section = getattr(wanted, "section", "dataset")
+def _check_columns(where: str, available: list[str], wanted: dict[str, str], section: str) -> None:
     for name, column in wanted.items():
         if column not in available:
             raise no_column(where, column, f"{section}.{_KEYS[name]}", available)
 
 
-def _as_text(batches: Iterator[pd.DataFrame], wanted: dict[str, str], where: str) -> Iterator[pd.DataFrame]:
-    """The wanted columns of each batch under kdpipe's names, as strings (None where missing); a list, an object or
-    bytes in a cell stops the read, naming the row."""
+def _as_text(reader, wanted: dict[str, str], where: str) -> Iterator[pd.DataFrame]:
+    """The wanted columns of each batch ``reader()`` yields, under kdpipe's names, as strings (None where missing);
+    a list, an object or bytes in a cell stops the read, naming the row."""
     start = 0
-    for frame in batches:
+    for frame in reader():
         out = {}
         for name, column in wanted.items():
             values = frame[column]
@@ -107,13 +95,13 @@ def _not_text(value) -> str | None:
     return container(value) or ("bytes (a binary column)" if isinstance(value, (bytes, bytearray)) else None)
 
 
-def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
+def _parquet_reader(path: Path, wanted: dict[str, str], section: str, fmt: str, encoding: str):
     def read() -> Iterator[pd.DataFrame]:
         try:
             file = pq.ParquetFile(path, pre_buffer=False)  # (pre-buffered row groups stay held: memory would grow)
         except (pa.ArrowException, OSError) as err:
             raise KdpipeError(f"{path}: cannot be read as parquet ({err})") from err
-        _check_columns(str(path), file.schema_arrow.names, wanted)
+        _check_columns(str(path), file.schema_arrow.names, wanted, section)
         for batch in file.iter_batches(BATCH_ROWS, columns=list(wanted.values())):
             yield batch.to_pandas()
 
@@ -124,7 +112,7 @@ def _parquet_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str)
 CSV_BLOCK, CSV_BLOCK_MAX = 1 << 22, (1 << 31) - 1
 
 
-def _delimited_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
+def _delimited_reader(path: Path, wanted: dict[str, str], section: str, fmt: str, encoding: str):
     import pyarrow.csv as csv
 
     tsv = fmt == "tsv"
@@ -142,7 +130,7 @@ def _delimited_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: st
         while True:  # (again with larger blocks, past the rows already given, when a record does not fit one)
             options = dict(read_options=csv.ReadOptions(encoding=encoding, block_size=block), parse_options=parse)
             try:
-                _check_columns(str(path), csv.open_csv(path, **options).schema.names, wanted)
+                _check_columns(str(path), csv.open_csv(path, **options).schema.names, wanted, section)
                 skip = done
                 for batch in csv.open_csv(path, **options, convert_options=convert):
                     if skip >= len(batch):
@@ -161,7 +149,7 @@ def _delimited_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: st
     return read
 
 
-def _jsonl_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
+def _jsonl_reader(path: Path, wanted: dict[str, str], section: str, fmt: str, encoding: str):
     def read() -> Iterator[pd.DataFrame]:
         rows, seen = [], set()
         with open(path, encoding=encoding, newline="") as handle:
@@ -175,11 +163,11 @@ def _jsonl_reader(path: Path, wanted: dict[str, str], fmt: str, encoding: str):
                 seen.update(row)
                 rows.append({column: row.get(column) for column in wanted.values()})
                 if len(rows) == BATCH_ROWS:
-                    _check_columns(str(path), sorted(seen), wanted)
+                    _check_columns(str(path), sorted(seen), wanted, section)
                     yield pd.DataFrame(rows, columns=list(wanted.values()))
                     rows = []
         if rows:
-            _check_columns(str(path), sorted(seen), wanted)
+            _check_columns(str(path), sorted(seen), wanted, section)
             yield pd.DataFrame(rows, columns=list(wanted.values()))
 
     return read
@@ -196,9 +184,9 @@ def _lines(handle) -> Iterator[str]:
         yield rest
 
 
-def _hf_reader(data, wanted: dict[str, str], source: str, split: str):
+def _hf_reader(data, wanted: dict[str, str], section: str, source: str, split: str):
     def read() -> Iterator[pd.DataFrame]:
-        _check_columns(f"{source} ({split} split)", list(data.column_names), wanted)
+        _check_columns(f"{source} ({split} split)", list(data.column_names), wanted, section)
         for start in range(0, len(data), BATCH_ROWS):
             batch = data.select_columns(list(wanted.values()))[start : start + BATCH_ROWS]
             yield pd.DataFrame(batch)
@@ -215,11 +203,11 @@ def _has_content(path: Path) -> bool:
 
 
 def _check_encoding(path: Path, encoding: str, key: str) -> None:
-    """The whole file decodes in ``encoding`` (read in chunks), or an error with the byte offset and a hint."""
+    """The whole file decodes in ``encoding`` (read in chunks), or :func:`kdpipe.data.files.encoding_error`."""
     try:
         decoder = codecs.getincrementaldecoder(encoding)()
     except LookupError as err:
-        raise KdpipeError(f"dataset.encoding '{encoding}' is not a known text encoding") from err
+        raise encoding_error(path, encoding, err, b"", "dataset.encoding") from err
     offset = 0
     with open(path, "rb") as handle:
         while True:
@@ -228,12 +216,9 @@ def _check_encoding(path: Path, encoding: str, key: str) -> None:
             try:
                 decoder.decode(chunk, final=not chunk)
             except UnicodeDecodeError as err:
-                start = offset - pending + err.start
                 handle.seek(0)
-                raise KdpipeError(
-                    f"{path}: not valid {encoding} at byte offset {start} ({err.reason}); "
-                    f"{encoding_hint(handle.read(1 << 24))} ({key})"
-                ) from err
+                said = encoding_error(path, encoding, err, handle.read(1 << 24), "dataset.encoding", offset - pending)
+                raise KdpipeError(f"{said} ({key})") from err
             if not chunk:
                 return
             offset += len(chunk)

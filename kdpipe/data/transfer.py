@@ -127,8 +127,7 @@ def _reasons(
             print(f"[kdpipe] transfer: {where}: {lines:,} of {read:,} texts span several lines", file=sys.stderr)
     counts = {"rows": counts, "multiline_texts": multiline}
     hashed, reason = np.concatenate(hashes), np.concatenate(reasons)
-    first = np.zeros(len(hashed), bool)
-    first[np.unique(hashed, return_index=True)[1]] = True
+    first = ~pd.Series(hashed).duplicated().to_numpy()
     open_ = (reason == 0) | np.isin(
         reason, [code[name] for name in ("evaluation_truncated", "evaluation_shared", "evaluation_contained")]
     )

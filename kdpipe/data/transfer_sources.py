@@ -163,9 +163,8 @@ def _header(path, fmt: str, encoding: str) -> list[str] | None:
 
 
 def transfer_rows_bound(sources: list[str], fmt: str, cap: int | None) -> int | None:
-    """At most how many rows the transfer files ``sources`` give before any is dropped, withheld rows not counted (at
-    most ``cap``), counted cheaply (a record spanning several lines counts more than once); None when a
-    source cannot be counted so (a Hugging Face dataset, a file not there yet)."""
+    """At most how many rows the transfer files ``sources`` give before any is dropped (at most ``cap``), counted
+    cheaply (a record of several lines counts more than once); None for a Hugging Face dataset or a missing file."""
     total = 0
     for source in sources:
         path = Path(source)

@@ -395,17 +395,6 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
     return out
 
 
-def _decided(test: ClaimTest, adjusted: float, alpha: float) -> str:
-    return test.outcome if adjusted < alpha else UNDECIDED
-
-
-def _verdict(tests: Sequence[ClaimTest], verdicts: Sequence[str]) -> str:
-    """A claim's verdict in words: one test's verdict, or "direction …, size …" for a claim with a gap."""
-    if len(tests) == 1:
-        return verdicts[0]
-    return ", ".join(f"{test.name} {verdict}" for test, verdict in zip(tests, verdicts, strict=True))
-
-
 def family(tests: Sequence[Sequence[ClaimTest]], alpha: float = ALPHA) -> list[Decision]:
     """The verdicts of a family of claims, each given by its tests: every test's p adjusted together (Holm), and a
     test decided when its adjusted p is below ``alpha``, its verdict then the side its estimate lies on."""
@@ -414,8 +403,10 @@ def family(tests: Sequence[Sequence[ClaimTest]], alpha: float = ALPHA) -> list[D
     out, start = [], 0
     for claim in tests:
         mine = adjusted[start : start + len(claim)]
-        verdicts = tuple(_decided(test, p, alpha) for test, p in zip(claim, mine, strict=True))
-        out.append(Decision(tuple(float(p) for p in mine), verdicts, _verdict(claim, verdicts)))
+        verdicts = tuple(test.outcome if p < alpha else UNDECIDED for test, p in zip(claim, mine, strict=True))
+        # in words: one test's verdict, or "direction …, size …" for a claim with a gap
+        verdict = verdicts[0] if len(claim) == 1 else ", ".join(f"{t.name} {v}" for t, v in zip(claim, verdicts))
+        out.append(Decision(tuple(float(p) for p in mine), verdicts, verdict))
         start += len(claim)
     return out
 

@@ -145,7 +145,6 @@ def write_ood(
         result["mc_samples"] = int(settings.mc_samples)
     result["ood"] = {
         **ood_description(settings.ood),
-        "in_split": "test",
         "n_in": int(in_probs.shape[0]),
         "n_ood": int(len(ood_rows)),
         "accuracy_in": in_accuracy,
@@ -171,22 +170,22 @@ def write_no_ood(settings: EvalSettings, extra: dict, out_json: Path, out_predic
     """``ood.json`` of a model that has no OOD scores (``ood.scores`` null, ``ood.reason`` says why) and an empty
     predictions table."""
     result = settings.info(OOD_SPLIT)
-    result.update(extra, ood={**ood_description(settings.ood), "in_split": "test", "scores": None, "reason": reason})
+    result.update(extra, ood={**ood_description(settings.ood), "scores": None, "reason": reason})
+    empty = pd.DataFrame({"row_id": pd.Series(dtype="int64"), "ood_label": pd.Series(dtype="object")})
     with atomic_path(out_predictions) as tmp:
-        pd.DataFrame({"row_id": pd.Series(dtype="int64"), "ood_label": pd.Series(dtype="object")}).to_parquet(
-            tmp, index=False
-        )
+        empty.to_parquet(tmp, index=False)
     write_json(out_json, result)
     return result
 
 
 def ood_description(ood: OodSpec | None) -> dict:
-    """What the OOD rows are, from the evaluation's ``ood`` setting."""
+    """What the OOD rows are (the evaluation's ``ood`` setting) and the rows they are told from (the test split)."""
     ood = ood or OodSpec()
     return {
         "source": "classes" if ood.classes else "file",
         "classes": None if ood.classes is None else list(ood.classes),
         "file": ood.source,
+        "in_split": "test",
     }
 
 

@@ -1,5 +1,5 @@
 """What a method receives (:class:`DistillContext`) and returns (:class:`Objective`, shared with teacher
-objectives: :mod:`kdpipe.training.objective`)."""
+objectives: :mod:`kdpipe.training.loop`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import nn
 
 from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
-from kdpipe.training.objective import Objective
+from kdpipe.training.loop import Objective
 
 __all__ = ["DistillContext", "Objective", "student_logits"]
 
@@ -45,6 +45,10 @@ class DistillContext:
 
     def block(self, teacher: str) -> torch.Tensor:
         return torch.as_tensor(self.blocks[teacher], device=self.device)
+
+    def full_label_logits(self, teacher: str) -> torch.Tensor:
+        """The cached train logits [N, C] of a teacher that covers every label, in the student's label order."""
+        return self.signal(teacher, "logits")[:, torch.argsort(self.block(teacher))]
 
     def check_token_aligned(self, method: str, feature: str = "hidden") -> None:
         """Refuse token-level features of a dump tokenised otherwise than the student's train split."""

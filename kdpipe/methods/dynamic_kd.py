@@ -1,8 +1,6 @@
 """Dynamic KD (Li et al., EMNLP 2021; docs/methods.md §2): the student's own uncertainty steers KD.
 
-``dynamic_teacher`` (§2a) mixes a small and a large teacher by the student's normalised entropy ĥ, ``dynamic_data``
-(§2b) gives the KD term only to the examples the student scores most informative, and ``dynamic_objective`` (§2c)
-splits KD between logits and hidden states by ĥ. ĥ is computed online every step (detached unless
+One builder per variant. The student's normalised entropy ĥ is computed online every step (detached unless
 ``entropy_grad: true``); the teacher side is read from the cache.
 """
 
@@ -18,7 +16,7 @@ from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import model_inputs
 from kdpipe.methods.base import DistillContext, Objective, student_logits
 from kdpipe.methods.dynamic_choices import REVERSED
-from kdpipe.methods.losses import gold_cross_entropy, soft_kl, token_mse, union_logits
+from kdpipe.methods.losses import soft_kl, token_mse, union_logits, weighted_gold_ce
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -101,25 +99,6 @@ def objective_weights(h: torch.Tensor, strategy: str) -> tuple[torch.Tensor, tor
     return torch.ones_like(h), torch.ones_like(h)
 
 
-def _entropy(z: torch.Tensor, grad: bool) -> torch.Tensor:
-    h = normalized_entropy(z)
-    return h if grad else h.detach()
-
-
-def _full_label_logits(ctx: DistillContext, teacher: str) -> torch.Tensor:
-    """A full-label teacher's cached logits in the student's label order."""
-    return ctx.signal(teacher, "logits")[:, torch.argsort(ctx.block(teacher))]
-
-
-def _weighted_ce(z: torch.Tensor, batch: dict, weight: float) -> tuple[torch.Tensor, dict]:
-    """(α_ce · CE with the gold labels, its ``ce`` term); with ``ce_weight: 0`` the batch's labels are not read
-    (docs/report.md, "Which gold labels each model read")."""
-    if not weight:
-        return z.new_zeros((), dtype=torch.float32), {}
-    ce = gold_cross_entropy(z, batch["labels"])
-    return weight * ce, {"ce": ce.item()}
-
-
 def build_teacher(ctx: DistillContext, args: Args) -> Objective:
     """``dynamic_teacher``: CE + KD from a small and a large teacher, weighted by the student's ĥ (§2a)."""
     if len(ctx.teachers) != 2 or args.small_teacher not in ctx.teachers:
@@ -128,13 +107,13 @@ def build_teacher(ctx: DistillContext, args: Args) -> Objective:
             f"smaller one; teachers are {ctx.teachers}, small_teacher is {args.small_teacher!r}"
         )
     large = next(t for t in ctx.teachers if t != args.small_teacher)
-    small_z, large_z = _full_label_logits(ctx, args.small_teacher), _full_label_logits(ctx, large)
+    small_z, large_z = ctx.full_label_logits(args.small_teacher), ctx.full_label_logits(large)
     distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce, ce_terms = _weighted_ce(z, batch, args.ce_weight)
-        h = _entropy(z, args.entropy_grad)
+        ce, ce_terms = weighted_gold_ce(z, batch, args.ce_weight)
+        h = normalized_entropy(z if args.entropy_grad else z.detach())
         w_small, w_large = teacher_weights(h, args.mode, args.direction)
         d_small = kd_distance(z, small_z[batch["index"]], distance, temperature)
         d_large = kd_distance(z, large_z[batch["index"]], distance, temperature)
@@ -156,7 +135,7 @@ def build_data(ctx: DistillContext, args: Args) -> Objective:
 
     def loss(model, batch):
         z = student_logits(model, batch)
-        ce, ce_terms = _weighted_ce(z, batch, args.ce_weight)
+        ce, ce_terms = weighted_gold_ce(z, batch, args.ce_weight)
         kept = select_top(selection_scores(z, args.strategy), ratio)
         if len(kept):
             kd = kd_distance(z[kept], targets[batch["index"][kept]], distance, temperature).mean()
@@ -183,14 +162,14 @@ def build_objective(ctx: DistillContext, args: Args) -> Objective:
             f"{ctx.student_config.hidden_size}; the objective compares hidden states directly"
         )
     pairs = [(s, ctx.hidden_slot(teacher, tl)) for s, tl in ctx.alignment[teacher]]
-    targets = _full_label_logits(ctx, teacher)
+    targets = ctx.full_label_logits(teacher)
     distance, temperature = args.distance, float(args.temperature)
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True)
         z = out.logits
-        ce, ce_terms = _weighted_ce(z, batch, args.ce_weight)
-        h = _entropy(z, args.entropy_grad)
+        ce, ce_terms = weighted_gold_ce(z, batch, args.ce_weight)
+        h = normalized_entropy(z if args.entropy_grad else z.detach())
         w_logit, w_rep = objective_weights(h, args.strategy)
         d = kd_distance(z, targets[batch["index"]], distance, temperature)
         mask = batch["attention_mask"].float()

@@ -94,13 +94,11 @@ def build(ctx: DistillContext, args: Args) -> Objective:
             raise KdpipeError(f"hydra_plus: {name} must be positive, got {getattr(args, name)}")
     if not float(args.diversity) >= 0:
         raise KdpipeError(f"hydra_plus: diversity must be non-negative, got {args.diversity}")
-    lambda_at(0, args.diversity, args.diversity_ramp)  # a bad ramp fails before training
     alpha, beta = float(args.alpha), float(args.beta)
     temp_a, temp_i = float(args.temp_aggregate), float(args.temp_individual)
     lam, ramp = float(args.diversity), args.diversity_ramp
-    # the teachers' cached train logits [N, rows, C] in the student's label order (each covers every label)
-    members = torch.stack([ctx.signal(t, "logits")[:, torch.argsort(ctx.block(t))] for t in ctx.teachers])
-    state = {"lambda": lambda_at(0, lam, ramp)}
+    members = torch.stack([ctx.full_label_logits(t) for t in ctx.teachers])  # [N, rows, C]
+    state = {"lambda": lambda_at(0, lam, ramp)}  # (a bad ramp fails here, before training)
 
     def on_epoch(epoch: int, epochs: int) -> None:
         state["lambda"] = lambda_at(epoch, lam, ramp)

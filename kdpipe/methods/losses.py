@@ -53,3 +53,12 @@ def gold_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, label_smoo
     labelled = labels >= 0
     per_row = F.cross_entropy(logits.float(), labels.clamp_min(0), reduction="none", label_smoothing=label_smoothing)
     return (per_row * labelled).sum() / max(len(labels), 1)
+
+
+def weighted_gold_ce(logits: torch.Tensor, batch: dict, weight: float) -> tuple[torch.Tensor, dict]:
+    """(``weight`` · :func:`gold_cross_entropy`, its ``ce`` term); with weight 0 the batch's labels are not read
+    (docs/report.md, "Which gold labels each model read")."""
+    if not weight:
+        return logits.new_zeros((), dtype=torch.float32), {}
+    ce = gold_cross_entropy(logits, batch["labels"])
+    return weight * ce, {"ce": ce.item()}

@@ -68,8 +68,7 @@ def build(ctx: DistillContext, args: Args) -> Objective:
     """The MUKI objective from the student's route: q and m precomputed for all train rows."""
     if ctx.route is None:
         raise KdpipeError("muki: the student has no route (the distill stage takes it with --route)")
-    mode, tau_s = args.aggregation, float(args.tau_s)
-    temperature = float(args.temperature)
+    mode, tau_s, temperature = args.aggregation, float(args.tau_s), float(args.temperature)
     scores = ctx.route["scores"]
     calibration = ctx.route.get("temperatures")
     padded = padded_probs(

@@ -2,8 +2,8 @@
 
 The teacher starts from the *pre-trained* backbone and takes one step per student step towards the task and the
 student's current prediction; the student learns the updated teacher's prediction (so its teacher signals cannot be
-cached: docs/methods.md §6). The teacher reads the batch in
-its own tokenisation of the train split, so a student with another tokenisation (a BiLSTM) works too.
+cached: docs/methods.md §6). The teacher reads the batch in its own tokenisation of the train split, so a student
+with another tokenisation (a BiLSTM) works too.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ its ``method_args`` (:class:`Arg`), which the plan checks and completes before a
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from kdpipe.core.settings import Args
 from kdpipe.core.store import KdpipeError
@@ -60,7 +60,9 @@ class MethodSpec:
     teacher_objective: str | None = None  # the teachers must have been trained with this objective ("meta")
     routed: bool = False  # weighs its teachers per row from a routing artifact (the route rule; docs/routing.md)
     teachers: bool = True  # False: a baseline that learns from the gold labels alone and names no teachers
-    unlabelled: str = ""  # what it learns from a row without a gold label (a transfer row); "": it reads none
+    # what it learns from a row without a gold label (a transfer row, kdpipe.data.transfer): its distillation terms
+    # only, a gold-label term skipping the row (kdpipe.methods.losses.gold_cross_entropy); "": it reads none
+    unlabelled: str = ""
 
     def job_spec(self) -> dict:
         """What the distill stage needs to know of the method (:class:`kdpipe.methods.settings.MethodJob`), passed in
@@ -82,11 +84,6 @@ def _temperature(default: float, meaning: str = "softmax temperature T of the KD
 
 
 _ATTENTION_HEADS = ("auto", "per_head", "mean")  # auto: per head when the head counts agree, else averaged
-
-_META_KD_STAGE1 = (
-    Arg("gamma", "float", 0.5, "γ: weight of the domain-representation MSE"),
-    Arg("attention_heads", "str", "auto", "attentions per head, or averaged", choices=_ATTENTION_HEADS),
-)
 
 
 def _muki(score: str) -> tuple[Arg, ...]:
@@ -117,23 +114,7 @@ def _dynamic(name: str, classes: str, summary: str, *args: Arg, signals=("logits
     return MethodSpec(name, "kdpipe.methods.dynamic_kd", signals, classes, summary, (*_DYNAMIC, *args), builder, **more)
 
 
-# What each method learns from a row without a gold label (a transfer row, kdpipe.data.transfer): its
-# distillation terms only. A gold-label term (cross-entropy, Hydra's correctness loss) skips the row
-# (kdpipe.methods.losses.gold_cross_entropy). A method without an entry reads no transfer row; why is said here.
-UNLABELLED_ROWS = {
-    "vanilla_kd": "the KD term; the hard-label term (hard_label_weight) skips it",
-    "uhc": "the per-teacher KL terms (it reads no gold label)",
-    "dfa": "the KD and feature-amalgamation terms (it reads no gold label)",
-    "muki": "the routed KD term, with the row's teacher weights from the route, which scores it like a train row "
-    "(every router but oracle, which needs the gold label)",
-    "muki_no_mc": "as muki",
-    "dynamic_teacher": "the uncertainty-weighted KD term; the cross-entropy term skips it",
-    "dynamic_data": "selected by the student's uncertainty like any row; the cross-entropy term skips it",
-    "dynamic_objective": "the weighted logit and hidden-state terms; the cross-entropy term skips it",
-    "hydra_plus": "every head's KD term; the correctness (cross-entropy) term skips it",
-    "hydra": "every head's KD term; the correctness (cross-entropy) term skips it",
-}
-# Why the others read no transfer row
+# Why the methods whose ``unlabelled`` is empty read no transfer row
 NO_UNLABELLED_ROWS = {
     "supervised": "it learns from gold labels alone",
     "meta_kd": "each row's weight comes from its gold label and domain (prototype score, domain expertise)",
@@ -142,7 +123,7 @@ NO_UNLABELLED_ROWS = {
 }
 
 METHODS = {
-    spec.name: replace(spec, unlabelled=UNLABELLED_ROWS.get(spec.name, ""))
+    spec.name: spec
     for spec in (
         MethodSpec(
             "supervised",
@@ -160,6 +141,7 @@ METHODS = {
             "disjoint_or_identical",
             "MUKI's VKD baseline: T²·KL to the softmax of the concatenated teacher logits (docs/methods.md §1)",
             args=(_temperature(5.0), Arg("hard_label_weight", "float", 0.0, "weight of the gold-label CE")),
+            unlabelled="the KD term; the hard-label term (hard_label_weight) skips it",
         ),
         MethodSpec(
             "uhc",
@@ -168,6 +150,7 @@ METHODS = {
             "disjoint",
             "UHC: per-teacher KL to the student's distribution renormalised in the teacher's block (§1)",
             args=(_temperature(1.0),),
+            unlabelled="the per-teacher KL terms (it reads no gold label)",
         ),
         MethodSpec(
             "dfa",
@@ -183,6 +166,7 @@ METHODS = {
                 Arg("adapter_lr", "float", 1e-3, "learning rate of the adapters"),
                 Arg("align_number", "int", -1, "student layers aligned from the top (-1: all)"),
             ),
+            unlabelled="the KD and feature-amalgamation terms (it reads no gold label)",
         ),
         MethodSpec(
             "muki",
@@ -192,6 +176,8 @@ METHODS = {
             "MUKI: teachers weighted per example by a router (MC-dropout certainty by default), hard or soft, "
             "margin-weighted KL (§1)",
             args=_muki("entropy"),
+            unlabelled="the routed KD term, with the row's teacher weights from the route, which scores it like a "
+            "train row (every router but oracle, which needs the gold label)",
             routed=True,
         ),
         MethodSpec(
@@ -201,6 +187,7 @@ METHODS = {
             "disjoint",
             "MUKI with certainty from one deterministic pass instead of MC-dropout (§1, no_mc)",
             args=_muki("logit_entropy"),
+            unlabelled="as muki",
             routed=True,
         ),
         _dynamic(
@@ -210,6 +197,7 @@ METHODS = {
             Arg("mode", "str", "hard", "how student entropy picks the teacher", choices=TEACHER_MODES),
             Arg("direction", "str", "uncertain_to_small", "which teacher uncertain examples go to", choices=DIRECTIONS),
             Arg("small_teacher", "str", None, "the smaller of the two teachers (required)"),
+            unlabelled="the uncertainty-weighted KD term; the cross-entropy term skips it",
         ),
         _dynamic(
             "dynamic_data",
@@ -217,6 +205,7 @@ METHODS = {
             "Dynamic KD (b): CE on the batch + KD on the top fraction r scored by the student (§2b)",
             Arg("strategy", "str", "margin", "how the student scores examples", choices=DATA_STRATEGIES),
             Arg("ratio", "float", 0.5, "fraction r of each batch that gets the KD term"),
+            unlabelled="selected by the student's uncertainty like any row; the cross-entropy term skips it",
         ),
         _dynamic(
             "dynamic_objective",
@@ -226,6 +215,7 @@ METHODS = {
             Arg("strategy", "str", "uncertainty", "entropy split of the terms", choices=OBJECTIVE_STRATEGIES),
             signals=("logits", "hidden"),
             alignment="uniform",
+            unlabelled="the weighted logit and hidden-state terms; the cross-entropy term skips it",
         ),
         MethodSpec(
             "hydra_plus",
@@ -242,6 +232,7 @@ METHODS = {
                 Arg("diversity", "float", 1e-3, "λ: weight of the head-diversity term"),
                 Arg("diversity_ramp", "list", None, "[start, end] epochs over which λ rises from 0"),
             ),
+            unlabelled="every head's KD term; the correctness (cross-entropy) term skips it",
         ),
         MethodSpec(
             "hydra",
@@ -252,6 +243,7 @@ METHODS = {
             builder="build_hydra",
             multihead=True,
             args=(Arg("temp_individual", "float", 3.0, "temperature of the member-to-head KL"),),
+            unlabelled="every head's KD term; the correctness (cross-entropy) term skips it",
         ),
         MethodSpec(
             "meta_kd",
@@ -284,7 +276,10 @@ METHODS = {
             internal=True,
             prototypes=True,
             teacher_objective="meta",
-            args=_META_KD_STAGE1,
+            args=(
+                Arg("gamma", "float", 0.5, "γ: weight of the domain-representation MSE"),
+                Arg("attention_heads", "str", "auto", "attentions per head, or averaged", choices=_ATTENTION_HEADS),
+            ),
         ),
         MethodSpec(
             "prokt",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kdpipe.core.settings import Args
 from kdpipe.methods.base import DistillContext, Objective, student_logits
-from kdpipe.methods.losses import gold_cross_entropy, union_logits, vanilla_kd_loss
+from kdpipe.methods.losses import union_logits, vanilla_kd_loss, weighted_gold_ce
 
 
 def build(ctx: DistillContext, args: Args) -> Objective:
@@ -22,12 +22,7 @@ def build(ctx: DistillContext, args: Args) -> Objective:
     def loss(model, batch):
         z = student_logits(model, batch)
         kd = vanilla_kd_loss(z, targets[batch["index"]], temperature)
-        total = kd
-        terms = {"kd": kd.item()}
-        if w_hl:
-            ce = gold_cross_entropy(z, batch["labels"])
-            total = total + w_hl * ce
-            terms["ce"] = ce.item()
-        return total, terms
+        ce, ce_terms = weighted_gold_ce(z, batch, w_hl)
+        return kd + ce, {"kd": kd.item(), **ce_terms}
 
     return Objective(loss=loss)

@@ -33,35 +33,6 @@ def iterate(
 
 
 @torch.inference_mode()
-def _predict(
-    model: nn.Module,
-    encoded: Encoded,
-    pick: Callable,
-    *,
-    batch_size: int,
-    device: torch.device,
-    desc: str | None,
-    shard: tuple[int, int] = WHOLE,
-    dropout: bool = False,
-) -> np.ndarray:
-    """``pick(model output)`` [..., B, C] of every batch gathered into [..., N, C] in row order (a shard fills its
-    rows); in eval mode, but for dropout with ``dropout``."""
-    if dropout:
-        enable_dropout(model)
-    else:
-        model.eval()
-    out = None
-    for batch in iterate(encoded, batch_size, device, desc, shard):
-        with autocast(device):
-            values = pick(model(**model_inputs(batch))).float().cpu().numpy()
-        if out is None:
-            out = np.zeros((*values.shape[:-2], len(encoded), values.shape[-1]), dtype=np.float32)
-        out[..., batch["index"].cpu().numpy(), :] = values
-    if out is None:  # a shard with no batch (more shards than batches)
-        out = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
-    return out
-
-
 def predict_logits(
     model: nn.Module,
     encoded: Encoded,
@@ -70,23 +41,31 @@ def predict_logits(
     device: torch.device,
     desc: str | None = None,
     shard: tuple[int, int] = WHOLE,
+    members: bool = False,
+    dropout: bool = False,
 ) -> np.ndarray:
-    """Eval-mode logits [N, C] (float32) in row order (a multi-head model: log of its heads' mean probability)."""
-    return _predict(
-        model, encoded, lambda out: out.logits, batch_size=batch_size, device=device, desc=desc, shard=shard
-    )
-
-
-def _members(out) -> torch.Tensor:
-    heads = getattr(out, "head_logits", None)
-    return heads if heads is not None else out.logits[None]
-
-
-def predict_member_logits(
-    model: nn.Module, encoded: Encoded, *, batch_size: int, device: torch.device, desc: str | None = None
-) -> np.ndarray:
-    """Eval-mode logits of each member [M, N, C]: a multi-head model's heads, else the one model (M = 1)."""
-    return _predict(model, encoded, _members, batch_size=batch_size, device=device, desc=desc)
+    """Logits in row order (float32; a shard fills its rows): [N, C] (a multi-head model: log of its heads' mean
+    probability), or with ``members`` each member's [M, N, C] (a multi-head model's heads, else the one model, M = 1).
+    In eval mode, but for dropout with ``dropout``."""
+    if dropout:
+        enable_dropout(model)
+    else:
+        model.eval()
+    out = None
+    for batch in iterate(encoded, batch_size, device, desc, shard):
+        with autocast(device):
+            output = model(**model_inputs(batch))
+            logits = output.logits
+            if members:
+                heads = getattr(output, "head_logits", None)
+                logits = logits[None] if heads is None else heads
+            values = logits.float().cpu().numpy()
+        if out is None:
+            out = np.zeros((*values.shape[:-2], len(encoded), values.shape[-1]), dtype=np.float32)
+        out[..., batch["index"].cpu().numpy(), :] = values
+    if out is None:  # a shard with no batch (more shards than batches)
+        out = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
+    return out
 
 
 def enable_dropout(model: nn.Module) -> nn.Module:
@@ -122,7 +101,7 @@ def mc_member_logits(
         torch.manual_seed(seed * 1_000_003 + t)
         label = f"{desc} (MC-dropout {t + 1}/{samples})" if desc else None
         passes.append(
-            _predict(model, encoded, _members, batch_size=batch_size, device=device, desc=label, dropout=True)
+            predict_logits(model, encoded, batch_size=batch_size, device=device, desc=label, members=True, dropout=True)
         )
     model.eval()
     return np.concatenate(passes)

@@ -64,7 +64,10 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
             merged = {**config.get("teacher_defaults", {}), **(spec or {})}
             if merged.get("prompt"):
                 check_prompted_entry(merged, f"teachers.{name}")
-            _complete_objective_args(merged, f"teachers.{name}")
+            objective = TEACHER_OBJECTIVES.get(merged.get("objective", "ce"))
+            if objective:  # its arguments checked and completed with their declared defaults
+                where = f"teachers.{name}.objective_args"
+                merged["objective_args"] = complete_args(objective.args, merged.get("objective_args"), where)
             ensemble = merged.pop("ensemble", None)
             if not ensemble:
                 self.teachers[name] = merged
@@ -294,15 +297,6 @@ class Plan(Budget, Checks, Classes, Exports, Layers, Ood, Passes, Prompted, Rout
             for split in self.mc_splits():
                 out += signal_files("mc", SIGNALS.format(teacher=teacher, split=split))[:1]
         return out + [SERVING.format(model=model) for model in self.serving_models()]
-
-
-def _complete_objective_args(merged: dict, where: str) -> None:
-    """A teacher objective's arguments checked and completed with their declared defaults (in place)."""
-    objective = TEACHER_OBJECTIVES.get(merged.get("objective", "ce"))
-    if objective:
-        merged["objective_args"] = complete_args(
-            objective.args, merged.get("objective_args"), f"{where}.objective_args"
-        )
 
 
 def checked_plan(config: dict, schema_path: Path, snakemake_validate: Callable[[], None]) -> Plan:

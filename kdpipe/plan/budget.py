@@ -11,6 +11,7 @@ import math
 import shutil
 import sys
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from kdpipe.core.store import KdpipeError, disk_reserve
@@ -87,7 +88,7 @@ def split_rows(plan, split: str) -> int | None:
     """The rows of ``split`` of the plan's data (None: unknown before a job runs), from the artifact's manifest when it
     was made from this config, else as the prepare stage will make them; transfer rows at most the withheld training
     rows plus what the transfer files hold, capped by ``dataset.transfer_max_rows``."""
-    rows = _data_rows(plan)
+    rows = plan.data_rows
     if plan.split_data(split) != TRANSFER.format(dataset=plan.dataset):
         return rows.get(split)
     made = _made_rows(Path(TRANSFER.format(dataset=plan.dataset)), plan.transfer_params())
@@ -118,28 +119,24 @@ def _made_rows(folder: Path, params: dict) -> dict | None:
     return None if manifest is None else {**manifest.get("rows", {}), "unlabelled": manifest.get("unlabelled_rows", 0)}
 
 
-def _data_rows(plan) -> dict:
-    rows = plan.__dict__.get("_split_rows")
-    if rows is None:
-        rows = _made_rows(Path(DATA.format(dataset=plan.dataset)), plan.prepare_params())
-        plan._split_rows = rows if rows is not None else selected_data(plan)[0]
-    return plan._split_rows
+class Budget:
+    """Mixed into :class:`kdpipe.plan.Plan`."""
 
-
-def selected_data(plan) -> tuple[dict, list[str]]:
-    """(rows per split, labels) of the dataset as the prepare stage will make it, from one read of its source
-    (cached on the plan; pandas, only when the data is not prepared yet)."""
-    if "_selected" not in plan.__dict__:
+    @cached_property
+    def selected_data(self) -> tuple[dict, list[str]]:
+        """(rows per split, labels) of the dataset as the prepare stage will make it, from one read of its source
+        (pandas, only when the data is not prepared yet)."""
         from kdpipe.data.prepare import _selected
         from kdpipe.data.settings import DatasetSettings
 
-        parts, labels, _ = _selected(DatasetSettings.from_params(plan.prepare_params(), "dataset"))
-        plan._selected = ({split: len(frame) for split, frame in parts.items()}, labels)
-    return plan._selected
+        parts, labels, _ = _selected(DatasetSettings.from_params(self.prepare_params(), "dataset"))
+        return {split: len(frame) for split, frame in parts.items()}, labels
 
-
-class Budget:
-    """Mixed into :class:`kdpipe.plan.Plan`."""
+    @cached_property
+    def data_rows(self) -> dict:
+        """The rows of each split of the prepared dataset (:func:`split_rows`)."""
+        rows = _made_rows(Path(DATA.format(dataset=self.dataset)), self.prepare_params())
+        return rows if rows is not None else self.selected_data[0]
 
     def online(self, student: str) -> bool:
         """The student computes its token-level teacher signals itself (``signals: online``, kdpipe.signals.online)

@@ -13,7 +13,7 @@ from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.data.settings import ClassSlice
 from kdpipe.methods.registry import get_method
 from kdpipe.models.heads import teacher_classes
-from kdpipe.plan.budget import made_from, selected_data
+from kdpipe.plan.budget import made_from
 from kdpipe.plan.paths import DATA
 
 # Teacher keys that only matter when a teacher is trained (left out of an imported teacher's slice)
@@ -35,7 +35,7 @@ class Classes:
             except (OSError, ValueError):
                 self._labels = None
             if self._labels is None:  # read once with the split sizes the plan's disk budget needs
-                self._labels = selected_data(self)[1]
+                self._labels = self.selected_data[1]
         return self._labels
 
     def imported(self, teacher: str) -> bool:

@@ -20,17 +20,6 @@ class Student:
     entry: str = ""  # the name as written under `students`
 
 
-# Teacher keys added after the first teachers were cached, with the value that means "as before".
-LATER_KEYS = {
-    "layers": None,
-    "objective": "ce",
-    "objective_args": {},
-    "domain": None,
-    "checkpoint": None,
-    "finetune": True,
-    "label_map": None,
-    "prompt": None,
-}
 # Training settings that a first stage may set apart from the student's own (``method_args.stage1``).
 STAGE_SETTINGS = ("epochs", "lr", "batch_size", "warmup_ratio", "weight_decay", "max_grad_norm", "checkpoint_every")
 

@@ -36,16 +36,18 @@ def check_numbers(config: dict, schema: dict) -> None:
     teacher_defaults = config.get("teacher_defaults") or {}
     for name, entry in _entries(config, "teachers"):
         objective = entry.get("objective", teacher_defaults.get("objective", _default(props, "teacher", "objective")))
+        declared = _number_args(TEACHER_OBJECTIVES.get(objective) if isinstance(objective, str) else None)
         for where, args in (
             (f"teachers.{name}.objective_args", entry.get("objective_args")),
             ("teacher_defaults.objective_args", teacher_defaults.get("objective_args")),
         ):
-            _check_args(args, _objective_args(objective), where)
+            _check_args(args, declared, where)
     student_defaults = config.get("student_defaults") or {}
     settings_schema = {"properties": props.get("student_defaults", {}).get("properties", {})}
     for name, entry in _entries(config, "students"):
         method = entry.get("method", student_defaults.get("method", _default(props, "student", "method")))
-        declared, first_stage = _method_args(method)
+        spec = METHODS.get(method) if isinstance(method, str) else None  # an unknown method is named by the plan
+        declared = _number_args(spec)
         for where, args in (
             (f"students.{name}.method_args", entry.get("method_args")),
             ("student_defaults.method_args", student_defaults.get("method_args")),
@@ -54,11 +56,11 @@ def check_numbers(config: dict, schema: dict) -> None:
                 continue
             _check_args({k: v for k, v in args.items() if k != "stage1"}, declared, where)
             stage1 = args.get("stage1")
-            if first_stage and isinstance(stage1, dict):  # the first stage's training settings and method_args
+            if spec and spec.first_stage and isinstance(stage1, dict):  # the first stage's settings and method_args
                 settings = {k: v for k, v in stage1.items() if k in STAGE_SETTINGS}
                 _walk(settings, settings_schema, f"{where}.stage1")
                 others = {k: v for k, v in stage1.items() if k not in settings}
-                _check_args(others, _method_args(first_stage)[0], f"{where}.stage1")
+                _check_args(others, _number_args(METHODS[spec.first_stage]), f"{where}.stage1")
 
 
 def number_hint(where: str, value: str, kind: str = "number") -> str | None:
@@ -143,14 +145,6 @@ def _check_args(args, declared: dict, where: str) -> None:
                 raise KdpipeError(message)
 
 
-def _method_args(method) -> tuple[dict, str | None]:
-    """A method's number-typed arguments ({name: schema type}) and its first stage's method name."""
-    spec = METHODS.get(method) if isinstance(method, str) else None
-    if spec is None:
-        return {}, None  # an unknown method is named by the plan
-    return {a.name: NUMBER_ARGS[a.type] for a in spec.args if a.type in NUMBER_ARGS}, spec.first_stage
-
-
-def _objective_args(objective) -> dict:
-    spec = TEACHER_OBJECTIVES.get(objective) if isinstance(objective, str) else None
+def _number_args(spec) -> dict:
+    """The number-typed arguments ({name: schema type}) of a method or teacher objective (none without one)."""
     return {a.name: NUMBER_ARGS[a.type] for a in spec.args if a.type in NUMBER_ARGS} if spec else {}

@@ -8,9 +8,7 @@ LLM = "results/llm/{llm}"  # a prompted teacher's causal LM, imported once per s
 SIGNALS_ROOT = "results/signals"
 SIGNALS = SIGNALS_ROOT + "/{teacher}/{split}"
 STUDENT = "results/students/{student}"
-COTRAINED = (
-    "results/cotrained/{student}"  # ProKT's teacher, trained with the student (evaluated as "<student>.teacher")
-)
+COTRAINED = "results/cotrained/{student}"  # ProKT's teacher, trained with the student (evaluated as <student>.teacher)
 ROUTE = "results/routes/{route}"  # a route: each row's teacher scores (kdpipe.routing.artifact)
 PROTOTYPES = "results/prototypes/train.parquet"  # Meta-KD's prototype scores of the train rows (+ train.json)
 EVAL = "results/eval/{model}/{split}"

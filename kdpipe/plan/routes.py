@@ -7,10 +7,8 @@ from kdpipe.methods.registry import get_method
 from kdpipe.plan.entries import without
 from kdpipe.plan.paths import ROUTE, SIGNALS
 from kdpipe.routing import DISPLAY_SETTINGS, RouteSpec, route_spec
-from kdpipe.routing.artifact import FILES
+from kdpipe.routing.artifact import FILES, TRANSFER_FILES
 from kdpipe.signals.catalog import signal_files
-
-TRANSFER_FILES = ("transfer.parquet", "transfer.json")  # beside a route (kdpipe.routing.transfer)
 
 
 class Routes:

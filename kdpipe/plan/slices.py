@@ -11,7 +11,7 @@ from kdpipe.data.transfer_sources import TRANSFER_KEYS
 from kdpipe.methods.registry import TEACHER_OBJECTIVES, get_method
 from kdpipe.models.backbones import HEAD_INIT_DEFAULTS, architecture_modules
 from kdpipe.plan.classes import TRAINING_KEYS
-from kdpipe.plan.entries import LATER_KEYS, without
+from kdpipe.plan.entries import without
 from kdpipe.plan.paths import ORACLE
 from kdpipe.signals.catalog import FEATURES, signal_spec
 
@@ -90,11 +90,10 @@ class Slices:
         return with_local_content(params)
 
     def teacher_params(self, teacher: str) -> dict:
-        """The teacher's settings (without keys at their "as before" value, :data:`LATER_KEYS`), plus the module of
-        its objective when it is not plain cross-entropy; so adding such a key to kdpipe does not change the slice of
-        teachers that do not use it."""
+        """The teacher's settings (but ``prompt``, which only a prompted teacher has), plus the module of its objective
+        when it is not plain cross-entropy."""
         spec = self.teachers[teacher]
-        params = {k: v for k, v in spec.items() if not (k in LATER_KEYS and v == LATER_KEYS[k]) and k != "devices"}
+        params = without(spec, "devices", "prompt")
         if spec.get("checkpoint"):  # the checkpoint replaces the backbone; an import trains nothing
             params = without(params, *(TRAINING_KEYS if self.imported(teacher) else ("backbone",)))
         objective = TEACHER_OBJECTIVES.get(spec.get("objective", "ce"))

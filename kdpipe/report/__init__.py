@@ -74,18 +74,16 @@ def build_report(
     ood = ood_table(oods) if oods else None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    warnings = (
-        [f"{r['route']}: {r['warning']}" for r in write_routing(routes, out_dir, settings.warn_below) if r["warning"]]
-        if routes
-        else []
-    )
+    # Optional outputs left by an earlier report on other evaluations would contradict the tables: those this report
+    # has something for are written again below.
+    for name in (*EXPORTED_OUTPUTS, *SERVING_OUTPUTS, *OOD_OUTPUTS, "transfer.png", "uncertainty.png"):
+        (out_dir / name).unlink(missing_ok=True)
+    routed = write_routing(routes, out_dir, settings.warn_below) if routes else []
+    warnings = [f"{r['route']}: {r['warning']}" for r in routed if r["warning"]]
     exported = exported_rows(records, settings.max_accuracy_drop)
     if len(exported):
         write_exported(exported, out_dir)
         warnings += flagged_lines(exported, settings.max_accuracy_drop)
-    else:
-        for name in EXPORTED_OUTPUTS:
-            (out_dir / name).unlink(missing_ok=True)
     with atomic_path(out_dir / "summary.tsv") as tmp:
         summary[list(tsv_columns(summary))].to_csv(tmp, sep="\t", index=False, na_rep="", float_format="%.6g")
     # Plots show one split (test when there is one): reliability on the validation split says little more.
@@ -97,18 +95,12 @@ def build_report(
     plot_cost(with_serving_latency(shown, profiles) if profiles else shown, out_dir / "cost.png")
     if profiles:
         write_serving(serving_table(profiles, shown), out_dir)
-    else:
-        for name in SERVING_OUTPUTS:  # (a stale table of other models would contradict the summary)
-            (out_dir / name).unlink(missing_ok=True)
     key_plots = [out_dir / "metrics.png", out_dir / "cost.png"]  # shown on the landing page, under the table
     if ood is not None:
         write_ood(ood, out_dir)
         plot_ood_roc(ood, out_dir / "ood_roc.png", list(shown["model"]))
         plot_risk_coverage(runs, shown, out_dir / "risk_coverage.png")
         key_plots += [out_dir / "ood_roc.png", out_dir / "risk_coverage.png"]
-    else:
-        for name in OOD_OUTPUTS:  # left by an earlier report on other evaluations: they would contradict the tables
-            (out_dir / name).unlink(missing_ok=True)
     for name, text in (
         ("summary.md", summary_markdown(summary, warnings, title)),
         ("summary.html", summary_html(summary, warnings, title, ood)),
@@ -121,12 +113,8 @@ def build_report(
         print(f"[kdpipe] report: training logs for TensorBoard: tensorboard --logdir {out_dir / 'tensorboard'}")
     if settings.transfer_curve or (runs["transfer_rows"] > 0).any():
         plot_transfer(runs, shown["split"].iloc[0], out_dir / "transfer.png")
-    else:
-        (out_dir / "transfer.png").unlink(missing_ok=True)
     if shown["uncertainty"].notna().any() and has_members(shown):
         plot_uncertainty(shown, out_dir / "uncertainty.png")
-    else:
-        (out_dir / "uncertainty.png").unlink(missing_ok=True)
 
 
 def _read(paths: list[str | Path]) -> tuple[list[dict], list[dict]]:

@@ -9,7 +9,7 @@ than the largest step logged), so that it shares its axis with the validation me
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +24,11 @@ FAMILIES = {"teachers": "teachers", "students": "students", "cotrained": "co-tra
 class Curve:
     model: str
     family: str  # "teachers", "students" or "cotrained": the folder the model lives in
-    steps: np.ndarray = field(default_factory=lambda: np.empty(0))  # fractional epoch of each logged loss
-    loss: np.ndarray = field(default_factory=lambda: np.empty(0))
-    epochs: np.ndarray = field(default_factory=lambda: np.empty(0))  # 1, 2, ...
-    accuracy: np.ndarray = field(default_factory=lambda: np.empty(0))  # validation accuracy after each epoch
-    kept: int | None = None  # the epoch whose weights were kept (None: no validation, the last)
+    steps: np.ndarray  # fractional epoch of each logged loss
+    loss: np.ndarray
+    epochs: np.ndarray  # 1, 2, ...
+    accuracy: np.ndarray  # validation accuracy after each epoch
+    kept: int | None  # the epoch whose weights were kept (None: no validation, the last)
 
 
 def read_log(path: str | Path) -> tuple[dict[tuple[int, int], dict], dict[int, dict]]:
@@ -50,21 +50,16 @@ def read_log(path: str | Path) -> tuple[dict[tuple[int, int], dict], dict[int, d
     return dict(sorted(steps.items())), dict(sorted(epochs.items()))
 
 
-def fractional_epochs(steps) -> np.ndarray:
-    """``epoch − 1 + step / S`` of each (epoch, step) key, S one more than the largest step logged."""
-    per_epoch = max((step for _, step in steps), default=0) + 1
-    return np.array([epoch - 1 + step / per_epoch for epoch, step in steps], dtype=float)
-
-
 def read_curve(path: str | Path) -> Curve:
     """The curve of ``results/<family>/<model>/train_log.jsonl``."""
     path = Path(path)
     steps, epochs = read_log(path)
     kept = [epoch for epoch, entry in epochs.items() if entry.get("best")]
+    per_epoch = max((step for _, step in steps), default=0) + 1  # S (the module's docstring)
     return Curve(
         model=path.parent.name,
         family=path.parent.parent.name,
-        steps=fractional_epochs(steps),
+        steps=np.array([epoch - 1 + step / per_epoch for epoch, step in steps], dtype=float),
         loss=np.array([e["loss"] for e in steps.values()], dtype=float),
         epochs=np.array(list(epochs), dtype=float),
         accuracy=np.array([e["validation"].get("accuracy", np.nan) for e in epochs.values()], dtype=float),

@@ -31,19 +31,13 @@ def confusion(sources: list[str], classes: list[str]) -> np.ndarray:
     return counts
 
 
-def class_order(summary: pd.DataFrame) -> list[str]:
-    """Every class of the plotted models, in the order of the model with the most classes (the label space)."""
-    widest = max(summary["per_class"].dropna(), key=len, default={})
-    classes = list(widest)
-    for per_class in summary["per_class"].dropna():
-        classes += [c for c in per_class if c not in classes]
-    return classes
-
-
 def per_class_rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """The classes and, per model, its accuracy (%) on each class's rows ("—": a class the model does not
-    predict, or without rows in the split)."""
-    classes = class_order(summary)
+    """The classes (every class of the models, in the order of the model with the most classes: the label space)
+    and, per model, its accuracy (%) on each class's rows ("—": a class the model does not predict, or without rows
+    in the split)."""
+    per_class = list(summary["per_class"].dropna())
+    widest = max(per_class, key=len, default={})
+    classes = list(dict.fromkeys([*widest, *(c for model in per_class for c in model)]))
     rows = []
     for row in summary.itertuples(index=False):
         if not row.per_class:

@@ -67,8 +67,6 @@ def row_matrix(evaluations: list, column: str) -> tuple[np.ndarray, np.ndarray]:
 def accuracy_interval(evaluations: list[str | Path]) -> tuple[float, float]:
     """(low, high) of the 95% accuracy interval over seeds and rows; NaN when some seed's predictions are missing
     (an evaluation written without them) or the seeds cover different rows."""
-    if not all(predictions_path(e).is_file() for e in evaluations):
-        return np.nan, np.nan
     try:
         _, correct = row_matrix(evaluations, "correct")
     except KdpipeError:

@@ -102,17 +102,9 @@ def _domain_markdown(split: str, table: pd.DataFrame) -> str:
     for (name, kind, method), cells in rows.items():
         accuracy = cells["accuracy"]
         mean = np.mean([accuracy[d][0] for d in domains]) if set(domains) <= set(accuracy) else np.nan
-        lines.append(
-            [
-                name,
-                kind,
-                method,
-                cells["trained"],
-                str(cells["seeds"]),
-                *(format_mean_std(*accuracy[d], 1, scale=100) if d in accuracy else "" for d in domains),
-                format_mean_std(mean, np.nan, 1, scale=100),
-            ]
-        )
+        shown = [format_mean_std(*accuracy[d], 1, scale=100) if d in accuracy else "" for d in domains]
+        mean_cell = format_mean_std(mean, np.nan, 1, scale=100)
+        lines.append([name, kind, method, cells["trained"], str(cells["seeds"]), *shown, mean_cell])
     return (
         f"### Accuracy (%) per domain, {split} split\n\nEach model on the rows of each domain (mean ± std over "
         "seeds); a per-domain student is evaluated on its own domain only. The last column is the unweighted "

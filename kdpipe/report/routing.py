@@ -47,10 +47,6 @@ def routing_table(routes: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def _percent(value: float) -> str:
-    return "—" if pd.isna(value) else f"{100 * value:.1f}"
-
-
 OOD_NOTE = (
     "AUROC of each teacher's certainty score at telling the rows of another teacher's classes from the rows of its "
     "own, the score oriented so that larger means less certain (+ as stored, − negated): 1.0 separates them "
@@ -60,10 +56,6 @@ OOD_NOTE = (
     "read on the split, a column the signal lacks, or no row on one side).\n"
 )
 OOD_SPLITS = ("validation", "train")  # in the order of the routing table's columns
-
-
-def _auroc(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
 
 
 def ood_markdown(route: dict) -> str | None:
@@ -79,7 +71,7 @@ def ood_markdown(route: dict) -> str | None:
     for teacher in dict.fromkeys(t for split in record.values() for t in split):
         for split in (s for s in OOD_SPLITS if teacher in record.get(s, {})):
             entry = record[split][teacher]
-            aurocs = [_auroc(entry["auroc"].get(s)) for s in scores]
+            aurocs = ["—" if entry["auroc"].get(s) is None else f"{entry['auroc'][s]:.3f}" for s in scores]
             rows.append([teacher, split, str(entry["n_own"]), str(entry["n_other"]), *aurocs])
     table = markdown_table(header, rows, left=("teacher", "split"))
     return f"### Certainty as OOD detection (AUROC)\n\n{table}\n\n{OOD_NOTE}"
@@ -104,7 +96,7 @@ def routing_markdown(routes: list[dict], table: pd.DataFrame) -> str:
             label = f"**{plain(row.router)}** (chosen)" if row.chosen else plain(row.router)
             label += " · gold labels" if row.gold_labels else ""
             cells = (row.routing_validation, row.routing_train, row.target_validation, row.target_train)
-            lines.append(f"| {label} | " + " | ".join(_percent(v) for v in cells) + " |")
+            lines.append(f"| {label} | " + " | ".join("—" if pd.isna(v) else f"{100 * v:.1f}" for v in cells) + " |")
         parts.append(f"## {plain(name)}\n\n" + "\n".join(lines) + "\n")
         ood = ood_markdown(by_name.get(name, {}))
         if ood:

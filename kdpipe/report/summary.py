@@ -90,7 +90,7 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
                 "per_class": r["metrics"].get("per_class_accuracy"),
                 **{m: r["metrics"][m] for m in TABLE_METRICS},
                 "reliability": r["metrics"]["reliability"],
-                **_uncertainty_means(r["metrics"].get("uncertainty")),
+                **{c: (r["metrics"].get("uncertainty") or {}).get(p, np.nan) for p, c in UNCERTAINTY_MEANS.items()},
                 "uncertainty": r["metrics"].get("uncertainty"),
                 "aurc": ((r["metrics"].get("selective") or {}).get("aurc") or {}).get(SELECTIVE_SCORE),
                 "selective": r["metrics"].get("selective"),
@@ -104,21 +104,11 @@ def runs_table(records: list[dict]) -> pd.DataFrame:
             f"report: model '{duplicated['model'].iloc[0]}' on split '{duplicated['split'].iloc[0]}' is given "
             f"more than once: {', '.join(duplicated['source'])}"
         )
-    runs = _with_distances(runs)
+    distances = [_distances(run, _reference(run, runs)) for run in runs.itertuples(index=False)]
+    runs = runs.assign(**{f"tv_{part}": [d[part] for d in distances] for part in UNCERTAINTY_PARTS})
     for column in ("params", "members", "aurc", *AVERAGED):
         runs[column] = pd.to_numeric(runs[column]).astype(float)
     return runs
-
-
-def _uncertainty_means(uncertainty: dict | None) -> dict:
-    """The summary columns entropy, aleatoric and epistemic of an evaluation's uncertainty split (None: NaN)."""
-    return {column: np.nan if uncertainty is None else uncertainty[part] for part, column in UNCERTAINTY_MEANS.items()}
-
-
-def _with_distances(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` with tv_total, tv_aleatoric and tv_epistemic against each run's reference (NaN without one)."""
-    distances = [_distances(run, _reference(run, runs)) for run in runs.itertuples(index=False)]
-    return runs.assign(**{f"tv_{part}": [d[part] for d in distances] for part in UNCERTAINTY_PARTS})
 
 
 def _reference(run, runs: pd.DataFrame):

@@ -18,6 +18,7 @@ from kdpipe.core.checksums import verify
 from kdpipe.core.store import ArtifactError, KdpipeError, read_manifest
 
 FILES = ("train.parquet", "validation.parquet", "route.json")
+TRANSFER_FILES = ("transfer.parquet", "transfer.json")  # the transfer rows' scores, beside (kdpipe.routing.transfer)
 
 
 def write_scores(path: Path, row_ids: np.ndarray, scores: np.ndarray) -> None:
@@ -28,8 +29,7 @@ def write_scores(path: Path, row_ids: np.ndarray, scores: np.ndarray) -> None:
 def read_route(route_dir: str | Path, split: str, row_ids: np.ndarray, teachers: list[str]) -> tuple[np.ndarray, dict]:
     """The scores [N, K] of ``split`` in the order of ``row_ids`` and ``teachers``, and the manifest, checked."""
     route_dir = Path(route_dir)
-    # the transfer rows' scores have a manifest of their own (kdpipe.routing.transfer)
-    manifest_file = route_dir / ("transfer.json" if split == "transfer" else "route.json")
+    manifest_file = route_dir / (TRANSFER_FILES[1] if split == "transfer" else FILES[-1])
     manifest = read_manifest(manifest_file, kind="route")
     path = route_dir / f"{split}.parquet"
     verify(manifest, manifest_file, [path.name], target=path)

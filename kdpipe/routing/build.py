@@ -17,8 +17,8 @@ from kdpipe.core.store import atomic_path, make_manifest
 from kdpipe.routing import ROUTE_SPLITS, route_label_use
 from kdpipe.routing.artifact import FILES, write_scores
 from kdpipe.routing.diagnostics import diagnose, ood_auroc, say_warning, text_table, warn_threshold, warning
-from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
-from kdpipe.routing.scoring import all_routers, calibrate, chosen_name
+from kdpipe.routing.inputs import RouteInputs
+from kdpipe.routing.scoring import all_routers, calibrate
 from kdpipe.routing.settings import RouteSettings
 
 
@@ -28,10 +28,9 @@ def build_route(
     """Route the rows of train and validation for the teachers of ``settings`` with its router; write the artifact
     to the folder ``out`` and return its manifest. Warns at ``warn_below`` (``--warn-below``,
     :func:`kdpipe.routing.diagnostics.warn_threshold`)."""
-    signals = DeclaredSignals(signals_root, settings.signals)
-    inputs = RouteInputs(list(settings.teachers), Path(data), signals)
+    inputs = RouteInputs(list(settings.teachers), Path(data), signals_root, settings.signals)
     router, score = settings.router, settings.score
-    chosen = chosen_name(router, score)
+    chosen = f"certainty/{score}" if router == "certainty" else router  # its name in the diagnostics
     temps = calibrate(inputs) if settings.calibrate else None
     routers = all_routers(inputs, router, settings.temperature, settings.routing, temps)
     diagnostics = diagnose(inputs, routers)

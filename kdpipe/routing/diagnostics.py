@@ -46,15 +46,13 @@ OOD_MC_SCORES = tuple(score for score in OOD_ORIENTATION if score != "logit_max_
 
 def routing_accuracy(scores: np.ndarray, owners: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
     """{"accuracy": share routed to the owner, "per_class": {label: share}} (ties go to the first teacher)."""
-    right = np.asarray(scores).argmax(-1) == owners
-    return _shares(right, gold, labels)
+    return _shares(np.asarray(scores).argmax(-1) == owners, gold, labels)
 
 
 def target_accuracy(scores: np.ndarray, predictions: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
     """As :func:`routing_accuracy` for the hard-routed target (``predictions`` [N, K]: each teacher's, as labels)."""
     routed = np.asarray(scores).argmax(-1)
-    right = predictions[np.arange(len(routed)), routed] == gold
-    return _shares(right, gold, labels)
+    return _shares(predictions[np.arange(len(routed)), routed] == gold, gold, labels)
 
 
 def _shares(right: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:

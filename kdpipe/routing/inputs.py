@@ -19,54 +19,35 @@ from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.io import read_logits, read_mc, read_pooled
 
 
-class DeclaredSignals:
-    """The teacher signal files a route job may open: per split, the signals declared as its inputs (the same for
-    every teacher), under ``root/<teacher>/<split>/``."""
-
-    def __init__(self, root: Path, signals: dict[str, list[str]]):
-        self.root = Path(root)
-        self.signals = {split: tuple(names) for split, names in signals.items()}
-
-    def has(self, split: str, name: str) -> bool:
-        return name in self.signals.get(split, ())
-
-    def path(self, teacher: str, split: str, name: str) -> Path:
-        """The file of signal ``name`` of ``teacher`` on ``split``; an error for a signal the job did not declare."""
-        if not self.has(split, name):
-            declared = ", ".join(self.signals.get(split, ())) or "none"
-            raise KdpipeError(
-                f"route: the {name} signal of {teacher} on {split} is not among the route's declared inputs "
-                f"(on {split}: {declared}); a route reads only what its rule declares"
-            )
-        return self.root / teacher / split / SIGNALS[name].files[0]
-
-
 class RouteInputs:
-    """The data and every teacher's declared signals on ``splits``; the transfer split's rows come from the transfer
+    """The data and every teacher's signals on ``splits`` that the route declared (``signals``: split -> names, the
+    same for every teacher), under ``root/<teacher>/<split>/``; the transfer split's rows come from the transfer
     artifact ``transfer``."""
 
     def __init__(
         self,
         teachers: list[str],
         data: Path,
-        signals: DeclaredSignals,
+        root: Path,
+        signals: dict[str, list[str]],
         splits: tuple[str, ...] = ROUTE_SPLITS,
         transfer: Path | None = None,
     ):
+        self.root = Path(root)
+        self.signals = {split: tuple(names) for split, names in signals.items()}
         self.teachers = list(teachers)
         self.labels = read_labels(data)
         self.frames = {s: read_split(transfer if s == TRANSFER else data, s) for s in splits}
         self.row_ids = {s: f["row_id"].to_numpy() for s, f in self.frames.items()}
         self.gold = {s: f["label_id"].to_numpy() for s, f in self.frames.items() if s != TRANSFER}
-        self.declared = signals
         self.logits, self.pooled, self.mc = {}, {}, {}
         classes = {}
         for t in self.teachers:
             for s in splits:
-                self.logits[t, s], classes[t] = read_logits(signals.path(t, s, "logits"), self.row_ids[s])
-                self.pooled[t, s], _ = read_pooled(signals.path(t, s, "pooled"), self.row_ids[s])
-                if signals.has(s, "mc"):
-                    probs, table = read_mc(signals.path(t, s, "mc"), self.row_ids[s], classes[t])
+                self.logits[t, s], classes[t] = read_logits(self.signal_path(t, s, "logits"), self.row_ids[s])
+                self.pooled[t, s], _ = read_pooled(self.signal_path(t, s, "pooled"), self.row_ids[s])
+                if self.has_mc(s):
+                    probs, table = read_mc(self.signal_path(t, s, "mc"), self.row_ids[s], classes[t])
                     self.mc[t, s] = (np.asarray(probs), table)
         self.blocks = teacher_blocks(classes, self.labels, policy="disjoint", where="route")
         owner = np.empty(len(self.labels), np.int64)
@@ -81,6 +62,16 @@ class RouteInputs:
     def own_rows(self, teacher: str, split: str) -> np.ndarray:
         return np.isin(self.gold[split], self.blocks[teacher])
 
+    def signal_path(self, teacher: str, split: str, name: str) -> Path:
+        """The file of signal ``name`` of ``teacher`` on ``split``; an error for a signal the job did not declare."""
+        if name not in self.signals.get(split, ()):
+            declared = ", ".join(self.signals.get(split, ())) or "none"
+            raise KdpipeError(
+                f"route: the {name} signal of {teacher} on {split} is not among the route's declared inputs "
+                f"(on {split}: {declared}); a route reads only what its rule declares"
+            )
+        return self.root / teacher / split / SIGNALS[name].files[0]
+
     def has_mc(self, split: str) -> bool:
         """Whether the route declared (and so read) the MC-dropout signal of its teachers on ``split``."""
-        return self.declared.has(split, "mc")
+        return "mc" in self.signals.get(split, ())

@@ -4,22 +4,20 @@ calibrated. The chosen router's scores become the route; all of them feed the di
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from scipy.optimize import minimize_scalar
+from scipy.special import log_softmax
 
 from kdpipe.core.progress import say
 from kdpipe.core.store import KdpipeError
 from kdpipe.routing import ROUTE_SPLITS, SCORES
-from kdpipe.routing.calibration import fit_temperature
 from kdpipe.routing.certainty import certainty_scores
 from kdpipe.routing.inputs import RouteInputs
 from kdpipe.routing.knn import knn_scores
 from kdpipe.routing.learned import learned_router
 from kdpipe.routing.settings import RoutingSettings
-
-
-def chosen_name(router: str, score: str | None) -> str:
-    """The chosen router's name in the diagnostics: ``certainty/<score>``, or the router."""
-    return f"certainty/{score}" if router == "certainty" else router
 
 
 def calibrate(inputs: RouteInputs) -> dict[str, dict]:
@@ -31,6 +29,26 @@ def calibrate(inputs: RouteInputs) -> dict[str, dict]:
         order = np.argsort(inputs.blocks[t])  # local class index of each block position, sorted by label index
         out[t] = fit_temperature(inputs.logits[t, "validation"][own], order[local])
     return out
+
+
+def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> dict:
+    """Temperature scaling (Guo et al., ICML 2017): the T that minimises the NLL −log softmax(z/T)[y] of ``logits``
+    [n, C] for local labels ``labels`` [n], by SciPy's bounded scalar minimiser on log T (convex enough, no gradient
+    code), with the NLL before and after. No rows, or a one-class teacher, give T = 1."""
+    rows = int(len(labels))
+    if rows == 0 or np.asarray(logits).shape[-1] < 2:
+        return {"temperature": 1.0, "rows": rows, "nll": None, "nll_calibrated": None}
+
+    def nll(temperature: float) -> float:
+        logp = log_softmax(np.asarray(logits, np.float64) / temperature, axis=-1)
+        return float(-logp[np.arange(rows), labels].mean())
+
+    bounds = (math.log(0.05), math.log(20.0))
+    found = minimize_scalar(
+        lambda log_t: nll(math.exp(log_t)), bounds=bounds, method="bounded", options={"xatol": 1e-4}
+    )
+    temperature = float(math.exp(found.x))
+    return {"temperature": temperature, "rows": rows, "nll": nll(1.0), "nll_calibrated": nll(temperature)}
 
 
 def certainty(inputs: RouteInputs, score: str, split: str, temperature: float | None, temps: dict | None) -> np.ndarray:

@@ -11,12 +11,10 @@ from pathlib import Path
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import atomic_path, make_manifest, read_manifest
 from kdpipe.data.dataset import TRANSFER
-from kdpipe.routing.artifact import FILES, write_scores
-from kdpipe.routing.inputs import DeclaredSignals, RouteInputs
+from kdpipe.routing.artifact import FILES, TRANSFER_FILES, write_scores
+from kdpipe.routing.inputs import RouteInputs
 from kdpipe.routing.scoring import certainty, knn, learned
 from kdpipe.routing.settings import RouteSettings
-
-TRANSFER_FILES = (f"{TRANSFER}.parquet", f"{TRANSFER}.json")
 
 
 def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_root: Path, route: Path) -> dict:
@@ -25,8 +23,7 @@ def route_transfer(settings: RouteSettings, data: Path, transfer: Path, signals_
     teachers = list(settings.teachers)
     made = read_manifest(route / FILES[-1], kind="route", teachers=teachers)
     declared = settings.signals  # the transfer rows' signals, and the validation rows' for a fitted router
-    signals = DeclaredSignals(signals_root, declared)
-    inputs = RouteInputs(teachers, Path(data), signals, splits=tuple(declared), transfer=Path(transfer))
+    inputs = RouteInputs(teachers, Path(data), signals_root, declared, splits=tuple(declared), transfer=Path(transfer))
     temps = made.get("calibration")
     if settings.router == "certainty":
         scores = certainty(inputs, settings.score, TRANSFER, settings.temperature, temps)

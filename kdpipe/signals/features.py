@@ -15,7 +15,6 @@ import torch
 
 from kdpipe.core.checksums import write_manifest
 from kdpipe.core.store import ArtifactError, atomic_path, ensure_disk_space, make_manifest
-from kdpipe.data.batching import WHOLE
 from kdpipe.models.inference import pass_batches
 from kdpipe.signals.catalog import SIGNALS
 from kdpipe.signals.forward import forward
@@ -47,31 +46,25 @@ def selected_states(outputs, feature: str, layers: list[int]) -> torch.Tensor:
     return stacked.float().mean(2) if feature == "attentions_mean" else stacked
 
 
-class PackedWriter:
-    """Rows of one feature written packed in split order into ``out_npy`` as the forward's batches come, each cut to
-    its own length: nothing depends on the batch's padding."""
+class FeatureCollector:
+    """The shard's rows of the feature into the part folder, packed in split order as the forward's batches come,
+    each cut to its own length (nothing depends on the batch's padding); every row's length and token hash beside."""
 
-    def __init__(
-        self,
-        model_config: object,
-        lengths: np.ndarray,
-        feature: str,
-        layers: list[int],
-        rows: np.ndarray,
-        out_npy: Path,
-    ):
-        self.feature, self.layers, self.lengths = feature, layers, lengths
-        self.heads = model_config.num_attention_heads
+    def __init__(self, settings: SignalSettings, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
+        feature, layers = settings.signal, list(settings.layers)
+        config, lengths = teacher.model.config, teacher.encoded.lengths
+        self.feature, self.layers, self.lengths, self.heads = feature, layers, lengths, config.num_attention_heads
+        self.teacher, self.part, self.name = teacher, part, f"{feature}.npy"
         counts = row_counts(feature, lengths[rows], len(layers), self.heads)
         self.starts = np.full(len(lengths), -1, dtype=np.int64)
         self.starts[rows] = offsets_of(counts)[:-1]
         ensure_disk_space(
-            out_npy,
-            dump_bytes(feature, len(layers), model_config.hidden_size, self.heads, lengths[rows]),
+            part / self.name,
+            dump_bytes(feature, len(layers), config.hidden_size, self.heads, lengths[rows]),
             f"the {feature} dump ({len(rows)} rows, {int(lengths[rows].sum()):,} tokens)",
         )
-        shape = (int(counts.sum()), *item_shape(feature, len(layers), model_config.hidden_size))
-        self.array = RowFile.create(out_npy, shape, np.float16)
+        shape = (int(counts.sum()), *item_shape(feature, len(layers), config.hidden_size))
+        self.array = RowFile.create(part / self.name, shape, np.float16)
         self.hidden_states, self.attentions = feature == "hidden", feature != "hidden"
 
     def add(self, batch: dict, outputs) -> None:
@@ -82,39 +75,8 @@ class PackedWriter:
         for i, block in zip(index, pack_rows(self.feature, values, self.lengths[index])):
             self.array.write_at(int(self.starts[i]), block)
 
-    def close(self) -> None:
-        self.array.close()
-
-
-def dump_feature(
-    model,
-    encoded,
-    feature: str,
-    layers: list[int],
-    out_npy: Path,
-    *,
-    batch_size: int,
-    device: torch.device,
-    shard: tuple[int, int] = WHOLE,
-) -> np.ndarray:
-    """Write the feature of the shard's rows packed in split order to ``out_npy``; returns those row positions."""
-    rows = shard_rows(pass_batches(encoded, batch_size, shard))
-    writer = PackedWriter(model.config, encoded.lengths, feature, layers, rows, out_npy)
-    forward(model, encoded, [writer], batch_size=batch_size, device=device, desc=f"dump {feature}", shard=shard)
-    writer.close()
-    return rows
-
-
-class FeatureCollector(PackedWriter):
-    """The shard's rows of the feature into the part folder, with every row's length and token hash beside."""
-
-    def __init__(self, settings: SignalSettings, teacher: TeacherPass, rows: np.ndarray, part: Path, device) -> None:
-        feature, layers = settings.signal, list(settings.layers)
-        self.teacher, self.part, self.name = teacher, part, f"{feature}.npy"
-        super().__init__(teacher.model.config, teacher.encoded.lengths, feature, layers, rows, part / self.name)
-
     def finish(self) -> dict:
-        self.close()
+        self.array.close()
         encoded, config = self.teacher.encoded, self.teacher.model.config
         tokens = np.zeros(len(encoded), dtype=TOKENS)
         tokens["length"], tokens["token_hash"] = encoded.lengths, encoded.token_hashes
@@ -129,6 +91,23 @@ class FeatureCollector(PackedWriter):
 
 
 collector = FeatureCollector  # what the forward pass asks this module for (kdpipe.signals.forward)
+
+
+def dump_feature(
+    model, encoded, feature: str, layers: list[int], out_npy: Path, *, batch_size: int, device: torch.device
+) -> np.ndarray:
+    """Write the feature of every row of ``encoded`` packed in split order to ``out_npy`` (``<feature>.npy``, without
+    sidecars) as a signal pass does; returns the row positions."""
+    out_npy = Path(out_npy)
+    if out_npy.name != f"{feature}.npy":
+        raise ValueError(f"{out_npy}: a {feature} dump is named {feature}.npy")
+    rows = shard_rows(pass_batches(encoded, batch_size))
+    settings = SignalSettings(signal=feature, split="", batch_size=batch_size, layers=tuple(layers))
+    teacher = TeacherPass(model, encoded, [], {}, Path(), Path())  # (the collector reads its model and rows only)
+    writer = FeatureCollector(settings, teacher, rows, out_npy.parent, device)
+    forward(model, encoded, [writer], batch_size=batch_size, device=device, desc=f"dump {feature}")
+    writer.array.close()
+    return rows
 
 
 def write(settings: SignalSettings, meta: dict, parts, out_dir: Path) -> dict:

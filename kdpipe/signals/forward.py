@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 
 from kdpipe.core.device import autocast, pick_device
-from kdpipe.core.store import KdpipeError
 from kdpipe.data.batching import WHOLE, Encoded, model_inputs
 from kdpipe.models.inference import iterate, pass_batches
 from kdpipe.signals.catalog import signal_spec
@@ -52,10 +51,9 @@ def forward(
 def compute(
     signals: Sequence[SignalSettings], teacher_dir: Path, data_dir: Path, shard: tuple[int, int], part: Path
 ) -> None:
-    """The shard's part of every signal in ``signals``, each into ``part/<signal>``."""
+    """The shard's part of every signal in ``signals`` (of one split and ``dump.batch_size``, as the plan groups
+    them), each into ``part/<signal>``."""
     split, batch_size = signals[0].split, signals[0].batch_size
-    if any((s.split, s.batch_size) != (split, batch_size) for s in signals):
-        raise KdpipeError(f"one forward pass makes signals of one split and batch size, not {list(signals)}")
     device = pick_device()
     for attention in sorted({signal_spec(s.signal).attention for s in signals}, key=str):
         group = [s for s in signals if signal_spec(s.signal).attention == attention]
@@ -68,15 +66,9 @@ def compute(
             folder.mkdir(parents=True, exist_ok=True)
             module = importlib.import_module(signal_spec(settings.signal).module)
             collectors.append(module.collector(settings, teacher, rows, folder, device))
-        names = ", ".join(s.signal for s in group)
+        desc = f"{', '.join(s.signal for s in group)} {split}"
         forward(
-            teacher.model,
-            teacher.encoded,
-            collectors,
-            batch_size=batch_size,
-            device=device,
-            desc=f"{names} {split}",
-            shard=shard,
+            teacher.model, teacher.encoded, collectors, batch_size=batch_size, device=device, desc=desc, shard=shard
         )
         for collector, folder in zip(collectors, folders):
             finish_part(folder, rows, collector.finish())

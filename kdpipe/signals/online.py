@@ -73,11 +73,6 @@ class OnlineFeature:
 ONLINE = ("hidden", "attentions")  # the signals a student with ``signals: online`` computes itself
 
 
-def cached_signals(names: tuple[str, ...]) -> tuple[str, ...]:
-    """The signals among a method's ``names`` that a ``signals: online`` student still reads from the cache."""
-    return tuple(n for n in names if n not in ONLINE)
-
-
 def online_signals(
     names: tuple[str, ...],
     teacher_dirs: list[Path],

@@ -123,7 +123,7 @@ def teacher_signals(settings: StudentSettings, job, signals_root: Path, teacher_
             alignment=settings.alignment,
             attention_feature=settings.attention_feature,
         )
-    cached = online.cached_signals(settings.method_spec.signals) if online else settings.method_spec.signals
+    cached = tuple(n for n in settings.method_spec.signals if not online or n not in online.ONLINE)
     for name in ("train", "valid", "transfer"):
         setattr(job, name, None if getattr(job, name) is None else without_texts(getattr(job, name)))
     feature = settings.attention_feature or "attentions"

@@ -24,7 +24,7 @@ from kdpipe.data.batching import encode_frame, without_texts
 from kdpipe.data.dataset import OOD, dataset_domains, read_split, restrict_to_domain
 from kdpipe.evaluation.results import remove_stale, write_evaluation, write_ood
 from kdpipe.evaluation.settings import EvalSettings
-from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_member_logits, softmax
+from kdpipe.models.inference import dropout_rates, mc_member_logits, predict_logits, softmax
 from kdpipe.models.loading import count_parameters, load_tokenizer, load_trained
 
 # A split's predictions, kept for the OOD rows' comparison: member probabilities [M, N, C], MC-dropout samples
@@ -160,7 +160,9 @@ def _predict(settings: EvalSettings, split: str, loaded: Loaded, frame, y) -> tu
     desc = f"evaluate {settings.model} {split}"
     started = time.perf_counter()
     member_probs = softmax(
-        predict_member_logits(loaded.model, encoded, batch_size=settings.batch_size, device=loaded.device, desc=desc)
+        predict_logits(
+            loaded.model, encoded, batch_size=settings.batch_size, device=loaded.device, desc=desc, members=True
+        )
     )
     inference_time = time.perf_counter() - started
     mc_probs = None

@@ -20,8 +20,7 @@ from kdpipe.data.batching import encode_frame, model_inputs, without_texts
 from kdpipe.data.dataset import dataset_domains, read_domains, read_labels, read_split, restrict_to_domain
 from kdpipe.models.heads import teacher_classes
 from kdpipe.models.loading import keep_layers, load_classifier, load_tokenizer
-from kdpipe.training.loop import encoded_validator, fit_job, save_trained
-from kdpipe.training.objective import Objective
+from kdpipe.training.loop import Objective, encoded_validator, fit_job, save_trained
 from kdpipe.training.settings import TeacherSettings
 
 

@@ -23,7 +23,7 @@ from kdpipe.core.store import KdpipeError, atomic_path, read_json
 from kdpipe.data.batching import encode
 from kdpipe.data.files import read_table
 from kdpipe.data.text_readers import _not_text
-from kdpipe.models.inference import predict_member_logits, softmax
+from kdpipe.models.inference import predict_logits, softmax
 from kdpipe.models.loading import load_tokenizer, load_trained
 
 
@@ -38,18 +38,6 @@ class PredictSettings(Settings):
     max_length: int | None = None
     format: str = from_schema("dataset", "format")
     encoding: str = from_schema("dataset", "encoding")
-
-
-def _read_input(path: Path, fmt: str, encoding: str) -> pd.DataFrame:
-    """The input file as the dataset reader reads a file; a file that does not decode in ``encoding`` is refused
-    with predict's own option in the hint (``--encoding``), not the dataset setting the reader names."""
-    try:
-        return read_table(path, "--input", fmt=fmt, encoding=encoding)
-    except KdpipeError as err:
-        if not isinstance(err.__cause__, UnicodeDecodeError | LookupError):
-            raise
-        said = str(err).replace("set dataset.encoding: ", "pass --encoding ")
-        raise KdpipeError(said.replace("dataset.encoding '", "--encoding '")) from err.__cause__
 
 
 WRITERS = {
@@ -83,14 +71,12 @@ def run(
         )
     text_column = text_column or settings.text_column
     text_pair_column = text_pair_column or settings.text_pair_column
-    frame = _read_input(input, settings.format, encoding)
+    frame = read_table(input, "--input", fmt=settings.format, encoding=encoding, encoding_option="--encoding")
     for option, column in (("--text-column", text_column), ("--text-pair-column", text_pair_column)):
         if column is not None and column not in frame.columns:
             raise KdpipeError(f"{input}: no column '{column}' ({option}); the columns are {list(frame.columns)}")
-    texts = _without_nul(_texts(frame, text_column, "--text-column", input), text_column)
-    pairs = None
-    if text_pair_column:
-        pairs = _without_nul(_texts(frame, text_pair_column, "--text-pair-column", input), text_pair_column)
+    texts = _texts(frame, text_column, "--text-column", input)
+    pairs = _texts(frame, text_pair_column, "--text-pair-column", input) if text_pair_column else None
     classes = read_json(model_dir / "labels.json")
     max_length = int(settings.max_length or read_json(model_dir / "manifest.json")["config"]["max_length"])
     net = load_trained(model_dir)
@@ -102,9 +88,8 @@ def run(
         separate_pairs=getattr(net, "separate_pairs", False),
     )
     device = pick_device()
-    logits = predict_member_logits(
-        net.to(device), encoded, batch_size=int(batch_size or settings.batch_size), device=device, desc="predict"
-    )
+    batch_size = int(batch_size or settings.batch_size)
+    logits = predict_logits(net.to(device), encoded, batch_size=batch_size, device=device, desc="predict", members=True)
     probs = softmax(logits).mean(axis=0)  # [members, N, C]: a multi-head model's heads, as kdpipe evaluates it
     result = frame.copy()
     result["label"] = np.asarray(classes)[probs.argmax(1)]
@@ -117,9 +102,10 @@ def run(
     return result
 
 
-def _texts(frame: pd.DataFrame, column: str, option: str, input: Path) -> pd.Series:
+def _texts(frame: pd.DataFrame, column: str, option: str, input: Path) -> list[str]:
     """The texts of ``column``, each a single value: a missing cell, a list, an object or bytes stops the command
-    with one line naming the file, the column and the first such row."""
+    with one line naming the file, the column and the first such row. Every NUL character becomes a space (a
+    tokenizer would drop it, joining the words beside it), said with counts on stderr when there are any."""
     values = frame[column]
     kinds = values.map(_not_text).where(~values.isna(), "no text (a missing value)")
     bad = np.flatnonzero(kinds.notna().to_numpy())
@@ -129,18 +115,12 @@ def _texts(frame: pd.DataFrame, column: str, option: str, input: Path) -> pd.Ser
             f"{input}: data row {bad[0] + 1} (counting from 1) has {kinds.iloc[bad[0]]} in column '{column}' "
             f"({option}){more}; every row needs a text to predict from: fill it in or leave the row out"
         )
-    return values
-
-
-def _without_nul(column: pd.Series, name: str) -> list[str]:
-    """The texts of ``column`` with every NUL character a space (a tokenizer would drop it, joining the words beside
-    it), said with counts on stderr when there are any."""
-    texts = column.astype(str)
+    texts = values.astype(str)
     counts = texts.str.count("\x00")
     if counts.any():
         print(
             f"[kdpipe] predict: {int(counts.sum()):,} NUL characters in {int((counts > 0).sum()):,} rows of column "
-            f"{name!r} read as spaces",
+            f"{column!r} read as spaces",
             file=sys.stderr,
         )
         texts = texts.str.replace("\x00", " ", regex=False)

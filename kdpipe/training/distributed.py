@@ -38,18 +38,15 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def requested() -> int:
-    """The number of processes torchrun started this one among (1 outside torchrun)."""
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
-
-
 def init(device: torch.device) -> None:
     """Join the process group torchrun describes (nothing for a single process); a rank dies with its launcher
     (``PR_SET_PDEATHSIG``), so a job killed with SIGKILL leaves no orphan rank training into its resume folder."""
-    if requested() <= 1 or dist.is_initialized():
+    if int(os.environ.get("WORLD_SIZE") or 1) <= 1 or dist.is_initialized():  # (torchrun's number of processes)
         return
     global _DEVICE
-    _die_with_parent()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):  # not glibc: the rank may outlive a killed launcher
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     _DEVICE = device
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -60,13 +57,6 @@ def close() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-
-
-def _die_with_parent() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: the rank may outlive a killed launcher
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 def shard(batch: np.ndarray) -> tuple[np.ndarray, float]:

@@ -2,7 +2,7 @@
 
 AdamW with linear warmup and decay, validation after each epoch keeping the best weights, a JSONL training log,
 resume from checkpoints beside the job's outputs (docs/caching-and-reruns.md, "Interrupted jobs and resume"), and
-data-parallel under ``torchrun``. A method differs only by its :class:`kdpipe.training.objective.Objective`.
+data-parallel under ``torchrun``. A method differs only by its :class:`Objective`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,22 @@ from kdpipe.training.checkpoint import FREE_SPACE, Checkpoint, best_entry, finis
 from kdpipe.training.settings import TrainSettings as TrainSettings  # (re-exported: the loop's settings)
 
 LossFn = Callable[[nn.Module, dict], "tuple[torch.Tensor, dict[str, float]]"]
+
+
+@dataclass
+class Objective:
+    """What the loop optimises (a teacher's loss or a distillation method's): ``loss(model, batch) -> (loss, terms)``;
+    ``extra_modules``: ``{name: (module, lr)}`` trained alongside; ``on_epoch(epoch, epochs)``: called before each
+    epoch (0-based); ``extra_state``: state the loss keeps across steps (``state_dict`` / ``load_state_dict``),
+    checkpointed; ``save(folder, fit_result)``: writes what else it trained into the model's folder; ``validates``:
+    False to keep the last epoch instead of the best."""
+
+    loss: LossFn
+    extra_modules: dict[str, tuple[nn.Module, float]] = field(default_factory=dict)
+    on_epoch: Callable[[int, int], None] | None = None
+    extra_state: object | None = None
+    save: Callable | None = None
+    validates: bool = True
 
 
 @dataclass
@@ -92,26 +108,22 @@ def state_on_cpu(module: nn.Module) -> dict:
     return {k: v.detach().to("cpu").clone().contiguous() for k, v in module.state_dict().items()}
 
 
-def param_groups(modules: dict[str, tuple[nn.Module, float]], weight_decay: float) -> list[dict]:
-    """AdamW groups: no weight decay on biases and LayerNorm weights (the usual BERT recipe)."""
-    groups = []
-    for module, lr in modules.values():
-        params = [p for p in module.parameters() if p.requires_grad]
-        groups += [
-            {"params": [p for p in params if p.ndim >= 2], "lr": lr, "weight_decay": weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "lr": lr, "weight_decay": 0.0},
-        ]
-    return [g for g in groups if g["params"]]
-
-
 def total_steps(rows: int, settings: TrainSettings) -> int:
     """Optimiser steps of a whole training run over ``rows`` examples."""
     return math.ceil(rows / settings.batch_size) * settings.epochs
 
 
 def make_optimizer(modules: dict[str, tuple[nn.Module, float]], settings: TrainSettings, steps: int):
-    """AdamW over ``modules`` (``{name: (module, lr)}``) and its linear warmup-then-decay schedule over ``steps``."""
-    optimizer = torch.optim.AdamW(param_groups(modules, settings.weight_decay), lr=settings.lr)
+    """AdamW over ``modules`` (``{name: (module, lr)}``), no weight decay on biases and LayerNorm weights (the usual
+    BERT recipe), and its linear warmup-then-decay schedule over ``steps``."""
+    groups = []
+    for module, lr in modules.values():
+        params = [p for p in module.parameters() if p.requires_grad]
+        groups += [
+            {"params": [p for p in params if p.ndim >= 2], "lr": lr, "weight_decay": settings.weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "lr": lr, "weight_decay": 0.0},
+        ]
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=settings.lr)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * steps), steps)
     return optimizer, scheduler
 
@@ -329,7 +341,7 @@ def is_better(metrics: dict, best_score: float, best_metrics: dict) -> bool:
 
 def fit_job(
     model: nn.Module,
-    objective,
+    objective: Objective,
     train: Encoded,
     validate: Callable[[nn.Module], dict] | None,
     settings: TrainSettings,
@@ -339,7 +351,7 @@ def fit_job(
     job: Recorded,
     desc: str,
 ) -> FitResult:
-    """:func:`fit` of an :class:`~kdpipe.training.objective.Objective` for a stage job writing ``out_dir``, resumed
+    """:func:`fit` of an :class:`Objective` for a stage job writing ``out_dir``, resumed
     only from a checkpoint of the job's identity (set by the command line), else of its settings ``job``."""
     resume, log_path = work_paths(Path(out_dir))
     return fit(

@@ -12,24 +12,19 @@ from kdpipe.core.settings import Args, Settings, from_schema
 from kdpipe.data.settings import ClassSlice
 
 
-def _training(name: str):
-    """A training setting left out: the schema's default (``teacher_defaults`` shares those of students)."""
-    return from_schema("student_defaults", name)
-
-
 @dataclass
 class TrainSettings:
     """The training loop's settings (:func:`kdpipe.training.loop.fit`); a setting left out gets the schema's
-    default."""
+    default (``student_defaults``', which ``teacher_defaults`` shares)."""
 
     epochs: int
     lr: float
-    batch_size: int = _training("batch_size")
-    warmup_ratio: float = _training("warmup_ratio")
-    weight_decay: float = _training("weight_decay")
-    max_grad_norm: float = _training("max_grad_norm")
-    seed: int = _training("seed")
-    checkpoint_every: int = _training("checkpoint_every")
+    batch_size: int = from_schema("student_defaults", "batch_size")
+    warmup_ratio: float = from_schema("student_defaults", "warmup_ratio")
+    weight_decay: float = from_schema("student_defaults", "weight_decay")
+    max_grad_norm: float = from_schema("student_defaults", "max_grad_norm")
+    seed: int = from_schema("student_defaults", "seed")
+    checkpoint_every: int = from_schema("student_defaults", "checkpoint_every")
     log_every: int = 10  # steps between training-log lines (not a config key)
 
 
@@ -66,8 +61,7 @@ class ImportedTeacherSettings(Settings):
 @dataclass(frozen=True)
 class TeacherSettings(Settings, Training):
     """A ``finetune-teacher`` job's slice: the teacher entry (``backbone``, or a ``checkpoint`` trained further),
-    its classes, training settings and objective (``objective_module``: its module, imported by name); keys added
-    after the first teachers were cached are left out at their defaults (``kdpipe.plan.entries.LATER_KEYS``)."""
+    its classes, training settings and objective (``objective_module``: its module, imported by name)."""
 
     classes: tuple[str, ...] | ClassSlice | None
     max_length: int

@@ -21,7 +21,7 @@ from kdpipe.data.batching import model_inputs
 from kdpipe.data.dataset import domain_ids, read_split
 from kdpipe.methods.meta_kd.branch import DomainBranch, save_branch
 from kdpipe.signals.io import read_prototype_scores
-from kdpipe.training.objective import Objective
+from kdpipe.training.loop import Objective
 
 
 def meta_teacher_loss(
@@ -55,23 +55,22 @@ def build(
 ) -> Objective:
     """The meta-teacher's loss over ``train``, the teacher's rows, weighted by their prototype scores; the branch
     covers the dataset's ``domains``."""
-    a = args
     if train["domain"].nunique() < 2:
         raise KdpipeError(
             f"objective: meta needs rows of at least 2 domains; the teacher's rows are all of "
             f"{sorted(set(train['domain']))}"
         )
     weights = np.ones(len(train), dtype=np.float32)
-    if a.sample_weights:
+    if args.sample_weights:
         if prototypes is None:
             raise KdpipeError("objective: meta with sample_weights needs the prototype scores (the prototypes rule)")
         full = read_split(data_dir, "train")["row_id"].to_numpy()
         by_row = pd.Series(read_prototype_scores(prototypes, full), index=full)
         weights = by_row.loc[train["row_id"].to_numpy()].to_numpy(dtype=np.float32)
-    branch = DomainBranch(model.config.hidden_size, domains, dropout=a.dropout)
+    branch = DomainBranch(model.config.hidden_size, domains, dropout=args.dropout)
     domain_of = torch.as_tensor(domain_ids(train, domains), device=device)
     weight_of = torch.as_tensor(weights, device=device)
-    gamma = float(a.gamma) if a.domain_loss else 0.0
+    gamma = float(args.gamma) if args.domain_loss else 0.0
 
     def loss(model, batch):
         out = model(**model_inputs(batch), output_hidden_states=True)
