@@ -66,10 +66,11 @@ def main() -> None:
 
     from kdpipe.data.dataset import read_split
     from kdpipe.data.prepare import prepare
+    from kdpipe.data.settings import DatasetSettings
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        prepare(BBC, tmp / "data")
+        prepare(DatasetSettings.of_section(BBC), tmp / "data")
         splits = {split: read_split(tmp / "data", split)["text"].tolist() for split in ("train", "validation", "test")}
         started = time.perf_counter()
         planted = generate(splits, args, tmp / "transfer.parquet")
@@ -241,12 +242,15 @@ def table(fields: dict) -> None:
 def child(args) -> None:
     from kdpipe.core.memory import use_system_allocator
     from kdpipe.data.folding import copy_prefix
+    from kdpipe.data.settings import TransferSettings
     from kdpipe.data.text_readers import text_readers
     from kdpipe.data.transfer import _reasons
 
     use_system_allocator()  # as a job started from the command line does (kdpipe.cli)
-    params = {"text_column": "text", "format": "auto", "encoding": "utf-8"}
-    readers = text_readers(args.file, params, "dataset.transfer")
+    params = {"name": "bbc", "transfer": args.file, "transfer_max_rows": None, "text_column": "text"}
+    params |= {"text_pair_column": None, "format": "auto", "encoding": "utf-8", "split": {"seed": 13}}
+    settings = TransferSettings.from_params({**params, "max_length": args.max_length}, "dataset")
+    readers = text_readers(args.file, "dataset.transfer", settings)
     prefix = copy_prefix(args.max_length, False)
     rng = np.random.default_rng(7)
     before = _status("VmRSS")
