@@ -33,6 +33,7 @@ from bench_common import BBC, parser, record, setup
 from kdpipe.data.batching import inference_batches
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.data.prepare import prepare
+from kdpipe.data.settings import DatasetSettings
 from kdpipe.models.causal_lm import import_causal_lm, load_causal_lm, load_causal_lm_tokenizer
 from kdpipe.signals.prompted import (
     PAIR_MARK,
@@ -45,7 +46,7 @@ from kdpipe.signals.prompted import (
     naive_log_scores,
     prepare_members,
 )
-from kdpipe.signals.prompts import prompt_settings
+from kdpipe.signals.prompts import typed
 
 TEMPLATE = "Classify the news article into one of: {labels}.\n\nArticle: {text}\nTopic:"
 
@@ -116,7 +117,7 @@ def generate_labels(model, tokenizer, member, frame, words, max_length: int, new
 
 def run_setting(args, model, tokenizer, classes, train, rows_frame, shots: int, device) -> dict:
     prompt = {"model": "m", "templates": [TEMPLATE], "shots": shots, "chat": args.chat, "max_length": args.max_length}
-    settings = prompt_settings(prompt, classes=classes, pairs=False, where="benchmark")
+    settings = typed(prompt, classes=classes, pairs=False, where="benchmark")
     [member] = prepare_members(settings, tokenizer, classes, pairs=False, shots_frame=train, where="benchmark")
     rows = encode_rows(
         tokenizer, rows_frame["text"], None, text_space=member.text_space, pair_space="", max_length=args.max_length
@@ -212,7 +213,7 @@ def main() -> None:
     args.chat = {"auto": "auto", "true": True, "false": False}[args.chat]
     device = setup(args)
     with tempfile.TemporaryDirectory() as tmp:
-        prepare(BBC, Path(tmp) / "bbc")
+        prepare(DatasetSettings.of_section(BBC), Path(tmp) / "bbc")
         train, test = read_split(Path(tmp) / "bbc", "train"), read_split(Path(tmp) / "bbc", "test")
         classes = read_labels(Path(tmp) / "bbc")
         source = args.model or smollm2()
