@@ -1,7 +1,7 @@
 """The paired verdicts' error rates by simulation (kdpipe/evaluation/paired.py;
 docs/report.md, "Intervals and verdicts"): experiments made up with a known difference between two methods, each
-trained under 3 teacher seeds and 3 student seeds and scored on 200 test rows, with a teacher-by-method effect, a
-seed-by-method effect and each row's own chance. The hierarchical bootstrap must hold its nominal rates there; a
+trained under 3 teacher seeds (and 2, the fewest a verdict over teacher seeds rests on) and 3 student seeds and
+scored on 200 test rows, with a teacher-by-method effect, a seed-by-method effect and each row's own chance. The hierarchical bootstrap must hold its nominal rates there; a
 bootstrap that ignores the teacher seeds must not.
 
 Every method's accuracy on a row is q_row + μ_method + a_teacher + a_(teacher, method) + b_(teacher, seed)
@@ -27,7 +27,7 @@ from kdpipe.evaluation.paired import Accuracy, compare
 TEACHERS, SEEDS, ROWS, DRAWS = 3, 3, 200, 200
 
 
-def _experiments(replicates: int, difference: float, teacher_sd: float = 0.03, seed: int = 0):
+def _experiments(replicates: int, difference: float, teacher_sd: float = 0.03, seed: int = 0, teachers: int = TEACHERS):
     """Two methods' 0/1 outcomes [replicates, teacher seeds, student seeds, rows], A better by ``difference``."""
     rng = np.random.default_rng(seed)
 
@@ -35,11 +35,11 @@ def _experiments(replicates: int, difference: float, teacher_sd: float = 0.03, s
         return rng.uniform(-np.sqrt(3) * sd, np.sqrt(3) * sd, shape)
 
     rows = rng.uniform(0.35, 0.83, (replicates, 1, 1, ROWS))
-    shared = uniform(0.02, (replicates, TEACHERS, 1, 1)) + uniform(0.01, (replicates, TEACHERS, SEEDS, 1))
+    shared = uniform(0.02, (replicates, teachers, 1, 1)) + uniform(0.01, (replicates, teachers, SEEDS, 1))
     out = []
     for mu in (difference, 0.0):
         chance = rows + mu + shared
-        chance = chance + uniform(teacher_sd, (replicates, TEACHERS, 1, 1)) + uniform(0.01, chance.shape[:3] + (1,))
+        chance = chance + uniform(teacher_sd, (replicates, teachers, 1, 1)) + uniform(0.01, chance.shape[:3] + (1,))
         assert chance.min() >= 0 and chance.max() <= 1
         out.append((rng.random(chance.shape) < chance).astype(np.float64))
     return out
@@ -47,7 +47,8 @@ def _experiments(replicates: int, difference: float, teacher_sd: float = 0.03, s
 
 def _hierarchical(a: np.ndarray, b: np.ndarray, replicate: int):
     """Each run's teacher seed and student seeds as they are: seeds paired across the methods."""
-    teachers, seeds = np.repeat(np.arange(TEACHERS), SEEDS), np.tile(np.arange(SEEDS), TEACHERS)
+    count = a.shape[0]
+    teachers, seeds = np.repeat(np.arange(count), SEEDS), np.tile(np.arange(SEEDS), count)
     units = [Accuracy(m.reshape(-1, ROWS), teachers=teachers, seeds=seeds) for m in (a, b)]
     result = compare(*units, claim="beats", draws=DRAWS, seed=replicate)
     return result.low, result.high, result.verdict, result.se
@@ -114,6 +115,14 @@ def test_the_hierarchical_bootstrap_holds_its_rates_under_a_teacher_effect():
     # with 2 degrees of freedom, still carries the student seeds' and the rows' noise
     plain = _rates(_hierarchical, 300, 0.03, teacher_sd=0.0)
     assert plain["coverage"] >= 0.90 and plain["se_ratio"] <= 1.25, plain
+
+
+def test_two_teacher_seeds_hold_the_rates_too():
+    # the fewest teacher seeds a verdict over teacher seeds rests on: their spread has one degree of freedom
+    equal = _rates(_hierarchical, 800, 0.0, teachers=2)
+    assert equal["reproduced"] <= _tolerance(0.025, 800), equal
+    assert equal["decided"] <= _tolerance(0.05, 800), equal
+    assert equal["coverage"] >= 0.90, equal
 
 
 @pytest.mark.parametrize("method", [_seeds_only, _one_run, _former_percentile])
