@@ -49,7 +49,7 @@ def teacher_targets(teachers, batch, method: str, samples: int, device):
         for t in teachers:
             enable_dropout(t)
             s = mc_dropout_samples(t, batch, samples=samples, seed=0, max_batch_rows=256, device=device)
-            scores.append(summarise(s)["certainty"])
+            scores.append(torch.as_tensor(summarise(s)["certainty"], device=device))  # summarise gives numpy
         padded = padded_probs(logits, BLOCKS, len(LABELS), 1.0)
         scores = torch.stack(scores, 1)
         return aggregate(padded, scores, "soft", 0.2), margin_weights(scores)
