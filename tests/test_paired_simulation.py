@@ -1,8 +1,8 @@
 """The paired verdicts' error rates by simulation (kdpipe/evaluation/paired.py;
 docs/report.md, "Intervals and verdicts"): experiments made up with a known difference between two methods, each
 trained under 3 teacher seeds (and 2, the fewest a verdict over teacher seeds rests on) and 3 student seeds and
-scored on 200 test rows, with a teacher-by-method effect, a seed-by-method effect and each row's own chance. The hierarchical bootstrap must hold its nominal rates there; a
-bootstrap that ignores the teacher seeds must not.
+scored on 200 test rows, with a teacher-by-method effect, a seed-by-method effect and each row's own chance. The
+hierarchical bootstrap must hold its nominal rates there; a bootstrap that ignores the teacher seeds must not.
 
 Every method's accuracy on a row is q_row + μ_method + a_teacher + a_(teacher, method) + b_(teacher, seed)
 + b_(teacher, seed, method), each effect uniform with mean 0 (so no probability leaves [0, 1] and the true
