@@ -657,11 +657,16 @@ def test_compare_takes_the_teacher_seeds_of_an_experiment_from_several_results_f
     assert "One teacher seed (one results folder): the intervals exclude the teacher-seed variance" in one
     single = _table_row(one, "| a beats b |")
     assert single[1] == "+5.0" and single[-1] == "**reproduced**"  # se sqrt(0.05 * 0.95 / 200) = 1.54 points
+    assert "per teacher seed" not in one  # one folder: no table per teacher seed
     compare.main(["--results", *map(str, folders), *base])
-    three = capsys.readouterr().out
+    three, per_teacher = capsys.readouterr().out.split("Accuracy (%) per teacher seed (each --results folder)")
     assert f"3 teacher seeds in --results ({', '.join(map(str, folders))}): the intervals include" in three
     assert _table_row(three, "| `a` |")[:3] == ["`a`", "3 × 3", "75.0"]
-    claim = _table_row(three, "| a beats b |")
+    # each folder's mean over its student seeds, the folders named by their run directory
+    assert _table_row(per_teacher, "| model |") == ["model", "t0", "t1", "t2"]
+    assert _table_row(per_teacher, "| `a` |") == ["`a`", "75.0", "70.0", "80.0"]
+    assert _table_row(per_teacher, "| `b` |") == ["`b`", "70.0", "70.0", "70.0"]
+    claim = _table_row(per_teacher, "| a beats b |")
     assert claim[1] == "+5.0" and claim[-1] == "**undecided at this power**"
     assert _interval(claim[2]) == pytest.approx((5 - 4.303 * 2.887, 5 + 4.303 * 2.887), abs=0.15)
 
