@@ -659,11 +659,11 @@ def test_compare_takes_the_teacher_seeds_of_an_experiment_from_several_results_f
     assert single[1] == "+5.0" and single[-1] == "**reproduced**"  # se sqrt(0.05 * 0.95 / 200) = 1.54 points
     assert "per teacher seed" not in one  # one folder: no table per teacher seed
     compare.main(["--results", *map(str, folders), *base])
-    three, per_teacher = capsys.readouterr().out.split("Accuracy (%) per teacher seed (each --results folder)")
+    three, per_teacher = capsys.readouterr().out.split("Accuracy (%) per teacher seed, the mean over its student")
     assert f"3 teacher seeds in --results ({', '.join(map(str, folders))}): the intervals include" in three
     assert _table_row(three, "| `a` |")[:3] == ["`a`", "3 × 3", "75.0"]
-    # each folder's mean over its student seeds, the folders named by their run directory
-    assert _table_row(per_teacher, "| model |") == ["model", "t0", "t1", "t2"]
+    # each folder's mean over its student seeds, the folders by their order in the run
+    assert _table_row(per_teacher, "| model |") == ["model", "folder 1", "folder 2", "folder 3"]
     assert _table_row(per_teacher, "| `a` |") == ["`a`", "75.0", "70.0", "80.0"]
     assert _table_row(per_teacher, "| `b` |") == ["`b`", "70.0", "70.0", "70.0"]
     claim = _table_row(per_teacher, "| a beats b |")
@@ -676,8 +676,17 @@ def test_compare_takes_the_teacher_seeds_of_an_experiment_from_several_results_f
         _run_with_texts(folder, ids, texts, {"a": [*range(140), *extra]})
     compare.main(["--results", *map(str, folders), "--also", f"o={others[0]}", *map(str, others[1:]),
                   "--models", "a", "o:a", "--claim", "a matches o:a within 1"])  # fmt: skip
-    same = _table_row(capsys.readouterr().out, "| a matches o:a within 1 |")
+    out = capsys.readouterr().out
+    same = _table_row(out, "| a matches o:a within 1 |")
     assert same[1:3] == ["+0.0", "[+0.0, +0.0]"] and same[-1] == "**reproduced**"
+    assert _table_row(out.split("per teacher seed")[1], "| `o:a` |") == ["`o:a`", "75.0", "70.0", "80.0"]
+    # one --results folder and an --also run of three: the table holds the other run's teacher seeds, and "–" where
+    # a model has no folder of that position
+    compare.main(["--results", str(folders[0]), "--also", f"o={others[0]}", *map(str, others[1:]),
+                  "--models", "a", "o:a"])  # fmt: skip
+    per_teacher = capsys.readouterr().out.split("per teacher seed")[1]
+    assert _table_row(per_teacher, "| `a` |") == ["`a`", "75.0", "–", "–"]
+    assert _table_row(per_teacher, "| `o:a` |") == ["`o:a`", "75.0", "70.0", "80.0"]
 
     refusals = {
         ("--results", str(folders[0]), str(folders[0])): "--results: a folder given twice",

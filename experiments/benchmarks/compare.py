@@ -27,8 +27,9 @@ gap, its size (A − B against GAP), two verdicts; "A matches B" is two one-side
 decided when its Holm-adjusted p is below 0.05. Prints Markdown: one table of the models (mean accuracy, 95%
 interval over teacher seeds, student seeds and test rows, the gold labels each read) and one of the claims' tests
 (A − B, its 95% interval, the raw and the Holm-adjusted p, the smallest difference the design detects, or for
-"matches" the smallest margin it confirms, the verdict); with several --results folders, also the accuracy under
-each teacher seed (each folder's mean over its student seeds); with a domain column, also the accuracy per domain.
+"matches" the smallest margin it confirms, the verdict); where a model has several teacher seeds, also each model's
+accuracy under each (each results folder's mean over its student seeds, by the folders' order in their run); with a
+domain column, also the accuracy per domain.
 
 ``--metric`` chooses what is compared: ``accuracy`` (the default), ``ece`` (the expected calibration error, 15
 bins; lower is better, so "A beats B" means A − B below 0) or ``auroc:SCORE``: how well the uncertainty score SCORE
@@ -307,18 +308,16 @@ def domain_table(files: dict[str, list]) -> list[str]:
     return lines
 
 
-def teacher_seed_table(metrics: dict, folders: list[Path]) -> list[str]:
-    """Accuracy per teacher seed (each --results folder, by position; a model of an --also run under its folder of
-    that position), the mean over that folder's student seeds, of the rows the intervals use; none for one folder."""
-    if len(folders) < 2:
+def teacher_seed_table(metrics: dict) -> list[str]:
+    """Accuracy per teacher seed, column k the k-th folder of each run (of --results, or of the model's --also run),
+    the mean over that folder's student seeds, of the rows the intervals use; none when no model has several."""
+    width = max(len(metric.teacher_seeds) for metric in metrics.values())
+    if width < 2:
         return []
-    names = [f.parent.name if f.name == "results" else f.name for f in folders]
-    if len(set(names)) < len(names):
-        names = list(map(str, folders))
-    lines = ["| model | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+    lines = ["| model | " + " | ".join(f"folder {k + 1}" for k in range(width)) + " |", "| --- |" + " ---: |" * width]
     for model, metric in metrics.items():
         cells = []
-        for position in range(len(folders)):
+        for position in range(width):
             units = metric.correct[metric.teachers == str(position)]
             cells.append(f"{100 * units.mean():.1f}" if len(units) else "–")
         lines.append(f"| `{model}` | " + " | ".join(cells) + " |")
@@ -692,9 +691,12 @@ def print_tables(args: argparse.Namespace, found: dict, metrics: dict, claims: d
     print(f"| --- | ---: | ---: | --- |{f1_rule} --- |")
     for model, paths in files.items():
         print(model_row(model, paths, metrics[model], kind == "accuracy", counts["cluster_labels"]))
-    per_teacher = teacher_seed_table(metrics, counts["runs"][""]) if kind == "accuracy" else []
+    per_teacher = teacher_seed_table(metrics) if kind == "accuracy" else []
     if per_teacher:
-        print("\nAccuracy (%) per teacher seed (each --results folder), the mean over its student seeds:\n")
+        print(
+            "\nAccuracy (%) per teacher seed, the mean over its student seeds; folder k: the k-th results folder of "
+            "the model's run, in the order above:\n"
+        )
         print("\n".join(per_teacher))
     by_domain = domain_table(files) if kind == "accuracy" else []
     if by_domain:
