@@ -10,11 +10,15 @@ the training split that the students learn from:
   rows whose target is right, and how often the quarter of rows with the largest m is routed to its owner;
 - where a teacher sends the rows of another teacher's class when it sends most of them (80% or more) to one class of
   its own, with its mean top probability on them and on its own rows (a confident teacher outside its classes is
-  what breaks certainty routing).
+  what breaks certainty routing);
+- with ``--against``, another run's certainty for the same rows (the same teachers' MC-dropout pass with other
+  settings, e.g. fewer samples): its correlation with this run's, per teacher, and how often both pick the same
+  teacher, on all rows and on the quarter with the largest margin in this run.
 The ``route`` job's log and the report's routing table give the routing figures of every router
 (docs/routing.md); this script adds the targets of the methods that do not route (vanilla KD).
 
     python experiments/muki_diagnostics.py --results results --dataset bbc_news --teachers minilm_a minilm_b
+    python experiments/muki_diagnostics.py --results runs/m16/results --against runs/m4/results ...
 """
 
 from __future__ import annotations
@@ -33,13 +37,22 @@ from kdpipe.routing.certainty import certainty_scores
 from kdpipe.signals.io import read_logits, read_mc
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", type=Path, default=Path("results"))
     p.add_argument("--dataset", default="bbc_news")
     p.add_argument("--teachers", nargs="+", default=["minilm_a", "minilm_b"])
     p.add_argument("--tau-s", type=float, default=0.2)
+    p.add_argument("--against", type=Path, help="another run's results/ folder with these teachers' MC-dropout scores")
     args = p.parse_args()
+    for run in filter(None, (args.results, args.against)):
+        if not (run / "signals").is_dir():
+            p.error(f"{run}: not a run's results/ folder (no signals/ in it)")
+    return args
+
+
+def main() -> None:
+    args = arguments()
 
     data = args.results / "data" / args.dataset
     labels = read_labels(data)
@@ -48,9 +61,8 @@ def main() -> None:
     logits, certainty, classes = [], [], {}
     for t in args.teachers:
         z, classes[t] = read_logits(args.results / "signals" / t / "train" / "logits.parquet", row_ids)
-        _, scores = read_mc(args.results / "signals" / t / "train" / "mc.npy", row_ids)
         logits.append(torch.tensor(z))
-        certainty.append(torch.tensor(scores["certainty"].to_numpy()))
+        certainty.append(torch.tensor(train_certainty(args.results, t, row_ids)))
     blocks = teacher_blocks(classes, labels, policy="disjoint", where="diagnostics")
     blocks = [torch.as_tensor(blocks[t]) for t in args.teachers]
     owner = np.zeros(len(y), dtype=int)
@@ -109,6 +121,27 @@ def main() -> None:
                     f"| {t} | {labels[c]} | {sent} | {100 * picks.max() / len(rows):.0f}% | "
                     f"{rows.max(-1).mean():.2f} | {own_top:.2f} |"
                 )
+
+    if args.against:
+        against(args.against, args.teachers, row_ids, scores, owner, top)
+
+
+def against(other_run: Path, teachers: list[str], row_ids, scores: np.ndarray, owner: np.ndarray, top: np.ndarray):
+    """This run's certainty (``scores``, rows by teachers) against another run's for the same teachers and rows."""
+    other = np.stack([train_certainty(other_run, t, row_ids) for t in teachers], -1)
+    same = scores.argmax(-1) == other.argmax(-1)
+    corr = ", ".join(f"{t} {np.corrcoef(scores[:, k], other[:, k])[0, 1]:.3f}" for k, t in enumerate(teachers))
+    print(
+        f"\nAgainst {other_run}: certainty correlation {corr}; the same teacher scores highest on "
+        f"{100 * same.mean():.1f}% of rows, {100 * same[top].mean():.1f}% of the quarter with the largest m here; "
+        f"the owner scores highest there on {100 * (other.argmax(-1) == owner).mean():.1f}% of rows"
+    )
+
+
+def train_certainty(results: Path, teacher: str, row_ids: np.ndarray) -> np.ndarray:
+    """A teacher's MC-dropout certainty on the training rows of one run, in the order of ``row_ids``."""
+    _, scores = read_mc(results / "signals" / teacher / "train" / "mc.npy", row_ids)
+    return scores["certainty"].to_numpy()
 
 
 if __name__ == "__main__":

@@ -148,6 +148,7 @@ OVERLAYS = {
     "amazon_single_domain.yaml": "amazon_meta_kd.yaml",
     "newsgroups_hydra_far.yaml": "newsgroups_hydra.yaml",
     "newsgroups_muki_groups.yaml": "newsgroups_muki.yaml",
+    "newsgroups_muki_paper_m4.yaml": "newsgroups_muki_paper.yaml",
     "newsgroups_hydra_near.yaml": "newsgroups_hydra.yaml",
     "uncertainty_tech.yaml": "uncertainty.yaml",
 }

@@ -323,6 +323,23 @@ def test_the_default_route_is_mukis_certainty_bit_for_bit(done):
     assert manifest["diagnostics"]["oracle"]["validation"]["routing"]["accuracy"] == 1.0
 
 
+def test_muki_diagnostics_against_the_same_run_agrees_with_itself(done, capsys, monkeypatch):
+    """experiments/muki_diagnostics.py on the tiny run, with --against the same run (docs/experiments/benchmarks.md,
+    "MUKI with 16 MC-dropout samples"): each teacher's certainty correlates at 1 with itself, the same teacher
+    scores highest on every row, and the owner's share is the one of its own MC-dropout line."""
+    import runpy
+
+    r = str(Path(done[0]) / "results")
+    argv = ["muki_diagnostics.py", "--results", r, "--dataset", "tiny_bbc", "--teachers", "ta", "tb", "--against", r]
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(REPO / "experiments/muki_diagnostics.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    owner = re.search(r"\| MC-dropout certainty \| ([\d.]+)% \|", out).group(1)
+    assert "certainty correlation ta 1.000, tb 1.000" in out
+    assert "the same teacher scores highest on 100.0% of rows, 100.0% of the quarter with the largest m" in out
+    assert f"the owner scores highest there on {owner}% of rows" in out
+
+
 def test_a_routing_setting_reruns_the_routes_and_their_students_only(done):
     project, env, _ = done
     config = edited_config(project, lambda c: c.update(routing={"neighbours": 3}))
