@@ -67,9 +67,7 @@ def cluster():
     cluster.stop()
 
 
-def slurm_snakemake(
-    project: Path, env: dict, *args: str, configfile="tests/configs/tiny.yaml", timeout=1200, background=False
-):
+def slurm_snakemake(project: Path, env: dict, *args: str, configfile: str, timeout=1200, background=False):
     cmd = [
         "timeout",
         "-k",
@@ -114,15 +112,31 @@ def most_at_once(jobs: list[dict]) -> int:
     return peak
 
 
+# The tiny config's students that the tests here need: one that reads logits, the routed MUKI student, and the one
+# the failing-job test breaks (each further student only adds a distill and an evaluate job on the cluster)
+STUDENTS = ("s_vkd", "s_muki", "s_muki_no_mc")
+
+
+def slurm_config(project: Path, edit=lambda config: None) -> str:
+    """The tiny config with only STUDENTS, and ``edit`` applied, written into ``project``."""
+
+    def trim_and_edit(config: dict) -> None:
+        config["students"] = {name: config["students"][name] for name in STUDENTS}
+        edit(config)
+
+    return edited_config(project, trim_and_edit)
+
+
 @pytest.fixture(scope="module")
 def tiny_run(cluster, tmp_path_factory):
-    """The tiny config run once to completion on the cluster; the later tests edit it."""
+    """The tiny config (its students cut to STUDENTS) run once to completion on the cluster; the later tests edit
+    it."""
     base = tmp_path_factory.mktemp("slurm")
     project = copy_project(base / "project")
     (base / "cache").mkdir()
     env = {**environment(project, base / "cache"), "KDPIPE_DEVICE": "cpu"}
     started = time.perf_counter()
-    rc, output = slurm_snakemake(project, env)
+    rc, output = slurm_snakemake(project, env, configfile=slurm_config(project))
     wall = time.perf_counter() - started
     assert rc == 0, f"snakemake on SLURM failed:\n{output[-6000:]}\n{cluster.log('slurmctld')}"
     print(f"\ntiny config on SLURM: {wall:.0f} s")
@@ -162,7 +176,7 @@ def test_failing_job_is_reported_as_a_failed_slurm_job(cluster, tiny_run):
     project, env, _ = tiny_run
     # a student whose backbone folder does not exist: the plan cannot tell it from a hub name, the job finds out
     missing = {"init": {"from": "no-such-backbone-folder", "layers": [0]}}
-    config = edited_config(project, lambda c: c["students"]["s_muki_no_mc"].update(model=missing))
+    config = slurm_config(project, lambda c: c["students"]["s_muki_no_mc"].update(model=missing))
     rc, output = slurm_snakemake(project, env, configfile=config, timeout=600)
     assert rc != 0
     jobs = run_jobs(cluster, output)
@@ -180,7 +194,7 @@ def test_failing_job_is_reported_as_a_failed_slurm_job(cluster, tiny_run):
 
 def test_rerun_after_a_cancelled_job_resumes_and_completes(cluster, tiny_run):
     project, env, _ = tiny_run
-    config = edited_config(project, lambda c: c["teachers"]["ta"].update(epochs=60))
+    config = slurm_config(project, lambda c: c["teachers"]["ta"].update(epochs=60))
     target = "results/teachers/ta"
     resume = project / "results/teachers/.resume/ta"
     # --retries 0 so that the cancel ends this run as a failure instead of being retried within it
