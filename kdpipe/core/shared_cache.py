@@ -142,7 +142,10 @@ def _locked(cached_or_run):
         if handle is None or (stop is not None and stop.is_set()):
             if handle is not None:
                 handle.close()
-            raise WorkflowError(f"{outputs}: not run: the run was stopped while the job waited for the cache lock")
+            # said here, not only in the error: a signal that lands while Snakemake is still submitting the job
+            # leaves the job's future without the callback that prints its error
+            say(f"{outputs}: not run: the run was stopped while the job waited for the cache lock")
+            raise WorkflowError(f"{outputs}: not run (the run was stopped)")
         try:
             # Snakemake's look-up, run and store (Executor.acached_or_run), but a forced job is not looked up
             if not _forced(workflow, job) and workflow.async_run(cache.exists(job)):
