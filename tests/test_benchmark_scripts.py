@@ -725,6 +725,10 @@ def test_power_projects_a_claim_over_more_teacher_seeds(tmp_path, capsys):
     assert [c[7] for c in cells] == ["no (5.0)", "yes (5.0)", "no (5.0)", "yes (5.0)"]
     with pytest.raises(SystemExit, match="at least 2 each"):
         power.main(["--results", str(folders[0]), "--models", "a", "b", "--teacher-seeds", "1"])
+    with pytest.raises(SystemExit):
+        power.main(["--help"])
+    shown = capsys.readouterr().out  # power's own options, beside compare's
+    assert "--teacher-seeds T" in shown and "--rows-factor F" in shown and "--claim CLAIM" in shown
 
 
 def test_compare_draws_clusters_of_rows(tmp_path, capsys):

@@ -554,12 +554,16 @@ def teacher_folders(folders: list[Path], option: str) -> list[Path]:
     return folders
 
 
-def arguments(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, list[str]], dict]:
+EPILOG = "docs/report.md, section 'Intervals and verdicts', says how."
+
+
+def arguments(
+    argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None
+) -> tuple[argparse.Namespace, dict[str, list[str]], dict]:
     """(the parsed command line, {model: the models joined into it}, {claim text: parsed claim}); stops on a
-    malformed one before any file is read."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], epilog="docs/report.md, section 'Intervals and verdicts', says how."
-    )
+    malformed one before any file is read. ``parser``: a script's own parser (its options added to it), which these
+    options join."""
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=EPILOG)
     parser.add_argument(
         "--results", type=Path, nargs="+", default=[Path("results")], metavar="DIR",
         help="the run's results/ folder (default: results), or several: the runs of one experiment under other "

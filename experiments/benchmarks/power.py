@@ -95,14 +95,20 @@ def reach(se: float, df: float, kind: str) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     script = _compare_script()
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--teacher-seeds", type=int, nargs="+", default=[3, 5, 10, 20])
-    parser.add_argument("--rows-factor", type=float, nargs="+", default=[1.0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=script.EPILOG)
+    parser.add_argument(
+        "--teacher-seeds", type=int, nargs="+", default=[3, 5, 10, 20], metavar="T",
+        help="the designs' numbers of teacher seeds (default: 3 5 10 20)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rows-factor", type=float, nargs="+", default=[1.0], metavar="F",
+        help="the designs' test rows, as multiples of the run's (default: 1)",
+    )  # fmt: skip
     parser.add_argument("--target", type=float, help="points a plain 'beats' claim should be detected at")
-    own, rest = parser.parse_known_args(argv)
+    args, models, claims = script.arguments(argv, parser)
+    own = args
     if any(t < 2 for t in own.teacher_seeds) or any(f <= 0 for f in own.rows_factor):
         raise SystemExit("--teacher-seeds: at least 2 each; --rows-factor: above 0")
-    args, models, claims = script.arguments(rest)
     if args.metric[0] != "accuracy" or args.also:
         raise SystemExit("power.py projects accuracy claims of one experiment's runs (no --metric, no --also)")
     runs = {"": args.results}
