@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kdpipe.core.store import KdpipeError
 from kdpipe.data.dataset import read_labels, read_split
 from kdpipe.data.labelspace import teacher_blocks
 from kdpipe.methods.losses import union_logits
@@ -63,6 +64,7 @@ def main() -> None:
         z, classes[t] = read_logits(args.results / "signals" / t / "train" / "logits.parquet", row_ids)
         logits.append(torch.tensor(z))
         certainty.append(torch.tensor(train_certainty(args.results, t, row_ids)))
+    other = other_certainty(args.against, args.dataset, train, args.teachers, classes) if args.against else None
     blocks = teacher_blocks(classes, labels, policy="disjoint", where="diagnostics")
     blocks = [torch.as_tensor(blocks[t]) for t in args.teachers]
     owner = np.zeros(len(y), dtype=int)
@@ -122,13 +124,36 @@ def main() -> None:
                     f"{rows.max(-1).mean():.2f} | {own_top:.2f} |"
                 )
 
-    if args.against:
-        against(args.against, args.teachers, row_ids, scores, owner, top)
+    if other is not None:
+        against(args.against, other, args.teachers, scores, owner, top)
 
 
-def against(other_run: Path, teachers: list[str], row_ids, scores: np.ndarray, owner: np.ndarray, top: np.ndarray):
-    """This run's certainty (``scores``, rows by teachers) against another run's for the same teachers and rows."""
-    other = np.stack([train_certainty(other_run, t, row_ids) for t in teachers], -1)
+def other_certainty(other_run: Path, dataset: str, train, teachers: list[str], classes: dict) -> np.ndarray:
+    """Another run's certainty of the same teachers (of the same classes) on the same training rows, [rows,
+    teachers]; stops, before any report, when that run's split or teachers are others."""
+    where = f"--against {other_run}"
+    data = other_run / "data" / dataset
+    if not data.is_dir():
+        raise SystemExit(f"{where}: it has no prepared dataset {dataset!r}; give a run of the same dataset and split")
+    try:
+        theirs = read_split(data, "train")
+    except KdpipeError as err:
+        raise SystemExit(f"{where}: {err}") from None
+    if not (
+        len(theirs) == len(train)
+        and np.array_equal(theirs["row_id"].to_numpy(), train["row_id"].to_numpy())
+        and np.array_equal(theirs["text"].to_numpy(), train["text"].to_numpy())
+    ):
+        raise SystemExit(f"{where}: its {dataset} training split holds other rows; give a run of the same split")
+    row_ids = train["row_id"].to_numpy()
+    try:
+        return np.stack([train_certainty(other_run, t, row_ids, classes[t]) for t in teachers], -1)
+    except KdpipeError as err:
+        raise SystemExit(f"{where}: {err}") from None
+
+
+def against(other_run: Path, other: np.ndarray, teachers: list[str], scores, owner, top) -> None:
+    """This run's certainty (``scores``, rows by teachers) against another run's (``other``) for the same rows."""
     same = scores.argmax(-1) == other.argmax(-1)
     corr = ", ".join(f"{t} {np.corrcoef(scores[:, k], other[:, k])[0, 1]:.3f}" for k, t in enumerate(teachers))
     print(
@@ -138,9 +163,10 @@ def against(other_run: Path, teachers: list[str], row_ids, scores: np.ndarray, o
     )
 
 
-def train_certainty(results: Path, teacher: str, row_ids: np.ndarray) -> np.ndarray:
-    """A teacher's MC-dropout certainty on the training rows of one run, in the order of ``row_ids``."""
-    _, scores = read_mc(results / "signals" / teacher / "train" / "mc.npy", row_ids)
+def train_certainty(results: Path, teacher: str, row_ids: np.ndarray, labels: list[str] | None = None) -> np.ndarray:
+    """A teacher's MC-dropout certainty on the training rows of one run, in the order of ``row_ids`` (its classes
+    checked against ``labels`` when given)."""
+    _, scores = read_mc(results / "signals" / teacher / "train" / "mc.npy", row_ids, labels)
     return scores["certainty"].to_numpy()
 
 

@@ -10,6 +10,7 @@ import json
 import re
 import runpy
 import shlex
+import shutil
 import subprocess
 import sys
 import traceback
@@ -725,10 +726,36 @@ def test_power_projects_a_claim_over_more_teacher_seeds(tmp_path, capsys):
     assert [c[7] for c in cells] == ["no (5.0)", "yes (5.0)", "no (5.0)", "yes (5.0)"]
     with pytest.raises(SystemExit, match="at least 2 each"):
         power.main(["--results", str(folders[0]), "--models", "a", "b", "--teacher-seeds", "1"])
+    with pytest.raises(SystemExit, match="above 0, finite"):
+        power.main(["--results", str(folders[0]), "--models", "a", "b", "--rows-factor", "nan"])
     with pytest.raises(SystemExit):
         power.main(["--help"])
     shown = capsys.readouterr().out  # power's own options, beside compare's
     assert "--teacher-seeds T" in shown and "--rows-factor F" in shown and "--claim CLAIM" in shown
+
+
+def test_power_at_the_runs_own_design_gives_compares_detectable_difference(tmp_path, capsys):
+    """Models of other seed counts (a: 3 seeds at 70, 65 and 75%; b: 1 seed), drawn apart: the run's own design (3
+    seeds) projects the difference compare.py detects; the one-seed model is named as such by both."""
+    power, compare = _load_script("power.py"), _load_script("compare.py")
+    results = tmp_path / "results"
+    _run_with_texts(results, list(range(200)), [f"review {i}" for i in range(200)], {"a": [], "b": range(100)})
+    for seed, right in enumerate((140, 130, 150)):
+        predictions = results / "eval" / f"a.seed{seed}" / "test.predictions.parquet"
+        pd.DataFrame({"row_id": range(200), "correct": [int(i < right) for i in range(200)]}).to_parquet(predictions)
+    for seed in (1, 2):
+        shutil.rmtree(results / "eval" / f"b.seed{seed}")
+    base = ["--results", str(results), "--models", "a", "b", "--claim", "a beats b"]
+    compare.main(base)
+    out = capsys.readouterr().out
+    assert "Of one seed: `b`; its seed-to-seed variance is not sampled" in out
+    detectable = _table_row(out, "| a beats b |")[6]
+    power.main([*base, "--teacher-seeds", "3", "30"])
+    out = capsys.readouterr().out
+    assert "Of one seed: `b`" in out
+    rows = [_table_row(line, "| a beats b |") for line in out.splitlines() if line.startswith("| a beats b |")]
+    assert rows[0][3] == "2.89 (3 and 1)" and rows[0][6] == detectable  # sqrt(25 / 3) points: a's seeds alone
+    assert float(rows[1][6]) < float(detectable)
 
 
 def test_compare_draws_clusters_of_rows(tmp_path, capsys):
@@ -751,6 +778,40 @@ def test_compare_draws_clusters_of_rows(tmp_path, capsys):
     assert (high - low) / 2 == pytest.approx(1.972 * 3.24, rel=0.05)
     with pytest.raises(SystemExit, match="has no such column; its columns are row_id, text, question"):
         compare.main([*base, "--cluster-column", "topic"])
+    # one cluster (or row_id, every row its own) is refused: drawn, one cluster would give a zero-width interval
+    pd.read_parquet(data).assign(question="the same").to_parquet(data)
+    with pytest.raises(SystemExit, match="all in one cluster; drawing clusters needs at least two"):
+        compare.main([*base, "--cluster-column", "question"])
+    with pytest.raises(SystemExit, match="every row is a cluster of its own already"):
+        compare.main([*base, "--cluster-column", "row_id"])
+
+
+def test_compare_refuses_a_test_of_one_row_and_names_an_unreadable_file(tmp_path):
+    """One test row would give a zero-width interval and a decided verdict: refused. A predictions file cut short,
+    an evaluation record cut short and a file listing a row twice are named, with what to do."""
+    compare = _load_script("compare.py")
+    one = tmp_path / "one" / "results"
+    _run_with_texts(one, [0], ["a review"], {"a": [0], "b": []})
+    with pytest.raises(SystemExit, match="its test predictions have 1 row\\(s\\); a test needs two"):
+        compare.main(["--results", str(one), "--models", "a", "b", "--claim", "a beats b"])
+    results = tmp_path / "run" / "results"
+    _run_with_texts(results, list(range(20)), [f"review {i}" for i in range(20)], {"a": range(15), "b": range(10)})
+    base = ["--results", str(results), "--models", "a", "b", "--claim", "a beats b"]
+    predictions = results / "eval" / "b.seed1" / "test.predictions.parquet"
+    table = pd.read_parquet(predictions)
+    predictions.write_bytes(predictions.read_bytes()[:40])
+    with pytest.raises(SystemExit, match=f"{re.escape(str(predictions))}: not a readable Parquet file"):
+        compare.main(base)
+    pd.concat([table, table.iloc[:1]]).to_parquet(predictions)
+    with pytest.raises(SystemExit, match=f"{re.escape(str(predictions))}: lists some rows twice"):
+        compare.main(base)
+    table.to_parquet(predictions)
+    record = results / "eval" / "b.seed1" / "test.json"
+    record.write_text('{"model": "b", "metr')
+    with pytest.raises(SystemExit, match=f"{re.escape(str(record))}: not a readable evaluation record"):
+        compare.main(base)
+    with pytest.raises(SystemExit, match="a claim given twice"):
+        compare.main([*base, "--claim", "a  beats b"])
 
 
 def _compare_commands():

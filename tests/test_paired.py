@@ -175,6 +175,11 @@ def test_unpaired_inputs_are_refused():
         Accuracy(np.ones((3, 10)), teachers=[0, 1])
     with pytest.raises(ValueError, match="same teacher seed and student seed"):
         Accuracy(np.ones((2, 10)), teachers=[0, 0], seeds=[1, 1])
+    # one row, or one cluster, is the same in every draw: no interval to give (it would be zero-wide)
+    with pytest.raises(ValueError, match="drawing rows needs at least two"):
+        compare(np.ones((3, 1)), np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="drawing rows needs at least two"):
+        interval(np.ones((3, 10)), clusters=["one"] * 10)
 
 
 def test_calibration_error_is_torchmetrics_ece_on_every_row():

@@ -20,9 +20,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from kdpipe.data.prepare import prepare
 from kdpipe.signals.catalog import SIGNALS as SIGNAL_CATALOG
 from kdpipe.signals.catalog import pass_of
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY_DATASET, dataset_settings
 
 pytestmark = pytest.mark.slow
 
@@ -338,6 +339,30 @@ def test_muki_diagnostics_against_the_same_run_agrees_with_itself(done, capsys, 
     assert "certainty correlation ta 1.000, tb 1.000" in out
     assert "the same teacher scores highest on 100.0% of rows, 100.0% of the quarter with the largest m" in out
     assert f"the owner scores highest there on {owner}% of rows" in out
+
+
+def test_muki_diagnostics_against_another_split_or_other_teachers_stops_before_its_report(done, tmp_path):
+    """--against a run whose training split holds other texts, or whose teacher of the same name holds other
+    classes (here ta and tb swapped): one line names the problem, and nothing of the report is printed first."""
+    r = Path(done[0]) / "results"
+    other = tmp_path / "results"
+    shutil.copytree(r / "data", other / "data")
+    (other / "signals").mkdir()
+    for mine, theirs in (("ta", "tb"), ("tb", "ta")):
+        shutil.copytree(r / "signals" / mine / "train", other / "signals" / theirs / "train")
+    script = [sys.executable, str(REPO / "experiments/muki_diagnostics.py"), "--results", str(r)]
+    args = ["--dataset", "tiny_bbc", "--teachers", "ta", "tb", "--against", str(other)]
+    swapped = subprocess.run([*script, *args], capture_output=True, text=True)
+    assert swapped.returncode != 0 and swapped.stdout == ""
+    assert f"--against {other}: " in swapped.stderr and "differs from the expected" in swapped.stderr
+    assert "Traceback" not in swapped.stderr
+    shutil.rmtree(other / "data" / "tiny_bbc")  # the same dataset split with another seed
+    config = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())["dataset"]
+    resplit_data = {**TINY_DATASET, **config, "split": {**config["split"], "seed": 2}}
+    prepare(dataset_settings(resplit_data), other / "data" / "tiny_bbc")
+    resplit = subprocess.run([*script, *args], capture_output=True, text=True)
+    assert resplit.returncode != 0 and resplit.stdout == ""
+    assert f"--against {other}: its tiny_bbc training split holds other rows" in resplit.stderr
 
 
 def test_a_routing_setting_reruns_the_routes_and_their_students_only(done):

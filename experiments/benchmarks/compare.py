@@ -88,7 +88,7 @@ def evaluations(results: Path, model: str, split: str) -> dict[int, list[Path]]:
     family: dict[int, dict[str, Path]] = defaultdict(dict)
     for folder in folders:
         match = re.fullmatch(rf"{re.escape(model)}\.(.+?)(?:\.seed(\d+))?", folder.name)
-        record = json.loads((folder / f"{split}.json").read_text()) if match else {}
+        record = read_record(folder / f"{split}.json") if match else {}
         if record.get("group") == model and record.get("domain"):
             seed = int(match[2]) if match[2] is not None else int(record.get("seed", 0))
             family[seed][record["domain"]] = folder / f"{split}.json"
@@ -195,7 +195,15 @@ def to_main_rows(model: str, ids: np.ndarray, theirs: pd.Series, ours: pd.Series
 
 
 def records(evaluation: list[Path]) -> list[dict]:
-    return [json.loads(p.read_text()) for p in evaluation]
+    return [read_record(p) for p in evaluation]
+
+
+def read_record(path: Path) -> dict:
+    """An evaluation's ``{split}.json``; stops with its path when it is not JSON (a write cut short)."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"{path}: not a readable evaluation record ({err}); run its evaluation again") from None
 
 
 def macro_f1(evaluation: list[Path]) -> float:
@@ -508,6 +516,8 @@ def cluster_labels(
     prepared dataset's ``column``: rows of one value form one cluster. OOD rows take their clusters from the
     dataset's ``ood.parquet`` when it has the column, else each is a cluster of its own (said in the note)."""
     where = f"--cluster-column {column!r}"
+    if column == "row_id":
+        raise SystemExit(f"{where}: every row is a cluster of its own already; leave the option out")
     path = prepared_split(results, split)
     if path is None:
         raise SystemExit(f"{where}: {results}/data has no one prepared dataset with a {split} split to read it from")
@@ -520,6 +530,8 @@ def cluster_labels(
         raise SystemExit(f"{where}: {int(labels.isna().sum()):,} of the compared rows have no value in {path}")
     labels = labels.astype(str).to_numpy()
     count, note = len(set(labels)), ""
+    if count < 2:
+        raise SystemExit(f"{where}: the compared rows are all in one cluster; drawing clusters needs at least two")
     if ood_ids is not None:
         ood_path = path.with_name("ood.parquet")
         if ood_path.is_file() and column in pq.read_schema(ood_path).names:
@@ -609,7 +621,10 @@ def arguments(
     joins = [text for text, (name, parts) in zip(args.models, specs, strict=True) if len(parts) > 1]
     if args.metric[0] == "auroc" and joins:
         raise SystemExit(f"--metric auroc: {joins[0]!r} joins models on disjoint test rows, but not their OOD rows")
-    return args, models, {text: parse_claim(text, list(models)) for text in args.claim}
+    claims = [" ".join(text.split()) for text in args.claim]
+    if len(set(claims)) < len(claims):
+        raise SystemExit(f"--claim: a claim given twice ({'; '.join(claims)}); a family counts each claim once")
+    return args, models, {text: parse_claim(text, list(models)) for text in claims}
 
 
 def read_rows(files: dict[str, list], kind: str, score: str | None) -> tuple[dict, dict]:
@@ -637,13 +652,14 @@ def same_rows(found: dict, runs: dict[str, list[Path]], rows: dict, columns: dic
             rows[model] = ours[order]
             columns[model] = {c: matrix[:, order] for c, matrix in columns[model].items()}
     first = next(iter(rows))
-    if len(rows[first]) == 0:
-        raise SystemExit(f"model '{first}': its {split} predictions have no rows")
+    if len(rows[first]) < 2:
+        raise SystemExit(f"model '{first}': its {split} predictions have {len(rows[first])} row(s); a test needs two")
     for model, ids in rows.items():
         if not np.array_equal(ids, rows[first]):
+            other = ", other row ids" if len(ids) == len(rows[first]) else ""
             raise SystemExit(
                 f"models '{first}' and '{model}' were evaluated on other {split} rows ({len(rows[first]):,} and "
-                f"{len(ids):,}); a per-domain family or a NAME=A+B join must cover every domain, and a model of "
+                f"{len(ids):,}{other}); a per-domain family or a NAME=A+B join must cover every domain, and a model of "
                 "another run (--also) be scored on the same texts"
             )
     return rows[first]
@@ -670,6 +686,17 @@ def teacher_note(runs: dict[str, list[Path]], used: set[str]) -> str:
     return text
 
 
+def seed_note(metrics: dict) -> str:
+    """What the intervals of models of one seed (one teacher seed, one student seed) leave out, or ''."""
+    single = [f"`{name}`" for name, metric in metrics.items() if len(metric.teachers) == 1]
+    if not single:
+        return ""
+    return (
+        f" Of one seed: {', '.join(single)}; its seed-to-seed variance is not sampled, so its intervals, and those of "
+        "its claims, hold the rows' variance only and are too narrow for a claim about the method."
+    )
+
+
 def print_tables(args: argparse.Namespace, found: dict, metrics: dict, claims: dict, counts: dict) -> None:
     """The tables: the models, per domain where the rows have domains, the claims' tests. ``counts``: the rows, the
     OOD rows, the clusters and their note, the runs."""
@@ -689,7 +716,7 @@ def print_tables(args: argparse.Namespace, found: dict, metrics: dict, claims: d
         f"{counts['rows']:,} {args.split} rows{clusters}{against}; 95% intervals over teacher seeds, student seeds "
         "and rows (Student's t from a hierarchical bootstrap, the rows drawn 4,000 times)."
     )
-    print(teacher_note(counts["runs"], {label for label, _ in found.values()}) + "\n")
+    print(teacher_note(counts["runs"], {label for label, _ in found.values()}) + seed_note(metrics) + "\n")
     f1_head, f1_rule = (" macro-F1 (%) |", " ---: |") if kind == "accuracy" else ("", "")
     print(f"| model | seeds | {what} | 95% interval |{f1_head} gold labels read |")
     print(f"| --- | ---: | ---: | --- |{f1_rule} --- |")

@@ -12,7 +12,8 @@ that compare.py computes (docs/report.md, "Intervals and verdicts") into
 - the top level's part, s²/n: the spread of A − B over the top-level units (the teacher seeds when there are several,
   each one's mean over its student seeds; else the student seeds) over their number n; it holds the teachers' and
   the students' variance and each unit's own row noise;
-- the rows' part: the rest, what drawing other test rows adds on top.
+- the rows' part: the rest, what drawing other test rows adds on top (with ``--cluster-column``, other clusters of
+  rows: a design's rows factor then multiplies the clusters).
 
 A design of T teacher seeds (student seeds as in the run: each unit averages as many) and f times the test rows has
 the standard error ``sqrt(s²/T + rows / f)``, Student's t with Welch-Satterthwaite's degrees of freedom (T − 1 for
@@ -54,10 +55,11 @@ def quantile(level: float, df: float) -> float:
     return float(special.stdtrit(df, level)) if np.isfinite(df) else float(special.ndtri(level))
 
 
-def top_level(a: Accuracy, b: Accuracy) -> tuple[float, int]:
-    """(s²/n, n): the top level's part of Var(A − B) and its number of units. Several teacher seeds: each teacher
-    seed's mean over its student seeds, A's less B's; one: the student seeds, paired by label where both models have
-    the same labels, else each model's spread apart (n then the fewer of the two)."""
+def top_level(a: Accuracy, b: Accuracy) -> tuple[float, float, str]:
+    """(the run's top-level part of Var(A − B), the variance one top-level unit adds, its units as printed). Several
+    teacher seeds: each teacher seed's mean over its student seeds, A's less B's, s²/n and s²; one: the student
+    seeds, paired by label where both models have the same labels, else each model's spread apart, s_A²/n_A +
+    s_B²/n_B and s_A² + s_B² (a model of one seed adds nothing: its spread is unknown)."""
     teachers = a.teacher_seeds
     if len(teachers) > 1:
         if b.teacher_seeds != teachers:
@@ -65,19 +67,21 @@ def top_level(a: Accuracy, b: Accuracy) -> tuple[float, int]:
         units = np.array(
             [a.correct[a.units_of(t)].mean() - b.correct[b.units_of(t)].mean() for t in teachers], dtype=np.float64
         )
-        return float(units.var(ddof=1)) / len(units), len(units)
+        return float(units.var(ddof=1)) / len(units), float(units.var(ddof=1)), str(len(units))
     acc_a, acc_b = a.correct.mean(1), b.correct.mean(1)
     if a.seeds is not None and b.seeds is not None and sorted(a.seeds) == sorted(b.seeds) and len(acc_a) > 1:
         order_a, order_b = np.argsort(a.seeds, kind="stable"), np.argsort(b.seeds, kind="stable")
         units = acc_a[order_a] - acc_b[order_b]
-        return float(units.var(ddof=1)) / len(units), len(units)
-    spread = sum(float(acc.var(ddof=1)) / len(acc) for acc in (acc_a, acc_b) if len(acc) > 1)
-    return spread, min(len(acc_a), len(acc_b))
+        return float(units.var(ddof=1)) / len(units), float(units.var(ddof=1)), str(len(units))
+    known = [acc for acc in (acc_a, acc_b) if len(acc) > 1]
+    run = sum(float(acc.var(ddof=1)) / len(acc) for acc in known)
+    return run, sum(float(acc.var(ddof=1)) for acc in known), f"{len(acc_a)} and {len(acc_b)}"
 
 
-def projected(top: float, units: int, rows_part: float, rows: int, designs: int, factor: float) -> tuple[float, float]:
-    """(se, degrees of freedom) of a design of ``designs`` top-level units and ``factor`` times the rows."""
-    top_new = top * units / designs
+def projected(per_unit: float, rows_part: float, rows: int, designs: int, factor: float) -> tuple[float, float]:
+    """(se, degrees of freedom) of a design of ``designs`` top-level units (each adding ``per_unit``) and ``factor``
+    times the rows (or clusters of rows), of which the run has ``rows``."""
+    top_new = per_unit / designs
     rows_new = rows_part / factor
     se2 = top_new + rows_new
     terms = [(top_new, designs - 1.0), (rows_new, max(rows * factor - 1.0, 1.0))]
@@ -107,8 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", type=float, help="points a plain 'beats' claim should be detected at")
     args, models, claims = script.arguments(argv, parser)
     own = args
-    if any(t < 2 for t in own.teacher_seeds) or any(f <= 0 for f in own.rows_factor):
-        raise SystemExit("--teacher-seeds: at least 2 each; --rows-factor: above 0")
+    if any(t < 2 for t in own.teacher_seeds) or not all(0 < f < np.inf for f in own.rows_factor):
+        raise SystemExit("--teacher-seeds: at least 2 each; --rows-factor: above 0, finite")
     if args.metric[0] != "accuracy" or args.also:
         raise SystemExit("power.py projects accuracy claims of one experiment's runs (no --metric, no --also)")
     runs = {"": args.results}
@@ -117,22 +121,29 @@ def main(argv: list[str] | None = None) -> None:
     rows, columns = script.read_rows(files, "accuracy", None)
     test_rows = script.same_rows(found, runs, rows, columns, args.split)
     metrics = {m: script.metric_of("accuracy", None, columns[m], None, 15, found[m][1]) for m in files}
+    labels, units_of_rows, drawn = None, len(test_rows), "rows"
+    if args.cluster_column:
+        column = args.cluster_column
+        labels, units_of_rows, _ = script.cluster_labels(args.results[0], args.split, column, test_rows, None)
+        drawn = f"rows in {units_of_rows:,} clusters by {args.cluster_column!r}"
     several = len(args.results) > 1
     level = "teacher seeds" if several else "student seeds (one teacher seed: its variance unknown)"
-    print(f"{len(test_rows):,} {args.split} rows; designs over {level}, rows times {own.rows_factor}.\n")
+    print(f"{len(test_rows):,} {args.split} {drawn}; designs over {level}, rows times {own.rows_factor}.")
+    note = script.seed_note(metrics).strip()
+    print(f"{note}\n" if note else "")
     print("| claim | A − B | se | top level (units) | rows' part | design | reach | reaches the target |")
     print("| --- | ---: | ---: | ---: | ---: | --- | ---: | --- |")
     for text, (a, kind, b, points) in claims.items():
         if len(a) > 1:
             print(f"| {text} | — | — | — | — | not projected: a difference of gains | — | — |")
             continue
-        result = compare(metrics[a[0]], metrics[b[0]])
-        top, units = top_level(metrics[a[0]], metrics[b[0]])
+        result = compare(metrics[a[0]], metrics[b[0]], clusters=labels)
+        top, per_unit, units = top_level(metrics[a[0]], metrics[b[0]])
         rows_part = max(result.se**2 - top, 0.0)
         target = points if points > 0 else (own.target / 100 if own.target else abs(result.difference))
         for designs in own.teacher_seeds:
             for factor in own.rows_factor:
-                se, df = projected(top, units, rows_part, len(test_rows), designs, factor)
+                se, df = projected(per_unit, rows_part, units_of_rows, designs, factor)
                 needed = reach(se, df, kind)
                 print(
                     f"| {text} | {100 * result.difference:+.1f} | {100 * result.se:.2f} | "

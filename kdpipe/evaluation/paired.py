@@ -267,13 +267,15 @@ def _estimate(models: list[Metric], coefficients: Sequence[float], draws: int, s
     Welch–Satterthwaite degrees of freedom for the sum)."""
     strata = _check(models)
     codes = _cluster_codes(strata, clusters)
+    row_df = float(sum(int(code.max()) for code in codes))  # clusters less one, per stratum
+    if row_df < 1:
+        raise ValueError("one test row (or one cluster of rows) in each stratum: drawing rows needs at least two")
     weights = _row_weights(codes, draws, np.random.default_rng(seed))
     values = [_values(m) for m in models]
     drawn = [m.per_seed(weights) for m in models]
     shares = [_unit_shares(m) for m in models]
     value = sum(c * v @ w for c, v, w in zip(coefficients, values, shares, strict=True))
     rows = sum(c * d @ w for c, d, w in zip(coefficients, drawn, shares, strict=True))
-    row_df = max(float(sum(int(code.max()) for code in codes)), 1.0)  # clusters less one, per stratum
     tops, noise = [], []  # (variance, degrees of freedom) of each top-level group, and of its units' row noise
     for group in _top_levels(models):
         if len(group) < 2:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kdpipe.core.store import KdpipeError
@@ -29,10 +30,15 @@ def prediction_rows(evaluation: str | Path | list[Path], columns: list[str]) -> 
         path = predictions_path(part)
         if not path.is_file():
             raise KdpipeError(f"{path}: missing; the evaluation beside it was written without its predictions")
-        present = pq.read_schema(path).names
-        tables.append(pq.read_table(path, columns=[c for c in columns if c in present]).to_pandas())
+        try:
+            present = pq.read_schema(path).names
+            tables.append(pq.read_table(path, columns=[c for c in columns if c in present]).to_pandas())
+        except (pa.ArrowInvalid, OSError) as err:
+            raise KdpipeError(f"{path}: not a readable Parquet file ({err}); run its evaluation again") from None
     table = pd.concat(tables, ignore_index=True).sort_values("row_id", kind="stable").reset_index(drop=True)
     if table["row_id"].duplicated().any():
+        if len(parts) == 1:
+            raise KdpipeError(f"{predictions_path(parts[0])}: lists some rows twice; run its evaluation again")
         raise KdpipeError(f"{_name(parts)}: these evaluations share rows; a joined family's are disjoint")
     return table
 
