@@ -812,6 +812,10 @@ def test_compare_refuses_a_test_of_one_row_and_names_an_unreadable_file(tmp_path
         compare.main(base)
     with pytest.raises(SystemExit, match="a claim given twice"):
         compare.main([*base, "--claim", "a  beats b"])
+    with pytest.raises(SystemExit, match="a gap or margin is a size in points, 0 or more"):
+        compare.main([*base[:-2], "--claim", "a beats b by -1"])
+    with pytest.raises(SystemExit, match="a gap or margin of 100 points is the whole 0-100 scale"):
+        compare.main([*base[:-2], "--claim", "a matches b within 100"])
 
 
 def _compare_commands():

@@ -339,6 +339,8 @@ def parse_claim(text: str, models: list[str]) -> tuple[Side, str, Side, float]:
     """(A, "beats" or "matches", B, the gap or margin as a fraction) of a ``--claim``, each side a model or a gain;
     stops on a malformed one."""
     match = CLAIM.match(text)
+    if not match and re.search(r"\s(by|within)\s+-", text):
+        raise SystemExit(f"--claim {text!r}: a gap or margin is a size in points, 0 or more (the sides give the sign)")
     if not match:
         raise SystemExit(
             f"--claim {text!r}: write 'A beats B [by GAP]', 'A matches B within MARGIN' (points), or the same "
@@ -356,6 +358,8 @@ def parse_claim(text: str, models: list[str]) -> tuple[Side, str, Side, float]:
     if a == b or (len(a) == 2 and (a[0] == a[1] or b[0] == b[1])):
         raise SystemExit(f"--claim {text!r}: compares a model with itself")
     points = float(amount) / 100 if amount else 0.0
+    if points >= 1:
+        raise SystemExit(f"--claim {text!r}: a gap or margin of {amount} points is the whole 0-100 scale or more")
     if kind == "matches" and points <= 0:
         raise SystemExit(f"--claim {text!r}: a margin of 0 can never be shown; give the largest gap that still matches")
     return a, kind, b, points
