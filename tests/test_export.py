@@ -382,6 +382,10 @@ def test_agreement_and_the_paired_difference_by_hand(tmp_path):
     other = _predictions(tmp_path / "o.parquet", list("aaaaaaaaa"), [1] * 9, [0.9] * 9)
     with pytest.raises(KdpipeError, match="its rows are not those of"):
         against_reference(other, reference)
+    # one row: nothing to draw a paired interval from
+    one, one_reference = (_predictions(tmp_path / f"{n}.parquet", ["a"], [1], [0.9]) for n in ("one", "one_r"))
+    with pytest.raises(KdpipeError, match="1 row\\(s\\); a paired comparison with .* needs two or more"):
+        against_reference(one, one_reference)
 
 
 def _evaluation(path, model, accuracy, n=200, ece=0.05):

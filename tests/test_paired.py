@@ -182,6 +182,17 @@ def test_unpaired_inputs_are_refused():
         interval(np.ones((3, 10)), clusters=["one"] * 10)
 
 
+def test_the_reports_interval_of_a_model_scored_on_one_row_is_left_blank(tmp_path):
+    """The report's accuracy interval (NaN, shown as a dash) where one test row leaves nothing to draw."""
+    import pandas as pd
+
+    from kdpipe.report.intervals import accuracy_interval
+
+    for seed in range(2):
+        pd.DataFrame({"row_id": [7], "correct": [1]}).to_parquet(tmp_path / f"s{seed}.predictions.parquet")
+    assert np.isnan(accuracy_interval([tmp_path / "s0.json", tmp_path / "s1.json"])).all()
+
+
 def test_calibration_error_is_torchmetrics_ece_on_every_row():
     import torch
     from torchmetrics.classification import MulticlassCalibrationError

@@ -39,6 +39,8 @@ def against_reference(predictions: str | Path, reference: str | Path, *, ece_bin
             f"{predictions}: its rows are not those of {reference} ({len(mine)} and {len(theirs)} rows, "
             f"{len(set(mine.index) ^ set(theirs.index))} in one only); evaluate both on the same split"
         )
+    if len(mine) < 2:
+        raise KdpipeError(f"{predictions}: {len(mine)} row(s); a paired comparison with {reference} needs two or more")
     theirs = theirs.loc[mine.index]
     correct = mine["correct"].to_numpy(dtype=float)[None]
     reference_correct = theirs["correct"].to_numpy(dtype=float)[None]

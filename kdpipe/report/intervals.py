@@ -72,10 +72,12 @@ def row_matrix(evaluations: list, column: str) -> tuple[np.ndarray, np.ndarray]:
 
 def accuracy_interval(evaluations: list[str | Path]) -> tuple[float, float]:
     """(low, high) of the 95% accuracy interval over seeds and rows; NaN when some seed's predictions are missing
-    (an evaluation written without them) or the seeds cover different rows."""
+    (an evaluation written without them), the seeds cover different rows, or there is one row (nothing to draw)."""
     try:
         _, correct = row_matrix(evaluations, "correct")
     except KdpipeError:
+        return np.nan, np.nan
+    if correct.shape[1] < 2:
         return np.nan, np.nan
     _, low, high = interval(correct)
     return low, high
