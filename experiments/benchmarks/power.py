@@ -110,8 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--target", type=float, help="points a plain 'beats' claim should be detected at")
     args, models, claims = script.arguments(argv, parser)
-    own = args
-    if any(t < 2 for t in own.teacher_seeds) or not all(0 < f < np.inf for f in own.rows_factor):
+    if any(t < 2 for t in args.teacher_seeds) or not all(0 < f < np.inf for f in args.rows_factor):
         raise SystemExit("--teacher-seeds: at least 2 each; --rows-factor: above 0, finite")
     if args.metric[0] != "accuracy" or args.also:
         raise SystemExit("power.py projects accuracy claims of one experiment's runs (no --metric, no --also)")
@@ -128,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         drawn = f"rows in {units_of_rows:,} clusters by {args.cluster_column!r}"
     several = len(args.results) > 1
     level = "teacher seeds" if several else "student seeds (one teacher seed: its variance unknown)"
-    print(f"{len(test_rows):,} {args.split} {drawn}; designs over {level}, rows times {own.rows_factor}.")
+    print(f"{len(test_rows):,} {args.split} {drawn}; designs over {level}, rows times {args.rows_factor}.")
     note = script.seed_note(metrics).strip()
     print(f"{note}\n" if note else "")
     print("| claim | A − B | se | top level (units) | rows' part | design | reach | reaches the target |")
@@ -140,9 +139,9 @@ def main(argv: list[str] | None = None) -> None:
         result = compare(metrics[a[0]], metrics[b[0]], clusters=labels)
         top, per_unit, units = top_level(metrics[a[0]], metrics[b[0]])
         rows_part = max(result.se**2 - top, 0.0)
-        target = points if points > 0 else (own.target / 100 if own.target else abs(result.difference))
-        for designs in own.teacher_seeds:
-            for factor in own.rows_factor:
+        target = points if points > 0 else (args.target / 100 if args.target else abs(result.difference))
+        for designs in args.teacher_seeds:
+            for factor in args.rows_factor:
                 se, df = projected(per_unit, rows_part, units_of_rows, designs, factor)
                 needed = reach(se, df, kind)
                 print(
