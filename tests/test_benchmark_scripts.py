@@ -750,12 +750,47 @@ def test_power_at_the_runs_own_design_gives_compares_detectable_difference(tmp_p
     out = capsys.readouterr().out
     assert "Of one seed: `b`; its seed-to-seed variance is not sampled" in out
     detectable = _table_row(out, "| a beats b |")[6]
+    # the verdict itself says what its interval leaves out
+    caveat = "(a model of one seed: its seeds' variance is not in the interval)"
+    assert _table_row(out, "| a beats b |")[7].endswith(caveat)
     power.main([*base, "--teacher-seeds", "3", "30"])
     out = capsys.readouterr().out
     assert "Of one seed: `b`" in out
     rows = [_table_row(line, "| a beats b |") for line in out.splitlines() if line.startswith("| a beats b |")]
     assert rows[0][3] == "2.89 (3 and 1)" and rows[0][6] == detectable  # sqrt(25 / 3) points: a's seeds alone
     assert float(rows[1][6]) < float(detectable)
+    # two units: twice the rows shrink the standard error, but the degrees of freedom fall towards the top level's 1,
+    # so compare.py's test would detect less; the line says so, and the one of fewer rows does not
+    power.main([*base, "--teacher-seeds", "2", "--rows-factor", "2", "1"])
+    out = capsys.readouterr().out
+    rows = [_table_row(line, "| a beats b |") for line in out.splitlines() if "| a beats b |" in line]
+    assert [row[5] for row in rows] == ["2 × 1 rows", "2 × 2 rows"]
+    assert rows[0][6] == "21.2" and rows[1][6] == "26.9 (more rows lower the degrees of freedom)"
+    refusals = {
+        ("--target", "-1"): "--target -1: points above 0 and below 100",
+        ("--target", "nan"): "--target nan: points above 0 and below 100",
+        ("--target", "100"): "--target 100: points above 0 and below 100",
+    }
+    for extra, message in refusals.items():
+        with pytest.raises(SystemExit, match=re.escape(message)):
+            power.main([*base, *extra])
+    with pytest.raises(SystemExit, match="no --claim: power.py projects claims"):
+        power.main(base[:-2])
+
+
+def test_a_verdict_on_models_of_other_student_seeds_says_they_were_drawn_apart(tmp_path, capsys):
+    """a of seeds 0-2 against b of seeds 0-1: no seed pairs the two, so each is drawn apart, and the verdict says so;
+    with the same seeds it says nothing."""
+    compare = _load_script("compare.py")
+    results = tmp_path / "results"
+    _run_with_texts(results, list(range(200)), [f"review {i}" for i in range(200)], {"a": range(150), "b": range(100)})
+    base = ["--results", str(results), "--models", "a", "b", "--claim", "a beats b"]
+    compare.main(base)
+    assert _table_row(capsys.readouterr().out, "| a beats b |")[7] == "**reproduced**"
+    shutil.rmtree(results / "eval" / "b.seed2")
+    compare.main(base)
+    verdict = _table_row(capsys.readouterr().out, "| a beats b |")[7]
+    assert verdict.endswith("** (other student seeds: drawn apart, not paired)")
 
 
 def test_compare_draws_clusters_of_rows(tmp_path, capsys):

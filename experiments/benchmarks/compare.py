@@ -375,7 +375,8 @@ def claim_rows(claims: dict[str, tuple], metrics: dict, clusters) -> tuple[list[
         results.append(test(*(metrics[m] for m in a + b), claim=kind, gap=points, margin=points, clusters=clusters))
     decisions = family([result.tests for result in results])
     lines = []
-    for (text, (*_, points)), result, decision in zip(claims.items(), results, decisions, strict=True):
+    for (text, (a, _, b, points)), result, decision in zip(claims.items(), results, decisions, strict=True):
+        caveat = drawing_caveat([metrics[m] for m in a + b])
         for test, adjusted, verdict in zip(result.tests, decision.adjusted, decision.verdicts, strict=True):
             if test.name == "equivalence":
                 inside = f"[{100 * result.low90:+.1f}, {100 * result.high90:+.1f}]"
@@ -388,9 +389,19 @@ def claim_rows(claims: dict[str, tuple], metrics: dict, clusters) -> tuple[list[
                 verdict = f"{test.name} {verdict}"
             lines.append(
                 f"| {text} | {100 * result.difference:+.1f} | [{100 * result.low:+.1f}, {100 * result.high:+.1f}] | "
-                f"{what} | {p_text(test.p_value)} | {p_text(adjusted)} | {reach} | **{verdict}** |"
+                f"{what} | {p_text(test.p_value)} | {p_text(adjusted)} | {reach} | **{verdict}**{caveat} |"
             )
     return lines, sum(len(result.tests) for result in results)
+
+
+def drawing_caveat(models: list) -> str:
+    """What a claim's verdict leaves out, said beside it, or '': a model of one seed (its seed-to-seed variance is
+    not sampled), or models of one teacher seed whose student seeds differ (drawn apart, not paired by seed)."""
+    if any(len(m.teachers) == 1 for m in models):
+        return " (a model of one seed: its seeds' variance is not in the interval)"
+    if all(len(m.teacher_seeds) == 1 for m in models) and len({tuple(sorted(m.seeds)) for m in models}) > 1:
+        return " (other student seeds: drawn apart, not paired)"
+    return ""
 
 
 def p_text(p: float) -> str:

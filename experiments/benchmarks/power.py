@@ -20,9 +20,12 @@ the standard error ``sqrt(s²/T + rows / f)``, Student's t with Welch-Satterthwa
 the top level, the rows less one for the rows' part), so it detects with 80% power at the 5% level (two-sided) a
 difference of ``(t(0.975) + t(0.80)) · se``, and confirms a match (two one-sided tests at 5%) 80% of the time, were
 A − B zero, within a margin of ``(t(0.95) + t(0.90)) · se``. The unit's own row noise is kept in the top level's
-part, so more test rows shrink the projection less than they would shrink the run: the rows factor's gain is a lower
-bound. With one teacher seed the top level is the student seeds, and the teacher seeds' own variance is unknown: the
-projection then says what more student seeds would do, and a design over teacher seeds needs a run of several first.
+part, so more test rows shrink the standard error less than they would shrink the run's. And as the rows' part
+shrinks, the degrees of freedom fall towards the top level's T − 1: with two or three units, t can grow faster than the
+standard error falls, so more rows can raise what compare.py's test would detect. Such a line says so ("more rows
+lower the degrees of freedom"); the design that decides the claim then needs more units, not more rows. With one
+teacher seed the top level is the student seeds, and the teacher seeds' own variance is unknown: the projection then
+says what more student seeds would do, and a design over teacher seeds needs a run of several first.
 
 Each claim's line gives the run's standard error and its parts, then, per design, the detectable difference (for a
 match: the confirmable margin) and whether it reaches the claim's own target (the gap g of ``beats by g``; the margin
@@ -112,6 +115,10 @@ def main(argv: list[str] | None = None) -> None:
     args, models, claims = script.arguments(argv, parser)
     if any(t < 2 for t in args.teacher_seeds) or not all(0 < f < np.inf for f in args.rows_factor):
         raise SystemExit("--teacher-seeds: at least 2 each; --rows-factor: above 0, finite")
+    if args.target is not None and not 0 < args.target < 100:
+        raise SystemExit(f"--target {args.target:g}: points above 0 and below 100")
+    if not claims:
+        raise SystemExit("no --claim: power.py projects claims ('A beats B [by GAP]' or 'A matches B within M')")
     if args.metric[0] != "accuracy" or args.also:
         raise SystemExit("power.py projects accuracy claims of one experiment's runs (no --metric, no --also)")
     runs = {"": args.results}
@@ -141,13 +148,16 @@ def main(argv: list[str] | None = None) -> None:
         rows_part = max(result.se**2 - top, 0.0)
         target = points if points > 0 else (args.target / 100 if args.target else abs(result.difference))
         for designs in args.teacher_seeds:
-            for factor in args.rows_factor:
+            fewer_rows = np.inf  # the reach of this many units at the next smaller rows factor
+            for factor in sorted(args.rows_factor):
                 se, df = projected(per_unit, rows_part, units_of_rows, designs, factor)
                 needed = reach(se, df, kind)
+                worse = " (more rows lower the degrees of freedom)" if needed > fewer_rows else ""
+                fewer_rows = needed
                 print(
                     f"| {text} | {100 * result.difference:+.1f} | {100 * result.se:.2f} | "
                     f"{100 * np.sqrt(top):.2f} ({units}) | {100 * np.sqrt(rows_part):.2f} | "
-                    f"{designs} × {factor:g} rows | {100 * needed:.1f} | "
+                    f"{designs} × {factor:g} rows | {100 * needed:.1f}{worse} | "
                     f"{'yes' if needed <= target else 'no'} ({100 * target:.1f}) |"
                 )
 
