@@ -791,6 +791,9 @@ def test_a_verdict_on_models_of_other_student_seeds_says_they_were_drawn_apart(t
     compare.main(base)
     verdict = _table_row(capsys.readouterr().out, "| a beats b |")[7]
     assert verdict.endswith("** (other student seeds: drawn apart, not paired)")
+    shutil.copytree(results / "eval" / "b.seed1", results / "eval" / "b.seed01")
+    with pytest.raises(SystemExit, match=re.escape(f"{results}/eval: b.seed01 and b.seed1 are both seed 1")):
+        compare.main(base)
 
 
 def test_compare_draws_clusters_of_rows(tmp_path, capsys):

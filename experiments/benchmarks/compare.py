@@ -79,6 +79,9 @@ def evaluations(results: Path, model: str, split: str) -> dict[int, list[Path]]:
     seeds = {}
     for folder in folders:
         match = re.fullmatch(rf"{re.escape(model)}\.seed(\d+)", folder.name)
+        if match and int(match[1]) in seeds:  # e.g. NAME.seed1 and NAME.seed01
+            other = seeds[int(match[1])][0].parent.name
+            raise SystemExit(f"{results}/eval: {' and '.join(sorted((other, folder.name)))} are both seed {int(match[1])}")
         if match:
             seeds[int(match[1])] = [folder / f"{split}.json"]
     if seeds or only_seeds:
