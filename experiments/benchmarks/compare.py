@@ -79,11 +79,12 @@ def evaluations(results: Path, model: str, split: str) -> dict[int, list[Path]]:
     seeds = {}
     for folder in folders:
         match = re.fullmatch(rf"{re.escape(model)}\.seed(\d+)", folder.name)
-        if match and int(match[1]) in seeds:  # e.g. NAME.seed1 and NAME.seed01
-            other = seeds[int(match[1])][0].parent.name
-            raise SystemExit(f"{results}/eval: {' and '.join(sorted((other, folder.name)))} are both seed {int(match[1])}")
+        seed = int(match[1]) if match else None
+        if seed in seeds:  # e.g. NAME.seed1 and NAME.seed01
+            both = " and ".join(sorted((seeds[seed][0].parent.name, folder.name)))
+            raise SystemExit(f"{results}/eval: {both} are both seed {seed}")
         if match:
-            seeds[int(match[1])] = [folder / f"{split}.json"]
+            seeds[seed] = [folder / f"{split}.json"]
     if seeds or only_seeds:
         if not seeds:
             raise SystemExit(f"{results}/eval: no {split}.json of {model}.seedK")
